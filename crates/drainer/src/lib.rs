@@ -1,0 +1,1 @@
+//! rotor-drainer: drains nodes that carry the drain taint. (Work starts in issue 4.)

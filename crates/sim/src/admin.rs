@@ -1,0 +1,197 @@
+//! The simulator's own admin API under `/sim/v1/`, outside the Kubernetes API: statistics,
+//! actions that a cloud or an operator would take (raise the control-plane version, change a
+//! node group's template), and fault injection.
+//!
+//! - `GET  /sim/v1/stats`
+//! - `POST /sim/v1/control-plane-version` `{"version": "v1.34.1"}`
+//! - `POST /sim/v1/node-groups/{name}/template` with template fields to change, e.g.
+//!   `{"kubeletVersion": "v1.34.1", "image": "ami-..."}`
+//! - `POST /sim/v1/faults` `{"errors": [{"verb": "create", "resource": "pods/eviction", "rate": 0.5, "code": 500}], "latencyMs": 20}`
+//! - `POST /sim/v1/faults/drop-watches`, `POST /sim/v1/faults/expire-watches` (next resume gets 410)
+//! - `POST /sim/v1/stats/reset`
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::cluster::Cluster;
+use crate::cluster::objects::{
+    is_daemon, is_mirror, node_group_of, node_name, node_ready, node_taints, node_unschedulable, pod_ready, terminal,
+    terminating,
+};
+use crate::scenario::{NodeTemplate, version_minor};
+use crate::server::{ErrorRule, Sim};
+
+pub fn router() -> Router<Arc<Sim>> {
+    Router::new()
+        .route("/stats", get(stats))
+        .route("/stats/reset", post(reset_stats))
+        .route("/control-plane-version", post(set_version))
+        .route("/node-groups/{name}/template", post(set_template))
+        .route("/faults", post(set_faults))
+        .route("/faults/drop-watches", post(drop_watches))
+        .route("/faults/expire-watches", post(expire_watches))
+}
+
+fn bad(msg: String) -> Response {
+    (StatusCode::BAD_REQUEST, Json(json!({"error": msg}))).into_response()
+}
+
+/// A snapshot of what the simulator counts and the state of nodes and pods.
+pub fn snapshot(c: &Cluster) -> Value {
+    let drain_key = rotor_core::contract::DRAIN_TAINT_KEY;
+    let mut nodes = BTreeMap::<&str, u64>::new();
+    let mut groups = BTreeMap::<String, Value>::new();
+    for n in c.nodes.values() {
+        *nodes.entry("total").or_default() += 1;
+        *nodes.entry(if node_ready(n) { "ready" } else { "notReady" }).or_default() += 1;
+        if node_unschedulable(n) {
+            *nodes.entry("cordoned").or_default() += 1;
+        }
+        if node_taints(n).iter().any(|t| t.key == drain_key) {
+            *nodes.entry("drainTainted").or_default() += 1;
+        }
+    }
+    for (name, g) in &c.node_groups {
+        let live: Vec<_> = c.nodes.values().filter(|n| node_group_of(n) == Some(name.as_str())).collect();
+        let current = live
+            .iter()
+            .filter(|n| {
+                n.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.kubelet_version.as_str())
+                    == Some(g.spec.template.kubelet_version.as_str())
+                    && n.metadata.labels.as_ref().and_then(|l| l.get(&g.spec.template.image_label)) == Some(&g.spec.template.image)
+            })
+            .count();
+        groups.insert(
+            name.clone(),
+            json!({"desired": g.desired, "nodes": live.len(), "fromCurrentTemplate": current, "template": g.spec.template}),
+        );
+    }
+    let mut pods = BTreeMap::<&str, u64>::new();
+    for p in c.pods.values() {
+        *pods.entry("total").or_default() += 1;
+        let key = if terminating(p) {
+            "terminating"
+        } else if terminal(p) {
+            "finished"
+        } else if node_name(p).is_none() {
+            "pending"
+        } else if pod_ready(p) {
+            "ready"
+        } else {
+            "starting"
+        };
+        *pods.entry(key).or_default() += 1;
+        if is_daemon(p) || is_mirror(p) {
+            *pods.entry("daemonOrMirror").or_default() += 1;
+        }
+    }
+    let s = &c.stats;
+    json!({
+        "resourceVersion": c.rev.current().to_string(),
+        "controlPlaneVersion": c.control_plane_version,
+        "requests": s.requests,
+        "requestsTotal": s.total_requests(),
+        "evictions": s.evictions,
+        "budgetViolations": s.budget_violations.len(),
+        "budgetViolationList": s.budget_violations,
+        "unschedulablePods": c.unschedulable_since.len(),
+        "unschedulablePodSeconds": (s.unschedulable_pod_seconds * 1000.0).round() / 1000.0,
+        "nodes": nodes,
+        "nodeGroups": groups,
+        "pods": pods,
+        "nodesLaunched": s.nodes_launched,
+        "nodesRemoved": s.nodes_removed,
+        "podsCreated": s.pods_created,
+    })
+}
+
+async fn stats(State(sim): State<Arc<Sim>>) -> Response {
+    let c = sim.cluster.lock().expect("cluster lock");
+    Json(snapshot(&c)).into_response()
+}
+
+async fn reset_stats(State(sim): State<Arc<Sim>>) -> Response {
+    sim.cluster.lock().expect("cluster lock").stats = Default::default();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VersionBody {
+    version: String,
+}
+
+async fn set_version(State(sim): State<Arc<Sim>>, Json(b): Json<VersionBody>) -> Response {
+    if version_minor(&b.version).is_none() {
+        return bad(format!("version {:?} is not a Kubernetes version like v1.34.1", b.version));
+    }
+    let mut c = sim.cluster.lock().expect("cluster lock");
+    tracing::info!(from = %c.control_plane_version, to = %b.version, "control-plane version changed");
+    c.control_plane_version = b.version;
+    Json(json!({"controlPlaneVersion": c.control_plane_version})).into_response()
+}
+
+async fn set_template(State(sim): State<Arc<Sim>>, Path(name): Path<String>, Json(changes): Json<Value>) -> Response {
+    let mut c = sim.cluster.lock().expect("cluster lock");
+    let Some(g) = c.node_groups.get_mut(&name) else {
+        return (StatusCode::NOT_FOUND, Json(json!({"error": format!("no node group named {name:?}")}))).into_response();
+    };
+    let mut t = serde_json::to_value(&g.spec.template).unwrap_or_default();
+    json_patch::merge(&mut t, &changes);
+    match serde_json::from_value::<NodeTemplate>(t) {
+        Ok(t) => {
+            if version_minor(&t.kubelet_version).is_none() {
+                return bad(format!("kubeletVersion {:?} is not a version like v1.34.1", t.kubelet_version));
+            }
+            g.spec.template = t;
+            tracing::info!(group = %name, "node group template changed; new nodes use it");
+            Json(json!({"group": name, "template": g.spec.template})).into_response()
+        }
+        Err(e) => bad(format!("invalid template for node group {name:?}: {e}")),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FaultsBody {
+    #[serde(default)]
+    errors: Vec<ErrorRule>,
+    #[serde(default)]
+    latency_ms: u64,
+}
+
+async fn set_faults(State(sim): State<Arc<Sim>>, Json(b): Json<FaultsBody>) -> Response {
+    for r in &b.errors {
+        if !(0.0..=1.0).contains(&r.rate) {
+            return bad(format!("rate {} must be between 0 and 1", r.rate));
+        }
+        if ![429, 500, 503, 504].contains(&r.code) {
+            return bad(format!("code {} must be one of 429, 500, 503, 504", r.code));
+        }
+    }
+    let mut f = sim.faults.lock().expect("faults lock");
+    f.rules = b.errors;
+    f.latency = Duration::from_millis(b.latency_ms);
+    Json(json!({"errors": f.rules, "latencyMs": b.latency_ms})).into_response()
+}
+
+async fn drop_watches(State(sim): State<Arc<Sim>>) -> Response {
+    sim.drop_watches();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn expire_watches(State(sim): State<Arc<Sim>>) -> Response {
+    sim.cluster.lock().expect("cluster lock").compact_all();
+    sim.drop_watches();
+    StatusCode::NO_CONTENT.into_response()
+}

@@ -1,0 +1,453 @@
+//! The Kubernetes HTTP API the simulator serves: discovery (`/version`, `/api`, `/apis`, the
+//! per-version resource lists `kubectl` reads), and the resource paths
+//! `/api/v1/...` and `/apis/<group>/<version>/...` mapped onto the typed collections. Every
+//! request is counted by verb and resource and may be delayed or failed by injected faults.
+
+pub mod collection;
+pub mod status;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::cluster::pods::Removal;
+use crate::server::Sim;
+use collection::{DeleteOptions, Filter, ListQuery, PatchType, WatchContext, WatchQuery, WriteContext};
+use status::{ApiError, success_status};
+
+/// Where a request points once its path is parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub group: String,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub plural: String,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    Resource(Target),
+    /// `/api/v1` or `/apis/<g>/<v>`: the resource list.
+    ResourceList { group: String, version: String },
+    /// `/apis/<g>`
+    Group(String),
+    NotFound,
+}
+
+/// Parses an API path into what it addresses.
+pub fn route(path: &str) -> Route {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g] => return Route::Group(g.to_string()),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Route::NotFound,
+    };
+    let t = |ns: Option<&str>, plural: &str, name: Option<&str>, sub: Option<&str>| {
+        Route::Resource(Target {
+            group: group.to_string(),
+            version: version.to_string(),
+            namespace: ns.map(str::to_string),
+            plural: plural.to_string(),
+            name: name.map(str::to_string),
+            subresource: sub.map(str::to_string),
+        })
+    };
+    match rest {
+        [] => Route::ResourceList { group: group.to_string(), version: version.to_string() },
+        ["namespaces", ns, "status" | "finalize"] if group.is_empty() => t(None, "namespaces", Some(ns), Some(rest[2])),
+        ["namespaces", ns, plural] => t(Some(ns), plural, None, None),
+        ["namespaces", ns, plural, name] => t(Some(ns), plural, Some(name), None),
+        ["namespaces", ns, plural, name, sub] => t(Some(ns), plural, Some(name), Some(sub)),
+        [plural] => t(None, plural, None, None),
+        [plural, name] => t(None, plural, Some(name), None),
+        [plural, name, sub] => t(None, plural, Some(name), Some(sub)),
+        _ => Route::NotFound,
+    }
+}
+
+fn json_response(code: StatusCode, body: Vec<u8>) -> Response {
+    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn query_map(uri: &Uri) -> HashMap<String, String> {
+    uri.query().map(url_decode_pairs).unwrap_or_default()
+}
+
+fn url_decode_pairs(q: &str) -> HashMap<String, String> {
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                        Ok(b) => {
+                            out.push(b);
+                            i += 2;
+                        }
+                        Err(_) => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
+}
+
+fn field_manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.clone();
+    }
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+/// The verb the apiserver would log for a request.
+pub fn verb_of(method: &Method, t: &Target, q: &HashMap<String, String>) -> &'static str {
+    let watch = q.get("watch").is_some_and(|v| v == "true" || v == "1");
+    match (method.as_str(), &t.name) {
+        ("GET", None) if watch => "watch",
+        ("GET", None) => "list",
+        ("GET", Some(_)) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", None) => "deletecollection",
+        ("DELETE", Some(_)) => "delete",
+        _ => "unknown",
+    }
+}
+
+pub async fn dispatch(
+    State(sim): State<Arc<Sim>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let target = match route(uri.path()) {
+        Route::Resource(t) => t,
+        Route::ResourceList { group, version } => return resource_list(&group, &version),
+        Route::Group(g) => return api_group(&g),
+        Route::NotFound => {
+            return ApiError { code: 404, reason: "NotFound", message: "the server could not find the requested resource".into(), details: None, retry_after: None }
+                .into_response();
+        }
+    };
+    let q = query_map(&uri);
+    let verb = verb_of(&method, &target, &q);
+    let resource = match &target.subresource {
+        Some(s) => format!("{}/{s}", target.plural),
+        None => target.plural.clone(),
+    };
+    // Count, then apply injected latency and errors.
+    let (latency, injected) = {
+        let mut c = sim.cluster.lock().expect("cluster lock");
+        c.stats.count_request(verb, &resource);
+        drop(c);
+        let mut f = sim.faults.lock().expect("faults lock");
+        (f.latency, f.injected_error(verb, &resource))
+    };
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    if let Some(e) = injected {
+        return e.into_response();
+    }
+    match handle(&sim, &method, &target, verb, &q, &headers, &body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("the request body is not valid JSON (the simulator accepts JSON only): {e}"))
+    })
+}
+
+async fn handle(
+    sim: &Arc<Sim>,
+    method: &Method,
+    t: &Target,
+    verb: &str,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    if q.get("dryRun").is_some_and(|v| !v.is_empty()) {
+        return Err(ApiError::bad_request("dryRun is not supported by the simulator"));
+    }
+    let now = jiff::Timestamp::now();
+    let manager = field_manager(q, headers);
+    let ns = t.namespace.clone().unwrap_or_default();
+    let name = t.name.clone().unwrap_or_default();
+    let sub = t.subresource.as_deref();
+    let mut guard = sim.cluster.lock().expect("cluster lock");
+    let cluster = &mut *guard;
+    let current_rv = cluster.rev.current();
+    let namespaced = crate::kinds::all()
+        .iter()
+        .find(|r| r.group == t.group && r.version == t.version && r.plural == t.plural)
+        .map(|r| r.namespaced)
+        .ok_or_else(|| ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("the server could not find the requested resource ({verb} {})", t.plural),
+            details: None,
+            retry_after: None,
+        })?;
+    if !namespaced && t.namespace.is_some() {
+        return Err(ApiError::bad_request(format!("{} is not a namespaced resource", t.plural)));
+    }
+    if let Some(s) = sub
+        && !matches!(s, "status")
+        && !(t.plural == "pods" && s == "eviction")
+    {
+        return Err(ApiError { code: 404, reason: "NotFound", message: format!("the simulator does not serve {}/{s}", t.plural), details: None, retry_after: None });
+    }
+    // Namespaced writes need their namespace to exist.
+    if namespaced && matches!(verb, "create") && cluster.namespaces.get("", &ns).is_none() && !(t.plural == "pods" && sub == Some("eviction")) {
+        return Err(ApiError::not_found("", "namespaces", &ns));
+    }
+    let ctx = WriteContext { now, manager: &manager };
+    // Kind-specific verbs first.
+    if t.group.is_empty() && t.plural == "pods" {
+        match (method.as_str(), sub) {
+            ("POST", Some("eviction")) => {
+                let v = parse_body(body)?;
+                if v.get("kind").and_then(Value::as_str).is_some_and(|k| k != "Eviction") {
+                    return Err(ApiError::bad_request("the eviction body must be a policy/v1 Eviction"));
+                }
+                let out = cluster.evict_pod(&ns, &name, &v, now)?;
+                return Ok(json_response(StatusCode::CREATED, serde_json::to_vec(&out).unwrap_or_default()));
+            }
+            ("DELETE", None) if t.name.is_some() => {
+                let mut opts = DeleteOptions::from_value(&parse_body(body)?);
+                if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
+                    opts.grace_period_seconds = Some(g);
+                }
+                let pod = cluster.delete_pod(&ns, &name, &opts, Removal::ApiDelete, now)?;
+                return Ok(json_response(StatusCode::OK, serde_json::to_vec(pod.as_ref()).unwrap_or_default()));
+            }
+            _ => {}
+        }
+    }
+    if t.group.is_empty() && t.plural == "namespaces" && method == Method::DELETE {
+        return Err(ApiError::method_not_allowed("deleting namespaces is not simulated"));
+    }
+    let filter = |q: &HashMap<String, String>| {
+        Filter::parse(t.namespace.clone(), q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))
+    };
+    let coll = cluster
+        .api_collection(&t.group, &t.version, &t.plural)
+        .ok_or_else(|| ApiError::not_found(&t.group, &t.plural, &name))?;
+    let body_out = match (verb, sub) {
+        ("list", None) => {
+            let query = ListQuery {
+                filter: filter(q)?,
+                limit: q.get("limit").and_then(|l| l.parse().ok()),
+                continue_token: q.get("continue").cloned(),
+            };
+            coll.list(&query, current_rv)?
+        }
+        ("watch", None) => {
+            let rv = q
+                .get("resourceVersion")
+                .filter(|v| !v.is_empty() && v.as_str() != "0")
+                .map(|v| v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}"))))
+                .transpose()?;
+            let wq = WatchQuery {
+                filter: filter(q)?,
+                resource_version: rv,
+                bookmarks: q.get("allowWatchBookmarks").is_some_and(|v| v == "true"),
+                timeout: Duration::from_secs(q.get("timeoutSeconds").and_then(|v| v.parse().ok()).unwrap_or(1800)),
+            };
+            let wctx = WatchContext { bookmark_interval: cluster_timing_bookmark(sim), drop_signal: sim.drop_rx.clone() };
+            let rx = match coll.watch(wq, wctx) {
+                Ok(rx) => rx,
+                Err(e) if e.code == 410 => {
+                    let line = collection::watch_error_line(&e);
+                    let (tx, rx) = tokio::sync::mpsc::channel(1);
+                    let _ = tx.try_send(line);
+                    rx
+                }
+                Err(e) => return Err(e),
+            };
+            drop(guard);
+            let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx)) });
+            return Ok(Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::CACHE_CONTROL, "no-cache, private")
+                .body(Body::from_stream(stream))
+                .expect("static response parts"));
+        }
+        ("get", _) => coll.get_json(&ns, &name)?,
+        ("create", None) => {
+            let out = coll.create_json(&ns, parse_body(body)?, &ctx)?;
+            return Ok(json_response(StatusCode::CREATED, out));
+        }
+        ("update", _) => coll.update_json(&ns, &name, parse_body(body)?, sub, &ctx)?,
+        ("patch", _) => {
+            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let pt = PatchType::from_content_type(ct)?;
+            coll.patch_json(&ns, &name, pt, &parse_body(body)?, sub, &ctx)?
+        }
+        ("delete", None) => {
+            let opts = DeleteOptions::from_value(&parse_body(body)?);
+            coll.delete_json(&ns, &name, &opts)?
+        }
+        _ => return Err(ApiError::method_not_allowed(format!("{verb} is not supported on {}", t.plural))),
+    };
+    Ok(json_response(StatusCode::OK, body_out))
+}
+
+fn cluster_timing_bookmark(sim: &Sim) -> Duration {
+    sim.bookmark_interval
+}
+
+fn resource_list(group: &str, version: &str) -> Response {
+    let mut resources = Vec::new();
+    let all = crate::kinds::all();
+    let served: Vec<_> = all.iter().filter(|r| r.group == group && r.version == version).collect();
+    if served.is_empty() {
+        return ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource (group {group:?} version {version:?})"), details: None, retry_after: None }
+            .into_response();
+    }
+    for r in served {
+        resources.push(json!({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            "shortNames": r.short_names,
+        }));
+        if r.has_status {
+            resources.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if r.plural == "pods" && group.is_empty() {
+            resources.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
+        }
+    }
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let body = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources});
+    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+fn groups() -> Vec<(&'static str, &'static str)> {
+    let mut g: Vec<(&'static str, &'static str)> = crate::kinds::all().iter().filter(|r| !r.group.is_empty()).map(|r| (r.group, r.version)).collect();
+    g.dedup();
+    g.sort();
+    g.dedup();
+    g
+}
+
+fn group_json(group: &str, version: &str) -> Value {
+    let gv = json!({"groupVersion": format!("{group}/{version}"), "version": version});
+    json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
+}
+
+fn api_group(group: &str) -> Response {
+    match groups().into_iter().find(|(g, _)| *g == group) {
+        Some((g, v)) => {
+            let mut body = group_json(g, v);
+            body["kind"] = json!("APIGroup");
+            body["apiVersion"] = json!("v1");
+            json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+        }
+        None => ApiError::not_found("", "groups", group).into_response(),
+    }
+}
+
+pub async fn api_versions() -> Response {
+    let body = json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:0"}]});
+    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+pub async fn api_group_list() -> Response {
+    let list: Vec<Value> = groups().into_iter().map(|(g, v)| group_json(g, v)).collect();
+    let body = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list});
+    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+pub async fn version(State(sim): State<Arc<Sim>>) -> Response {
+    let v = sim.cluster.lock().expect("cluster lock").control_plane_version.clone();
+    let minor = crate::scenario::version_minor(&v).unwrap_or(0);
+    let body = json!({
+        "major": "1",
+        "minor": minor.to_string(),
+        "gitVersion": v,
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    });
+    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// A success `Status` body, for callers that answer deletions with one.
+pub fn ok_status() -> Value {
+    success_status(200)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse_like_the_apiserver() {
+        let r = route("/api/v1/namespaces/shop/pods/web-1/eviction");
+        let Route::Resource(t) = r else { panic!() };
+        assert_eq!((t.namespace.as_deref(), t.plural.as_str(), t.name.as_deref(), t.subresource.as_deref()), (Some("shop"), "pods", Some("web-1"), Some("eviction")));
+        let Route::Resource(t) = route("/api/v1/namespaces/shop") else { panic!() };
+        assert_eq!((t.namespace, t.plural.as_str(), t.name.as_deref()), (None, "namespaces", Some("shop")));
+        let Route::Resource(t) = route("/apis/policy/v1/poddisruptionbudgets") else { panic!() };
+        assert_eq!((t.group.as_str(), t.namespace), ("policy", None));
+        let Route::Resource(t) = route("/api/v1/nodes/n1/status") else { panic!() };
+        assert_eq!((t.plural.as_str(), t.subresource.as_deref()), ("nodes", Some("status")));
+        assert_eq!(route("/api/v1"), Route::ResourceList { group: String::new(), version: "v1".into() });
+        assert_eq!(route("/apis/apps"), Route::Group("apps".into()));
+        assert_eq!(route("/healthz"), Route::NotFound);
+    }
+
+    #[test]
+    fn query_strings_decode() {
+        let q = url_decode_pairs("fieldSelector=spec.nodeName%3Dn1&labelSelector=app+in+(a%2Cb)&watch=1");
+        assert_eq!(q["fieldSelector"], "spec.nodeName=n1");
+        assert_eq!(q["labelSelector"], "app in (a,b)");
+        assert_eq!(q["watch"], "1");
+    }
+}

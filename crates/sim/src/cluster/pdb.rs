@@ -1,0 +1,282 @@
+//! PodDisruptionBudget semantics, as the disruption controller computes them: which pods a
+//! budget covers, how many it expects and needs healthy, and how many disruptions it allows.
+//! Pure functions over the budget, its pods and the owners' scale; no I/O.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use rotor_apimachinery::labels::LabelSelector;
+
+use super::objects::{controller_of, pod_ready, terminating};
+
+/// How long an evicted pod that has not started terminating is kept out of the healthy count.
+pub const DISRUPTED_POD_TIMEOUT_SECS: i64 = 120;
+
+/// The budget's selector; policy/v1 budgets with an empty selector cover no pods.
+pub fn selector(pdb: &PodDisruptionBudget) -> Option<LabelSelector> {
+    let sel = pdb.spec.as_ref()?.selector.as_ref()?;
+    let v = serde_json::to_value(sel).ok()?;
+    let s = LabelSelector::from_structured(&v).ok()?;
+    (!s.is_empty()).then_some(s)
+}
+
+pub fn covers(pdb: &PodDisruptionBudget, sel: Option<&LabelSelector>, pod: &Pod) -> bool {
+    let Some(sel) = sel else { return false };
+    if pdb.metadata.namespace != pod.metadata.namespace {
+        return false;
+    }
+    let empty = BTreeMap::new();
+    sel.matches(pod.metadata.labels.as_ref().unwrap_or(&empty))
+}
+
+/// `ceil(pct * total / 100)` for "NN%" strings, or the integer itself.
+fn scaled(v: &IntOrString, total: i32, round_up: bool) -> Option<i32> {
+    match v {
+        IntOrString::Int(i) => Some(*i),
+        IntOrString::String(s) => {
+            let pct: i64 = s.strip_suffix('%')?.trim().parse().ok()?;
+            let x = pct * total as i64;
+            Some(if round_up { (x + 99) / 100 } else { x / 100 } as i32)
+        }
+    }
+}
+
+fn is_percent(v: &IntOrString) -> bool {
+    matches!(v, IntOrString::String(_))
+}
+
+/// Expected and desired healthy counts. `scale_of_pod` answers the replica count of the
+/// workload that controls a pod (None when it has no known controller). Returns None when the
+/// controller would fail to compute (a percentage or maxUnavailable with an uncontrolled pod):
+/// such a budget allows nothing.
+pub fn expected_and_desired(
+    pdb: &PodDisruptionBudget,
+    pods: &[&Pod],
+    scale_of_pod: &dyn Fn(&Pod) -> Option<(String, i32)>,
+) -> Option<(i32, i32)> {
+    let spec = pdb.spec.as_ref()?;
+    let from_scale = || -> Option<i32> {
+        let mut seen = BTreeMap::new();
+        for p in pods {
+            let (uid, n) = scale_of_pod(p)?;
+            seen.insert(uid, n);
+        }
+        Some(seen.values().sum())
+    };
+    match (&spec.min_available, &spec.max_unavailable) {
+        (Some(min), _) if !is_percent(min) => Some((pods.len() as i32, scaled(min, 0, true)?)),
+        (Some(min), _) => {
+            let expected = from_scale()?;
+            Some((expected, scaled(min, expected, true)?))
+        }
+        (None, Some(max)) => {
+            let expected = from_scale()?;
+            let max = scaled(max, expected, true)?;
+            Some((expected, (expected - max).max(0)))
+        }
+        (None, None) => Some((pods.len() as i32, 1)),
+    }
+}
+
+/// Whether a pod counts as healthy for budgets: Ready and not terminating.
+pub fn healthy(pod: &Pod) -> bool {
+    pod_ready(pod) && !terminating(pod)
+}
+
+/// The status the disruption controller would write now.
+pub fn compute_status(
+    pdb: &PodDisruptionBudget,
+    pods: &[&Pod],
+    scale_of_pod: &dyn Fn(&Pod) -> Option<(String, i32)>,
+    now: Timestamp,
+) -> PodDisruptionBudgetStatus {
+    let old = pdb.status.clone().unwrap_or_default();
+    // Keep disrupted-pod entries only for pods that still exist, have not started terminating,
+    // and were evicted recently.
+    let mut disrupted = BTreeMap::new();
+    for (name, t) in old.disrupted_pods.clone().unwrap_or_default() {
+        let fresh = now.as_second() - t.0.as_second() < DISRUPTED_POD_TIMEOUT_SECS;
+        let live = pods
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some(name.as_str()) && !terminating(p));
+        if fresh && live {
+            disrupted.insert(name, t);
+        }
+    }
+    let current = pods
+        .iter()
+        .filter(|p| healthy(p) && !disrupted.contains_key(p.metadata.name.as_deref().unwrap_or("")))
+        .count() as i32;
+    let (expected, desired, allowed) = match expected_and_desired(pdb, pods, scale_of_pod) {
+        Some((e, d)) => (e, d, (current - d).max(0)),
+        None => (0, 0, 0),
+    };
+    let allowed_cond = allowed > 0;
+    let prev_cond = old
+        .conditions
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionAllowed"));
+    let transition = match prev_cond {
+        Some(c) if (c.status == "True") == allowed_cond => c.last_transition_time.clone(),
+        _ => Time(now),
+    };
+    PodDisruptionBudgetStatus {
+        current_healthy: current,
+        desired_healthy: desired,
+        expected_pods: expected,
+        disruptions_allowed: allowed,
+        disrupted_pods: (!disrupted.is_empty()).then_some(disrupted),
+        observed_generation: pdb.metadata.generation,
+        conditions: Some(vec![Condition {
+            type_: "DisruptionAllowed".into(),
+            status: if allowed_cond { "True" } else { "False" }.into(),
+            reason: if allowed_cond { "SufficientPods" } else { "InsufficientPods" }.into(),
+            message: String::new(),
+            last_transition_time: transition,
+            observed_generation: pdb.metadata.generation,
+        }]),
+    }
+}
+
+/// The owner identity and replica count used for a pod's budget: a ReplicaSet's owning
+/// Deployment, else the direct controller.
+pub fn default_scale_of_pod<'a>(
+    rs_owner: &'a dyn Fn(&str, &str) -> Option<(String, i32)>,
+    direct: &'a dyn Fn(&str, &str, &str) -> Option<i32>,
+) -> impl Fn(&Pod) -> Option<(String, i32)> + 'a {
+    move |pod: &Pod| {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let c = controller_of(&pod.metadata)?;
+        if c.kind == "ReplicaSet"
+            && let Some(d) = rs_owner(ns, &c.name)
+        {
+            return Some(d);
+        }
+        direct(ns, &c.kind, &c.name).map(|n| (c.uid.clone(), n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSel, ObjectMeta, OwnerReference};
+
+    fn pod(name: &str, ready: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: "ReplicaSet".into(),
+                    name: "web-abc".into(),
+                    uid: "rs-uid".into(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn pdb(min: Option<IntOrString>, max: Option<IntOrString>) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                generation: Some(1),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                min_available: min,
+                max_unavailable: max,
+                selector: Some(K8sSel {
+                    match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+                    match_expressions: None,
+                }),
+                unhealthy_pod_eviction_policy: None,
+            }),
+            status: None,
+        }
+    }
+
+    fn scale(n: i32) -> impl Fn(&Pod) -> Option<(String, i32)> {
+        move |_| Some(("deploy-uid".into(), n))
+    }
+
+    #[test]
+    fn min_available_integer_counts_pods() {
+        let pods = [pod("a", true), pod("b", true), pod("c", false)];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let s = compute_status(&pdb(Some(IntOrString::Int(1)), None), &refs, &scale(3), Timestamp::now());
+        assert_eq!((s.expected_pods, s.desired_healthy, s.current_healthy, s.disruptions_allowed), (3, 1, 2, 1));
+        assert_eq!(s.observed_generation, Some(1));
+    }
+
+    #[test]
+    fn percentages_and_max_unavailable_use_the_controller_scale() {
+        let pods = [pod("a", true), pod("b", true), pod("c", true)];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        // 4 replicas wanted, 3 present: minAvailable 50% of 4 = 2.
+        let s = compute_status(&pdb(Some(IntOrString::String("50%".into())), None), &refs, &scale(4), Timestamp::now());
+        assert_eq!((s.expected_pods, s.desired_healthy, s.disruptions_allowed), (4, 2, 1));
+        // maxUnavailable 1 of 4: desired 3, healthy 3, nothing allowed.
+        let s = compute_status(&pdb(None, Some(IntOrString::Int(1))), &refs, &scale(4), Timestamp::now());
+        assert_eq!((s.desired_healthy, s.disruptions_allowed), (3, 0));
+        // maxUnavailable 25% of 4 rounds up to 1.
+        let s = compute_status(&pdb(None, Some(IntOrString::String("25%".into()))), &refs, &scale(4), Timestamp::now());
+        assert_eq!(s.desired_healthy, 3);
+    }
+
+    #[test]
+    fn uncontrolled_pods_with_percentages_allow_nothing() {
+        let pods = [pod("a", true), pod("b", true)];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let none = |_: &Pod| None;
+        let s = compute_status(&pdb(None, Some(IntOrString::Int(1))), &refs, &none, Timestamp::now());
+        assert_eq!(s.disruptions_allowed, 0);
+    }
+
+    #[test]
+    fn disrupted_pods_do_not_count_as_healthy_until_they_expire() {
+        let pods = [pod("a", true), pod("b", true)];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let now = Timestamp::now();
+        let mut p = pdb(Some(IntOrString::Int(1)), None);
+        p.status = Some(PodDisruptionBudgetStatus {
+            disrupted_pods: Some(BTreeMap::from([("a".into(), Time(now))])),
+            ..Default::default()
+        });
+        let s = compute_status(&p, &refs, &scale(2), now);
+        assert_eq!((s.current_healthy, s.disruptions_allowed), (1, 0));
+        let later = Timestamp::from_second(now.as_second() + DISRUPTED_POD_TIMEOUT_SECS + 1).unwrap();
+        let s = compute_status(&p, &refs, &scale(2), later);
+        assert_eq!((s.current_healthy, s.disruptions_allowed), (2, 1));
+    }
+
+    #[test]
+    fn empty_selector_covers_nothing() {
+        let mut p = pdb(Some(IntOrString::Int(1)), None);
+        p.spec.as_mut().unwrap().selector = Some(K8sSel::default());
+        assert!(selector(&p).is_none());
+        assert!(!covers(&p, selector(&p).as_ref(), &pod("a", true)));
+        let p = pdb(Some(IntOrString::Int(1)), None);
+        assert!(covers(&p, selector(&p).as_ref(), &pod("a", true)));
+    }
+}

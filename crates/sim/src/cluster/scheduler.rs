@@ -1,0 +1,341 @@
+//! The simulated kube-scheduler: binds pending pods to nodes that are Ready, schedulable, whose
+//! taints the pod tolerates, that match its nodeSelector, have room for its requests and pod
+//! count, and keep its hostname topology-spread constraints. Among a window of feasible nodes it
+//! takes the least allocated. Placement is a pure function over `NodeSlot`s.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use rotor_apimachinery::labels::LabelSelector;
+
+use super::objects::{
+    Resources, node_allocatable, node_ready, node_taints, node_unschedulable, pod_requests,
+};
+
+/// What the scheduler knows about one node.
+#[derive(Clone, Debug)]
+pub struct NodeSlot {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// Ready, not cordoned, not being deleted.
+    pub schedulable: bool,
+    pub free: Resources,
+    pub free_pods: i64,
+    pub allocatable: Resources,
+}
+
+impl NodeSlot {
+    pub fn from_node(node: &Node) -> Self {
+        let (alloc, pods) = node_allocatable(node);
+        NodeSlot {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: node_taints(node).to_vec(),
+            schedulable: node_ready(node)
+                && !node_unschedulable(node)
+                && node.metadata.deletion_timestamp.is_none(),
+            free: alloc,
+            free_pods: pods,
+            allocatable: alloc,
+        }
+    }
+
+    /// Account for a pod already running here.
+    pub fn take(&mut self, r: Resources) {
+        self.free = self.free.minus(&r);
+        self.free_pods -= 1;
+    }
+}
+
+/// Whether one toleration tolerates one taint (operator Equal by default, Exists matches any
+/// value, an empty key with Exists matches every taint, an empty effect matches every effect).
+pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = t.effect.as_deref()
+        && !effect.is_empty()
+        && effect != taint.effect
+    {
+        return false;
+    }
+    let key = t.key.as_deref().unwrap_or("");
+    match t.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => key.is_empty() || key == taint.key,
+        _ => key == taint.key && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+    }
+}
+
+/// Taints with NoSchedule or NoExecute effect that no toleration covers.
+pub fn untolerated<'a>(tolerations: &[Toleration], taints: &'a [Taint]) -> Option<&'a Taint> {
+    taints
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .find(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
+}
+
+/// A hostname spread constraint a pod must keep.
+#[derive(Clone, Debug)]
+struct Spread {
+    key: String,
+    max_skew: i32,
+    selector: LabelSelector,
+}
+
+fn hostname_spreads(pod: &Pod) -> Vec<Spread> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.topology_spread_constraints.iter().flatten())
+        .filter(|c| c.topology_key == "kubernetes.io/hostname" && c.when_unsatisfiable == "DoNotSchedule")
+        .filter_map(|c| {
+            let v = serde_json::to_value(c.label_selector.as_ref()?).ok()?;
+            let selector = LabelSelector::from_structured(&v).ok()?;
+            Some(Spread { key: format!("{ns}|{v}"), max_skew: c.max_skew, selector })
+        })
+        .collect()
+}
+
+/// Per-node counts of pods matching each spread constraint, built lazily.
+#[derive(Default)]
+pub struct SpreadCounts {
+    counts: HashMap<String, HashMap<String, i32>>,
+}
+
+/// The scheduler's decision for one pod.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Placement {
+    Bind(String),
+    Unschedulable(String),
+}
+
+pub struct Scheduler<'a> {
+    pub slots: Vec<NodeSlot>,
+    /// Pods already bound and not finished, used for spread counts.
+    pub placed: &'a [&'a Pod],
+    spread: SpreadCounts,
+    cursor: usize,
+}
+
+/// How many feasible nodes to compare before choosing (the real scheduler also stops early on
+/// large clusters: percentageOfNodesToScore).
+const WINDOW: usize = 16;
+
+impl<'a> Scheduler<'a> {
+    pub fn new(slots: Vec<NodeSlot>, placed: &'a [&'a Pod]) -> Self {
+        Scheduler { slots, placed, spread: SpreadCounts::default(), cursor: 0 }
+    }
+
+    fn counts_for(&mut self, ns: &str, s: &Spread) -> &mut HashMap<String, i32> {
+        let placed = self.placed;
+        self.spread.counts.entry(s.key.clone()).or_insert_with(|| {
+            let mut m = HashMap::new();
+            let empty = BTreeMap::new();
+            for p in placed {
+                if p.metadata.namespace.as_deref() == Some(ns)
+                    && p.metadata.deletion_timestamp.is_none()
+                    && s.selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty))
+                    && let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone())
+                {
+                    *m.entry(n).or_insert(0) += 1;
+                }
+            }
+            m
+        })
+    }
+
+    fn matches_selector(pod: &Pod, slot: &NodeSlot) -> bool {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_selector.as_ref())
+            .is_none_or(|sel| sel.iter().all(|(k, v)| slot.labels.get(k) == Some(v)))
+    }
+
+    /// Picks a node for `pod` and records it there, or says why nothing fits.
+    pub fn place(&mut self, pod: &Pod) -> Placement {
+        let req = pod_requests(pod);
+        let tolerations: Vec<Toleration> =
+            pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let spreads = hostname_spreads(pod);
+        // Minimum count per constraint over the nodes the pod could be placed on by selector
+        // (taints ignored, as with the default nodeTaintsPolicy).
+        let mut minimums = Vec::new();
+        for s in &spreads {
+            let names: Vec<String> = self
+                .slots
+                .iter()
+                .filter(|sl| Self::matches_selector(pod, sl))
+                .map(|sl| sl.name.clone())
+                .collect();
+            let counts = self.counts_for(&ns, s);
+            let min = names.iter().map(|n| counts.get(n).copied().unwrap_or(0)).min().unwrap_or(0);
+            minimums.push(min);
+        }
+        let n = self.slots.len();
+        let mut best: Option<(usize, i128)> = None;
+        let mut seen = 0;
+        let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for i in 0..n {
+            let idx = (self.cursor + i) % n;
+            let slot = &self.slots[idx];
+            let reason = if !slot.schedulable {
+                Some("node(s) were unschedulable or not ready")
+            } else if !Self::matches_selector(pod, slot) {
+                Some("node(s) didn't match Pod's node affinity/selector")
+            } else if untolerated(&tolerations, &slot.taints).is_some() {
+                Some("node(s) had untolerated taint")
+            } else if slot.free_pods <= 0 {
+                Some("Too many pods")
+            } else if !req.fits_within(&slot.free) {
+                Some("Insufficient cpu or memory")
+            } else {
+                let mut skewed = false;
+                for (s, min) in spreads.iter().zip(&minimums) {
+                    let c = self.spread.counts.get(&s.key).and_then(|m| m.get(&slot.name)).copied().unwrap_or(0);
+                    if c + 1 - min > s.max_skew {
+                        skewed = true;
+                    }
+                }
+                skewed.then_some("node(s) didn't match pod topology spread constraints")
+            };
+            if let Some(r) = reason {
+                *reasons.entry(r).or_default() += 1;
+                continue;
+            }
+            // Least allocated: the most free CPU relative to allocatable.
+            let score = slot.free.cpu * 1000 / slot.allocatable.cpu.max(1)
+                + slot.free.memory * 1000 / slot.allocatable.memory.max(1);
+            if best.is_none_or(|(_, b)| score > b) {
+                best = Some((idx, score));
+            }
+            seen += 1;
+            if seen >= WINDOW {
+                break;
+            }
+        }
+        match best {
+            Some((idx, _)) => {
+                self.cursor = (idx + 1) % n.max(1);
+                let name = self.slots[idx].name.clone();
+                self.slots[idx].take(req);
+                for s in &spreads {
+                    *self.counts_for(&ns, s).entry(name.clone()).or_insert(0) += 1;
+                }
+                Placement::Bind(name)
+            }
+            None => {
+                let detail = reasons.iter().map(|(r, c)| format!("{c} {r}")).collect::<Vec<_>>().join(", ");
+                Placement::Unschedulable(format!("0/{n} nodes are available: {detail}."))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements, TopologySpreadConstraint};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSel, ObjectMeta};
+
+    fn slot(name: &str, cpu_m: i128, pods: i64) -> NodeSlot {
+        let r = Resources { cpu: cpu_m * 1000 / 1000, memory: 8 << 40 };
+        NodeSlot { name: name.into(), labels: BTreeMap::new(), taints: vec![], schedulable: true, free: r, free_pods: pods, allocatable: r }
+    }
+
+    fn pod(name: &str, cpu: &str, spread: Option<i32>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(BTreeMap::from([("cpu".into(), Quantity(cpu.into()))])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                topology_spread_constraints: spread.map(|s| {
+                    vec![TopologySpreadConstraint {
+                        max_skew: s,
+                        topology_key: "kubernetes.io/hostname".into(),
+                        when_unsatisfiable: "DoNotSchedule".into(),
+                        label_selector: Some(K8sSel {
+                            match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+                            match_expressions: None,
+                        }),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint { key: key.into(), value: Some("x".into()), effect: effect.into(), time_added: None }
+    }
+
+    #[test]
+    fn toleration_rules() {
+        let t = taint("rotor.dev/drain", "NoSchedule");
+        let exists_any = Toleration { operator: Some("Exists".into()), ..Default::default() };
+        assert!(tolerates(&exists_any, &t));
+        let eq = Toleration { key: Some("rotor.dev/drain".into()), value: Some("x".into()), ..Default::default() };
+        assert!(tolerates(&eq, &t));
+        let wrong_value = Toleration { key: Some("rotor.dev/drain".into()), value: Some("y".into()), ..Default::default() };
+        assert!(!tolerates(&wrong_value, &t));
+        let wrong_effect = Toleration { operator: Some("Exists".into()), effect: Some("NoExecute".into()), ..Default::default() };
+        assert!(!tolerates(&wrong_effect, &t));
+        // PreferNoSchedule taints never block placement.
+        assert!(untolerated(&[], &[taint("a", "PreferNoSchedule")]).is_none());
+        assert!(untolerated(&[], &[t.clone()]).is_some());
+    }
+
+    #[test]
+    fn requests_must_fit_and_cordoned_or_tainted_nodes_are_skipped() {
+        let mut cordoned = slot("a", 4000, 10);
+        cordoned.schedulable = false;
+        let mut tainted = slot("b", 4000, 10);
+        tainted.taints.push(taint("rotor.dev/drain", "NoSchedule"));
+        let small = slot("c", 100, 10);
+        let ok = slot("d", 1000, 10);
+        let mut s = Scheduler::new(vec![cordoned, tainted, small, ok], &[]);
+        assert_eq!(s.place(&pod("p", "500m", None)), Placement::Bind("d".into()));
+        assert_eq!(s.place(&pod("q", "500m", None)), Placement::Bind("d".into()));
+        match s.place(&pod("r", "500m", None)) {
+            Placement::Unschedulable(why) => {
+                assert!(why.starts_with("0/4 nodes are available"), "{why}");
+                assert!(why.contains("untolerated taint") && why.contains("Insufficient"), "{why}");
+            }
+            other => panic!("expected unschedulable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn hostname_spread_limits_skew_counting_cordoned_nodes() {
+        // Three nodes; the third is cordoned and empty, so it holds the minimum at 0.
+        let mut c = slot("c", 4000, 10);
+        c.schedulable = false;
+        let mut s = Scheduler::new(vec![slot("a", 4000, 10), slot("b", 4000, 10), c], &[]);
+        assert!(matches!(s.place(&pod("p1", "100m", Some(1))), Placement::Bind(_)));
+        assert!(matches!(s.place(&pod("p2", "100m", Some(1))), Placement::Bind(_)));
+        // Both schedulable nodes hold one pod; one more would make skew 2 against the empty
+        // cordoned node.
+        assert!(matches!(s.place(&pod("p3", "100m", Some(1))), Placement::Unschedulable(_)));
+        // Without the constraint it fits.
+        assert!(matches!(s.place(&pod("p4", "100m", None)), Placement::Bind(_)));
+    }
+
+    #[test]
+    fn pod_count_limit_applies() {
+        let mut s = Scheduler::new(vec![slot("a", 4000, 1)], &[]);
+        assert!(matches!(s.place(&pod("p1", "10m", None)), Placement::Bind(_)));
+        assert!(matches!(s.place(&pod("p2", "10m", None)), Placement::Unschedulable(_)));
+    }
+}

@@ -1,0 +1,19 @@
+//! rotor-sim: a simulated Kubernetes cluster that speaks the real HTTP/JSON API.
+//!
+//! It is the cluster rotor is tested, demonstrated and benchmarked on, because no real API
+//! server can run on our machines. Layers, from the wire inward:
+//! - [`api`]: discovery and resource paths, list/watch/get/create/update/patch/delete, eviction;
+//! - [`store`]: typed collections with a shared resourceVersion and a change log for watches;
+//! - [`cluster`]: the state and the simulated control plane (scheduler, workload controllers,
+//!   kubelets, disruption controller, node-group autoscaler);
+//! - [`scenario`] and [`seed`]: YAML scenarios and the cluster they describe;
+//! - [`server`] and [`admin`]: the running process, fault injection and `/sim/v1`.
+
+pub mod admin;
+pub mod api;
+pub mod cluster;
+pub mod kinds;
+pub mod scenario;
+pub mod seed;
+pub mod server;
+pub mod store;

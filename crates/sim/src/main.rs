@@ -1,0 +1,108 @@
+//! `rotor-sim`: run a simulated Kubernetes cluster from a scenario file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use rotor_core::telemetry::{self, LogArgs};
+use rotor_sim::scenario::Scenario;
+
+#[derive(Parser)]
+#[command(name = "rotor-sim", version, about = "A simulated Kubernetes cluster that speaks the real API, for testing and demonstrating rotor.")]
+struct Cli {
+    #[command(flatten)]
+    log: LogArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve a cluster built from a scenario until SIGINT or SIGTERM.
+    ///
+    /// Prints the address it listens on, and writes a kubeconfig for kubectl and kube clients
+    /// when asked. The admin API (stats, actions, faults) is under /sim/v1/ on the same address.
+    Serve {
+        /// Scenario file (YAML); see examples/scenarios/README.md for the format.
+        #[arg(long, env = "ROTOR_SIM_SCENARIO")]
+        scenario: PathBuf,
+        /// Address to listen on; port 0 picks a free port.
+        #[arg(long, env = "ROTOR_SIM_LISTEN", default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Write a kubeconfig pointing at the simulator to this path.
+        #[arg(long, env = "ROTOR_SIM_KUBECONFIG_OUT")]
+        kubeconfig_out: Option<PathBuf>,
+    },
+    /// Check a scenario file and print what it would create, without serving.
+    Check {
+        #[arg(long)]
+        scenario: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = telemetry::init(&cli.log) {
+        eprintln!("rotor-sim: {e}");
+        return ExitCode::from(2);
+    }
+    match cli.command {
+        Command::Check { scenario } => match Scenario::load(&scenario) {
+            Ok(s) => {
+                let nodes: u32 = s.node_groups.iter().map(|g| g.size).sum();
+                println!("scenario {} is valid: {} node groups, {nodes} nodes, {} workloads", scenario.display(), s.node_groups.len(), s.workloads.len());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rotor-sim: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Serve { scenario, listen, kubeconfig_out } => {
+            let s = match Scenario::load(&scenario) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("rotor-sim: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            rt.block_on(serve(s, listen, kubeconfig_out))
+        }
+    }
+}
+
+async fn serve(s: Scenario, listen: SocketAddr, kubeconfig_out: Option<PathBuf>) -> ExitCode {
+    let token = rotor_core::shutdown::shutdown_token();
+    let started = std::time::Instant::now();
+    let running = match rotor_sim::server::start(&s, listen, token.clone()).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rotor-sim: cannot listen on {listen}: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let url = running.url();
+    if let Some(path) = &kubeconfig_out
+        && let Err(e) = rotor_sim::server::write_kubeconfig(path, &url)
+    {
+        eprintln!("rotor-sim: cannot write kubeconfig to {}: {e}", path.display());
+        running.stop().await;
+        return ExitCode::from(1);
+    }
+    let (nodes, pods) = {
+        let c = running.sim.cluster.lock().expect("cluster lock");
+        (c.nodes.len(), c.pods.len())
+    };
+    tracing::info!(%url, nodes, pods, built_in_ms = started.elapsed().as_millis() as u64, "simulated cluster ready");
+    // The address on stdout is the contract with scripts and tests that start the simulator.
+    println!("listening on {url}");
+    if let Some(path) = &kubeconfig_out {
+        println!("kubeconfig written to {}", path.display());
+    }
+    token.cancelled().await;
+    tracing::info!("shutting down");
+    running.stop().await;
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,522 @@
+//! Scenario files: the YAML that describes a simulated cluster (control-plane version, timing,
+//! node groups with their templates, static pods, workloads). Unknown keys are rejected, so a
+//! typo fails loudly instead of being silently ignored. The format is documented in
+//! `examples/scenarios/README.md`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("cannot read scenario file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("scenario file {path} is not valid: {message}")]
+    Parse { path: String, message: String },
+    #[error("scenario {path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+/// A duration written as `100ms`, `5s`, `2m`, `1h30m` (jiff's friendly format) or ISO 8601.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("invalid duration {s:?} (expected e.g. 500ms, 5s, 2m): {e}"))?;
+    Duration::try_from(d).map_err(|_| format!("duration {s:?} must not be negative"))
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s).map_err(serde::de::Error::custom)
+}
+
+fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = Option::<String>::deserialize(d)?;
+    s.map(|s| parse_duration(&s).map_err(serde::de::Error::custom)).transpose()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    /// The API server's version, as `/version` reports it (e.g. `v1.33.4`).
+    #[serde(default = "default_cp_version")]
+    pub control_plane_version: String,
+    #[serde(default)]
+    pub timing: Timing,
+    #[serde(default)]
+    pub node_groups: Vec<NodeGroupSpec>,
+    /// Static pods every node's kubelet runs; they appear as mirror pods.
+    #[serde(default)]
+    pub static_pods: Vec<StaticPodSpec>,
+    /// Namespaces to create besides those the workloads name.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    #[serde(default)]
+    pub workloads: Vec<WorkloadSpec>,
+    /// Start with every workload already scheduled, running and Ready (a settled cluster).
+    #[serde(default = "yes")]
+    pub start_settled: bool,
+}
+
+fn default_cp_version() -> String {
+    "v1.33.4".into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Timing {
+    /// How often the simulated controllers run.
+    #[serde(default = "d_tick", deserialize_with = "de_duration")]
+    pub tick: Duration,
+    /// From a node's creation to its Ready condition.
+    #[serde(default = "d_node_startup", deserialize_with = "de_duration")]
+    pub node_startup: Duration,
+    /// How long a pod must be unschedulable before its group scales up.
+    #[serde(default = "d_scale_up", deserialize_with = "de_duration")]
+    pub scale_up_delay: Duration,
+    /// How long a cordoned or drain-tainted node must be empty before it is removed.
+    #[serde(default = "d_scale_down", deserialize_with = "de_duration")]
+    pub scale_down_delay: Duration,
+    /// Interval between BOOKMARK events on watches that ask for them.
+    #[serde(default = "d_bookmark", deserialize_with = "de_duration")]
+    pub bookmark_interval: Duration,
+    /// Default pod start-up time (bound to Ready) when a workload does not say.
+    #[serde(default = "d_pod_startup", deserialize_with = "de_duration")]
+    pub pod_startup: Duration,
+    /// Default time a pod takes to exit after SIGTERM (capped by its grace period).
+    #[serde(default = "d_pod_shutdown", deserialize_with = "de_duration")]
+    pub pod_shutdown: Duration,
+    /// Changes each kind keeps for watches to resume from; older versions get 410.
+    #[serde(default)]
+    pub watch_history: Option<usize>,
+    /// Events kept before the oldest are dropped.
+    #[serde(default = "d_max_events")]
+    pub max_events: usize,
+}
+
+fn d_tick() -> Duration {
+    Duration::from_millis(100)
+}
+fn d_node_startup() -> Duration {
+    Duration::from_secs(5)
+}
+fn d_scale_up() -> Duration {
+    Duration::from_secs(5)
+}
+fn d_scale_down() -> Duration {
+    Duration::from_secs(5)
+}
+fn d_bookmark() -> Duration {
+    Duration::from_secs(5)
+}
+fn d_pod_startup() -> Duration {
+    Duration::from_secs(2)
+}
+fn d_pod_shutdown() -> Duration {
+    Duration::from_secs(1)
+}
+fn d_max_events() -> usize {
+    10_000
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            tick: d_tick(),
+            node_startup: d_node_startup(),
+            scale_up_delay: d_scale_up(),
+            scale_down_delay: d_scale_down(),
+            bookmark_interval: d_bookmark(),
+            pod_startup: d_pod_startup(),
+            pod_shutdown: d_pod_shutdown(),
+            watch_history: None,
+            max_events: d_max_events(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeGroupSpec {
+    pub name: String,
+    #[serde(default = "default_zones")]
+    pub zones: Vec<String>,
+    /// Nodes the group starts with and keeps (the autoscaler's desired size).
+    pub size: u32,
+    #[serde(default)]
+    pub min: Option<u32>,
+    #[serde(default)]
+    pub max: Option<u32>,
+    pub template: NodeTemplate,
+}
+
+fn default_zones() -> Vec<String> {
+    vec!["us-east-1a".into(), "us-east-1b".into(), "us-east-1c".into()]
+}
+
+impl NodeGroupSpec {
+    pub fn min(&self) -> u32 {
+        self.min.unwrap_or(0)
+    }
+    pub fn max(&self) -> u32 {
+        self.max.unwrap_or(self.size.saturating_mul(2).max(self.size + 1))
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeTemplate {
+    #[serde(default = "default_instance_type")]
+    pub instance_type: String,
+    #[serde(default = "default_cpu")]
+    pub cpu: String,
+    #[serde(default = "default_memory")]
+    pub memory: String,
+    #[serde(default = "default_max_pods")]
+    pub pods: u32,
+    /// The kubelet version the group's nodes report (e.g. `v1.32.5`).
+    #[serde(default = "default_kubelet")]
+    pub kubelet_version: String,
+    /// The machine image; written to the label named by `imageLabel`.
+    #[serde(default = "default_image")]
+    pub image: String,
+    #[serde(default = "default_image_label")]
+    pub image_label: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<TaintSpec>,
+    /// `{zone}` and `{instance}` are replaced; the instance id is `i-` and 17 hex digits.
+    #[serde(default = "default_provider_id")]
+    pub provider_id: String,
+    /// Node name pattern: `{group}`, `{index}`, `{ip}` (10-0-x-y) are replaced.
+    #[serde(default = "default_node_name")]
+    pub node_name: String,
+    /// Number of container images listed in each node's `status.images` (real nodes list
+    /// dozens; they dominate a Node's size).
+    #[serde(default = "default_image_count")]
+    pub status_images: u32,
+}
+
+fn default_instance_type() -> String {
+    "m5.xlarge".into()
+}
+fn default_cpu() -> String {
+    "4".into()
+}
+fn default_memory() -> String {
+    "16Gi".into()
+}
+fn default_max_pods() -> u32 {
+    58
+}
+fn default_kubelet() -> String {
+    "v1.33.4".into()
+}
+fn default_image() -> String {
+    "ami-0a1b2c3d4e5f60001".into()
+}
+fn default_image_label() -> String {
+    "sim.rotor.dev/image".into()
+}
+fn default_provider_id() -> String {
+    "aws:///{zone}/{instance}".into()
+}
+fn default_node_name() -> String {
+    "ip-{ip}.ec2.internal".into()
+}
+fn default_image_count() -> u32 {
+    40
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaintSpec {
+    pub key: String,
+    #[serde(default)]
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaticPodSpec {
+    pub name: String,
+    #[serde(default = "default_system_ns")]
+    pub namespace: String,
+    #[serde(default)]
+    pub requests: Requests,
+}
+
+fn default_system_ns() -> String {
+    "kube-system".into()
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Requests {
+    #[serde(default)]
+    pub cpu: Option<String>,
+    #[serde(default)]
+    pub memory: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum WorkloadKind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    /// Bare pods: nothing recreates them.
+    Pod,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkloadSpec {
+    pub kind: WorkloadKind,
+    pub name: String,
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    #[serde(default = "one")]
+    pub replicas: u32,
+    #[serde(default)]
+    pub requests: Requests,
+    /// Bound to Ready.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub startup: Option<Duration>,
+    /// SIGTERM to exit, capped by the grace period.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub shutdown: Option<Duration>,
+    #[serde(default)]
+    pub termination_grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    pub pdb: Option<PdbSpec>,
+    /// Spread over nodes (`kubernetes.io/hostname`) with this maxSkew, DoNotSchedule.
+    #[serde(default)]
+    pub spread_max_skew: Option<i32>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Pod annotations (e.g. `rotor.dev/do-not-disrupt: "true"`).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Volume kinds mounted by each pod: `emptyDir`, `persistentVolumeClaim`, `configMap`.
+    #[serde(default)]
+    pub volumes: Vec<String>,
+    #[serde(default)]
+    pub priority_class_name: Option<String>,
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tolerations: Vec<TolerationSpec>,
+}
+
+fn default_ns() -> String {
+    "default".into()
+}
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PdbSpec {
+    #[serde(default)]
+    pub min_available: Option<IntOrPercent>,
+    #[serde(default)]
+    pub max_unavailable: Option<IntOrPercent>,
+    #[serde(default)]
+    pub unhealthy_pod_eviction_policy: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum IntOrPercent {
+    Int(i32),
+    Str(String),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TolerationSpec {
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub effect: Option<String>,
+}
+
+impl Scenario {
+    pub fn from_yaml(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
+        let s: Scenario = serde_saphyr::from_str(text)
+            .map_err(|e| ScenarioError::Parse { path: path.to_string(), message: e.to_string() })?;
+        s.validate().map_err(|message| ScenarioError::Invalid { path: path.to_string(), message })?;
+        Ok(s)
+    }
+
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ScenarioError::Read { path: p.clone(), source })?;
+        Self::from_yaml(&text, &p)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        use rotor_apimachinery::quantity::parse_quantity;
+        let mut names = std::collections::BTreeSet::new();
+        for g in &self.node_groups {
+            if !names.insert(&g.name) {
+                return Err(format!("node group {:?} is defined twice", g.name));
+            }
+            if g.zones.is_empty() {
+                return Err(format!("node group {:?} needs at least one zone", g.name));
+            }
+            if g.min() > g.size || g.size > g.max() {
+                return Err(format!(
+                    "node group {:?}: size {} must lie within min {} and max {}",
+                    g.name,
+                    g.size,
+                    g.min(),
+                    g.max()
+                ));
+            }
+            for (what, q) in [("cpu", &g.template.cpu), ("memory", &g.template.memory)] {
+                parse_quantity(q).map_err(|e| {
+                    format!("node group {:?}: template {what} {q:?}: {e}", g.name)
+                })?;
+            }
+            if !g.template.provider_id.contains("{instance}") {
+                return Err(format!(
+                    "node group {:?}: providerID pattern {:?} must contain {{instance}}",
+                    g.name, g.template.provider_id
+                ));
+            }
+            version_minor(&g.template.kubelet_version).ok_or_else(|| {
+                format!(
+                    "node group {:?}: kubeletVersion {:?} is not a version like v1.33.4",
+                    g.name, g.template.kubelet_version
+                )
+            })?;
+        }
+        version_minor(&self.control_plane_version).ok_or_else(|| {
+            format!("controlPlaneVersion {:?} is not a version like v1.33.4", self.control_plane_version)
+        })?;
+        let mut workloads = std::collections::BTreeSet::new();
+        for w in &self.workloads {
+            if !workloads.insert((&w.namespace, &w.name)) {
+                return Err(format!("workload {}/{} is defined twice", w.namespace, w.name));
+            }
+            for q in [&w.requests.cpu, &w.requests.memory].into_iter().flatten() {
+                parse_quantity(q).map_err(|e| {
+                    format!("workload {}/{}: request {q:?}: {e}", w.namespace, w.name)
+                })?;
+            }
+            for v in &w.volumes {
+                if !["emptyDir", "persistentVolumeClaim", "configMap"].contains(&v.as_str()) {
+                    return Err(format!(
+                        "workload {}/{}: unknown volume kind {v:?} (use emptyDir, persistentVolumeClaim or configMap)",
+                        w.namespace, w.name
+                    ));
+                }
+            }
+            if let Some(p) = &w.pdb {
+                if p.min_available.is_some() == p.max_unavailable.is_some() {
+                    return Err(format!(
+                        "workload {}/{}: pdb needs exactly one of minAvailable and maxUnavailable",
+                        w.namespace, w.name
+                    ));
+                }
+                if w.kind == WorkloadKind::DaemonSet {
+                    return Err(format!(
+                        "workload {}/{}: a PDB on a DaemonSet is not supported by the simulator",
+                        w.namespace, w.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The minor number of a version like `v1.33.4` or `1.33`.
+pub fn version_minor(v: &str) -> Option<u32> {
+    let v = v.trim().trim_start_matches('v');
+    let mut parts = v.split('.');
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next()?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    (major == 1).then_some(minor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_small_scenario_with_defaults() {
+        let s = Scenario::from_yaml(
+            r#"
+controlPlaneVersion: v1.33.2
+timing: {tick: 50ms, nodeStartup: 2s}
+nodeGroups:
+  - name: general
+    size: 3
+    template: {kubeletVersion: v1.32.9, cpu: "2", memory: 8Gi}
+workloads:
+  - kind: Deployment
+    name: web
+    namespace: shop
+    replicas: 4
+    requests: {cpu: 250m, memory: 256Mi}
+    startup: 1s
+    pdb: {minAvailable: 3}
+"#,
+            "inline",
+        )
+        .unwrap();
+        assert_eq!(s.timing.tick, Duration::from_millis(50));
+        assert_eq!(s.timing.scale_up_delay, Duration::from_secs(5));
+        assert_eq!(s.node_groups[0].max(), 6);
+        assert_eq!(s.workloads[0].startup, Some(Duration::from_secs(1)));
+        assert!(s.start_settled);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected_with_the_reason() {
+        let err = Scenario::from_yaml("nodeGroup: []", "x.yaml").unwrap_err().to_string();
+        assert!(err.contains("x.yaml") && err.contains("nodeGroup"), "{err}");
+        let err = Scenario::from_yaml(
+            "workloads: [{kind: Deployment, name: a, requests: {cpu: lots}}]",
+            "x.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("lots"), "{err}");
+        let err = Scenario::from_yaml(
+            "workloads: [{kind: Deployment, name: a, pdb: {minAvailable: 1, maxUnavailable: 1}}]",
+            "x.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("exactly one"), "{err}");
+        let err = Scenario::from_yaml("timing: {tick: soon}", "x.yaml").unwrap_err().to_string();
+        assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn versions_parse_to_minor() {
+        assert_eq!(version_minor("v1.33.4"), Some(33));
+        assert_eq!(version_minor("1.29"), Some(29));
+        assert_eq!(version_minor("v1.30.2-eks-1234"), Some(30));
+        assert_eq!(version_minor("v2.1.0"), None);
+        assert_eq!(version_minor("latest"), None);
+    }
+}

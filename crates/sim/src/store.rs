@@ -1,0 +1,295 @@
+//! The simulator's object store: one typed collection per resource kind, sharing one
+//! resourceVersion counter as etcd does. Every write bumps the counter, is kept in a bounded
+//! change log (so watches can resume from a resourceVersion until it is compacted away) and is
+//! broadcast to live watchers. The store knows nothing about HTTP or controllers.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
+
+/// A stored object's identity: namespace ("" for cluster-scoped kinds) and name. Ordered so that
+/// lists are stable and `continue` tokens can resume after a key.
+pub type ObjKey = (String, String);
+
+/// What any kind stored in the simulator must be.
+pub trait SimObject:
+    k8s_openapi::Resource
+    + k8s_openapi::Metadata<Ty = ObjectMeta>
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> SimObject for K where
+    K: k8s_openapi::Resource
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+pub fn key_of<K: SimObject>(obj: &K) -> ObjKey {
+    let m = obj.metadata();
+    (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl ChangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::Added => "ADDED",
+            ChangeType::Modified => "MODIFIED",
+            ChangeType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed write. `prev` is the object before the write, so a filtered watch can tell an
+/// object entering or leaving its selector.
+pub struct Change<K> {
+    pub rv: u64,
+    pub change: ChangeType,
+    pub obj: Arc<K>,
+    pub prev: Option<Arc<K>>,
+}
+
+/// The shared resourceVersion counter.
+#[derive(Clone, Default)]
+pub struct Revision(Arc<AtomicU64>);
+
+impl Revision {
+    pub fn current(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+/// Why a watch could not start at the requested resourceVersion.
+#[derive(Debug)]
+pub struct Expired {
+    pub requested: u64,
+    pub oldest: u64,
+}
+
+pub struct Collection<K> {
+    items: BTreeMap<ObjKey, Arc<K>>,
+    log: VecDeque<Arc<Change<K>>>,
+    log_cap: usize,
+    /// Highest resourceVersion dropped from the log: watches from below it get 410.
+    compacted_through: u64,
+    rev: Revision,
+    tx: broadcast::Sender<Arc<Change<K>>>,
+}
+
+/// Capacity of each kind's live broadcast channel; a watcher that falls this far behind is
+/// ended with 410, like a real apiserver's slow watcher.
+const BROADCAST_CAPACITY: usize = 16 * 1024;
+
+impl<K: SimObject> Collection<K> {
+    pub fn new(rev: Revision, log_cap: usize) -> Self {
+        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
+        Collection {
+            items: BTreeMap::new(),
+            log: VecDeque::new(),
+            log_cap: log_cap.max(1),
+            compacted_through: 0,
+            rev,
+            tx,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn get(&self, ns: &str, name: &str) -> Option<&Arc<K>> {
+        self.items.get(&(ns.to_string(), name.to_string()))
+    }
+
+    pub fn get_key(&self, key: &ObjKey) -> Option<&Arc<K>> {
+        self.items.get(key)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Arc<K>> {
+        self.items.values()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&ObjKey, &Arc<K>)> {
+        self.items.iter()
+    }
+
+    /// Objects of one namespace (or all, with `None`) whose key sorts after `after`.
+    pub fn range<'a>(
+        &'a self,
+        ns: Option<&str>,
+        after: Option<&ObjKey>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<K>)> + 'a> {
+        use std::ops::Bound;
+        let start = match (after, ns) {
+            (Some(k), _) => Bound::Excluded(k.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        let it = self.items.range((start, Bound::Unbounded));
+        match ns {
+            Some(ns) => {
+                let ns = ns.to_string();
+                Box::new(it.take_while(move |(k, _)| k.0 == ns))
+            }
+            None => Box::new(it),
+        }
+    }
+
+    pub fn revision(&self) -> &Revision {
+        &self.rev
+    }
+
+    pub fn compacted_through(&self) -> u64 {
+        self.compacted_through
+    }
+
+    /// Drop the whole change log: every watch resuming from an older version now gets 410.
+    pub fn compact_all(&mut self) {
+        self.compacted_through = self.rev.current();
+        self.log.clear();
+    }
+
+    fn commit(&mut self, change: ChangeType, obj: Arc<K>, prev: Option<Arc<K>>, rv: u64) {
+        let c = Arc::new(Change { rv, change, obj, prev });
+        if self.log.len() >= self.log_cap
+            && let Some(old) = self.log.pop_front()
+        {
+            self.compacted_through = old.rv;
+        }
+        self.log.push_back(c.clone());
+        // No receivers is fine: nobody is watching this kind right now.
+        let _ = self.tx.send(c);
+    }
+
+    /// Store an object (create or replace), stamping a new resourceVersion. Returns the stored
+    /// object.
+    pub fn put(&mut self, mut obj: K) -> Arc<K> {
+        let rv = self.rev.next();
+        obj.metadata_mut().resource_version = Some(rv.to_string());
+        let key = key_of(&obj);
+        let obj = Arc::new(obj);
+        let prev = self.items.insert(key, obj.clone());
+        let change = if prev.is_some() { ChangeType::Modified } else { ChangeType::Added };
+        self.commit(change, obj.clone(), prev, rv);
+        obj
+    }
+
+    /// Remove an object. The DELETED event carries the object with the deletion's version.
+    pub fn remove(&mut self, ns: &str, name: &str) -> Option<Arc<K>> {
+        let key = (ns.to_string(), name.to_string());
+        let prev = self.items.remove(&key)?;
+        let rv = self.rev.next();
+        let mut last = (*prev).clone();
+        last.metadata_mut().resource_version = Some(rv.to_string());
+        let last = Arc::new(last);
+        self.commit(ChangeType::Deleted, last.clone(), Some(prev), rv);
+        Some(last)
+    }
+
+    /// Changes after `from_rv` still in the log, plus a receiver for everything after them.
+    /// Taken under the same lock as writes, so nothing falls between the two.
+    #[allow(clippy::type_complexity)]
+    pub fn subscribe(
+        &self,
+        from_rv: u64,
+    ) -> Result<(Vec<Arc<Change<K>>>, broadcast::Receiver<Arc<Change<K>>>), Expired> {
+        if from_rv < self.compacted_through {
+            return Err(Expired { requested: from_rv, oldest: self.compacted_through });
+        }
+        let backlog = self.log.iter().filter(|c| c.rv > from_rv).cloned().collect();
+        Ok((backlog, self.tx.subscribe()))
+    }
+
+    pub fn live_receiver(&self) -> broadcast::Receiver<Arc<Change<K>>> {
+        self.tx.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(ns: &str, name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn versions_are_shared_and_increase() {
+        let rev = Revision::default();
+        let mut a: Collection<ConfigMap> = Collection::new(rev.clone(), 10);
+        let mut b: Collection<ConfigMap> = Collection::new(rev.clone(), 10);
+        let x = a.put(cm("ns", "x"));
+        let y = b.put(cm("ns", "y"));
+        assert_eq!(x.metadata.resource_version.as_deref(), Some("1"));
+        assert_eq!(y.metadata.resource_version.as_deref(), Some("2"));
+        let gone = a.remove("ns", "x").unwrap();
+        assert_eq!(gone.metadata.resource_version.as_deref(), Some("3"));
+        assert!(a.remove("ns", "x").is_none());
+    }
+
+    #[test]
+    fn subscribe_replays_after_version_and_expires_when_compacted() {
+        let mut c: Collection<ConfigMap> = Collection::new(Revision::default(), 2);
+        c.put(cm("ns", "a")); // rv 1
+        c.put(cm("ns", "b")); // rv 2
+        c.put(cm("ns", "c")); // rv 3, drops rv 1 from the log
+        let (backlog, _) = c.subscribe(1).unwrap();
+        assert_eq!(backlog.iter().map(|c| c.rv).collect::<Vec<_>>(), vec![2, 3]);
+        let err = c.subscribe(0).err().expect("expired");
+        assert_eq!((err.requested, err.oldest), (0, 1));
+        c.compact_all();
+        assert!(c.subscribe(2).is_err());
+        assert!(c.subscribe(3).is_ok());
+    }
+
+    #[test]
+    fn range_stays_in_namespace_and_resumes_after_key() {
+        let mut c: Collection<ConfigMap> = Collection::new(Revision::default(), 10);
+        for (ns, n) in [("a", "1"), ("b", "1"), ("b", "2"), ("c", "1")] {
+            c.put(cm(ns, n));
+        }
+        let names: Vec<_> = c.range(Some("b"), None).map(|(k, _)| k.1.clone()).collect();
+        assert_eq!(names, vec!["1", "2"]);
+        let after = ("b".to_string(), "1".to_string());
+        let rest: Vec<_> = c.range(None, Some(&after)).map(|(k, _)| k.clone()).collect();
+        assert_eq!(rest, vec![("b".into(), "2".into()), ("c".into(), "1".into())]);
+    }
+}

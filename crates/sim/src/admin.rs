@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
 use crate::cluster::objects::{
-    is_daemon, is_mirror, node_group_of, node_name, node_ready, node_taints, node_unschedulable, pod_ready, terminal,
-    terminating,
+    is_daemon, is_mirror, node_group_of, node_name, node_ready, node_taints, node_unschedulable,
+    pod_ready, terminal, terminating,
 };
 use crate::scenario::{NodeTemplate, version_minor};
 use crate::server::{ErrorRule, Sim};
@@ -53,7 +53,9 @@ pub fn snapshot(c: &Cluster) -> Value {
     let mut groups = BTreeMap::<String, Value>::new();
     for n in c.nodes.values() {
         *nodes.entry("total").or_default() += 1;
-        *nodes.entry(if node_ready(n) { "ready" } else { "notReady" }).or_default() += 1;
+        *nodes
+            .entry(if node_ready(n) { "ready" } else { "notReady" })
+            .or_default() += 1;
         if node_unschedulable(n) {
             *nodes.entry("cordoned").or_default() += 1;
         }
@@ -62,13 +64,24 @@ pub fn snapshot(c: &Cluster) -> Value {
         }
     }
     for (name, g) in &c.node_groups {
-        let live: Vec<_> = c.nodes.values().filter(|n| node_group_of(n) == Some(name.as_str())).collect();
+        let live: Vec<_> = c
+            .nodes
+            .values()
+            .filter(|n| node_group_of(n) == Some(name.as_str()))
+            .collect();
         let current = live
             .iter()
             .filter(|n| {
-                n.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.kubelet_version.as_str())
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.node_info.as_ref())
+                    .map(|i| i.kubelet_version.as_str())
                     == Some(g.spec.template.kubelet_version.as_str())
-                    && n.metadata.labels.as_ref().and_then(|l| l.get(&g.spec.template.image_label)) == Some(&g.spec.template.image)
+                    && n.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(&g.spec.template.image_label))
+                        == Some(&g.spec.template.image)
             })
             .count();
         groups.insert(
@@ -133,7 +146,10 @@ struct VersionBody {
 
 async fn set_version(State(sim): State<Arc<Sim>>, Json(b): Json<VersionBody>) -> Response {
     if version_minor(&b.version).is_none() {
-        return bad(format!("version {:?} is not a Kubernetes version like v1.34.1", b.version));
+        return bad(format!(
+            "version {:?} is not a Kubernetes version like v1.34.1",
+            b.version
+        ));
     }
     let mut c = sim.cluster.lock().expect("cluster lock");
     tracing::info!(from = %c.control_plane_version, to = %b.version, "control-plane version changed");
@@ -141,17 +157,28 @@ async fn set_version(State(sim): State<Arc<Sim>>, Json(b): Json<VersionBody>) ->
     Json(json!({"controlPlaneVersion": c.control_plane_version})).into_response()
 }
 
-async fn set_template(State(sim): State<Arc<Sim>>, Path(name): Path<String>, Json(changes): Json<Value>) -> Response {
+async fn set_template(
+    State(sim): State<Arc<Sim>>,
+    Path(name): Path<String>,
+    Json(changes): Json<Value>,
+) -> Response {
     let mut c = sim.cluster.lock().expect("cluster lock");
     let Some(g) = c.node_groups.get_mut(&name) else {
-        return (StatusCode::NOT_FOUND, Json(json!({"error": format!("no node group named {name:?}")}))).into_response();
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": format!("no node group named {name:?}")})),
+        )
+            .into_response();
     };
     let mut t = serde_json::to_value(&g.spec.template).unwrap_or_default();
     json_patch::merge(&mut t, &changes);
     match serde_json::from_value::<NodeTemplate>(t) {
         Ok(t) => {
             if version_minor(&t.kubelet_version).is_none() {
-                return bad(format!("kubeletVersion {:?} is not a version like v1.34.1", t.kubelet_version));
+                return bad(format!(
+                    "kubeletVersion {:?} is not a version like v1.34.1",
+                    t.kubelet_version
+                ));
             }
             g.spec.template = t;
             tracing::info!(group = %name, "node group template changed; new nodes use it");

@@ -66,7 +66,8 @@ impl SimKind for Pod {
             status.phase = Some("Pending".into());
         }
         if let Some(spec) = self.spec.as_mut() {
-            spec.scheduler_name.get_or_insert_with(|| "default-scheduler".into());
+            spec.scheduler_name
+                .get_or_insert_with(|| "default-scheduler".into());
             spec.restart_policy.get_or_insert_with(|| "Always".into());
             spec.termination_grace_period_seconds.get_or_insert(30);
             spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
@@ -78,17 +79,24 @@ impl SimKind for Pod {
         let status = self.status.as_ref();
         Some(match field {
             "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
-            "spec.restartPolicy" => spec.and_then(|s| s.restart_policy.clone()).unwrap_or_default(),
-            "spec.schedulerName" => spec.and_then(|s| s.scheduler_name.clone()).unwrap_or_default(),
-            "spec.serviceAccountName" => {
-                spec.and_then(|s| s.service_account_name.clone()).unwrap_or_default()
-            }
-            "spec.hostNetwork" => spec.and_then(|s| s.host_network).unwrap_or(false).to_string(),
+            "spec.restartPolicy" => spec
+                .and_then(|s| s.restart_policy.clone())
+                .unwrap_or_default(),
+            "spec.schedulerName" => spec
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_default(),
+            "spec.serviceAccountName" => spec
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default(),
+            "spec.hostNetwork" => spec
+                .and_then(|s| s.host_network)
+                .unwrap_or(false)
+                .to_string(),
             "status.phase" => status.and_then(|s| s.phase.clone()).unwrap_or_default(),
             "status.podIP" => status.and_then(|s| s.pod_ip.clone()).unwrap_or_default(),
-            "status.nominatedNodeName" => {
-                status.and_then(|s| s.nominated_node_name.clone()).unwrap_or_default()
-            }
+            "status.nominatedNodeName" => status
+                .and_then(|s| s.nominated_node_name.clone())
+                .unwrap_or_default(),
             _ => return None,
         })
     }
@@ -105,7 +113,11 @@ impl SimKind for Node {
     fn extra_field(&self, field: &str) -> Option<String> {
         match field {
             "spec.unschedulable" => Some(
-                self.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false).to_string(),
+                self.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+                    .to_string(),
             ),
             _ => None,
         }
@@ -127,9 +139,12 @@ impl SimKind for Namespace {
 
     fn extra_field(&self, field: &str) -> Option<String> {
         match field {
-            "status.phase" => {
-                Some(self.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default())
-            }
+            "status.phase" => Some(
+                self.status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_default(),
+            ),
             _ => None,
         }
     }
@@ -177,8 +192,13 @@ impl SimKind for EventsV1Event {
     const SHORT_NAMES: &'static [&'static str] = &["ev"];
     const HAS_STATUS: bool = false;
     const HAS_SPEC: bool = false;
-    const FIELDS: &'static [&'static str] =
-        &["regarding.kind", "regarding.name", "regarding.namespace", "reason", "type"];
+    const FIELDS: &'static [&'static str] = &[
+        "regarding.kind",
+        "regarding.name",
+        "regarding.namespace",
+        "reason",
+        "type",
+    ];
 
     fn extra_field(&self, field: &str) -> Option<String> {
         let r = self.regarding.as_ref();
@@ -308,8 +328,14 @@ mod tests {
     #[test]
     fn discovery_names_are_the_real_ones() {
         let all = all();
-        let pdb = all.iter().find(|r| r.kind == "PodDisruptionBudget").unwrap();
-        assert_eq!((pdb.group, pdb.version, pdb.plural), ("policy", "v1", "poddisruptionbudgets"));
+        let pdb = all
+            .iter()
+            .find(|r| r.kind == "PodDisruptionBudget")
+            .unwrap();
+        assert_eq!(
+            (pdb.group, pdb.version, pdb.plural),
+            ("policy", "v1", "poddisruptionbudgets")
+        );
         let lease = all.iter().find(|r| r.kind == "Lease").unwrap();
         assert_eq!(lease.group, "coordination.k8s.io");
         assert_eq!(all.iter().filter(|r| r.plural == "events").count(), 2);

@@ -9,7 +9,11 @@ use rotor_core::telemetry::{self, LogArgs};
 use rotor_sim::scenario::Scenario;
 
 #[derive(Parser)]
-#[command(name = "rotor-sim", version, about = "A simulated Kubernetes cluster that speaks the real API, for testing and demonstrating rotor.")]
+#[command(
+    name = "rotor-sim",
+    version,
+    about = "A simulated Kubernetes cluster that speaks the real API, for testing and demonstrating rotor."
+)]
 struct Cli {
     #[command(flatten)]
     log: LogArgs,
@@ -51,7 +55,12 @@ fn main() -> ExitCode {
         Command::Check { scenario } => match Scenario::load(&scenario) {
             Ok(s) => {
                 let nodes: u32 = s.node_groups.iter().map(|g| g.size).sum();
-                println!("scenario {} is valid: {} node groups, {nodes} nodes, {} workloads", scenario.display(), s.node_groups.len(), s.workloads.len());
+                println!(
+                    "scenario {} is valid: {} node groups, {nodes} nodes, {} workloads",
+                    scenario.display(),
+                    s.node_groups.len(),
+                    s.workloads.len()
+                );
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -59,7 +68,11 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Serve { scenario, listen, kubeconfig_out } => {
+        Command::Serve {
+            scenario,
+            listen,
+            kubeconfig_out,
+        } => {
             let s = match Scenario::load(&scenario) {
                 Ok(s) => s,
                 Err(e) => {
@@ -67,7 +80,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
             rt.block_on(serve(s, listen, kubeconfig_out))
         }
     }
@@ -87,7 +103,10 @@ async fn serve(s: Scenario, listen: SocketAddr, kubeconfig_out: Option<PathBuf>)
     if let Some(path) = &kubeconfig_out
         && let Err(e) = rotor_sim::server::write_kubeconfig(path, &url)
     {
-        eprintln!("rotor-sim: cannot write kubeconfig to {}: {e}", path.display());
+        eprintln!(
+            "rotor-sim: cannot write kubeconfig to {}: {e}",
+            path.display()
+        );
         running.stop().await;
         return ExitCode::from(1);
     }

@@ -12,7 +12,10 @@ use serde::{Deserialize, Deserializer};
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     #[error("cannot read scenario file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("scenario file {path} is not valid: {message}")]
     Parse { path: String, message: String },
     #[error("scenario {path}: {message}")]
@@ -35,7 +38,8 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 
 fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let s = Option::<String>::deserialize(d)?;
-    s.map(|s| parse_duration(&s).map_err(serde::de::Error::custom)).transpose()
+    s.map(|s| parse_duration(&s).map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -158,7 +162,11 @@ pub struct NodeGroupSpec {
 }
 
 fn default_zones() -> Vec<String> {
-    vec!["us-east-1a".into(), "us-east-1b".into(), "us-east-1c".into()]
+    vec![
+        "us-east-1a".into(),
+        "us-east-1b".into(),
+        "us-east-1c".into(),
+    ]
 }
 
 impl NodeGroupSpec {
@@ -166,7 +174,8 @@ impl NodeGroupSpec {
         self.min.unwrap_or(0)
     }
     pub fn max(&self) -> u32 {
-        self.max.unwrap_or(self.size.saturating_mul(2).max(self.size + 1))
+        self.max
+            .unwrap_or(self.size.saturating_mul(2).max(self.size + 1))
     }
 }
 
@@ -357,16 +366,23 @@ pub struct TolerationSpec {
 
 impl Scenario {
     pub fn from_yaml(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
-        let s: Scenario = serde_saphyr::from_str(text)
-            .map_err(|e| ScenarioError::Parse { path: path.to_string(), message: e.to_string() })?;
-        s.validate().map_err(|message| ScenarioError::Invalid { path: path.to_string(), message })?;
+        let s: Scenario = serde_saphyr::from_str(text).map_err(|e| ScenarioError::Parse {
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
+        s.validate().map_err(|message| ScenarioError::Invalid {
+            path: path.to_string(),
+            message,
+        })?;
         Ok(s)
     }
 
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ScenarioError::Read { path: p.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: p.clone(),
+            source,
+        })?;
         Self::from_yaml(&text, &p)
     }
 
@@ -390,9 +406,8 @@ impl Scenario {
                 ));
             }
             for (what, q) in [("cpu", &g.template.cpu), ("memory", &g.template.memory)] {
-                parse_quantity(q).map_err(|e| {
-                    format!("node group {:?}: template {what} {q:?}: {e}", g.name)
-                })?;
+                parse_quantity(q)
+                    .map_err(|e| format!("node group {:?}: template {what} {q:?}: {e}", g.name))?;
             }
             if !g.template.provider_id.contains("{instance}") {
                 return Err(format!(
@@ -408,12 +423,18 @@ impl Scenario {
             })?;
         }
         version_minor(&self.control_plane_version).ok_or_else(|| {
-            format!("controlPlaneVersion {:?} is not a version like v1.33.4", self.control_plane_version)
+            format!(
+                "controlPlaneVersion {:?} is not a version like v1.33.4",
+                self.control_plane_version
+            )
         })?;
         let mut workloads = std::collections::BTreeSet::new();
         for w in &self.workloads {
             if !workloads.insert((&w.namespace, &w.name)) {
-                return Err(format!("workload {}/{} is defined twice", w.namespace, w.name));
+                return Err(format!(
+                    "workload {}/{} is defined twice",
+                    w.namespace, w.name
+                ));
             }
             for q in [&w.requests.cpu, &w.requests.memory].into_iter().flatten() {
                 parse_quantity(q).map_err(|e| {
@@ -452,7 +473,12 @@ pub fn version_minor(v: &str) -> Option<u32> {
     let v = v.trim().trim_start_matches('v');
     let mut parts = v.split('.');
     let major: u32 = parts.next()?.parse().ok()?;
-    let minor: u32 = parts.next()?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    let minor: u32 = parts
+        .next()?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
     (major == 1).then_some(minor)
 }
 
@@ -491,7 +517,9 @@ workloads:
 
     #[test]
     fn unknown_keys_and_bad_values_are_rejected_with_the_reason() {
-        let err = Scenario::from_yaml("nodeGroup: []", "x.yaml").unwrap_err().to_string();
+        let err = Scenario::from_yaml("nodeGroup: []", "x.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("x.yaml") && err.contains("nodeGroup"), "{err}");
         let err = Scenario::from_yaml(
             "workloads: [{kind: Deployment, name: a, requests: {cpu: lots}}]",
@@ -507,7 +535,9 @@ workloads:
         .unwrap_err()
         .to_string();
         assert!(err.contains("exactly one"), "{err}");
-        let err = Scenario::from_yaml("timing: {tick: soon}", "x.yaml").unwrap_err().to_string();
+        let err = Scenario::from_yaml("timing: {tick: soon}", "x.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("soon"), "{err}");
     }
 

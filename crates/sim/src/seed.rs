@@ -5,17 +5,20 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec,
+};
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, ConfigMapVolumeSource, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
-    ResourceRequirements, Toleration, TopologySpreadConstraint, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource,
+    PodSpec, PodTemplateSpec, ResourceRequirements, Toleration, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::cluster::objects::{STARTUP_ANNOTATION, SHUTDOWN_ANNOTATION, pod_from_template};
+use crate::cluster::objects::{SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, pod_from_template};
 use crate::cluster::{Cluster, NodeGroup};
 use crate::scenario::{IntOrPercent, Scenario, WorkloadKind, WorkloadSpec};
 
@@ -60,31 +63,60 @@ pub fn pod_template(w: &WorkloadSpec) -> PodTemplateSpec {
         .map(|(i, kind)| {
             let name = format!("{}-{i}", kind.to_lowercase());
             match kind.as_str() {
-                "emptyDir" => Volume { name, empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() },
-                "persistentVolumeClaim" => Volume {
+                "emptyDir" => Volume {
                     name,
-                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: format!("data-{}", w.name), read_only: None }),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
                     ..Default::default()
                 },
-                _ => Volume { name, config_map: Some(ConfigMapVolumeSource { name: w.name.clone(), ..Default::default() }), ..Default::default() },
+                "persistentVolumeClaim" => Volume {
+                    name,
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: format!("data-{}", w.name),
+                        read_only: None,
+                    }),
+                    ..Default::default()
+                },
+                _ => Volume {
+                    name,
+                    config_map: Some(ConfigMapVolumeSource {
+                        name: w.name.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
             }
         })
         .collect();
-    let mounts: Vec<VolumeMount> =
-        volumes.iter().map(|v| VolumeMount { name: v.name.clone(), mount_path: format!("/data/{}", v.name), ..Default::default() }).collect();
+    let mounts: Vec<VolumeMount> = volumes
+        .iter()
+        .map(|v| VolumeMount {
+            name: v.name.clone(),
+            mount_path: format!("/data/{}", v.name),
+            ..Default::default()
+        })
+        .collect();
     let spread = w.spread_max_skew.map(|skew| {
         vec![TopologySpreadConstraint {
             max_skew: skew,
             topology_key: "kubernetes.io/hostname".into(),
             when_unsatisfiable: "DoNotSchedule".into(),
-            label_selector: Some(LabelSelector { match_labels: Some(BTreeMap::from([("app".into(), w.name.clone())])), match_expressions: None }),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("app".into(), w.name.clone())])),
+                match_expressions: None,
+            }),
             ..Default::default()
         }]
     });
     let tolerations: Vec<Toleration> = w
         .tolerations
         .iter()
-        .map(|t| Toleration { key: t.key.clone(), operator: t.operator.clone(), value: t.value.clone(), effect: t.effect.clone(), toleration_seconds: None })
+        .map(|t| Toleration {
+            key: t.key.clone(),
+            operator: t.operator.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+            toleration_seconds: None,
+        })
         .collect();
     let priority = match w.priority_class_name.as_deref() {
         Some("system-node-critical") => Some(2_000_001_000),
@@ -100,13 +132,21 @@ pub fn pod_template(w: &WorkloadSpec) -> PodTemplateSpec {
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: w.name.clone(),
-                image: Some(format!("registry.example.com/{}/{}:1.0.0", w.namespace, w.name)),
-                resources: Some(ResourceRequirements { requests: (!requests.is_empty()).then_some(requests), ..Default::default() }),
+                image: Some(format!(
+                    "registry.example.com/{}/{}:1.0.0",
+                    w.namespace, w.name
+                )),
+                resources: Some(ResourceRequirements {
+                    requests: (!requests.is_empty()).then_some(requests),
+                    ..Default::default()
+                }),
                 volume_mounts: (!mounts.is_empty()).then_some(mounts),
                 ..Default::default()
             }],
             volumes: (!volumes.is_empty()).then_some(volumes),
-            termination_grace_period_seconds: Some(w.termination_grace_period_seconds.unwrap_or(30)),
+            termination_grace_period_seconds: Some(
+                w.termination_grace_period_seconds.unwrap_or(30),
+            ),
             topology_spread_constraints: spread,
             tolerations: (!tolerations.is_empty()).then_some(tolerations),
             node_selector: (!w.node_selector.is_empty()).then(|| w.node_selector.clone()),
@@ -118,7 +158,10 @@ pub fn pod_template(w: &WorkloadSpec) -> PodTemplateSpec {
 }
 
 fn selector(w: &WorkloadSpec) -> LabelSelector {
-    LabelSelector { match_labels: Some(BTreeMap::from([("app".into(), w.name.clone())])), match_expressions: None }
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([("app".into(), w.name.clone())])),
+        match_expressions: None,
+    }
 }
 
 fn int_or_percent(v: &IntOrPercent) -> IntOrString {
@@ -137,7 +180,12 @@ pub fn add_workload(c: &mut Cluster, w: &WorkloadSpec, now: Timestamp) {
         WorkloadKind::Deployment => {
             c.deployments.put(Deployment {
                 metadata: meta(&w.namespace, &w.name, now, labels),
-                spec: Some(DeploymentSpec { replicas: Some(w.replicas as i32), selector: selector(w), template, ..Default::default() }),
+                spec: Some(DeploymentSpec {
+                    replicas: Some(w.replicas as i32),
+                    selector: selector(w),
+                    template,
+                    ..Default::default()
+                }),
                 status: None,
             });
         }
@@ -157,14 +205,23 @@ pub fn add_workload(c: &mut Cluster, w: &WorkloadSpec, now: Timestamp) {
         WorkloadKind::DaemonSet => {
             c.daemonsets.put(DaemonSet {
                 metadata: meta(&w.namespace, &w.name, now, labels),
-                spec: Some(DaemonSetSpec { selector: selector(w), template, ..Default::default() }),
+                spec: Some(DaemonSetSpec {
+                    selector: selector(w),
+                    template,
+                    ..Default::default()
+                }),
                 status: None,
             });
         }
         WorkloadKind::Pod => {
             for i in 0..w.replicas {
-                let name = if w.replicas == 1 { w.name.clone() } else { format!("{}-{i}", w.name) };
-                let mut pod = pod_from_template(&template, &w.namespace, &name, Default::default(), now);
+                let name = if w.replicas == 1 {
+                    w.name.clone()
+                } else {
+                    format!("{}-{i}", w.name)
+                };
+                let mut pod =
+                    pod_from_template(&template, &w.namespace, &name, Default::default(), now);
                 pod.metadata.owner_references = None;
                 c.pods.put(pod);
             }
@@ -195,7 +252,14 @@ pub fn build(s: &Scenario, now: Timestamp) -> Cluster {
     }
     c.static_pods = s.static_pods.clone();
     for g in &s.node_groups {
-        c.node_groups.insert(g.name.clone(), NodeGroup { spec: g.clone(), desired: g.size, next_index: 0 });
+        c.node_groups.insert(
+            g.name.clone(),
+            NodeGroup {
+                spec: g.clone(),
+                desired: g.size,
+                next_index: 0,
+            },
+        );
         for _ in 0..g.size {
             c.launch_node(&g.name, now, s.start_settled);
         }
@@ -206,7 +270,13 @@ pub fn build(s: &Scenario, now: Timestamp) -> Cluster {
     if s.start_settled {
         // Controllers create pods, the scheduler binds them, settle makes them Ready: a few
         // passes reach the steady state (StatefulSets add one pod per pass).
-        let max_sts = s.workloads.iter().filter(|w| w.kind == WorkloadKind::StatefulSet).map(|w| w.replicas).max().unwrap_or(0);
+        let max_sts = s
+            .workloads
+            .iter()
+            .filter(|w| w.kind == WorkloadKind::StatefulSet)
+            .map(|w| w.replicas)
+            .max()
+            .unwrap_or(0);
         for _ in 0..(6 + max_sts as usize * 2) {
             c.step(now, true);
         }
@@ -240,11 +310,25 @@ workloads:
         assert_eq!(c.nodes.len(), 3);
         // 4 web + 3 db + 3 agent + 3 mirror + 1 bare
         assert_eq!(c.pods.len(), 14);
-        assert!(c.pods.values().all(|p| node_name(p).is_some() && pod_ready(p)));
+        assert!(
+            c.pods
+                .values()
+                .all(|p| node_name(p).is_some() && pod_ready(p))
+        );
         let web = c.pdbs.get("shop", "web").unwrap().status.clone().unwrap();
-        assert_eq!((web.current_healthy, web.desired_healthy, web.disruptions_allowed), (4, 3, 1));
+        assert_eq!(
+            (
+                web.current_healthy,
+                web.desired_healthy,
+                web.disruptions_allowed
+            ),
+            (4, 3, 1)
+        );
         let db = c.pdbs.get("shop", "db").unwrap().status.clone().unwrap();
-        assert_eq!((db.expected_pods, db.desired_healthy, db.disruptions_allowed), (3, 2, 1));
+        assert_eq!(
+            (db.expected_pods, db.desired_healthy, db.disruptions_allowed),
+            (3, 2, 1)
+        );
         assert!(c.pods.get("shop", "db-0").is_some() && c.pods.get("shop", "db-2").is_some());
     }
 }

@@ -75,8 +75,20 @@ impl Faults {
         let msg = format!("injected fault: {verb} {resource}");
         Some(match rule.code {
             429 => ApiError::too_many_requests(msg).with_retry_after(1),
-            503 => ApiError { code: 503, reason: "ServiceUnavailable", message: msg, details: None, retry_after: None },
-            504 => ApiError { code: 504, reason: "Timeout", message: msg, details: None, retry_after: None },
+            503 => ApiError {
+                code: 503,
+                reason: "ServiceUnavailable",
+                message: msg,
+                details: None,
+                retry_after: None,
+            },
+            504 => ApiError {
+                code: 504,
+                reason: "Timeout",
+                message: msg,
+                details: None,
+                retry_after: None,
+            },
             _ => ApiError::internal(msg),
         })
     }
@@ -163,7 +175,11 @@ impl RunningSim {
 }
 
 /// Builds the scenario's cluster and serves it on `listen` (port 0 picks a free port).
-pub async fn start(scenario: &Scenario, listen: SocketAddr, token: CancellationToken) -> std::io::Result<RunningSim> {
+pub async fn start(
+    scenario: &Scenario,
+    listen: SocketAddr,
+    token: CancellationToken,
+) -> std::io::Result<RunningSim> {
     let cluster = crate::seed::build(scenario, jiff::Timestamp::now());
     let sim = Sim::new(cluster);
     let listener = TcpListener::bind(listen).await?;
@@ -171,7 +187,9 @@ pub async fn start(scenario: &Scenario, listen: SocketAddr, token: CancellationT
     let app = router(sim.clone());
     let t1 = token.clone();
     let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).with_graceful_shutdown(async move { t1.cancelled().await }).await;
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { t1.cancelled().await })
+            .await;
     });
     let looper = tokio::spawn(control_loop(sim.clone(), token.clone()));
     // Let open watch streams end when the server stops.
@@ -181,7 +199,12 @@ pub async fn start(scenario: &Scenario, listen: SocketAddr, token: CancellationT
         t2.cancelled().await;
         sim2.drop_watches();
     });
-    Ok(RunningSim { addr, sim, token, tasks: vec![server, looper, dropper] })
+    Ok(RunningSim {
+        addr,
+        sim,
+        token,
+        tasks: vec![server, looper, dropper],
+    })
 }
 
 /// A kubeconfig with one cluster, user and context named `rotor-sim`, accepted by kubectl and
@@ -208,7 +231,12 @@ mod tests {
     #[test]
     fn fault_rules_match_verb_and_resource() {
         let mut f = Faults {
-            rules: vec![ErrorRule { verb: Some("create".into()), resource: Some("pods/eviction".into()), rate: 1.0, code: 429 }],
+            rules: vec![ErrorRule {
+                verb: Some("create".into()),
+                resource: Some("pods/eviction".into()),
+                rate: 1.0,
+                code: 429,
+            }],
             ..Default::default()
         };
         let e = f.injected_error("create", "pods/eviction").unwrap();
@@ -220,8 +248,18 @@ mod tests {
 
     #[test]
     fn fault_rate_is_roughly_honoured() {
-        let mut f = Faults { rules: vec![ErrorRule { verb: None, resource: None, rate: 0.3, code: 500 }], ..Default::default() };
-        let hits = (0..10_000).filter(|_| f.injected_error("get", "pods").is_some()).count();
+        let mut f = Faults {
+            rules: vec![ErrorRule {
+                verb: None,
+                resource: None,
+                rate: 0.3,
+                code: 500,
+            }],
+            ..Default::default()
+        };
+        let hits = (0..10_000)
+            .filter(|_| f.injected_error("get", "pods").is_some())
+            .count();
         assert!((2_500..3_500).contains(&hits), "{hits}");
     }
 }

@@ -43,7 +43,10 @@ impl<K> SimObject for K where
 
 pub fn key_of<K: SimObject>(obj: &K) -> ObjKey {
     let m = obj.metadata();
-    (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default())
+    (
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone().unwrap_or_default(),
+    )
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,7 +183,12 @@ impl<K: SimObject> Collection<K> {
     }
 
     fn commit(&mut self, change: ChangeType, obj: Arc<K>, prev: Option<Arc<K>>, rv: u64) {
-        let c = Arc::new(Change { rv, change, obj, prev });
+        let c = Arc::new(Change {
+            rv,
+            change,
+            obj,
+            prev,
+        });
         if self.log.len() >= self.log_cap
             && let Some(old) = self.log.pop_front()
         {
@@ -199,7 +207,11 @@ impl<K: SimObject> Collection<K> {
         let key = key_of(&obj);
         let obj = Arc::new(obj);
         let prev = self.items.insert(key, obj.clone());
-        let change = if prev.is_some() { ChangeType::Modified } else { ChangeType::Added };
+        let change = if prev.is_some() {
+            ChangeType::Modified
+        } else {
+            ChangeType::Added
+        };
         self.commit(change, obj.clone(), prev, rv);
         obj
     }
@@ -224,9 +236,17 @@ impl<K: SimObject> Collection<K> {
         from_rv: u64,
     ) -> Result<(Vec<Arc<Change<K>>>, broadcast::Receiver<Arc<Change<K>>>), Expired> {
         if from_rv < self.compacted_through {
-            return Err(Expired { requested: from_rv, oldest: self.compacted_through });
+            return Err(Expired {
+                requested: from_rv,
+                oldest: self.compacted_through,
+            });
         }
-        let backlog = self.log.iter().filter(|c| c.rv > from_rv).cloned().collect();
+        let backlog = self
+            .log
+            .iter()
+            .filter(|c| c.rv > from_rv)
+            .cloned()
+            .collect();
         Ok((backlog, self.tx.subscribe()))
     }
 
@@ -289,7 +309,13 @@ mod tests {
         let names: Vec<_> = c.range(Some("b"), None).map(|(k, _)| k.1.clone()).collect();
         assert_eq!(names, vec!["1", "2"]);
         let after = ("b".to_string(), "1".to_string());
-        let rest: Vec<_> = c.range(None, Some(&after)).map(|(k, _)| k.clone()).collect();
-        assert_eq!(rest, vec![("b".into(), "2".into()), ("c".into(), "1".into())]);
+        let rest: Vec<_> = c
+            .range(None, Some(&after))
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(
+            rest,
+            vec![("b".into(), "2".into()), ("c".into(), "1".into())]
+        );
     }
 }

@@ -39,7 +39,11 @@ impl Filter {
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
         let fields = FieldSelector::parse(field_selector.unwrap_or(""))
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        Ok(Filter { namespace, labels, fields })
+        Ok(Filter {
+            namespace,
+            labels,
+            fields,
+        })
     }
 
     /// Rejects field selectors the real apiserver would reject for this kind.
@@ -174,8 +178,13 @@ struct ContinueToken {
 }
 
 fn encode_continue(rv: u64, key: &ObjKey) -> String {
-    let t = ContinueToken { rv, ns: key.0.clone(), name: key.1.clone() };
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&t).unwrap_or_default())
+    let t = ContinueToken {
+        rv,
+        ns: key.0.clone(),
+        name: key.1.clone(),
+    };
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(&t).unwrap_or_default())
 }
 
 fn decode_continue(s: &str) -> Result<ContinueToken, ApiError> {
@@ -218,13 +227,13 @@ pub trait ApiCollection: Send {
         subresource: Option<&str>,
         ctx: &WriteContext,
     ) -> Result<Vec<u8>, ApiError>;
-    fn delete_json(&mut self, ns: &str, name: &str, opts: &DeleteOptions)
-    -> Result<Vec<u8>, ApiError>;
-    fn watch(
-        &self,
-        q: WatchQuery,
-        ctx: WatchContext,
-    ) -> Result<mpsc::Receiver<Bytes>, ApiError>;
+    fn delete_json(
+        &mut self,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Vec<u8>, ApiError>;
+    fn watch(&self, q: WatchQuery, ctx: WatchContext) -> Result<mpsc::Receiver<Bytes>, ApiError>;
     fn check_filter(&self, filter: &Filter) -> Result<(), ApiError>;
 }
 
@@ -336,11 +345,7 @@ impl<K: SimKind> ApiCollection for Collection<K> {
         Ok(to_json(gone.as_ref()))
     }
 
-    fn watch(
-        &self,
-        q: WatchQuery,
-        ctx: WatchContext,
-    ) -> Result<mpsc::Receiver<Bytes>, ApiError> {
+    fn watch(&self, q: WatchQuery, ctx: WatchContext) -> Result<mpsc::Receiver<Bytes>, ApiError> {
         q.filter.check_fields::<K>()?;
         let filter = q.filter.clone();
         let ns = filter.namespace.as_deref().filter(|_| K::NAMESPACED);
@@ -360,7 +365,15 @@ impl<K: SimKind> ApiCollection for Collection<K> {
             .map_err(|e| ApiError::expired(e.requested, e.oldest))?;
         let (tx, out) = mpsc::channel(256);
         tokio::spawn(stream_watch::<K>(
-            filter, initial, backlog, rx, start_rv, q.bookmarks, q.timeout, ctx, tx,
+            filter,
+            initial,
+            backlog,
+            rx,
+            start_rv,
+            q.bookmarks,
+            q.timeout,
+            ctx,
+            tx,
         ));
         Ok(out)
     }
@@ -418,7 +431,10 @@ async fn stream_watch<K: SimKind>(
     for c in backlog {
         last_rv = c.rv;
         if let Some(t) = visible_change(&filter, &c)
-            && tx.send(watch_line(t.as_str(), c.obj.as_ref())).await.is_err()
+            && tx
+                .send(watch_line(t.as_str(), c.obj.as_ref()))
+                .await
+                .is_err()
         {
             return;
         }
@@ -475,7 +491,11 @@ fn random_suffix(len: usize) -> String {
     // The apiserver's generateName alphabet (no vowels, no ambiguous characters).
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let bytes = uuid::Uuid::new_v4().into_bytes();
-    bytes.iter().take(len).map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
+    bytes
+        .iter()
+        .take(len)
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
 }
 
 pub fn generate_name(prefix: &str) -> String {
@@ -514,7 +534,9 @@ pub fn stamp_managed_fields(
         api_version: Some(api_version.to_string()),
         time: Some(Time(now)),
         fields_type: Some("FieldsV1".into()),
-        fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(fields)),
+        fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+            fields,
+        )),
         subresource: subresource.map(str::to_string),
     };
     let list = meta.managed_fields.get_or_insert_with(Vec::new);
@@ -531,13 +553,19 @@ pub fn create_typed<K: SimKind>(
     ctx: &WriteContext,
 ) -> Result<Arc<K>, ApiError> {
     if !body.is_object() {
-        return Err(ApiError::bad_request("the request body must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
     }
     let meta = body
         .as_object_mut()
         .and_then(|o| o.get_mut("metadata"))
         .and_then(Value::as_object_mut);
-    let mut name = meta.as_ref().and_then(|m| m["name"].as_str()).unwrap_or("").to_string();
+    let mut name = meta
+        .as_ref()
+        .and_then(|m| m["name"].as_str())
+        .unwrap_or("")
+        .to_string();
     let generate = meta
         .as_ref()
         .and_then(|m| m.get("generateName"))
@@ -564,7 +592,11 @@ pub fn create_typed<K: SimKind>(
     }
     let ns_key = if K::NAMESPACED { ns } else { "" };
     if coll.get(ns_key, &name).is_some() {
-        return Err(ApiError::already_exists(K::GROUP, K::URL_PATH_SEGMENT, &name));
+        return Err(ApiError::already_exists(
+            K::GROUP,
+            K::URL_PATH_SEGMENT,
+            &name,
+        ));
     }
     let written = body.clone();
     let mut obj: K = serde_json::from_value(body)
@@ -592,7 +624,8 @@ fn commit_update<K: SimKind>(
     ctx: &WriteContext,
 ) -> Result<Arc<K>, ApiError> {
     let name = current.metadata().name.clone().unwrap_or_default();
-    let old = serde_json::to_value(current.as_ref()).map_err(|e| ApiError::internal(e.to_string()))?;
+    let old =
+        serde_json::to_value(current.as_ref()).map_err(|e| ApiError::internal(e.to_string()))?;
     if K::HAS_STATUS {
         match subresource {
             Some("status") => {
@@ -618,7 +651,14 @@ fn commit_update<K: SimKind>(
         }
     }
     // Identity and server-owned metadata cannot be changed by clients.
-    for f in ["name", "namespace", "uid", "creationTimestamp", "generation", "deletionTimestamp"] {
+    for f in [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+    ] {
         match old["metadata"].get(f) {
             Some(v) => new["metadata"][f] = v.clone(),
             None => {
@@ -640,7 +680,14 @@ fn commit_update<K: SimKind>(
     if spec_changed {
         m.generation = Some(m.generation.unwrap_or(0) + 1);
     }
-    stamp_managed_fields(m, ctx.manager, K::API_VERSION, written, subresource, ctx.now);
+    stamp_managed_fields(
+        m,
+        ctx.manager,
+        K::API_VERSION,
+        written,
+        subresource,
+        ctx.now,
+    );
     Ok(coll.put(obj))
 }
 
@@ -698,7 +745,11 @@ pub fn patch_typed<K: SimKind>(
         .ok_or_else(|| ApiError::not_found(K::GROUP, K::URL_PATH_SEGMENT, name))?;
     let mut doc =
         serde_json::to_value(current.as_ref()).map_err(|e| ApiError::internal(e.to_string()))?;
-    let current_rv = current.metadata().resource_version.clone().unwrap_or_default();
+    let current_rv = current
+        .metadata()
+        .resource_version
+        .clone()
+        .unwrap_or_default();
     match patch_type {
         PatchType::Merge => patch::apply_merge_patch(&mut doc, patch_doc),
         PatchType::StrategicMerge => {
@@ -726,7 +777,10 @@ mod tests {
     use k8s_openapi::api::core::v1::Node;
 
     fn ctx() -> WriteContext<'static> {
-        WriteContext { now: Timestamp::now(), manager: "test" }
+        WriteContext {
+            now: Timestamp::now(),
+            manager: "test",
+        }
     }
 
     fn nodes() -> Collection<Node> {
@@ -741,7 +795,8 @@ mod tests {
         assert!(n.metadata.creation_timestamp.is_some());
         assert_eq!(n.metadata.resource_version.as_deref(), Some("1"));
         assert_eq!(n.metadata.managed_fields.as_ref().unwrap().len(), 1);
-        let err = create_typed(&mut c, "", json!({"metadata": {"name": "n1"}}), &ctx()).unwrap_err();
+        let err =
+            create_typed(&mut c, "", json!({"metadata": {"name": "n1"}}), &ctx()).unwrap_err();
         assert_eq!((err.code, err.reason), (409, "AlreadyExists"));
     }
 
@@ -762,8 +817,26 @@ mod tests {
         let mut c = nodes();
         create_typed(&mut c, "", json!({"metadata": {"name": "n1"}}), &ctx()).unwrap();
         let p = json!({"spec": {"unschedulable": true}});
-        patch_typed(&mut c, "", "n1", PatchType::StrategicMerge, &p, None, &ctx()).unwrap();
-        let again = patch_typed(&mut c, "", "n1", PatchType::StrategicMerge, &p, None, &ctx()).unwrap();
+        patch_typed(
+            &mut c,
+            "",
+            "n1",
+            PatchType::StrategicMerge,
+            &p,
+            None,
+            &ctx(),
+        )
+        .unwrap();
+        let again = patch_typed(
+            &mut c,
+            "",
+            "n1",
+            PatchType::StrategicMerge,
+            &p,
+            None,
+            &ctx(),
+        )
+        .unwrap();
         assert_eq!(again.metadata.resource_version.as_deref(), Some("2"));
     }
 
@@ -774,7 +847,16 @@ mod tests {
         let p = json!({"status": {"phase": "Running"}});
         let n = patch_typed(&mut c, "", "n1", PatchType::Merge, &p, None, &ctx()).unwrap();
         assert!(n.status.is_none());
-        let n = patch_typed(&mut c, "", "n1", PatchType::Merge, &p, Some("status"), &ctx()).unwrap();
+        let n = patch_typed(
+            &mut c,
+            "",
+            "n1",
+            PatchType::Merge,
+            &p,
+            Some("status"),
+            &ctx(),
+        )
+        .unwrap();
         assert_eq!(n.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
     }
 
@@ -782,12 +864,22 @@ mod tests {
     fn list_pages_with_continue_tokens() {
         let mut c = nodes();
         for i in 0..5 {
-            create_typed(&mut c, "", json!({"metadata": {"name": format!("n{i}")}}), &ctx()).unwrap();
+            create_typed(
+                &mut c,
+                "",
+                json!({"metadata": {"name": format!("n{i}")}}),
+                &ctx(),
+            )
+            .unwrap();
         }
         let mut names = Vec::new();
         let mut token = None;
         loop {
-            let q = ListQuery { filter: Filter::default(), limit: Some(2), continue_token: token };
+            let q = ListQuery {
+                filter: Filter::default(),
+                limit: Some(2),
+                continue_token: token,
+            };
             let page: Value = serde_json::from_slice(&c.list(&q, 5).unwrap()).unwrap();
             assert_eq!(page["kind"], "NodeList");
             for item in page["items"].as_array().unwrap() {
@@ -805,7 +897,10 @@ mod tests {
     fn delete_honours_uid_precondition() {
         let mut c = nodes();
         create_typed(&mut c, "", json!({"metadata": {"name": "n1"}}), &ctx()).unwrap();
-        let opts = DeleteOptions { uid: Some("other".into()), ..Default::default() };
+        let opts = DeleteOptions {
+            uid: Some("other".into()),
+            ..Default::default()
+        };
         let err = c.delete_json("", "n1", &opts).unwrap_err();
         assert_eq!(err.code, 409);
         assert!(err.message.contains("UID in precondition: other"));

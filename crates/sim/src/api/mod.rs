@@ -5,6 +5,7 @@
 
 pub mod collection;
 pub mod status;
+pub mod table;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -19,7 +20,9 @@ use serde_json::{Value, json};
 
 use crate::cluster::pods::Removal;
 use crate::server::Sim;
-use collection::{DeleteOptions, Filter, ListQuery, PatchType, WatchContext, WatchQuery, WriteContext};
+use collection::{
+    DeleteOptions, Filter, ListQuery, PatchType, WatchContext, WatchQuery, WriteContext,
+};
 use status::{ApiError, success_status};
 
 /// Where a request points once its path is parsed.
@@ -37,7 +40,10 @@ pub struct Target {
 pub enum Route {
     Resource(Target),
     /// `/api/v1` or `/apis/<g>/<v>`: the resource list.
-    ResourceList { group: String, version: String },
+    ResourceList {
+        group: String,
+        version: String,
+    },
     /// `/apis/<g>`
     Group(String),
     NotFound,
@@ -45,7 +51,11 @@ pub enum Route {
 
 /// Parses an API path into what it addresses.
 pub fn route(path: &str) -> Route {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let (group, version, rest) = match segs.as_slice() {
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g] => return Route::Group(g.to_string()),
@@ -63,8 +73,13 @@ pub fn route(path: &str) -> Route {
         })
     };
     match rest {
-        [] => Route::ResourceList { group: group.to_string(), version: version.to_string() },
-        ["namespaces", ns, "status" | "finalize"] if group.is_empty() => t(None, "namespaces", Some(ns), Some(rest[2])),
+        [] => Route::ResourceList {
+            group: group.to_string(),
+            version: version.to_string(),
+        },
+        ["namespaces", ns, "status" | "finalize"] if group.is_empty() => {
+            t(None, "namespaces", Some(ns), Some(rest[2]))
+        }
         ["namespaces", ns, plural] => t(Some(ns), plural, None, None),
         ["namespaces", ns, plural, name] => t(Some(ns), plural, Some(name), None),
         ["namespaces", ns, plural, name, sub] => t(Some(ns), plural, Some(name), Some(sub)),
@@ -92,7 +107,10 @@ fn url_decode_pairs(q: &str) -> HashMap<String, String> {
             match bytes[i] {
                 b'+' => out.push(b' '),
                 b'%' if i + 2 < bytes.len() => {
-                    match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                    match u8::from_str_radix(
+                        std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                        16,
+                    ) {
                         Ok(b) => {
                             out.push(b);
                             i += 2;
@@ -156,8 +174,14 @@ pub async fn dispatch(
         Route::ResourceList { group, version } => return resource_list(&group, &version),
         Route::Group(g) => return api_group(&g),
         Route::NotFound => {
-            return ApiError { code: 404, reason: "NotFound", message: "the server could not find the requested resource".into(), details: None, retry_after: None }
-                .into_response();
+            return ApiError {
+                code: 404,
+                reason: "NotFound",
+                message: "the server could not find the requested resource".into(),
+                details: None,
+                retry_after: None,
+            }
+            .into_response();
         }
     };
     let q = query_map(&uri);
@@ -191,7 +215,9 @@ fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
         return Ok(json!({}));
     }
     serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("the request body is not valid JSON (the simulator accepts JSON only): {e}"))
+        ApiError::bad_request(format!(
+            "the request body is not valid JSON (the simulator accepts JSON only): {e}"
+        ))
     })
 }
 
@@ -205,7 +231,9 @@ async fn handle(
     body: &Bytes,
 ) -> Result<Response, ApiError> {
     if q.get("dryRun").is_some_and(|v| !v.is_empty()) {
-        return Err(ApiError::bad_request("dryRun is not supported by the simulator"));
+        return Err(ApiError::bad_request(
+            "dryRun is not supported by the simulator",
+        ));
     }
     let now = jiff::Timestamp::now();
     let manager = field_manager(q, headers);
@@ -215,41 +243,68 @@ async fn handle(
     let mut guard = sim.cluster.lock().expect("cluster lock");
     let cluster = &mut *guard;
     let current_rv = cluster.rev.current();
-    let namespaced = crate::kinds::all()
+    let (namespaced, kind) = crate::kinds::all()
         .iter()
         .find(|r| r.group == t.group && r.version == t.version && r.plural == t.plural)
-        .map(|r| r.namespaced)
+        .map(|r| (r.namespaced, r.kind))
         .ok_or_else(|| ApiError {
             code: 404,
             reason: "NotFound",
-            message: format!("the server could not find the requested resource ({verb} {})", t.plural),
+            message: format!(
+                "the server could not find the requested resource ({verb} {})",
+                t.plural
+            ),
             details: None,
             retry_after: None,
         })?;
     if !namespaced && t.namespace.is_some() {
-        return Err(ApiError::bad_request(format!("{} is not a namespaced resource", t.plural)));
+        return Err(ApiError::bad_request(format!(
+            "{} is not a namespaced resource",
+            t.plural
+        )));
     }
     if let Some(s) = sub
         && !matches!(s, "status")
         && !(t.plural == "pods" && s == "eviction")
     {
-        return Err(ApiError { code: 404, reason: "NotFound", message: format!("the simulator does not serve {}/{s}", t.plural), details: None, retry_after: None });
+        return Err(ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("the simulator does not serve {}/{s}", t.plural),
+            details: None,
+            retry_after: None,
+        });
     }
     // Namespaced writes need their namespace to exist.
-    if namespaced && matches!(verb, "create") && cluster.namespaces.get("", &ns).is_none() && !(t.plural == "pods" && sub == Some("eviction")) {
+    if namespaced
+        && matches!(verb, "create")
+        && cluster.namespaces.get("", &ns).is_none()
+        && !(t.plural == "pods" && sub == Some("eviction"))
+    {
         return Err(ApiError::not_found("", "namespaces", &ns));
     }
-    let ctx = WriteContext { now, manager: &manager };
+    let ctx = WriteContext {
+        now,
+        manager: &manager,
+    };
     // Kind-specific verbs first.
     if t.group.is_empty() && t.plural == "pods" {
         match (method.as_str(), sub) {
             ("POST", Some("eviction")) => {
                 let v = parse_body(body)?;
-                if v.get("kind").and_then(Value::as_str).is_some_and(|k| k != "Eviction") {
-                    return Err(ApiError::bad_request("the eviction body must be a policy/v1 Eviction"));
+                if v.get("kind")
+                    .and_then(Value::as_str)
+                    .is_some_and(|k| k != "Eviction")
+                {
+                    return Err(ApiError::bad_request(
+                        "the eviction body must be a policy/v1 Eviction",
+                    ));
                 }
                 let out = cluster.evict_pod(&ns, &name, &v, now)?;
-                return Ok(json_response(StatusCode::CREATED, serde_json::to_vec(&out).unwrap_or_default()));
+                return Ok(json_response(
+                    StatusCode::CREATED,
+                    serde_json::to_vec(&out).unwrap_or_default(),
+                ));
             }
             ("DELETE", None) if t.name.is_some() => {
                 let mut opts = DeleteOptions::from_value(&parse_body(body)?);
@@ -257,16 +312,25 @@ async fn handle(
                     opts.grace_period_seconds = Some(g);
                 }
                 let pod = cluster.delete_pod(&ns, &name, &opts, Removal::ApiDelete, now)?;
-                return Ok(json_response(StatusCode::OK, serde_json::to_vec(pod.as_ref()).unwrap_or_default()));
+                return Ok(json_response(
+                    StatusCode::OK,
+                    serde_json::to_vec(pod.as_ref()).unwrap_or_default(),
+                ));
             }
             _ => {}
         }
     }
     if t.group.is_empty() && t.plural == "namespaces" && method == Method::DELETE {
-        return Err(ApiError::method_not_allowed("deleting namespaces is not simulated"));
+        return Err(ApiError::method_not_allowed(
+            "deleting namespaces is not simulated",
+        ));
     }
     let filter = |q: &HashMap<String, String>| {
-        Filter::parse(t.namespace.clone(), q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))
+        Filter::parse(
+            t.namespace.clone(),
+            q.get("labelSelector").map(String::as_str),
+            q.get("fieldSelector").map(String::as_str),
+        )
     };
     let coll = cluster
         .api_collection(&t.group, &t.version, &t.plural)
@@ -284,15 +348,26 @@ async fn handle(
             let rv = q
                 .get("resourceVersion")
                 .filter(|v| !v.is_empty() && v.as_str() != "0")
-                .map(|v| v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}"))))
+                .map(|v| {
+                    v.parse::<u64>().map_err(|_| {
+                        ApiError::bad_request(format!("invalid resourceVersion {v:?}"))
+                    })
+                })
                 .transpose()?;
             let wq = WatchQuery {
                 filter: filter(q)?,
                 resource_version: rv,
                 bookmarks: q.get("allowWatchBookmarks").is_some_and(|v| v == "true"),
-                timeout: Duration::from_secs(q.get("timeoutSeconds").and_then(|v| v.parse().ok()).unwrap_or(1800)),
+                timeout: Duration::from_secs(
+                    q.get("timeoutSeconds")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(1800),
+                ),
             };
-            let wctx = WatchContext { bookmark_interval: cluster_timing_bookmark(sim), drop_signal: sim.drop_rx.clone() };
+            let wctx = WatchContext {
+                bookmark_interval: cluster_timing_bookmark(sim),
+                drop_signal: sim.drop_rx.clone(),
+            };
             let rx = match coll.watch(wq, wctx) {
                 Ok(rx) => rx,
                 Err(e) if e.code == 410 => {
@@ -304,7 +379,9 @@ async fn handle(
                 Err(e) => return Err(e),
             };
             drop(guard);
-            let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx)) });
+            let stream = futures::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+            });
             return Ok(Response::builder()
                 .status(StatusCode::OK)
                 .header(header::CONTENT_TYPE, "application/json")
@@ -319,7 +396,10 @@ async fn handle(
         }
         ("update", _) => coll.update_json(&ns, &name, parse_body(body)?, sub, &ctx)?,
         ("patch", _) => {
-            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
             let pt = PatchType::from_content_type(ct)?;
             coll.patch_json(&ns, &name, pt, &parse_body(body)?, sub, &ctx)?
         }
@@ -327,8 +407,27 @@ async fn handle(
             let opts = DeleteOptions::from_value(&parse_body(body)?);
             coll.delete_json(&ns, &name, &opts)?
         }
-        _ => return Err(ApiError::method_not_allowed(format!("{verb} is not supported on {}", t.plural))),
+        _ => {
+            return Err(ApiError::method_not_allowed(format!(
+                "{verb} is not supported on {}",
+                t.plural
+            )));
+        }
     };
+    drop(guard);
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if matches!(verb, "list" | "get") && table::wants_table(accept) {
+        let doc: Value =
+            serde_json::from_slice(&body_out).map_err(|e| ApiError::internal(e.to_string()))?;
+        let t = table::to_table(kind, &doc, now);
+        return Ok(json_response(
+            StatusCode::OK,
+            serde_json::to_vec(&t).unwrap_or_default(),
+        ));
+    }
     Ok(json_response(StatusCode::OK, body_out))
 }
 
@@ -339,7 +438,10 @@ fn cluster_timing_bookmark(sim: &Sim) -> Duration {
 fn resource_list(group: &str, version: &str) -> Response {
     let mut resources = Vec::new();
     let all = crate::kinds::all();
-    let served: Vec<_> = all.iter().filter(|r| r.group == group && r.version == version).collect();
+    let served: Vec<_> = all
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
     if served.is_empty() {
         return ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource (group {group:?} version {version:?})"), details: None, retry_after: None }
             .into_response();
@@ -360,13 +462,24 @@ fn resource_list(group: &str, version: &str) -> Response {
             resources.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
         }
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
     let body = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources});
-    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+    json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
 }
 
 fn groups() -> Vec<(&'static str, &'static str)> {
-    let mut g: Vec<(&'static str, &'static str)> = crate::kinds::all().iter().filter(|r| !r.group.is_empty()).map(|r| (r.group, r.version)).collect();
+    let mut g: Vec<(&'static str, &'static str)> = crate::kinds::all()
+        .iter()
+        .filter(|r| !r.group.is_empty())
+        .map(|r| (r.group, r.version))
+        .collect();
     g.dedup();
     g.sort();
     g.dedup();
@@ -384,7 +497,10 @@ fn api_group(group: &str) -> Response {
             let mut body = group_json(g, v);
             body["kind"] = json!("APIGroup");
             body["apiVersion"] = json!("v1");
-            json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+            json_response(
+                StatusCode::OK,
+                serde_json::to_vec(&body).unwrap_or_default(),
+            )
         }
         None => ApiError::not_found("", "groups", group).into_response(),
     }
@@ -392,17 +508,31 @@ fn api_group(group: &str) -> Response {
 
 pub async fn api_versions() -> Response {
     let body = json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:0"}]});
-    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+    json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
 }
 
 pub async fn api_group_list() -> Response {
-    let list: Vec<Value> = groups().into_iter().map(|(g, v)| group_json(g, v)).collect();
+    let list: Vec<Value> = groups()
+        .into_iter()
+        .map(|(g, v)| group_json(g, v))
+        .collect();
     let body = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list});
-    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+    json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
 }
 
 pub async fn version(State(sim): State<Arc<Sim>>) -> Response {
-    let v = sim.cluster.lock().expect("cluster lock").control_plane_version.clone();
+    let v = sim
+        .cluster
+        .lock()
+        .expect("cluster lock")
+        .control_plane_version
+        .clone();
     let minor = crate::scenario::version_minor(&v).unwrap_or(0);
     let body = json!({
         "major": "1",
@@ -415,7 +545,10 @@ pub async fn version(State(sim): State<Arc<Sim>>) -> Response {
         "compiler": "gc",
         "platform": "linux/amd64",
     });
-    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+    json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
 }
 
 /// A success `Status` body, for callers that answer deletions with one.
@@ -431,21 +564,49 @@ mod tests {
     fn routes_parse_like_the_apiserver() {
         let r = route("/api/v1/namespaces/shop/pods/web-1/eviction");
         let Route::Resource(t) = r else { panic!() };
-        assert_eq!((t.namespace.as_deref(), t.plural.as_str(), t.name.as_deref(), t.subresource.as_deref()), (Some("shop"), "pods", Some("web-1"), Some("eviction")));
-        let Route::Resource(t) = route("/api/v1/namespaces/shop") else { panic!() };
-        assert_eq!((t.namespace, t.plural.as_str(), t.name.as_deref()), (None, "namespaces", Some("shop")));
-        let Route::Resource(t) = route("/apis/policy/v1/poddisruptionbudgets") else { panic!() };
+        assert_eq!(
+            (
+                t.namespace.as_deref(),
+                t.plural.as_str(),
+                t.name.as_deref(),
+                t.subresource.as_deref()
+            ),
+            (Some("shop"), "pods", Some("web-1"), Some("eviction"))
+        );
+        let Route::Resource(t) = route("/api/v1/namespaces/shop") else {
+            panic!()
+        };
+        assert_eq!(
+            (t.namespace, t.plural.as_str(), t.name.as_deref()),
+            (None, "namespaces", Some("shop"))
+        );
+        let Route::Resource(t) = route("/apis/policy/v1/poddisruptionbudgets") else {
+            panic!()
+        };
         assert_eq!((t.group.as_str(), t.namespace), ("policy", None));
-        let Route::Resource(t) = route("/api/v1/nodes/n1/status") else { panic!() };
-        assert_eq!((t.plural.as_str(), t.subresource.as_deref()), ("nodes", Some("status")));
-        assert_eq!(route("/api/v1"), Route::ResourceList { group: String::new(), version: "v1".into() });
+        let Route::Resource(t) = route("/api/v1/nodes/n1/status") else {
+            panic!()
+        };
+        assert_eq!(
+            (t.plural.as_str(), t.subresource.as_deref()),
+            ("nodes", Some("status"))
+        );
+        assert_eq!(
+            route("/api/v1"),
+            Route::ResourceList {
+                group: String::new(),
+                version: "v1".into()
+            }
+        );
         assert_eq!(route("/apis/apps"), Route::Group("apps".into()));
         assert_eq!(route("/healthz"), Route::NotFound);
     }
 
     #[test]
     fn query_strings_decode() {
-        let q = url_decode_pairs("fieldSelector=spec.nodeName%3Dn1&labelSelector=app+in+(a%2Cb)&watch=1");
+        let q = url_decode_pairs(
+            "fieldSelector=spec.nodeName%3Dn1&labelSelector=app+in+(a%2Cb)&watch=1",
+        );
         assert_eq!(q["fieldSelector"], "spec.nodeName=n1");
         assert_eq!(q["labelSelector"], "app in (a,b)");
         assert_eq!(q["watch"], "1");

@@ -16,7 +16,13 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None, retry_after: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
     }
 
     fn with_details(mut self, details: Value) -> Self {
@@ -32,8 +38,12 @@ impl ApiError {
 
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
         let resource = qualified(group, plural);
-        Self::new(409, "AlreadyExists", format!("{resource} \"{name}\" already exists"))
-            .with_details(json!({"name": name, "group": group, "kind": plural}))
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{resource} \"{name}\" already exists"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
     /// A stale resourceVersion on update or patch.
@@ -66,8 +76,12 @@ impl ApiError {
 
     pub fn invalid(kind: &str, name: &str, message: impl Into<String>) -> Self {
         let message = message.into();
-        Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {message}"))
-            .with_details(json!({"name": name, "kind": kind, "causes": [{"message": message}]}))
+        Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {message}"),
+        )
+        .with_details(json!({"name": name, "kind": kind, "causes": [{"message": message}]}))
     }
 
     pub fn unprocessable(message: impl Into<String>) -> Self {
@@ -82,12 +96,18 @@ impl ApiError {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"
+            ),
         )
     }
 
     pub fn expired(requested: u64, oldest: u64) -> Self {
-        Self::new(410, "Expired", format!("too old resource version: {requested} ({oldest})"))
+        Self::new(
+            410,
+            "Expired",
+            format!("too old resource version: {requested} ({oldest})"),
+        )
     }
 
     pub fn too_many_requests(message: impl Into<String>) -> Self {
@@ -143,7 +163,11 @@ impl std::fmt::Display for ApiError {
 impl std::error::Error for ApiError {}
 
 fn qualified(group: &str, plural: &str) -> String {
-    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
 }
 
 impl IntoResponse for ApiError {

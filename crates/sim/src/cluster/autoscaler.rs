@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use rotor_core::contract::DRAIN_TAINT_KEY;
 
 use super::objects::{
-    build_node, is_daemon, is_mirror, node_group_of, node_name, node_taints, node_unschedulable, pod_requests, terminal,
+    build_node, is_daemon, is_mirror, node_group_of, node_name, node_taints, node_unschedulable,
+    pod_requests, terminal,
 };
 use super::scheduler::{NodeSlot, untolerated};
 use super::{Cluster, add_secs, object_ref_node};
@@ -24,14 +25,25 @@ fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
 /// Whether a fresh node from this template could run the pod.
 fn template_fits(node: &Node, pod: &Pod) -> bool {
     let slot = NodeSlot::from_node(node);
-    let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
     let selector_ok = pod
         .spec
         .as_ref()
         .and_then(|s| s.node_selector.as_ref())
         .is_none_or(|sel| sel.iter().all(|(k, v)| slot.labels.get(k) == Some(v)));
-    let taints: Vec<_> = slot.taints.iter().filter(|t| t.key != "node.kubernetes.io/not-ready").cloned().collect();
-    selector_ok && untolerated(&tolerations, &taints).is_none() && pod_requests(pod).fits_within(&slot.allocatable)
+    let taints: Vec<_> = slot
+        .taints
+        .iter()
+        .filter(|t| t.key != "node.kubernetes.io/not-ready")
+        .cloned()
+        .collect();
+    selector_ok
+        && untolerated(&tolerations, &taints).is_none()
+        && pod_requests(pod).fits_within(&slot.allocatable)
 }
 
 impl Cluster {
@@ -52,7 +64,14 @@ impl Cluster {
         if let Some(node) = self.nodes.remove("", name) {
             self.stats.nodes_removed += 1;
             self.empty_since.remove(name);
-            self.record_event(object_ref_node(&node), "Normal", "RemovingNode", format!("Simulated autoscaler removed node {name}: {reason}"), "cluster-autoscaler", now);
+            self.record_event(
+                object_ref_node(&node),
+                "Normal",
+                "RemovingNode",
+                format!("Simulated autoscaler removed node {name}: {reason}"),
+                "cluster-autoscaler",
+                now,
+            );
             let bound: Vec<(String, String)> = self
                 .pods
                 .iter()
@@ -65,11 +84,19 @@ impl Cluster {
         }
     }
 
-    pub(super) fn autoscale(&mut self, now: Timestamp, mut next: Option<Timestamp>) -> Option<Timestamp> {
+    pub(super) fn autoscale(
+        &mut self,
+        now: Timestamp,
+        mut next: Option<Timestamp>,
+    ) -> Option<Timestamp> {
         let groups: Vec<String> = self.node_groups.keys().cloned().collect();
         // Keep every group at its desired size.
         for g in &groups {
-            let live = self.nodes.values().filter(|n| node_group_of(n) == Some(g.as_str())).count() as u32;
+            let live = self
+                .nodes
+                .values()
+                .filter(|n| node_group_of(n) == Some(g.as_str()))
+                .count() as u32;
             let desired = self.node_groups[g].desired;
             for _ in live..desired {
                 self.launch_node(g, now, false);
@@ -92,15 +119,22 @@ impl Cluster {
             .map(|(k, _)| k.clone())
             .collect();
         for (ns, name) in waiting {
-            let Some(pod) = self.pods.get(&ns, &name).cloned() else { continue };
+            let Some(pod) = self.pods.get(&ns, &name).cloned() else {
+                continue;
+            };
             let booting = |c: &Cluster, g: &str| {
-                c.nodes.values().any(|n| node_group_of(n) == Some(g) && !super::objects::node_ready(n))
+                c.nodes
+                    .values()
+                    .any(|n| node_group_of(n) == Some(g) && !super::objects::node_ready(n))
             };
             let candidate = groups.iter().find(|g| {
                 let grp = &self.node_groups[*g];
-                grp.desired < grp.spec.max() && template_fits(&build_node(&grp.spec, u64::MAX, now, true), &pod)
+                grp.desired < grp.spec.max()
+                    && template_fits(&build_node(&grp.spec, u64::MAX, now, true), &pod)
             });
-            let Some(g) = candidate.cloned() else { continue };
+            let Some(g) = candidate.cloned() else {
+                continue;
+            };
             if booting(self, &g) {
                 continue;
             }
@@ -122,13 +156,18 @@ impl Cluster {
         let nodes: Vec<_> = self.nodes.values().cloned().collect();
         for node in nodes {
             let name = node.metadata.name.clone().unwrap_or_default();
-            let Some(group) = node_group_of(&node).map(str::to_string) else { continue };
-            let marked = node_unschedulable(&node) || node_taints(&node).iter().any(|t| t.key == DRAIN_TAINT_KEY);
+            let Some(group) = node_group_of(&node).map(str::to_string) else {
+                continue;
+            };
+            let marked = node_unschedulable(&node)
+                || node_taints(&node).iter().any(|t| t.key == DRAIN_TAINT_KEY);
             let empty = marked
-                && !self
-                    .pods
-                    .values()
-                    .any(|p| node_name(p) == Some(name.as_str()) && !is_daemon(p) && !is_mirror(p) && !terminal(p));
+                && !self.pods.values().any(|p| {
+                    node_name(p) == Some(name.as_str())
+                        && !is_daemon(p)
+                        && !is_mirror(p)
+                        && !terminal(p)
+                });
             if !empty {
                 self.empty_since.remove(&name);
                 continue;

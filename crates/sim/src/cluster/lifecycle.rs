@@ -11,8 +11,9 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::objects::{
-    STARTUP_ANNOTATION, SHUTDOWN_ANNOTATION, annotation_duration, bind_and_start, mark_node_ready, mark_pod_ready, node_name,
-    node_ready, node_unschedulable, pod_ready, pod_requests, set_pod_condition, terminal, terminating,
+    SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, annotation_duration, bind_and_start, mark_node_ready,
+    mark_pod_ready, node_name, node_ready, node_unschedulable, pod_ready, pod_requests,
+    set_pod_condition, terminal, terminating,
 };
 use super::scheduler::{NodeSlot, Placement, Scheduler};
 use super::{Cluster, add_secs, secs_between};
@@ -37,6 +38,7 @@ impl Cluster {
         if !changed && !due && !settle {
             return;
         }
+        let before = self.rev.current();
         let mut next = None;
         next = self.nodes_lifecycle(now, settle, next);
         self.collect_orphans();
@@ -51,21 +53,45 @@ impl Cluster {
         self.sync_budgets(now);
         // Budgets hold evicted pods out of the healthy count for a while; wake up to expire them.
         for b in self.pdbs.values() {
-            for t in b.status.iter().flat_map(|s| s.disrupted_pods.iter().flatten()).map(|(_, t)| t.0) {
-                next = earliest(next, add_secs(t, super::pdb::DISRUPTED_POD_TIMEOUT_SECS as f64 + 0.5));
+            for t in b
+                .status
+                .iter()
+                .flat_map(|s| s.disrupted_pods.iter().flatten())
+                .map(|(_, t)| t.0)
+            {
+                next = earliest(
+                    next,
+                    add_secs(t, super::pdb::DISRUPTED_POD_TIMEOUT_SECS as f64 + 0.5),
+                );
             }
         }
-        self.reconciled_rv = self.rev.current();
+        // A step that wrote anything runs again next tick: its own writes may enable more work
+        // (a launched node to boot, a created pod to schedule). Quiet steps converge.
+        self.reconciled_rv = if self.rev.current() == before {
+            before
+        } else {
+            0
+        };
         self.next_timed_transition = next;
     }
 
-    fn nodes_lifecycle(&mut self, now: Timestamp, settle: bool, mut next: Option<Timestamp>) -> Option<Timestamp> {
+    fn nodes_lifecycle(
+        &mut self,
+        now: Timestamp,
+        settle: bool,
+        mut next: Option<Timestamp>,
+    ) -> Option<Timestamp> {
         let nodes: Vec<Arc<Node>> = self.nodes.values().cloned().collect();
         for node in nodes {
             let mut n = (*node).clone();
             let mut dirty = false;
             if !node_ready(&n) {
-                let created = n.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or(now);
+                let created = n
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .unwrap_or(now);
                 let ready_at = add_secs(created, self.timing.node_startup.as_secs_f64());
                 if settle || ready_at <= now {
                     mark_node_ready(&mut n, now);
@@ -77,7 +103,11 @@ impl Cluster {
             // The node lifecycle controller mirrors spec.unschedulable as a taint.
             let cordoned = node_unschedulable(&n);
             let spec = n.spec.get_or_insert_with(Default::default);
-            let has_taint = spec.taints.iter().flatten().any(|t| t.key == UNSCHEDULABLE_TAINT);
+            let has_taint = spec
+                .taints
+                .iter()
+                .flatten()
+                .any(|t| t.key == UNSCHEDULABLE_TAINT);
             if cordoned && !has_taint {
                 spec.taints.get_or_insert_with(Vec::new).push(Taint {
                     key: UNSCHEDULABLE_TAINT.into(),
@@ -115,14 +145,24 @@ impl Cluster {
         }
     }
 
-    fn pods_lifecycle(&mut self, now: Timestamp, settle: bool, mut next: Option<Timestamp>) -> Option<Timestamp> {
+    fn pods_lifecycle(
+        &mut self,
+        now: Timestamp,
+        settle: bool,
+        mut next: Option<Timestamp>,
+    ) -> Option<Timestamp> {
         let default_startup = self.timing.pod_startup.as_secs_f64();
         let default_shutdown = self.timing.pod_shutdown.as_secs_f64();
         let mut remove = Vec::new();
         let mut ready = Vec::new();
         for (key, p) in self.pods.iter() {
             if terminating(p) {
-                let deadline = p.metadata.deletion_timestamp.as_ref().map(|t| t.0).unwrap_or(now);
+                let deadline = p
+                    .metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .unwrap_or(now);
                 let grace = p.metadata.deletion_grace_period_seconds.unwrap_or(0) as f64;
                 let requested = add_secs(deadline, -grace);
                 let shutdown = annotation_duration(&p.metadata, SHUTDOWN_ANNOTATION)
@@ -136,7 +176,12 @@ impl Cluster {
                     next = earliest(next, gone_at);
                 }
             } else if node_name(p).is_some() && !pod_ready(p) && !terminal(p) {
-                let started = p.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0).unwrap_or(now);
+                let started = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .map(|t| t.0)
+                    .unwrap_or(now);
                 let startup = annotation_duration(&p.metadata, STARTUP_ANNOTATION)
                     .map(|d| d.as_secs_f64())
                     .unwrap_or(default_startup);
@@ -175,14 +220,23 @@ impl Cluster {
             v
         };
         self.unschedulable_since.retain(|k, _| {
-            self.pods.get(&k.0, &k.1).is_some_and(|p| node_name(p).is_none() && !terminating(p))
+            self.pods
+                .get(&k.0, &k.1)
+                .is_some_and(|p| node_name(p).is_none() && !terminating(p))
         });
         if pending.is_empty() {
             return;
         }
-        let mut slots: Vec<NodeSlot> = self.nodes.values().map(|n| NodeSlot::from_node(n)).collect();
-        let index: std::collections::HashMap<String, usize> =
-            slots.iter().enumerate().map(|(i, s)| (s.name.clone(), i)).collect();
+        let mut slots: Vec<NodeSlot> = self
+            .nodes
+            .values()
+            .map(|n| NodeSlot::from_node(n))
+            .collect();
+        let index: std::collections::HashMap<String, usize> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), i))
+            .collect();
         let placed: Vec<&Pod> = self
             .pods
             .values()
@@ -202,11 +256,16 @@ impl Cluster {
             }
         }
         for (pod, decision) in decisions {
-            let key = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default());
+            let key = (
+                pod.metadata.namespace.clone().unwrap_or_default(),
+                pod.metadata.name.clone().unwrap_or_default(),
+            );
             let mut p = (*pod).clone();
             match decision {
                 Placement::Bind(node) => {
-                    let Some(n) = self.nodes.get("", &node).cloned() else { continue };
+                    let Some(n) = self.nodes.get("", &node).cloned() else {
+                        continue;
+                    };
                     bind_and_start(&mut p, &n, now);
                     self.unschedulable_since.remove(&key);
                     self.pods.put(p);
@@ -218,7 +277,9 @@ impl Cluster {
                         .as_ref()
                         .and_then(|s| s.conditions.as_ref())
                         .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-                        .is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(why.as_str()));
+                        .is_some_and(|c| {
+                            c.status == "False" && c.message.as_deref() == Some(why.as_str())
+                        });
                     if !already {
                         set_pod_condition(&mut p, "PodScheduled", false, now);
                         if let Some(c) = p

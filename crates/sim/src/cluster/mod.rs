@@ -172,11 +172,16 @@ impl Cluster {
         component: &str,
         now: Timestamp,
     ) {
-        let ns = regarding.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let ns = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
         let base = regarding.name.clone().unwrap_or_default();
         let ev = CoreEvent {
             metadata: ObjectMeta {
-                name: Some(crate::api::collection::generate_name(&format!("{base}.sim-"))),
+                name: Some(crate::api::collection::generate_name(&format!(
+                    "{base}.sim-"
+                ))),
                 namespace: Some(ns),
                 uid: Some(uuid::Uuid::new_v4().to_string()),
                 creation_timestamp: Some(Time(now)),
@@ -208,8 +213,18 @@ impl Cluster {
             let Some(oldest) = self
                 .events
                 .values()
-                .min_by_key(|e| e.metadata.resource_version.as_deref().and_then(|r| r.parse::<u64>().ok()))
-                .map(|e| (e.metadata.namespace.clone().unwrap_or_default(), e.metadata.name.clone().unwrap_or_default()))
+                .min_by_key(|e| {
+                    e.metadata
+                        .resource_version
+                        .as_deref()
+                        .and_then(|r| r.parse::<u64>().ok())
+                })
+                .map(|e| {
+                    (
+                        e.metadata.namespace.clone().unwrap_or_default(),
+                        e.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
             else {
                 break;
             };

@@ -43,12 +43,17 @@ impl Resources {
         self.cpu <= free.cpu && self.memory <= free.memory
     }
     pub fn minus(&self, o: &Resources) -> Resources {
-        Resources { cpu: self.cpu - o.cpu, memory: self.memory - o.memory }
+        Resources {
+            cpu: self.cpu - o.cpu,
+            memory: self.memory - o.memory,
+        }
     }
 }
 
 fn milli(q: Option<&Quantity>) -> i128 {
-    q.and_then(|q| parse_quantity(&q.0).ok()).map(|q| q.to_milli()).unwrap_or(0)
+    q.and_then(|q| parse_quantity(&q.0).ok())
+        .map(|q| q.to_milli())
+        .unwrap_or(0)
 }
 
 pub fn pod_ready(pod: &Pod) -> bool {
@@ -63,7 +68,10 @@ pub fn terminating(pod: &Pod) -> bool {
 }
 
 pub fn phase(pod: &Pod) -> &str {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending")
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
 }
 
 pub fn terminal(pod: &Pod) -> bool {
@@ -71,15 +79,24 @@ pub fn terminal(pod: &Pod) -> bool {
 }
 
 pub fn node_name(pod: &Pod) -> Option<&str> {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
 }
 
 pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references.as_ref()?.iter().find(|o| o.controller == Some(true))
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
 }
 
 pub fn is_mirror(pod: &Pod) -> bool {
-    pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
 }
 
 pub fn is_daemon(pod: &Pod) -> bool {
@@ -98,7 +115,10 @@ pub fn pod_requests(pod: &Pod) -> Resources {
 }
 
 pub fn annotation_duration(meta: &ObjectMeta, key: &str) -> Option<std::time::Duration> {
-    meta.annotations.as_ref()?.get(key).and_then(|v| parse_duration(v).ok())
+    meta.annotations
+        .as_ref()?
+        .get(key)
+        .and_then(|v| parse_duration(v).ok())
 }
 
 pub fn set_pod_condition(pod: &mut Pod, type_: &str, status: bool, now: Timestamp) {
@@ -128,11 +148,17 @@ pub fn node_ready(node: &Node) -> bool {
 }
 
 pub fn node_unschedulable(node: &Node) -> bool {
-    node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 pub fn node_taints(node: &Node) -> &[Taint] {
-    node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or(&[])
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
 }
 
 pub fn node_allocatable(node: &Node) -> (Resources, i64) {
@@ -152,10 +178,20 @@ pub fn node_allocatable(node: &Node) -> (Resources, i64) {
 }
 
 pub fn node_group_of(node: &Node) -> Option<&str> {
-    node.metadata.labels.as_ref()?.get(NODE_GROUP_LABEL).map(String::as_str)
+    node.metadata
+        .labels
+        .as_ref()?
+        .get(NODE_GROUP_LABEL)
+        .map(String::as_str)
 }
 
-fn managed(manager: &str, op: &str, sub: Option<&str>, fields: serde_json::Value, now: Timestamp) -> ManagedFieldsEntry {
+fn managed(
+    manager: &str,
+    op: &str,
+    sub: Option<&str>,
+    fields: serde_json::Value,
+    now: Timestamp,
+) -> ManagedFieldsEntry {
     ManagedFieldsEntry {
         manager: Some(manager.into()),
         operation: Some(op.into()),
@@ -170,7 +206,9 @@ fn managed(manager: &str, op: &str, sub: Option<&str>, fields: serde_json::Value
 /// A stable pseudo-random 64-bit value for a string (FNV-1a), for ids that must not collide
 /// across groups.
 fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
 }
 
 pub fn instance_id(group: &str, index: u64) -> String {
@@ -194,7 +232,10 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
         .replace("{index}", &index.to_string())
         .replace("{ip}", &ip.replace('.', "-"));
     let instance = instance_id(&group.name, index);
-    let provider_id = t.provider_id.replace("{zone}", zone).replace("{instance}", &instance);
+    let provider_id = t
+        .provider_id
+        .replace("{zone}", zone)
+        .replace("{instance}", &instance);
     let region = zone.trim_end_matches(|c: char| c.is_ascii_alphabetic());
 
     let mut labels: BTreeMap<String, String> = BTreeMap::from([
@@ -205,16 +246,27 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
         ("beta.kubernetes.io/arch".into(), "amd64".into()),
         ("topology.kubernetes.io/zone".into(), zone.clone()),
         ("topology.kubernetes.io/region".into(), region.to_string()),
-        ("failure-domain.beta.kubernetes.io/zone".into(), zone.clone()),
-        ("node.kubernetes.io/instance-type".into(), t.instance_type.clone()),
-        ("beta.kubernetes.io/instance-type".into(), t.instance_type.clone()),
+        (
+            "failure-domain.beta.kubernetes.io/zone".into(),
+            zone.clone(),
+        ),
+        (
+            "node.kubernetes.io/instance-type".into(),
+            t.instance_type.clone(),
+        ),
+        (
+            "beta.kubernetes.io/instance-type".into(),
+            t.instance_type.clone(),
+        ),
         (NODE_GROUP_LABEL.into(), group.name.clone()),
         (t.image_label.clone(), t.image.clone()),
     ]);
     labels.extend(t.labels.clone());
 
     let cpu_m = parse_quantity(&t.cpu).map(|q| q.to_milli()).unwrap_or(4000);
-    let mem = parse_quantity(&t.memory).map(|q| q.to_milli() / 1000).unwrap_or(16 << 30);
+    let mem = parse_quantity(&t.memory)
+        .map(|q| q.to_milli() / 1000)
+        .unwrap_or(16 << 30);
     // Allocatable as the kubelet reports it: capacity minus system and kube reservations.
     let alloc_cpu = cpu_m - (cpu_m / 25).max(70);
     let alloc_mem = mem - (mem / 12).max(300 << 20);
@@ -250,14 +302,29 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
         last_transition_time: Some(Time(now)),
     };
     let ready_cond = if ready {
-        cond("Ready", "True", "KubeletReady", "kubelet is posting ready status")
+        cond(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status",
+        )
     } else {
-        cond("Ready", "False", "KubeletNotReady", "container runtime network not ready: NetworkReady=false")
+        cond(
+            "Ready",
+            "False",
+            "KubeletNotReady",
+            "container runtime network not ready: NetworkReady=false",
+        )
     };
     let taints = t
         .taints
         .iter()
-        .map(|s| Taint { key: s.key.clone(), value: s.value.clone(), effect: s.effect.clone(), time_added: None })
+        .map(|s| Taint {
+            key: s.key.clone(),
+            value: s.value.clone(),
+            effect: s.effect.clone(),
+            time_added: None,
+        })
         .chain((!ready).then(|| Taint {
             key: "node.kubernetes.io/not-ready".into(),
             value: None,
@@ -298,7 +365,10 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
             annotations: Some(BTreeMap::from([
                 ("alpha.kubernetes.io/provided-node-ip".into(), ip.clone()),
                 ("node.alpha.kubernetes.io/ttl".into(), "0".into()),
-                ("volumes.kubernetes.io/controller-managed-attach-detach".into(), "true".into()),
+                (
+                    "volumes.kubernetes.io/controller-managed-attach-detach".into(),
+                    "true".into(),
+                ),
             ])),
             managed_fields: Some(mf),
             ..Default::default()
@@ -312,15 +382,39 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
             capacity: Some(capacity),
             allocatable: Some(allocatable),
             conditions: Some(vec![
-                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                cond(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                cond(
+                    "DiskPressure",
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                ),
+                cond(
+                    "PIDPressure",
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                ),
                 ready_cond,
             ]),
             addresses: Some(vec![
-                NodeAddress { type_: "InternalIP".into(), address: ip.clone() },
-                NodeAddress { type_: "InternalDNS".into(), address: name.clone() },
-                NodeAddress { type_: "Hostname".into(), address: name.clone() },
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: ip.clone(),
+                },
+                NodeAddress {
+                    type_: "InternalDNS".into(),
+                    address: name.clone(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: name.clone(),
+                },
             ]),
             daemon_endpoints: Some(k8s_openapi::api::core::v1::NodeDaemonEndpoints {
                 kubelet_endpoint: Some(k8s_openapi::api::core::v1::DaemonEndpoint { port: 10250 }),
@@ -402,7 +496,8 @@ pub fn pod_from_template(
         ),
     ]);
     let mut spec = template.spec.clone().unwrap_or_default();
-    spec.scheduler_name.get_or_insert_with(|| "default-scheduler".into());
+    spec.scheduler_name
+        .get_or_insert_with(|| "default-scheduler".into());
     spec.restart_policy.get_or_insert_with(|| "Always".into());
     spec.termination_grace_period_seconds.get_or_insert(30);
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
@@ -431,7 +526,12 @@ pub fn bind_and_start(pod: &mut Pod, node: &Node, now: Timestamp) {
     }
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let h = fnv(&uid);
-    let pod_ip = format!("10.{}.{}.{}", 100 + (h % 100), (h >> 8) % 256, (h >> 16) % 254 + 1);
+    let pod_ip = format!(
+        "10.{}.{}.{}",
+        100 + (h % 100),
+        (h >> 8) % 256,
+        (h >> 16) % 254 + 1
+    );
     let containers: Vec<ContainerStatus> = pod
         .spec
         .iter()
@@ -469,7 +569,11 @@ pub fn bind_and_start(pod: &mut Pod, node: &Node, now: Timestamp) {
 pub fn mark_pod_ready(pod: &mut Pod, ready: bool, now: Timestamp) {
     set_pod_condition(pod, "ContainersReady", ready, now);
     set_pod_condition(pod, "Ready", ready, now);
-    if let Some(cs) = pod.status.as_mut().and_then(|s| s.container_statuses.as_mut()) {
+    if let Some(cs) = pod
+        .status
+        .as_mut()
+        .and_then(|s| s.container_statuses.as_mut())
+    {
         for c in cs {
             c.ready = ready;
         }
@@ -502,9 +606,21 @@ mod tests {
         let (alloc, pods) = node_allocatable(&n);
         assert!(alloc.cpu < 4000 && alloc.cpu > 3500, "{alloc:?}");
         assert_eq!(pods, 58);
-        assert_eq!(n.status.as_ref().unwrap().node_info.as_ref().unwrap().kubelet_version, "v1.32.3");
+        assert_eq!(
+            n.status
+                .as_ref()
+                .unwrap()
+                .node_info
+                .as_ref()
+                .unwrap()
+                .kubelet_version,
+            "v1.32.3"
+        );
         let size = serde_json::to_vec(&n).unwrap().len();
-        assert!(size > 8_000, "a real EKS node serialises to 10-20 KB; this one is {size} bytes");
+        assert!(
+            size > 8_000,
+            "a real EKS node serialises to 10-20 KB; this one is {size} bytes"
+        );
     }
 
     #[test]
@@ -512,7 +628,11 @@ mod tests {
         let now = Timestamp::now();
         let mut n = build_node(&group(), 1, now, false);
         assert!(!node_ready(&n));
-        assert!(node_taints(&n).iter().any(|t| t.key == "node.kubernetes.io/not-ready"));
+        assert!(
+            node_taints(&n)
+                .iter()
+                .any(|t| t.key == "node.kubernetes.io/not-ready")
+        );
         mark_node_ready(&mut n, now);
         assert!(node_ready(&n));
         assert!(node_taints(&n).is_empty());

@@ -134,7 +134,12 @@ pub fn compute_status(
         conditions: Some(vec![Condition {
             type_: "DisruptionAllowed".into(),
             status: if allowed_cond { "True" } else { "False" }.into(),
-            reason: if allowed_cond { "SufficientPods" } else { "InsufficientPods" }.into(),
+            reason: if allowed_cond {
+                "SufficientPods"
+            } else {
+                "InsufficientPods"
+            }
+            .into(),
             message: String::new(),
             last_transition_time: transition,
             observed_generation: pdb.metadata.generation,
@@ -165,7 +170,9 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSel, ObjectMeta, OwnerReference};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        LabelSelector as K8sSel, ObjectMeta, OwnerReference,
+    };
 
     fn pod(name: &str, ready: bool) -> Pod {
         Pod {
@@ -224,8 +231,21 @@ mod tests {
     fn min_available_integer_counts_pods() {
         let pods = [pod("a", true), pod("b", true), pod("c", false)];
         let refs: Vec<&Pod> = pods.iter().collect();
-        let s = compute_status(&pdb(Some(IntOrString::Int(1)), None), &refs, &scale(3), Timestamp::now());
-        assert_eq!((s.expected_pods, s.desired_healthy, s.current_healthy, s.disruptions_allowed), (3, 1, 2, 1));
+        let s = compute_status(
+            &pdb(Some(IntOrString::Int(1)), None),
+            &refs,
+            &scale(3),
+            Timestamp::now(),
+        );
+        assert_eq!(
+            (
+                s.expected_pods,
+                s.desired_healthy,
+                s.current_healthy,
+                s.disruptions_allowed
+            ),
+            (3, 1, 2, 1)
+        );
         assert_eq!(s.observed_generation, Some(1));
     }
 
@@ -234,13 +254,31 @@ mod tests {
         let pods = [pod("a", true), pod("b", true), pod("c", true)];
         let refs: Vec<&Pod> = pods.iter().collect();
         // 4 replicas wanted, 3 present: minAvailable 50% of 4 = 2.
-        let s = compute_status(&pdb(Some(IntOrString::String("50%".into())), None), &refs, &scale(4), Timestamp::now());
-        assert_eq!((s.expected_pods, s.desired_healthy, s.disruptions_allowed), (4, 2, 1));
+        let s = compute_status(
+            &pdb(Some(IntOrString::String("50%".into())), None),
+            &refs,
+            &scale(4),
+            Timestamp::now(),
+        );
+        assert_eq!(
+            (s.expected_pods, s.desired_healthy, s.disruptions_allowed),
+            (4, 2, 1)
+        );
         // maxUnavailable 1 of 4: desired 3, healthy 3, nothing allowed.
-        let s = compute_status(&pdb(None, Some(IntOrString::Int(1))), &refs, &scale(4), Timestamp::now());
+        let s = compute_status(
+            &pdb(None, Some(IntOrString::Int(1))),
+            &refs,
+            &scale(4),
+            Timestamp::now(),
+        );
         assert_eq!((s.desired_healthy, s.disruptions_allowed), (3, 0));
         // maxUnavailable 25% of 4 rounds up to 1.
-        let s = compute_status(&pdb(None, Some(IntOrString::String("25%".into()))), &refs, &scale(4), Timestamp::now());
+        let s = compute_status(
+            &pdb(None, Some(IntOrString::String("25%".into()))),
+            &refs,
+            &scale(4),
+            Timestamp::now(),
+        );
         assert_eq!(s.desired_healthy, 3);
     }
 
@@ -249,7 +287,12 @@ mod tests {
         let pods = [pod("a", true), pod("b", true)];
         let refs: Vec<&Pod> = pods.iter().collect();
         let none = |_: &Pod| None;
-        let s = compute_status(&pdb(None, Some(IntOrString::Int(1))), &refs, &none, Timestamp::now());
+        let s = compute_status(
+            &pdb(None, Some(IntOrString::Int(1))),
+            &refs,
+            &none,
+            Timestamp::now(),
+        );
         assert_eq!(s.disruptions_allowed, 0);
     }
 
@@ -265,7 +308,8 @@ mod tests {
         });
         let s = compute_status(&p, &refs, &scale(2), now);
         assert_eq!((s.current_healthy, s.disruptions_allowed), (1, 0));
-        let later = Timestamp::from_second(now.as_second() + DISRUPTED_POD_TIMEOUT_SECS + 1).unwrap();
+        let later =
+            Timestamp::from_second(now.as_second() + DISRUPTED_POD_TIMEOUT_SECS + 1).unwrap();
         let s = compute_status(&p, &refs, &scale(2), later);
         assert_eq!((s.current_healthy, s.disruptions_allowed), (2, 1));
     }

@@ -12,7 +12,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
-use super::objects::{mark_pod_ready, node_name, phase, pod_ready, set_pod_condition, terminal, terminating};
+use super::objects::{
+    mark_pod_ready, node_name, phase, pod_ready, set_pod_condition, terminal, terminating,
+};
 use super::pdb::{self, covers, healthy, selector};
 use super::stats::BudgetViolation;
 use super::{Cluster, add_secs};
@@ -127,7 +129,11 @@ impl Cluster {
             .cloned()
             .ok_or_else(|| ApiError::not_found("", "pods", name))?;
         opts.check(&pod.metadata, "", "pods")?;
-        let spec_grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+        let spec_grace = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
         let mut grace = opts.grace_period_seconds.unwrap_or(spec_grace).max(0);
         if node_name(&pod).is_none() || terminal(&pod) {
             grace = 0;
@@ -153,7 +159,13 @@ impl Cluster {
     }
 
     /// The eviction subresource: `POST pods/{name}/eviction` with a policy/v1 Eviction body.
-    pub fn evict_pod(&mut self, ns: &str, name: &str, body: &Value, now: Timestamp) -> Result<Value, ApiError> {
+    pub fn evict_pod(
+        &mut self,
+        ns: &str,
+        name: &str,
+        body: &Value,
+        now: Timestamp,
+    ) -> Result<Value, ApiError> {
         let opts = DeleteOptions::from_value(&body["deleteOptions"]);
         let Some(pod) = self.pods.get(ns, name).cloned() else {
             self.stats.count_eviction("not-found");
@@ -189,20 +201,25 @@ impl Cluster {
             .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
             == Some("AlwaysAllow");
         if !pod_ready(&pod)
-            && (policy_always || (status.current_healthy >= status.desired_healthy && status.desired_healthy > 0))
+            && (policy_always
+                || (status.current_healthy >= status.desired_healthy && status.desired_healthy > 0))
         {
             self.stats.count_eviction("unhealthy-allowed");
             self.disrupt_and_delete(ns, name, &opts, now)?;
             return Ok(success_status(201));
         }
         let refusal = |cause: String| {
-            ApiError::too_many_requests("Cannot evict pod as it would violate the pod's disruption budget.")
-                .with_causes(json!([{"reason": "DisruptionBudget", "message": cause}]))
+            ApiError::too_many_requests(
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            )
+            .with_causes(json!([{"reason": "DisruptionBudget", "message": cause}]))
         };
         if status.observed_generation.unwrap_or(0) < budget.metadata.generation.unwrap_or(0) {
             self.stats.count_eviction("budget-unprocessed");
-            return Err(refusal(format!("The disruption budget {bname} is still being processed by the server."))
-                .with_retry_after(10));
+            return Err(refusal(format!(
+                "The disruption budget {bname} is still being processed by the server."
+            ))
+            .with_retry_after(10));
         }
         if status.disruptions_allowed <= 0 {
             self.stats.count_eviction("budget");
@@ -215,14 +232,22 @@ impl Cluster {
         let mut b = (*budget).clone();
         let st = b.status.get_or_insert_with(Default::default);
         st.disruptions_allowed -= 1;
-        st.disrupted_pods.get_or_insert_with(BTreeMap::new).insert(name.to_string(), Time(now));
+        st.disrupted_pods
+            .get_or_insert_with(BTreeMap::new)
+            .insert(name.to_string(), Time(now));
         self.pdbs.put(b);
         self.stats.count_eviction("success");
         self.disrupt_and_delete(ns, name, &opts, now)?;
         Ok(success_status(201))
     }
 
-    fn disrupt_and_delete(&mut self, ns: &str, name: &str, opts: &DeleteOptions, now: Timestamp) -> Result<(), ApiError> {
+    fn disrupt_and_delete(
+        &mut self,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        now: Timestamp,
+    ) -> Result<(), ApiError> {
         if let Some(p) = self.pods.get(ns, name) {
             let mut p = (**p).clone();
             set_pod_condition(&mut p, "DisruptionTarget", true, now);

@@ -60,7 +60,10 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
     let key = t.key.as_deref().unwrap_or("");
     match t.operator.as_deref().unwrap_or("Equal") {
         "Exists" => key.is_empty() || key == taint.key,
-        _ => key == taint.key && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        _ => {
+            key == taint.key
+                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
     }
 }
 
@@ -85,11 +88,17 @@ fn hostname_spreads(pod: &Pod) -> Vec<Spread> {
     pod.spec
         .iter()
         .flat_map(|s| s.topology_spread_constraints.iter().flatten())
-        .filter(|c| c.topology_key == "kubernetes.io/hostname" && c.when_unsatisfiable == "DoNotSchedule")
+        .filter(|c| {
+            c.topology_key == "kubernetes.io/hostname" && c.when_unsatisfiable == "DoNotSchedule"
+        })
         .filter_map(|c| {
             let v = serde_json::to_value(c.label_selector.as_ref()?).ok()?;
             let selector = LabelSelector::from_structured(&v).ok()?;
-            Some(Spread { key: format!("{ns}|{v}"), max_skew: c.max_skew, selector })
+            Some(Spread {
+                key: format!("{ns}|{v}"),
+                max_skew: c.max_skew,
+                selector,
+            })
         })
         .collect()
 }
@@ -121,7 +130,12 @@ const WINDOW: usize = 16;
 
 impl<'a> Scheduler<'a> {
     pub fn new(slots: Vec<NodeSlot>, placed: &'a [&'a Pod]) -> Self {
-        Scheduler { slots, placed, spread: SpreadCounts::default(), cursor: 0 }
+        Scheduler {
+            slots,
+            placed,
+            spread: SpreadCounts::default(),
+            cursor: 0,
+        }
     }
 
     fn counts_for(&mut self, ns: &str, s: &Spread) -> &mut HashMap<String, i32> {
@@ -132,7 +146,8 @@ impl<'a> Scheduler<'a> {
             for p in placed {
                 if p.metadata.namespace.as_deref() == Some(ns)
                     && p.metadata.deletion_timestamp.is_none()
-                    && s.selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty))
+                    && s.selector
+                        .matches(p.metadata.labels.as_ref().unwrap_or(&empty))
                     && let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone())
                 {
                     *m.entry(n).or_insert(0) += 1;
@@ -152,8 +167,11 @@ impl<'a> Scheduler<'a> {
     /// Picks a node for `pod` and records it there, or says why nothing fits.
     pub fn place(&mut self, pod: &Pod) -> Placement {
         let req = pod_requests(pod);
-        let tolerations: Vec<Toleration> =
-            pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
+        let tolerations: Vec<Toleration> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.clone())
+            .unwrap_or_default();
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let spreads = hostname_spreads(pod);
         // Minimum count per constraint over the nodes the pod could be placed on by selector
@@ -167,7 +185,11 @@ impl<'a> Scheduler<'a> {
                 .map(|sl| sl.name.clone())
                 .collect();
             let counts = self.counts_for(&ns, s);
-            let min = names.iter().map(|n| counts.get(n).copied().unwrap_or(0)).min().unwrap_or(0);
+            let min = names
+                .iter()
+                .map(|n| counts.get(n).copied().unwrap_or(0))
+                .min()
+                .unwrap_or(0);
             minimums.push(min);
         }
         let n = self.slots.len();
@@ -190,7 +212,13 @@ impl<'a> Scheduler<'a> {
             } else {
                 let mut skewed = false;
                 for (s, min) in spreads.iter().zip(&minimums) {
-                    let c = self.spread.counts.get(&s.key).and_then(|m| m.get(&slot.name)).copied().unwrap_or(0);
+                    let c = self
+                        .spread
+                        .counts
+                        .get(&s.key)
+                        .and_then(|m| m.get(&slot.name))
+                        .copied()
+                        .unwrap_or(0);
                     if c + 1 - min > s.max_skew {
                         skewed = true;
                     }
@@ -223,7 +251,11 @@ impl<'a> Scheduler<'a> {
                 Placement::Bind(name)
             }
             None => {
-                let detail = reasons.iter().map(|(r, c)| format!("{c} {r}")).collect::<Vec<_>>().join(", ");
+                let detail = reasons
+                    .iter()
+                    .map(|(r, c)| format!("{c} {r}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 Placement::Unschedulable(format!("0/{n} nodes are available: {detail}."))
             }
         }
@@ -233,13 +265,26 @@ impl<'a> Scheduler<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements, TopologySpreadConstraint};
+    use k8s_openapi::api::core::v1::{
+        Container, PodSpec, ResourceRequirements, TopologySpreadConstraint,
+    };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSel, ObjectMeta};
 
     fn slot(name: &str, cpu_m: i128, pods: i64) -> NodeSlot {
-        let r = Resources { cpu: cpu_m * 1000 / 1000, memory: 8 << 40 };
-        NodeSlot { name: name.into(), labels: BTreeMap::new(), taints: vec![], schedulable: true, free: r, free_pods: pods, allocatable: r }
+        let r = Resources {
+            cpu: cpu_m * 1000 / 1000,
+            memory: 8 << 40,
+        };
+        NodeSlot {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            taints: vec![],
+            schedulable: true,
+            free: r,
+            free_pods: pods,
+            allocatable: r,
+        }
     }
 
     fn pod(name: &str, cpu: &str, spread: Option<i32>) -> Pod {
@@ -278,19 +323,39 @@ mod tests {
     }
 
     fn taint(key: &str, effect: &str) -> Taint {
-        Taint { key: key.into(), value: Some("x".into()), effect: effect.into(), time_added: None }
+        Taint {
+            key: key.into(),
+            value: Some("x".into()),
+            effect: effect.into(),
+            time_added: None,
+        }
     }
 
     #[test]
     fn toleration_rules() {
         let t = taint("rotor.dev/drain", "NoSchedule");
-        let exists_any = Toleration { operator: Some("Exists".into()), ..Default::default() };
+        let exists_any = Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        };
         assert!(tolerates(&exists_any, &t));
-        let eq = Toleration { key: Some("rotor.dev/drain".into()), value: Some("x".into()), ..Default::default() };
+        let eq = Toleration {
+            key: Some("rotor.dev/drain".into()),
+            value: Some("x".into()),
+            ..Default::default()
+        };
         assert!(tolerates(&eq, &t));
-        let wrong_value = Toleration { key: Some("rotor.dev/drain".into()), value: Some("y".into()), ..Default::default() };
+        let wrong_value = Toleration {
+            key: Some("rotor.dev/drain".into()),
+            value: Some("y".into()),
+            ..Default::default()
+        };
         assert!(!tolerates(&wrong_value, &t));
-        let wrong_effect = Toleration { operator: Some("Exists".into()), effect: Some("NoExecute".into()), ..Default::default() };
+        let wrong_effect = Toleration {
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            ..Default::default()
+        };
         assert!(!tolerates(&wrong_effect, &t));
         // PreferNoSchedule taints never block placement.
         assert!(untolerated(&[], &[taint("a", "PreferNoSchedule")]).is_none());
@@ -306,12 +371,21 @@ mod tests {
         let small = slot("c", 100, 10);
         let ok = slot("d", 1000, 10);
         let mut s = Scheduler::new(vec![cordoned, tainted, small, ok], &[]);
-        assert_eq!(s.place(&pod("p", "500m", None)), Placement::Bind("d".into()));
-        assert_eq!(s.place(&pod("q", "500m", None)), Placement::Bind("d".into()));
+        assert_eq!(
+            s.place(&pod("p", "500m", None)),
+            Placement::Bind("d".into())
+        );
+        assert_eq!(
+            s.place(&pod("q", "500m", None)),
+            Placement::Bind("d".into())
+        );
         match s.place(&pod("r", "500m", None)) {
             Placement::Unschedulable(why) => {
                 assert!(why.starts_with("0/4 nodes are available"), "{why}");
-                assert!(why.contains("untolerated taint") && why.contains("Insufficient"), "{why}");
+                assert!(
+                    why.contains("untolerated taint") && why.contains("Insufficient"),
+                    "{why}"
+                );
             }
             other => panic!("expected unschedulable, got {other:?}"),
         }
@@ -323,19 +397,37 @@ mod tests {
         let mut c = slot("c", 4000, 10);
         c.schedulable = false;
         let mut s = Scheduler::new(vec![slot("a", 4000, 10), slot("b", 4000, 10), c], &[]);
-        assert!(matches!(s.place(&pod("p1", "100m", Some(1))), Placement::Bind(_)));
-        assert!(matches!(s.place(&pod("p2", "100m", Some(1))), Placement::Bind(_)));
+        assert!(matches!(
+            s.place(&pod("p1", "100m", Some(1))),
+            Placement::Bind(_)
+        ));
+        assert!(matches!(
+            s.place(&pod("p2", "100m", Some(1))),
+            Placement::Bind(_)
+        ));
         // Both schedulable nodes hold one pod; one more would make skew 2 against the empty
         // cordoned node.
-        assert!(matches!(s.place(&pod("p3", "100m", Some(1))), Placement::Unschedulable(_)));
+        assert!(matches!(
+            s.place(&pod("p3", "100m", Some(1))),
+            Placement::Unschedulable(_)
+        ));
         // Without the constraint it fits.
-        assert!(matches!(s.place(&pod("p4", "100m", None)), Placement::Bind(_)));
+        assert!(matches!(
+            s.place(&pod("p4", "100m", None)),
+            Placement::Bind(_)
+        ));
     }
 
     #[test]
     fn pod_count_limit_applies() {
         let mut s = Scheduler::new(vec![slot("a", 4000, 1)], &[]);
-        assert!(matches!(s.place(&pod("p1", "10m", None)), Placement::Bind(_)));
-        assert!(matches!(s.place(&pod("p2", "10m", None)), Placement::Unschedulable(_)));
+        assert!(matches!(
+            s.place(&pod("p1", "10m", None)),
+            Placement::Bind(_)
+        ));
+        assert!(matches!(
+            s.place(&pod("p2", "10m", None)),
+            Placement::Unschedulable(_)
+        ));
     }
 }

@@ -39,7 +39,10 @@ pub struct Stats {
 
 impl Stats {
     pub fn count_request(&mut self, verb: &str, resource: &str) {
-        *self.requests.entry(format!("{verb} {resource}")).or_default() += 1;
+        *self
+            .requests
+            .entry(format!("{verb} {resource}"))
+            .or_default() += 1;
     }
 
     pub fn count_eviction(&mut self, outcome: &str) {

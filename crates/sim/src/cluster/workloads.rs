@@ -7,17 +7,23 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{DaemonSetStatus, DeploymentStatus, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus, StatefulSetStatus};
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration};
+use k8s_openapi::api::apps::v1::{
+    DaemonSetStatus, DeploymentStatus, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus,
+    StatefulSetStatus,
+};
+use k8s_openapi::api::core::v1::{
+    Container, Node, Pod, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
+use super::Cluster;
 use super::objects::{
-    MIRROR_ANNOTATION, bind_and_start, controller_of, mark_pod_ready, node_taints, pod_from_template, pod_ready, terminal, terminating,
+    MIRROR_ANNOTATION, bind_and_start, controller_of, mark_pod_ready, node_taints,
+    pod_from_template, pod_ready, terminal, terminating,
 };
 use super::pods::Removal;
 use super::scheduler::untolerated;
-use super::Cluster;
 use crate::api::collection::{DeleteOptions, generate_name};
 
 fn owner(api_version: &str, kind: &str, meta: &ObjectMeta) -> OwnerReference {
@@ -35,7 +41,9 @@ fn owner(api_version: &str, kind: &str, meta: &ObjectMeta) -> OwnerReference {
 fn template_hash(t: &PodTemplateSpec) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let s = serde_json::to_string(t).unwrap_or_default();
-    let mut h = s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3));
+    let mut h = s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    });
     (0..10)
         .map(|_| {
             let c = ALPHABET[(h % ALPHABET.len() as u64) as usize] as char;
@@ -88,7 +96,9 @@ impl Cluster {
         let deployments: Vec<_> = self.deployments.values().cloned().collect();
         for d in deployments {
             let ns = d.metadata.namespace.clone().unwrap_or_default();
-            let Some(spec) = d.spec.as_ref() else { continue };
+            let Some(spec) = d.spec.as_ref() else {
+                continue;
+            };
             let replicas = spec.replicas.unwrap_or(1);
             let hash = template_hash(&spec.template);
             let dname = d.metadata.name.clone().unwrap_or_default();
@@ -102,7 +112,9 @@ impl Cluster {
                 .filter(|r| controller_of(&r.metadata).is_some_and(|o| o.uid == d_uid))
                 .collect();
             for r in &owned {
-                if r.metadata.name.as_deref() != Some(&rs_name) && r.spec.as_ref().and_then(|s| s.replicas) != Some(0) {
+                if r.metadata.name.as_deref() != Some(&rs_name)
+                    && r.spec.as_ref().and_then(|s| s.replicas) != Some(0)
+                {
                     let mut r = (**r).clone();
                     if let Some(s) = r.spec.as_mut() {
                         s.replicas = Some(0);
@@ -115,9 +127,14 @@ impl Cluster {
                 None => {
                     let mut template = spec.template.clone();
                     let meta = template.metadata.get_or_insert_with(Default::default);
-                    meta.labels.get_or_insert_with(BTreeMap::new).insert("pod-template-hash".into(), hash.clone());
+                    meta.labels
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert("pod-template-hash".into(), hash.clone());
                     let mut selector = spec.selector.clone();
-                    selector.match_labels.get_or_insert_with(BTreeMap::new).insert("pod-template-hash".into(), hash.clone());
+                    selector
+                        .match_labels
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert("pod-template-hash".into(), hash.clone());
                     let rs = ReplicaSet {
                         metadata: ObjectMeta {
                             name: Some(rs_name.clone()),
@@ -126,11 +143,23 @@ impl Cluster {
                             creation_timestamp: Some(Time(now)),
                             generation: Some(1),
                             labels: meta.labels.clone(),
-                            annotations: Some(BTreeMap::from([("deployment.kubernetes.io/desired-replicas".into(), replicas.to_string())])),
-                            owner_references: Some(vec![owner("apps/v1", "Deployment", &d.metadata)]),
+                            annotations: Some(BTreeMap::from([(
+                                "deployment.kubernetes.io/desired-replicas".into(),
+                                replicas.to_string(),
+                            )])),
+                            owner_references: Some(vec![owner(
+                                "apps/v1",
+                                "Deployment",
+                                &d.metadata,
+                            )]),
                             ..Default::default()
                         },
-                        spec: Some(ReplicaSetSpec { replicas: Some(replicas), selector, template: Some(template), min_ready_seconds: None }),
+                        spec: Some(ReplicaSetSpec {
+                            replicas: Some(replicas),
+                            selector,
+                            template: Some(template),
+                            min_ready_seconds: None,
+                        }),
                         status: None,
                     };
                     self.replicasets.put(rs);
@@ -161,9 +190,19 @@ impl Cluster {
                 unavailable_replicas: Some((replicas - ready).max(0)),
                 ..Default::default()
             };
-            if d.status.as_ref().map(|s| (s.observed_generation, s.replicas, s.ready_replicas, s.unavailable_replicas))
-                != Some((status.observed_generation, status.replicas, status.ready_replicas, status.unavailable_replicas))
-            {
+            if d.status.as_ref().map(|s| {
+                (
+                    s.observed_generation,
+                    s.replicas,
+                    s.ready_replicas,
+                    s.unavailable_replicas,
+                )
+            }) != Some((
+                status.observed_generation,
+                status.replicas,
+                status.ready_replicas,
+                status.unavailable_replicas,
+            )) {
                 let mut d = (*d).clone();
                 d.status = Some(status);
                 self.deployments.put(d);
@@ -187,7 +226,13 @@ impl Cluster {
                 && let Some(template) = rs.spec.as_ref().and_then(|s| s.template.clone())
             {
                 for _ in have..want {
-                    let pod = pod_from_template(&template, &ns, &generate_name(&format!("{name}-")), owner("apps/v1", "ReplicaSet", &rs.metadata), now);
+                    let pod = pod_from_template(
+                        &template,
+                        &ns,
+                        &generate_name(&format!("{name}-")),
+                        owner("apps/v1", "ReplicaSet", &rs.metadata),
+                        now,
+                    );
                     self.create_pod(pod);
                 }
             } else if have > want {
@@ -201,7 +246,13 @@ impl Cluster {
                 });
                 for p in live.iter().take((have - want) as usize) {
                     let pname = p.metadata.name.clone().unwrap_or_default();
-                    let _ = self.delete_pod(&ns, &pname, &DeleteOptions::default(), Removal::System, now);
+                    let _ = self.delete_pod(
+                        &ns,
+                        &pname,
+                        &DeleteOptions::default(),
+                        Removal::System,
+                        now,
+                    );
                 }
             }
             let ready = pods.iter().filter(|p| active(p) && pod_ready(p)).count() as i32;
@@ -214,8 +265,15 @@ impl Cluster {
                 observed_generation: rs.metadata.generation,
                 ..Default::default()
             };
-            if rs.status.as_ref().map(|s| (s.replicas, s.ready_replicas, s.observed_generation))
-                != Some((status.replicas, status.ready_replicas, status.observed_generation))
+            if rs
+                .status
+                .as_ref()
+                .map(|s| (s.replicas, s.ready_replicas, s.observed_generation))
+                != Some((
+                    status.replicas,
+                    status.ready_replicas,
+                    status.observed_generation,
+                ))
             {
                 let mut rs = (*rs).clone();
                 rs.status = Some(status);
@@ -229,7 +287,9 @@ impl Cluster {
         for sts in sets {
             let ns = sts.metadata.namespace.clone().unwrap_or_default();
             let name = sts.metadata.name.clone().unwrap_or_default();
-            let Some(spec) = sts.spec.as_ref() else { continue };
+            let Some(spec) = sts.spec.as_ref() else {
+                continue;
+            };
             let want = spec.replicas.unwrap_or(1);
             // OrderedReady: create the lowest missing ordinal once all lower ones are Ready;
             // a pod still terminating under the same name blocks its own recreation.
@@ -244,7 +304,13 @@ impl Cluster {
                         let labels = meta.labels.get_or_insert_with(BTreeMap::new);
                         labels.insert("statefulset.kubernetes.io/pod-name".into(), pname.clone());
                         labels.insert("apps.kubernetes.io/pod-index".into(), i.to_string());
-                        let mut pod = pod_from_template(&template, &ns, &pname, owner("apps/v1", "StatefulSet", &sts.metadata), now);
+                        let mut pod = pod_from_template(
+                            &template,
+                            &ns,
+                            &pname,
+                            owner("apps/v1", "StatefulSet", &sts.metadata),
+                            now,
+                        );
                         if let Some(ps) = pod.spec.as_mut() {
                             ps.hostname = Some(pname.clone());
                         }
@@ -258,7 +324,9 @@ impl Cluster {
             let mut extra: Vec<(i32, String)> = self
                 .pods
                 .range(Some(&ns), None)
-                .filter(|(_, p)| controller_of(&p.metadata).is_some_and(|o| o.uid == uid) && active(p))
+                .filter(|(_, p)| {
+                    controller_of(&p.metadata).is_some_and(|o| o.uid == uid) && active(p)
+                })
                 .filter_map(|(k, _)| {
                     let ord: i32 = k.1.rsplit('-').next()?.parse().ok()?;
                     (ord >= want).then(|| (ord, k.1.clone()))
@@ -266,7 +334,8 @@ impl Cluster {
                 .collect();
             extra.sort();
             if let Some((_, pname)) = extra.last() {
-                let _ = self.delete_pod(&ns, pname, &DeleteOptions::default(), Removal::System, now);
+                let _ =
+                    self.delete_pod(&ns, pname, &DeleteOptions::default(), Removal::System, now);
             }
             let owned: Vec<&Arc<Pod>> = self
                 .pods
@@ -285,8 +354,15 @@ impl Cluster {
                 observed_generation: sts.metadata.generation,
                 ..Default::default()
             };
-            if sts.status.as_ref().map(|s| (s.replicas, s.ready_replicas, s.observed_generation))
-                != Some((status.replicas, status.ready_replicas, status.observed_generation))
+            if sts
+                .status
+                .as_ref()
+                .map(|s| (s.replicas, s.ready_replicas, s.observed_generation))
+                != Some((
+                    status.replicas,
+                    status.ready_replicas,
+                    status.observed_generation,
+                ))
             {
                 let mut s = (*sts).clone();
                 s.status = Some(status);
@@ -303,7 +379,9 @@ impl Cluster {
             let ns = ds.metadata.namespace.clone().unwrap_or_default();
             let name = ds.metadata.name.clone().unwrap_or_default();
             let uid = ds.metadata.uid.clone().unwrap_or_default();
-            let Some(spec) = ds.spec.as_ref() else { continue };
+            let Some(spec) = ds.spec.as_ref() else {
+                continue;
+            };
             let mut template = spec.template.clone();
             let tspec = template.spec.get_or_insert_with(Default::default);
             let tolerations = tspec.tolerations.get_or_insert_with(Vec::new);
@@ -323,9 +401,17 @@ impl Cluster {
                     continue;
                 }
                 desired += 1;
-                let present = pods.iter().any(|p| super::objects::node_name(p) == Some(nname.as_str()));
+                let present = pods
+                    .iter()
+                    .any(|p| super::objects::node_name(p) == Some(nname.as_str()));
                 if !present {
-                    let mut pod = pod_from_template(&template, &ns, &generate_name(&format!("{name}-")), owner("apps/v1", "DaemonSet", &ds.metadata), now);
+                    let mut pod = pod_from_template(
+                        &template,
+                        &ns,
+                        &generate_name(&format!("{name}-")),
+                        owner("apps/v1", "DaemonSet", &ds.metadata),
+                        now,
+                    );
                     bind_and_start(&mut pod, node, now);
                     self.create_pod(pod);
                 }
@@ -342,8 +428,14 @@ impl Cluster {
                 observed_generation: ds.metadata.generation,
                 ..Default::default()
             };
-            if ds.status.as_ref().map(|s| (s.desired_number_scheduled, s.current_number_scheduled, s.number_ready, s.observed_generation))
-                != Some((desired, scheduled, ready, ds.metadata.generation))
+            if ds.status.as_ref().map(|s| {
+                (
+                    s.desired_number_scheduled,
+                    s.current_number_scheduled,
+                    s.number_ready,
+                    s.observed_generation,
+                )
+            }) != Some((desired, scheduled, ready, ds.metadata.generation))
             {
                 let mut d = (*ds).clone();
                 d.status = Some(status);
@@ -375,10 +467,19 @@ impl Cluster {
                 }
                 let template = PodTemplateSpec {
                     metadata: Some(ObjectMeta {
-                        labels: Some(BTreeMap::from([("component".into(), sp.name.clone()), ("tier".into(), "node".into())])),
+                        labels: Some(BTreeMap::from([
+                            ("component".into(), sp.name.clone()),
+                            ("tier".into(), "node".into()),
+                        ])),
                         annotations: Some(BTreeMap::from([
-                            (MIRROR_ANNOTATION.to_string(), format!("{:032x}", pname.len() * 7919)),
-                            ("kubernetes.io/config.source".to_string(), "file".to_string()),
+                            (
+                                MIRROR_ANNOTATION.to_string(),
+                                format!("{:032x}", pname.len() * 7919),
+                            ),
+                            (
+                                "kubernetes.io/config.source".to_string(),
+                                "file".to_string(),
+                            ),
                         ])),
                         ..Default::default()
                     }),
@@ -386,13 +487,19 @@ impl Cluster {
                         containers: vec![Container {
                             name: sp.name.clone(),
                             image: Some(format!("registry.k8s.io/{}:v1.33.0", sp.name)),
-                            resources: Some(ResourceRequirements { requests: Some(requests), ..Default::default() }),
+                            resources: Some(ResourceRequirements {
+                                requests: Some(requests),
+                                ..Default::default()
+                            }),
                             ..Default::default()
                         }],
                         priority_class_name: Some("system-node-critical".into()),
                         priority: Some(2_000_001_000),
                         host_network: Some(true),
-                        tolerations: Some(vec![Toleration { operator: Some("Exists".into()), ..Default::default() }]),
+                        tolerations: Some(vec![Toleration {
+                            operator: Some("Exists".into()),
+                            ..Default::default()
+                        }]),
                         ..Default::default()
                     }),
                 };
@@ -421,7 +528,10 @@ mod tests {
     fn template_hash_is_stable_and_changes_with_the_template() {
         let a = PodTemplateSpec::default();
         let mut b = PodTemplateSpec::default();
-        b.metadata = Some(ObjectMeta { labels: Some(BTreeMap::from([("v".into(), "2".into())])), ..Default::default() });
+        b.metadata = Some(ObjectMeta {
+            labels: Some(BTreeMap::from([("v".into(), "2".into())])),
+            ..Default::default()
+        });
         assert_eq!(template_hash(&a), template_hash(&a));
         assert_ne!(template_hash(&a), template_hash(&b));
         assert_eq!(template_hash(&a).len(), 10);

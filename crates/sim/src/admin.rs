@@ -9,6 +9,9 @@
 //! - `POST /sim/v1/faults` `{"errors": [{"verb": "create", "resource": "pods/eviction", "rate": 0.5, "code": 500}], "latencyMs": 20}`
 //! - `POST /sim/v1/faults/drop-watches`, `POST /sim/v1/faults/expire-watches` (next resume gets 410)
 //! - `POST /sim/v1/stats/reset`
+//! - `POST /sim/v1/pause` `{"paused": true}` stops the simulated control plane (controllers,
+//!   scheduler, kubelets, autoscaler) while the API keeps serving; `POST /sim/v1/step` runs it
+//!   once. For tests that need a state to hold still, e.g. a budget not yet processed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,6 +43,27 @@ pub fn router() -> Router<Arc<Sim>> {
         .route("/faults", post(set_faults))
         .route("/faults/drop-watches", post(drop_watches))
         .route("/faults/expire-watches", post(expire_watches))
+        .route("/pause", post(pause))
+        .route("/step", post(step))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    paused: bool,
+}
+
+async fn pause(State(sim): State<Arc<Sim>>, Json(b): Json<PauseBody>) -> Response {
+    sim.cluster.lock().expect("cluster lock").paused = b.paused;
+    tracing::info!(paused = b.paused, "control plane pause changed");
+    Json(json!({"paused": b.paused})).into_response()
+}
+
+async fn step(State(sim): State<Arc<Sim>>) -> Response {
+    let mut c = sim.cluster.lock().expect("cluster lock");
+    c.reconciled_rv = 0;
+    c.step(jiff::Timestamp::now(), false);
+    Json(json!({"resourceVersion": c.rev.current().to_string()})).into_response()
 }
 
 fn bad(msg: String) -> Response {
@@ -125,6 +149,7 @@ pub fn snapshot(c: &Cluster) -> Value {
         "nodesLaunched": s.nodes_launched,
         "nodesRemoved": s.nodes_removed,
         "podsCreated": s.pods_created,
+        "paused": c.paused,
     })
 }
 

@@ -147,7 +147,9 @@ pub async fn control_loop(sim: Arc<Sim>, token: CancellationToken) {
             _ = token.cancelled() => return,
             _ = interval.tick() => {
                 let mut c = sim.cluster.lock().expect("cluster lock");
-                c.step(jiff::Timestamp::now(), false);
+                if !c.paused {
+                    c.step(jiff::Timestamp::now(), false);
+                }
             }
         }
     }

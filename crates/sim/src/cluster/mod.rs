@@ -68,6 +68,8 @@ pub struct Cluster {
     pub reconciled_rv: u64,
     pub next_timed_transition: Option<Timestamp>,
     pub last_tick: Option<Timestamp>,
+    /// Set through the admin API: the control loop skips its steps.
+    pub paused: bool,
 }
 
 /// How many changes each kind keeps for watches to resume from.
@@ -101,6 +103,7 @@ impl Cluster {
             reconciled_rv: 0,
             next_timed_transition: None,
             last_tick: None,
+            paused: false,
         }
     }
 
@@ -242,7 +245,7 @@ pub fn object_ref_node(node: &Node) -> ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Node".into()),
         name: node.metadata.name.clone(),
-        uid: node.metadata.name.clone(),
+        uid: node.metadata.uid.clone(),
         ..Default::default()
     }
 }

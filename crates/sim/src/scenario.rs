@@ -324,6 +324,12 @@ pub struct WorkloadSpec {
     pub node_selector: BTreeMap<String, String>,
     #[serde(default)]
     pub tolerations: Vec<TolerationSpec>,
+    /// Stamp out this many copies named `<name>-<i>` (for large scenarios).
+    #[serde(default)]
+    pub copies: Option<u32>,
+    /// With `copies`: spread the copies round-robin over `<namespace>-<k>` for k below this.
+    #[serde(default)]
+    pub spread_namespaces: Option<u32>,
 }
 
 fn default_ns() -> String {
@@ -366,10 +372,11 @@ pub struct TolerationSpec {
 
 impl Scenario {
     pub fn from_yaml(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
-        let s: Scenario = serde_saphyr::from_str(text).map_err(|e| ScenarioError::Parse {
+        let mut s: Scenario = serde_saphyr::from_str(text).map_err(|e| ScenarioError::Parse {
             path: path.to_string(),
             message: e.to_string(),
         })?;
+        s.expand_copies();
         s.validate().map_err(|message| ScenarioError::Invalid {
             path: path.to_string(),
             message,
@@ -384,6 +391,30 @@ impl Scenario {
             source,
         })?;
         Self::from_yaml(&text, &p)
+    }
+
+    /// Replaces each workload that asks for `copies` by its copies.
+    fn expand_copies(&mut self) {
+        let mut out = Vec::with_capacity(self.workloads.len());
+        for w in self.workloads.drain(..) {
+            let Some(n) = w.copies else {
+                out.push(w);
+                continue;
+            };
+            let width = n.saturating_sub(1).to_string().len();
+            for i in 0..n {
+                let mut c = w.clone();
+                c.copies = None;
+                c.spread_namespaces = None;
+                c.name = format!("{}-{i:0width$}", w.name);
+                if let Some(k) = w.spread_namespaces.filter(|k| *k > 0) {
+                    let kw = k.saturating_sub(1).to_string().len();
+                    c.namespace = format!("{}-{:0kw$}", w.namespace, i % k);
+                }
+                out.push(c);
+            }
+        }
+        self.workloads = out;
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -539,6 +570,30 @@ workloads:
             .unwrap_err()
             .to_string();
         assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn copies_expand_over_namespaces() {
+        let s = Scenario::from_yaml(
+            "workloads: [{kind: Deployment, name: svc, namespace: team, copies: 12, spreadNamespaces: 5}]",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(s.workloads.len(), 12);
+        assert_eq!(
+            (
+                s.workloads[0].name.as_str(),
+                s.workloads[0].namespace.as_str()
+            ),
+            ("svc-00", "team-0")
+        );
+        assert_eq!(
+            (
+                s.workloads[11].name.as_str(),
+                s.workloads[11].namespace.as_str()
+            ),
+            ("svc-11", "team-1")
+        );
     }
 
     #[test]

@@ -279,9 +279,14 @@ pub fn build(s: &Scenario, now: Timestamp) -> Cluster {
             .unwrap_or(0);
         for _ in 0..(6 + max_sts as usize * 2) {
             c.step(now, true);
+            // Drop each pass's history at once: keeping every intermediate version of
+            // 150,000 pods until the end would double the peak memory.
+            c.compact_all();
         }
         // Settled pods were never unschedulable for long; start the counters clean.
         c.stats.unschedulable_pod_seconds = 0.0;
+        // The history of building the cluster is not worth keeping for watchers.
+        c.compact_all();
     }
     c
 }

@@ -92,6 +92,8 @@ pub struct WatchContext {
     pub bookmark_interval: Duration,
     /// Bumped by the fault injector to cut every open watch stream.
     pub drop_signal: watch::Receiver<u64>,
+    /// `kubectl get -w` asks for Tables; each event's object is then a one-row Table.
+    pub as_table: bool,
 }
 
 /// Who writes and when, for managedFields and timestamps.
@@ -128,6 +130,11 @@ pub struct DeleteOptions {
 }
 
 impl DeleteOptions {
+    /// Whether the options ask for a dry run, which the simulator does not perform.
+    pub fn dry_run(v: &Value) -> bool {
+        v["dryRun"].as_array().is_some_and(|a| !a.is_empty())
+    }
+
     pub fn from_value(v: &Value) -> Self {
         let pre = &v["preconditions"];
         DeleteOptions {
@@ -385,6 +392,15 @@ impl<K: SimKind> Collection<K> {
     }
 }
 
+fn object_line<K: SimKind>(kind: &str, obj: &K, as_table: bool) -> Bytes {
+    if as_table {
+        let v = serde_json::to_value(obj).unwrap_or_default();
+        let table = super::table::to_table(K::KIND, &v, jiff::Timestamp::now());
+        return watch_line(kind, &table);
+    }
+    watch_line(kind, obj)
+}
+
 fn watch_line(kind: &str, object: &impl serde::Serialize) -> Bytes {
     let mut buf = Vec::with_capacity(2048);
     buf.extend_from_slice(b"{\"type\":\"");
@@ -424,7 +440,11 @@ async fn stream_watch<K: SimKind>(
 ) {
     let mut last_rv = start_rv;
     for obj in initial {
-        if tx.send(watch_line("ADDED", obj.as_ref())).await.is_err() {
+        if tx
+            .send(object_line::<K>("ADDED", obj.as_ref(), ctx.as_table))
+            .await
+            .is_err()
+        {
             return;
         }
     }
@@ -432,7 +452,7 @@ async fn stream_watch<K: SimKind>(
         last_rv = c.rv;
         if let Some(t) = visible_change(&filter, &c)
             && tx
-                .send(watch_line(t.as_str(), c.obj.as_ref()))
+                .send(object_line::<K>(t.as_str(), c.obj.as_ref(), ctx.as_table))
                 .await
                 .is_err()
         {
@@ -465,7 +485,7 @@ async fn stream_watch<K: SimKind>(
                     }
                     last_rv = c.rv;
                     if let Some(t) = visible_change(&filter, &c)
-                        && tx.send(watch_line(t.as_str(), c.obj.as_ref())).await.is_err()
+                        && tx.send(object_line::<K>(t.as_str(), c.obj.as_ref(), ctx.as_table)).await.is_err()
                     {
                         return;
                     }
@@ -711,13 +731,15 @@ pub fn update_typed<K: SimKind>(
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
     }
-    match body["metadata"]["resourceVersion"].as_str() {
-        Some(rv) if !rv.is_empty() => {
-            if Some(rv) != current.metadata().resource_version.as_deref() {
-                return Err(ApiError::conflict(K::GROUP, K::URL_PATH_SEGMENT, name));
-            }
+    match body["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|rv| !rv.is_empty())
+    {
+        Some(rv) if Some(rv) != current.metadata().resource_version.as_deref() => {
+            return Err(ApiError::conflict(K::GROUP, K::URL_PATH_SEGMENT, name));
         }
-        _ if !allow_unconditional => {
+        Some(_) => {}
+        None if !allow_unconditional => {
             return Err(ApiError::invalid(
                 K::KIND,
                 name,

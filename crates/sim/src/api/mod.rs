@@ -4,6 +4,7 @@
 //! request is counted by verb and resource and may be delayed or failed by injected faults.
 
 pub mod collection;
+pub mod scale;
 pub mod status;
 pub mod table;
 
@@ -230,9 +231,16 @@ async fn handle(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<Response, ApiError> {
-    if q.get("dryRun").is_some_and(|v| !v.is_empty()) {
+    // A dry run must change nothing; the simulator does not implement one, so it refuses
+    // rather than act for real (in the query for writes, in DeleteOptions for deletes and
+    // evictions).
+    let body_dry_run = matches!(*method, Method::DELETE | Method::POST)
+        && serde_json::from_slice::<Value>(body).is_ok_and(|v| {
+            DeleteOptions::dry_run(&v) || DeleteOptions::dry_run(&v["deleteOptions"])
+        });
+    if q.get("dryRun").is_some_and(|v| !v.is_empty()) || body_dry_run {
         return Err(ApiError::bad_request(
-            "dryRun is not supported by the simulator",
+            "dryRun is not supported by the simulator; nothing was changed",
         ));
     }
     let now = jiff::Timestamp::now();
@@ -266,6 +274,7 @@ async fn handle(
     if let Some(s) = sub
         && !matches!(s, "status")
         && !(t.plural == "pods" && s == "eviction")
+        && !(s == "scale" && scale::serves_scale(&t.group, &t.plural))
     {
         return Err(ApiError {
             code: 404,
@@ -335,6 +344,13 @@ async fn handle(
     let coll = cluster
         .api_collection(&t.group, &t.version, &t.plural)
         .ok_or_else(|| ApiError::not_found(&t.group, &t.plural, &name))?;
+    if sub == Some("scale") {
+        let out = serve_scale(coll, verb, &ns, &name, headers, body, &ctx)?;
+        return Ok(json_response(
+            StatusCode::OK,
+            serde_json::to_vec(&out).unwrap_or_default(),
+        ));
+    }
     let body_out = match (verb, sub) {
         ("list", None) => {
             let query = ListQuery {
@@ -364,9 +380,14 @@ async fn handle(
                         .unwrap_or(1800),
                 ),
             };
+            let accept = headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
             let wctx = WatchContext {
                 bookmark_interval: cluster_timing_bookmark(sim),
                 drop_signal: sim.drop_rx.clone(),
+                as_table: table::wants_table(accept),
             };
             let rx = match coll.watch(wq, wctx) {
                 Ok(rx) => rx,
@@ -431,6 +452,63 @@ async fn handle(
     Ok(json_response(StatusCode::OK, body_out))
 }
 
+/// GET, PUT and PATCH of `<workload>/scale`: read or write `spec.replicas` through a Scale.
+fn serve_scale(
+    coll: &mut dyn collection::ApiCollection,
+    verb: &str,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    ctx: &WriteContext,
+) -> Result<Value, ApiError> {
+    let parse = |b: Vec<u8>| -> Result<Value, ApiError> {
+        serde_json::from_slice(&b).map_err(|e| ApiError::internal(e.to_string()))
+    };
+    let current = scale::scale_of(&parse(coll.get_json(ns, name)?)?);
+    let wanted = match verb {
+        "get" => return Ok(current),
+        "update" => parse_body(body)?,
+        "patch" => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let mut doc = current.clone();
+            let patch_doc = parse_body(body)?;
+            match PatchType::from_content_type(ct)? {
+                PatchType::Json => {
+                    rotor_apimachinery::patch::apply_json_patch(&mut doc, &patch_doc)
+                }
+                _ => rotor_apimachinery::patch::apply_merge_patch(&mut doc, &patch_doc),
+            }
+            .map_err(|e| ApiError::unprocessable(e.to_string()))?;
+            doc
+        }
+        _ => {
+            return Err(ApiError::method_not_allowed(format!(
+                "{verb} is not supported on scale"
+            )));
+        }
+    };
+    let rv = wanted["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|r| !r.is_empty());
+    if rv.is_some_and(|rv| Some(rv) != current["metadata"]["resourceVersion"].as_str()) {
+        return Err(ApiError::conflict("apps", "scale", name));
+    }
+    let replicas = scale::requested_replicas(&wanted)?;
+    let out = coll.patch_json(
+        ns,
+        name,
+        PatchType::Merge,
+        &json!({"spec": {"replicas": replicas}}),
+        None,
+        ctx,
+    )?;
+    Ok(scale::scale_of(&parse(out)?))
+}
+
 fn cluster_timing_bookmark(sim: &Sim) -> Duration {
     sim.bookmark_interval
 }
@@ -457,6 +535,9 @@ fn resource_list(group: &str, version: &str) -> Response {
         }));
         if r.has_status {
             resources.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if scale::serves_scale(group, r.plural) {
+            resources.push(json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": true, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
         }
         if r.plural == "pods" && group.is_empty() {
             resources.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));

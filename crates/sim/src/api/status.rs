@@ -147,6 +147,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        // A Status built without a reason (eviction's multiple-budget answer) carries none.
+        if self.reason.is_empty()
+            && let Some(o) = v.as_object_mut()
+        {
+            o.remove("reason");
+        }
         if let Some(d) = &self.details {
             v["details"] = d.clone();
         }

@@ -11,17 +11,25 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rotor_apimachinery::labels::LabelSelector;
 
-use super::objects::{controller_of, pod_ready, terminating};
+use super::objects::{pod_ready, terminating};
 
 /// How long an evicted pod that has not started terminating is kept out of the healthy count.
 pub const DISRUPTED_POD_TIMEOUT_SECS: i64 = 120;
 
-/// The budget's selector; policy/v1 budgets with an empty selector cover no pods.
+/// The budget's selector as the disruption controller reads it: a null selector covers no pods,
+/// an empty one (`{}`) every pod in the budget's namespace (policy/v1), an invalid one nothing.
 pub fn selector(pdb: &PodDisruptionBudget) -> Option<LabelSelector> {
     let sel = pdb.spec.as_ref()?.selector.as_ref()?;
     let v = serde_json::to_value(sel).ok()?;
-    let s = LabelSelector::from_structured(&v).ok()?;
-    (!s.is_empty()).then_some(s)
+    LabelSelector::from_structured(&v).ok()
+}
+
+/// The budget's selector as the eviction subresource reads it: like [`selector`], except that
+/// an empty selector covers nothing. `eviction.go` still skips empty selectors ("it should match
+/// nothing, not everything") although the controller counts every pod for them, so such a
+/// budget reports status but never refuses an eviction.
+pub fn eviction_selector(pdb: &PodDisruptionBudget) -> Option<LabelSelector> {
+    selector(pdb).filter(|s| !s.is_empty())
 }
 
 pub fn covers(pdb: &PodDisruptionBudget, sel: Option<&LabelSelector>, pod: &Pod) -> bool {
@@ -144,24 +152,6 @@ pub fn compute_status(
             last_transition_time: transition,
             observed_generation: pdb.metadata.generation,
         }]),
-    }
-}
-
-/// The owner identity and replica count used for a pod's budget: a ReplicaSet's owning
-/// Deployment, else the direct controller.
-pub fn default_scale_of_pod<'a>(
-    rs_owner: &'a dyn Fn(&str, &str) -> Option<(String, i32)>,
-    direct: &'a dyn Fn(&str, &str, &str) -> Option<i32>,
-) -> impl Fn(&Pod) -> Option<(String, i32)> + 'a {
-    move |pod: &Pod| {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-        let c = controller_of(&pod.metadata)?;
-        if c.kind == "ReplicaSet"
-            && let Some(d) = rs_owner(ns, &c.name)
-        {
-            return Some(d);
-        }
-        direct(ns, &c.kind, &c.name).map(|n| (c.uid.clone(), n))
     }
 }
 
@@ -315,11 +305,17 @@ mod tests {
     }
 
     #[test]
-    fn empty_selector_covers_nothing() {
+    fn null_selector_covers_nothing_and_empty_selector_covers_the_namespace_except_for_eviction() {
         let mut p = pdb(Some(IntOrString::Int(1)), None);
-        p.spec.as_mut().unwrap().selector = Some(K8sSel::default());
+        p.spec.as_mut().unwrap().selector = None;
         assert!(selector(&p).is_none());
         assert!(!covers(&p, selector(&p).as_ref(), &pod("a", true)));
+        p.spec.as_mut().unwrap().selector = Some(K8sSel::default());
+        assert!(covers(&p, selector(&p).as_ref(), &pod("a", true)));
+        assert!(!covers(&p, eviction_selector(&p).as_ref(), &pod("a", true)));
+        let mut other_ns = pod("a", true);
+        other_ns.metadata.namespace = Some("elsewhere".into());
+        assert!(!covers(&p, selector(&p).as_ref(), &other_ns));
         let p = pdb(Some(IntOrString::Int(1)), None);
         assert!(covers(&p, selector(&p).as_ref(), &pod("a", true)));
     }

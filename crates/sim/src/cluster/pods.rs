@@ -54,12 +54,26 @@ impl Cluster {
         }
     }
 
-    /// Budgets in the pod's namespace whose selector covers it.
+    /// Budgets in the pod's namespace whose selector covers it, as the disruption controller
+    /// counts them.
     pub fn budgets_covering(&self, pod: &Pod) -> Vec<Arc<PodDisruptionBudget>> {
+        self.budgets_in_namespace_covering(pod, selector)
+    }
+
+    /// Budgets the eviction subresource consults for the pod (empty selectors excluded).
+    pub fn budgets_guarding_eviction(&self, pod: &Pod) -> Vec<Arc<PodDisruptionBudget>> {
+        self.budgets_in_namespace_covering(pod, pdb::eviction_selector)
+    }
+
+    fn budgets_in_namespace_covering(
+        &self,
+        pod: &Pod,
+        sel: fn(&PodDisruptionBudget) -> Option<rotor_apimachinery::labels::LabelSelector>,
+    ) -> Vec<Arc<PodDisruptionBudget>> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("");
         self.pdbs
             .range(Some(ns), None)
-            .filter(|(_, b)| covers(b, selector(b).as_ref(), pod))
+            .filter(|(_, b)| covers(b, sel(b).as_ref(), pod))
             .map(|(_, b)| b.clone())
             .collect()
     }
@@ -159,6 +173,11 @@ impl Cluster {
     }
 
     /// The eviction subresource: `POST pods/{name}/eviction` with a policy/v1 Eviction body.
+    ///
+    /// Follows the apiserver's `eviction.go`: the `deleteOptions` preconditions are checked by
+    /// the final delete, after the budget checks. A stale UID therefore meets the budget first
+    /// (429 when it allows nothing, 500 with two budgets) and, when the budget allows one,
+    /// costs a disruption before the 409.
     pub fn evict_pod(
         &mut self,
         ns: &str,
@@ -171,24 +190,27 @@ impl Cluster {
             self.stats.count_eviction("not-found");
             return Err(ApiError::not_found("", "pods", name));
         };
-        if let Err(e) = opts.check(&pod.metadata, "", "pods") {
-            self.stats.count_eviction("conflict");
-            return Err(e);
-        }
         // Pods that are not running, or are already going, are deleted without a budget check.
         if terminating(&pod) || matches!(phase(&pod), "Pending" | "Succeeded" | "Failed") {
+            self.check_eviction_preconditions(&pod, &opts)?;
             self.stats.count_eviction("bypass");
             self.delete_pod(ns, name, &opts, Removal::Eviction, now)?;
             return Ok(success_status(201));
         }
-        let budgets = self.budgets_covering(&pod);
+        let budgets = self.budgets_guarding_eviction(&pod);
         if budgets.len() > 1 {
             self.stats.count_eviction("multiple-pdbs");
-            return Err(ApiError::internal(
-                "Internal error occurred: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-            ));
+            // Returned by eviction.go as a bare Status: code 500, this message, no reason.
+            return Err(ApiError {
+                code: 500,
+                reason: "",
+                message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
+                details: None,
+                retry_after: None,
+            });
         }
         let Some(budget) = budgets.into_iter().next() else {
+            self.check_eviction_preconditions(&pod, &opts)?;
             self.stats.count_eviction("bypass");
             self.disrupt_and_delete(ns, name, &opts, now)?;
             return Ok(success_status(201));
@@ -200,26 +222,39 @@ impl Cluster {
             .as_ref()
             .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
             == Some("AlwaysAllow");
-        if !pod_ready(&pod)
-            && (policy_always
-                || (status.current_healthy >= status.desired_healthy && status.desired_healthy > 0))
-        {
-            self.stats.count_eviction("unhealthy-allowed");
-            self.disrupt_and_delete(ns, name, &opts, now)?;
-            return Ok(success_status(201));
-        }
         let refusal = |cause: String| {
             ApiError::too_many_requests(
                 "Cannot evict pod as it would violate the pod's disruption budget.",
             )
             .with_causes(json!([{"reason": "DisruptionBudget", "message": cause}]))
         };
-        if status.observed_generation.unwrap_or(0) < budget.metadata.generation.unwrap_or(0) {
-            self.stats.count_eviction("budget-unprocessed");
-            return Err(refusal(format!(
+        let unprocessed = || {
+            refusal(format!(
                 "The disruption budget {bname} is still being processed by the server."
             ))
-            .with_retry_after(10));
+            .with_retry_after(10)
+        };
+        if !pod_ready(&pod)
+            && (policy_always
+                || (status.current_healthy >= status.desired_healthy && status.desired_healthy > 0))
+        {
+            // The apiserver deletes with the pod's resourceVersion as a precondition and turns
+            // a conflict into this 429 unless the client set a resourceVersion itself.
+            if let Err(e) = opts.check(&pod.metadata, "", "pods") {
+                if opts.resource_version.is_none() {
+                    self.stats.count_eviction("budget-unprocessed");
+                    return Err(unprocessed());
+                }
+                self.stats.count_eviction("conflict");
+                return Err(e);
+            }
+            self.stats.count_eviction("unhealthy-allowed");
+            self.disrupt_and_delete(ns, name, &opts, now)?;
+            return Ok(success_status(201));
+        }
+        if status.observed_generation.unwrap_or(0) < budget.metadata.generation.unwrap_or(0) {
+            self.stats.count_eviction("budget-unprocessed");
+            return Err(unprocessed());
         }
         if status.disruptions_allowed <= 0 {
             self.stats.count_eviction("budget");
@@ -236,9 +271,22 @@ impl Cluster {
             .get_or_insert_with(BTreeMap::new)
             .insert(name.to_string(), Time(now));
         self.pdbs.put(b);
+        // Only now does the delete check its preconditions: a stale UID has used the disruption.
+        self.check_eviction_preconditions(&pod, &opts)?;
         self.stats.count_eviction("success");
         self.disrupt_and_delete(ns, name, &opts, now)?;
         Ok(success_status(201))
+    }
+
+    /// The eviction's delete preconditions (UID, resourceVersion): 409 when they do not hold.
+    fn check_eviction_preconditions(
+        &mut self,
+        pod: &Pod,
+        opts: &DeleteOptions,
+    ) -> Result<(), ApiError> {
+        opts.check(&pod.metadata, "", "pods").inspect_err(|_| {
+            self.stats.count_eviction("conflict");
+        })
     }
 
     fn disrupt_and_delete(

@@ -359,7 +359,7 @@ mod tests {
         assert!(!tolerates(&wrong_effect, &t));
         // PreferNoSchedule taints never block placement.
         assert!(untolerated(&[], &[taint("a", "PreferNoSchedule")]).is_none());
-        assert!(untolerated(&[], &[t.clone()]).is_some());
+        assert!(untolerated(&[], std::slice::from_ref(&t)).is_some());
     }
 
     #[test]

@@ -390,6 +390,10 @@ impl Cluster {
             let node_selector = tspec.node_selector.clone().unwrap_or_default();
             let empty = Vec::new();
             let pods = by_owner.get(&uid).unwrap_or(&empty);
+            let covered: std::collections::HashSet<&str> = pods
+                .iter()
+                .filter_map(|p| super::objects::node_name(p))
+                .collect();
             let mut desired = 0;
             for node in &nodes {
                 let nname = node.metadata.name.clone().unwrap_or_default();
@@ -401,10 +405,7 @@ impl Cluster {
                     continue;
                 }
                 desired += 1;
-                let present = pods
-                    .iter()
-                    .any(|p| super::objects::node_name(p) == Some(nname.as_str()));
-                if !present {
+                if !covered.contains(nname.as_str()) {
                     let mut pod = pod_from_template(
                         &template,
                         &ns,
@@ -527,11 +528,13 @@ mod tests {
     #[test]
     fn template_hash_is_stable_and_changes_with_the_template() {
         let a = PodTemplateSpec::default();
-        let mut b = PodTemplateSpec::default();
-        b.metadata = Some(ObjectMeta {
-            labels: Some(BTreeMap::from([("v".into(), "2".into())])),
+        let b = PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(BTreeMap::from([("v".into(), "2".into())])),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         assert_eq!(template_hash(&a), template_hash(&a));
         assert_ne!(template_hash(&a), template_hash(&b));
         assert_eq!(template_hash(&a).len(), 10);

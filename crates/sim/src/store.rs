@@ -21,6 +21,7 @@ pub trait SimObject:
     k8s_openapi::Resource
     + k8s_openapi::Metadata<Ty = ObjectMeta>
     + Clone
+    + PartialEq
     + Serialize
     + DeserializeOwned
     + Send
@@ -33,6 +34,7 @@ impl<K> SimObject for K where
     K: k8s_openapi::Resource
         + k8s_openapi::Metadata<Ty = ObjectMeta>
         + Clone
+        + PartialEq
         + Serialize
         + DeserializeOwned
         + Send
@@ -216,6 +218,18 @@ impl<K: SimObject> Collection<K> {
         obj
     }
 
+    /// Applies `change` to a copy of `obj` and stores it only if it differs: controllers call
+    /// this every step, and an unchanged object must keep its resourceVersion.
+    pub fn modify(&mut self, obj: &Arc<K>, change: impl FnOnce(&mut K)) -> Arc<K> {
+        let mut new = (**obj).clone();
+        change(&mut new);
+        if new == **obj {
+            obj.clone()
+        } else {
+            self.put(new)
+        }
+    }
+
     /// Remove an object. The DELETED event carries the object with the deletion's version.
     pub fn remove(&mut self, ns: &str, name: &str) -> Option<Arc<K>> {
         let key = (ns.to_string(), name.to_string());
@@ -298,6 +312,18 @@ mod tests {
         c.compact_all();
         assert!(c.subscribe(2).is_err());
         assert!(c.subscribe(3).is_ok());
+    }
+
+    #[test]
+    fn modify_writes_only_real_changes() {
+        let mut c: Collection<ConfigMap> = Collection::new(Revision::default(), 10);
+        let a = c.put(cm("ns", "a"));
+        let same = c.modify(&a, |_| {});
+        assert_eq!(same.metadata.resource_version.as_deref(), Some("1"));
+        let changed = c.modify(&a, |o| {
+            o.data = Some([("k".to_string(), "v".to_string())].into())
+        });
+        assert_eq!(changed.metadata.resource_version.as_deref(), Some("2"));
     }
 
     #[test]

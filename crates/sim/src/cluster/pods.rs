@@ -321,19 +321,7 @@ impl Cluster {
             let pods = self.pods_covered_by(&budget);
             let scale = |p: &Pod| self.scale_of_pod(p);
             let status = pdb::compute_status(&budget, &pods, &scale, now);
-            let old = budget.status.clone().unwrap_or_default();
-            let same = old.current_healthy == status.current_healthy
-                && old.desired_healthy == status.desired_healthy
-                && old.expected_pods == status.expected_pods
-                && old.disruptions_allowed == status.disruptions_allowed
-                && old.disrupted_pods == status.disrupted_pods
-                && old.observed_generation == status.observed_generation
-                && budget.status.is_some();
-            if !same {
-                let mut b = (*budget).clone();
-                b.status = Some(status);
-                self.pdbs.put(b);
-            }
+            self.pdbs.modify(&budget, |b| b.status = Some(status));
         }
     }
 }

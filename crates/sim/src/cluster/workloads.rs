@@ -190,23 +190,7 @@ impl Cluster {
                 unavailable_replicas: Some((replicas - ready).max(0)),
                 ..Default::default()
             };
-            if d.status.as_ref().map(|s| {
-                (
-                    s.observed_generation,
-                    s.replicas,
-                    s.ready_replicas,
-                    s.unavailable_replicas,
-                )
-            }) != Some((
-                status.observed_generation,
-                status.replicas,
-                status.ready_replicas,
-                status.unavailable_replicas,
-            )) {
-                let mut d = (*d).clone();
-                d.status = Some(status);
-                self.deployments.put(d);
-            }
+            self.deployments.modify(&d, |d| d.status = Some(status));
         }
     }
 
@@ -265,20 +249,7 @@ impl Cluster {
                 observed_generation: rs.metadata.generation,
                 ..Default::default()
             };
-            if rs
-                .status
-                .as_ref()
-                .map(|s| (s.replicas, s.ready_replicas, s.observed_generation))
-                != Some((
-                    status.replicas,
-                    status.ready_replicas,
-                    status.observed_generation,
-                ))
-            {
-                let mut rs = (*rs).clone();
-                rs.status = Some(status);
-                self.replicasets.put(rs);
-            }
+            self.replicasets.modify(&rs, |r| r.status = Some(status));
         }
     }
 
@@ -354,20 +325,7 @@ impl Cluster {
                 observed_generation: sts.metadata.generation,
                 ..Default::default()
             };
-            if sts
-                .status
-                .as_ref()
-                .map(|s| (s.replicas, s.ready_replicas, s.observed_generation))
-                != Some((
-                    status.replicas,
-                    status.ready_replicas,
-                    status.observed_generation,
-                ))
-            {
-                let mut s = (*sts).clone();
-                s.status = Some(status);
-                self.statefulsets.put(s);
-            }
+            self.statefulsets.modify(&sts, |s| s.status = Some(status));
         }
     }
 
@@ -429,19 +387,7 @@ impl Cluster {
                 observed_generation: ds.metadata.generation,
                 ..Default::default()
             };
-            if ds.status.as_ref().map(|s| {
-                (
-                    s.desired_number_scheduled,
-                    s.current_number_scheduled,
-                    s.number_ready,
-                    s.observed_generation,
-                )
-            }) != Some((desired, scheduled, ready, ds.metadata.generation))
-            {
-                let mut d = (*ds).clone();
-                d.status = Some(status);
-                self.daemonsets.put(d);
-            }
+            self.daemonsets.modify(&ds, |d| d.status = Some(status));
         }
     }
 

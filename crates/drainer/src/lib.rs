@@ -1,1 +1,22 @@
-//! rotor-drainer: drains nodes that carry the drain taint. (Work starts in issue 4.)
+//! rotor-drainer: drains nodes that carry rotor's drain taint, safely and across restarts.
+//!
+//! Decisions are pure functions over Kubernetes objects and plain data (no I/O, no async, no
+//! clock reads): `pods` (what to do with each pod), `state` (the per-node record kept in
+//! annotations), `fleet` (which nodes may start), `window` (maintenance windows), `gate` (may
+//! the next node start). The I/O sits at the edges: `evict` (the Eviction API), `drain` (one
+//! node's drain task), `controller` (the loop over nodes), `leader` (the Lease), `runtime`
+//! (wiring), `status` (the `status` subcommand), `metrics`, `config` (flags).
+
+pub mod config;
+pub mod controller;
+pub mod drain;
+pub mod evict;
+pub mod fleet;
+pub mod gate;
+pub mod leader;
+pub mod metrics;
+pub mod pods;
+pub mod runtime;
+pub mod state;
+pub mod status;
+pub mod window;

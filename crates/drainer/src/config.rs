@@ -1,0 +1,238 @@
+//! rotor-drainer's flags (each with an environment variable) and their validation. Everything an
+//! operator can get wrong is rejected here, before the cluster is touched, with a message that
+//! names the flag; the binary exits with status 2 on such errors.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::fleet::Budget;
+use crate::gate::GateConfig;
+use crate::pods::DrainOptions;
+use crate::window::MaintenanceWindow;
+
+/// A duration written as `90s`, `15m`, `1h30m` (or ISO 8601).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("invalid duration {s:?} (expected e.g. 30s, 15m, 2h): {e}"))?;
+    Duration::try_from(d).map_err(|_| format!("duration {s:?} must not be negative"))
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct DrainArgs {
+    /// Nodes drained at the same time.
+    #[arg(long, env = "ROTOR_MAX_CONCURRENT", default_value_t = 1)]
+    pub max_concurrent: usize,
+
+    /// Most nodes that may be unavailable at once (cordoned, NotReady or being deleted, whoever
+    /// did it): a count or a percentage of all nodes, rounded up. No new drain starts above it.
+    #[arg(long, env = "ROTOR_MAX_UNAVAILABLE", default_value = "1")]
+    pub max_unavailable: Budget,
+
+    /// How long one node may take to drain before it is marked failed (and retried later).
+    #[arg(long, env = "ROTOR_DRAIN_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// After this long into a drain, delete the pods that evictions could not move (each with
+    /// its own grace period, at least 1 s, and a UID precondition), even against their
+    /// PodDisruptionBudget. Off by default; do-not-disrupt pods are never forced.
+    #[arg(long, env = "ROTOR_FORCE_AFTER", value_parser = parse_duration)]
+    pub force_after: Option<Duration>,
+
+    /// Cap on each evicted pod's termination grace period (by default each pod keeps its own).
+    #[arg(long, env = "ROTOR_MAX_GRACE_PERIOD", value_parser = parse_duration)]
+    pub max_grace_period: Option<Duration>,
+
+    /// Refuse to evict pods with emptyDir volumes (their data is lost); the node then blocks.
+    #[arg(long, env = "ROTOR_REFUSE_EMPTYDIR")]
+    pub refuse_emptydir: bool,
+
+    /// Refuse to evict pods that no controller will recreate; the node then blocks.
+    #[arg(long, env = "ROTOR_REFUSE_UNMANAGED")]
+    pub refuse_unmanaged: bool,
+
+    /// Maintenance window: "<cron> for <duration> [in <time zone>]", e.g.
+    /// "0 22 * * 1-5 for 4h in Europe/Berlin". Repeat the flag for several windows (separate
+    /// them with ';' in the environment variable). Outside every window no new drain starts;
+    /// drains already running finish. No window means always.
+    #[arg(long = "window", env = "ROTOR_WINDOWS", value_delimiter = ';')]
+    pub windows: Vec<MaintenanceWindow>,
+
+    /// Before the next node starts, no pod may have been unschedulable for longer than this.
+    #[arg(long, env = "ROTOR_PENDING_GRACE", default_value = "2m", value_parser = parse_duration)]
+    pub pending_grace: Duration,
+
+    /// Namespaces whose pending pods do not hold the gate (comma-separated).
+    #[arg(
+        long = "gate-ignore-namespace",
+        env = "ROTOR_GATE_IGNORE_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub gate_ignore_namespaces: Vec<String>,
+
+    /// Longest the gate may hold the next node; then it starts anyway, with a warning.
+    #[arg(long, env = "ROTOR_GATE_TIMEOUT", default_value = "15m", value_parser = parse_duration)]
+    pub gate_timeout: Duration,
+
+    /// While a PodDisruptionBudget refuses an eviction the drainer retries as soon as the budget
+    /// changes; this is the slow backstop between retries when nothing changes.
+    #[arg(long, env = "ROTOR_BUDGET_RECHECK", default_value = "30s", value_parser = parse_duration)]
+    pub budget_recheck: Duration,
+
+    /// How long a node must stay empty before it is declared drained (catches pods bound just
+    /// before the cordon).
+    #[arg(long, env = "ROTOR_SETTLE", default_value = "3s", value_parser = parse_duration)]
+    pub settle: Duration,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct LeaderArgs {
+    /// Name of the Lease used for leader election.
+    #[arg(long, env = "ROTOR_LEASE_NAME", default_value = "rotor-drainer")]
+    pub lease_name: String,
+
+    /// Namespace of the Lease (the drainer's own namespace in a cluster).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "rotor-system")]
+    pub lease_namespace: String,
+
+    /// This replica's identity in the Lease (the pod name in a cluster).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// How long a leader's lease lasts without renewal.
+    #[arg(long, env = "ROTOR_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+}
+
+/// Validated settings the runtime uses.
+#[derive(Clone, Debug)]
+pub struct DrainerConfig {
+    pub max_concurrent: usize,
+    pub max_unavailable: Budget,
+    pub drain_timeout: Duration,
+    pub force_after: Option<Duration>,
+    pub options: DrainOptions,
+    pub windows: Vec<MaintenanceWindow>,
+    pub gate: GateConfig,
+    pub gate_timeout: Duration,
+    pub budget_recheck: Duration,
+    pub settle: Duration,
+}
+
+impl DrainArgs {
+    pub fn validate(&self) -> Result<DrainerConfig, String> {
+        if self.max_concurrent == 0 {
+            return Err("--max-concurrent must be at least 1".into());
+        }
+        if self.drain_timeout < Duration::from_secs(1) {
+            return Err("--drain-timeout must be at least 1s".into());
+        }
+        if let Some(f) = self.force_after
+            && f >= self.drain_timeout
+        {
+            return Err(format!(
+                "--force-after ({}s) must be shorter than --drain-timeout ({}s), or the drain fails before anything is forced",
+                f.as_secs(),
+                self.drain_timeout.as_secs()
+            ));
+        }
+        if self.budget_recheck < Duration::from_secs(1) {
+            return Err("--budget-recheck must be at least 1s".into());
+        }
+        Ok(DrainerConfig {
+            max_concurrent: self.max_concurrent,
+            max_unavailable: self.max_unavailable,
+            drain_timeout: self.drain_timeout,
+            force_after: self.force_after,
+            options: DrainOptions {
+                evict_emptydir: !self.refuse_emptydir,
+                evict_unmanaged: !self.refuse_unmanaged,
+                max_grace_period: self.max_grace_period.map(|d| d.as_secs() as i64),
+            },
+            windows: self.windows.clone(),
+            gate: GateConfig {
+                pending_grace: self.pending_grace,
+                ignored_namespaces: self.gate_ignore_namespaces.clone(),
+            },
+            gate_timeout: self.gate_timeout,
+            budget_recheck: self.budget_recheck,
+            settle: self.settle,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        drain: DrainArgs,
+        #[command(flatten)]
+        leader: LeaderArgs,
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_are_safe() {
+        let c = Cli::try_parse_from(["x"])
+            .unwrap()
+            .drain
+            .validate()
+            .unwrap();
+        assert_eq!(c.max_concurrent, 1);
+        assert_eq!(c.drain_timeout, Duration::from_secs(1800));
+        assert!(c.force_after.is_none());
+        assert!(c.options.evict_emptydir && c.options.evict_unmanaged);
+        assert!(c.windows.is_empty());
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let err = Cli::try_parse_from(["x", "--max-concurrent", "0"])
+            .unwrap()
+            .drain
+            .validate()
+            .unwrap_err();
+        assert!(err.contains("--max-concurrent"), "{err}");
+        let err = Cli::try_parse_from(["x", "--drain-timeout", "10m", "--force-after", "20m"])
+            .unwrap()
+            .drain
+            .validate()
+            .unwrap_err();
+        assert!(err.contains("--force-after"), "{err}");
+        assert!(Cli::try_parse_from(["x", "--drain-timeout", "soon"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--max-unavailable", "150%"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--window", "every night"]).is_err());
+    }
+
+    #[test]
+    fn windows_and_caps_parse() {
+        let c = Cli::try_parse_from([
+            "x",
+            "--window",
+            "0 22 * * 1-5 for 4h",
+            "--window",
+            "0 3 * * 6 for 2h in UTC",
+            "--max-grace-period",
+            "45s",
+            "--refuse-emptydir",
+        ])
+        .unwrap()
+        .drain
+        .validate()
+        .unwrap();
+        assert_eq!(c.windows.len(), 2);
+        assert_eq!(c.options.max_grace_period, Some(45));
+        assert!(!c.options.evict_emptydir);
+    }
+}

@@ -1,0 +1,296 @@
+//! The drainer's control loop: watch nodes (keeping only a small summary of each, not the
+//! object), and on every change or tick decide what runs. Drains that were recorded as started
+//! resume; drains whose taint disappeared are stopped and undone; new drains start only inside a
+//! maintenance window, when the gate is open, and within the fleet limits the `fleet` module
+//! computes. While nothing happens it makes no API request besides its watches.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use rotor_core::contract::DrainPhase;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::drain::{Ctx, DrainResult, clean_up, drain_node};
+use crate::fleet::{FleetLimits, NodeView, choose_nodes_to_start};
+use crate::gate::{GateBlocker, pending_pod_blockers, workload_blockers};
+use crate::metrics::PhaseLabel;
+use crate::state::retry_backoff;
+use crate::window::any_open;
+
+struct Running {
+    abort: CancellationToken,
+}
+
+/// The gate between one drained node and the next.
+#[derive(Default)]
+struct Gate {
+    /// Workloads evicted from drains finished since the last start.
+    owners: Vec<(String, String, String)>,
+    /// When the gate first held the next start.
+    held_since: Option<Instant>,
+    last_report: Vec<String>,
+    armed: bool,
+}
+
+pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
+    let nodes_api: Api<Node> = Api::all(ctx.client.clone());
+    let mut node_events = watcher(nodes_api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut nodes: BTreeMap<String, NodeView> = BTreeMap::new();
+    let mut buffer: BTreeMap<String, NodeView> = BTreeMap::new();
+    let mut listed = false;
+    let mut running: HashMap<String, Running> = HashMap::new();
+    let mut cleaning: HashMap<String, ()> = HashMap::new();
+    let mut tasks: JoinSet<(String, DrainResult)> = JoinSet::new();
+    let mut gate = Gate::default();
+    let mut last_held: Vec<(String, String)> = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_tick = Instant::now();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+            ev = node_events.next() => match ev {
+                Some(Ok(watcher::Event::Init)) => buffer.clear(),
+                Some(Ok(watcher::Event::InitApply(n))) => { let v = NodeView::of(&n); buffer.insert(v.name.clone(), v); }
+                Some(Ok(watcher::Event::InitDone)) => { nodes = std::mem::take(&mut buffer); listed = true; }
+                Some(Ok(watcher::Event::Apply(n))) => { let v = NodeView::of(&n); nodes.insert(v.name.clone(), v); }
+                Some(Ok(watcher::Event::Delete(n))) => { nodes.remove(n.metadata.name.as_deref().unwrap_or("")); }
+                Some(Err(e)) => tracing::warn!(error = %e, "node watch failed; it restarts with back-off"),
+                None => anyhow::bail!("the node watch ended"),
+            },
+            Some(done) = tasks.join_next() => {
+                let (name, result) = done?;
+                running.remove(&name);
+                cleaning.remove(&name);
+                match result {
+                    DrainResult::Drained { owners } => {
+                        ctx.metrics.drain_finished("drained");
+                        gate.owners.extend(owners);
+                        gate.armed = true;
+                    }
+                    DrainResult::Failed { .. } => ctx.metrics.drain_finished("failed"),
+                    DrainResult::Cancelled => ctx.metrics.drain_finished("cancelled"),
+                    DrainResult::NodeGone | DrainResult::Interrupted => {}
+                }
+            }
+        }
+        if !listed {
+            continue;
+        }
+        let elapsed = last_tick.elapsed();
+        last_tick = Instant::now();
+        // Stop drains whose taint went away or whose node is gone.
+        for (name, r) in &running {
+            if nodes.get(name).is_none_or(|n| !n.tainted) {
+                r.abort.cancel();
+            }
+        }
+        // Undo rotor's state on untainted nodes nobody is draining (e.g. while we were down).
+        for n in nodes.values() {
+            let ours = n.record.phase.is_some() || n.record.cordoned_by_rotor;
+            if !n.tainted
+                && ours
+                && !running.contains_key(&n.name)
+                && !cleaning.contains_key(&n.name)
+            {
+                cleaning.insert(n.name.clone(), ());
+                let (ctx2, name) = (ctx.clone(), n.name.clone());
+                tasks.spawn(async move {
+                    if let Err(e) = clean_up(&ctx2, &name).await {
+                        tracing::warn!(node = %name, error = %e, "could not undo rotor's drain state");
+                    }
+                    (name, DrainResult::NodeGone)
+                });
+            }
+        }
+        // Resume drains recorded as started (a restart or a failover).
+        for n in nodes.values() {
+            if n.tainted
+                && n.record.is_active()
+                && !running.contains_key(&n.name)
+                && !cleaning.contains_key(&n.name)
+            {
+                spawn_drain(&ctx, &mut tasks, &mut running, &n.name, &stop);
+            }
+        }
+        publish_phases(&ctx, &nodes);
+        // Start new drains.
+        let view: Vec<NodeView> = nodes
+            .values()
+            .map(|n| {
+                let mut v = n.clone();
+                if running.contains_key(&n.name) && !v.record.is_active() {
+                    v.record.phase = Some(DrainPhase::Queued);
+                }
+                v
+            })
+            .collect();
+        let limits = FleetLimits {
+            max_concurrent: ctx.cfg.max_concurrent,
+            max_unavailable: ctx.cfg.max_unavailable,
+        };
+        let decision = choose_nodes_to_start(&view, &limits, Timestamp::now(), retry_backoff);
+        let mut held = decision.held.clone();
+        let mut start: Vec<String> = decision
+            .start
+            .into_iter()
+            .filter(|n| !running.contains_key(n))
+            .collect();
+        if !start.is_empty() && !any_open(&ctx.cfg.windows, Timestamp::now()) {
+            held.extend(
+                start
+                    .drain(..)
+                    .map(|n| (n, "outside every maintenance window".to_string())),
+            );
+        }
+        if !start.is_empty() && gate.armed {
+            match gate_blockers(&ctx, &gate).await {
+                Ok(blockers) if blockers.is_empty() => {
+                    gate = Gate::default();
+                }
+                Ok(blockers) => {
+                    let since = *gate.held_since.get_or_insert_with(Instant::now);
+                    ctx.metrics
+                        .gate_blocked_seconds
+                        .inc_by(elapsed.as_secs_f64());
+                    let report: Vec<String> = blockers.iter().map(GateBlocker::to_string).collect();
+                    if since.elapsed() >= ctx.cfg.gate_timeout {
+                        tracing::warn!(blockers = ?report, "the gate held longer than --gate-timeout; starting the next node anyway");
+                        gate = Gate::default();
+                    } else {
+                        if report != gate.last_report {
+                            tracing::info!(blockers = ?report, "waiting for the cluster to settle before the next drain");
+                            gate.last_report = report.clone();
+                        }
+                        held.extend(
+                            start
+                                .drain(..)
+                                .map(|n| (n, format!("gate: {}", report.join("; ")))),
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not check the gate; holding the next drain");
+                    held.extend(
+                        start
+                            .drain(..)
+                            .map(|n| (n, "gate check failed".to_string())),
+                    );
+                }
+            }
+        }
+        if held != last_held {
+            for (n, why) in &held {
+                tracing::info!(node = %n, %why, "drain held");
+            }
+            last_held = held;
+        }
+        for name in start {
+            spawn_drain(&ctx, &mut tasks, &mut running, &name, &stop);
+        }
+    }
+    // Shutdown: let running drains stop where they are; their state stays on the nodes.
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+fn spawn_drain(
+    ctx: &Arc<Ctx>,
+    tasks: &mut JoinSet<(String, DrainResult)>,
+    running: &mut HashMap<String, Running>,
+    name: &str,
+    stop: &CancellationToken,
+) {
+    let abort = CancellationToken::new();
+    running.insert(
+        name.to_string(),
+        Running {
+            abort: abort.clone(),
+        },
+    );
+    let (ctx, name, stop) = (ctx.clone(), name.to_string(), stop.clone());
+    tasks.spawn(async move {
+        let r = drain_node(ctx, name.clone(), abort, stop).await;
+        (name, r)
+    });
+}
+
+fn publish_phases(ctx: &Ctx, nodes: &BTreeMap<String, NodeView>) {
+    let mut counts: BTreeMap<&'static str, i64> =
+        DrainPhase::ALL.iter().map(|p| (p.slug(), 0)).collect();
+    for n in nodes.values() {
+        if let Some(p) = n.record.phase {
+            *counts.entry(p.slug()).or_default() += 1;
+        }
+    }
+    for (phase, c) in counts {
+        ctx.metrics
+            .nodes_by_phase
+            .get_or_create(&PhaseLabel {
+                phase: phase.to_string(),
+            })
+            .set(c);
+    }
+}
+
+/// Reads what the gate needs: pending pods, and the workloads evicted since the last start.
+async fn gate_blockers(ctx: &Ctx, gate: &Gate) -> Result<Vec<GateBlocker>, kube::Error> {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let pending = pods
+        .list(&ListParams::default().fields("status.phase=Pending"))
+        .await?
+        .items;
+    let mut blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, Timestamp::now());
+    let (mut deployments, mut statefulsets, mut replicasets) = (Vec::new(), Vec::new(), Vec::new());
+    for (kind, ns, name) in &gate.owners {
+        match kind.as_str() {
+            "ReplicaSet" => {
+                if let Some(rs) = Api::<ReplicaSet>::namespaced(ctx.client.clone(), ns)
+                    .get_opt(name)
+                    .await?
+                {
+                    if let Some(d) = rs
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .find(|o| o.kind == "Deployment")
+                        && let Some(dep) = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
+                            .get_opt(&d.name)
+                            .await?
+                    {
+                        deployments.push(dep);
+                    }
+                    replicasets.push(rs);
+                }
+            }
+            "StatefulSet" => {
+                if let Some(s) = Api::<StatefulSet>::namespaced(ctx.client.clone(), ns)
+                    .get_opt(name)
+                    .await?
+                {
+                    statefulsets.push(s);
+                }
+            }
+            _ => {}
+        }
+    }
+    blockers.extend(workload_blockers(
+        &gate.owners,
+        &deployments,
+        &statefulsets,
+        &replicasets,
+    ));
+    Ok(blockers)
+}

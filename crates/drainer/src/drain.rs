@@ -1,0 +1,584 @@
+//! One node's drain, as a task: record the start (or resume the recorded one), cordon, then
+//! evict what the planner says, waking on the node's pod watch, on budget changes, or on the
+//! next retry time, never on a fixed poll. Ends drained, failed at its deadline, or cleaned up
+//! when the taint goes away (uncordoning only if rotor cordoned). Progress lives on the node
+//! as annotations and is announced as Events, so a restarted drainer picks up where this left.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use rotor_core::contract::{DrainPhase, FIELD_MANAGER, find_drain_taint};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::DrainerConfig;
+use crate::evict::{self, EvictionOutcome};
+use crate::metrics::Metrics;
+use crate::pods::{Blocker, PodRef, plan_node};
+use crate::state::{DrainRecord, Transition, apply};
+
+/// Everything a drain task needs, shared by all of them.
+pub struct Ctx {
+    /// For reads, watches and node patches (kube's default retry on).
+    pub client: kube::Client,
+    /// For evictions and forced deletions: default retry off, so 429s reach us.
+    pub evict_client: kube::Client,
+    pub cfg: DrainerConfig,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub budgets: Store<PodDisruptionBudget>,
+    /// Bumped on every budget change, to retry refused evictions at once.
+    pub budget_changes: watch::Receiver<u64>,
+}
+
+/// How a drain task ended.
+#[derive(Debug)]
+pub enum DrainResult {
+    /// Drained; the workloads whose pods were evicted (kind, namespace, name), for the gate.
+    Drained {
+        owners: Vec<(String, String, String)>,
+    },
+    Failed {
+        error: String,
+    },
+    /// The taint went away; rotor's cordon and annotations were undone.
+    Cancelled,
+    /// The node disappeared.
+    NodeGone,
+    /// The drainer is shutting down; the node keeps its recorded state for the next leader.
+    Interrupted,
+}
+
+fn node_ref(node: &Node) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: node.metadata.name.clone(),
+        uid: node.metadata.uid.clone(),
+        ..Default::default()
+    }
+}
+
+pub(crate) async fn announce(ctx: &Ctx, node: &Node, warning: bool, reason: &str, note: String) {
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.into(),
+        note: Some(note),
+        action: "Drain".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &node_ref(node)).await {
+        tracing::warn!(node = ?node.metadata.name, reason, error = %e, "could not record an Event on the node");
+    }
+}
+
+/// Writes the changed annotations of a record.
+async fn save(
+    nodes: &Api<Node>,
+    name: &str,
+    new: &DrainRecord,
+    old: &DrainRecord,
+) -> Result<(), kube::Error> {
+    let patch = new.annotation_patch(old);
+    if patch["metadata"]["annotations"]
+        .as_object()
+        .is_some_and(|a| a.is_empty())
+    {
+        return Ok(());
+    }
+    nodes
+        .patch(name, &patch_params(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// Cordons the node unless it already is, recording in the same write that rotor did it, guarded
+/// by resourceVersion so a cordon placed by someone else in between is never claimed.
+async fn cordon(
+    nodes: &Api<Node>,
+    name: &str,
+    record: &DrainRecord,
+) -> Result<DrainRecord, kube::Error> {
+    for _ in 0..5 {
+        let node = nodes.get(name).await?;
+        if node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+        {
+            return Ok(apply(
+                record,
+                Transition::Cordoned {
+                    by_rotor: record.cordoned_by_rotor,
+                },
+            ));
+        }
+        let next = apply(record, Transition::Cordoned { by_rotor: true });
+        let mut patch = next.annotation_patch(record);
+        patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+        patch["spec"] = json!({"unschedulable": true});
+        match nodes
+            .patch(name, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(next),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(kube::Error::Api(
+        kube::core::Status::failure(
+            &format!("node {name} kept changing while cordoning it"),
+            "Conflict",
+        )
+        .with_code(409)
+        .boxed(),
+    ))
+}
+
+/// Undoes what rotor did to a node whose taint went away: its own cordon, its annotations.
+pub async fn clean_up(ctx: &Ctx, name: &str) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    for _ in 0..5 {
+        let Some(node) = nodes.get_opt(name).await? else {
+            return Ok(());
+        };
+        let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
+        let mut patch = DrainRecord::cleared().annotation_patch(&record);
+        patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+        let uncordon = record.cordoned_by_rotor
+            && node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+        if uncordon {
+            patch["spec"] = json!({"unschedulable": false});
+        }
+        match nodes
+            .patch(name, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                let what = if uncordon {
+                    "uncordoned it and cleared"
+                } else {
+                    "cleared"
+                };
+                tracing::info!(
+                    node = name,
+                    "drain taint removed; {what} rotor's annotations"
+                );
+                announce(
+                    ctx,
+                    &node,
+                    false,
+                    "DrainCancelled",
+                    format!("The drain taint was removed; rotor {what} its drain state."),
+                )
+                .await;
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Per-pod retry bookkeeping inside one drain.
+#[derive(Default)]
+struct PodAttempts {
+    /// Pods whose eviction was accepted (their deletion is awaited through the watch).
+    evicted: HashSet<String>,
+    /// Earliest next attempt per pod uid.
+    next_try: HashMap<String, Timestamp>,
+    /// Budget refusals per pod uid (the blocker text).
+    refused: BTreeMap<String, String>,
+    failures: HashMap<String, u32>,
+    /// Blockers that only the operator can clear (several budgets).
+    fatal: BTreeMap<String, String>,
+}
+
+fn later(now: Timestamp, d: Duration) -> Timestamp {
+    now.checked_add(jiff::SignedDuration::try_from(d).unwrap_or_default())
+        .unwrap_or(now)
+}
+
+/// Drains one node until it is drained, fails, loses its taint (`abort`) or the drainer stops
+/// (`stop`).
+pub async fn drain_node(
+    ctx: Arc<Ctx>,
+    name: String,
+    abort: CancellationToken,
+    stop: CancellationToken,
+) -> DrainResult {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let node = match nodes.get_opt(&name).await {
+        Ok(Some(n)) => n,
+        Ok(None) => return DrainResult::NodeGone,
+        Err(e) => {
+            return DrainResult::Failed {
+                error: format!("cannot read node {name}: {e}"),
+            };
+        }
+    };
+    let Some(taint) = find_drain_taint(&node).cloned() else {
+        return DrainResult::Cancelled;
+    };
+    let before = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
+    let now = Timestamp::now();
+    let resumed = before.deadline.is_some() && before.is_active();
+    let start = if matches!(before.phase, Some(DrainPhase::Failed)) {
+        Transition::Retry {
+            now,
+            drain_timeout: ctx.cfg.drain_timeout,
+        }
+    } else {
+        Transition::Start {
+            now,
+            drain_timeout: ctx.cfg.drain_timeout,
+        }
+    };
+    let mut record = apply(&before, start);
+    if let Err(e) = save(&nodes, &name, &record, &before).await {
+        return DrainResult::Failed {
+            error: format!("cannot record the drain start on node {name}: {e}"),
+        };
+    }
+    let deadline = record
+        .deadline
+        .unwrap_or_else(|| later(now, ctx.cfg.drain_timeout));
+    if resumed {
+        tracing::info!(node = %name, %deadline, "resuming the recorded drain");
+        announce(
+            &ctx,
+            &node,
+            false,
+            "DrainResumed",
+            format!("rotor resumed draining this node (deadline {deadline})."),
+        )
+        .await;
+    } else {
+        tracing::info!(node = %name, reason = ?taint.value, %deadline, "starting to drain");
+        announce(
+            &ctx,
+            &node,
+            false,
+            "DrainStarted",
+            format!(
+                "rotor started draining this node (taint {}={}, deadline {deadline}).",
+                taint.key,
+                taint.value.clone().unwrap_or_default()
+            ),
+        )
+        .await;
+    }
+    let saved = record.clone();
+    record = match cordon(&nodes, &name, &record).await {
+        Ok(r) => r,
+        Err(e) => {
+            return DrainResult::Failed {
+                error: format!("cannot cordon node {name}: {e}"),
+            };
+        }
+    };
+    if record.phase != saved.phase
+        && let Err(e) = save(&nodes, &name, &record, &saved).await
+    {
+        tracing::warn!(node = %name, error = %e, "could not record the cordon");
+    }
+    let started = record.started_at.unwrap_or(now);
+    let result = evict_until_drained(
+        &ctx,
+        &nodes,
+        &node,
+        &taint,
+        &mut record,
+        deadline,
+        started,
+        &abort,
+        &stop,
+    )
+    .await;
+    match &result {
+        DrainResult::Drained { .. } => {
+            let done = apply(
+                &record,
+                Transition::Drained {
+                    now: Timestamp::now(),
+                },
+            );
+            if let Err(e) = save(&nodes, &name, &done, &record).await {
+                tracing::warn!(node = %name, error = %e, "could not record the drained phase");
+            }
+            let secs = Timestamp::now()
+                .duration_since(started)
+                .as_secs_f64()
+                .max(0.0);
+            ctx.metrics.drain_duration.observe(secs);
+            tracing::info!(node = %name, seconds = secs.round(), "node drained");
+            announce(&ctx, &node, false, "Drained", format!("rotor drained this node in {:.0}s; it stays cordoned and tainted for retirement.", secs)).await;
+        }
+        DrainResult::Failed { error } => {
+            let failed = apply(
+                &record,
+                Transition::Failed {
+                    error: error.clone(),
+                    now: Timestamp::now(),
+                },
+            );
+            if let Err(e) = save(&nodes, &name, &failed, &record).await {
+                tracing::warn!(node = %name, error = %e, "could not record the failure");
+            }
+            tracing::warn!(node = %name, %error, "drain failed; it will be retried after a back-off");
+            announce(&ctx, &node, true, "DrainFailed", error.clone()).await;
+        }
+        DrainResult::Cancelled => {
+            if let Err(e) = clean_up(&ctx, &name).await {
+                tracing::warn!(node = %name, error = %e, "could not undo rotor's drain state after the taint was removed");
+            }
+        }
+        DrainResult::NodeGone | DrainResult::Interrupted => {}
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn evict_until_drained(
+    ctx: &Ctx,
+    nodes: &Api<Node>,
+    node: &Node,
+    taint: &Taint,
+    record: &mut DrainRecord,
+    deadline: Timestamp,
+    started: Timestamp,
+    abort: &CancellationToken,
+    stop: &CancellationToken,
+) -> DrainResult {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let pods_api: Api<Pod> = Api::all(ctx.client.clone());
+    let selector = format!("spec.nodeName={name}");
+    let mut pod_events = watcher(pods_api, watcher::Config::default().fields(&selector)).boxed();
+    let mut budget_changes = ctx.budget_changes.clone();
+    let mut pods: HashMap<String, Pod> = HashMap::new();
+    let mut buffer: HashMap<String, Pod> = HashMap::new();
+    let mut listed = false;
+    let mut attempts = PodAttempts::default();
+    let mut owners: Vec<(String, String, String)> = Vec::new();
+    let mut empty_since: Option<Timestamp> = None;
+    let mut blocked_pods_reported: i64 = 0;
+    let finish = |n: i64| ctx.metrics.budget_blocked_pods.dec_by(n);
+    let force_at = ctx.cfg.force_after.map(|f| later(started, f));
+    loop {
+        let now = Timestamp::now();
+        let mut wake = deadline;
+        if listed {
+            if now >= deadline {
+                finish(blocked_pods_reported);
+                let left: Vec<String> = pods.values().map(|p| PodRef::of(p).to_string()).collect();
+                return DrainResult::Failed {
+                    error: format!(
+                        "drain deadline {deadline} passed with {} pod(s) left: {}",
+                        left.len(),
+                        left.join(", ")
+                    ),
+                };
+            }
+            let pod_list: Vec<Pod> = pods.values().cloned().collect();
+            let budgets: Vec<PodDisruptionBudget> =
+                ctx.budgets.state().iter().map(|b| (**b).clone()).collect();
+            let plan = plan_node(&pod_list, &budgets, taint, &ctx.cfg.options);
+            if plan.is_drained() && attempts.fatal.is_empty() {
+                let since = *empty_since.get_or_insert(now);
+                let ready_at = later(since, ctx.cfg.settle);
+                if now >= ready_at {
+                    finish(blocked_pods_reported);
+                    return DrainResult::Drained { owners };
+                }
+                wake = wake.min(ready_at);
+            } else {
+                empty_since = None;
+            }
+            // Evict what the plan allows now.
+            let forcing = force_at.is_some_and(|t| now >= t);
+            for (pod, grace) in &plan.evict_now {
+                if attempts.evicted.contains(&pod.uid) {
+                    continue;
+                }
+                if let Some(t) = attempts.next_try.get(&pod.uid)
+                    && *t > now
+                {
+                    wake = wake.min(*t);
+                    continue;
+                }
+                let owner = pods.get(&pod.uid).and_then(crate::gate::owner_of);
+                let outcome = if forcing && attempts.refused.contains_key(&pod.uid) {
+                    let o = evict::force_delete(&ctx.evict_client, pod, *grace).await;
+                    if o == EvictionOutcome::Evicted {
+                        ctx.metrics.eviction("forced");
+                        tracing::warn!(node = %name, pod = %pod, "deleted the pod past --force-after, against its disruption budget");
+                        announce(ctx, node, true, "PodForced", format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
+                    }
+                    o
+                } else {
+                    evict::evict(&ctx.evict_client, pod, *grace).await
+                };
+                match outcome {
+                    EvictionOutcome::Evicted => {
+                        ctx.metrics.eviction("evicted");
+                        tracing::info!(node = %name, pod = %pod, "evicted");
+                        attempts.evicted.insert(pod.uid.clone());
+                        attempts.refused.remove(&pod.uid);
+                        if let Some(o) = owner
+                            && !owners.contains(&o)
+                        {
+                            owners.push(o);
+                        }
+                    }
+                    EvictionOutcome::Gone => {
+                        ctx.metrics.eviction("gone");
+                        attempts.evicted.insert(pod.uid.clone());
+                        attempts.refused.remove(&pod.uid);
+                    }
+                    EvictionOutcome::BudgetRefused { message } => {
+                        ctx.metrics.eviction("budget");
+                        if !attempts.refused.contains_key(&pod.uid) {
+                            tracing::info!(node = %name, pod = %pod, %message, "disruption budget refuses the eviction; waiting for it to allow one");
+                        }
+                        attempts
+                            .refused
+                            .insert(pod.uid.clone(), format!("{pod}: {message}"));
+                        let t = later(now, ctx.cfg.budget_recheck);
+                        attempts.next_try.insert(pod.uid.clone(), t);
+                        wake = wake.min(t);
+                    }
+                    EvictionOutcome::RetryLater { after, message } => {
+                        ctx.metrics.eviction("retry");
+                        tracing::info!(node = %name, pod = %pod, %message, retry_in_s = after.as_secs(), "eviction asked to retry later");
+                        let t = later(now, after);
+                        attempts.next_try.insert(pod.uid.clone(), t);
+                        wake = wake.min(t);
+                    }
+                    EvictionOutcome::MultipleBudgets { message } => {
+                        ctx.metrics.eviction("multiple_budgets");
+                        attempts.fatal.insert(
+                            pod.uid.clone(),
+                            format!("{pod}: {message} Remove the overlap between the budgets."),
+                        );
+                        let t = later(now, ctx.cfg.budget_recheck);
+                        attempts.next_try.insert(pod.uid.clone(), t);
+                    }
+                    EvictionOutcome::Failed { code, message } => {
+                        ctx.metrics.eviction("failed");
+                        let n = attempts.failures.entry(pod.uid.clone()).or_insert(0);
+                        *n += 1;
+                        let backoff = Duration::from_secs((1u64 << (*n).min(5)).min(30));
+                        tracing::warn!(node = %name, pod = %pod, ?code, %message, retry_in_s = backoff.as_secs(), "eviction failed");
+                        let t = later(now, backoff);
+                        attempts.next_try.insert(pod.uid.clone(), t);
+                        wake = wake.min(t);
+                    }
+                }
+            }
+            if let Some(t) = force_at
+                && t > now
+                && !attempts.refused.is_empty()
+            {
+                wake = wake.min(t);
+            }
+            // Report what blocks the node, if anything.
+            let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
+            blockers.extend(attempts.fatal.values().cloned());
+            blockers.extend(attempts.refused.values().cloned());
+            let refused_now = attempts.refused.len() as i64;
+            if refused_now != blocked_pods_reported {
+                ctx.metrics
+                    .budget_blocked_pods
+                    .inc_by(refused_now - blocked_pods_reported);
+                blocked_pods_reported = refused_now;
+            }
+            let next = match blockers.first() {
+                Some(b) => apply(record, Transition::Blocked(b.clone())),
+                None => apply(record, Transition::Evicting),
+            };
+            if next != *record {
+                if next.phase == Some(DrainPhase::Blocked) && next.blocker != record.blocker {
+                    tracing::info!(node = %name, blocker = ?next.blocker, "drain blocked");
+                    announce(
+                        ctx,
+                        node,
+                        true,
+                        "DrainBlocked",
+                        next.blocker.clone().unwrap_or_default(),
+                    )
+                    .await;
+                }
+                if let Err(e) = save(nodes, &name, &next, record).await {
+                    tracing::warn!(node = %name, error = %e, "could not record drain progress");
+                } else {
+                    *record = next;
+                }
+            }
+        }
+        let sleep_for = wake
+            .duration_since(Timestamp::now())
+            .unsigned_abs()
+            .max(Duration::from_millis(50));
+        tokio::select! {
+            _ = stop.cancelled() => { finish(blocked_pods_reported); return DrainResult::Interrupted; }
+            _ = abort.cancelled() => { finish(blocked_pods_reported); return DrainResult::Cancelled; }
+            _ = tokio::time::sleep(sleep_for) => {}
+            changed = budget_changes.changed() => {
+                if changed.is_ok() {
+                    // A budget moved: refused pods may go now.
+                    for uid in attempts.refused.keys() {
+                        attempts.next_try.remove(uid);
+                    }
+                }
+            }
+            ev = pod_events.next() => match ev {
+                Some(Ok(watcher::Event::Init)) => buffer.clear(),
+                Some(Ok(watcher::Event::InitApply(p))) => { buffer.insert(p.metadata.uid.clone().unwrap_or_default(), p); }
+                Some(Ok(watcher::Event::InitDone)) => { pods = std::mem::take(&mut buffer); listed = true; }
+                Some(Ok(watcher::Event::Apply(p))) => { pods.insert(p.metadata.uid.clone().unwrap_or_default(), p); }
+                Some(Ok(watcher::Event::Delete(p))) => {
+                    let uid = p.metadata.uid.clone().unwrap_or_default();
+                    pods.remove(&uid);
+                    attempts.next_try.remove(&uid);
+                    attempts.refused.remove(&uid);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(node = %name, error = %e, "watching the node's pods failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                None => {
+                    finish(blocked_pods_reported);
+                    return DrainResult::Failed { error: format!("the pod watch for node {name} ended") };
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The eviction engine's wire layer: one policy/v1 Eviction per call, posted as a typed object
+//! with the pod's UID as a precondition, through a client whose default retry is off (kube's
+//! retry would hide a PodDisruptionBudget's 429 for minutes). The answer is sorted into an
+//! [`EvictionOutcome`] by a pure function, so each status the apiserver can give is testable.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
+use kube::api::{Api, PostParams};
+use kube::core::Status;
+
+use crate::pods::PodRef;
+
+/// What became of one eviction (or forced deletion) request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvictionOutcome {
+    /// Accepted: the pod is being deleted.
+    Evicted,
+    /// The pod is already gone, or was replaced by another with the same name (404, 409).
+    Gone,
+    /// 429 with the `DisruptionBudget` cause and no retry hint: the budget allows nothing now.
+    BudgetRefused { message: String },
+    /// 429 with a retry hint (a budget still being processed, or API priority and fairness).
+    RetryLater { after: Duration, message: String },
+    /// 500: the pod is covered by more than one budget; waiting will not help.
+    MultipleBudgets { message: String },
+    /// Anything else: transport errors, 403, 5xx.
+    Failed { code: Option<u16>, message: String },
+}
+
+/// Sorts an API error from an eviction or deletion into an outcome.
+pub fn outcome_of_error(err: &kube::Error) -> EvictionOutcome {
+    match err {
+        kube::Error::Api(status) => outcome_of_status(status),
+        other => EvictionOutcome::Failed {
+            code: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+pub fn outcome_of_status(s: &Status) -> EvictionOutcome {
+    let budget_cause = s
+        .details
+        .as_ref()
+        .and_then(|d| d.causes.iter().find(|c| c.reason == "DisruptionBudget"));
+    let retry_after = s
+        .details
+        .as_ref()
+        .map(|d| d.retry_after_seconds)
+        .unwrap_or(0);
+    let message = match budget_cause {
+        Some(c) if !c.message.is_empty() => c.message.clone(),
+        _ => s.message.clone(),
+    };
+    match s.code {
+        404 | 409 => EvictionOutcome::Gone,
+        429 if retry_after == 0 && budget_cause.is_some() => {
+            EvictionOutcome::BudgetRefused { message }
+        }
+        429 => EvictionOutcome::RetryLater {
+            after: Duration::from_secs(retry_after.max(1) as u64),
+            message,
+        },
+        500 if s.message.contains("more than one PodDisruptionBudget") => {
+            EvictionOutcome::MultipleBudgets {
+                message: s.message.clone(),
+            }
+        }
+        code => EvictionOutcome::Failed {
+            code: Some(code),
+            message: format!("{} ({})", s.message, s.reason),
+        },
+    }
+}
+
+fn delete_options(pod: &PodRef, grace: Option<i64>) -> DeleteOptions {
+    DeleteOptions {
+        grace_period_seconds: grace,
+        preconditions: Some(Preconditions {
+            uid: Some(pod.uid.clone()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Posts an eviction for `pod`. `api` must come from a client without default retry.
+pub async fn evict(client: &kube::Client, pod: &PodRef, grace: Option<i64>) -> EvictionOutcome {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let eviction = Eviction {
+        metadata: ObjectMeta {
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            ..Default::default()
+        },
+        delete_options: Some(delete_options(pod, grace)),
+    };
+    match api
+        .create_subresource::<_, Status>("eviction", &pod.name, &PostParams::default(), &eviction)
+        .await
+    {
+        Ok(_) => EvictionOutcome::Evicted,
+        Err(e) => outcome_of_error(&e),
+    }
+}
+
+/// Deletes `pod` (the `--force-after` path), with its grace period of at least one second and
+/// its UID as a precondition so a same-name replacement is never hit.
+pub async fn force_delete(
+    client: &kube::Client,
+    pod: &PodRef,
+    grace: Option<i64>,
+) -> EvictionOutcome {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let dp = kube::api::DeleteParams {
+        grace_period_seconds: grace.map(|g| g.max(1) as u32),
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(pod.uid.clone()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&pod.name, &dp).await {
+        Ok(_) => EvictionOutcome::Evicted,
+        Err(e) => outcome_of_error(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    fn status(
+        code: u16,
+        reason: &str,
+        message: &str,
+        causes: Vec<(&str, &str)>,
+        retry: u32,
+    ) -> Status {
+        let mut s = Status::failure(message, reason);
+        s.code = code;
+        s.details = Some(StatusDetails {
+            causes: causes
+                .into_iter()
+                .map(|(r, m)| StatusCause {
+                    reason: r.into(),
+                    message: m.into(),
+                    field: String::new(),
+                })
+                .collect(),
+            retry_after_seconds: retry,
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+        });
+        s
+    }
+
+    const REFUSAL: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
+
+    #[test]
+    fn budget_refusal_without_retry_hint_is_a_budget_wait() {
+        let s = status(
+            429,
+            "TooManyRequests",
+            REFUSAL,
+            vec![(
+                "DisruptionBudget",
+                "The disruption budget web needs 3 healthy pods and has 3 currently",
+            )],
+            0,
+        );
+        assert_eq!(
+            outcome_of_status(&s),
+            EvictionOutcome::BudgetRefused {
+                message: "The disruption budget web needs 3 healthy pods and has 3 currently"
+                    .into()
+            }
+        );
+    }
+
+    #[test]
+    fn unprocessed_budget_and_other_429s_honour_retry_after() {
+        let s = status(
+            429,
+            "TooManyRequests",
+            REFUSAL,
+            vec![(
+                "DisruptionBudget",
+                "The disruption budget web is still being processed by the server.",
+            )],
+            10,
+        );
+        assert!(
+            matches!(outcome_of_status(&s), EvictionOutcome::RetryLater { after, .. } if after == Duration::from_secs(10))
+        );
+        let s = status(
+            429,
+            "TooManyRequests",
+            "too many requests, please try again later",
+            vec![],
+            0,
+        );
+        assert!(
+            matches!(outcome_of_status(&s), EvictionOutcome::RetryLater { after, .. } if after == Duration::from_secs(1))
+        );
+    }
+
+    #[test]
+    fn not_found_and_uid_conflicts_mean_gone() {
+        assert_eq!(
+            outcome_of_status(&status(404, "NotFound", "pods \"a\" not found", vec![], 0)),
+            EvictionOutcome::Gone
+        );
+        assert_eq!(
+            outcome_of_status(&status(
+                409,
+                "Conflict",
+                "Precondition failed: UID in precondition",
+                vec![],
+                0
+            )),
+            EvictionOutcome::Gone
+        );
+    }
+
+    #[test]
+    fn several_budgets_are_reported_not_retried() {
+        let s = status(
+            500,
+            "",
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            vec![],
+            0,
+        );
+        assert!(matches!(
+            outcome_of_status(&s),
+            EvictionOutcome::MultipleBudgets { .. }
+        ));
+        let s = status(500, "InternalError", "etcd timeout", vec![], 0);
+        assert!(matches!(
+            outcome_of_status(&s),
+            EvictionOutcome::Failed {
+                code: Some(500),
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,638 @@
+//! Which tainted nodes may start draining now. [`choose_nodes_to_start`] takes every node of the
+//! cluster as a [`NodeView`] and starts as many candidates as `--max-concurrent` and
+//! `--max-unavailable` allow (unavailable as Karpenter counts it: NotReady, cordoned or deleting),
+//! already-cordoned nodes first, then the oldest; every candidate it holds back comes with why.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use rotor_core::contract::{
+    DO_NOT_DISRUPT_ANNOTATION, DrainPhase, find_drain_taint, format_timestamp, node_opted_out,
+};
+
+use crate::state::DrainRecord;
+
+/// A number of nodes, absolute or as a share of the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Budget {
+    /// At most this many nodes.
+    Count(u32),
+    /// At most this percentage (0–100) of the nodes, rounded up.
+    Percent(u32),
+}
+
+impl Budget {
+    /// The budget for a cluster of `total` nodes; percentages round up, as Karpenter's node
+    /// budgets do (10% of 3 nodes is 1).
+    pub fn resolve(&self, total: usize) -> usize {
+        match *self {
+            Budget::Count(n) => n as usize,
+            Budget::Percent(p) => (total.saturating_mul(p as usize)).div_ceil(100),
+        }
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Budget::Count(n) => write!(f, "{n}"),
+            Budget::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// A budget that is neither a count nor a percentage from 0 to 100.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid node budget {value:?}: {problem}; expected a node count such as \"3\" or a percentage of nodes from 0% to 100% such as \"25%\""
+)]
+pub struct ParseBudgetError {
+    /// The text that failed to parse.
+    pub value: String,
+    /// What is wrong with it.
+    pub problem: &'static str,
+}
+
+impl FromStr for Budget {
+    type Err = ParseBudgetError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        let error = |problem| ParseBudgetError {
+            value: value.to_owned(),
+            problem,
+        };
+        let text = value.trim();
+        let (digits, percent) = match text.strip_suffix('%') {
+            Some(digits) => (digits, true),
+            None => (text, false),
+        };
+        if digits.is_empty() {
+            return Err(error("no number"));
+        }
+        if !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(error("not a whole non-negative number"));
+        }
+        let number: u32 = digits.parse().map_err(|_| error("number too large"))?;
+        if !percent {
+            return Ok(Budget::Count(number));
+        }
+        if number > 100 {
+            return Err(error("a percentage cannot exceed 100%"));
+        }
+        Ok(Budget::Percent(number))
+    }
+}
+
+/// What the fleet decision needs to know about one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeView {
+    pub name: String,
+    /// Carries the drain taint.
+    pub tainted: bool,
+    /// The drainer's record on the node.
+    pub record: DrainRecord,
+    /// Condition `Ready` is `True`.
+    pub ready: bool,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+    /// Has a `deletionTimestamp`.
+    pub deleting: bool,
+    /// Carries `rotor.dev/do-not-disrupt: "true"`.
+    pub opted_out: bool,
+    /// `metadata.creationTimestamp`.
+    pub created: Option<Timestamp>,
+}
+
+impl NodeView {
+    /// The view of a Node object.
+    pub fn of(node: &Node) -> Self {
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|conditions| {
+                conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+        NodeView {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            tainted: find_drain_taint(node).is_some(),
+            record: DrainRecord::from_annotations(node.metadata.annotations.as_ref()),
+            ready,
+            unschedulable: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false),
+            deleting: node.metadata.deletion_timestamp.is_some(),
+            opted_out: node_opted_out(&node.metadata),
+            created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        }
+    }
+
+    /// Tainted and mid-drain (queued, cordoned, evicting or blocked).
+    pub fn is_active(&self) -> bool {
+        self.tainted && self.record.is_active()
+    }
+
+    /// Counts against `--max-unavailable`: NotReady, cordoned, deleting, or being drained.
+    pub fn is_unavailable(&self) -> bool {
+        !self.ready || self.unschedulable || self.deleting || self.is_active()
+    }
+}
+
+/// The fleet-wide limits on draining.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetLimits {
+    /// Drains under way at once.
+    pub max_concurrent: usize,
+    /// Nodes unavailable at once, drains included.
+    pub max_unavailable: Budget,
+}
+
+/// Which nodes to start draining, and why the others wait.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FleetDecision {
+    /// Node names to start, in the order chosen.
+    pub start: Vec<String>,
+    /// Tainted nodes that do not start now, with why (one line each, for logs and Events).
+    pub held: Vec<(String, String)>,
+    /// Drains under way before this decision.
+    pub active: usize,
+    /// Nodes unavailable before this decision.
+    pub unavailable: usize,
+    /// `max_unavailable` resolved against the cluster size.
+    pub allowed_unavailable: usize,
+}
+
+/// Chooses the tainted nodes that may start draining now.
+///
+/// Candidates: tainted, not opted out, not already draining, not drained, and — when failed —
+/// only once `retry_backoff(attempts)` has passed since the failure (the record's `deadline`,
+/// which [`crate::state::apply`] sets to the failure time; `started_at` if it has none). Opted-out
+/// nodes and failed nodes still backing off are reported in `held` too.
+///
+/// Candidates are taken cordoned first (they are unavailable already), then oldest `created`
+/// (unknown last), then by name. Each start needs a free `max_concurrent` slot, and one unit of
+/// `max_unavailable` unless the node is already unavailable (cordoned, NotReady or deleting). A
+/// budget that resolves to zero starts nothing, even cordoned nodes (fail closed).
+pub fn choose_nodes_to_start(
+    nodes: &[NodeView],
+    limits: &FleetLimits,
+    now: Timestamp,
+    retry_backoff: impl Fn(u32) -> Duration,
+) -> FleetDecision {
+    let total = nodes.len();
+    let active = nodes.iter().filter(|n| n.is_active()).count();
+    let unavailable = nodes.iter().filter(|n| n.is_unavailable()).count();
+    let allowed_unavailable = limits.max_unavailable.resolve(total);
+    let mut decision = FleetDecision {
+        active,
+        unavailable,
+        allowed_unavailable,
+        ..FleetDecision::default()
+    };
+
+    let mut candidates = Vec::new();
+    for node in nodes.iter().filter(|n| n.tainted) {
+        if node.opted_out {
+            decision.held.push((
+                node.name.clone(),
+                format!("node has {DO_NOT_DISRUPT_ANNOTATION}=true"),
+            ));
+            continue;
+        }
+        match node.record.phase {
+            _ if node.is_active() => continue,
+            Some(DrainPhase::Drained) => continue,
+            Some(DrainPhase::Failed) => {
+                let backoff = retry_backoff(node.record.attempts);
+                if let Some(retry_at) = node.record.retry_at(backoff)
+                    && now < retry_at
+                {
+                    decision.held.push((
+                        node.name.clone(),
+                        format!(
+                            "failed after {} attempt(s); retrying at {}",
+                            node.record.attempts,
+                            format_timestamp(retry_at)
+                        ),
+                    ));
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        candidates.push(node);
+    }
+    candidates.sort_by(|a, b| {
+        (!a.unschedulable, a.created.is_none(), a.created, &a.name).cmp(&(
+            !b.unschedulable,
+            b.created.is_none(),
+            b.created,
+            &b.name,
+        ))
+    });
+
+    let mut started = 0;
+    let mut newly_unavailable = 0;
+    for node in candidates {
+        let already_unavailable = node.is_unavailable();
+        let draining = active + started;
+        let unavailable_now = unavailable + newly_unavailable;
+        let why = if allowed_unavailable == 0 {
+            Some(format!(
+                "max-unavailable {} allows no node of {total} to be disrupted",
+                limits.max_unavailable
+            ))
+        } else if draining >= limits.max_concurrent {
+            Some(format!(
+                "max-concurrent {} reached ({draining} draining)",
+                limits.max_concurrent
+            ))
+        } else if !already_unavailable && unavailable_now >= allowed_unavailable {
+            Some(format!(
+                "max-unavailable {} reached ({unavailable_now} of {total} nodes unavailable)",
+                limits.max_unavailable
+            ))
+        } else {
+            None
+        };
+        match why {
+            Some(why) => decision.held.push((node.name.clone(), why)),
+            None => {
+                started += 1;
+                if !already_unavailable {
+                    newly_unavailable += 1;
+                }
+                decision.start.push(node.name.clone());
+            }
+        }
+    }
+    decision
+}
+
+#[cfg(test)]
+mod tests {
+    use rotor_core::contract::DrainPhase;
+    use serde_json::json;
+
+    use super::*;
+    use crate::state::{Transition, apply, retry_backoff};
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn now() -> Timestamp {
+        ts("2025-03-01T12:00:00Z")
+    }
+
+    fn node(name: &str) -> NodeView {
+        NodeView {
+            name: name.into(),
+            ready: true,
+            created: Some(ts("2025-01-01T00:00:00Z")),
+            ..NodeView::default()
+        }
+    }
+
+    fn tainted(name: &str) -> NodeView {
+        NodeView {
+            tainted: true,
+            ..node(name)
+        }
+    }
+
+    fn draining(name: &str, phase: DrainPhase) -> NodeView {
+        let mut n = tainted(name);
+        n.record.phase = Some(phase);
+        n.record.deadline = Some(ts("2025-03-01T13:00:00Z"));
+        n
+    }
+
+    fn limits(max_concurrent: usize, max_unavailable: &str) -> FleetLimits {
+        FleetLimits {
+            max_concurrent,
+            max_unavailable: max_unavailable.parse().unwrap(),
+        }
+    }
+
+    fn held_names(d: &FleetDecision) -> Vec<&str> {
+        d.held.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    #[test]
+    fn budgets_parse_display_and_resolve() {
+        assert_eq!("3".parse(), Ok(Budget::Count(3)));
+        assert_eq!(" 25% ".parse(), Ok(Budget::Percent(25)));
+        assert_eq!("0".parse(), Ok(Budget::Count(0)));
+        assert_eq!("100%".parse(), Ok(Budget::Percent(100)));
+        for b in [Budget::Count(7), Budget::Percent(10)] {
+            assert_eq!(b.to_string().parse(), Ok(b));
+        }
+        assert_eq!(Budget::Percent(10).resolve(3), 1);
+        assert_eq!(Budget::Percent(10).resolve(0), 0);
+        assert_eq!(Budget::Percent(25).resolve(10), 3);
+        assert_eq!(Budget::Percent(100).resolve(7), 7);
+        assert_eq!(Budget::Count(2).resolve(100), 2);
+    }
+
+    #[test]
+    fn bad_budgets_say_what_is_expected() {
+        for (text, problem) in [
+            ("", "no number"),
+            ("%", "no number"),
+            ("-1", "not a whole"),
+            ("1.5", "not a whole"),
+            ("ten", "not a whole"),
+            ("101%", "cannot exceed 100%"),
+            ("99999999999", "too large"),
+        ] {
+            let message = text.parse::<Budget>().unwrap_err().to_string();
+            assert!(message.contains(problem), "{text}: {message}");
+            assert!(message.contains("\"25%\""), "{message}");
+        }
+    }
+
+    #[test]
+    fn node_view_reads_a_node_object() {
+        let n: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "ip-10-0-0-1", "creationTimestamp": "2025-01-02T03:04:05Z",
+                         "annotations": {"rotor.dev/phase": "evicting", "rotor.dev/do-not-disrupt": "true"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "rotor.dev/drain", "value": "max-age", "effect": "NoSchedule"}]},
+            "status": {"conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let view = NodeView::of(&n);
+        assert_eq!(
+            view,
+            NodeView {
+                name: "ip-10-0-0-1".into(),
+                tainted: true,
+                record: DrainRecord {
+                    phase: Some(DrainPhase::Evicting),
+                    ..DrainRecord::default()
+                },
+                ready: true,
+                unschedulable: true,
+                deleting: false,
+                opted_out: true,
+                created: Some(ts("2025-01-02T03:04:05Z")),
+            }
+        );
+        let bare: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
+        let view = NodeView::of(&bare);
+        assert!(!view.ready && !view.tainted && !view.unschedulable);
+    }
+
+    #[test]
+    fn max_concurrent_counts_active_drains() {
+        let nodes = [
+            draining("a", DrainPhase::Evicting),
+            tainted("b"),
+            tainted("c"),
+            node("d"),
+        ];
+        let d = choose_nodes_to_start(&nodes, &limits(1, "100%"), now(), retry_backoff);
+        assert!(d.start.is_empty());
+        assert_eq!(
+            d.held,
+            [
+                (
+                    "b".to_string(),
+                    "max-concurrent 1 reached (1 draining)".to_string()
+                ),
+                (
+                    "c".to_string(),
+                    "max-concurrent 1 reached (1 draining)".to_string()
+                ),
+            ]
+        );
+        assert_eq!(d.active, 1);
+
+        let d = choose_nodes_to_start(&nodes, &limits(2, "100%"), now(), retry_backoff);
+        assert_eq!(d.start, ["b"]);
+        assert_eq!(d.held[0].1, "max-concurrent 2 reached (2 draining)");
+    }
+
+    #[test]
+    fn drained_and_failed_nodes_do_not_occupy_slots() {
+        let mut failed = draining("f", DrainPhase::Failed);
+        failed.record.attempts = 1;
+        failed.record.deadline = Some(ts("2025-03-01T11:59:30Z"));
+        let nodes = [draining("d", DrainPhase::Drained), failed, tainted("x")];
+        let d = choose_nodes_to_start(&nodes, &limits(1, "100%"), now(), retry_backoff);
+        assert_eq!(d.active, 0);
+        assert_eq!(d.start, ["x"]);
+        assert_eq!(held_names(&d), ["f"]);
+        assert!(
+            d.held[0].1.contains("retrying at 2025-03-01T12:00:30Z"),
+            "{}",
+            d.held[0].1
+        );
+    }
+
+    #[test]
+    fn failed_node_is_retried_after_its_backoff() {
+        let failed = {
+            let r = apply(
+                &DrainRecord::default(),
+                Transition::Start {
+                    now: ts("2025-03-01T10:00:00Z"),
+                    drain_timeout: Duration::from_secs(3600),
+                },
+            );
+            let r = apply(
+                &r,
+                Transition::Failed {
+                    error: "deadline".into(),
+                    now: ts("2025-03-01T11:00:00Z"),
+                },
+            );
+            let r = apply(
+                &r,
+                Transition::Retry {
+                    now: ts("2025-03-01T11:01:00Z"),
+                    drain_timeout: Duration::from_secs(60),
+                },
+            );
+            let r = apply(
+                &r,
+                Transition::Failed {
+                    error: "deadline".into(),
+                    now: ts("2025-03-01T11:02:00Z"),
+                },
+            );
+            NodeView {
+                record: r,
+                ..tainted("f")
+            }
+        };
+        assert_eq!(failed.record.attempts, 2);
+        let l = limits(1, "1");
+        // Two failures: back-off of 2 minutes from 11:02.
+        let d = choose_nodes_to_start(
+            std::slice::from_ref(&failed),
+            &l,
+            ts("2025-03-01T11:03:59Z"),
+            retry_backoff,
+        );
+        assert!(d.start.is_empty());
+        let d = choose_nodes_to_start(
+            std::slice::from_ref(&failed),
+            &l,
+            ts("2025-03-01T11:04:00Z"),
+            retry_backoff,
+        );
+        assert_eq!(d.start, ["f"]);
+    }
+
+    #[test]
+    fn max_unavailable_counts_not_ready_cordoned_and_deleting_nodes() {
+        let nodes = [
+            NodeView {
+                ready: false,
+                ..node("sick")
+            },
+            NodeView {
+                unschedulable: true,
+                ..node("cordoned-by-someone")
+            },
+            NodeView {
+                deleting: true,
+                ..node("going")
+            },
+            tainted("t1"),
+            tainted("t2"),
+            node("n1"),
+            node("n2"),
+            node("n3"),
+            node("n4"),
+            node("n5"),
+        ];
+        // 40% of 10 = 4; 3 unavailable: one start.
+        let d = choose_nodes_to_start(&nodes, &limits(5, "40%"), now(), retry_backoff);
+        assert_eq!(d.unavailable, 3);
+        assert_eq!(d.allowed_unavailable, 4);
+        assert_eq!(d.start, ["t1"]);
+        assert_eq!(
+            d.held,
+            [(
+                "t2".to_string(),
+                "max-unavailable 40% reached (4 of 10 nodes unavailable)".to_string()
+            )]
+        );
+        let d = choose_nodes_to_start(&nodes, &limits(5, "3"), now(), retry_backoff);
+        assert!(d.start.is_empty());
+    }
+
+    #[test]
+    fn an_active_cordoned_node_counts_once() {
+        let mut active = draining("a", DrainPhase::Cordoned);
+        active.unschedulable = true;
+        let nodes = [active, tainted("b"), node("c")];
+        let d = choose_nodes_to_start(&nodes, &limits(2, "2"), now(), retry_backoff);
+        assert_eq!(d.unavailable, 1);
+        assert_eq!(d.start, ["b"]);
+    }
+
+    #[test]
+    fn cordoned_candidates_go_first_and_cost_no_budget() {
+        let old = ts("2024-01-01T00:00:00Z");
+        let nodes = [
+            NodeView {
+                created: Some(old),
+                ..tainted("oldest")
+            },
+            NodeView {
+                unschedulable: true,
+                ..tainted("zz-cordoned")
+            },
+            NodeView {
+                created: None,
+                ..tainted("aa-unknown-age")
+            },
+            tainted("middle"),
+            NodeView {
+                unschedulable: true,
+                ..node("someone-elses")
+            },
+        ];
+        // Budget 3, two nodes cordoned already: the cordoned candidate starts for free, then
+        // one more, oldest first.
+        let d = choose_nodes_to_start(&nodes, &limits(10, "3"), now(), retry_backoff);
+        assert_eq!(d.unavailable, 2);
+        assert_eq!(d.start, ["zz-cordoned", "oldest"]);
+        assert_eq!(held_names(&d), ["middle", "aa-unknown-age"]);
+        // A cordoned candidate may start even when the unavailable budget is used up.
+        for budget in ["2", "1"] {
+            let d = choose_nodes_to_start(&nodes, &limits(10, budget), now(), retry_backoff);
+            assert_eq!(d.start, ["zz-cordoned"], "{budget}");
+        }
+    }
+
+    #[test]
+    fn zero_budgets_start_nothing() {
+        let nodes = [
+            NodeView {
+                unschedulable: true,
+                ..tainted("a")
+            },
+            tainted("b"),
+        ];
+        for l in [limits(0, "100%"), limits(3, "0"), limits(3, "0%")] {
+            let d = choose_nodes_to_start(&nodes, &l, now(), retry_backoff);
+            assert!(d.start.is_empty(), "{l:?}");
+            assert_eq!(held_names(&d), ["a", "b"]);
+        }
+        let d = choose_nodes_to_start(&nodes, &limits(3, "0"), now(), retry_backoff);
+        assert_eq!(
+            d.held[0].1,
+            "max-unavailable 0 allows no node of 2 to be disrupted"
+        );
+    }
+
+    #[test]
+    fn opted_out_and_untainted_nodes_never_start() {
+        let nodes = [
+            NodeView {
+                opted_out: true,
+                ..tainted("pinned")
+            },
+            node("plain"),
+            NodeView {
+                opted_out: true,
+                ..node("pinned-untainted")
+            },
+        ];
+        let d = choose_nodes_to_start(&nodes, &limits(5, "100%"), now(), retry_backoff);
+        assert!(d.start.is_empty());
+        assert_eq!(
+            d.held,
+            [(
+                "pinned".to_string(),
+                "node has rotor.dev/do-not-disrupt=true".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn untainted_node_with_stale_phase_is_not_active() {
+        // The taint was removed but the annotations not yet cleaned up.
+        let mut stale = draining("old", DrainPhase::Evicting);
+        stale.tainted = false;
+        let nodes = [stale, tainted("new")];
+        let d = choose_nodes_to_start(&nodes, &limits(1, "100%"), now(), retry_backoff);
+        assert_eq!(d.active, 0);
+        assert_eq!(d.start, ["new"]);
+    }
+}

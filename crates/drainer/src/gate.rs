@@ -1,0 +1,474 @@
+//! The gate before the next node starts draining: the cluster must have absorbed the previous
+//! one. [`pending_pod_blockers`] names pods the scheduler has failed to place for longer than the
+//! grace period; [`workload_blockers`] names workloads evicted from the previous node that are
+//! not fully Ready again. The gate is open when both are empty.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// What the gate checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GateConfig {
+    /// How long a pod may stay unschedulable before it holds the gate.
+    pub pending_grace: Duration,
+    /// Namespaces whose pending pods are not looked at.
+    pub ignored_namespaces: Vec<String>,
+}
+
+/// One reason the next drain may not start yet. `Display` is one line for the info log.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GateBlocker {
+    /// A pod the scheduler cannot place.
+    PendingPod {
+        /// `namespace/name`.
+        pod: String,
+        /// Seconds since it became unschedulable (or was created).
+        for_secs: u64,
+        /// The scheduler's message, e.g. `0/5 nodes are available: ...`.
+        reason: Option<String>,
+    },
+    /// A workload evicted from the previous node that is not fully Ready.
+    WorkloadNotReady {
+        /// `Kind namespace/name`.
+        workload: String,
+        ready: i32,
+        wanted: i32,
+    },
+}
+
+impl GateBlocker {
+    /// Short slug for metric labels.
+    pub const fn slug(&self) -> &'static str {
+        match self {
+            GateBlocker::PendingPod { .. } => "pending-pod",
+            GateBlocker::WorkloadNotReady { .. } => "workload-not-ready",
+        }
+    }
+}
+
+impl fmt::Display for GateBlocker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateBlocker::PendingPod {
+                pod,
+                for_secs,
+                reason,
+            } => {
+                write!(f, "pod {pod} has been unschedulable for {for_secs}s")?;
+                if let Some(reason) = reason {
+                    // Scheduler messages can span lines; keep the log line whole.
+                    let reason = reason.split_whitespace().collect::<Vec<_>>().join(" ");
+                    write!(f, ": {reason}")?;
+                }
+                Ok(())
+            }
+            GateBlocker::WorkloadNotReady {
+                workload,
+                ready,
+                wanted,
+            } => write!(f, "{workload} has {ready}/{wanted} replicas ready"),
+        }
+    }
+}
+
+/// Pods that hold the gate because the scheduler cannot place them: phase `Pending`, no
+/// `spec.nodeName`, not terminating, condition `PodScheduled` `False` with reason
+/// `Unschedulable` (pods held by scheduling gates or not yet looked at do not count), for at
+/// least `pending_grace` — counted from the condition's `lastTransitionTime`, else the pod's
+/// creation; a pod with neither is not counted. Pods of `ignored_namespaces` are skipped. Sorted
+/// by `namespace/name`.
+pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> Vec<GateBlocker> {
+    let mut blockers: Vec<GateBlocker> = pods
+        .iter()
+        .filter_map(|pod| {
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            if cfg.ignored_namespaces.iter().any(|ns| ns == namespace) {
+                return None;
+            }
+            if pod.metadata.deletion_timestamp.is_some() {
+                return None;
+            }
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| !n.is_empty());
+            if bound {
+                return None;
+            }
+            let status = pod.status.as_ref()?;
+            if status.phase.as_deref() != Some("Pending") {
+                return None;
+            }
+            let condition = status.conditions.as_ref()?.iter().find(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })?;
+            let since = condition
+                .last_transition_time
+                .as_ref()
+                .or(pod.metadata.creation_timestamp.as_ref())?
+                .0;
+            let for_secs = u64::try_from(now.as_second() - since.as_second()).unwrap_or(0);
+            (for_secs >= cfg.pending_grace.as_secs()).then(|| GateBlocker::PendingPod {
+                pod: key_of(&pod.metadata),
+                for_secs,
+                reason: condition.message.clone().filter(|m| !m.is_empty()),
+            })
+        })
+        .collect();
+    blockers.sort();
+    blockers
+}
+
+/// Workloads evicted from the previous node that are not Ready again: each
+/// `(kind, namespace, name)` owner of an evicted pod must have `status.readyReplicas >=
+/// spec.replicas` (replicas default to 1). A ReplicaSet owned by a Deployment is judged by that
+/// Deployment (its own count changes during a rollout). Owners not found among the given objects
+/// (deleted since) and other kinds (Jobs, DaemonSets, bare pods) do not hold the gate. Each
+/// workload is reported once, sorted.
+pub fn workload_blockers(
+    evicted_owners: &[(String, String, String)],
+    deployments: &[Deployment],
+    statefulsets: &[StatefulSet],
+    replicasets: &[ReplicaSet],
+) -> Vec<GateBlocker> {
+    let find = |namespace: &str, name: &str, meta: &ObjectMeta| {
+        meta.namespace.as_deref() == Some(namespace) && meta.name.as_deref() == Some(name)
+    };
+    let deployment = |namespace: &str, name: &str| {
+        deployments
+            .iter()
+            .find(|d| find(namespace, name, &d.metadata))
+            .map(|d| {
+                let wanted = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let ready = d
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0);
+                (format!("Deployment {namespace}/{name}"), ready, wanted)
+            })
+    };
+
+    let mut seen = BTreeSet::new();
+    for (kind, namespace, name) in evicted_owners {
+        let counts = match kind.as_str() {
+            "Deployment" => deployment(namespace, name),
+            "StatefulSet" => statefulsets
+                .iter()
+                .find(|s| find(namespace, name, &s.metadata))
+                .map(|s| {
+                    let wanted = s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                    let ready = s
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.ready_replicas)
+                        .unwrap_or(0);
+                    (format!("StatefulSet {namespace}/{name}"), ready, wanted)
+                }),
+            "ReplicaSet" => replicasets
+                .iter()
+                .find(|r| find(namespace, name, &r.metadata))
+                .and_then(|rs| {
+                    let parent = rs
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .find(|o| o.controller == Some(true) && o.kind == "Deployment")
+                        .and_then(|o| deployment(namespace, &o.name));
+                    parent.or_else(|| {
+                        let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                        let ready = rs
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.ready_replicas)
+                            .unwrap_or(0);
+                        Some((format!("ReplicaSet {namespace}/{name}"), ready, wanted))
+                    })
+                }),
+            _ => None,
+        };
+        if let Some((workload, ready, wanted)) = counts
+            && ready < wanted
+        {
+            seen.insert(GateBlocker::WorkloadNotReady {
+                workload,
+                ready,
+                wanted,
+            });
+        }
+    }
+    seen.into_iter().collect()
+}
+
+/// The controller of a pod as `(kind, namespace, name)`, the form [`workload_blockers`] takes:
+/// what the runtime records for each pod it evicts. `None` for pods without a controller.
+pub fn owner_of(pod: &Pod) -> Option<(String, String, String)> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))?;
+    Some((
+        owner.kind.clone(),
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        owner.name.clone(),
+    ))
+}
+
+fn key_of(meta: &ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn now() -> Timestamp {
+        ts("2025-03-01T12:10:00Z")
+    }
+
+    fn cfg(grace_secs: u64) -> GateConfig {
+        GateConfig {
+            pending_grace: Duration::from_secs(grace_secs),
+            ignored_namespaces: vec!["batch".into()],
+        }
+    }
+
+    /// An unschedulable pod created at 12:00, unschedulable since 12:01.
+    fn pending(namespace: &str, name: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "creationTimestamp": "2025-03-01T12:00:00Z"},
+            "spec": {"containers": [{"name": "app", "image": "web:1"}]},
+            "status": {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "lastTransitionTime": "2025-03-01T12:01:00Z",
+                "message": "0/5 nodes are available: 2 node(s) had untolerated taint {rotor.dev/drain: manual},\n3 Insufficient cpu."
+            }]}
+        })
+    }
+
+    fn pods(values: Vec<Value>) -> Vec<Pod> {
+        values
+            .into_iter()
+            .map(|v| serde_json::from_value(v).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn unschedulable_pod_past_its_grace_blocks_with_the_scheduler_message() {
+        let blockers =
+            pending_pod_blockers(&pods(vec![pending("shop", "web-1")]), &cfg(300), now());
+        assert_eq!(blockers.len(), 1);
+        let GateBlocker::PendingPod {
+            pod,
+            for_secs,
+            reason,
+        } = &blockers[0]
+        else {
+            panic!("{blockers:?}");
+        };
+        assert_eq!(pod, "shop/web-1");
+        assert_eq!(*for_secs, 540);
+        assert!(
+            reason
+                .as_deref()
+                .unwrap()
+                .starts_with("0/5 nodes are available")
+        );
+        let line = blockers[0].to_string();
+        assert_eq!(
+            line,
+            "pod shop/web-1 has been unschedulable for 540s: 0/5 nodes are available: 2 node(s) had untolerated taint {rotor.dev/drain: manual}, 3 Insufficient cpu."
+        );
+    }
+
+    #[test]
+    fn grace_counts_from_the_condition_then_creation() {
+        let p = pods(vec![pending("shop", "web-1")]);
+        // Unschedulable for 540 s (created 600 s ago).
+        assert_eq!(pending_pod_blockers(&p, &cfg(540), now()).len(), 1);
+        assert!(pending_pod_blockers(&p, &cfg(541), now()).is_empty());
+        let mut v = pending("shop", "web-1");
+        v["status"]["conditions"][0]["lastTransitionTime"] = Value::Null;
+        let p = pods(vec![v]);
+        assert_eq!(pending_pod_blockers(&p, &cfg(600), now()).len(), 1);
+        assert!(pending_pod_blockers(&p, &cfg(601), now()).is_empty());
+    }
+
+    #[test]
+    fn only_unschedulable_unbound_live_pods_count() {
+        let mut bound = pending("shop", "bound");
+        bound["spec"]["nodeName"] = json!("node-2");
+        let mut deleting = pending("shop", "deleting");
+        deleting["metadata"]["deletionTimestamp"] = json!("2025-03-01T12:05:00Z");
+        let mut gated = pending("shop", "gated");
+        gated["status"]["conditions"][0]["reason"] = json!("SchedulingGated");
+        let mut running = pending("shop", "running");
+        running["status"]["phase"] = json!("Running");
+        let mut fresh = pending("shop", "fresh");
+        fresh["status"]["conditions"] = json!([]);
+        let ignored = pending("batch", "job-1");
+        let counted = pending("shop", "counted");
+        let all = pods(vec![
+            bound, deleting, gated, running, fresh, ignored, counted,
+        ]);
+        let blockers = pending_pod_blockers(&all, &cfg(60), now());
+        let names: Vec<_> = blockers
+            .iter()
+            .map(|b| match b {
+                GateBlocker::PendingPod { pod, .. } => pod.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(names, ["shop/counted"]);
+    }
+
+    fn deployment(name: &str, replicas: i32, ready: Option<i32>) -> Deployment {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "app", "image": "x"}]}}},
+            "status": {"replicas": replicas, "readyReplicas": ready}
+        }))
+        .unwrap()
+    }
+
+    fn replicaset(name: &str, deployment: Option<&str>, replicas: i32, ready: i32) -> ReplicaSet {
+        let owners = deployment.map(|d| {
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": d,
+                    "uid": "d-uid", "controller": true}])
+        });
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": name, "namespace": "shop", "ownerReferences": owners},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "x"}}},
+            "status": {"replicas": replicas, "readyReplicas": ready}
+        }))
+        .unwrap()
+    }
+
+    fn statefulset(name: &str, replicas: i32, ready: i32) -> StatefulSet {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"replicas": replicas, "serviceName": name,
+                     "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "db", "image": "x"}]}}},
+            "status": {"replicas": replicas, "readyReplicas": ready}
+        }))
+        .unwrap()
+    }
+
+    fn owner(kind: &str, name: &str) -> (String, String, String) {
+        (kind.into(), "shop".into(), name.into())
+    }
+
+    #[test]
+    fn replicaset_owner_counts_via_its_deployment() {
+        let deployments = [deployment("web", 3, Some(2))];
+        // The new ReplicaSet alone looks fine; the Deployment is what must be whole again.
+        let replicasets = [replicaset("web-7d9f", Some("web"), 1, 1)];
+        let owners = [
+            owner("ReplicaSet", "web-7d9f"),
+            owner("ReplicaSet", "web-7d9f"),
+        ];
+        let blockers = workload_blockers(&owners, &deployments, &[], &replicasets);
+        assert_eq!(
+            blockers,
+            [GateBlocker::WorkloadNotReady {
+                workload: "Deployment shop/web".into(),
+                ready: 2,
+                wanted: 3
+            }]
+        );
+        assert_eq!(
+            blockers[0].to_string(),
+            "Deployment shop/web has 2/3 replicas ready"
+        );
+
+        let whole = [deployment("web", 3, Some(3))];
+        assert!(workload_blockers(&owners, &whole, &[], &replicasets).is_empty());
+    }
+
+    #[test]
+    fn bare_replicaset_and_statefulset_are_judged_themselves() {
+        let replicasets = [replicaset("legacy", None, 2, 1)];
+        let statefulsets = [statefulset("db", 3, 3), statefulset("cache", 2, 0)];
+        let owners = [
+            owner("ReplicaSet", "legacy"),
+            owner("StatefulSet", "db"),
+            owner("StatefulSet", "cache"),
+            owner("Job", "nightly"),
+            owner("StatefulSet", "deleted-since"),
+        ];
+        let blockers = workload_blockers(&owners, &[], &statefulsets, &replicasets);
+        assert_eq!(
+            blockers,
+            [
+                GateBlocker::WorkloadNotReady {
+                    workload: "ReplicaSet shop/legacy".into(),
+                    ready: 1,
+                    wanted: 2
+                },
+                GateBlocker::WorkloadNotReady {
+                    workload: "StatefulSet shop/cache".into(),
+                    ready: 0,
+                    wanted: 2
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_ready_count_means_none_ready_and_namespace_matters() {
+        let deployments = [deployment("web", 1, None)];
+        let blockers = workload_blockers(&[owner("Deployment", "web")], &deployments, &[], &[]);
+        assert_eq!(blockers.len(), 1);
+        let elsewhere = [(
+            "Deployment".to_string(),
+            "other".to_string(),
+            "web".to_string(),
+        )];
+        assert!(workload_blockers(&elsewhere, &deployments, &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn owner_of_reads_the_controller_reference() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-7d9f-abcde", "namespace": "shop", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "1"},
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "2",
+                 "controller": true}]}
+        }))
+        .unwrap();
+        assert_eq!(owner_of(&pod), Some(owner("ReplicaSet", "web-7d9f")));
+        let bare: Pod = serde_json::from_value(json!({"metadata": {"name": "debug"}})).unwrap();
+        assert_eq!(owner_of(&bare), None);
+    }
+}

@@ -1,0 +1,237 @@
+//! Leader election on a coordination.k8s.io/v1 Lease, so that of several drainer replicas only
+//! one acts. The algorithm is the one client-go uses: the holder renews `renewTime` every
+//! `renew_every`; another replica takes the lease over only when the record it observed has not
+//! changed for a whole `lease_duration` by its own clock (no trust in other clocks). Every write
+//! is an update guarded by resourceVersion, so two candidates can never both win. (The
+//! kube-lease-manager crate uses server-side apply instead, which the simulator does not serve.)
+
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_every: Duration,
+}
+
+/// What one replica remembers of the lease between attempts.
+#[derive(Default)]
+struct Observed {
+    holder: Option<String>,
+    renew: Option<String>,
+    since: Option<Instant>,
+}
+
+/// The decision for one attempt, from the lease as read: pure, so the rules are testable.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// We hold it: renew.
+    Renew,
+    /// Free or expired: take it.
+    Acquire,
+    /// Someone else holds a live lease.
+    Follow { holder: String },
+}
+
+pub fn decide(
+    spec: Option<&LeaseSpec>,
+    me: &str,
+    unchanged_for: Option<Duration>,
+    lease_duration: Duration,
+) -> Attempt {
+    let holder = spec
+        .and_then(|s| s.holder_identity.clone())
+        .filter(|h| !h.is_empty());
+    match holder {
+        None => Attempt::Acquire,
+        Some(h) if h == me => Attempt::Renew,
+        Some(h) => match unchanged_for {
+            Some(d) if d >= lease_duration => Attempt::Acquire,
+            _ => Attempt::Follow { holder: h },
+        },
+    }
+}
+
+fn lease_spec(cfg: &LeaderConfig, transitions: i32, acquired: Option<MicroTime>) -> LeaseSpec {
+    let now = MicroTime(Timestamp::now());
+    LeaseSpec {
+        holder_identity: Some(cfg.identity.clone()),
+        lease_duration_seconds: Some(cfg.lease_duration.as_secs().max(1) as i32),
+        acquire_time: Some(acquired.unwrap_or_else(|| now.clone())),
+        renew_time: Some(now),
+        lease_transitions: Some(transitions),
+        ..Default::default()
+    }
+}
+
+/// One attempt to hold the lease; returns whether we hold it now.
+async fn try_hold(
+    api: &Api<Lease>,
+    cfg: &LeaderConfig,
+    seen: &mut Observed,
+) -> Result<bool, kube::Error> {
+    let current = match api.get_opt(&cfg.name).await? {
+        Some(l) => l,
+        None => {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(cfg.name.clone()),
+                    namespace: Some(cfg.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(lease_spec(cfg, 0, None)),
+            };
+            return match api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+    };
+    let spec = current.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.clone());
+    let renew = spec
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| t.0.to_string());
+    if seen.holder != holder || seen.renew != renew || seen.since.is_none() {
+        *seen = Observed {
+            holder,
+            renew,
+            since: Some(Instant::now()),
+        };
+    }
+    let unchanged_for = seen.since.map(|s| s.elapsed());
+    let attempt = decide(spec, &cfg.identity, unchanged_for, cfg.lease_duration);
+    let (transitions, acquired) = match &attempt {
+        Attempt::Follow { .. } => return Ok(false),
+        Attempt::Renew => (
+            spec.and_then(|s| s.lease_transitions).unwrap_or(0),
+            spec.and_then(|s| s.acquire_time.clone()),
+        ),
+        Attempt::Acquire => (
+            spec.and_then(|s| s.lease_transitions).unwrap_or(0) + 1,
+            None,
+        ),
+    };
+    let mut lease = current.clone();
+    lease.spec = Some(lease_spec(cfg, transitions, acquired));
+    match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+        Ok(_) => {
+            if attempt == Attempt::Acquire {
+                tracing::info!(lease = %cfg.name, identity = %cfg.identity, "acquired the leader lease");
+            }
+            Ok(true)
+        }
+        // Someone else wrote first: they win this round.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Keeps trying to hold the lease until cancelled, publishing whether we lead. Leadership is
+/// reported lost as soon as a renewal has not succeeded for a whole lease duration.
+pub fn run(
+    client: kube::Client,
+    cfg: LeaderConfig,
+    cancel: CancellationToken,
+) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(false);
+    let handle = tokio::spawn(async move {
+        let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+        let mut seen = Observed::default();
+        let mut last_success: Option<Instant> = None;
+        loop {
+            match try_hold(&api, &cfg, &mut seen).await {
+                Ok(true) => {
+                    last_success = Some(Instant::now());
+                    tx.send_if_modified(|v| !std::mem::replace(v, true));
+                }
+                Ok(false) => {
+                    last_success = None;
+                    tx.send_if_modified(|v| std::mem::replace(v, false));
+                }
+                Err(e) => {
+                    tracing::warn!(lease = %cfg.name, error = %e, "could not read or renew the leader lease; will retry");
+                    if last_success.is_none_or(|t| t.elapsed() >= cfg.lease_duration) {
+                        tx.send_if_modified(|v| std::mem::replace(v, false));
+                    }
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(cfg.renew_every) => {}
+            }
+        }
+        // Hand the lease over at once on shutdown instead of making the next leader wait.
+        if *tx.borrow()
+            && let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await
+            && lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
+                == Some(cfg.identity.as_str())
+        {
+            if let Some(s) = lease.spec.as_mut() {
+                s.holder_identity = None;
+                s.lease_duration_seconds = Some(1);
+            }
+            match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+                Ok(_) => tracing::info!(lease = %cfg.name, "released the leader lease"),
+                Err(e) => {
+                    tracing::warn!(lease = %cfg.name, error = %e, "could not release the leader lease")
+                }
+            }
+        }
+        let _ = tx.send(false);
+    });
+    (rx, handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held_by(h: &str) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(h.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn free_or_empty_leases_are_acquired() {
+        let d = Duration::from_secs(15);
+        assert_eq!(decide(None, "a", None, d), Attempt::Acquire);
+        assert_eq!(decide(Some(&held_by("")), "a", None, d), Attempt::Acquire);
+    }
+
+    #[test]
+    fn own_lease_is_renewed_and_others_are_followed_until_they_go_quiet() {
+        let d = Duration::from_secs(15);
+        assert_eq!(
+            decide(Some(&held_by("a")), "a", Some(Duration::from_secs(100)), d),
+            Attempt::Renew
+        );
+        assert_eq!(
+            decide(Some(&held_by("b")), "a", Some(Duration::from_secs(14)), d),
+            Attempt::Follow { holder: "b".into() }
+        );
+        assert_eq!(
+            decide(Some(&held_by("b")), "a", Some(Duration::from_secs(15)), d),
+            Attempt::Acquire
+        );
+        assert_eq!(
+            decide(Some(&held_by("b")), "a", None, d),
+            Attempt::Follow { holder: "b".into() }
+        );
+    }
+}

@@ -1,0 +1,94 @@
+//! The drainer's Prometheus metrics, named once here: drains by result, drain duration,
+//! evictions by outcome, pods held by budgets, seconds the start gate held, nodes by phase.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub drains: Family<ResultLabel, Counter>,
+    pub drain_duration: Histogram,
+    pub evictions: Family<OutcomeLabel, Counter>,
+    pub budget_blocked_pods: Gauge,
+    pub gate_blocked_seconds: Counter<f64>,
+    pub nodes_by_phase: Family<PhaseLabel, Gauge>,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Metrics {
+            drains: Family::default(),
+            // 30 s to about 8.5 h.
+            drain_duration: Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(30.0, 2.0, 10),
+            ),
+            evictions: Family::default(),
+            budget_blocked_pods: Gauge::default(),
+            gate_blocked_seconds: Counter::default(),
+            nodes_by_phase: Family::default(),
+        };
+        let r = registry.sub_registry_with_prefix("rotor_drainer");
+        r.register(
+            "drains",
+            "Node drains finished, by result (drained, failed, cancelled)",
+            m.drains.clone(),
+        );
+        r.register(
+            "drain_duration_seconds",
+            "Time from the start of a drain to the node being drained",
+            m.drain_duration.clone(),
+        );
+        r.register(
+            "evictions",
+            "Eviction requests by outcome (evicted, gone, budget, retry, multiple_budgets, failed, forced)",
+            m.evictions.clone(),
+        );
+        r.register(
+            "budget_blocked_pods",
+            "Pods whose eviction a PodDisruptionBudget currently refuses",
+            m.budget_blocked_pods.clone(),
+        );
+        r.register(
+            "gate_blocked_seconds",
+            "Seconds the start of the next drain waited on the gate",
+            m.gate_blocked_seconds.clone(),
+        );
+        r.register("nodes", "Nodes by drain phase", m.nodes_by_phase.clone());
+        m
+    }
+
+    pub fn eviction(&self, outcome: &str) {
+        self.evictions
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn drain_finished(&self, result: &str) {
+        self.drains
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,146 @@
+//! Wiring of a running drainer: clients, the metrics and health server, leader election, the
+//! budget cache, and the control loop, until shutdown or loss of the lease. The binary's `run`
+//! subcommand calls [`run`]; tests call it in-process against the simulator.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use prometheus_client::registry::Registry;
+use rotor_core::admin::{AdminServer, AdminState, Readiness};
+use rotor_core::client::{client, client_without_retry};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{DrainerConfig, LeaderArgs};
+use crate::drain::Ctx;
+use crate::leader::{self, LeaderConfig};
+use crate::metrics::Metrics;
+
+/// Runs the drainer until `stop` is cancelled (Ok) or the lease is lost (Err).
+pub async fn run(
+    config: kube::Config,
+    cfg: DrainerConfig,
+    leader_args: LeaderArgs,
+    admin_listen: SocketAddr,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let kube_client = client(config.clone())?;
+    let evict_client = client_without_retry(config)?;
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::new();
+    let server = AdminServer::bind(
+        admin_listen,
+        AdminState::new(Arc::new(registry), readiness.clone()),
+    )
+    .await?;
+    tracing::info!(addr = %server.local_addr(), "serving /metrics, /healthz and /readyz");
+    let admin_task = tokio::spawn(server.run(stop.clone()));
+
+    let identity = leader_args.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "rotor-drainer".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let lease = LeaderConfig {
+        namespace: leader_args.lease_namespace.clone(),
+        name: leader_args.lease_name.clone(),
+        identity: identity.clone(),
+        lease_duration: leader_args.lease_duration,
+        renew_every: (leader_args.lease_duration / 3).max(Duration::from_millis(500)),
+    };
+    let leader_stop = stop.child_token();
+    let (mut leading, leader_task) = leader::run(kube_client.clone(), lease, leader_stop.clone());
+    readiness.set_ready(true);
+    tracing::info!(%identity, lease = %leader_args.lease_name, namespace = %leader_args.lease_namespace, "waiting to lead");
+    loop {
+        if *leading.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => {
+                leader_stop.cancel();
+                let _ = leader_task.await;
+                let _ = admin_task.await;
+                return Ok(());
+            }
+            r = leading.changed() => if r.is_err() { anyhow::bail!("leader election stopped") },
+        }
+    }
+    tracing::info!(%identity, "leading: starting to drain tainted nodes");
+
+    // Budgets are cached cluster-wide; every change wakes drains waiting on a refusal.
+    let (budgets, writer) = reflector::store::<PodDisruptionBudget>();
+    let (changes_tx, budget_changes) = tokio::sync::watch::channel(0u64);
+    let budget_stream = reflector(
+        writer,
+        watcher(
+            Api::<PodDisruptionBudget>::all(kube_client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let budget_task = tokio::spawn(async move {
+        let mut s = budget_stream.boxed();
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(_) => changes_tx.send_modify(|n| *n += 1),
+                Err(e) => {
+                    tracing::warn!(error = %e, "PodDisruptionBudget watch failed; it restarts with back-off")
+                }
+            }
+        }
+    });
+    budgets.wait_until_ready().await?;
+    let recorder = Recorder::new(
+        kube_client.clone(),
+        Reporter {
+            controller: "rotor-drainer".into(),
+            instance: Some(identity.clone()),
+        },
+    );
+    let ctx = Arc::new(Ctx {
+        client: kube_client,
+        evict_client,
+        cfg,
+        recorder,
+        metrics,
+        budgets,
+        budget_changes,
+    });
+
+    // Acting stops when we shut down or lose the lease.
+    let acting = stop.child_token();
+    let acting2 = acting.clone();
+    let mut leading2 = leading.clone();
+    let lost = tokio::spawn(async move {
+        while leading2.changed().await.is_ok() {
+            if !*leading2.borrow() {
+                acting2.cancel();
+                return true;
+            }
+        }
+        acting2.cancel();
+        false
+    });
+    let result = crate::controller::run(ctx, acting.clone()).await;
+    acting.cancel();
+    budget_task.abort();
+    leader_stop.cancel();
+    let _ = leader_task.await;
+    let lost_lease = !stop.is_cancelled() && lost.await.unwrap_or(false);
+    let _ = admin_task.await;
+    result?;
+    if lost_lease {
+        anyhow::bail!(
+            "lost the leader lease; exiting so that a restart rejoins the election cleanly"
+        );
+    }
+    Ok(())
+}

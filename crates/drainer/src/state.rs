@@ -1,0 +1,545 @@
+//! The per-node drain record, kept in the node's `rotor.dev/...` annotations so that a restarted or
+//! failed-over drainer resumes where it was. [`DrainRecord::from_annotations`] reads it tolerantly
+//! (anyone can edit a node), [`apply`] is the pure state machine, and
+//! [`DrainRecord::annotation_patch`] writes back only what changed, as a JSON merge patch.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use rotor_core::contract::{
+    ATTEMPTS_ANNOTATION, BLOCKER_ANNOTATION, CORDONED_BY_ROTOR_ANNOTATION, DEADLINE_ANNOTATION,
+    DRAINED_AT_ANNOTATION, DrainPhase, LAST_ERROR_ANNOTATION, PHASE_ANNOTATION,
+    STARTED_AT_ANNOTATION, format_timestamp, parse_timestamp,
+};
+use serde_json::{Map, Value, json};
+
+/// What the drainer knows about one node's drain. Timestamps are whole seconds (what the
+/// annotations can hold), so a record survives a write and a read unchanged.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DrainRecord {
+    /// `None`: the drainer has not started on this node (or the annotation is unreadable).
+    pub phase: Option<DrainPhase>,
+    /// When the current attempt started.
+    pub started_at: Option<Timestamp>,
+    /// While draining: when the current attempt gives up. Once [`DrainPhase::Failed`]: when it
+    /// failed (the back-off before a retry counts from here; see [`apply`]).
+    pub deadline: Option<Timestamp>,
+    /// Attempts started so far (the first drain is attempt 1).
+    pub attempts: u32,
+    /// The last error, kept across retries until the node drains.
+    pub last_error: Option<String>,
+    /// What the node is waiting on, while [`DrainPhase::Blocked`].
+    pub blocker: Option<String>,
+    /// Rotor cordoned the node, so rotor may uncordon it.
+    pub cordoned_by_rotor: bool,
+    /// When the node was found drained.
+    pub drained_at: Option<Timestamp>,
+}
+
+/// Things that happen to a node's drain. Durations are `std::time::Duration`s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// The fleet chose this node (or the drainer found it again after a restart).
+    Start {
+        now: Timestamp,
+        drain_timeout: Duration,
+    },
+    /// The node is cordoned; `by_rotor` when rotor did it (false when it already was).
+    Cordoned { by_rotor: bool },
+    /// Evictions are under way (again).
+    Evicting,
+    /// Waiting on something only a person (or a budget) can resolve; the text says what.
+    Blocked(String),
+    /// No evictable pod is left.
+    Drained { now: Timestamp },
+    /// The attempt gave up (deadline passed, or an error no retry within it can fix).
+    Failed { error: String, now: Timestamp },
+    /// A new attempt after a failure, once its back-off has passed.
+    Retry {
+        now: Timestamp,
+        drain_timeout: Duration,
+    },
+}
+
+impl DrainRecord {
+    /// Reads the record from a node's annotations. Never fails: a value that does not parse (an
+    /// unknown phase, a bad timestamp, a negative attempt count) reads as absent (`None`, 0,
+    /// false), and an empty text reads as `None`. Only `"true"` marks `cordoned_by_rotor`.
+    pub fn from_annotations(annotations: Option<&BTreeMap<String, String>>) -> Self {
+        let get = |key: &str| {
+            annotations
+                .and_then(|a| a.get(key))
+                .map(String::as_str)
+                .filter(|value| !value.is_empty())
+        };
+        let timestamp = |key: &str| {
+            get(key)
+                .and_then(|v| parse_timestamp(v).ok())
+                .map(whole_seconds)
+        };
+        DrainRecord {
+            phase: get(PHASE_ANNOTATION).and_then(|v| v.parse().ok()),
+            started_at: timestamp(STARTED_AT_ANNOTATION),
+            deadline: timestamp(DEADLINE_ANNOTATION),
+            attempts: get(ATTEMPTS_ANNOTATION)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            last_error: get(LAST_ERROR_ANNOTATION).map(str::to_owned),
+            blocker: get(BLOCKER_ANNOTATION).map(str::to_owned),
+            cordoned_by_rotor: get(CORDONED_BY_ROTOR_ANNOTATION) == Some("true"),
+            drained_at: timestamp(DRAINED_AT_ANNOTATION),
+        }
+    }
+
+    /// The empty record: what a node has when the drainer never touched it, and what the drainer
+    /// writes when the taint disappears (after uncordoning, if it had cordoned).
+    pub fn cleared() -> Self {
+        DrainRecord::default()
+    }
+
+    /// The record as annotation values: every drainer state annotation, `None` where the
+    /// annotation should be absent (no value, zero attempts, not cordoned by rotor).
+    pub fn to_annotations(&self) -> BTreeMap<&'static str, Option<String>> {
+        let ts = |t: Option<Timestamp>| t.map(format_timestamp);
+        BTreeMap::from([
+            (PHASE_ANNOTATION, self.phase.map(|p| p.slug().to_owned())),
+            (STARTED_AT_ANNOTATION, ts(self.started_at)),
+            (DEADLINE_ANNOTATION, ts(self.deadline)),
+            (
+                ATTEMPTS_ANNOTATION,
+                (self.attempts > 0).then(|| self.attempts.to_string()),
+            ),
+            (LAST_ERROR_ANNOTATION, self.last_error.clone()),
+            (BLOCKER_ANNOTATION, self.blocker.clone()),
+            (
+                CORDONED_BY_ROTOR_ANNOTATION,
+                self.cordoned_by_rotor.then(|| "true".to_owned()),
+            ),
+            (DRAINED_AT_ANNOTATION, ts(self.drained_at)),
+        ])
+    }
+
+    /// A JSON merge patch `{"metadata":{"annotations":{...}}}` turning `previous` into `self`:
+    /// changed keys get their new value, keys to remove get `null`, unchanged keys are left out.
+    /// The annotations object is empty when nothing changed.
+    pub fn annotation_patch(&self, previous: &DrainRecord) -> Value {
+        let old = previous.to_annotations();
+        let changes = self
+            .to_annotations()
+            .into_iter()
+            .filter(|(key, value)| old.get(key) != Some(value))
+            .map(|(key, value)| (key.to_owned(), value.map_or(Value::Null, Value::String)))
+            .collect::<Map<_, _>>();
+        json!({"metadata": {"annotations": changes}})
+    }
+
+    /// Like [`DrainRecord::annotation_patch`], but against the node's raw annotations, so that
+    /// values nobody can read (garbage someone wrote by hand) are overwritten or removed too.
+    pub fn annotation_patch_for(&self, current: Option<&BTreeMap<String, String>>) -> Value {
+        let changes = self
+            .to_annotations()
+            .into_iter()
+            .filter(|(key, value)| current.and_then(|a| a.get(*key)) != value.as_ref())
+            .map(|(key, value)| (key.to_owned(), value.map_or(Value::Null, Value::String)))
+            .collect::<Map<_, _>>();
+        json!({"metadata": {"annotations": changes}})
+    }
+
+    /// True while a drain attempt is under way: queued, cordoned, evicting or blocked.
+    pub fn is_active(&self) -> bool {
+        matches!(
+            self.phase,
+            Some(
+                DrainPhase::Queued
+                    | DrainPhase::Cordoned
+                    | DrainPhase::Evicting
+                    | DrainPhase::Blocked
+            )
+        )
+    }
+
+    /// When a failed record may be retried: its failure time (`deadline`, else `started_at`)
+    /// plus `backoff`. `None` when the record is not failed or has no time to count from (then
+    /// it may be retried at once).
+    pub fn retry_at(&self, backoff: Duration) -> Option<Timestamp> {
+        if self.phase != Some(DrainPhase::Failed) {
+            return None;
+        }
+        let failed_at = self.deadline.or(self.started_at)?;
+        Some(add(failed_at, backoff))
+    }
+}
+
+/// `timestamp` without its fraction of a second.
+fn whole_seconds(timestamp: Timestamp) -> Timestamp {
+    Timestamp::from_second(timestamp.as_second()).unwrap_or(timestamp)
+}
+
+/// `timestamp + duration`, saturating at the end of time.
+fn add(timestamp: Timestamp, duration: Duration) -> Timestamp {
+    timestamp.checked_add(duration).unwrap_or(Timestamp::MAX)
+}
+
+/// The record after `transition`. Pure: the same record and transition always give the same
+/// result.
+///
+/// - `Start` begins attempt `attempts + 1`: phase `Queued`, `started_at = now`, `deadline = now +
+///   drain_timeout`, blocker and `drained_at` cleared (the last error stays until the node
+///   drains). **Resume:** on a record already mid-drain (queued, cordoned, evicting or blocked)
+///   that has a deadline, `Start` changes nothing, so a restarted or failed-over drainer keeps
+///   the original deadline and attempt count. A `Drained` record is also left as it is: it stays
+///   drained while the taint is there. A `Failed` record starts a new attempt (whoever calls
+///   `Start` has checked the back-off, as [`crate::fleet::choose_nodes_to_start`] does).
+/// - `Retry` is `Start` after a failure: a new attempt with a new deadline (and, like `Start`, a
+///   no-op on a record that is mid-drain or drained).
+/// - `Cordoned` sets phase `Cordoned`; `cordoned_by_rotor` is sticky: a later
+///   `Cordoned { by_rotor: false }` (rotor finding its own cordon on resume) does not clear it.
+/// - `Evicting` sets phase `Evicting` and clears the blocker.
+/// - `Blocked` sets phase `Blocked` and the blocker.
+/// - `Drained` sets phase `Drained` and `drained_at`, clears blocker and last error.
+/// - `Failed` sets phase `Failed` and the last error, keeps the attempt count, and sets
+///   `deadline = now`: for a failed record the deadline field holds when it failed, which is
+///   where the retry back-off counts from.
+pub fn apply(record: &DrainRecord, transition: Transition) -> DrainRecord {
+    let mut next = record.clone();
+    match transition {
+        Transition::Start { now, drain_timeout } | Transition::Retry { now, drain_timeout } => {
+            let resuming = record.is_active() && record.deadline.is_some();
+            if resuming || record.phase == Some(DrainPhase::Drained) {
+                return next;
+            }
+            let now = whole_seconds(now);
+            next.phase = Some(DrainPhase::Queued);
+            next.started_at = Some(now);
+            next.deadline = Some(whole_seconds(add(now, drain_timeout)));
+            next.attempts = record.attempts.saturating_add(1);
+            next.blocker = None;
+            next.drained_at = None;
+        }
+        Transition::Cordoned { by_rotor } => {
+            next.phase = Some(DrainPhase::Cordoned);
+            next.cordoned_by_rotor |= by_rotor;
+        }
+        Transition::Evicting => {
+            next.phase = Some(DrainPhase::Evicting);
+            next.blocker = None;
+        }
+        Transition::Blocked(blocker) => {
+            next.phase = Some(DrainPhase::Blocked);
+            next.blocker = Some(blocker);
+        }
+        Transition::Drained { now } => {
+            next.phase = Some(DrainPhase::Drained);
+            next.drained_at = Some(whole_seconds(now));
+            next.blocker = None;
+            next.last_error = None;
+        }
+        Transition::Failed { error, now } => {
+            next.phase = Some(DrainPhase::Failed);
+            next.last_error = Some(error);
+            next.deadline = Some(whole_seconds(now));
+        }
+    }
+    next
+}
+
+/// Back-off before retrying a node that failed `attempts` times: 1 min, doubling per attempt,
+/// capped at 30 min (attempts 0 and 1 both give 1 min).
+pub fn retry_backoff(attempts: u32) -> Duration {
+    const BASE: Duration = Duration::from_secs(60);
+    const CAP: Duration = Duration::from_secs(30 * 60);
+    let doublings = attempts.saturating_sub(1).min(16);
+    BASE.saturating_mul(1 << doublings).min(CAP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn started() -> DrainRecord {
+        apply(
+            &DrainRecord::cleared(),
+            Transition::Start {
+                now: ts("2025-03-01T10:00:00.750Z"),
+                drain_timeout: HOUR,
+            },
+        )
+    }
+
+    #[test]
+    fn reads_a_full_record() {
+        let a = annotations(&[
+            ("rotor.dev/phase", "evicting"),
+            ("rotor.dev/started-at", "2025-03-01T10:00:00Z"),
+            ("rotor.dev/deadline", "2025-03-01T11:00:00Z"),
+            ("rotor.dev/attempts", "2"),
+            ("rotor.dev/last-error", "deadline passed with 1 pod left"),
+            ("rotor.dev/cordoned-by-rotor", "true"),
+            ("kubernetes.io/hostname", "node-1"),
+        ]);
+        let record = DrainRecord::from_annotations(Some(&a));
+        assert_eq!(
+            record,
+            DrainRecord {
+                phase: Some(DrainPhase::Evicting),
+                started_at: Some(ts("2025-03-01T10:00:00Z")),
+                deadline: Some(ts("2025-03-01T11:00:00Z")),
+                attempts: 2,
+                last_error: Some("deadline passed with 1 pod left".into()),
+                blocker: None,
+                cordoned_by_rotor: true,
+                drained_at: None,
+            }
+        );
+    }
+
+    #[test]
+    fn garbage_reads_as_absent() {
+        let a = annotations(&[
+            ("rotor.dev/phase", "Evicting"),
+            ("rotor.dev/started-at", "yesterday"),
+            ("rotor.dev/deadline", ""),
+            ("rotor.dev/attempts", "-3"),
+            ("rotor.dev/last-error", ""),
+            ("rotor.dev/cordoned-by-rotor", "yes"),
+            ("rotor.dev/drained-at", "2025-13-45T99:00:00Z"),
+        ]);
+        assert_eq!(
+            DrainRecord::from_annotations(Some(&a)),
+            DrainRecord::cleared()
+        );
+        assert_eq!(DrainRecord::from_annotations(None), DrainRecord::cleared());
+        let huge = annotations(&[("rotor.dev/attempts", "99999999999999999999")]);
+        assert_eq!(DrainRecord::from_annotations(Some(&huge)).attempts, 0);
+    }
+
+    #[test]
+    fn start_queues_a_new_attempt_with_a_deadline() {
+        let record = started();
+        assert_eq!(record.phase, Some(DrainPhase::Queued));
+        assert_eq!(record.started_at, Some(ts("2025-03-01T10:00:00Z")));
+        assert_eq!(record.deadline, Some(ts("2025-03-01T11:00:00Z")));
+        assert_eq!(record.attempts, 1);
+    }
+
+    #[test]
+    fn start_on_a_record_mid_drain_resumes_with_the_same_deadline() {
+        let cordoned = apply(&started(), Transition::Cordoned { by_rotor: true });
+        let blocked = apply(&cordoned, Transition::Blocked("pod shop/db-0 ...".into()));
+        for record in [started(), cordoned, blocked] {
+            let resumed = apply(
+                &record,
+                Transition::Start {
+                    now: ts("2025-03-01T10:30:00Z"),
+                    drain_timeout: HOUR,
+                },
+            );
+            assert_eq!(resumed, record);
+        }
+    }
+
+    #[test]
+    fn start_mid_drain_without_a_deadline_starts_over() {
+        let mut record = apply(&started(), Transition::Evicting);
+        record.deadline = None;
+        let restarted = apply(
+            &record,
+            Transition::Start {
+                now: ts("2025-03-01T10:30:00Z"),
+                drain_timeout: HOUR,
+            },
+        );
+        assert_eq!(restarted.phase, Some(DrainPhase::Queued));
+        assert_eq!(restarted.deadline, Some(ts("2025-03-01T11:30:00Z")));
+        assert_eq!(restarted.attempts, 2);
+    }
+
+    #[test]
+    fn cordon_mark_is_sticky() {
+        let by_rotor = apply(&started(), Transition::Cordoned { by_rotor: true });
+        assert!(by_rotor.cordoned_by_rotor);
+        assert_eq!(by_rotor.phase, Some(DrainPhase::Cordoned));
+        let again = apply(&by_rotor, Transition::Cordoned { by_rotor: false });
+        assert!(again.cordoned_by_rotor);
+        let by_someone = apply(&started(), Transition::Cordoned { by_rotor: false });
+        assert!(!by_someone.cordoned_by_rotor);
+    }
+
+    #[test]
+    fn blocked_then_evicting_clears_the_blocker() {
+        let blocked = apply(
+            &started(),
+            Transition::Blocked("PodDisruptionBudget shop/web".into()),
+        );
+        assert_eq!(blocked.phase, Some(DrainPhase::Blocked));
+        assert_eq!(
+            blocked.blocker.as_deref(),
+            Some("PodDisruptionBudget shop/web")
+        );
+        let evicting = apply(&blocked, Transition::Evicting);
+        assert_eq!(evicting.phase, Some(DrainPhase::Evicting));
+        assert_eq!(evicting.blocker, None);
+    }
+
+    #[test]
+    fn failure_then_retry_makes_a_new_attempt() {
+        let failed = apply(
+            &apply(&started(), Transition::Evicting),
+            Transition::Failed {
+                error: "deadline passed".into(),
+                now: ts("2025-03-01T11:00:02Z"),
+            },
+        );
+        assert_eq!(failed.phase, Some(DrainPhase::Failed));
+        assert_eq!(failed.attempts, 1);
+        assert_eq!(failed.last_error.as_deref(), Some("deadline passed"));
+        assert_eq!(failed.deadline, Some(ts("2025-03-01T11:00:02Z")));
+        assert_eq!(
+            failed.retry_at(retry_backoff(failed.attempts)),
+            Some(ts("2025-03-01T11:01:02Z"))
+        );
+
+        let retried = apply(
+            &failed,
+            Transition::Retry {
+                now: ts("2025-03-01T11:05:00Z"),
+                drain_timeout: HOUR,
+            },
+        );
+        assert_eq!(retried.phase, Some(DrainPhase::Queued));
+        assert_eq!(retried.attempts, 2);
+        assert_eq!(retried.started_at, Some(ts("2025-03-01T11:05:00Z")));
+        assert_eq!(retried.deadline, Some(ts("2025-03-01T12:05:00Z")));
+        assert_eq!(retried.last_error.as_deref(), Some("deadline passed"));
+        assert_eq!(retried.retry_at(Duration::ZERO), None);
+    }
+
+    #[test]
+    fn drained_clears_errors_and_stays_drained() {
+        let mut record = apply(&started(), Transition::Blocked("x".into()));
+        record.last_error = Some("earlier failure".into());
+        let drained = apply(
+            &record,
+            Transition::Drained {
+                now: ts("2025-03-01T10:20:00.5Z"),
+            },
+        );
+        assert_eq!(drained.phase, Some(DrainPhase::Drained));
+        assert_eq!(drained.drained_at, Some(ts("2025-03-01T10:20:00Z")));
+        assert_eq!(drained.blocker, None);
+        assert_eq!(drained.last_error, None);
+        let start_again = apply(
+            &drained,
+            Transition::Start {
+                now: ts("2025-03-01T12:00:00Z"),
+                drain_timeout: HOUR,
+            },
+        );
+        assert_eq!(start_again, drained);
+    }
+
+    #[test]
+    fn patch_sets_changed_keys_and_removes_cleared_ones() {
+        let before = apply(&started(), Transition::Blocked("pod shop/db-0".into()));
+        assert_eq!(
+            before.annotation_patch(&DrainRecord::cleared()),
+            serde_json::json!({"metadata": {"annotations": {
+                "rotor.dev/phase": "blocked",
+                "rotor.dev/started-at": "2025-03-01T10:00:00Z",
+                "rotor.dev/deadline": "2025-03-01T11:00:00Z",
+                "rotor.dev/attempts": "1",
+                "rotor.dev/blocker": "pod shop/db-0",
+            }}})
+        );
+        let after = apply(&before, Transition::Evicting);
+        assert_eq!(
+            after.annotation_patch(&before),
+            serde_json::json!({"metadata": {"annotations": {
+                "rotor.dev/phase": "evicting",
+                "rotor.dev/blocker": null,
+            }}})
+        );
+        assert_eq!(
+            after.annotation_patch(&after),
+            serde_json::json!({"metadata": {"annotations": {}}})
+        );
+    }
+
+    #[test]
+    fn cleared_patch_removes_every_state_annotation() {
+        let record = apply(
+            &apply(&started(), Transition::Cordoned { by_rotor: true }),
+            Transition::Drained {
+                now: ts("2025-03-01T10:20:00Z"),
+            },
+        );
+        let patch = DrainRecord::cleared().annotation_patch(&record);
+        let removed = patch["metadata"]["annotations"].as_object().unwrap();
+        assert_eq!(removed.len(), 6, "{patch}");
+        assert!(removed.values().all(Value::is_null));
+        assert!(removed.contains_key(CORDONED_BY_ROTOR_ANNOTATION));
+    }
+
+    #[test]
+    fn record_round_trips_through_annotations() {
+        let record = apply(
+            &apply(&started(), Transition::Cordoned { by_rotor: true }),
+            Transition::Failed {
+                error: "eviction of shop/web-1 failed: 500".into(),
+                now: ts("2025-03-01T10:59:59.9Z"),
+            },
+        );
+        let patch = record.annotation_patch(&DrainRecord::cleared());
+        let written: BTreeMap<String, String> = patch["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(DrainRecord::from_annotations(Some(&written)), record);
+    }
+
+    #[test]
+    fn raw_patch_also_removes_unreadable_values() {
+        let current = annotations(&[
+            ("rotor.dev/phase", "bogus"),
+            ("rotor.dev/attempts", "1"),
+            ("team", "payments"),
+        ]);
+        let record = DrainRecord {
+            attempts: 1,
+            ..DrainRecord::default()
+        };
+        assert_eq!(DrainRecord::from_annotations(Some(&current)), record);
+        // Against the parsed record nothing differs; against the raw values the garbage goes.
+        assert_eq!(
+            record.annotation_patch(&record),
+            serde_json::json!({"metadata": {"annotations": {}}})
+        );
+        assert_eq!(
+            record.annotation_patch_for(Some(&current)),
+            serde_json::json!({"metadata": {"annotations": {"rotor.dev/phase": null}}})
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_thirty_minutes() {
+        let minutes: Vec<u64> = (0..=8).map(|a| retry_backoff(a).as_secs() / 60).collect();
+        assert_eq!(minutes, [1, 1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(retry_backoff(u32::MAX), Duration::from_secs(1800));
+    }
+}

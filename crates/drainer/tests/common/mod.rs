@@ -1,0 +1,204 @@
+//! Harness for the drainer's tests against the simulator over real HTTP: start a simulated
+//! cluster in-process, run the drainer's real runtime against it, and wait for what it does.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use rotor_drainer::config::{DrainArgs, LeaderArgs};
+use rotor_sim::scenario::Scenario;
+use rotor_sim::server::RunningSim;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+pub const WAIT: Duration = Duration::from_secs(30);
+
+pub struct TestCluster {
+    pub sim: RunningSim,
+    pub client: Client,
+}
+
+impl TestCluster {
+    pub async fn start(yaml: &str) -> TestCluster {
+        let scenario = Scenario::from_yaml(yaml, "test").expect("test scenario");
+        let sim = rotor_sim::server::start(
+            &scenario,
+            "127.0.0.1:0".parse().unwrap(),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("simulator starts");
+        let client = Client::try_from(kube::Config::new(sim.url().parse().unwrap())).unwrap();
+        TestCluster { sim, client }
+    }
+
+    pub fn config(&self) -> kube::Config {
+        kube::Config::new(self.sim.url().parse().unwrap())
+    }
+
+    /// The simulator's counters (requests, evictions, budget violations, ...).
+    pub fn stats(&self) -> Value {
+        rotor_sim::admin::snapshot(&self.sim.sim.cluster.lock().unwrap())
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    pub async fn node(&self, name: &str) -> Node {
+        self.nodes().get(name).await.unwrap()
+    }
+
+    pub async fn node_names(&self) -> Vec<String> {
+        self.nodes()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect()
+    }
+
+    pub async fn pods_on(&self, node: &str) -> Vec<Pod> {
+        Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Puts the drain taint on a node, as `kubectl taint` would.
+    pub async fn taint(&self, node: &str, reason: &str) {
+        let n = self.node(node).await;
+        let mut taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+        taints.push(k8s_openapi::api::core::v1::Taint {
+            key: "rotor.dev/drain".into(),
+            value: Some(reason.into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+        let patch = json!({"spec": {"taints": taints}});
+        self.nodes()
+            .patch(node, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn untaint(&self, node: &str) {
+        let n = self.node(node).await;
+        let taints: Vec<_> = n
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.key != "rotor.dev/drain")
+            .collect();
+        let patch = json!({"spec": {"taints": taints}});
+        self.nodes()
+            .patch(node, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn cordon(&self, node: &str) {
+        let patch = json!({"spec": {"unschedulable": true}});
+        self.nodes()
+            .patch(node, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn annotation(&self, node: &str, key: &str) -> Option<String> {
+        self.node(node)
+            .await
+            .metadata
+            .annotations
+            .and_then(|a| a.get(key).cloned())
+    }
+
+    pub async fn stop(self) {
+        self.sim.stop().await;
+    }
+}
+
+#[derive(Parser)]
+struct DrainerCli {
+    #[command(flatten)]
+    drain: DrainArgs,
+    #[command(flatten)]
+    leader: LeaderArgs,
+}
+
+/// A drainer running in-process against the test cluster.
+pub struct TestDrainer {
+    pub stop: CancellationToken,
+    pub handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl TestDrainer {
+    /// Starts the drainer with these flags (plus a unique identity and a fast lease).
+    pub fn start(cluster: &TestCluster, identity: &str, flags: &[&str]) -> TestDrainer {
+        let mut args = vec![
+            "rotor-drainer",
+            "--identity",
+            identity,
+            "--lease-duration",
+            "2s",
+            "--settle",
+            "300ms",
+        ];
+        args.extend_from_slice(flags);
+        let cli = DrainerCli::try_parse_from(args).expect("test flags parse");
+        let cfg = cli.drain.validate().expect("test flags are valid");
+        let stop = CancellationToken::new();
+        let handle = tokio::spawn(rotor_drainer::runtime::run(
+            cluster.config(),
+            cfg,
+            cli.leader,
+            "127.0.0.1:0".parse().unwrap(),
+            stop.clone(),
+        ));
+        TestDrainer { stop, handle }
+    }
+
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.handle.await.expect("drainer task")
+    }
+}
+
+/// Polls `check` until it returns Some, or panics naming `what`.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn is_daemon_or_mirror(p: &Pod) -> bool {
+    p.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+        || p.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "DaemonSet")
+}

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
@@ -120,7 +121,7 @@ async fn cordon(
     name: &str,
     record: &DrainRecord,
 ) -> Result<DrainRecord, kube::Error> {
-    for _ in 0..5 {
+    let attempt = || async {
         let node = nodes.get(name).await?;
         if node
             .spec
@@ -139,31 +140,33 @@ async fn cordon(
         let mut patch = next.annotation_patch(record);
         patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
         patch["spec"] = json!({"unschedulable": true});
-        match nodes
+        nodes
             .patch(name, &patch_params(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(next),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(kube::Error::Api(
-        kube::core::Status::failure(
-            &format!("node {name} kept changing while cordoning it"),
-            "Conflict",
-        )
-        .with_code(409)
-        .boxed(),
-    ))
+            .await?;
+        Ok(next)
+    };
+    attempt.retry(conflict_backoff()).when(is_conflict).await
+}
+
+/// Re-read and retry a guarded node write a few times when someone else wrote in between.
+fn conflict_backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_millis(500))
+        .with_max_times(5)
+        .with_jitter()
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
 /// Undoes what rotor did to a node whose taint went away: its own cordon, its annotations.
 pub async fn clean_up(ctx: &Ctx, name: &str) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    for _ in 0..5 {
+    let attempt = || async {
         let Some(node) = nodes.get_opt(name).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
         let mut patch = DrainRecord::cleared().annotation_patch(&record);
@@ -177,33 +180,29 @@ pub async fn clean_up(ctx: &Ctx, name: &str) -> Result<(), kube::Error> {
         if uncordon {
             patch["spec"] = json!({"unschedulable": false});
         }
-        match nodes
+        nodes
             .patch(name, &patch_params(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                let what = if uncordon {
-                    "uncordoned it and cleared"
-                } else {
-                    "cleared"
-                };
-                tracing::info!(
-                    node = name,
-                    "drain taint removed; {what} rotor's annotations"
-                );
-                announce(
-                    ctx,
-                    &node,
-                    false,
-                    "DrainCancelled",
-                    format!("The drain taint was removed; rotor {what} its drain state."),
-                )
-                .await;
-                return Ok(());
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(e),
-        }
+            .await?;
+        Ok(Some((node, uncordon)))
+    };
+    if let Some((node, uncordon)) = attempt.retry(conflict_backoff()).when(is_conflict).await? {
+        let what = if uncordon {
+            "uncordoned it and cleared"
+        } else {
+            "cleared"
+        };
+        tracing::info!(
+            node = name,
+            "drain taint removed; {what} rotor's annotations"
+        );
+        announce(
+            ctx,
+            &node,
+            false,
+            "DrainCancelled",
+            format!("The drain taint was removed; rotor {what} its drain state."),
+        )
+        .await;
     }
     Ok(())
 }
@@ -422,9 +421,19 @@ async fn evict_until_drained(
             } else {
                 empty_since = None;
             }
-            // Evict what the plan allows now.
+            // Evict what the plan allows now; past --force-after, also delete what budgets hold.
             let forcing = force_at.is_some_and(|t| now >= t);
-            for (pod, grace) in &plan.evict_now {
+            let mut targets: Vec<(PodRef, Option<i64>)> = plan.evict_now.clone();
+            if forcing {
+                for (pod, grace) in &plan.budget_blocked {
+                    attempts
+                        .refused
+                        .entry(pod.uid.clone())
+                        .or_insert_with(|| format!("{pod}: held by its budget"));
+                    targets.push((pod.clone(), *grace));
+                }
+            }
+            for (pod, grace) in &targets {
                 if attempts.evicted.contains(&pod.uid) {
                     continue;
                 }
@@ -435,7 +444,8 @@ async fn evict_until_drained(
                     continue;
                 }
                 let owner = pods.get(&pod.uid).and_then(crate::gate::owner_of);
-                let outcome = if forcing && attempts.refused.contains_key(&pod.uid) {
+                let forced = forcing && attempts.refused.contains_key(&pod.uid);
+                let outcome = if forced {
                     let o = evict::force_delete(&ctx.evict_client, pod, *grace).await;
                     if o == EvictionOutcome::Evicted {
                         ctx.metrics.eviction("forced");
@@ -448,7 +458,9 @@ async fn evict_until_drained(
                 };
                 match outcome {
                     EvictionOutcome::Evicted => {
-                        ctx.metrics.eviction("evicted");
+                        if !forced {
+                            ctx.metrics.eviction("evicted");
+                        }
                         tracing::info!(node = %name, pod = %pod, "evicted");
                         attempts.evicted.insert(pod.uid.clone());
                         attempts.refused.remove(&pod.uid);
@@ -505,7 +517,7 @@ async fn evict_until_drained(
             }
             if let Some(t) = force_at
                 && t > now
-                && !attempts.refused.is_empty()
+                && (!attempts.refused.is_empty() || !plan.budget_blocked.is_empty())
             {
                 wake = wake.min(t);
             }

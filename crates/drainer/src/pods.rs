@@ -374,6 +374,9 @@ pub struct NodePlan {
     pub ignored: usize,
     /// Critical pods that wait until no ordinary pod is left (not counted in `evict_now`).
     pub deferred: Vec<PodRef>,
+    /// Pods that could be evicted but for their budgets (never allowing, or several): what
+    /// `--force-after` deletes. Never do-not-disrupt pods.
+    pub budget_blocked: Vec<(PodRef, Option<i64>)>,
 }
 
 impl NodePlan {
@@ -451,7 +454,10 @@ pub fn plan_node(
             } => {
                 ordinary_left |= tier == EvictionTier::Ordinary;
                 match budget_blocker(pod, &pod_ref, &budgets) {
-                    Some(blocker) => push_unique(&mut plan.blockers, blocker),
+                    Some(blocker) => {
+                        push_unique(&mut plan.blockers, blocker);
+                        plan.budget_blocked.push((pod_ref, grace_period_seconds));
+                    }
                     None => evictable.push((tier, pod_ref, grace_period_seconds)),
                 }
             }

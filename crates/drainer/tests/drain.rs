@@ -285,3 +285,274 @@ async fn given_a_closed_maintenance_window_then_no_drain_starts() {
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
+
+/// Two web pods per node, a budget that allows one disruption at a time.
+const TIGHT: &str = r#"
+timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 1s, podShutdown: 200ms, bookmarkInterval: 1s}
+namespaces: [rotor-system]
+nodeGroups:
+  - {name: g, size: 3, max: 6, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
+workloads:
+  - {kind: Deployment, name: web, namespace: shop, replicas: 6, requests: {cpu: 100m}, startup: 1s, shutdown: 200ms, pdb: {minAvailable: 5}}
+"#;
+
+async fn node_with_most_web_pods(cluster: &TestCluster) -> (String, usize) {
+    let mut best = (String::new(), 0);
+    for n in cluster.node_names().await {
+        let c = cluster
+            .pods_on(&n)
+            .await
+            .iter()
+            .filter(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("web-"))
+            .count();
+        if c > best.1 {
+            best = (n, c);
+        }
+    }
+    best
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_budget_that_refuses_then_allows_then_the_drain_retries_as_soon_as_it_allows() {
+    let cluster = TestCluster::start(TIGHT).await;
+    // The slow backstop is a minute: finishing in seconds proves the retry follows the budget.
+    let drainer = TestDrainer::start(&cluster, "a", &["--budget-recheck", "60s"]);
+    let (node, web) = node_with_most_web_pods(&cluster).await;
+    assert!(
+        web >= 2,
+        "the scenario puts at least two web pods on a node"
+    );
+    let started = std::time::Instant::now();
+    cluster.taint(&node, "manual").await;
+    wait_until("the node to be drained", WAIT, || async {
+        (cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref()
+            == Some("drained"))
+        .then_some(())
+    })
+    .await;
+    let took = started.elapsed();
+    let stats = cluster.stats();
+    assert!(
+        stats["evictions"]["budget"].as_u64().unwrap_or(0) >= 1,
+        "the budget refused at least once: {stats}"
+    );
+    assert_eq!(stats["budgetViolations"], 0, "{stats}");
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "retried on the budget's change, not the 60 s backstop: {took:?}"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_drainer_restarts_mid_drain_then_it_resumes_with_the_same_deadline() {
+    let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
+    let cluster = TestCluster::start(&yaml).await;
+    let first = TestDrainer::start(&cluster, "a", &["--drain-timeout", "1h"]);
+    let node = wait_until("a node hosting web pods", WAIT, || async {
+        for n in cluster.node_names().await {
+            if cluster
+                .pods_on(&n)
+                .await
+                .iter()
+                .any(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("web-"))
+            {
+                return Some(n);
+            }
+        }
+        None
+    })
+    .await;
+    cluster.taint(&node, "manual").await;
+    wait_until("the drain to block", WAIT, || async {
+        (cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref()
+            == Some("blocked"))
+        .then_some(())
+    })
+    .await;
+    let deadline = cluster
+        .annotation(&node, "rotor.dev/deadline")
+        .await
+        .unwrap();
+    let attempts = cluster.annotation(&node, "rotor.dev/attempts").await;
+    first.stop().await.unwrap();
+    // The stopped drainer left its state: still cordoned, still blocked.
+    assert_eq!(
+        cluster.node(&node).await.spec.unwrap().unschedulable,
+        Some(true)
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let second = TestDrainer::start(&cluster, "b", &["--drain-timeout", "1h"]);
+    wait_until("the second drainer to pick the node up", WAIT, || async {
+        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::namespaced(cluster.client.clone(), "rotor-system");
+        let holder = leases
+            .get("rotor-drainer")
+            .await
+            .ok()?
+            .spec?
+            .holder_identity?;
+        (holder == "b").then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        cluster
+            .annotation(&node, "rotor.dev/deadline")
+            .await
+            .as_deref(),
+        Some(deadline.as_str()),
+        "the deadline survives the restart"
+    );
+    assert_eq!(
+        cluster.annotation(&node, "rotor.dev/attempts").await,
+        attempts,
+        "a resume is not a new attempt"
+    );
+    assert_eq!(
+        cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref(),
+        Some("blocked")
+    );
+    second.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_budget_that_never_allows_when_the_deadline_passes_then_the_node_fails_or_is_forced()
+ {
+    let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
+    let cluster = TestCluster::start(&yaml).await;
+    let names = cluster.node_names().await;
+    let mut web_nodes = Vec::new();
+    for n in &names {
+        if cluster
+            .pods_on(n)
+            .await
+            .iter()
+            .any(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("web-"))
+        {
+            web_nodes.push(n.clone());
+        }
+    }
+    let node = web_nodes[0].clone();
+
+    // Without --force-after: marked failed at the deadline, with the reason.
+    let drainer = TestDrainer::start(&cluster, "a", &["--drain-timeout", "2s"]);
+    cluster.taint(&node, "manual").await;
+    let error = wait_until("the drain to fail", WAIT, || async {
+        if cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref()
+            == Some("failed")
+        {
+            cluster.annotation(&node, "rotor.dev/last-error").await
+        } else {
+            None
+        }
+    })
+    .await;
+    assert!(error.contains("deadline"), "{error}");
+    assert_eq!(
+        cluster.stats()["requests"].get("delete pods"),
+        None,
+        "nothing is deleted without --force-after"
+    );
+    drainer.stop().await.unwrap();
+    cluster.untaint(&node).await;
+
+    // With --force-after: the budget-held pods are deleted with a UID precondition.
+    let forced = TestDrainer::start(
+        &cluster,
+        "b",
+        &["--drain-timeout", "20s", "--force-after", "2s"],
+    );
+    let other = web_nodes.get(1).cloned().unwrap_or(node.clone());
+    wait_until("the first node to be cleaned up", WAIT, || async {
+        cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    cluster.taint(&other, "manual").await;
+    wait_until("the forced drain to finish", WAIT, || async {
+        (cluster
+            .annotation(&other, "rotor.dev/phase")
+            .await
+            .as_deref()
+            == Some("drained"))
+        .then_some(())
+    })
+    .await;
+    let stats = cluster.stats();
+    assert!(
+        stats["requests"]["delete pods"].as_u64().unwrap_or(0) >= 1,
+        "{stats}"
+    );
+    assert!(
+        stats["budgetViolations"].as_u64().unwrap_or(0) >= 1,
+        "forcing breaks the budget, and the simulator sees it: {stats}"
+    );
+    forced.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_statefulset_pod_when_it_is_recreated_under_the_same_name_then_the_drain_does_not_chase_it()
+ {
+    let yaml = r#"
+timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms}
+namespaces: [rotor-system]
+nodeGroups:
+  - {name: g, size: 2, max: 4, template: {cpu: "4", memory: 16Gi}}
+workloads:
+  - {kind: StatefulSet, name: db, namespace: shop, replicas: 2, startup: 300ms, shutdown: 200ms, pdb: {maxUnavailable: 1}}
+"#;
+    let cluster = TestCluster::start(yaml).await;
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(cluster.client.clone(), "shop");
+    let db0 = pods.get("db-0").await.unwrap();
+    let node = db0.spec.as_ref().unwrap().node_name.clone().unwrap();
+    cluster.taint(&node, "manual").await;
+    wait_until("the node to be drained", WAIT, || async {
+        (cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref()
+            == Some("drained"))
+        .then_some(())
+    })
+    .await;
+    let again = wait_until("db-0 to come back elsewhere", WAIT, || async {
+        let p = pods.get("db-0").await.ok()?;
+        (p.metadata.uid != db0.metadata.uid && p.spec.as_ref()?.node_name.is_some()).then_some(p)
+    })
+    .await;
+    assert_ne!(
+        again.spec.unwrap().node_name.as_deref(),
+        Some(node.as_str())
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let now = pods.get("db-0").await.unwrap();
+    assert_eq!(
+        now.metadata.uid, again.metadata.uid,
+        "the recreated db-0 is left alone"
+    );
+    assert!(now.metadata.deletion_timestamp.is_none());
+    assert_eq!(cluster.stats()["budgetViolations"], 0);
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}

@@ -1,0 +1,143 @@
+//! The real rotor-drainer binary against the real rotor-sim binary, driven with real kubectl.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use rotor_e2e::{SimProcess, binary, kubectl_ok, run_with_timeout, scenario, wait_until};
+
+struct Drainer(Child);
+
+impl Drop for Drainer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_drainer(sim: &SimProcess, extra: &[&str]) -> Drainer {
+    let log = std::fs::File::create(sim.dir().join("rotor-drainer.log")).unwrap();
+    let child = Command::new(binary("rotor-drainer"))
+        .arg("--kubeconfig")
+        .arg(sim.kubeconfig())
+        .args([
+            "run",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--lease-namespace",
+            "rotor-system",
+            "--identity",
+            "e2e",
+            "--settle",
+            "300ms",
+        ])
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("rotor-drainer starts");
+    Drainer(child)
+}
+
+fn phase(sim: &SimProcess, node: &str) -> String {
+    kubectl_ok(
+        sim,
+        &[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.metadata.annotations.rotor\\.dev/phase}",
+        ],
+    )
+}
+
+#[test]
+fn the_binary_drains_a_node_tainted_with_kubectl_and_status_reports_it() {
+    let sim = SimProcess::start(scenario("drain.yaml"));
+    let _drainer = start_drainer(&sim, &[]);
+    let node = kubectl_ok(
+        &sim,
+        &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
+    );
+    kubectl_ok(
+        &sim,
+        &["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"],
+    );
+    wait_until("the node to be drained", Duration::from_secs(60), || {
+        (phase(&sim, &node) == "drained").then_some(())
+    });
+
+    let unschedulable = kubectl_ok(
+        &sim,
+        &["get", "node", &node, "-o", "jsonpath={.spec.unschedulable}"],
+    );
+    assert_eq!(unschedulable.trim(), "true");
+    let stats = sim.stats();
+    assert_eq!(stats["budgetViolations"], 0, "{stats}");
+    assert!(
+        stats["requests"].get("delete pods").is_none(),
+        "evicted, never deleted: {stats}"
+    );
+
+    let out = run_with_timeout(
+        Command::new(binary("rotor-drainer"))
+            .arg("--kubeconfig")
+            .arg(sim.kubeconfig())
+            .arg("status"),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&node))
+        .unwrap_or_else(|| panic!("no row for {node}: {text}"));
+    assert!(row.contains("drained") && row.contains("manual"), "{row}");
+
+    let out = run_with_timeout(
+        Command::new(binary("rotor-drainer"))
+            .arg("--kubeconfig")
+            .arg(sim.kubeconfig())
+            .args(["status", "--output", "json"]),
+        Duration::from_secs(30),
+    );
+    let rows: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("status --output json is JSON");
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+    assert_eq!(rows[0]["node"], node.as_str());
+    assert_eq!(rows[0]["phase"], "drained");
+}
+
+#[test]
+fn bad_flags_exit_2_before_touching_the_cluster() {
+    let sim = SimProcess::start(scenario("drain.yaml"));
+    let before = sim.stats()["requestsTotal"].as_u64().unwrap();
+    for flags in [
+        &["--max-concurrent", "0"][..],
+        &["--drain-timeout", "10m", "--force-after", "1h"][..],
+        &["--max-unavailable", "120%"][..],
+        &["--window", "at night"][..],
+    ] {
+        let out = run_with_timeout(
+            Command::new(binary("rotor-drainer"))
+                .arg("--kubeconfig")
+                .arg(sim.kubeconfig())
+                .args(["run", "--admin-listen", "127.0.0.1:0"])
+                .args(flags),
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let flag = flags.iter().rev().find(|f| f.starts_with("--")).unwrap();
+        assert!(
+            err.contains(flag.trim_start_matches('-')),
+            "{flags:?} should name the flag: {err}"
+        );
+    }
+    assert_eq!(
+        sim.stats()["requestsTotal"].as_u64().unwrap(),
+        before,
+        "no request reached the cluster"
+    );
+}

@@ -556,3 +556,85 @@ workloads:
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_pod_under_two_budgets_then_the_node_blocks_naming_both() {
+    let yaml = format!(
+        "{CLUSTER}  - {{kind: Deployment, name: api, namespace: shop, replicas: 1, labels: {{tier: front}}, pdb: {{maxUnavailable: 1}}}}\n"
+    );
+    let cluster = TestCluster::start(&yaml).await;
+    // A second budget over the same pod, by a shared label.
+    let extra: k8s_openapi::api::policy::v1::PodDisruptionBudget =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "front", "namespace": "shop"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"tier": "front"}}},
+        }))
+        .unwrap();
+    kube::Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+        cluster.client.clone(),
+        "shop",
+    )
+    .create(&Default::default(), &extra)
+    .await
+    .unwrap();
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    let node = wait_until("the api pod to run", WAIT, || async {
+        let pods = cluster.pods_on_label("shop", "app=api").await;
+        pods.first()
+            .and_then(|p| p.spec.as_ref()?.node_name.clone())
+    })
+    .await;
+    cluster.taint(&node, "manual").await;
+    let blocker = wait_until(
+        "the node to block on the overlapping budgets",
+        WAIT,
+        || async {
+            let b = cluster.annotation(&node, "rotor.dev/blocker").await?;
+            b.contains("shop/front").then_some(b)
+        },
+    )
+    .await;
+    assert!(
+        blocker.contains("shop/api") && blocker.contains("shop/front"),
+        "{blocker}"
+    );
+    assert_eq!(
+        cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref(),
+        Some("blocked")
+    );
+    let api = cluster.pods_on_label("shop", "app=api").await;
+    assert!(
+        api[0].metadata.deletion_timestamp.is_none(),
+        "a pod under two budgets is not evicted"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_refuse_emptydir_then_a_pod_with_scratch_data_blocks_the_node() {
+    let yaml = format!(
+        "{CLUSTER}  - {{kind: Deployment, name: cache, namespace: shop, replicas: 1, volumes: [emptyDir]}}\n"
+    );
+    let cluster = TestCluster::start(&yaml).await;
+    let drainer = TestDrainer::start(&cluster, "a", &["--refuse-emptydir"]);
+    let node = wait_until("the cache pod to run", WAIT, || async {
+        let pods = cluster.pods_on_label("shop", "app=cache").await;
+        pods.first()
+            .and_then(|p| p.spec.as_ref()?.node_name.clone())
+    })
+    .await;
+    cluster.taint(&node, "manual").await;
+    let blocker = wait_until("the node to block on the emptyDir pod", WAIT, || async {
+        let b = cluster.annotation(&node, "rotor.dev/blocker").await?;
+        b.contains("cache").then_some(b)
+    })
+    .await;
+    assert!(blocker.contains("emptyDir"), "{blocker}");
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}

@@ -73,6 +73,14 @@ impl TestCluster {
             .items
     }
 
+    pub async fn pods_on_label(&self, ns: &str, selector: &str) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), ns)
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items
+    }
+
     /// Puts the drain taint on a node, as `kubectl taint` would.
     pub async fn taint(&self, node: &str, reason: &str) {
         let n = self.node(node).await;

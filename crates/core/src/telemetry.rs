@@ -75,8 +75,11 @@ pub fn init(args: &LogArgs) -> Result<(), TelemetryError> {
             source,
         })?;
 
+    // Colour only for a terminal: log files and collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let result = match args.log_format {
         LogFormat::Text => builder.try_init(),

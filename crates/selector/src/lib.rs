@@ -6,11 +6,28 @@
 //! - [`kube_rules`]: the Kubernetes-only rules (kubelet behind the control plane, node age);
 //! - [`verdict`]: what a rule concludes about a node ([`Verdict`], [`SkipReason`]);
 //! - [`plan`](mod@plan): from verdicts to taint / untaint / keep / skip / retire, within budgets.
+//!
+//! The I/O sits at the edges, one job per module:
+//! - [`cli`]: flags (each with a `ROTOR_*` variable) and their validation into a
+//!   [`SelectorConfig`](cli::SelectorConfig);
+//! - [`provider`]: the provider seam ([`Provider`](provider::Provider) looks up,
+//!   [`Assessor`](provider::Assessor) judges nodes into [`Candidate`]s) and node listing;
+//! - [`kube_provider`]: the Kubernetes provider (`GET /version`);
+//! - [`apply`]: resourceVersion-guarded merge patches, conflict re-checks, Events;
+//! - [`run`](mod@run): one run, list → assess → plan → apply, into a [`Report`](run::Report);
+//! - [`output`]: the report as a table or JSON; [`api_calls`]: what the run cost.
 
+pub mod api_calls;
+pub mod apply;
 pub mod aws_model;
+pub mod cli;
 pub mod drift;
+pub mod kube_provider;
 pub mod kube_rules;
+pub mod output;
 pub mod plan;
+pub mod provider;
+pub mod run;
 pub mod verdict;
 
 pub use drift::{DriftInputs, TagExclusion, instance_verdict, resolve_group_version};

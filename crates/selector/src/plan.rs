@@ -30,11 +30,12 @@ pub struct Candidate {
     pub verdict: Verdict,
     /// The value of the node's drain taint, when it has one (any value, any effect).
     pub current_taint: Option<String>,
-    /// The drainer has started: `rotor.dev/phase` is present and not empty.
+    /// The drainer has started: `rotor.dev/phase` is present, whatever its value (`queued`
+    /// included: the drainer has taken the node on).
     pub drain_started: bool,
     /// The node carries `rotor.dev/do-not-disrupt=true`.
     pub opted_out: bool,
-    /// The drainer finished: the node carries `rotor.dev/drained-at`
+    /// The drainer finished: the node's phase is `drained` or it carries `rotor.dev/drained-at`
     /// ([`DRAINED_AT_ANNOTATION`](rotor_core::contract::DRAINED_AT_ANNOTATION)).
     pub drained: bool,
 }

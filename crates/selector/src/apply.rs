@@ -1,0 +1,623 @@
+//! Writing a plan to the cluster, one node at a time, after the whole plan is computed.
+//!
+//! - Taint: `rotor.dev/drain=<reason>:<effect>` is added, with the annotations
+//!   `rotor.dev/selected-at` (RFC 3339, whole seconds) and `rotor.dev/selector-detail`.
+//! - Untaint: only the `rotor.dev/drain` taint and those two annotations are removed.
+//!
+//! Every write is a JSON merge patch carrying the `metadata.resourceVersion` the decision was made
+//! on, with field manager `rotor`. A node's `spec.taints` has no patch merge key, so the patch
+//! replaces the whole list; the resourceVersion turns that into a precondition, and a concurrent
+//! writer's change is never lost: the server answers 409 instead. On 409 the node is re-read,
+//! re-judged by the same provider assessor and re-planned on its own ([`recheck`]); if the action
+//! still applies it is retried (at most [`MAX_ATTEMPTS`] writes per node), otherwise it is dropped
+//! and said so. A node that no longer exists is dropped too. Any other error fails that node
+//! (kube's client already retries 429/503/504); the other nodes are still written, because each
+//! write is correct on its own and the plan's budgets hold for any subset of it.
+//!
+//! Each successful write is announced by a Kubernetes Event on the node (reporter
+//! `rotor-selector`); an Event that cannot be recorded is logged, not fatal.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use rotor_core::contract::{SELECTED_AT_ANNOTATION, SELECTOR_DETAIL_ANNOTATION, format_timestamp};
+use rotor_core::{DRAIN_TAINT_KEY, DrainReason, FIELD_MANAGER, TaintEffect, drain_taint};
+use serde_json::{Value, json};
+
+use crate::api_calls::ApiCalls;
+use crate::plan::{Action, Budget, Candidate, PlanLimits, PlannedNode, plan};
+use crate::provider::{Assessor, slim};
+
+/// Most writes attempted on one node (the first plus retries after conflicts).
+pub const MAX_ATTEMPTS: u32 = 5;
+
+/// Reporting controller of the selector's Events.
+pub const EVENT_REPORTER: &str = "rotor-selector";
+
+/// Event reason when the selector tainted a node.
+pub const TAINTED_REASON: &str = "DrainTaintAdded";
+
+/// Event reason when the selector removed its taint from a node.
+pub const UNTAINTED_REASON: &str = "DrainTaintRemoved";
+
+/// What became of one planned write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Not written: `--dry-run`.
+    DryRun,
+    /// Written.
+    Applied,
+    /// Not written: a concurrent change made the action no longer apply, or the node is gone.
+    Dropped { why: String },
+    /// Not written: an error, or conflicts that outlasted the retries.
+    Failed { error: String },
+}
+
+impl WriteOutcome {
+    /// `dry-run`, `applied`, `dropped` or `failed`.
+    pub const fn label(&self) -> &'static str {
+        match self {
+            WriteOutcome::DryRun => "dry-run",
+            WriteOutcome::Applied => "applied",
+            WriteOutcome::Dropped { .. } => "dropped",
+            WriteOutcome::Failed { .. } => "failed",
+        }
+    }
+
+    /// Why it was dropped or how it failed.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            WriteOutcome::DryRun | WriteOutcome::Applied => None,
+            WriteOutcome::Dropped { why } => Some(why),
+            WriteOutcome::Failed { error } => Some(error),
+        }
+    }
+}
+
+impl fmt::Display for WriteOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.message() {
+            Some(message) => write!(f, "{}: {message}", self.label()),
+            None => f.write_str(self.label()),
+        }
+    }
+}
+
+/// One planned write and what became of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteResult {
+    pub outcome: WriteOutcome,
+    /// Patches sent (0 in a dry run).
+    pub attempts: u32,
+}
+
+/// True for the actions that write to the cluster.
+pub fn writes(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Taint { .. } | Action::Untaint { .. } | Action::Retire
+    )
+}
+
+/// The merge patch that taints `node`: its other taints kept, rotor's added, the two selector
+/// annotations set, guarded by the node's resourceVersion.
+pub fn taint_patch(
+    node: &Node,
+    reason: DrainReason,
+    detail: &str,
+    effect: TaintEffect,
+    selected_at: Timestamp,
+) -> Result<Value, String> {
+    let resource_version = resource_version(node)?;
+    let mut taints = other_taints(node);
+    taints.push(drain_taint(reason, effect));
+    Ok(json!({
+        "metadata": {
+            "resourceVersion": resource_version,
+            "annotations": {
+                SELECTED_AT_ANNOTATION: format_timestamp(selected_at),
+                SELECTOR_DETAIL_ANNOTATION: detail,
+            },
+        },
+        "spec": {"taints": taints},
+    }))
+}
+
+/// The merge patch that removes rotor's taint and the two selector annotations from `node`,
+/// keeping everything else, guarded by the node's resourceVersion.
+pub fn untaint_patch(node: &Node) -> Result<Value, String> {
+    let resource_version = resource_version(node)?;
+    let taints = other_taints(node);
+    Ok(json!({
+        "metadata": {
+            "resourceVersion": resource_version,
+            "annotations": {
+                SELECTED_AT_ANNOTATION: null,
+                SELECTOR_DETAIL_ANNOTATION: null,
+            },
+        },
+        "spec": {"taints": if taints.is_empty() { Value::Null } else { json!(taints) }},
+    }))
+}
+
+fn resource_version(node: &Node) -> Result<&str, String> {
+    node.metadata
+        .resource_version
+        .as_deref()
+        .filter(|rv| !rv.is_empty())
+        .ok_or_else(|| {
+            "the node has no metadata.resourceVersion; refusing to write its taints without a precondition".to_owned()
+        })
+}
+
+fn other_taints(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|taint| taint.key != DRAIN_TAINT_KEY)
+        .cloned()
+        .collect()
+}
+
+/// After a conflict: the action for the re-read node, planned on its own with the same rules,
+/// when it is still the same kind of action as `planned` (a taint's reason and detail may have
+/// changed with the fresh data); otherwise why it no longer applies. The budget was granted when
+/// the whole plan was made, so the node keeps its slot.
+pub fn recheck(planned: &Action, fresh: Candidate, retire_drained: bool) -> Result<Action, String> {
+    let limits = PlanLimits {
+        max_tainted: Budget::Count(1),
+        max_tainted_per_group: None,
+        retire_drained,
+    };
+    let action = plan(vec![fresh], &limits)
+        .pop()
+        .map(|planned| planned.action)
+        .ok_or_else(|| "the node could not be re-planned".to_owned())?;
+    if action.kind() == planned.kind() {
+        return Ok(action);
+    }
+    let why = match &action {
+        Action::Keep { why } | Action::Skip { why } | Action::Untaint { why } => why.clone(),
+        Action::Taint { reason, detail } => format!("{reason}: {detail}"),
+        Action::Retire => "drained".to_owned(),
+    };
+    Err(format!(
+        "no longer applies after a concurrent change to the node (now {}: {why})",
+        action.kind()
+    ))
+}
+
+/// Writes planned actions to the cluster.
+pub struct Applier<'a> {
+    api: Api<Node>,
+    recorder: Recorder,
+    assessor: &'a Assessor,
+    effect: TaintEffect,
+    selected_at: Timestamp,
+    retire_drained: bool,
+}
+
+impl<'a> Applier<'a> {
+    /// An applier that re-judges nodes with `assessor` after conflicts and stamps taints with
+    /// `selected_at`.
+    pub fn new(
+        client: &Client,
+        assessor: &'a Assessor,
+        effect: TaintEffect,
+        selected_at: Timestamp,
+        retire_drained: bool,
+    ) -> Self {
+        Applier {
+            api: Api::all(client.clone()),
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: EVENT_REPORTER.into(),
+                    instance: std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()),
+                },
+            ),
+            assessor,
+            effect,
+            selected_at,
+            retire_drained,
+        }
+    }
+
+    /// Writes every writing action of `plan`, in plan order; `nodes` are the nodes as listed
+    /// (by name). Returns one result per planned node (`None` for nodes with nothing to write).
+    pub async fn apply(
+        &self,
+        plan: &[PlannedNode],
+        nodes: &BTreeMap<String, Node>,
+        calls: &mut ApiCalls,
+    ) -> Vec<Option<WriteResult>> {
+        let mut results = Vec::with_capacity(plan.len());
+        for planned in plan {
+            if !writes(&planned.action) {
+                results.push(None);
+                continue;
+            }
+            let result = match nodes.get(&planned.candidate.node) {
+                Some(node) => self.write(node, &planned.action, calls).await,
+                None => WriteResult {
+                    outcome: WriteOutcome::Failed {
+                        error: "the node is not among the listed nodes".into(),
+                    },
+                    attempts: 0,
+                },
+            };
+            log_result(&planned.candidate.node, &planned.action, &result);
+            results.push(Some(result));
+        }
+        results
+    }
+
+    /// Writes one action, retrying after conflicts with the action re-planned on fresh data.
+    async fn write(&self, listed: &Node, planned: &Action, calls: &mut ApiCalls) -> WriteResult {
+        let name = listed.metadata.name.clone().unwrap_or_default();
+        let mut node = listed.clone();
+        let mut action = planned.clone();
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let result = |outcome, attempts| WriteResult { outcome, attempts };
+        let failed = |error: String, attempts| result(WriteOutcome::Failed { error }, attempts);
+        let dropped = |why: String, attempts| result(WriteOutcome::Dropped { why }, attempts);
+        for attempt in 1..=MAX_ATTEMPTS {
+            let patch = match &action {
+                Action::Taint { reason, detail } => {
+                    taint_patch(&node, *reason, detail, self.effect, self.selected_at)
+                }
+                Action::Untaint { .. } => untaint_patch(&node),
+                Action::Retire => Err(
+                    "retiring a node needs a cloud provider; the kubernetes provider never plans it"
+                        .to_owned(),
+                ),
+                Action::Keep { .. } | Action::Skip { .. } => {
+                    Err("a keep or skip has nothing to write".to_owned())
+                }
+            };
+            let patch = match patch {
+                Ok(patch) => patch,
+                Err(error) => return failed(error, attempt - 1),
+            };
+            calls.kube("patch nodes");
+            match self.api.patch(&name, &params, &Patch::Merge(&patch)).await {
+                Ok(written) => {
+                    self.announce(&written, &action, calls).await;
+                    return result(WriteOutcome::Applied, attempt);
+                }
+                Err(error) if api_code(&error) == Some(409) => {
+                    tracing::info!(node = %name, attempt, "conflict: the node changed since it was read; re-reading it");
+                    calls.kube("get nodes");
+                    let fresh = match self.api.get(&name).await {
+                        Ok(fresh) => slim(fresh),
+                        Err(error) if api_code(&error) == Some(404) => {
+                            return dropped("the node was deleted".into(), attempt);
+                        }
+                        Err(error) => {
+                            return failed(
+                                format!(
+                                    "cannot re-read the node after a conflict: {}",
+                                    describe(&error)
+                                ),
+                                attempt,
+                            );
+                        }
+                    };
+                    match recheck(
+                        &action,
+                        self.assessor.candidate(&fresh),
+                        self.retire_drained,
+                    ) {
+                        Ok(next) => {
+                            action = next;
+                            node = fresh;
+                        }
+                        Err(why) => return dropped(why, attempt),
+                    }
+                }
+                Err(error) if api_code(&error) == Some(404) => {
+                    return dropped("the node no longer exists".into(), attempt);
+                }
+                Err(error) => return failed(describe(&error), attempt),
+            }
+        }
+        failed(
+            format!("the node kept changing: still conflicting after {MAX_ATTEMPTS} attempts"),
+            MAX_ATTEMPTS,
+        )
+    }
+
+    /// Records an Event on the node for a write that was made.
+    async fn announce(&self, node: &Node, action: &Action, calls: &mut ApiCalls) {
+        let (reason, verb, note) = match action {
+            Action::Taint { reason, detail } => (
+                TAINTED_REASON,
+                "Taint",
+                format!(
+                    "rotor-selector put the drain taint {DRAIN_TAINT_KEY}={reason}:{} on this node: {detail}",
+                    self.effect
+                ),
+            ),
+            Action::Untaint { why } => (
+                UNTAINTED_REASON,
+                "Untaint",
+                format!("rotor-selector removed its drain taint from this node: {why}"),
+            ),
+            _ => return,
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note),
+            action: verb.into(),
+            secondary: None,
+        };
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: node.metadata.name.clone(),
+            uid: node.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        calls.kube("create events");
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), reason, error = %describe(&error), "could not record an Event on the node");
+        }
+    }
+}
+
+fn log_result(node: &str, action: &Action, result: &WriteResult) {
+    let kind = action.kind();
+    let attempts = result.attempts;
+    match &result.outcome {
+        WriteOutcome::Applied => tracing::info!(node = %node, action = kind, attempts, "applied"),
+        WriteOutcome::DryRun => {}
+        WriteOutcome::Dropped { why } => {
+            tracing::info!(node = %node, action = kind, attempts, why = %why, "dropped")
+        }
+        WriteOutcome::Failed { error } => {
+            tracing::error!(node = %node, action = kind, attempts, error = %error, "write failed")
+        }
+    }
+}
+
+/// The HTTP status of an API error.
+fn api_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// An error in one line: `409 Conflict: <message>` for API errors.
+pub fn describe(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => {
+            format!("{} {}: {}", status.code, status.reason, status.message)
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rotor_core::contract::PHASE_ANNOTATION;
+    use serde_json::json;
+
+    use super::*;
+    use crate::verdict::Verdict;
+
+    fn node(taints: Value, annotations: Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n1", "resourceVersion": "42", "annotations": annotations},
+            "spec": {"taints": taints},
+        }))
+        .unwrap()
+    }
+
+    fn at() -> Timestamp {
+        "2025-05-06T07:08:09.5Z".parse().unwrap()
+    }
+
+    #[test]
+    fn taint_patch_keeps_other_taints_and_carries_the_resource_version() {
+        let n = node(
+            json!([{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]),
+            json!({"keep": "me"}),
+        );
+        let patch = taint_patch(
+            &n,
+            DrainReason::KubeletVersion,
+            "kubelet v1.33.2, control plane v1.34.1",
+            TaintEffect::PreferNoSchedule,
+            at(),
+        )
+        .unwrap();
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {
+                    "resourceVersion": "42",
+                    "annotations": {
+                        "rotor.dev/selected-at": "2025-05-06T07:08:09Z",
+                        "rotor.dev/selector-detail": "kubelet v1.33.2, control plane v1.34.1",
+                    },
+                },
+                "spec": {"taints": [
+                    {"key": "dedicated", "value": "batch", "effect": "NoSchedule"},
+                    {"key": "rotor.dev/drain", "value": "kubelet-version", "effect": "PreferNoSchedule"},
+                ]},
+            })
+        );
+        let bare: Node =
+            serde_json::from_value(json!({"metadata": {"name": "n", "resourceVersion": "7"}}))
+                .unwrap();
+        let patch = taint_patch(
+            &bare,
+            DrainReason::MaxAge,
+            "old",
+            TaintEffect::NoSchedule,
+            at(),
+        )
+        .unwrap();
+        assert_eq!(
+            patch["spec"],
+            json!({"taints": [{"key": "rotor.dev/drain", "value": "max-age", "effect": "NoSchedule"}]})
+        );
+    }
+
+    #[test]
+    fn untaint_patch_removes_only_rotors_taint_and_annotations() {
+        let n = node(
+            json!([
+                {"key": "dedicated", "value": "batch", "effect": "NoSchedule"},
+                {"key": "rotor.dev/drain", "value": "kubelet-version", "effect": "NoSchedule"},
+            ]),
+            json!({"rotor.dev/selected-at": "x", "rotor.dev/selector-detail": "y"}),
+        );
+        assert_eq!(
+            untaint_patch(&n).unwrap(),
+            json!({
+                "metadata": {
+                    "resourceVersion": "42",
+                    "annotations": {"rotor.dev/selected-at": null, "rotor.dev/selector-detail": null},
+                },
+                "spec": {"taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]},
+            })
+        );
+        let only_rotor = node(
+            json!([{"key": "rotor.dev/drain", "value": "image", "effect": "NoSchedule"}]),
+            json!({}),
+        );
+        assert_eq!(
+            untaint_patch(&only_rotor).unwrap()["spec"],
+            json!({"taints": null})
+        );
+    }
+
+    #[test]
+    fn no_write_without_a_resource_version() {
+        let n: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
+        assert!(untaint_patch(&n).unwrap_err().contains("resourceVersion"));
+        assert!(
+            taint_patch(&n, DrainReason::Image, "", TaintEffect::NoSchedule, at())
+                .unwrap_err()
+                .contains("precondition")
+        );
+    }
+
+    fn candidate(verdict: Verdict, taint: Option<&str>) -> Candidate {
+        Candidate {
+            node: "n1".into(),
+            instance: None,
+            group: None,
+            zone: None,
+            created: None,
+            verdict,
+            current_taint: taint.map(str::to_owned),
+            drain_started: false,
+            opted_out: false,
+            drained: false,
+        }
+    }
+
+    fn drifted(detail: &str) -> Verdict {
+        Verdict::Drifted {
+            reason: DrainReason::KubeletVersion,
+            detail: detail.into(),
+        }
+    }
+
+    #[test]
+    fn recheck_keeps_a_taint_that_still_applies_with_fresh_detail() {
+        let planned = Action::Taint {
+            reason: DrainReason::KubeletVersion,
+            detail: "old".into(),
+        };
+        assert_eq!(
+            recheck(&planned, candidate(drifted("fresh"), None), false),
+            Ok(Action::Taint {
+                reason: DrainReason::KubeletVersion,
+                detail: "fresh".into()
+            })
+        );
+    }
+
+    #[test]
+    fn recheck_drops_a_taint_when_someone_else_tainted_or_it_is_current_or_opted_out() {
+        let planned = Action::Taint {
+            reason: DrainReason::KubeletVersion,
+            detail: "d".into(),
+        };
+        assert_eq!(
+            recheck(&planned, candidate(drifted("d"), Some("manual")), false),
+            Err("no longer applies after a concurrent change to the node (now keep: already tainted (manual))".into())
+        );
+        assert_eq!(
+            recheck(&planned, candidate(Verdict::Current, None), false),
+            Err(
+                "no longer applies after a concurrent change to the node (now keep: up to date)"
+                    .into()
+            )
+        );
+        let mut opted_out = candidate(drifted("d"), None);
+        opted_out.opted_out = true;
+        assert!(
+            recheck(&planned, opted_out, false)
+                .unwrap_err()
+                .contains("now skip: node opted out")
+        );
+    }
+
+    #[test]
+    fn recheck_drops_an_untaint_once_the_drain_started() {
+        let planned = Action::Untaint {
+            why: "no longer out of date (was kubelet-version)".into(),
+        };
+        assert_eq!(
+            recheck(
+                &planned,
+                candidate(Verdict::Current, Some("kubelet-version")),
+                false
+            ),
+            Ok(planned.clone())
+        );
+        let mut started = candidate(Verdict::Current, Some("kubelet-version"));
+        started.drain_started = true;
+        assert_eq!(
+            recheck(&planned, started, false),
+            Err("no longer applies after a concurrent change to the node (now keep: no longer out of date (was kubelet-version), but the drain has started)".into())
+        );
+        assert!(
+            recheck(&planned, candidate(Verdict::Current, None), false)
+                .unwrap_err()
+                .contains("now keep: up to date")
+        );
+        assert_eq!(PHASE_ANNOTATION, "rotor.dev/phase");
+    }
+
+    #[test]
+    fn outcomes_read_well() {
+        assert_eq!(WriteOutcome::Applied.to_string(), "applied");
+        assert_eq!(WriteOutcome::DryRun.to_string(), "dry-run");
+        assert_eq!(
+            WriteOutcome::Failed {
+                error: "500 InternalError: boom".into()
+            }
+            .to_string(),
+            "failed: 500 InternalError: boom"
+        );
+        assert!(writes(&Action::Retire));
+        assert!(!writes(&Action::Keep { why: String::new() }));
+    }
+}

@@ -1,0 +1,465 @@
+//! rotor-selector's command line: every flag (each with a `ROTOR_*` environment variable), its
+//! parsing, and the validation that turns it into a [`SelectorConfig`]. Everything an operator
+//! can get wrong is rejected here, before the cluster is touched, with a message that names the
+//! flag; the binary exits with status 2 on such errors (clap's own errors already do).
+
+use std::fmt;
+use std::time::Duration;
+
+use clap::{Args, Parser, ValueEnum};
+use rotor_apimachinery::labels::{LabelSelector, Operator, Requirement};
+use rotor_core::{KubeArgs, LogArgs, TaintEffect};
+
+use crate::plan::{Budget, PlanLimits};
+
+/// Node labels that name a node's group, tried in this order (the first one present wins):
+/// EKS managed node groups, eksctl node groups, Karpenter node pools, GKE node pools, AKS agent
+/// pools, and the simulator's node groups.
+pub const DEFAULT_GROUP_LABELS: [&str; 6] = [
+    "eks.amazonaws.com/nodegroup",
+    "alpha.eksctl.io/nodegroup-name",
+    "karpenter.sh/nodepool",
+    "cloud.google.com/gke-nodepool",
+    "kubernetes.azure.com/agentpool",
+    "sim.rotor.dev/node-group",
+];
+
+/// The whole command line of `rotor-selector`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rotor-selector",
+    version,
+    about = "Finds out-of-date Kubernetes nodes through a provider and marks them with the rotor.dev/drain taint, within budgets. One run per invocation (run it as a CronJob); safe to run twice.",
+    long_about = "Finds out-of-date Kubernetes nodes through a provider and marks them with the rotor.dev/drain taint, within budgets; rotor-drainer (or anything else that honours the taint) then drains them.\n\nOne run per invocation, meant for a CronJob, and idempotent: a second run with nothing new to do writes nothing. The whole plan is computed before anything is written. It also removes its own taint from nodes that are no longer out of date, as long as the drain has not started and the taint's reason is not `manual`.\n\nExit status: 0 the run completed; 1 the run failed (a look-up failed, so nothing was written, or a write failed after retries: the output says which nodes were changed); 2 bad flags or configuration (nothing was contacted)."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub select: SelectArgs,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Where the verdicts come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderKind {
+    /// From the Kubernetes API alone: kubelet minor version behind the API server's, and (with
+    /// --max-age) nodes older than the maximum age.
+    Kubernetes,
+    /// From AWS: the instance no longer matches its Auto Scaling group (not in this build yet).
+    Aws,
+}
+
+impl ProviderKind {
+    /// `kubernetes` or `aws`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Kubernetes => "kubernetes",
+            ProviderKind::Aws => "aws",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the plan is printed on stdout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// A table: node, group, zone, action, reason, detail, result.
+    #[default]
+    Text,
+    /// One JSON object: provider, dryRun, summary, nodes, apiCalls.
+    Json,
+}
+
+impl fmt::Display for OutputFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OutputFormat::Text => "text",
+            OutputFormat::Json => "json",
+        })
+    }
+}
+
+/// The selector's own flags.
+#[derive(Args, Clone, Debug)]
+pub struct SelectArgs {
+    /// Which provider decides what is out of date. `kubernetes`: a node whose kubelet minor
+    /// version is behind the API server's (GET /version) is out of date (reason
+    /// kubelet-version), and with --max-age so is a node created longer ago than that (reason
+    /// max-age). `aws`: the instance no longer matches its Auto Scaling group (not available in
+    /// this build yet).
+    #[arg(long, env = "ROTOR_PROVIDER", value_enum, value_name = "PROVIDER")]
+    pub provider: ProviderKind,
+
+    /// Compute and print the plan, and change nothing: no taint, no annotation, no Event.
+    #[arg(long, env = "ROTOR_DRY_RUN")]
+    pub dry_run: bool,
+
+    /// How the plan is printed on stdout: `text` (a table) or `json` (one object with provider,
+    /// dryRun, summary, nodes and apiCalls). Logs always go to stderr.
+    #[arg(
+        long,
+        env = "ROTOR_OUTPUT",
+        value_enum,
+        default_value_t,
+        value_name = "FORMAT"
+    )]
+    pub output: OutputFormat,
+
+    /// Most nodes carrying the drain taint at once: a count (3) or a percentage (25%, rounded up)
+    /// of the nodes considered. Nodes already tainted (by anyone) count, so each run only tops up
+    /// to the budget; taints removed in a run free their slot for the next run.
+    #[arg(
+        long,
+        env = "ROTOR_MAX_TAINTED",
+        default_value = "1",
+        value_name = "COUNT|PERCENT"
+    )]
+    pub max_tainted: Budget,
+
+    /// Most tainted nodes at once within one group (see --group-label), on top of --max-tainted:
+    /// a count, or a percentage of the group's nodes considered (rounded up). No limit per group
+    /// when unset.
+    #[arg(
+        long,
+        env = "ROTOR_MAX_TAINTED_PER_GROUP",
+        value_name = "COUNT|PERCENT"
+    )]
+    pub max_tainted_per_group: Option<Budget>,
+
+    /// Effect of the drain taint put on selected nodes. `NoSchedule` keeps new pods off at once;
+    /// `PreferNoSchedule` lets an old node stay usable until the drainer starts on it.
+    #[arg(
+        long,
+        env = "ROTOR_TAINT_EFFECT",
+        value_enum,
+        default_value_t = TaintEffect::NoSchedule,
+        value_name = "EFFECT"
+    )]
+    pub taint_effect: TaintEffect,
+
+    /// Consider only the nodes matching this label selector (kubectl -l syntax, e.g.
+    /// `node.kubernetes.io/instance-type=m5.xlarge,team in (core,web)`). Budget percentages are
+    /// of the nodes it selects. All nodes when unset.
+    #[arg(
+        long,
+        env = "ROTOR_NODE_SELECTOR",
+        value_name = "SELECTOR",
+        value_parser = parse_node_selector
+    )]
+    pub node_selector: Option<String>,
+
+    /// Nodes created longer ago than this are out of date (reason max-age), e.g. `30d`, `2w`,
+    /// `36h`, `P30D`. Days are 24 hours; months and years are refused (their length varies). Off
+    /// when unset.
+    #[arg(
+        long,
+        env = "ROTOR_MAX_AGE",
+        value_name = "DURATION",
+        value_parser = parse_max_age
+    )]
+    pub max_age: Option<Duration>,
+
+    /// Node labels that name a node's group, for --max-tainted-per-group and the output; the
+    /// first one present on a node wins. Repeat the flag, or separate keys with commas (also in
+    /// the environment variable). An empty value turns grouping off. Default, in order:
+    /// eks.amazonaws.com/nodegroup, alpha.eksctl.io/nodegroup-name, karpenter.sh/nodepool,
+    /// cloud.google.com/gke-nodepool, kubernetes.azure.com/agentpool, sim.rotor.dev/node-group.
+    #[arg(
+        long = "group-label",
+        env = "ROTOR_GROUP_LABELS",
+        value_delimiter = ',',
+        default_values_t = DEFAULT_GROUP_LABELS.map(String::from),
+        hide_default_value = true,
+        value_name = "KEY",
+        value_parser = parse_label_key
+    )]
+    pub group_labels: Vec<String>,
+}
+
+/// `--node-selector`: a label selector in its string form, checked as the API server would check
+/// it and kept as written (it is sent as the list's `labelSelector`).
+fn parse_node_selector(text: &str) -> Result<String, String> {
+    LabelSelector::parse(text).map_err(|e| format!("not a label selector: {e}"))?;
+    Ok(text.trim().to_owned())
+}
+
+/// `--max-age`: a friendly (`30d`, `1w2d`, `36h`) or ISO 8601 (`P30D`) duration, days being 24
+/// hours; positive.
+pub fn parse_max_age(text: &str) -> Result<Duration, String> {
+    let span: jiff::Span = text.trim().parse().map_err(|e| {
+        format!("invalid duration {text:?} (expected e.g. 30d, 2w, 36h or P30D): {e}")
+    })?;
+    let duration = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|_| {
+            format!("duration {text:?} uses months or years, whose length varies; use days or weeks (e.g. 30d)")
+        })?;
+    match Duration::try_from(duration) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        _ => Err(format!("duration {text:?} must be positive")),
+    }
+}
+
+/// `--group-label`: a label key (`[prefix/]name`); empty means none.
+fn parse_label_key(text: &str) -> Result<String, String> {
+    let key = text.trim();
+    if !key.is_empty() {
+        Requirement::new(key, Operator::Exists, Vec::<String>::new())
+            .map_err(|e| format!("not a label key: {e}"))?;
+    }
+    Ok(key.to_owned())
+}
+
+/// A flag combination or value that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The provider exists on the command line but not in this build.
+    #[error(
+        "--provider {provider}: the {provider} provider is not available in this build yet; use --provider kubernetes"
+    )]
+    ProviderUnavailable { provider: ProviderKind },
+}
+
+/// The provider to use, with its own settings. Only providers this build has can be named here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProviderConfig {
+    /// The Kubernetes-only provider.
+    Kubernetes {
+        /// The max-age rule, when on.
+        max_age: Option<Duration>,
+    },
+}
+
+impl ProviderConfig {
+    /// `kubernetes` (later also `aws`).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            ProviderConfig::Kubernetes { .. } => ProviderKind::Kubernetes.name(),
+        }
+    }
+}
+
+/// Validated settings for one run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectorConfig {
+    pub provider: ProviderConfig,
+    pub dry_run: bool,
+    pub output: OutputFormat,
+    pub limits: PlanLimits,
+    pub taint_effect: TaintEffect,
+    /// Restricts the nodes considered (a validated label selector, sent as the list's
+    /// `labelSelector`); `None` considers every node.
+    pub node_selector: Option<String>,
+    /// Node labels naming a node's group, first present wins.
+    pub group_labels: Vec<String>,
+}
+
+impl SelectArgs {
+    /// Checks what clap cannot check on single values and builds the run's settings.
+    pub fn validate(&self) -> Result<SelectorConfig, ConfigError> {
+        let provider = match self.provider {
+            ProviderKind::Kubernetes => ProviderConfig::Kubernetes {
+                max_age: self.max_age,
+            },
+            ProviderKind::Aws => {
+                return Err(ConfigError::ProviderUnavailable {
+                    provider: self.provider,
+                });
+            }
+        };
+        Ok(SelectorConfig {
+            provider,
+            dry_run: self.dry_run,
+            output: self.output,
+            limits: PlanLimits {
+                max_tainted: self.max_tainted,
+                max_tainted_per_group: self.max_tainted_per_group,
+                // Retiring is the AWS provider's job; the Kubernetes provider never retires.
+                retire_drained: false,
+            },
+            taint_effect: self.taint_effect,
+            node_selector: self.node_selector.clone().filter(|s| !s.is_empty()),
+            group_labels: self
+                .group_labels
+                .iter()
+                .filter(|key| !key.is_empty())
+                .cloned()
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let mut argv = vec!["rotor-selector"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)
+    }
+
+    fn config(args: &[&str]) -> SelectorConfig {
+        parse(args).unwrap().select.validate().unwrap()
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_has_an_environment_variable() {
+        let command = Cli::command();
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            assert!(
+                env.as_deref().is_some_and(|e| e.starts_with("ROTOR_")),
+                "--{id} has no ROTOR_ environment variable"
+            );
+            assert!(
+                arg.get_help().is_some_and(|h| h.to_string().len() > 20),
+                "--{id} has no help text"
+            );
+        }
+    }
+
+    #[test]
+    fn defaults_are_safe() {
+        let c = config(&["--provider", "kubernetes"]);
+        assert_eq!(c.provider, ProviderConfig::Kubernetes { max_age: None });
+        assert!(!c.dry_run);
+        assert_eq!(c.output, OutputFormat::Text);
+        assert_eq!(
+            c.limits,
+            PlanLimits {
+                max_tainted: Budget::Count(1),
+                max_tainted_per_group: None,
+                retire_drained: false,
+            }
+        );
+        assert_eq!(c.taint_effect, TaintEffect::NoSchedule);
+        assert_eq!(c.node_selector, None);
+        assert_eq!(c.group_labels, DEFAULT_GROUP_LABELS);
+    }
+
+    #[test]
+    fn every_flag_parses() {
+        let c = config(&[
+            "--provider",
+            "kubernetes",
+            "--dry-run",
+            "--output",
+            "json",
+            "--max-tainted",
+            "25%",
+            "--max-tainted-per-group",
+            "2",
+            "--taint-effect",
+            "PreferNoSchedule",
+            "--node-selector",
+            "team in (core, web),!spot",
+            "--max-age",
+            "30d",
+            "--group-label",
+            "a.example/group,b",
+            "--group-label",
+            "c",
+        ]);
+        assert_eq!(
+            c.provider,
+            ProviderConfig::Kubernetes {
+                max_age: Some(Duration::from_secs(30 * 86_400))
+            }
+        );
+        assert!(c.dry_run);
+        assert_eq!(c.output, OutputFormat::Json);
+        assert_eq!(c.limits.max_tainted, Budget::Percent(25));
+        assert_eq!(c.limits.max_tainted_per_group, Some(Budget::Count(2)));
+        assert_eq!(c.taint_effect, TaintEffect::PreferNoSchedule);
+        assert_eq!(
+            c.node_selector.as_deref(),
+            Some("team in (core, web),!spot")
+        );
+        assert_eq!(c.group_labels, ["a.example/group", "b", "c"]);
+    }
+
+    #[test]
+    fn empty_values_mean_none() {
+        let c = config(&[
+            "--provider",
+            "kubernetes",
+            "--node-selector",
+            "",
+            "--group-label",
+            "",
+        ]);
+        assert_eq!(c.node_selector, None);
+        assert!(c.group_labels.is_empty());
+    }
+
+    #[test]
+    fn max_age_accepts_days_and_weeks_only_when_positive() {
+        assert_eq!(parse_max_age("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        assert_eq!(parse_max_age("36h"), Ok(Duration::from_secs(36 * 3_600)));
+        assert_eq!(parse_max_age("P30D"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_max_age("1d 12h"), Ok(Duration::from_secs(36 * 3_600)));
+        assert!(parse_max_age("1 month").unwrap_err().contains("months"));
+        assert!(parse_max_age("0s").unwrap_err().contains("positive"));
+        assert!(parse_max_age("-5d").unwrap_err().contains("positive"));
+        assert!(parse_max_age("soon").unwrap_err().contains("30d"));
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let cases: [(&[&str], &str); 9] = [
+            (&["--max-tainted", "150%"], "--max-tainted"),
+            (&["--max-tainted=-1"], "--max-tainted"),
+            (
+                &["--max-tainted-per-group", "two"],
+                "--max-tainted-per-group",
+            ),
+            (&["--node-selector", "a in ("], "--node-selector"),
+            (&["--max-age", "0s"], "--max-age"),
+            (&["--taint-effect", "NoExecute"], "--taint-effect"),
+            (&["--output", "yaml"], "--output"),
+            (&["--group-label", "not a key"], "--group-label"),
+            (&["--provider", "gcp"], "--provider"),
+        ];
+        for (args, flag) in cases {
+            let mut argv = vec!["--provider", "kubernetes"];
+            argv.extend_from_slice(args);
+            let err = parse(&argv).expect_err(flag);
+            assert_eq!(err.exit_code(), 2, "{flag}");
+            assert!(err.to_string().contains(flag), "{flag}: {err}");
+        }
+        let err = parse(&[]).unwrap_err();
+        assert!(err.to_string().contains("--provider"), "{err}");
+    }
+
+    #[test]
+    fn aws_is_refused_for_now() {
+        let err = parse(&["--provider", "aws"])
+            .unwrap()
+            .select
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--provider aws: the aws provider is not available in this build yet; use --provider kubernetes"
+        );
+    }
+}

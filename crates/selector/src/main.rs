@@ -1,0 +1,87 @@
+//! `rotor-selector`: one run per invocation. Finds out-of-date nodes through a provider, plans
+//! within budgets, taints (and rolls back) accordingly, prints the plan.
+//!
+//! Exit status: 0 the run completed; 1 it failed (a look-up failed and nothing was written, or a
+//! write failed after retries); 2 bad flags or configuration, before the cluster is contacted.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use rotor_core::client::{client, load_config};
+use rotor_core::telemetry;
+use rotor_selector::cli::{Cli, OutputFormat, SelectorConfig};
+use rotor_selector::output;
+use rotor_selector::run::run;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match cli.select.validate() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("rotor-selector: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(error) = telemetry::init(&cli.log) {
+        eprintln!("rotor-selector: {error}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("rotor-selector: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    ExitCode::from(runtime.block_on(select(cli.kube, config)))
+}
+
+async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
+    let client = match load_config(&kube).await.and_then(client) {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("rotor-selector: {error}");
+            return 2;
+        }
+    };
+    let report = match run(&client, &config, jiff::Timestamp::now()).await {
+        Ok(report) => report,
+        Err(error) => {
+            tracing::error!("run failed, nothing was written: {error}");
+            eprintln!("rotor-selector: {error}; nothing was written");
+            return 1;
+        }
+    };
+    let text = match config.output {
+        OutputFormat::Text => output::to_text(&report),
+        OutputFormat::Json => format!("{:#}\n", output::to_json(&report)),
+    };
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        eprintln!("rotor-selector: cannot write the plan to stdout: {error}");
+        return 1;
+    }
+    let failures = report.failures();
+    if !failures.is_empty() {
+        let summary = report.summary();
+        let list: Vec<String> = failures
+            .iter()
+            .map(|(node, action, error)| format!("{action} {node}: {error}"))
+            .collect();
+        eprintln!(
+            "rotor-selector: {} of {} writes failed ({}); the {} applied writes stay in place, the next run retries the rest",
+            failures.len(),
+            summary.applied + summary.dropped + summary.failed,
+            list.join("; "),
+            summary.applied,
+        );
+    }
+    report.exit_code()
+}

@@ -1,0 +1,211 @@
+//! One selector run: list the nodes (restricted by `--node-selector`), let the provider look up
+//! what it needs, judge every node, plan within budgets, and only then write (unless
+//! `--dry-run`). A failed look-up fails the run before anything is written; a failed write fails
+//! the run after the other writes were made (the [`Report`] says which). The plan summary is
+//! always logged at info, and so are the API calls the run made.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use kube::Client;
+
+use crate::api_calls::ApiCalls;
+use crate::apply::{Applier, WriteOutcome, WriteResult, describe, writes};
+use crate::cli::SelectorConfig;
+use crate::plan::{Action, PlanSummary, PlannedNode, plan, summary};
+use crate::provider::{Provider, ProviderError, list_nodes};
+use crate::verdict::Verdict;
+
+/// A look-up failed; nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Listing the nodes failed.
+    #[error("cannot list nodes{}: {}", selector.as_deref().map(|s| format!(" matching {s:?}")).unwrap_or_default(), describe(source))]
+    ListNodes {
+        selector: Option<String>,
+        #[source]
+        source: kube::Error,
+    },
+    /// The provider's look-ups failed.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}
+
+/// What one run decided and did.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// `kubernetes` (later also `aws`).
+    pub provider: &'static str,
+    pub dry_run: bool,
+    /// Every node considered, in name order.
+    pub nodes: Vec<NodeReport>,
+    /// The API calls made, by API and call.
+    pub api_calls: ApiCalls,
+}
+
+/// One node: the plan for it, and what became of its write when it has one.
+#[derive(Clone, Debug)]
+pub struct NodeReport {
+    pub planned: PlannedNode,
+    pub write: Option<WriteResult>,
+}
+
+/// Plan counts and write outcomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    pub nodes: usize,
+    pub plan: PlanSummary,
+    pub applied: usize,
+    pub dropped: usize,
+    pub failed: usize,
+}
+
+impl Report {
+    /// Plan counts and write outcomes.
+    pub fn summary(&self) -> RunSummary {
+        let plans: Vec<PlannedNode> = self.nodes.iter().map(|n| n.planned.clone()).collect();
+        let mut counts = RunSummary {
+            nodes: self.nodes.len(),
+            plan: summary(&plans),
+            ..RunSummary::default()
+        };
+        for write in self.nodes.iter().filter_map(|n| n.write.as_ref()) {
+            match write.outcome {
+                WriteOutcome::Applied => counts.applied += 1,
+                WriteOutcome::Dropped { .. } => counts.dropped += 1,
+                WriteOutcome::Failed { .. } => counts.failed += 1,
+                WriteOutcome::DryRun => {}
+            }
+        }
+        counts
+    }
+
+    /// The writes that failed: (node, action kind, error).
+    pub fn failures(&self) -> Vec<(&str, &'static str, &str)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| match &n.write {
+                Some(WriteResult {
+                    outcome: WriteOutcome::Failed { error },
+                    ..
+                }) => Some((
+                    n.planned.candidate.node.as_str(),
+                    n.planned.action.kind(),
+                    error.as_str(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// 0 when every planned write was applied or dropped (or it was a dry run), 1 when any
+    /// failed.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(!self.failures().is_empty())
+    }
+}
+
+/// Runs the selector once against `client`; `now` is when ages are measured and the time written
+/// to `rotor.dev/selected-at`.
+pub async fn run(
+    client: &Client,
+    config: &SelectorConfig,
+    now: Timestamp,
+) -> Result<Report, RunError> {
+    let provider = Provider::new(&config.provider, config.group_labels.clone());
+    let mut calls = ApiCalls::default();
+
+    let nodes = list_nodes(client, config.node_selector.as_deref(), &mut calls)
+        .await
+        .map_err(|source| RunError::ListNodes {
+            selector: config.node_selector.clone(),
+            source,
+        })?;
+    let assessor = provider.assess(client, &nodes, &mut calls, now).await?;
+    let candidates = nodes.iter().map(|node| assessor.candidate(node)).collect();
+    let planned = plan(candidates, &config.limits);
+    let plan_summary = summary(&planned);
+    tracing::info!(
+        provider = provider.name(),
+        dry_run = config.dry_run,
+        nodes = planned.len(),
+        max_tainted = %config.limits.max_tainted,
+        "{plan_summary}"
+    );
+    for node in &planned {
+        log_decision(node);
+    }
+
+    let writes_made = if config.dry_run {
+        planned
+            .iter()
+            .map(|p| {
+                writes(&p.action).then_some(WriteResult {
+                    outcome: WriteOutcome::DryRun,
+                    attempts: 0,
+                })
+            })
+            .collect()
+    } else {
+        let by_name: BTreeMap<String, _> = nodes
+            .into_iter()
+            .map(|node| (node.metadata.name.clone().unwrap_or_default(), node))
+            .collect();
+        Applier::new(
+            client,
+            &assessor,
+            config.taint_effect,
+            now,
+            config.limits.retire_drained,
+        )
+        .apply(&planned, &by_name, &mut calls)
+        .await
+    };
+
+    let report = Report {
+        provider: provider.name(),
+        dry_run: config.dry_run,
+        nodes: planned
+            .into_iter()
+            .zip(writes_made)
+            .map(|(planned, write)| NodeReport { planned, write })
+            .collect(),
+        api_calls: calls,
+    };
+    let counts = report.summary();
+    tracing::info!(
+        "writes: applied={} dropped={} failed={}{}",
+        counts.applied,
+        counts.dropped,
+        counts.failed,
+        if config.dry_run {
+            " (dry run: nothing was changed)"
+        } else {
+            ""
+        }
+    );
+    tracing::info!("API calls: {}", report.api_calls);
+    Ok(report)
+}
+
+fn log_decision(planned: &PlannedNode) {
+    let node = planned.candidate.node.as_str();
+    match &planned.action {
+        Action::Taint { reason, detail } => {
+            tracing::info!(node = %node, action = "taint", reason = %reason, "{detail}")
+        }
+        Action::Untaint { why } => tracing::info!(node = %node, action = "untaint", "{why}"),
+        Action::Retire => tracing::info!(node = %node, action = "retire", "drained"),
+        Action::Keep { why } => {
+            // Budget holds on out-of-date nodes are worth seeing; the rest is noise.
+            if matches!(planned.candidate.verdict, Verdict::Drifted { .. })
+                && planned.candidate.current_taint.is_none()
+            {
+                tracing::info!(node = %node, action = "keep", "{why}")
+            } else {
+                tracing::debug!(node = %node, action = "keep", "{why}")
+            }
+        }
+        Action::Skip { why } => tracing::debug!(node = %node, action = "skip", "{why}"),
+    }
+}

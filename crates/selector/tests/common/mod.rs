@@ -1,0 +1,399 @@
+//! Harness for the selector's tests against the simulator over real HTTP: start a simulated
+//! cluster in-process, run the real `rotor-selector` binary against it through a kubeconfig, and
+//! look at what it printed, what it wrote and which requests the simulator counted.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use rotor_sim::scenario::Scenario;
+use rotor_sim::server::RunningSim;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// Two node groups: `old` (4 nodes, kubelet v1.33.2, zones a/b alternating, each with a
+/// `dedicated=batch:NoSchedule` taint of its own) and `new` (2 nodes, kubelet v1.34.1, zone a),
+/// control plane v1.33.4. The autoscaler never removes tainted nodes during a test.
+pub const FLEET: &str = r#"
+controlPlaneVersion: v1.33.4
+timing:
+  tick: 50ms
+  nodeStartup: 200ms
+  scaleUpDelay: 1h
+  scaleDownDelay: 1h
+nodeGroups:
+  - name: old
+    zones: [us-east-1a, us-east-1b]
+    size: 4
+    template:
+      kubeletVersion: v1.33.2
+      nodeName: "old-{index}"
+      statusImages: 2
+      taints: [{key: dedicated, value: batch, effect: NoSchedule}]
+  - name: new
+    zones: [us-east-1a]
+    size: 2
+    template:
+      kubeletVersion: v1.34.1
+      nodeName: "new-{index}"
+      statusImages: 2
+"#;
+
+/// Node ages in days for [`FLEET`], set by [`TestCluster::start_fleet`]: the `new` nodes are the
+/// oldest (but current), then old-0 (zone a), old-1 (b), old-2 (a), old-3 (b).
+pub const AGES: [(&str, i64); 6] = [
+    ("new-0", 60),
+    ("new-1", 50),
+    ("old-0", 40),
+    ("old-1", 30),
+    ("old-2", 20),
+    ("old-3", 10),
+];
+
+pub struct TestCluster {
+    pub sim: RunningSim,
+    pub client: Client,
+    kubeconfig: PathBuf,
+}
+
+/// What one run of the binary did.
+#[derive(Debug)]
+pub struct SelectorRun {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl SelectorRun {
+    /// stdout as JSON (for `--output json`).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    /// (node, action) for every node of the JSON output.
+    pub fn actions(&self) -> Vec<(String, String)> {
+        self.json()["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| {
+                (
+                    n["node"].as_str().unwrap().to_owned(),
+                    n["action"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// The JSON output's entry for `node`.
+    pub fn node(&self, node: &str) -> Value {
+        self.json()["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .find(|n| n["node"] == node)
+            .unwrap_or_else(|| panic!("{node} is not in the output"))
+            .clone()
+    }
+}
+
+impl TestCluster {
+    pub async fn start(yaml: &str) -> TestCluster {
+        let scenario = Scenario::from_yaml(yaml, "test").expect("test scenario");
+        let sim = rotor_sim::server::start(
+            &scenario,
+            "127.0.0.1:0".parse().unwrap(),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("simulator starts");
+        let client = Client::try_from(kube::Config::new(sim.url().parse().unwrap())).unwrap();
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let kubeconfig = std::env::temp_dir().join(format!(
+            "rotor-selector-test-{}-{}.kubeconfig",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        rotor_sim::server::write_kubeconfig(&kubeconfig, &sim.url()).expect("kubeconfig");
+        TestCluster {
+            sim,
+            client,
+            kubeconfig,
+        }
+    }
+
+    /// [`FLEET`] with the node ages of [`AGES`].
+    pub async fn start_fleet() -> TestCluster {
+        let cluster = TestCluster::start(FLEET).await;
+        let now = jiff::Timestamp::now();
+        for (node, days) in AGES {
+            let created = now - jiff::SignedDuration::from_hours(24 * days);
+            cluster.modify_node(node, |n| {
+                n.metadata.creation_timestamp = Some(Time(created))
+            });
+        }
+        cluster
+    }
+
+    /// Changes a node in the simulator's store directly (no HTTP request, so no counter moves);
+    /// its resourceVersion changes as with any write.
+    pub fn modify_node(&self, name: &str, change: impl FnOnce(&mut Node)) {
+        let mut cluster = self.sim.sim.cluster.lock().unwrap();
+        let node = cluster
+            .nodes
+            .get("", name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no node {name}"));
+        cluster.nodes.modify(&node, change);
+    }
+
+    /// Adds a taint and annotations to a node, directly in the store.
+    pub fn mark(&self, name: &str, taint: Option<(&str, &str)>, annotations: &[(&str, &str)]) {
+        self.modify_node(name, |n| {
+            if let Some((value, effect)) = taint {
+                let spec = n.spec.get_or_insert_with(Default::default);
+                spec.taints
+                    .get_or_insert_with(Vec::new)
+                    .push(k8s_openapi::api::core::v1::Taint {
+                        key: "rotor.dev/drain".into(),
+                        value: Some(value.into()),
+                        effect: effect.into(),
+                        time_added: None,
+                    });
+            }
+            let map = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            for (key, value) in annotations {
+                map.insert((*key).into(), (*value).into());
+            }
+        });
+    }
+
+    /// The simulator's counters.
+    pub fn stats(&self) -> Value {
+        rotor_sim::admin::snapshot(&self.sim.sim.cluster.lock().unwrap())
+    }
+
+    /// Requests counted so far for `verb resource` (e.g. `patch nodes`).
+    pub fn requests(&self, key: &str) -> u64 {
+        self.stats()["requests"][key].as_u64().unwrap_or(0)
+    }
+
+    /// Every request counted so far.
+    pub fn requests_total(&self) -> u64 {
+        self.stats()["requestsTotal"].as_u64().unwrap()
+    }
+
+    /// `POST /sim/v1/<path>` with a JSON body, over HTTP; panics unless the answer is 200.
+    pub async fn admin_post(&self, path: &str, body: Value) {
+        let body = body.to_string();
+        let mut stream = tokio::net::TcpStream::connect(self.sim.addr).await.unwrap();
+        let request = format!(
+            "POST /sim/v1/{path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.sim.addr,
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "POST /sim/v1/{path}: {response}"
+        );
+    }
+
+    /// Sets what `/version` reports, through the admin API.
+    pub async fn set_control_plane(&self, version: &str) {
+        self.admin_post("control-plane-version", json!({ "version": version }))
+            .await;
+    }
+
+    /// Injects faults through the admin API.
+    pub async fn faults(&self, faults: Value) {
+        self.admin_post("faults", faults).await;
+    }
+
+    /// Runs the built `rotor-selector` against this cluster with these flags.
+    pub async fn run(&self, flags: &[&str]) -> SelectorRun {
+        let output = self
+            .command(flags)
+            .output()
+            .await
+            .expect("rotor-selector runs");
+        finished(output)
+    }
+
+    /// Starts the built `rotor-selector` against this cluster without waiting for it.
+    pub fn spawn(&self, flags: &[&str]) -> tokio::process::Child {
+        self.command(flags).spawn().expect("rotor-selector starts")
+    }
+
+    fn command(&self, flags: &[&str]) -> tokio::process::Command {
+        let mut command = bare_command(flags, &[]);
+        command.arg("--kubeconfig").arg(&self.kubeconfig);
+        command
+    }
+
+    pub async fn node(&self, name: &str) -> Node {
+        Api::<Node>::all(self.client.clone())
+            .get(name)
+            .await
+            .unwrap()
+    }
+
+    /// The node's `rotor.dev/drain` taint as `value:effect`.
+    pub async fn drain_taint(&self, name: &str) -> Option<String> {
+        self.node(name)
+            .await
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|t| t.key == "rotor.dev/drain")
+            .map(|t| format!("{}:{}", t.value.unwrap_or_default(), t.effect))
+    }
+
+    /// Every taint of the node as `key=value:effect`.
+    pub async fn taints(&self, name: &str) -> Vec<String> {
+        self.node(name)
+            .await
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| format!("{}={}:{}", t.key, t.value.unwrap_or_default(), t.effect))
+            .collect()
+    }
+
+    /// The node's annotations under `rotor.dev/`.
+    pub async fn rotor_annotations(&self, name: &str) -> BTreeMap<String, String> {
+        self.node(name)
+            .await
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("rotor.dev/"))
+            .collect()
+    }
+
+    /// Names of the nodes carrying the drain taint, sorted.
+    pub async fn tainted(&self) -> Vec<String> {
+        let mut names: Vec<String> = Api::<Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == "rotor.dev/drain"))
+            })
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// (reason, action, reporting controller, note) of the events.k8s.io/v1 Events about a node.
+    pub async fn events(&self, node: &str) -> Vec<(String, String, String, String)> {
+        Api::<Event>::namespaced(self.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
+                    && e.reporting_controller.as_deref() == Some("rotor-selector")
+            })
+            .map(|e| {
+                (
+                    e.reason.unwrap_or_default(),
+                    e.action.unwrap_or_default(),
+                    e.reporting_controller.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    pub async fn stop(self) {
+        let _ = std::fs::remove_file(&self.kubeconfig);
+        self.sim.stop().await;
+    }
+}
+
+/// Runs the built `rotor-selector` with these flags and environment variables only (no
+/// kubeconfig of the harness; the caller's `ROTOR_*`, `KUBECONFIG` and `POD_NAME` removed).
+pub async fn run_bare(flags: &[&str], env: &[(&str, &str)]) -> SelectorRun {
+    let output = bare_command(flags, env)
+        .output()
+        .await
+        .expect("rotor-selector runs");
+    finished(output)
+}
+
+fn bare_command(flags: &[&str], env: &[(&str, &str)]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rotor-selector"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("ROTOR_") || key == "KUBECONFIG" || key == "POD_NAME" {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("RUST_LOG", "info")
+        .envs(env.iter().copied())
+        .args(flags)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Waits for a spawned run to finish.
+pub async fn wait(child: tokio::process::Child) -> SelectorRun {
+    finished(
+        child
+            .wait_with_output()
+            .await
+            .expect("rotor-selector finishes"),
+    )
+}
+
+fn finished(output: std::process::Output) -> SelectorRun {
+    SelectorRun {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Polls `check` every 2 ms until it holds, or panics naming `what`.
+pub async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}

@@ -25,15 +25,7 @@ async fn given_a_tainted_node_when_the_drainer_runs_then_it_is_drained_within_bu
     let node = cluster.node_names().await[0].clone();
     cluster.taint(&node, "manual").await;
 
-    wait_until("the node to be marked drained", WAIT, || async {
-        (cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("drained"))
-        .then_some(())
-    })
-    .await;
+    cluster.wait_phase(&node, "drained").await;
     let n = cluster.node(&node).await;
     assert_eq!(
         n.spec.as_ref().unwrap().unschedulable,
@@ -86,29 +78,11 @@ async fn given_the_taint_is_removed_mid_drain_then_rotor_uncordons_only_what_it_
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let names = cluster.node_names().await;
     let busy = wait_until("a node hosting web pods", WAIT, || async {
-        for n in &names {
-            if cluster
-                .pods_on(n)
-                .await
-                .iter()
-                .any(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("web-"))
-            {
-                return Some(n.clone());
-            }
-        }
-        None
+        cluster.nodes_hosting("web-").await.into_iter().next()
     })
     .await;
     cluster.taint(&busy, "manual").await;
-    wait_until("the drain to be blocked by the budget", WAIT, || async {
-        (cluster
-            .annotation(&busy, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("blocked"))
-        .then_some(())
-    })
-    .await;
+    cluster.wait_phase(&busy, "blocked").await;
     let blocker = cluster
         .annotation(&busy, "rotor.dev/blocker")
         .await
@@ -246,15 +220,7 @@ async fn given_two_replicas_then_only_the_leader_acts_and_the_other_takes_over()
     a.stop().await.unwrap();
     let node = cluster.node_names().await[1].clone();
     cluster.taint(&node, "manual").await;
-    wait_until("the follower to take over and drain", WAIT, || async {
-        (cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("drained"))
-        .then_some(())
-    })
-    .await;
+    cluster.wait_phase(&node, "drained").await;
     let spec = leases.get("rotor-drainer").await.unwrap().spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
     b.stop().await.unwrap();
@@ -324,15 +290,7 @@ async fn given_a_budget_that_refuses_then_allows_then_the_drain_retries_as_soon_
     );
     let started = std::time::Instant::now();
     cluster.taint(&node, "manual").await;
-    wait_until("the node to be drained", WAIT, || async {
-        (cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("drained"))
-        .then_some(())
-    })
-    .await;
+    cluster.wait_phase(&node, "drained").await;
     let took = started.elapsed();
     let stats = cluster.stats();
     assert!(
@@ -354,29 +312,11 @@ async fn given_the_drainer_restarts_mid_drain_then_it_resumes_with_the_same_dead
     let cluster = TestCluster::start(&yaml).await;
     let first = TestDrainer::start(&cluster, "a", &["--drain-timeout", "1h"]);
     let node = wait_until("a node hosting web pods", WAIT, || async {
-        for n in cluster.node_names().await {
-            if cluster
-                .pods_on(&n)
-                .await
-                .iter()
-                .any(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("web-"))
-            {
-                return Some(n);
-            }
-        }
-        None
+        cluster.nodes_hosting("web-").await.into_iter().next()
     })
     .await;
     cluster.taint(&node, "manual").await;
-    wait_until("the drain to block", WAIT, || async {
-        (cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("blocked"))
-        .then_some(())
-    })
-    .await;
+    cluster.wait_phase(&node, "blocked").await;
     let deadline = cluster
         .annotation(&node, "rotor.dev/deadline")
         .await
@@ -432,18 +372,7 @@ async fn given_a_budget_that_never_allows_when_the_deadline_passes_then_the_node
  {
     let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
     let cluster = TestCluster::start(&yaml).await;
-    let names = cluster.node_names().await;
-    let mut web_nodes = Vec::new();
-    for n in &names {
-        if cluster
-            .pods_on(n)
-            .await
-            .iter()
-            .any(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("web-"))
-        {
-            web_nodes.push(n.clone());
-        }
-    }
+    let web_nodes = cluster.nodes_hosting("web-").await;
     let node = web_nodes[0].clone();
 
     // Without --force-after: marked failed at the deadline, with the reason.
@@ -487,15 +416,7 @@ async fn given_a_budget_that_never_allows_when_the_deadline_passes_then_the_node
     })
     .await;
     cluster.taint(&other, "manual").await;
-    wait_until("the forced drain to finish", WAIT, || async {
-        (cluster
-            .annotation(&other, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("drained"))
-        .then_some(())
-    })
-    .await;
+    cluster.wait_phase(&other, "drained").await;
     let stats = cluster.stats();
     assert!(
         stats["requests"]["delete pods"].as_u64().unwrap_or(0) >= 1,
@@ -527,15 +448,7 @@ workloads:
     let db0 = pods.get("db-0").await.unwrap();
     let node = db0.spec.as_ref().unwrap().node_name.clone().unwrap();
     cluster.taint(&node, "manual").await;
-    wait_until("the node to be drained", WAIT, || async {
-        (cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("drained"))
-        .then_some(())
-    })
-    .await;
+    cluster.wait_phase(&node, "drained").await;
     let again = wait_until("db-0 to come back elsewhere", WAIT, || async {
         let p = pods.get("db-0").await.ok()?;
         (p.metadata.uid != db0.metadata.uid && p.spec.as_ref()?.node_name.is_some()).then_some(p)

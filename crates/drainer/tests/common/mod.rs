@@ -130,6 +130,35 @@ impl TestCluster {
             .and_then(|a| a.get(key).cloned())
     }
 
+    /// Waits until the drainer records `phase` on the node.
+    pub async fn wait_phase(&self, node: &str, phase: &str) {
+        wait_until(
+            &format!("node {node} to reach phase {phase}"),
+            WAIT,
+            || async {
+                (self.annotation(node, "rotor.dev/phase").await.as_deref() == Some(phase))
+                    .then_some(())
+            },
+        )
+        .await
+    }
+
+    /// Nodes running at least one pod whose name starts with `prefix`, in node-name order.
+    pub async fn nodes_hosting(&self, prefix: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for n in self.node_names().await {
+            if self
+                .pods_on(&n)
+                .await
+                .iter()
+                .any(|p| p.metadata.name.as_deref().unwrap_or("").starts_with(prefix))
+            {
+                out.push(n);
+            }
+        }
+        out
+    }
+
     pub async fn stop(self) {
         self.sim.stop().await;
     }

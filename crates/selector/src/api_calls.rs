@@ -16,6 +16,10 @@ pub struct ApiCalls {
 /// The Kubernetes API, as a key of [`ApiCalls`].
 pub const KUBERNETES: &str = "kubernetes";
 
+/// Amazon Web Services, as a key of [`ApiCalls`]; calls are keyed by operation name
+/// (`DescribeAutoScalingGroups`).
+pub const AWS: &str = "aws";
+
 impl ApiCalls {
     /// Counts one call to `api` (e.g. [`KUBERNETES`]) described as `call` (`list nodes`).
     pub fn count(&mut self, api: &'static str, call: &str) {
@@ -30,6 +34,11 @@ impl ApiCalls {
     /// Counts one Kubernetes API call.
     pub fn kube(&mut self, call: &str) {
         self.count(KUBERNETES, call);
+    }
+
+    /// Counts one AWS call (by operation name; the SDK's own retries are not counted).
+    pub fn aws(&mut self, operation: &str) {
+        self.count(AWS, operation);
     }
 
     /// How many calls `call` to `api` were made.

@@ -19,6 +19,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
@@ -44,6 +46,22 @@ pub const TAINTED_REASON: &str = "DrainTaintAdded";
 
 /// Event reason when the selector removed its taint from a node.
 pub const UNTAINTED_REASON: &str = "DrainTaintRemoved";
+
+/// Event reason when the selector terminated a drained node's instance.
+pub const RETIRED_REASON: &str = "InstanceRetired";
+
+/// Retires (terminates) the instance behind a drained node. Only cloud providers have one
+/// ([`Assessor::retirer`]); the Kubernetes provider never retires.
+pub trait Retirer: Send + Sync {
+    /// (API, operation) counted in [`ApiCalls`] for each retire.
+    fn call(&self) -> (&'static str, &'static str);
+
+    /// Terminates `instance`; on success, a line saying what was done.
+    fn retire<'a>(
+        &'a self,
+        instance: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;
+}
 
 /// What became of one planned write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -245,6 +263,9 @@ impl<'a> Applier<'a> {
                 continue;
             }
             let result = match nodes.get(&planned.candidate.node) {
+                Some(node) if matches!(planned.action, Action::Retire) => {
+                    self.retire(node, &planned.candidate, calls).await
+                }
                 Some(node) => self.write(node, &planned.action, calls).await,
                 None => WriteResult {
                     outcome: WriteOutcome::Failed {
@@ -257,6 +278,43 @@ impl<'a> Applier<'a> {
             results.push(Some(result));
         }
         results
+    }
+
+    /// Terminates the instance of a drained node through the provider's [`Retirer`], then records
+    /// an Event on the node. Without a retirer (Kubernetes provider) it fails and does nothing.
+    async fn retire(
+        &self,
+        node: &Node,
+        candidate: &Candidate,
+        calls: &mut ApiCalls,
+    ) -> WriteResult {
+        let failed = |error: String, attempts| WriteResult {
+            outcome: WriteOutcome::Failed { error },
+            attempts,
+        };
+        let Some(retirer) = self.assessor.retirer() else {
+            return failed(
+                "retiring a node needs a cloud provider; the kubernetes provider never retires"
+                    .to_owned(),
+                0,
+            );
+        };
+        let Some(instance) = candidate.instance.as_deref() else {
+            return failed("the node names no instance to retire".to_owned(), 0);
+        };
+        let (api, operation) = retirer.call();
+        calls.count(api, operation);
+        match retirer.retire(instance).await {
+            Ok(note) => {
+                self.publish(node, RETIRED_REASON, "Retire", note, calls)
+                    .await;
+                WriteResult {
+                    outcome: WriteOutcome::Applied,
+                    attempts: 1,
+                }
+            }
+            Err(error) => failed(error, 1),
+        }
     }
 
     /// Writes one action, retrying after conflicts with the action re-planned on fresh data.
@@ -277,10 +335,7 @@ impl<'a> Applier<'a> {
                     taint_patch(&node, *reason, detail, self.effect, self.selected_at)
                 }
                 Action::Untaint { .. } => untaint_patch(&node),
-                Action::Retire => Err(
-                    "retiring a node needs a cloud provider; the kubernetes provider never plans it"
-                        .to_owned(),
-                ),
+                Action::Retire => Err("a retire is not a patch".to_owned()),
                 Action::Keep { .. } | Action::Skip { .. } => {
                     Err("a keep or skip has nothing to write".to_owned())
                 }
@@ -355,6 +410,18 @@ impl<'a> Applier<'a> {
             ),
             _ => return,
         };
+        self.publish(node, reason, verb, note, calls).await;
+    }
+
+    /// Records one Event on the node; a failure is logged, not fatal.
+    async fn publish(
+        &self,
+        node: &Node,
+        reason: &str,
+        verb: &str,
+        note: String,
+        calls: &mut ApiCalls,
+    ) {
         let event = Event {
             type_: EventType::Normal,
             reason: reason.into(),

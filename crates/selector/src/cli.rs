@@ -3,6 +3,7 @@
 //! can get wrong is rejected here, before the cluster is touched, with a message that names the
 //! flag; the binary exits with status 2 on such errors (clap's own errors already do).
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
@@ -10,6 +11,8 @@ use clap::{Args, Parser, ValueEnum};
 use rotor_apimachinery::labels::{LabelSelector, Operator, Requirement};
 use rotor_core::{KubeArgs, LogArgs, TaintEffect};
 
+use crate::aws_provider::{AwsConfig, GroupDiscovery};
+use crate::drift::TagExclusion;
 use crate::plan::{Budget, PlanLimits};
 
 /// Node labels that name a node's group, tried in this order (the first one present wins):
@@ -47,7 +50,7 @@ pub enum ProviderKind {
     /// From the Kubernetes API alone: kubelet minor version behind the API server's, and (with
     /// --max-age) nodes older than the maximum age.
     Kubernetes,
-    /// From AWS: the instance no longer matches its Auto Scaling group (not in this build yet).
+    /// From AWS: the instance no longer matches its Auto Scaling group.
     Aws,
 }
 
@@ -92,8 +95,9 @@ pub struct SelectArgs {
     /// Which provider decides what is out of date. `kubernetes`: a node whose kubelet minor
     /// version is behind the API server's (GET /version) is out of date (reason
     /// kubelet-version), and with --max-age so is a node created longer ago than that (reason
-    /// max-age). `aws`: the instance no longer matches its Auto Scaling group (not available in
-    /// this build yet).
+    /// max-age). `aws`: the instance no longer matches its Auto Scaling group (launch
+    /// configuration, launch template id, template version, instance type; with --image-drift the
+    /// image, with --max-age the launch time); needs --cluster-name or --group.
     #[arg(long, env = "ROTOR_PROVIDER", value_enum, value_name = "PROVIDER")]
     pub provider: ProviderKind,
 
@@ -181,6 +185,57 @@ pub struct SelectArgs {
         value_parser = parse_label_key
     )]
     pub group_labels: Vec<String>,
+
+    /// AWS: select the Auto Scaling groups tagged for this cluster (tag key
+    /// `kubernetes.io/cluster/<name>` or `k8s.io/cluster-autoscaler/<name>`). Use this or --group.
+    #[arg(long, env = "ROTOR_CLUSTER_NAME", value_name = "NAME")]
+    pub cluster_name: Option<String>,
+
+    /// AWS: select these Auto Scaling groups by name instead of by cluster tag. Repeat the flag, or
+    /// separate names with commas.
+    #[arg(
+        long = "group",
+        env = "ROTOR_GROUPS",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub groups: Vec<String>,
+
+    /// AWS: leave this Auto Scaling group out (its nodes are skipped with that reason). Repeat the
+    /// flag, or separate names with commas.
+    #[arg(
+        long = "exclude-group",
+        env = "ROTOR_EXCLUDE_GROUPS",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub exclude_groups: Vec<String>,
+
+    /// AWS: leave out Auto Scaling groups carrying this tag: `key` (any value) or `key=value`.
+    /// Repeat the flag for several.
+    #[arg(
+        long = "exclude-tag",
+        env = "ROTOR_EXCLUDE_TAGS",
+        value_name = "KEY[=VALUE]"
+    )]
+    pub exclude_tags: Vec<TagExclusion>,
+
+    /// AWS: also judge EKS managed node groups (tag eks:nodegroup-name). By default they are
+    /// skipped: EKS rotates them itself.
+    #[arg(long, env = "ROTOR_INCLUDE_EKS_MANAGED")]
+    pub include_eks_managed: bool,
+
+    /// AWS: an instance whose image differs from the one its group's launch template version
+    /// launches (aliases such as resolve:ssm: resolved) is out of date (reason image). Costs one
+    /// DescribeLaunchTemplateVersions per template and the DescribeInstances pages.
+    #[arg(long, env = "ROTOR_IMAGE_DRIFT")]
+    pub image_drift: bool,
+
+    /// AWS: terminate the instances of nodes the drainer marked drained, in their group
+    /// (TerminateInstanceInAutoScalingGroup, ShouldDecrementDesiredCapacity=false: the group
+    /// replaces them), at most --max-tainted per run, each with an Event on the node.
+    #[arg(long, env = "ROTOR_RETIRE_DRAINED")]
+    pub retire_drained: bool,
 }
 
 /// `--node-selector`: a label selector in its string form, checked as the API server would check
@@ -220,11 +275,20 @@ fn parse_label_key(text: &str) -> Result<String, String> {
 /// A flag combination or value that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// The provider exists on the command line but not in this build.
+    /// The AWS provider needs to know which groups to look at.
     #[error(
-        "--provider {provider}: the {provider} provider is not available in this build yet; use --provider kubernetes"
+        "--provider aws needs --cluster-name (groups tagged for the cluster) or --group (groups by name)"
     )]
-    ProviderUnavailable { provider: ProviderKind },
+    AwsGroupsMissing,
+    /// Both ways of choosing groups were given.
+    #[error("--cluster-name and --group cannot be used together: choose groups by tag or by name")]
+    AwsGroupsTwice,
+    /// An AWS-only flag with another provider.
+    #[error("{flag} is only used by --provider aws")]
+    AwsOnly { flag: &'static str },
+    /// An empty value where a name is needed.
+    #[error("{flag} must not be empty")]
+    Empty { flag: &'static str },
 }
 
 /// The provider to use, with its own settings. Only providers this build has can be named here.
@@ -235,13 +299,16 @@ pub enum ProviderConfig {
         /// The max-age rule, when on.
         max_age: Option<Duration>,
     },
+    /// The AWS provider.
+    Aws(AwsConfig),
 }
 
 impl ProviderConfig {
-    /// `kubernetes` (later also `aws`).
+    /// `kubernetes` or `aws`.
     pub const fn name(&self) -> &'static str {
         match self {
             ProviderConfig::Kubernetes { .. } => ProviderKind::Kubernetes.name(),
+            ProviderConfig::Aws(_) => ProviderKind::Aws.name(),
         }
     }
 }
@@ -265,14 +332,24 @@ impl SelectArgs {
     /// Checks what clap cannot check on single values and builds the run's settings.
     pub fn validate(&self) -> Result<SelectorConfig, ConfigError> {
         let provider = match self.provider {
-            ProviderKind::Kubernetes => ProviderConfig::Kubernetes {
-                max_age: self.max_age,
-            },
-            ProviderKind::Aws => {
-                return Err(ConfigError::ProviderUnavailable {
-                    provider: self.provider,
-                });
+            ProviderKind::Kubernetes => {
+                let aws_only = [
+                    ("--cluster-name", self.cluster_name.is_some()),
+                    ("--group", !self.groups.is_empty()),
+                    ("--exclude-group", !self.exclude_groups.is_empty()),
+                    ("--exclude-tag", !self.exclude_tags.is_empty()),
+                    ("--include-eks-managed", self.include_eks_managed),
+                    ("--image-drift", self.image_drift),
+                    ("--retire-drained", self.retire_drained),
+                ];
+                if let Some((flag, _)) = aws_only.iter().find(|(_, set)| *set) {
+                    return Err(ConfigError::AwsOnly { flag });
+                }
+                ProviderConfig::Kubernetes {
+                    max_age: self.max_age,
+                }
             }
+            ProviderKind::Aws => ProviderConfig::Aws(self.aws_config()?),
         };
         Ok(SelectorConfig {
             provider,
@@ -282,7 +359,7 @@ impl SelectArgs {
                 max_tainted: self.max_tainted,
                 max_tainted_per_group: self.max_tainted_per_group,
                 // Retiring is the AWS provider's job; the Kubernetes provider never retires.
-                retire_drained: false,
+                retire_drained: self.retire_drained && self.provider == ProviderKind::Aws,
             },
             taint_effect: self.taint_effect,
             node_selector: self.node_selector.clone().filter(|s| !s.is_empty()),
@@ -292,6 +369,47 @@ impl SelectArgs {
                 .filter(|key| !key.is_empty())
                 .cloned()
                 .collect(),
+        })
+    }
+}
+
+impl SelectArgs {
+    fn aws_config(&self) -> Result<AwsConfig, ConfigError> {
+        let cluster = self.cluster_name.as_deref().map(str::trim);
+        let groups: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| g.trim().to_owned())
+            .filter(|g| !g.is_empty())
+            .collect();
+        let discovery = match (cluster, groups.is_empty()) {
+            (Some(""), _) => {
+                return Err(ConfigError::Empty {
+                    flag: "--cluster-name",
+                });
+            }
+            (Some(_), false) => return Err(ConfigError::AwsGroupsTwice),
+            (Some(cluster), true) => GroupDiscovery::ClusterTag(cluster.to_owned()),
+            (None, false) => {
+                let mut unique = groups;
+                unique.sort();
+                unique.dedup();
+                GroupDiscovery::Names(unique)
+            }
+            (None, true) => return Err(ConfigError::AwsGroupsMissing),
+        };
+        Ok(AwsConfig {
+            discovery,
+            excluded_names: self
+                .exclude_groups
+                .iter()
+                .map(|g| g.trim().to_owned())
+                .filter(|g| !g.is_empty())
+                .collect::<BTreeSet<_>>(),
+            excluded_tags: self.exclude_tags.clone(),
+            include_eks_managed: self.include_eks_managed,
+            image_drift: self.image_drift,
+            max_age: self.max_age,
         })
     }
 }
@@ -450,16 +568,84 @@ mod tests {
         assert!(err.to_string().contains("--provider"), "{err}");
     }
 
-    #[test]
-    fn aws_is_refused_for_now() {
-        let err = parse(&["--provider", "aws"])
+    fn config_error(args: &[&str]) -> String {
+        parse(args)
             .unwrap()
             .select
             .validate()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn aws_needs_a_way_to_find_groups() {
         assert_eq!(
-            err.to_string(),
-            "--provider aws: the aws provider is not available in this build yet; use --provider kubernetes"
+            config_error(&["--provider", "aws"]),
+            "--provider aws needs --cluster-name (groups tagged for the cluster) or --group (groups by name)"
         );
+        assert!(
+            config_error(&["--provider", "aws", "--cluster-name", "c", "--group", "g"])
+                .contains("cannot be used together")
+        );
+        assert!(config_error(&["--provider", "aws", "--cluster-name", " "]).contains("empty"));
+        assert_eq!(
+            config_error(&["--provider", "kubernetes", "--image-drift"]),
+            "--image-drift is only used by --provider aws"
+        );
+        assert_eq!(
+            config_error(&["--provider", "kubernetes", "--retire-drained"]),
+            "--retire-drained is only used by --provider aws"
+        );
+    }
+
+    #[test]
+    fn aws_flags_parse() {
+        let c = config(&[
+            "--provider",
+            "aws",
+            "--group",
+            "b,a",
+            "--group",
+            "a",
+            "--exclude-group",
+            "x",
+            "--exclude-tag",
+            "team=batch",
+            "--exclude-tag",
+            "legacy",
+            "--include-eks-managed",
+            "--image-drift",
+            "--max-age",
+            "30d",
+            "--retire-drained",
+        ]);
+        assert!(c.limits.retire_drained);
+        assert_eq!(
+            c.provider,
+            ProviderConfig::Aws(AwsConfig {
+                discovery: GroupDiscovery::Names(vec!["a".into(), "b".into()]),
+                excluded_names: BTreeSet::from(["x".to_owned()]),
+                excluded_tags: vec!["team=batch".parse().unwrap(), "legacy".parse().unwrap()],
+                include_eks_managed: true,
+                image_drift: true,
+                max_age: Some(Duration::from_secs(30 * 86_400)),
+            })
+        );
+        let c = config(&["--provider", "aws", "--cluster-name", "prod"]);
+        assert!(!c.limits.retire_drained);
+        assert_eq!(
+            c.provider,
+            ProviderConfig::Aws(AwsConfig {
+                discovery: GroupDiscovery::ClusterTag("prod".into()),
+                excluded_names: BTreeSet::new(),
+                excluded_tags: Vec::new(),
+                include_eks_managed: false,
+                image_drift: false,
+                max_age: None,
+            })
+        );
+        let err = parse(&["--provider", "aws", "--exclude-tag", "=v"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("--exclude-tag"), "{err}");
     }
 }

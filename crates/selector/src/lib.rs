@@ -13,6 +13,7 @@
 //! - [`provider`]: the provider seam ([`Provider`](provider::Provider) looks up,
 //!   [`Assessor`](provider::Assessor) judges nodes into [`Candidate`]s) and node listing;
 //! - [`kube_provider`]: the Kubernetes provider (`GET /version`);
+//! - [`aws_provider`]: the AWS provider (Auto Scaling and EC2 Describe calls, retiring);
 //! - [`apply`]: resourceVersion-guarded merge patches, conflict re-checks, Events;
 //! - [`run`](mod@run): one run, list → assess → plan → apply, into a [`Report`](run::Report);
 //! - [`output`]: the report as a table or JSON; [`api_calls`]: what the run cost.
@@ -20,6 +21,7 @@
 pub mod api_calls;
 pub mod apply;
 pub mod aws_model;
+pub mod aws_provider;
 pub mod cli;
 pub mod drift;
 pub mod kube_provider;

@@ -1,6 +1,6 @@
 //! The provider seam. A run lists the nodes (restricted by `--node-selector`), then asks the
 //! configured [`Provider`] to look up what it needs once ([`Provider::assess`]: the Kubernetes
-//! provider reads `/version`; the AWS provider will describe groups and instances) and gets back
+//! provider reads `/version`; the AWS provider describes groups and instances) and gets back
 //! an [`Assessor`]: everything the provider learned, able to judge any node of the cluster
 //! without further I/O ([`Assessor::candidate`]). The planner and the apply step only ever see
 //! [`Candidate`]s, and when a write meets a conflict the apply step re-judges the re-read node
@@ -26,6 +26,8 @@ use rotor_core::contract::{DRAINED_AT_ANNOTATION, PHASE_ANNOTATION};
 use rotor_core::{DrainPhase, find_drain_taint, node_opted_out, parse_aws_provider_id};
 
 use crate::api_calls::ApiCalls;
+use crate::apply::Retirer;
+use crate::aws_provider::{AwsAssessor, AwsProvider};
 use crate::cli::ProviderConfig;
 use crate::kube_provider::{KubernetesAssessor, KubernetesProvider};
 use crate::plan::Candidate;
@@ -45,6 +47,8 @@ pub const LIST_PAGE_SIZE: u32 = 500;
 pub enum Provider {
     /// Kubelet version and node age, from the Kubernetes API alone.
     Kubernetes(KubernetesProvider),
+    /// Drift of instances from their Auto Scaling groups.
+    Aws(AwsProvider),
 }
 
 /// Looking up what a provider needs failed; the run fails and nothing is written.
@@ -58,6 +62,14 @@ pub enum ProviderError {
         #[source]
         source: kube::Error,
     },
+    /// An AWS call failed (after the SDK's retries).
+    #[error("AWS {operation} failed: {message}")]
+    Aws {
+        /// The operation, e.g. `DescribeAutoScalingGroups`.
+        operation: &'static str,
+        /// The error code and message, e.g. `AccessDenied: User ... is not authorized`.
+        message: String,
+    },
 }
 
 impl Provider {
@@ -67,13 +79,15 @@ impl Provider {
             ProviderConfig::Kubernetes { max_age } => {
                 Provider::Kubernetes(KubernetesProvider::new(*max_age, group_labels))
             }
+            ProviderConfig::Aws(config) => Provider::Aws(AwsProvider::new(config.clone())),
         }
     }
 
-    /// `kubernetes` (later also `aws`).
+    /// `kubernetes` or `aws`.
     pub fn name(&self) -> &'static str {
         match self {
             Provider::Kubernetes(_) => "kubernetes",
+            Provider::Aws(_) => "aws",
         }
     }
 
@@ -91,6 +105,7 @@ impl Provider {
                 .assess(client, calls, now)
                 .await
                 .map(Assessor::Kubernetes),
+            Provider::Aws(provider) => provider.assess(calls, now).await.map(Assessor::Aws),
         }
     }
 }
@@ -100,6 +115,8 @@ impl Provider {
 pub enum Assessor {
     /// See [`KubernetesAssessor`].
     Kubernetes(KubernetesAssessor),
+    /// See [`AwsAssessor`].
+    Aws(AwsAssessor),
 }
 
 impl Assessor {
@@ -107,6 +124,15 @@ impl Assessor {
     pub fn candidate(&self, node: &Node) -> Candidate {
         match self {
             Assessor::Kubernetes(assessor) => assessor.candidate(node),
+            Assessor::Aws(assessor) => assessor.candidate(node),
+        }
+    }
+
+    /// What retires drained nodes; `None` for providers that never retire (Kubernetes).
+    pub fn retirer(&self) -> Option<&dyn Retirer> {
+        match self {
+            Assessor::Kubernetes(_) => None,
+            Assessor::Aws(assessor) => Some(&assessor.retirer),
         }
     }
 }

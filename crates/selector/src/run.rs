@@ -34,7 +34,7 @@ pub enum RunError {
 /// What one run decided and did.
 #[derive(Clone, Debug)]
 pub struct Report {
-    /// `kubernetes` (later also `aws`).
+    /// `kubernetes` or `aws`.
     pub provider: &'static str,
     pub dry_run: bool,
     /// Every node considered, in name order.
@@ -113,6 +113,16 @@ pub async fn run(
     now: Timestamp,
 ) -> Result<Report, RunError> {
     let provider = Provider::new(&config.provider, config.group_labels.clone());
+    run_with(client, config, &provider, now).await
+}
+
+/// [`run`] with a given provider (tests give the AWS provider mocked SDK clients).
+pub async fn run_with(
+    client: &Client,
+    config: &SelectorConfig,
+    provider: &Provider,
+    now: Timestamp,
+) -> Result<Report, RunError> {
     let mut calls = ApiCalls::default();
 
     let nodes = list_nodes(client, config.node_selector.as_deref(), &mut calls)

@@ -448,7 +448,7 @@ async fn f_bad_flags_exit_2_before_any_request() {
         ),
         (
             &["--provider", "aws"],
-            "--provider aws: the aws provider is not available in this build yet",
+            "--provider aws needs --cluster-name",
         ),
         (
             &["--provider", "kubernetes", "--max-age", "0s"],

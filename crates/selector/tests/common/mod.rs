@@ -237,6 +237,14 @@ impl TestCluster {
         finished(output)
     }
 
+    /// Runs the built `rotor-selector` against this cluster with these flags and extra
+    /// environment variables (e.g. `AWS_ENDPOINT_URL`).
+    pub async fn run_env(&self, flags: &[&str], env: &[(&str, &str)]) -> SelectorRun {
+        let mut command = bare_command(flags, env);
+        command.arg("--kubeconfig").arg(&self.kubeconfig);
+        finished(command.output().await.expect("rotor-selector runs"))
+    }
+
     /// Starts the built `rotor-selector` against this cluster without waiting for it.
     pub fn spawn(&self, flags: &[&str]) -> tokio::process::Child {
         self.command(flags).spawn().expect("rotor-selector starts")

@@ -1,0 +1,624 @@
+//! The AWS provider's SDK plumbing against a mocked SDK (an interceptor in the manner of
+//! aws-smithy-mocks): paging across `NextToken`, throttling recovered by the SDK's standard retry,
+//! persistent throttling and access denied failing the run (nothing tainted), and the call plan at
+//! 5,000 instances in 50 groups.
+
+// The mocks return the SDK's own operation errors, which are large by the SDK's design.
+#![allow(clippy::result_large_err)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_autoscaling::operation::describe_auto_scaling_groups::{
+    DescribeAutoScalingGroupsError, DescribeAutoScalingGroupsInput, DescribeAutoScalingGroupsOutput,
+};
+use aws_sdk_autoscaling::types as asg;
+use aws_sdk_ec2::operation::describe_instances::{
+    DescribeInstancesError, DescribeInstancesInput, DescribeInstancesOutput,
+};
+use aws_sdk_ec2::operation::describe_launch_template_versions::{
+    DescribeLaunchTemplateVersionsError, DescribeLaunchTemplateVersionsInput,
+    DescribeLaunchTemplateVersionsOutput,
+};
+use aws_sdk_ec2::operation::describe_launch_templates::{
+    DescribeLaunchTemplatesError, DescribeLaunchTemplatesInput, DescribeLaunchTemplatesOutput,
+};
+use aws_sdk_ec2::types as ec2t;
+use aws_smithy_types::error::ErrorMetadata;
+use aws_smithy_types::retry::RetryConfig;
+use clap::Parser;
+use common::{FLEET, TestCluster};
+use mock::{Counter, Handler, on};
+use rotor_selector::api_calls::{AWS, ApiCalls};
+use rotor_selector::aws_provider::{
+    AwsClients, AwsConfig, AwsProvider, GroupDiscovery, fetch_snapshot, judge_snapshot, op,
+};
+use rotor_selector::cli::Cli;
+use rotor_selector::provider::Provider;
+use rotor_selector::run::run_with;
+use rotor_selector::verdict::Verdict;
+
+/// A small SDK mock in the manner of aws-smithy-mocks (which cannot be used here, see the root
+/// Cargo.toml): an interceptor answers each attempt of an operation with a modeled output or
+/// error computed from the typed input, so the SDK's real retry classifier and retry loop run;
+/// the HTTP client never reaches the network.
+mod mock {
+    use std::fmt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use aws_smithy_runtime_api::box_error::BoxError;
+    use aws_smithy_runtime_api::client::http::{
+        HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+    };
+    use aws_smithy_runtime_api::client::interceptors::Intercept;
+    use aws_smithy_runtime_api::client::interceptors::context::{
+        BeforeSerializationInterceptorContextRef, Error, FinalizerInterceptorContextMut, Input,
+        Output,
+    };
+    use aws_smithy_runtime_api::client::orchestrator::{
+        HttpRequest, HttpResponse, OrchestratorError,
+    };
+    use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
+
+    /// Answers one attempt.
+    #[derive(Clone)]
+    pub struct Responder(Arc<dyn Fn() -> Result<Output, Error> + Send + Sync>);
+
+    impl fmt::Debug for Responder {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("Responder")
+        }
+    }
+
+    impl Storable for Responder {
+        type Storer = StoreReplace<Responder>;
+    }
+
+    /// Attempts answered by one handler.
+    #[derive(Clone, Debug, Default)]
+    pub struct Counter(Arc<AtomicUsize>);
+
+    impl Counter {
+        pub fn get(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// Answers the operation whose input type is `I`, or passes (`None`).
+    pub type Handler = Arc<dyn Fn(&Input) -> Option<Responder> + Send + Sync>;
+
+    /// A handler for operation input `I`, answering every attempt with `respond(input)`, and its
+    /// attempt counter.
+    pub fn on<I, O, E>(
+        respond: impl Fn(&I, usize) -> Result<O, E> + Send + Sync + 'static,
+    ) -> (Handler, Counter)
+    where
+        I: Clone + fmt::Debug + Send + Sync + 'static,
+        O: fmt::Debug + Send + Sync + 'static,
+        E: std::error::Error + fmt::Debug + Send + Sync + 'static,
+    {
+        let respond = Arc::new(respond);
+        let counter = Counter::default();
+        let attempts = counter.clone();
+        let handler: Handler = Arc::new(move |input: &Input| {
+            let typed: I = input.downcast_ref::<I>()?.clone();
+            let respond = respond.clone();
+            let attempts = attempts.clone();
+            Some(Responder(Arc::new(move || {
+                let attempt = attempts.0.fetch_add(1, Ordering::SeqCst);
+                respond(&typed, attempt)
+                    .map(Output::erase)
+                    .map_err(Error::erase)
+            })))
+        });
+        (handler, counter)
+    }
+
+    pub struct Interceptor(pub Vec<Handler>);
+
+    impl fmt::Debug for Interceptor {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "Interceptor({} handlers)", self.0.len())
+        }
+    }
+
+    impl Intercept for Interceptor {
+        fn name(&self) -> &'static str {
+            "rotor-test-mock"
+        }
+
+        fn read_before_serialization(
+            &self,
+            context: &BeforeSerializationInterceptorContextRef<'_>,
+            _: &RuntimeComponents,
+            cfg: &mut ConfigBag,
+        ) -> Result<(), BoxError> {
+            let input = context.input();
+            let responder = self
+                .0
+                .iter()
+                .find_map(|handler| handler(input))
+                .ok_or_else(|| format!("no mock for {input:?}"))?;
+            cfg.interceptor_state().store_put(responder);
+            Ok(())
+        }
+
+        fn modify_before_attempt_completion(
+            &self,
+            context: &mut FinalizerInterceptorContextMut<'_>,
+            _: &RuntimeComponents,
+            cfg: &mut ConfigBag,
+        ) -> Result<(), BoxError> {
+            if let Some(responder) = cfg.load::<Responder>() {
+                let result = (responder.0)().map_err(OrchestratorError::operation);
+                context.inner_mut().set_output_or_error(result);
+            }
+            Ok(())
+        }
+    }
+
+    /// An HTTP client that never leaves the process (the interceptor replaces its answer).
+    #[derive(Clone, Debug)]
+    pub struct Offline;
+
+    impl HttpConnector for Offline {
+        fn call(&self, _request: HttpRequest) -> HttpConnectorFuture {
+            HttpConnectorFuture::ready(Ok(HttpResponse::new(
+                StatusCode::try_from(418).unwrap(),
+                SdkBody::from("mocked"),
+            )))
+        }
+    }
+
+    impl HttpClient for Offline {
+        fn http_connector(
+            &self,
+            _: &HttpConnectorSettings,
+            _: &RuntimeComponents,
+        ) -> SharedHttpConnector {
+            SharedHttpConnector::new(Offline)
+        }
+    }
+}
+
+/// Tiny back-off so retries take milliseconds.
+fn retry() -> RetryConfig {
+    RetryConfig::standard()
+        .with_max_attempts(3)
+        .with_initial_backoff(Duration::from_millis(1))
+        .with_max_backoff(Duration::from_millis(5))
+}
+
+fn clients(asg_handlers: &[&Handler], ec2_handlers: &[&Handler]) -> AwsClients {
+    let creds = aws_sdk_ec2::config::Credentials::new("test", "test", None, None, "test");
+    let autoscaling = aws_sdk_autoscaling::Client::from_conf(
+        aws_sdk_autoscaling::Config::builder()
+            .behavior_version(aws_sdk_autoscaling::config::BehaviorVersion::latest())
+            .region(aws_sdk_autoscaling::config::Region::new("us-east-1"))
+            .credentials_provider(creds.clone())
+            .http_client(mock::Offline)
+            .interceptor(mock::Interceptor(
+                asg_handlers.iter().map(|h| (*h).clone()).collect(),
+            ))
+            .retry_config(retry())
+            .build(),
+    );
+    let ec2 = aws_sdk_ec2::Client::from_conf(
+        aws_sdk_ec2::Config::builder()
+            .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+            .region(aws_sdk_ec2::config::Region::new("us-east-1"))
+            .credentials_provider(creds)
+            .http_client(mock::Offline)
+            .interceptor(mock::Interceptor(
+                ec2_handlers.iter().map(|h| (*h).clone()).collect(),
+            ))
+            .retry_config(retry())
+            .build(),
+    );
+    AwsClients { autoscaling, ec2 }
+}
+
+fn config(image_drift: bool) -> AwsConfig {
+    AwsConfig {
+        discovery: GroupDiscovery::ClusterTag("prod".into()),
+        excluded_names: BTreeSet::new(),
+        excluded_tags: Vec::new(),
+        include_eks_managed: false,
+        image_drift,
+        max_age: None,
+    }
+}
+
+/// Template `lt-<t>` (latest 2, default 2); version 2 launches `ami-new-<t>`.
+fn template_id(t: usize) -> String {
+    format!("lt-{t:04}")
+}
+
+fn instance_id(g: usize, i: usize) -> String {
+    format!("i-{:08x}{:04x}", g, i)
+}
+
+/// Group `g-<g>` using template `lt-<g % templates>` at `$Latest`, with `per_group` instances;
+/// instance 0 of every group runs version 1 (drifted), the others version 2.
+fn group(g: usize, per_group: usize, templates: usize) -> asg::AutoScalingGroup {
+    let t = template_id(g % templates);
+    let spec = |version: &str| {
+        asg::LaunchTemplateSpecification::builder()
+            .launch_template_id(&t)
+            .launch_template_name(format!("name-{t}"))
+            .version(version)
+            .build()
+    };
+    let mut builder = asg::AutoScalingGroup::builder()
+        .auto_scaling_group_name(format!("g-{g:03}"))
+        .tags(
+            asg::TagDescription::builder()
+                .key("kubernetes.io/cluster/prod")
+                .value("owned")
+                .build(),
+        )
+        .launch_template(spec("$Latest"));
+    for i in 0..per_group {
+        builder = builder.instances(
+            asg::Instance::builder()
+                .instance_id(instance_id(g, i))
+                .lifecycle_state(asg::LifecycleState::InService)
+                .health_status("Healthy")
+                .availability_zone(if i % 2 == 0 {
+                    "us-east-1a"
+                } else {
+                    "us-east-1b"
+                })
+                .instance_type("m5.large")
+                .launch_template(spec(if i == 0 { "1" } else { "2" }))
+                .build(),
+        );
+    }
+    builder.build()
+}
+
+type GroupsResult = Result<DescribeAutoScalingGroupsOutput, DescribeAutoScalingGroupsError>;
+type InstancesResult = Result<DescribeInstancesOutput, DescribeInstancesError>;
+
+/// DescribeAutoScalingGroups answering `groups` in pages of `page` groups (token = next index).
+fn groups_mock(groups: Vec<asg::AutoScalingGroup>, page: usize) -> (Handler, Counter) {
+    let groups = Arc::new(groups);
+    on(
+        move |input: &DescribeAutoScalingGroupsInput, _| -> GroupsResult {
+            assert_eq!(input.max_records(), Some(100));
+            let start: usize = input.next_token().map_or(0, |t| t.parse().unwrap());
+            let end = (start + page).min(groups.len());
+            Ok(DescribeAutoScalingGroupsOutput::builder()
+                .set_auto_scaling_groups(Some(groups[start..end].to_vec()))
+                .set_next_token((end < groups.len()).then(|| end.to_string()))
+                .build())
+        },
+    )
+}
+
+fn templates_mock(templates: usize) -> (Handler, Counter) {
+    on(
+        move |input: &DescribeLaunchTemplatesInput,
+              _|
+              -> Result<DescribeLaunchTemplatesOutput, DescribeLaunchTemplatesError> {
+            let ids = input.launch_template_ids();
+            assert!(ids.len() <= templates, "asked for {ids:?}");
+            let mut out = DescribeLaunchTemplatesOutput::builder();
+            for id in ids {
+                out = out.launch_templates(
+                    ec2t::LaunchTemplate::builder()
+                        .launch_template_id(id)
+                        .launch_template_name(format!("name-{id}"))
+                        .latest_version_number(2)
+                        .default_version_number(1)
+                        .build(),
+                );
+            }
+            Ok(out.build())
+        },
+    )
+}
+
+fn versions_mock() -> (Handler, Counter) {
+    on(
+        |input: &DescribeLaunchTemplateVersionsInput,
+         _|
+         -> Result<DescribeLaunchTemplateVersionsOutput, DescribeLaunchTemplateVersionsError> {
+            assert_eq!(input.resolve_alias(), Some(true));
+            let id = input.launch_template_id().unwrap().to_owned();
+            let mut out = DescribeLaunchTemplateVersionsOutput::builder();
+            for version in input.versions() {
+                out = out.launch_template_versions(
+                    ec2t::LaunchTemplateVersion::builder()
+                        .launch_template_id(&id)
+                        .version_number(version.parse().unwrap())
+                        .launch_template_data(
+                            ec2t::ResponseLaunchTemplateData::builder()
+                                .image_id(format!("ami-v{version}"))
+                                .build(),
+                        )
+                        .build(),
+                );
+            }
+            Ok(out.build())
+        },
+    )
+}
+
+/// DescribeInstances over `ids` in pages of at most `MaxResults` (token = next index); instance
+/// 1 of every group runs an old image.
+fn instances_mock(ids: Vec<String>) -> (Handler, Counter) {
+    let ids = Arc::new(ids);
+    on(
+        move |input: &DescribeInstancesInput, _| -> InstancesResult {
+            let names: Vec<&str> = input.filters().iter().filter_map(|f| f.name()).collect();
+            assert_eq!(names, ["tag-key", "instance-state-name"]);
+            let page = input.max_results().unwrap() as usize;
+            assert_eq!(page, 1000);
+            let start: usize = input.next_token().map_or(0, |t| t.parse().unwrap());
+            let end = (start + page).min(ids.len());
+            let mut reservation = ec2t::Reservation::builder();
+            for id in &ids[start..end] {
+                let image = if id.ends_with("0001") {
+                    "ami-old"
+                } else {
+                    "ami-v2"
+                };
+                reservation = reservation.instances(
+                    ec2t::Instance::builder()
+                        .instance_id(id)
+                        .image_id(image)
+                        .launch_time(aws_smithy_types::DateTime::from_secs(1_700_000_000))
+                        .build(),
+                );
+            }
+            Ok(DescribeInstancesOutput::builder()
+                .reservations(reservation.build())
+                .set_next_token((end < ids.len()).then(|| end.to_string()))
+                .build())
+        },
+    )
+}
+
+fn throttling() -> DescribeAutoScalingGroupsError {
+    DescribeAutoScalingGroupsError::generic(
+        ErrorMetadata::builder()
+            .code("Throttling")
+            .message("Rate exceeded")
+            .build(),
+    )
+}
+
+#[tokio::test]
+async fn groups_and_instances_are_paged_across_next_token() {
+    let groups: Vec<_> = (0..5).map(|g| group(g, 3, 2)).collect();
+    let ids: Vec<String> = (0..5)
+        .flat_map(|g| (0..3).map(move |i| instance_id(g, i)))
+        .collect();
+    let ((g, g_calls), (t, _), (v, _), (i, _)) = (
+        groups_mock(groups, 2),
+        templates_mock(2),
+        versions_mock(),
+        instances_mock(ids),
+    );
+    let clients = clients(&[&g], &[&t, &v, &i]);
+    let mut calls = ApiCalls::default();
+    let snapshot = fetch_snapshot(&clients, &config(true), &mut calls)
+        .await
+        .unwrap();
+    assert_eq!(snapshot.groups.len(), 5);
+    assert_eq!(snapshot.instance_details.as_ref().unwrap().len(), 15);
+    assert_eq!(calls.get(AWS, op::DESCRIBE_GROUPS), 3, "{calls}");
+    assert_eq!(calls.get(AWS, op::DESCRIBE_TEMPLATES), 1, "{calls}");
+    assert_eq!(calls.get(AWS, op::DESCRIBE_TEMPLATE_VERSIONS), 2, "{calls}");
+    assert_eq!(calls.get(AWS, op::DESCRIBE_INSTANCES), 1, "{calls}");
+    assert_eq!(g_calls.get(), 3);
+}
+
+#[tokio::test]
+async fn instances_page_across_next_token() {
+    let groups: Vec<_> = (0..3).map(|g| group(g, 900, 1)).collect();
+    let ids: Vec<String> = (0..3)
+        .flat_map(|g| (0..900).map(move |i| instance_id(g, i)))
+        .collect();
+    let ((g, _), (t, _), (v, _), (i, i_calls)) = (
+        groups_mock(groups, 100),
+        templates_mock(1),
+        versions_mock(),
+        instances_mock(ids),
+    );
+    let clients = clients(&[&g], &[&t, &v, &i]);
+    let mut calls = ApiCalls::default();
+    let snapshot = fetch_snapshot(&clients, &config(true), &mut calls)
+        .await
+        .unwrap();
+    assert_eq!(snapshot.instance_details.as_ref().unwrap().len(), 2700);
+    assert_eq!(calls.get(AWS, op::DESCRIBE_INSTANCES), 3, "{calls}");
+    assert_eq!(i_calls.get(), 3);
+}
+
+#[tokio::test]
+async fn throttling_then_success_is_retried_by_the_sdk() {
+    let (g, g_calls) = on(
+        |_: &DescribeAutoScalingGroupsInput, attempt| -> GroupsResult {
+            if attempt < 2 {
+                return Err(throttling());
+            }
+            Ok(DescribeAutoScalingGroupsOutput::builder()
+                .auto_scaling_groups(group(0, 2, 1))
+                .build())
+        },
+    );
+    let (t, _) = templates_mock(1);
+    let (i, i_calls) = on(|_: &DescribeInstancesInput, attempt| -> InstancesResult {
+        if attempt == 0 {
+            return Err(DescribeInstancesError::generic(
+                ErrorMetadata::builder()
+                    .code("RequestLimitExceeded")
+                    .message("Request limit exceeded.")
+                    .build(),
+            ));
+        }
+        Ok(DescribeInstancesOutput::builder().build())
+    });
+    let clients = clients(&[&g], &[&t, &i]);
+    let mut calls = ApiCalls::default();
+    let mut config = config(false);
+    config.max_age = Some(Duration::from_secs(86_400));
+    let snapshot = fetch_snapshot(&clients, &config, &mut calls)
+        .await
+        .expect("the standard retry recovers");
+    assert_eq!(snapshot.groups.len(), 1);
+    assert_eq!(g_calls.get(), 3, "two throttled attempts, then success");
+    assert_eq!(i_calls.get(), 2, "one RequestLimitExceeded, then success");
+    // One call as the selector counts them; the SDK's retries are its own.
+    assert_eq!(calls.get(AWS, op::DESCRIBE_GROUPS), 1);
+    assert_eq!(calls.get(AWS, op::DESCRIBE_INSTANCES), 1);
+}
+
+fn aws_config_of(args: &[&str]) -> rotor_selector::cli::SelectorConfig {
+    let mut argv = vec!["rotor-selector"];
+    argv.extend_from_slice(args);
+    Cli::try_parse_from(argv)
+        .unwrap()
+        .select
+        .validate()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn persistent_throttling_fails_the_run_and_taints_nothing() {
+    let cluster = TestCluster::start(FLEET).await;
+    let (g, g_calls) =
+        on(|_: &DescribeAutoScalingGroupsInput, _| -> GroupsResult { Err(throttling()) });
+    let config = aws_config_of(&[
+        "--provider",
+        "aws",
+        "--cluster-name",
+        "prod",
+        "--max-tainted",
+        "100%",
+    ]);
+    let rotor_selector::cli::ProviderConfig::Aws(aws) = config.provider.clone() else {
+        unreachable!()
+    };
+    let provider = Provider::Aws(AwsProvider::with_clients(aws, clients(&[&g], &[])));
+    let error = run_with(&cluster.client, &config, &provider, jiff::Timestamp::now())
+        .await
+        .expect_err("persistent throttling fails the run");
+    assert_eq!(
+        error.to_string(),
+        "AWS DescribeAutoScalingGroups failed: Throttling: Rate exceeded"
+    );
+    assert_eq!(g_calls.get(), 3, "the SDK's standard retry tried 3 times");
+    assert!(cluster.tainted().await.is_empty());
+    assert_eq!(cluster.requests("patch nodes"), 0);
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn access_denied_fails_naming_the_operation() {
+    let ((g, _), (t, _)) = (groups_mock(vec![group(0, 2, 1)], 100), templates_mock(1));
+    let (denied, denied_calls) = on(|_: &DescribeInstancesInput, _| -> InstancesResult {
+        Err(DescribeInstancesError::generic(
+            ErrorMetadata::builder()
+                .code("UnauthorizedOperation")
+                .message("You are not authorized to perform this operation.")
+                .build(),
+        ))
+    });
+    let clients = clients(&[&g], &[&t, &denied]);
+    let mut config = config(false);
+    config.max_age = Some(Duration::from_secs(86_400));
+    let error = fetch_snapshot(&clients, &config, &mut ApiCalls::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "AWS DescribeInstances failed: UnauthorizedOperation: You are not authorized to perform this operation."
+    );
+    assert_eq!(denied_calls.get(), 1, "access denied is not retried");
+}
+
+/// 5,000 instances in 50 groups (5 templates, 100 instances per group): config drift takes
+/// DescribeAutoScalingGroups ×1 (50 groups, MaxRecords=100) + DescribeLaunchTemplates ×1; with the
+/// image rule, DescribeInstances ×5 (MaxResults=1000) + DescribeLaunchTemplateVersions ×5 (one per
+/// template, for the version its groups resolve to).
+#[tokio::test]
+async fn call_plan_at_5000_instances_in_50_groups() {
+    const GROUPS: usize = 50;
+    const PER_GROUP: usize = 100;
+    const TEMPLATES: usize = 5;
+    let groups: Vec<_> = (0..GROUPS)
+        .map(|g| group(g, PER_GROUP, TEMPLATES))
+        .collect();
+    let ids: Vec<String> = (0..GROUPS)
+        .flat_map(|g| (0..PER_GROUP).map(move |i| instance_id(g, i)))
+        .collect();
+
+    // Config drift only.
+    let ((g, _), (t, _)) = (groups_mock(groups.clone(), 100), templates_mock(TEMPLATES));
+    let clients_a = clients(&[&g], &[&t]);
+    let mut calls = ApiCalls::default();
+    let started = std::time::Instant::now();
+    let snapshot = fetch_snapshot(&clients_a, &config(false), &mut calls)
+        .await
+        .unwrap();
+    let fleet = judge_snapshot(&snapshot, &config(false), jiff::Timestamp::now());
+    println!("config drift: {calls} ({:?} with mocks)", started.elapsed());
+    assert_eq!(fleet.len(), GROUPS * PER_GROUP);
+    let drifted =
+        |fleet: &std::collections::BTreeMap<_, rotor_selector::drift::InstanceVerdict>,
+         reason: &str| {
+            fleet
+            .values()
+            .filter(
+                |v| matches!(&v.verdict, Verdict::Drifted { reason: r, .. } if r.slug() == reason),
+            )
+            .count()
+        };
+    assert_eq!(drifted(&fleet, "launch-template-version"), GROUPS);
+    assert_eq!(calls.total(AWS), 2, "{calls}");
+    assert!(calls.total(AWS) <= 3);
+    assert_eq!(calls.get(AWS, op::DESCRIBE_GROUPS), 1);
+    assert_eq!(calls.get(AWS, op::DESCRIBE_TEMPLATES), 1);
+
+    // The same fleet in pages of 25 groups: still within 3.
+    let ((g, _), (t, _)) = (groups_mock(groups.clone(), 25), templates_mock(TEMPLATES));
+    let mut calls = ApiCalls::default();
+    fetch_snapshot(&clients(&[&g], &[&t]), &config(false), &mut calls)
+        .await
+        .unwrap();
+    assert_eq!(calls.total(AWS), 3, "{calls}");
+
+    // With the image rule.
+    let ((g, _), (t, _), (v, _), (i, _)) = (
+        groups_mock(groups, 100),
+        templates_mock(TEMPLATES),
+        versions_mock(),
+        instances_mock(ids),
+    );
+    let mut calls = ApiCalls::default();
+    let started = std::time::Instant::now();
+    let snapshot = fetch_snapshot(&clients(&[&g], &[&t, &v, &i]), &config(true), &mut calls)
+        .await
+        .unwrap();
+    let fleet = judge_snapshot(&snapshot, &config(true), jiff::Timestamp::now());
+    println!("image drift: {calls} ({:?} with mocks)", started.elapsed());
+    assert_eq!(drifted(&fleet, "launch-template-version"), GROUPS);
+    assert_eq!(drifted(&fleet, "image"), GROUPS, "instance 1 of each group");
+    assert_eq!(calls.get(AWS, op::DESCRIBE_INSTANCES), 5, "{calls}");
+    assert_eq!(
+        calls.get(AWS, op::DESCRIBE_TEMPLATE_VERSIONS),
+        TEMPLATES as u64
+    );
+    assert_eq!(calls.total(AWS), 2 + 5 + TEMPLATES as u64, "{calls}");
+    assert!(calls.total(AWS) <= 3 + 5 + TEMPLATES as u64);
+}

@@ -1100,6 +1100,8 @@ struct MemoryResult {
     drained_node: String,
     drained_pods: usize,
     drain_seconds: Option<f64>,
+    /// The simulator's request counters over the drain (and 5 s after), by verb and resource.
+    drain_requests: BTreeMap<String, i64>,
     drain_hwm: f64,
     drain_sampled_max: f64,
     hwm_reset: bool,
@@ -1160,10 +1162,11 @@ fn memory(args: &Args, bins: &Bins, dir: &Path) -> anyhow::Result<MemoryResult> 
     )?;
     drainer.wait_leading(Duration::from_secs(120))?;
     let leading_after = t_drainer.elapsed().as_secs_f64();
-    // The node watch opens once the initial list (5,000 nodes in pages) is read.
+    // The drainer's node watch opens once its initial list (5,000 nodes in pages) is read; the
+    // benchmark's own watch is the other one.
     wait_for_requests(
         &sim,
-        &[("watch nodes", 1), ("watch poddisruptionbudgets", 1)],
+        &[("watch nodes", 2), ("watch poddisruptionbudgets", 1)],
         Duration::from_secs(300),
     )?;
     let listed_after = t_drainer.elapsed().as_secs_f64();
@@ -1182,13 +1185,7 @@ fn memory(args: &Args, bins: &Bins, dir: &Path) -> anyhow::Result<MemoryResult> 
     let before = counts(&sim.stats()?["requests"]);
     std::thread::sleep(IDLE_WINDOW);
     let after = counts(&sim.stats()?["requests"]);
-    let mut idle_requests = BTreeMap::new();
-    for (k, v) in &after {
-        let d = *v as i64 - before.get(k).copied().unwrap_or(0) as i64;
-        if d != 0 {
-            idle_requests.insert(k.clone(), d);
-        }
-    }
+    let idle_requests = delta(&before, &after);
 
     // Draining peak: reset the high-water mark (clear_refs 5), then sample too.
     let hwm_reset = std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok();
@@ -1207,6 +1204,7 @@ fn memory(args: &Args, bins: &Bins, dir: &Path) -> anyhow::Result<MemoryResult> 
         })
     };
     eprintln!("drain_bench: memory: tainting {name} ({drained_pods} pods)");
+    let before = counts(&sim.stats()?["requests"]);
     let t = Instant::now();
     taint(&sim.host, &name, &taints)?;
     let deadline = t + Duration::from_secs(300);
@@ -1230,6 +1228,12 @@ fn memory(args: &Args, bins: &Bins, dir: &Path) -> anyhow::Result<MemoryResult> 
     // Whatever the drainer does right after (its Events, a repeated drain), then the peak.
     std::thread::sleep(Duration::from_secs(5));
     let (_, drain_hwm) = rss_kib(pid)?;
+    let mut drain_requests = delta(&before, &counts(&sim.stats()?["requests"]));
+    // Not the drainer's: the benchmark's taint.
+    if let Some(n) = drain_requests.get_mut("patch nodes") {
+        *n -= 1;
+    }
+    drain_requests.retain(|_, v| *v != 0);
     stop.store(true, Ordering::Relaxed);
     let sampled = sampler.join().unwrap_or(0);
     drop(drainer);
@@ -1248,6 +1252,7 @@ fn memory(args: &Args, bins: &Bins, dir: &Path) -> anyhow::Result<MemoryResult> 
         drained_node: name,
         drained_pods,
         drain_seconds,
+        drain_requests,
         drain_hwm: mib(drain_hwm),
         drain_sampled_max: mib(sampled),
         hwm_reset,
@@ -1317,6 +1322,15 @@ impl MemoryResult {
                 .unwrap_or_else(|| "-- (not drained within 300 s)".into()),
             self.drain_sampled_max
         );
+        let during: Vec<String> = self
+            .drain_requests
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!(
+            "  requests from the taint until 5 s after the drain: {}",
+            during.join(", ")
+        );
         let listed: Vec<String> = self
             .idle_requests
             .iter()
@@ -1360,6 +1374,20 @@ any other non-watch request: {other}  {}",
             summary.push(format!("5k nodes: {line}"));
         }
     }
+}
+
+/// `after - before` for every counter that changed.
+fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, i64> {
+    after
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                *v as i64 - before.get(k).copied().unwrap_or(0) as i64,
+            )
+        })
+        .filter(|(_, d)| *d != 0)
+        .collect()
 }
 
 /// A JSON object of counters (`requests`, `evictions` in the simulator's stats).

@@ -28,6 +28,7 @@ pub struct DrainArgs {
 
     /// Most nodes that may be unavailable at once (cordoned, NotReady or being deleted, whoever
     /// did it): a count or a percentage of all nodes, rounded up. No new drain starts above it.
+    /// Nodes rotor has drained and that wait to be retired do not count: their pods run elsewhere.
     #[arg(long, env = "ROTOR_MAX_UNAVAILABLE", default_value = "1")]
     pub max_unavailable: Budget,
 

@@ -4,7 +4,7 @@
 //! maintenance window, when the gate is open, and within the fleet limits the `fleet` module
 //! computes. While nothing happens it makes no API request besides its watches.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,17 +12,18 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use rotor_core::contract::DrainPhase;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::drain::{Ctx, DrainResult, clean_up, drain_node};
+use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
 use crate::fleet::{FleetLimits, NodeView, choose_nodes_to_start};
-use crate::gate::{GateBlocker, pending_pod_blockers, workload_blockers};
+use crate::gate::{GateBlocker, covered_by_budget, pending_pod_blockers, workload_blockers};
 use crate::metrics::PhaseLabel;
-use crate::state::retry_backoff;
+use crate::state::{Intent, retry_backoff};
 use crate::window::any_open;
 
 struct Running {
@@ -32,8 +33,9 @@ struct Running {
 /// The gate between one drained node and the next.
 #[derive(Default)]
 struct Gate {
-    /// Workloads evicted from drains finished since the last start.
-    owners: Vec<(String, String, String)>,
+    /// Workloads evicted from drains finished since the last start and not yet seen Ready
+    /// again; each leaves the set once it is, so it is not fetched again.
+    owners: BTreeSet<(String, String, String)>,
     /// When the gate first held the next start.
     held_since: Option<Instant>,
     last_report: Vec<String>,
@@ -42,7 +44,9 @@ struct Gate {
 
 pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     let nodes_api: Api<Node> = Api::all(ctx.client.clone());
-    let mut node_events = watcher(nodes_api, watcher::Config::default())
+    // Small pages: each listed Node is summarised and dropped at once, so the page is the
+    // peak (500 full Nodes with their image lists are several MiB at 5,000 nodes).
+    let mut node_events = watcher(nodes_api, watcher::Config::default().page_size(100))
         .default_backoff()
         .boxed();
     let mut nodes: BTreeMap<String, NodeView> = BTreeMap::new();
@@ -50,7 +54,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     let mut listed = false;
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut cleaning: HashMap<String, ()> = HashMap::new();
-    let mut tasks: JoinSet<(String, DrainResult)> = JoinSet::new();
+    let mut tasks: JoinSet<(String, DrainOutcome)> = JoinSet::new();
     let mut gate = Gate::default();
     let mut last_held: Vec<(String, String)> = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -70,10 +74,17 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                 None => anyhow::bail!("the node watch ended"),
             },
             Some(done) = tasks.join_next() => {
-                let (name, result) = done?;
+                let (name, outcome) = done?;
                 running.remove(&name);
                 cleaning.remove(&name);
-                match result {
+                // The watch has not necessarily delivered the task's last write yet; without
+                // this the next pass would see the old phase and resume a finished drain.
+                if let Some(record) = outcome.record
+                    && let Some(view) = nodes.get_mut(&name)
+                {
+                    view.record = record;
+                }
+                match outcome.result {
                     DrainResult::Drained { owners } => {
                         ctx.metrics.drain_finished("drained");
                         gate.owners.extend(owners);
@@ -82,6 +93,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                     DrainResult::Failed { .. } => ctx.metrics.drain_finished("failed"),
                     DrainResult::Cancelled => ctx.metrics.drain_finished("cancelled"),
                     DrainResult::NodeGone | DrainResult::Interrupted => {}
+                    DrainResult::Skipped { why } => tracing::debug!(node = %name, why, "drain task skipped"),
                 }
             }
         }
@@ -110,7 +122,8 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                     if let Err(e) = clean_up(&ctx2, &name).await {
                         tracing::warn!(node = %name, error = %e, "could not undo rotor's drain state");
                     }
-                    (name, DrainResult::NodeGone)
+                    let outcome = DrainOutcome { result: DrainResult::NodeGone, record: None };
+                    (name, outcome)
                 });
             }
         }
@@ -121,7 +134,14 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                 && !running.contains_key(&n.name)
                 && !cleaning.contains_key(&n.name)
             {
-                spawn_drain(&ctx, &mut tasks, &mut running, &n.name, &stop);
+                spawn_drain(
+                    &ctx,
+                    &mut tasks,
+                    &mut running,
+                    &n.name,
+                    Intent::Resume,
+                    &stop,
+                );
             }
         }
         publish_phases(&ctx, &nodes);
@@ -155,7 +175,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             );
         }
         if !start.is_empty() && gate.armed {
-            match gate_blockers(&ctx, &gate).await {
+            match gate_blockers(&ctx, &mut gate.owners).await {
                 Ok(blockers) if blockers.is_empty() => {
                     gate = Gate::default();
                 }
@@ -197,7 +217,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             last_held = held;
         }
         for name in start {
-            spawn_drain(&ctx, &mut tasks, &mut running, &name, &stop);
+            spawn_drain(&ctx, &mut tasks, &mut running, &name, Intent::Start, &stop);
         }
     }
     // Shutdown: let running drains stop where they are; their state stays on the nodes.
@@ -207,9 +227,10 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
 
 fn spawn_drain(
     ctx: &Arc<Ctx>,
-    tasks: &mut JoinSet<(String, DrainResult)>,
+    tasks: &mut JoinSet<(String, DrainOutcome)>,
     running: &mut HashMap<String, Running>,
     name: &str,
+    intent: Intent,
     stop: &CancellationToken,
 ) {
     let abort = CancellationToken::new();
@@ -221,7 +242,7 @@ fn spawn_drain(
     );
     let (ctx, name, stop) = (ctx.clone(), name.to_string(), stop.clone());
     tasks.spawn(async move {
-        let r = drain_node(ctx, name.clone(), abort, stop).await;
+        let r = drain_node(ctx, name.clone(), intent, abort, stop).await;
         (name, r)
     });
 }
@@ -245,52 +266,100 @@ fn publish_phases(ctx: &Ctx, nodes: &BTreeMap<String, NodeView>) {
 }
 
 /// Reads what the gate needs: pending pods, and the workloads evicted since the last start.
-async fn gate_blockers(ctx: &Ctx, gate: &Gate) -> Result<Vec<GateBlocker>, kube::Error> {
+/// Workloads found Ready again (and, with several drains at once, workloads a budget covers: see
+/// [`covered_by_budget`]) leave `owners`, so a held gate re-reads only what still holds it.
+async fn gate_blockers(
+    ctx: &Ctx,
+    owners: &mut BTreeSet<(String, String, String)>,
+) -> Result<Vec<GateBlocker>, kube::Error> {
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let pending = pods
         .list(&ListParams::default().fields("status.phase=Pending"))
         .await?
         .items;
     let mut blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, Timestamp::now());
-    let (mut deployments, mut statefulsets, mut replicasets) = (Vec::new(), Vec::new(), Vec::new());
-    for (kind, ns, name) in &gate.owners {
-        match kind.as_str() {
+    let leave_to_budgets = ctx.cfg.max_concurrent > 1;
+    let budgets: Vec<PodDisruptionBudget> = if leave_to_budgets {
+        ctx.budgets.state().iter().map(|b| (**b).clone()).collect()
+    } else {
+        Vec::new()
+    };
+    let mut settled = Vec::new();
+    for owner in owners.iter() {
+        let (kind, ns, name) = owner;
+        let (mut deployments, mut statefulsets, mut replicasets) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let template_labels = match kind.as_str() {
             "ReplicaSet" => {
-                if let Some(rs) = Api::<ReplicaSet>::namespaced(ctx.client.clone(), ns)
+                let Some(rs) = Api::<ReplicaSet>::namespaced(ctx.client.clone(), ns)
                     .get_opt(name)
                     .await?
+                else {
+                    settled.push(owner.clone());
+                    continue;
+                };
+                if let Some(d) = rs
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "Deployment")
+                    && let Some(dep) = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
+                        .get_opt(&d.name)
+                        .await?
                 {
-                    if let Some(d) = rs
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .find(|o| o.kind == "Deployment")
-                        && let Some(dep) = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
-                            .get_opt(&d.name)
-                            .await?
-                    {
-                        deployments.push(dep);
-                    }
-                    replicasets.push(rs);
+                    deployments.push(dep);
                 }
+                let labels = rs
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.template.as_ref())
+                    .and_then(|t| t.metadata.as_ref())
+                    .and_then(|m| m.labels.clone());
+                replicasets.push(rs);
+                labels
             }
             "StatefulSet" => {
-                if let Some(s) = Api::<StatefulSet>::namespaced(ctx.client.clone(), ns)
+                let Some(sts) = Api::<StatefulSet>::namespaced(ctx.client.clone(), ns)
                     .get_opt(name)
                     .await?
-                {
-                    statefulsets.push(s);
-                }
+                else {
+                    settled.push(owner.clone());
+                    continue;
+                };
+                let labels = sts
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.template.metadata.as_ref())
+                    .and_then(|m| m.labels.clone());
+                statefulsets.push(sts);
+                labels
             }
-            _ => {}
+            // Jobs, bare pods and the like do not hold the gate.
+            _ => {
+                settled.push(owner.clone());
+                continue;
+            }
+        };
+        if leave_to_budgets && covered_by_budget(ns, template_labels.as_ref(), &budgets) {
+            settled.push(owner.clone());
+            continue;
         }
+        let waiting = workload_blockers(
+            std::slice::from_ref(owner),
+            &deployments,
+            &statefulsets,
+            &replicasets,
+        );
+        if waiting.is_empty() {
+            settled.push(owner.clone());
+        }
+        blockers.extend(waiting);
     }
-    blockers.extend(workload_blockers(
-        &gate.owners,
-        &deployments,
-        &statefulsets,
-        &replicasets,
-    ));
+    for owner in settled {
+        owners.remove(&owner);
+    }
+    blockers.sort();
+    blockers.dedup();
     Ok(blockers)
 }

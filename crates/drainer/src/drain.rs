@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::DrainerConfig;
 use crate::evict::{self, EvictionOutcome};
 use crate::metrics::Metrics;
-use crate::pods::{Blocker, PodRef, plan_node};
-use crate::state::{DrainRecord, Transition, apply};
+use crate::pods::{Blocker, PodRef, charged_budget, plan_node};
+use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 
 /// Everything a drain task needs, shared by all of them.
 pub struct Ctx {
@@ -58,6 +58,19 @@ pub enum DrainResult {
     NodeGone,
     /// The drainer is shutting down; the node keeps its recorded state for the next leader.
     Interrupted,
+    /// Nothing to do: the node's record, read fresh, says the drain is already over or must
+    /// wait (see [`crate::state::begin_check`]). Nothing was written.
+    Skipped {
+        why: &'static str,
+    },
+}
+
+/// A drain task's result and the node's record as the task last wrote or read it, so the
+/// controller can correct its watch cache before the watch catches up.
+#[derive(Debug)]
+pub struct DrainOutcome {
+    pub result: DrainResult,
+    pub record: Option<DrainRecord>,
 }
 
 fn node_ref(node: &Node) -> ObjectReference {
@@ -231,24 +244,67 @@ fn later(now: Timestamp, d: Duration) -> Timestamp {
 pub async fn drain_node(
     ctx: Arc<Ctx>,
     name: String,
+    intent: Intent,
     abort: CancellationToken,
     stop: CancellationToken,
-) -> DrainResult {
+) -> DrainOutcome {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let node = match nodes.get_opt(&name).await {
         Ok(Some(n)) => n,
-        Ok(None) => return DrainResult::NodeGone,
+        Ok(None) => {
+            return DrainOutcome {
+                result: DrainResult::NodeGone,
+                record: None,
+            };
+        }
         Err(e) => {
-            return DrainResult::Failed {
-                error: format!("cannot read node {name}: {e}"),
+            return DrainOutcome {
+                result: DrainResult::Failed {
+                    error: format!("cannot read node {name}: {e}"),
+                },
+                record: None,
             };
         }
     };
-    let Some(taint) = find_drain_taint(&node).cloned() else {
-        return DrainResult::Cancelled;
-    };
     let before = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
     let now = Timestamp::now();
+    let Some(taint) = find_drain_taint(&node).cloned() else {
+        return DrainOutcome {
+            result: DrainResult::Cancelled,
+            record: Some(before),
+        };
+    };
+    if let Some(why) = begin_check(intent, &before, now, retry_backoff) {
+        tracing::debug!(node = %name, why, "not draining: the node's record changed since the cache saw it");
+        return DrainOutcome {
+            result: DrainResult::Skipped { why },
+            record: Some(before),
+        };
+    }
+    let (result, record) = drain_fresh(
+        &ctx, &nodes, &node, &name, taint, before, now, &abort, &stop,
+    )
+    .await;
+    DrainOutcome {
+        result,
+        record: Some(record),
+    }
+}
+
+/// [`drain_node`] once the node is read and due: records the start, cordons, evicts, and
+/// records how it ended. Returns the result and the last record written.
+#[allow(clippy::too_many_arguments)]
+async fn drain_fresh(
+    ctx: &Ctx,
+    nodes: &Api<Node>,
+    node: &Node,
+    name: &str,
+    taint: Taint,
+    before: DrainRecord,
+    now: Timestamp,
+    abort: &CancellationToken,
+    stop: &CancellationToken,
+) -> (DrainResult, DrainRecord) {
     let resumed = before.deadline.is_some() && before.is_active();
     let start = if matches!(before.phase, Some(DrainPhase::Failed)) {
         Transition::Retry {
@@ -262,10 +318,9 @@ pub async fn drain_node(
         }
     };
     let mut record = apply(&before, start);
-    if let Err(e) = save(&nodes, &name, &record, &before).await {
-        return DrainResult::Failed {
-            error: format!("cannot record the drain start on node {name}: {e}"),
-        };
+    if let Err(e) = save(nodes, name, &record, &before).await {
+        let error = format!("cannot record the drain start on node {name}: {e}");
+        return (DrainResult::Failed { error }, before);
     }
     let deadline = record
         .deadline
@@ -273,8 +328,8 @@ pub async fn drain_node(
     if resumed {
         tracing::info!(node = %name, %deadline, "resuming the recorded drain");
         announce(
-            &ctx,
-            &node,
+            ctx,
+            node,
             false,
             "DrainResumed",
             format!("rotor resumed draining this node (deadline {deadline})."),
@@ -283,8 +338,8 @@ pub async fn drain_node(
     } else {
         tracing::info!(node = %name, reason = ?taint.value, %deadline, "starting to drain");
         announce(
-            &ctx,
-            &node,
+            ctx,
+            node,
             false,
             "DrainStarted",
             format!(
@@ -296,30 +351,29 @@ pub async fn drain_node(
         .await;
     }
     let saved = record.clone();
-    record = match cordon(&nodes, &name, &record).await {
+    record = match cordon(nodes, name, &record).await {
         Ok(r) => r,
         Err(e) => {
-            return DrainResult::Failed {
-                error: format!("cannot cordon node {name}: {e}"),
-            };
+            let error = format!("cannot cordon node {name}: {e}");
+            return (DrainResult::Failed { error }, record);
         }
     };
     if record.phase != saved.phase
-        && let Err(e) = save(&nodes, &name, &record, &saved).await
+        && let Err(e) = save(nodes, name, &record, &saved).await
     {
         tracing::warn!(node = %name, error = %e, "could not record the cordon");
     }
     let started = record.started_at.unwrap_or(now);
     let result = evict_until_drained(
-        &ctx,
-        &nodes,
-        &node,
+        ctx,
+        nodes,
+        node,
         &taint,
         &mut record,
         deadline,
         started,
-        &abort,
-        &stop,
+        abort,
+        stop,
     )
     .await;
     match &result {
@@ -330,8 +384,11 @@ pub async fn drain_node(
                     now: Timestamp::now(),
                 },
             );
-            if let Err(e) = save(&nodes, &name, &done, &record).await {
-                tracing::warn!(node = %name, error = %e, "could not record the drained phase");
+            match save(nodes, name, &done, &record).await {
+                Ok(()) => record = done,
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "could not record the drained phase")
+                }
             }
             let secs = Timestamp::now()
                 .duration_since(started)
@@ -339,7 +396,7 @@ pub async fn drain_node(
                 .max(0.0);
             ctx.metrics.drain_duration.observe(secs);
             tracing::info!(node = %name, seconds = secs.round(), "node drained");
-            announce(&ctx, &node, false, "Drained", format!("rotor drained this node in {:.0}s; it stays cordoned and tainted for retirement.", secs)).await;
+            announce(ctx, node, false, "Drained", format!("rotor drained this node in {:.0}s; it stays cordoned and tainted for retirement.", secs)).await;
         }
         DrainResult::Failed { error } => {
             let failed = apply(
@@ -349,20 +406,22 @@ pub async fn drain_node(
                     now: Timestamp::now(),
                 },
             );
-            if let Err(e) = save(&nodes, &name, &failed, &record).await {
-                tracing::warn!(node = %name, error = %e, "could not record the failure");
+            match save(nodes, name, &failed, &record).await {
+                Ok(()) => record = failed,
+                Err(e) => tracing::warn!(node = %name, error = %e, "could not record the failure"),
             }
             tracing::warn!(node = %name, %error, "drain failed; it will be retried after a back-off");
-            announce(&ctx, &node, true, "DrainFailed", error.clone()).await;
+            announce(ctx, node, true, "DrainFailed", error.clone()).await;
         }
-        DrainResult::Cancelled => {
-            if let Err(e) = clean_up(&ctx, &name).await {
-                tracing::warn!(node = %name, error = %e, "could not undo rotor's drain state after the taint was removed");
+        DrainResult::Cancelled => match clean_up(ctx, name).await {
+            Ok(()) => record = DrainRecord::default(),
+            Err(e) => {
+                tracing::warn!(node = %name, error = %e, "could not undo rotor's drain state after the taint was removed")
             }
-        }
-        DrainResult::NodeGone | DrainResult::Interrupted => {}
+        },
+        DrainResult::NodeGone | DrainResult::Interrupted | DrainResult::Skipped { .. } => {}
     }
-    result
+    (result, record)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -445,6 +504,24 @@ async fn evict_until_drained(
                 }
                 let owner = pods.get(&pod.uid).and_then(crate::gate::owner_of);
                 let forced = forcing && attempts.refused.contains_key(&pod.uid);
+                // The budget watch says this eviction would be refused: wait for the budget to
+                // move (or the slow backstop) rather than spend a request on a certain 429.
+                if !forced
+                    && let Some((budget, 0)) =
+                        pods.get(&pod.uid).and_then(|p| charged_budget(p, &budgets))
+                {
+                    if !attempts.refused.contains_key(&pod.uid) {
+                        tracing::info!(node = %name, pod = %pod, %budget, "its disruption budget allows no eviction now; waiting for it to allow one");
+                    }
+                    attempts.refused.insert(
+                        pod.uid.clone(),
+                        format!("{pod}: disruption budget {budget} allows no eviction now"),
+                    );
+                    let t = later(now, ctx.cfg.budget_recheck);
+                    attempts.next_try.insert(pod.uid.clone(), t);
+                    wake = wake.min(t);
+                    continue;
+                }
                 let outcome = if forced {
                     let o = evict::force_delete(&ctx.evict_client, pod, *grace).await;
                     if o == EvictionOutcome::Evicted {
@@ -565,9 +642,18 @@ async fn evict_until_drained(
             _ = tokio::time::sleep(sleep_for) => {}
             changed = budget_changes.changed() => {
                 if changed.is_ok() {
-                    // A budget moved: refused pods may go now.
+                    // A budget moved: retry the refused pods whose own budget now allows an
+                    // eviction (or that no single budget charges any more).
+                    let budgets: Vec<PodDisruptionBudget> =
+                        ctx.budgets.state().iter().map(|b| (**b).clone()).collect();
                     for uid in attempts.refused.keys() {
-                        attempts.next_try.remove(uid);
+                        let allows = pods
+                            .get(uid)
+                            .and_then(|p| charged_budget(p, &budgets))
+                            .is_none_or(|(_, allowed)| allowed > 0);
+                        if allows {
+                            attempts.next_try.remove(uid);
+                        }
                     }
                 }
             }

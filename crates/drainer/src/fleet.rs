@@ -139,8 +139,22 @@ impl NodeView {
         self.tainted && self.record.is_active()
     }
 
+    /// Tainted and drained by rotor: empty of workload pods, waiting to be retired.
+    pub fn is_drained(&self) -> bool {
+        self.tainted && self.record.phase == Some(DrainPhase::Drained)
+    }
+
     /// Counts against `--max-unavailable`: NotReady, cordoned, deleting, or being drained.
+    ///
+    /// A node rotor has finished draining does not count while it waits for the autoscaler or
+    /// the selector to retire it: its pods already run elsewhere (the gate checked they are
+    /// Ready again), so holding the budget for it would only tie the rotation's pace to the
+    /// retirement delay. Capacity shortfall is what the gate's pending-pod check is for, and the
+    /// selector's `--max-tainted` bounds how many such nodes exist.
     pub fn is_unavailable(&self) -> bool {
+        if self.is_drained() && !self.deleting && self.ready {
+            return false;
+        }
         !self.ready || self.unschedulable || self.deleting || self.is_active()
     }
 }
@@ -532,6 +546,32 @@ mod tests {
             )]
         );
         let d = choose_nodes_to_start(&nodes, &limits(5, "3"), now(), retry_backoff);
+        assert!(d.start.is_empty());
+    }
+
+    #[test]
+    fn drained_nodes_waiting_for_retirement_do_not_hold_the_budget() {
+        let mut drained = draining("done", DrainPhase::Drained);
+        drained.unschedulable = true;
+        let nodes = [drained.clone(), tainted("next"), node("c"), node("d")];
+        let d = choose_nodes_to_start(&nodes, &limits(1, "1"), now(), retry_backoff);
+        assert_eq!(d.unavailable, 0);
+        assert_eq!(d.start, ["next"]);
+
+        // Once it is being deleted (or goes NotReady) it counts again.
+        let mut going = drained.clone();
+        going.deleting = true;
+        let nodes = [going, tainted("next"), node("c"), node("d")];
+        let d = choose_nodes_to_start(&nodes, &limits(1, "1"), now(), retry_backoff);
+        assert_eq!(d.unavailable, 1);
+        assert!(d.start.is_empty());
+
+        // A drained record on a node whose taint was removed is not ours to discount.
+        let mut stale = drained;
+        stale.tainted = false;
+        let nodes = [stale, tainted("next"), node("c")];
+        let d = choose_nodes_to_start(&nodes, &limits(1, "1"), now(), retry_backoff);
+        assert_eq!(d.unavailable, 1);
         assert!(d.start.is_empty());
     }
 

@@ -29,6 +29,11 @@ struct Observed {
     holder: Option<String>,
     renew: Option<String>,
     since: Option<Instant>,
+    /// The lease as our last successful write returned it. While we hold the lease, the next
+    /// renewal starts from it instead of reading the lease again: one request per renewal, and
+    /// if anyone else wrote in between, the resourceVersion guard refuses ours (409) and the
+    /// next attempt reads afresh.
+    written: Option<Lease>,
 }
 
 /// The decision for one attempt, from the lease as read: pure, so the rules are testable.
@@ -79,7 +84,12 @@ async fn try_hold(
     cfg: &LeaderConfig,
     seen: &mut Observed,
 ) -> Result<bool, kube::Error> {
-    let current = match api.get_opt(&cfg.name).await? {
+    let cached = seen.written.take();
+    let current = match cached {
+        Some(l) => Some(l),
+        None => api.get_opt(&cfg.name).await?,
+    };
+    let current = match current {
         Some(l) => l,
         None => {
             let lease = Lease {
@@ -91,7 +101,10 @@ async fn try_hold(
                 spec: Some(lease_spec(cfg, 0, None)),
             };
             return match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
+                Ok(created) => {
+                    seen.written = Some(created);
+                    Ok(true)
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(e),
             };
@@ -107,6 +120,7 @@ async fn try_hold(
             holder,
             renew,
             since: Some(Instant::now()),
+            written: None,
         };
     }
     let unchanged_for = seen.since.map(|s| s.elapsed());
@@ -125,7 +139,8 @@ async fn try_hold(
     let mut lease = current.clone();
     lease.spec = Some(lease_spec(cfg, transitions, acquired));
     match api.replace(&cfg.name, &PostParams::default(), &lease).await {
-        Ok(_) => {
+        Ok(written) => {
+            seen.written = Some(written);
             if attempt == Attempt::Acquire {
                 tracing::info!(lease = %cfg.name, identity = %cfg.identity, "acquired the leader lease");
             }

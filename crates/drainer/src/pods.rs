@@ -516,6 +516,37 @@ fn budget_blocker(pod: &Pod, pod_ref: &PodRef, budgets: &[BudgetView<'_>]) -> Op
     }
 }
 
+/// The one budget the eviction API would charge for evicting `pod` now, as `(namespace/name,
+/// disruptionsAllowed)` from the budget's status; `None` when no single budget would be charged
+/// (none covers the pod, several do, or the pod would pass without consuming one: Pending, or
+/// not Ready under a budget that lets such pods through).
+///
+/// The drainer uses it to wait on the watch for a budget that allows nothing right now instead
+/// of sending an eviction it knows the API would refuse, and to retry refused pods only when
+/// their own budget moved.
+pub fn charged_budget(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> Option<(String, i32)> {
+    if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
+        return None;
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let empty = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let budgets = budget_views(pdbs);
+    let mut matching = budgets
+        .iter()
+        .filter(|b| b.namespace == namespace && b.selector.matches(labels));
+    let budget = matching.next()?;
+    if matching.next().is_some() || (!is_ready(pod) && unready_pod_passes(budget.pdb)) {
+        return None;
+    }
+    let allowed = budget
+        .pdb
+        .status
+        .as_ref()
+        .map_or(0, |s| s.disruptions_allowed);
+    Some((budget.key.clone(), allowed))
+}
+
 /// True when the pod's `Ready` condition is `True`.
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status
@@ -1365,5 +1396,41 @@ mod tests {
             lines[1].contains("shop/web-1") && lines[1].contains("PodDisruptionBudget shop/web")
         );
         assert!(lines.iter().all(|l| !l.contains('\n')));
+    }
+
+    #[test]
+    fn charged_budget_names_the_one_budget_eviction_would_use() {
+        let web = pdb(
+            "web",
+            json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
+            status(3, 0),
+        );
+        let ready = pod("web-1", json!({}));
+        assert_eq!(
+            charged_budget(&ready, std::slice::from_ref(&web)),
+            Some(("shop/web".to_string(), 0))
+        );
+        let allowing = pdb(
+            "web",
+            json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
+            status(3, 1),
+        );
+        assert_eq!(
+            charged_budget(&ready, std::slice::from_ref(&allowing)),
+            Some(("shop/web".to_string(), 1))
+        );
+        // No budget, another app's, or two budgets: no single budget is charged.
+        assert_eq!(charged_budget(&ready, &[]), None);
+        let other = pod("o", json!({"metadata": {"labels": {"app": "other"}}}));
+        assert_eq!(charged_budget(&other, std::slice::from_ref(&web)), None);
+        let overlap = pdb(
+            "web-2",
+            json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
+            status(3, 2),
+        );
+        assert_eq!(charged_budget(&ready, &[web.clone(), overlap]), None);
+        // A Pending pod is deleted without consulting budgets.
+        let pending = pod("p", json!({"status": {"phase": "Pending"}}));
+        assert_eq!(charged_budget(&pending, std::slice::from_ref(&web)), None);
     }
 }

@@ -244,6 +244,42 @@ pub fn apply(record: &DrainRecord, transition: Transition) -> DrainRecord {
     next
 }
 
+/// Why a drain task was spawned: to resume a drain the node records as under way, or to start
+/// one the fleet decision chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intent {
+    Resume,
+    Start,
+}
+
+/// Whether a drain task should go ahead with the record it reads from the node when it begins;
+/// `Some(why)` when it should stop at once without writing anything.
+///
+/// The controller decides from its watch cache, which can lag behind the node: a drain that just
+/// finished still looks mid-drain there for a moment. Re-checking against the fresh read keeps a
+/// drained node from being drained again and a failed one from skipping its back-off. A resume
+/// goes ahead only on a record that is really mid-drain (otherwise it would bypass the fleet
+/// limits); a start never re-drains a drained node and honours a failed node's back-off.
+pub fn begin_check(
+    intent: Intent,
+    record: &DrainRecord,
+    now: Timestamp,
+    retry_backoff: impl Fn(u32) -> Duration,
+) -> Option<&'static str> {
+    if record.phase == Some(DrainPhase::Drained) {
+        return Some("the node is already drained");
+    }
+    if let Some(retry_at) = record.retry_at(retry_backoff(record.attempts))
+        && now < retry_at
+    {
+        return Some("the node's last drain failed and its retry back-off has not passed");
+    }
+    if intent == Intent::Resume && !record.is_active() {
+        return Some("the node records no drain under way");
+    }
+    None
+}
+
 /// Back-off before retrying a node that failed `attempts` times: 1 min, doubling per attempt,
 /// capped at 30 min (attempts 0 and 1 both give 1 min).
 pub fn retry_backoff(attempts: u32) -> Duration {
@@ -541,5 +577,47 @@ mod tests {
         let minutes: Vec<u64> = (0..=8).map(|a| retry_backoff(a).as_secs() / 60).collect();
         assert_eq!(minutes, [1, 1, 2, 4, 8, 16, 30, 30, 30]);
         assert_eq!(retry_backoff(u32::MAX), Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn begin_check_uses_the_fresh_record_not_the_cache() {
+        let now: Timestamp = "2025-03-01T12:00:00Z".parse().unwrap();
+        let at = |phase| DrainRecord {
+            phase: Some(phase),
+            attempts: 1,
+            deadline: Some("2025-03-01T11:59:30Z".parse().unwrap()),
+            ..DrainRecord::default()
+        };
+        let fresh = DrainRecord::default();
+        // A start on an untouched node, or a resume of a drain under way, goes ahead.
+        assert_eq!(begin_check(Intent::Start, &fresh, now, retry_backoff), None);
+        for phase in [
+            DrainPhase::Queued,
+            DrainPhase::Cordoned,
+            DrainPhase::Evicting,
+            DrainPhase::Blocked,
+        ] {
+            assert_eq!(
+                begin_check(Intent::Resume, &at(phase), now, retry_backoff),
+                None,
+                "{phase:?}"
+            );
+        }
+        // A drained node is never drained again, whichever the intent.
+        for intent in [Intent::Start, Intent::Resume] {
+            assert!(begin_check(intent, &at(DrainPhase::Drained), now, retry_backoff).is_some());
+        }
+        // Failed 30 s ago with a 1 min back-off: neither a start nor a stale resume goes ahead.
+        let failed = at(DrainPhase::Failed);
+        assert!(begin_check(Intent::Start, &failed, now, retry_backoff).is_some());
+        assert!(begin_check(Intent::Resume, &failed, now, retry_backoff).is_some());
+        // After the back-off a start retries it; a resume still does not (it is not mid-drain).
+        let later: Timestamp = "2025-03-01T12:01:00Z".parse().unwrap();
+        assert_eq!(
+            begin_check(Intent::Start, &failed, later, retry_backoff),
+            None
+        );
+        assert!(begin_check(Intent::Resume, &failed, later, retry_backoff).is_some());
+        assert!(begin_check(Intent::Resume, &fresh, now, retry_backoff).is_some());
     }
 }

@@ -32,6 +32,7 @@ use rotor_core::{DRAIN_TAINT_KEY, DrainReason, FIELD_MANAGER, TaintEffect, drain
 use serde_json::{Value, json};
 
 use crate::api_calls::ApiCalls;
+use crate::kube_retry::retry_transient;
 use crate::plan::{Action, Budget, Candidate, PlanLimits, PlannedNode, plan};
 use crate::provider::{Assessor, slim};
 
@@ -345,7 +346,10 @@ impl<'a> Applier<'a> {
                 Err(error) => return failed(error, attempt - 1),
             };
             calls.kube("patch nodes");
-            match self.api.patch(&name, &params, &Patch::Merge(&patch)).await {
+            let merge = Patch::Merge(&patch);
+            let sent =
+                retry_transient("patch nodes", || self.api.patch(&name, &params, &merge)).await;
+            match sent {
                 Ok(written) => {
                     self.announce(&written, &action, calls).await;
                     return result(WriteOutcome::Applied, attempt);
@@ -353,7 +357,7 @@ impl<'a> Applier<'a> {
                 Err(error) if api_code(&error) == Some(409) => {
                     tracing::info!(node = %name, attempt, "conflict: the node changed since it was read; re-reading it");
                     calls.kube("get nodes");
-                    let fresh = match self.api.get(&name).await {
+                    let fresh = match retry_transient("get nodes", || self.api.get(&name)).await {
                         Ok(fresh) => slim(fresh),
                         Err(error) if api_code(&error) == Some(404) => {
                             return dropped("the node was deleted".into(), attempt);
@@ -437,6 +441,7 @@ impl<'a> Applier<'a> {
             ..ObjectReference::default()
         };
         calls.kube("create events");
+        // Not retried: the write it reports is made, and a lost Event only loses a note.
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), reason, error = %describe(&error), "could not record an Event on the node");
         }

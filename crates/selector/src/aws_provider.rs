@@ -27,6 +27,8 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_sdk_autoscaling as autoscaling;
 use aws_sdk_ec2 as ec2;
+use aws_sdk_ec2::config::http::HttpResponse;
+use aws_sdk_ec2::error::SdkError;
 use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use jiff::Timestamp;
@@ -40,10 +42,12 @@ use crate::aws_model::{
     index_template_images, index_templates,
 };
 use crate::drift::{
-    DriftInputs, InstanceVerdict, TagExclusion, fleet_verdicts, node_verdict, resolve_group_version,
+    DriftInputs, FailedLookup, InstanceVerdict, TagExclusion, failed_lookup_skips, fleet_verdicts,
+    group_template_specs, node_verdict, resolve_group_version,
 };
 use crate::plan::Candidate;
-use crate::provider::{ProviderError, node_candidate};
+use crate::provider::{LookupFailure, ProviderError, node_candidate};
+use crate::verdict::SkipReason;
 
 /// Most group names per `DescribeAutoScalingGroups` call (the API's limit).
 pub const NAMES_PER_CALL: usize = 100;
@@ -109,11 +113,27 @@ pub struct AwsClients {
     pub ec2: ec2::Client,
 }
 
+/// The AWS settings cannot be used; a configuration error (exit 2), found before any call.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsSetupError {
+    /// No region in the environment, the shared config profile or the instance metadata.
+    #[error(
+        "--provider aws needs an AWS region and none was found: set AWS_REGION (or a region in the AWS config profile; on EC2 the instance metadata provides it)"
+    )]
+    RegionMissing,
+}
+
 impl AwsClients {
     /// Clients from the standard chain (credentials, region, endpoint, retry settings), over
-    /// rustls with ring.
-    pub async fn from_env() -> AwsClients {
-        AwsClients::from_loader(aws_config::defaults(BehaviorVersion::latest())).await
+    /// rustls with ring. The region is resolved here, so a missing one is a configuration
+    /// error before any call; credentials are resolved on the first call.
+    pub async fn from_env() -> Result<AwsClients, AwsSetupError> {
+        let clients =
+            AwsClients::from_loader(aws_config::defaults(BehaviorVersion::latest())).await;
+        match clients.ec2.config().region() {
+            Some(_) => Ok(clients),
+            None => Err(AwsSetupError::RegionMissing),
+        }
     }
 
     /// Clients from a config loader (tests set endpoint, region and credentials on it), over
@@ -153,6 +173,8 @@ pub struct AwsSnapshot {
     pub template_images: Option<Vec<TemplateVersionImage>>,
     /// `None` unless the image or max-age rule is on.
     pub instance_details: Option<Vec<InstanceDetails>>,
+    /// Look-ups about one template that failed, by the template id or name asked for.
+    pub failed_templates: BTreeMap<String, FailedLookup>,
 }
 
 impl AwsProvider {
@@ -171,6 +193,14 @@ impl AwsProvider {
         }
     }
 
+    /// Builds the clients from the standard chain unless given ([`AwsClients::from_env`]).
+    pub async fn connect(&mut self) -> Result<(), AwsSetupError> {
+        if self.clients.is_none() {
+            self.clients = Some(AwsClients::from_env().await?);
+        }
+        Ok(())
+    }
+
     /// Describes groups, templates (and with rules 5/6 template versions and instances), judges
     /// every instance, and returns an assessor that joins nodes to those verdicts.
     pub async fn assess(
@@ -180,11 +210,16 @@ impl AwsProvider {
     ) -> Result<AwsAssessor, ProviderError> {
         let clients = match &self.clients {
             Some(clients) => clients.clone(),
-            None => AwsClients::from_env().await,
+            None => AwsClients::from_env()
+                .await
+                .map_err(ProviderError::AwsSetup)?,
         };
         let started = std::time::Instant::now();
         let snapshot = fetch_snapshot(&clients, &self.config, calls).await?;
-        let fleet = judge_snapshot(&snapshot, &self.config, now);
+        let Judgement {
+            fleet,
+            lookup_failures,
+        } = judge_snapshot(&snapshot, &self.config, now);
         tracing::info!(
             groups = snapshot.groups.len(),
             instances = fleet.len(),
@@ -194,6 +229,7 @@ impl AwsProvider {
         );
         Ok(AwsAssessor {
             fleet: Arc::new(fleet),
+            lookup_failures,
             retirer: AwsRetirer {
                 autoscaling: clients.autoscaling,
             },
@@ -201,12 +237,18 @@ impl AwsProvider {
     }
 }
 
-/// Every instance of the snapshot judged by the drift rules, by instance id.
-pub fn judge_snapshot(
-    snapshot: &AwsSnapshot,
-    config: &AwsConfig,
-    now: Timestamp,
-) -> BTreeMap<String, InstanceVerdict> {
+/// What the drift rules made of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judgement {
+    /// Every instance of the selected groups, by instance id.
+    pub fleet: BTreeMap<String, InstanceVerdict>,
+    /// The failed template look-ups with the groups they made the rules skip.
+    pub lookup_failures: Vec<LookupFailure>,
+}
+
+/// Every instance of the snapshot judged by the drift rules, and the groups skipped for a failed
+/// look-up.
+pub fn judge_snapshot(snapshot: &AwsSnapshot, config: &AwsConfig, now: Timestamp) -> Judgement {
     let templates = index_templates(&snapshot.templates);
     let images = snapshot
         .template_images
@@ -216,7 +258,7 @@ pub fn judge_snapshot(
         .instance_details
         .as_deref()
         .map(index_instance_details);
-    fleet_verdicts(&DriftInputs {
+    let inputs = DriftInputs {
         groups: &snapshot.groups,
         templates: &templates,
         template_images: images.as_ref(),
@@ -226,7 +268,36 @@ pub fn judge_snapshot(
         excluded_names: &config.excluded_names,
         excluded_tags: &config.excluded_tags,
         include_eks_managed: config.include_eks_managed,
-    })
+        failed_templates: &snapshot.failed_templates,
+    };
+    let mut lookup_failures: Vec<LookupFailure> = Vec::new();
+    for skip in failed_lookup_skips(&inputs) {
+        let SkipReason::LookupFailed {
+            group,
+            operation,
+            template,
+            error,
+        } = skip
+        else {
+            continue;
+        };
+        match lookup_failures
+            .iter_mut()
+            .find(|f| f.operation == operation && f.subject == template)
+        {
+            Some(failure) => failure.groups.push(group),
+            None => lookup_failures.push(LookupFailure {
+                operation,
+                subject: template,
+                error,
+                groups: vec![group],
+            }),
+        }
+    }
+    Judgement {
+        fleet: fleet_verdicts(&inputs),
+        lookup_failures,
+    }
 }
 
 /// Runs the call plan.
@@ -237,10 +308,12 @@ pub async fn fetch_snapshot(
 ) -> Result<AwsSnapshot, ProviderError> {
     let groups = describe_groups(&clients.autoscaling, &config.discovery, calls).await?;
     let (ids, names) = template_references(&groups);
-    let templates = describe_templates(&clients.ec2, &ids, &names, calls).await?;
+    let mut failed_templates = BTreeMap::new();
+    let templates =
+        describe_templates(&clients.ec2, &ids, &names, &mut failed_templates, calls).await?;
     let template_images = if config.image_drift {
         let wanted = wanted_versions(&groups, &templates);
-        Some(describe_template_images(&clients.ec2, &wanted, calls).await?)
+        Some(describe_template_images(&clients.ec2, &wanted, &mut failed_templates, calls).await?)
     } else {
         None
     };
@@ -254,6 +327,7 @@ pub async fn fetch_snapshot(
         templates,
         template_images,
         instance_details,
+        failed_templates,
     })
 }
 
@@ -262,11 +336,80 @@ pub fn aws_error<E>(operation: &'static str, error: E) -> ProviderError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
-    let message = match error.code() {
+    ProviderError::Aws {
+        operation,
+        message: error_text(&error),
+    }
+}
+
+/// The error code and message of a failed call, as [`aws_error`] words them.
+fn error_text<E>(error: &E) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match error.code() {
         Some(code) => format!("{code}: {}", error.message().unwrap_or("(no message)")),
-        None => DisplayErrorContext(&error).to_string(),
+        None => DisplayErrorContext(error).to_string(),
+    }
+}
+
+/// Error codes AWS services use for throttling.
+const THROTTLING_CODES: [&str; 9] = [
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "BandwidthLimitExceeded",
+    "SlowDown",
+];
+
+/// Whether a failed call's error concerns only what was asked (a template that no longer
+/// exists, an image alias that does not resolve) rather than the service or the account
+/// (throttling, a server error, no answer at all). Only the former may be confined to the
+/// groups using that template: the others would hit every group alike, so they fail the run.
+pub fn concerns_only_the_request<E>(error: &SdkError<E, HttpResponse>) -> bool
+where
+    E: ProvideErrorMetadata,
+{
+    let SdkError::ServiceError(service) = error else {
+        return false;
     };
-    ProviderError::Aws { operation, message }
+    !service.raw().status().is_server_error()
+        && !service
+            .err()
+            .code()
+            .is_some_and(|code| THROTTLING_CODES.contains(&code))
+}
+
+/// Records a failed look-up about `template` when the error concerns only that request;
+/// otherwise the run fails.
+fn confine<E>(
+    operation: &'static str,
+    template: &str,
+    error: SdkError<E, HttpResponse>,
+    failed: &mut BTreeMap<String, FailedLookup>,
+) -> Result<(), ProviderError>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    if !concerns_only_the_request(&error) {
+        return Err(aws_error(operation, error));
+    }
+    let failure = FailedLookup {
+        operation,
+        error: error_text(&error),
+    };
+    tracing::warn!(
+        operation,
+        template,
+        error = %failure.error,
+        "look-up failed; the groups using this template are skipped this run"
+    );
+    failed.insert(template.to_owned(), failure);
+    Ok(())
 }
 
 fn count(calls: &mut ApiCalls, operation: &'static str) {
@@ -332,17 +475,7 @@ pub fn template_references(groups: &[AutoScalingGroup]) -> (Vec<String>, Vec<Str
     let mut ids = BTreeSet::new();
     let mut names = BTreeSet::new();
     for group in groups {
-        let mut specs: Vec<&LaunchTemplateSpec> = group.launch_template.iter().collect();
-        if let Some(policy) = &group.mixed_instances_policy {
-            specs.push(&policy.launch_template);
-            specs.extend(
-                policy
-                    .overrides
-                    .iter()
-                    .filter_map(|o| o.launch_template.as_ref()),
-            );
-        }
-        for spec in specs {
+        for spec in group_template_specs(group) {
             match (&spec.id, &spec.name) {
                 (Some(id), _) => {
                     ids.insert(id.clone());
@@ -358,49 +491,75 @@ pub fn template_references(groups: &[AutoScalingGroup]) -> (Vec<String>, Vec<Str
 }
 
 /// `DescribeLaunchTemplates` for these ids (one call, pages followed), and for these names when
-/// any group names a template without its id.
+/// any group names a template without its id. One unknown id fails the whole call
+/// (`InvalidLaunchTemplateId.NotFound`), so when a batch fails with an error about the request
+/// each template is asked for alone, and only the ones that still fail are recorded in `failed`
+/// (their groups are skipped). Throttling, server and connection errors fail the run.
 pub async fn describe_templates(
     client: &ec2::Client,
     ids: &[String],
     names: &[String],
+    failed: &mut BTreeMap<String, FailedLookup>,
     calls: &mut ApiCalls,
 ) -> Result<Vec<LaunchTemplateInfo>, ProviderError> {
     let mut templates = Vec::new();
-    let mut requests = Vec::new();
-    if !ids.is_empty() {
-        requests.push(
-            client
-                .describe_launch_templates()
-                .set_launch_template_ids(Some(ids.to_vec())),
-        );
-    }
-    if !names.is_empty() {
-        requests.push(
-            client
-                .describe_launch_templates()
-                .set_launch_template_names(Some(names.to_vec())),
-        );
-    }
-    for request in requests {
-        let mut token: Option<String> = None;
-        loop {
-            count(calls, op::DESCRIBE_TEMPLATES);
-            let page = request
-                .clone()
-                .set_next_token(token.take())
-                .send()
-                .await
-                .map_err(|e| aws_error(op::DESCRIBE_TEMPLATES, e))?;
-            templates.extend(page.launch_templates().iter().filter_map(convert_template));
-            match page.next_token().filter(|t| !t.is_empty()) {
-                Some(next) => token = Some(next.to_owned()),
-                None => break,
+    for (references, by_id) in [(ids, true), (names, false)] {
+        if references.is_empty() {
+            continue;
+        }
+        let error = match templates_by(client, references, by_id, calls).await {
+            Ok(found) => {
+                templates.extend(found);
+                continue;
+            }
+            Err(error) => error,
+        };
+        if references.len() == 1 || !concerns_only_the_request(&error) {
+            confine(op::DESCRIBE_TEMPLATES, &references[0], error, failed)?;
+            continue;
+        }
+        for reference in references {
+            match templates_by(client, std::slice::from_ref(reference), by_id, calls).await {
+                Ok(found) => templates.extend(found),
+                Err(error) => confine(op::DESCRIBE_TEMPLATES, reference, error, failed)?,
             }
         }
     }
     templates.sort_by(|a, b| a.id.cmp(&b.id));
     templates.dedup_by(|a, b| a.id == b.id);
     Ok(templates)
+}
+
+type TemplatesError =
+    SdkError<ec2::operation::describe_launch_templates::DescribeLaunchTemplatesError, HttpResponse>;
+
+/// One `DescribeLaunchTemplates` request (by ids or by names), every page.
+async fn templates_by(
+    client: &ec2::Client,
+    references: &[String],
+    by_id: bool,
+    calls: &mut ApiCalls,
+) -> Result<Vec<LaunchTemplateInfo>, TemplatesError> {
+    let request = if by_id {
+        client
+            .describe_launch_templates()
+            .set_launch_template_ids(Some(references.to_vec()))
+    } else {
+        client
+            .describe_launch_templates()
+            .set_launch_template_names(Some(references.to_vec()))
+    };
+    let mut templates = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        count(calls, op::DESCRIBE_TEMPLATES);
+        let page = request.clone().set_next_token(token.take()).send().await?;
+        templates.extend(page.launch_templates().iter().filter_map(convert_template));
+        match page.next_token().filter(|t| !t.is_empty()) {
+            Some(next) => token = Some(next.to_owned()),
+            None => return Ok(templates),
+        }
+    }
 }
 
 /// The resolved version of every template spec a group uses, by template id (what the image
@@ -412,17 +571,7 @@ pub fn wanted_versions(
     let index = index_templates(templates);
     let mut wanted: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
     for group in groups {
-        let mut specs: Vec<&LaunchTemplateSpec> = group.launch_template.iter().collect();
-        if let Some(policy) = &group.mixed_instances_policy {
-            specs.push(&policy.launch_template);
-            specs.extend(
-                policy
-                    .overrides
-                    .iter()
-                    .filter_map(|o| o.launch_template.as_ref()),
-            );
-        }
-        for spec in specs {
+        for spec in group_template_specs(group) {
             let Ok(version) = resolve_group_version(spec, &index) else {
                 continue;
             };
@@ -443,38 +592,59 @@ pub fn wanted_versions(
 }
 
 /// `DescribeLaunchTemplateVersions(ResolveAlias=true)`: one call per template, for all its
-/// wanted versions.
+/// wanted versions. A template whose call fails with an error about the request (the template
+/// was deleted meanwhile, an image alias does not resolve) is recorded in `failed` and its groups
+/// are skipped; throttling, server and connection errors fail the run.
 pub async fn describe_template_images(
     client: &ec2::Client,
     wanted: &BTreeMap<String, BTreeSet<i64>>,
+    failed: &mut BTreeMap<String, FailedLookup>,
     calls: &mut ApiCalls,
 ) -> Result<Vec<TemplateVersionImage>, ProviderError> {
     let mut images = Vec::new();
     for (id, versions) in wanted {
-        let mut token: Option<String> = None;
-        loop {
-            count(calls, op::DESCRIBE_TEMPLATE_VERSIONS);
-            let page = client
-                .describe_launch_template_versions()
-                .launch_template_id(id)
-                .set_versions(Some(versions.iter().map(i64::to_string).collect()))
-                .resolve_alias(true)
-                .set_next_token(token.take())
-                .send()
-                .await
-                .map_err(|e| aws_error(op::DESCRIBE_TEMPLATE_VERSIONS, e))?;
-            images.extend(
-                page.launch_template_versions()
-                    .iter()
-                    .filter_map(convert_template_version),
-            );
-            match page.next_token().filter(|t| !t.is_empty()) {
-                Some(next) => token = Some(next.to_owned()),
-                None => break,
-            }
+        match template_images(client, id, versions, calls).await {
+            Ok(found) => images.extend(found),
+            Err(error) => confine(op::DESCRIBE_TEMPLATE_VERSIONS, id, error, failed)?,
         }
     }
     Ok(images)
+}
+
+type VersionsError = SdkError<
+    ec2::operation::describe_launch_template_versions::DescribeLaunchTemplateVersionsError,
+    HttpResponse,
+>;
+
+/// The images of one template's versions, every page.
+async fn template_images(
+    client: &ec2::Client,
+    id: &str,
+    versions: &BTreeSet<i64>,
+    calls: &mut ApiCalls,
+) -> Result<Vec<TemplateVersionImage>, VersionsError> {
+    let mut images = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        count(calls, op::DESCRIBE_TEMPLATE_VERSIONS);
+        let page = client
+            .describe_launch_template_versions()
+            .launch_template_id(id)
+            .set_versions(Some(versions.iter().map(i64::to_string).collect()))
+            .resolve_alias(true)
+            .set_next_token(token.take())
+            .send()
+            .await?;
+        images.extend(
+            page.launch_template_versions()
+                .iter()
+                .filter_map(convert_template_version),
+        );
+        match page.next_token().filter(|t| !t.is_empty()) {
+            Some(next) => token = Some(next.to_owned()),
+            None => return Ok(images),
+        }
+    }
 }
 
 /// `DescribeInstances` of every pending or running group instance, every page.
@@ -630,6 +800,8 @@ pub fn convert_instance(inst: &ec2::types::Instance) -> Option<InstanceDetails> 
 #[derive(Clone, Debug)]
 pub struct AwsAssessor {
     pub fleet: Arc<BTreeMap<String, InstanceVerdict>>,
+    /// Look-ups that failed for some groups only (those groups' nodes are skipped).
+    pub lookup_failures: Vec<LookupFailure>,
     pub retirer: AwsRetirer,
 }
 

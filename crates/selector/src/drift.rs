@@ -104,10 +104,62 @@ pub struct DriftInputs<'a> {
     pub excluded_tags: &'a [TagExclusion],
     /// Judge EKS managed node groups too (by default EKS rotates them itself).
     pub include_eks_managed: bool,
+    /// Look-ups about one template that failed, by the template id or name asked for; groups
+    /// naming such a template are skipped rather than judged from partial data.
+    pub failed_templates: &'a BTreeMap<String, FailedLookup>,
 }
 
-/// Why a whole group is not judged (deleting, excluded by name or tag, EKS managed), in that
-/// order; `None` when its instances are judged.
+/// A look-up about one launch template that failed after the SDK's retries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedLookup {
+    /// The operation, e.g. `DescribeLaunchTemplateVersions`.
+    pub operation: &'static str,
+    /// The error code and message.
+    pub error: String,
+}
+
+/// Every launch template spec a group names: its own, its mixed policy's, its overrides'.
+pub fn group_template_specs(group: &AutoScalingGroup) -> Vec<&LaunchTemplateSpec> {
+    let mut specs: Vec<&LaunchTemplateSpec> = group.launch_template.iter().collect();
+    if let Some(policy) = &group.mixed_instances_policy {
+        specs.push(&policy.launch_template);
+        specs.extend(
+            policy
+                .overrides
+                .iter()
+                .filter_map(|o| o.launch_template.as_ref()),
+        );
+    }
+    specs
+}
+
+/// The first failed look-up about a template the group names (by id, by name, or by the id its
+/// name resolves to).
+fn group_lookup_failure(group: &AutoScalingGroup, inputs: &DriftInputs) -> Option<SkipReason> {
+    if inputs.failed_templates.is_empty() {
+        return None;
+    }
+    group_template_specs(group).into_iter().find_map(|spec| {
+        let resolved = find_template(spec, inputs.templates).ok().map(|t| &t.id);
+        [spec.id.as_ref(), spec.name.as_ref(), resolved]
+            .into_iter()
+            .flatten()
+            .find_map(|key| {
+                inputs
+                    .failed_templates
+                    .get(key)
+                    .map(|failed| SkipReason::LookupFailed {
+                        group: group.name.clone(),
+                        operation: failed.operation,
+                        template: key.clone(),
+                        error: failed.error.clone(),
+                    })
+            })
+    })
+}
+
+/// Why a whole group is not judged (deleting, excluded by name or tag, EKS managed, a failed
+/// look-up about one of its templates), in that order; `None` when its instances are judged.
 pub fn group_skip(group: &AutoScalingGroup, inputs: &DriftInputs) -> Option<SkipReason> {
     if let Some(status) = group.status.as_deref().filter(|s| !s.is_empty()) {
         return Some(SkipReason::GroupDeleting {
@@ -135,7 +187,7 @@ pub fn group_skip(group: &AutoScalingGroup, inputs: &DriftInputs) -> Option<Skip
             nodegroup: nodegroup.clone(),
         });
     }
-    None
+    group_lookup_failure(group, inputs)
 }
 
 /// `Some` when the group's instance-type rule cannot be applied because its overrides use
@@ -457,6 +509,17 @@ pub fn fleet_verdicts(inputs: &DriftInputs) -> BTreeMap<String, InstanceVerdict>
     fleet
 }
 
+/// The groups not judged because a look-up about one of their templates failed: one
+/// [`SkipReason::LookupFailed`] per group, in group order.
+pub fn failed_lookup_skips(inputs: &DriftInputs) -> Vec<SkipReason> {
+    inputs
+        .groups
+        .iter()
+        .filter_map(|group| group_skip(group, inputs))
+        .filter(|why| matches!(why, SkipReason::LookupFailed { .. }))
+        .collect()
+}
+
 /// A node's verdict, joined to its instance through `spec.providerID`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeVerdict {
@@ -526,6 +589,7 @@ mod tests {
         excluded_names: BTreeSet<String>,
         excluded_tags: Vec<TagExclusion>,
         include_eks_managed: bool,
+        failed_templates: BTreeMap<String, FailedLookup>,
     }
 
     impl Fixture {
@@ -548,6 +612,7 @@ mod tests {
                 excluded_names: BTreeSet::new(),
                 excluded_tags: Vec::new(),
                 include_eks_managed: false,
+                failed_templates: BTreeMap::new(),
             }
         }
 
@@ -585,7 +650,17 @@ mod tests {
                 excluded_names: &self.excluded_names,
                 excluded_tags: &self.excluded_tags,
                 include_eks_managed: self.include_eks_managed,
+                failed_templates: &self.failed_templates,
             }
+        }
+
+        /// The verdict for an m6i.large instance on lt-0abc version `instance_version` in a
+        /// group using lt-0abc at `group_version`.
+        fn template_verdict(&self, group_version: Option<&str>, instance_version: &str) -> Verdict {
+            self.verdict(template_group(
+                lt(group_version),
+                lt_instance("i-0aaa", "m6i.large", "lt-0abc", instance_version),
+            ))
         }
 
         /// The verdict for the first instance of a group built from `group_json`.
@@ -710,22 +785,13 @@ mod tests {
     fn version_latest() {
         let f = Fixture::new();
         assert_eq!(
-            f.verdict(template_group(
-                lt(Some("$Latest")),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "3")
-            )),
+            f.template_verdict(Some("$Latest"), "3"),
             drift(
                 DrainReason::LaunchTemplateVersion,
                 "lt-0abc: instance version 3, group wants 5 ($Latest)"
             )
         );
-        assert_eq!(
-            f.verdict(template_group(
-                lt(Some("$Latest")),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "5")
-            )),
-            Verdict::Current
-        );
+        assert_eq!(f.template_verdict(Some("$Latest"), "5"), Verdict::Current);
     }
 
     #[test]
@@ -734,10 +800,7 @@ mod tests {
         for version in [Some("$Default"), None] {
             // Newer than the default is drift too: the group launches the default.
             assert_eq!(
-                f.verdict(template_group(
-                    lt(version),
-                    lt_instance("i-0aaa", "m6i.large", "lt-0abc", "5")
-                )),
+                f.template_verdict(version, "5"),
                 drift(
                     DrainReason::LaunchTemplateVersion,
                     "lt-0abc: instance version 5, group wants 4 ($Default)"
@@ -745,10 +808,7 @@ mod tests {
                 "{version:?}"
             );
             assert_eq!(
-                f.verdict(template_group(
-                    lt(version),
-                    lt_instance("i-0aaa", "m6i.large", "lt-0abc", "4")
-                )),
+                f.template_verdict(version, "4"),
                 Verdict::Current,
                 "{version:?}"
             );
@@ -759,30 +819,18 @@ mod tests {
     fn version_fixed_compared_as_integers() {
         let f = Fixture::new();
         assert_eq!(
-            f.verdict(template_group(
-                lt(Some("2")),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "3")
-            )),
+            f.template_verdict(Some("2"), "3"),
             drift(
                 DrainReason::LaunchTemplateVersion,
                 "lt-0abc: instance version 3, group wants 2"
             )
         );
-        assert_eq!(
-            f.verdict(template_group(
-                lt(Some("2")),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "2")
-            )),
-            Verdict::Current
-        );
+        assert_eq!(f.template_verdict(Some("2"), "2"), Verdict::Current);
         // "10" vs "9": integers, not strings.
         let mut f = Fixture::new();
         f.templates.get_mut("lt-0abc").unwrap().latest_version = 10;
         assert_eq!(
-            f.verdict(template_group(
-                lt(Some("$Latest")),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "9")
-            )),
+            f.template_verdict(Some("$Latest"), "9"),
             drift(
                 DrainReason::LaunchTemplateVersion,
                 "lt-0abc: instance version 9, group wants 10 ($Latest)"
@@ -1174,6 +1222,69 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_template_lookup_skips_the_groups_naming_it() {
+        let failed = |key: &str| {
+            let mut f = Fixture::new();
+            f.failed_templates.insert(
+                key.into(),
+                FailedLookup {
+                    operation: "DescribeLaunchTemplateVersions",
+                    error: "InvalidLaunchTemplateId.NotFound: gone".into(),
+                },
+            );
+            f
+        };
+        let lookup_failed = |group: &str, template: &str| {
+            skip(SkipReason::LookupFailed {
+                group: group.into(),
+                operation: "DescribeLaunchTemplateVersions",
+                template: template.into(),
+                error: "InvalidLaunchTemplateId.NotFound: gone".into(),
+            })
+        };
+        let current = lt_instance("i-0aaa", "m5.large", "lt-0abc", "5");
+
+        // By id, and by the id a name-only spec resolves to.
+        let f = failed("lt-0abc");
+        assert_eq!(
+            f.verdict(template_group(lt(Some("$Latest")), current.clone())),
+            lookup_failed("workers-a", "lt-0abc")
+        );
+        let by_name = json!({"LaunchTemplateName": "workers", "Version": "$Latest"});
+        assert_eq!(
+            f.verdict(template_group(by_name.clone(), current.clone())),
+            lookup_failed("workers-a", "lt-0abc")
+        );
+        // By the name asked for (the template could not be described at all).
+        assert_eq!(
+            failed("workers").verdict(template_group(by_name, current.clone())),
+            lookup_failed("workers-a", "workers")
+        );
+        // An override's own template fails the whole group, even for instances of other types.
+        let overrides = json!([
+            {"InstanceType": "m5.large"},
+            {"InstanceType": "m6g.large", "LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0arm"}}
+        ]);
+        assert_eq!(
+            failed("lt-0arm").verdict(mixed_group(overrides, current.clone())),
+            lookup_failed("workers-mixed", "lt-0arm")
+        );
+        // Another template's failure leaves the group judged; exclusions still come first.
+        assert_eq!(
+            failed("lt-0other").verdict(template_group(lt(Some("$Latest")), current.clone())),
+            Verdict::Current
+        );
+        let mut f = failed("lt-0abc");
+        f.excluded_names.insert("workers-a".into());
+        assert_eq!(
+            f.verdict(template_group(lt(Some("$Latest")), current)),
+            skip(SkipReason::GroupExcludedByName {
+                group: "workers-a".into()
+            })
+        );
+    }
+
+    #[test]
     fn tag_exclusions_parse() {
         assert_eq!(
             "team".parse(),
@@ -1232,10 +1343,7 @@ mod tests {
     fn non_numeric_or_missing_instance_version_is_skipped() {
         let f = Fixture::new();
         assert_eq!(
-            f.verdict(template_group(
-                lt(Some("$Latest")),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "$Latest")
-            )),
+            f.template_verdict(Some("$Latest"), "$Latest"),
             skip(SkipReason::InstanceVersionNotNumeric {
                 template: "lt-0abc".into(),
                 version: Some("$Latest".into())
@@ -1290,19 +1398,10 @@ mod tests {
                 "image ami-old, template lt-0abc v5 has ami-new"
             )
         );
-        assert_eq!(
-            f.verdict(template_group(
-                lt(Some("$Latest")),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "5")
-            )),
-            Verdict::Current
-        );
+        assert_eq!(f.template_verdict(Some("$Latest"), "5"), Verdict::Current);
         // Compared with the group's resolved version: $Default is v4 (ami-four).
         assert_eq!(
-            f.verdict(template_group(
-                lt(None),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "4")
-            )),
+            f.template_verdict(None, "4"),
             drift(
                 DrainReason::Image,
                 "image ami-new, template lt-0abc v4 has ami-four"
@@ -1334,10 +1433,7 @@ mod tests {
             })
         );
         assert_eq!(
-            f.verdict(template_group(
-                lt(Some("3")),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "3")
-            )),
+            f.template_verdict(Some("3"), "3"),
             skip(SkipReason::TemplateImageUnknown {
                 template: "lt-0abc".into(),
                 version: 3
@@ -1374,10 +1470,7 @@ mod tests {
         // Earlier rules win.
         f.max_age = Some(Duration::from_secs(86_400));
         assert_eq!(
-            f.verdict(template_group(
-                lt(Some("$Latest")),
-                lt_instance("i-0aaa", "m6i.large", "lt-0abc", "4")
-            )),
+            f.template_verdict(Some("$Latest"), "4"),
             drift(
                 DrainReason::LaunchTemplateVersion,
                 "lt-0abc: instance version 4, group wants 5 ($Latest)"

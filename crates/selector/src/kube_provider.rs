@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 
 use crate::api_calls::ApiCalls;
+use crate::kube_retry::retry_transient;
 use crate::kube_rules;
 use crate::plan::Candidate;
 use crate::provider::{ProviderError, first_label, node_candidate};
@@ -40,8 +41,7 @@ impl KubernetesProvider {
         now: Timestamp,
     ) -> Result<KubernetesAssessor, ProviderError> {
         calls.kube("get /version");
-        let info = client
-            .apiserver_version()
+        let info = retry_transient("get /version", || client.apiserver_version())
             .await
             .map_err(|source| ProviderError::Kube {
                 what: "cannot read the API server's version (GET /version)".into(),

@@ -15,6 +15,7 @@
 //! - [`kube_provider`]: the Kubernetes provider (`GET /version`);
 //! - [`aws_provider`]: the AWS provider (Auto Scaling and EC2 Describe calls, retiring);
 //! - [`apply`]: resourceVersion-guarded merge patches, conflict re-checks, Events;
+//! - [`kube_retry`]: the short retry of 429/503/504 around every Kubernetes read and patch;
 //! - [`run`](mod@run): one run, list → assess → plan → apply, into a [`Report`](run::Report);
 //! - [`output`]: the report as a table or JSON; [`api_calls`]: what the run cost.
 
@@ -25,6 +26,7 @@ pub mod aws_provider;
 pub mod cli;
 pub mod drift;
 pub mod kube_provider;
+pub mod kube_retry;
 pub mod kube_rules;
 pub mod output;
 pub mod plan;

@@ -1,18 +1,20 @@
 //! `rotor-selector`: one run per invocation. Finds out-of-date nodes through a provider, plans
 //! within budgets, taints (and rolls back) accordingly, prints the plan.
 //!
-//! Exit status: 0 the run completed; 1 it failed (a look-up failed and nothing was written, or a
-//! write failed after retries); 2 bad flags or configuration, before the cluster is contacted.
+//! Exit status: 0 the run completed; 1 it failed (a look-up failed and nothing was written; a
+//! look-up about one launch template failed and only its groups were skipped; or a write failed
+//! after retries); 2 bad flags or configuration, before the cluster is contacted.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rotor_core::client::{client, load_config};
+use rotor_core::client::{client_without_retry, load_config};
 use rotor_core::telemetry;
 use rotor_selector::cli::{Cli, OutputFormat, SelectorConfig};
 use rotor_selector::output;
-use rotor_selector::run::run;
+use rotor_selector::provider::Provider;
+use rotor_selector::run::run_with;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -41,14 +43,23 @@ fn main() -> ExitCode {
 }
 
 async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
-    let client = match load_config(&kube).await.and_then(client) {
+    let mut provider = Provider::new(&config.provider, config.group_labels.clone());
+    if let Provider::Aws(aws) = &mut provider
+        && let Err(error) = aws.connect().await
+    {
+        eprintln!("rotor-selector: {error}");
+        return 2;
+    }
+    // kube's own retry is off: the selector retries 429/503/504 briefly itself and otherwise
+    // leaves it to the next run (see rotor_selector::kube_retry).
+    let client = match load_config(&kube).await.and_then(client_without_retry) {
         Ok(client) => client,
         Err(error) => {
             eprintln!("rotor-selector: {error}");
             return 2;
         }
     };
-    let report = match run(&client, &config, jiff::Timestamp::now()).await {
+    let report = match run_with(&client, &config, &provider, jiff::Timestamp::now()).await {
         Ok(report) => report,
         Err(error) => {
             tracing::error!("run failed, nothing was written: {error}");
@@ -67,6 +78,18 @@ async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
     {
         eprintln!("rotor-selector: cannot write the plan to stdout: {error}");
         return 1;
+    }
+    if !report.lookup_failures.is_empty() {
+        let list: Vec<String> = report
+            .lookup_failures
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        eprintln!(
+            "rotor-selector: {} look-up(s) failed for part of the fleet ({}); the nodes of those groups were skipped (reason lookup-failed) and the other groups were handled; the next run tries again",
+            list.len(),
+            list.join("; ")
+        );
     }
     let failures = report.failures();
     if !failures.is_empty() {

@@ -46,8 +46,9 @@ pub fn detail(planned: &PlannedNode) -> String {
 
 /// The run as one JSON object:
 /// `{provider, dryRun, summary: {nodes, taint, untaint, keep, skip, retire, applied, dropped,
-/// failed}, nodes: [{node, instance, group, zone, action, reason, detail, result}], apiCalls}`,
-/// `result` being `null` or `{outcome, attempts, message}`.
+/// failed}, nodes: [{node, instance, group, zone, action, reason, detail, result}], apiCalls,
+/// lookupFailures: [{operation, subject, error, groups}]}`, `result` being `null` or
+/// `{outcome, attempts, message}`.
 pub fn to_json(report: &Report) -> Value {
     let counts = report.summary();
     json!({
@@ -66,6 +67,12 @@ pub fn to_json(report: &Report) -> Value {
         },
         "nodes": report.nodes.iter().map(node_json).collect::<Vec<_>>(),
         "apiCalls": report.api_calls.to_json(),
+        "lookupFailures": report.lookup_failures.iter().map(|f| json!({
+            "operation": f.operation,
+            "subject": f.subject,
+            "error": f.error,
+            "groups": f.groups,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -89,7 +96,7 @@ fn node_json(node: &NodeReport) -> Value {
 }
 
 /// The run as a table with a header (NODE GROUP ZONE ACTION REASON DETAIL RESULT; `-` for
-/// nothing) and a closing summary line.
+/// nothing), a closing summary line, and a line per look-up that failed for some groups.
 pub fn to_text(report: &Report) -> String {
     let dash = |value: Option<&str>| value.unwrap_or("-").to_owned();
     let mut rows = vec![
@@ -145,6 +152,9 @@ pub fn to_text(report: &Report) -> String {
             ""
         }
     ));
+    for failure in &report.lookup_failures {
+        text.push_str(&format!("lookup failed: {failure}\n"));
+    }
     text
 }
 
@@ -246,6 +256,7 @@ mod tests {
                 ),
             ],
             api_calls: calls,
+            lookup_failures: Vec::new(),
         }
     }
 
@@ -276,8 +287,33 @@ mod tests {
                      "detail": "node reports no kubelet version", "result": null},
                 ],
                 "apiCalls": {"kubernetes": {"list nodes": 1, "patch nodes": 1}},
+                "lookupFailures": [],
             })
         );
+    }
+
+    #[test]
+    fn lookup_failures_are_listed_in_json_and_text() {
+        let mut report = report(false);
+        report.lookup_failures.push(crate::provider::LookupFailure {
+            operation: "DescribeLaunchTemplateVersions",
+            subject: "lt-0abc".into(),
+            error: "InvalidLaunchTemplateId.NotFound: gone".into(),
+            groups: vec!["g-1".into(), "g-2".into()],
+        });
+        assert_eq!(
+            to_json(&report)["lookupFailures"],
+            json!([{"operation": "DescribeLaunchTemplateVersions", "subject": "lt-0abc",
+                    "error": "InvalidLaunchTemplateId.NotFound: gone", "groups": ["g-1", "g-2"]}])
+        );
+        assert!(
+            to_text(&report).ends_with(
+                "\nlookup failed: DescribeLaunchTemplateVersions for lt-0abc failed: InvalidLaunchTemplateId.NotFound: gone; skipped group(s) g-1, g-2\n"
+            ),
+            "{}",
+            to_text(&report)
+        );
+        assert_eq!(report.exit_code(), 1, "a partial look-up fails the run");
     }
 
     #[test]

@@ -30,6 +30,7 @@ use crate::apply::Retirer;
 use crate::aws_provider::{AwsAssessor, AwsProvider};
 use crate::cli::ProviderConfig;
 use crate::kube_provider::{KubernetesAssessor, KubernetesProvider};
+use crate::kube_retry::retry_transient;
 use crate::plan::Candidate;
 use crate::verdict::Verdict;
 
@@ -70,6 +71,37 @@ pub enum ProviderError {
         /// The error code and message, e.g. `AccessDenied: User ... is not authorized`.
         message: String,
     },
+    /// The AWS clients cannot be built (the binary checks this before any call).
+    #[error(transparent)]
+    AwsSetup(#[from] crate::aws_provider::AwsSetupError),
+}
+
+/// A look-up that failed for part of the fleet only: the groups it concerns were skipped (their
+/// nodes show `skip` with reason `lookup-failed`), the others were judged and planned. The run
+/// reports it and exits 1 once the rest is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LookupFailure {
+    /// The operation, e.g. `DescribeLaunchTemplateVersions`.
+    pub operation: &'static str,
+    /// What it was about, e.g. a launch template id.
+    pub subject: String,
+    /// The error code and message.
+    pub error: String,
+    /// The groups skipped because of it.
+    pub groups: Vec<String>,
+}
+
+impl std::fmt::Display for LookupFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} for {} failed: {}; skipped group(s) {}",
+            self.operation,
+            self.subject,
+            self.error,
+            self.groups.join(", ")
+        )
+    }
 }
 
 impl Provider {
@@ -125,6 +157,14 @@ impl Assessor {
         match self {
             Assessor::Kubernetes(assessor) => assessor.candidate(node),
             Assessor::Aws(assessor) => assessor.candidate(node),
+        }
+    }
+
+    /// Look-ups that failed for part of the fleet (only the AWS provider has such).
+    pub fn lookup_failures(&self) -> &[LookupFailure] {
+        match self {
+            Assessor::Kubernetes(_) => &[],
+            Assessor::Aws(assessor) => &assessor.lookup_failures,
         }
     }
 
@@ -193,7 +233,7 @@ pub async fn list_nodes(
     let mut nodes = Vec::new();
     loop {
         calls.kube("list nodes");
-        let page = api.list(&params).await?;
+        let page = retry_transient("list nodes", || api.list(&params)).await?;
         nodes.extend(page.items.into_iter().map(slim));
         match page.metadata.continue_.filter(|token| !token.is_empty()) {
             Some(token) => params = params.continue_token(&token),

@@ -1,8 +1,11 @@
 //! One selector run: list the nodes (restricted by `--node-selector`), let the provider look up
 //! what it needs, judge every node, plan within budgets, and only then write (unless
-//! `--dry-run`). A failed look-up fails the run before anything is written; a failed write fails
-//! the run after the other writes were made (the [`Report`] says which). The plan summary is
-//! always logged at info, and so are the API calls the run made.
+//! `--dry-run`). A failed look-up the whole fleet depends on (the node list, the group list, the
+//! batched Describe calls) fails the run before anything is written. A failed look-up about one
+//! launch template only skips the groups using it: the rest is planned and written, and the run
+//! then fails ([`Report::exit_code`]) so the CronJob's Job shows it. A failed write fails the run
+//! after the other writes were made (the [`Report`] says which). The plan summary is always
+//! logged at info, and so are the API calls the run made.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +16,7 @@ use crate::api_calls::ApiCalls;
 use crate::apply::{Applier, WriteOutcome, WriteResult, describe, writes};
 use crate::cli::SelectorConfig;
 use crate::plan::{Action, PlanSummary, PlannedNode, plan, summary};
-use crate::provider::{Provider, ProviderError, list_nodes};
+use crate::provider::{LookupFailure, Provider, ProviderError, list_nodes};
 use crate::verdict::Verdict;
 
 /// A look-up failed; nothing was written.
@@ -41,6 +44,8 @@ pub struct Report {
     pub nodes: Vec<NodeReport>,
     /// The API calls made, by API and call.
     pub api_calls: ApiCalls,
+    /// Look-ups that failed for some groups only; their nodes were skipped.
+    pub lookup_failures: Vec<LookupFailure>,
 }
 
 /// One node: the plan for it, and what became of its write when it has one.
@@ -98,10 +103,10 @@ impl Report {
             .collect()
     }
 
-    /// 0 when every planned write was applied or dropped (or it was a dry run), 1 when any
-    /// failed.
+    /// 0 when every group was judged and every planned write was applied or dropped (or it was
+    /// a dry run); 1 when a look-up failed for some groups or a write failed.
     pub fn exit_code(&self) -> u8 {
-        u8::from(!self.failures().is_empty())
+        u8::from(!self.failures().is_empty() || !self.lookup_failures.is_empty())
     }
 }
 
@@ -132,6 +137,10 @@ pub async fn run_with(
             source,
         })?;
     let assessor = provider.assess(client, &nodes, &mut calls, now).await?;
+    let lookup_failures = assessor.lookup_failures().to_vec();
+    for failure in &lookup_failures {
+        tracing::warn!("{failure}; their nodes are skipped this run, the other groups are handled");
+    }
     let candidates = nodes.iter().map(|node| assessor.candidate(node)).collect();
     let planned = plan(candidates, &config.limits);
     let plan_summary = summary(&planned);
@@ -181,6 +190,7 @@ pub async fn run_with(
             .map(|(planned, write)| NodeReport { planned, write })
             .collect(),
         api_calls: calls,
+        lookup_failures,
     };
     let counts = report.summary();
     tracing::info!(

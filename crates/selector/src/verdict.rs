@@ -69,6 +69,17 @@ pub enum SkipReason {
     TemplateImageUnknown { template: String, version: i64 },
     /// The image or max-age rule is on but DescribeInstances returned nothing for the instance.
     InstanceDetailsMissing { instance: String },
+    /// A look-up about one of the group's launch templates failed (after the SDK's retries), so
+    /// the group is not judged this run; the other groups are.
+    LookupFailed {
+        group: String,
+        /// The operation, e.g. `DescribeLaunchTemplateVersions`.
+        operation: &'static str,
+        /// The template id (or name) it was about.
+        template: String,
+        /// The error code and message.
+        error: String,
+    },
     /// The node reports no kubelet version (`status.nodeInfo.kubeletVersion`).
     KubeletVersionMissing,
     /// The kubelet version is not `v<major>.<minor>...`.
@@ -97,6 +108,7 @@ impl SkipReason {
             SkipReason::AttributeBasedOverrides { .. } => "attribute-based-overrides",
             SkipReason::TemplateImageUnknown { .. } => "template-image-unknown",
             SkipReason::InstanceDetailsMissing { .. } => "instance-details-missing",
+            SkipReason::LookupFailed { .. } => "lookup-failed",
             SkipReason::KubeletVersionMissing => "kubelet-version-missing",
             SkipReason::KubeletVersionUnparsable { .. } => "kubelet-version-unparsable",
             SkipReason::ControlPlaneVersionUnparsable { .. } => "control-plane-version-unparsable",
@@ -159,6 +171,15 @@ impl fmt::Display for SkipReason {
             SkipReason::InstanceDetailsMissing { instance } => {
                 write!(f, "no DescribeInstances details for instance {instance}")
             }
+            SkipReason::LookupFailed {
+                group,
+                operation,
+                template,
+                error,
+            } => write!(
+                f,
+                "{operation} for {template} failed: {error}; group {group} is not judged this run"
+            ),
             SkipReason::KubeletVersionMissing => f.write_str("node reports no kubelet version"),
             SkipReason::KubeletVersionUnparsable { version } => {
                 write!(f, "kubelet version {version:?} is not v<major>.<minor>")

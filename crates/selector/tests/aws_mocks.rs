@@ -36,8 +36,9 @@ use rotor_selector::api_calls::{AWS, ApiCalls};
 use rotor_selector::aws_provider::{
     AwsClients, AwsConfig, AwsProvider, GroupDiscovery, fetch_snapshot, judge_snapshot, op,
 };
-use rotor_selector::cli::Cli;
-use rotor_selector::provider::Provider;
+use rotor_selector::cli::{Cli, ProviderConfig, SelectorConfig};
+use rotor_selector::output;
+use rotor_selector::provider::{LookupFailure, Provider};
 use rotor_selector::run::run_with;
 use rotor_selector::verdict::Verdict;
 
@@ -304,12 +305,20 @@ fn groups_mock(groups: Vec<asg::AutoScalingGroup>, page: usize) -> (Handler, Cou
 }
 
 fn templates_mock(templates: usize) -> (Handler, Counter) {
+    templates_mock_without(templates, None)
+}
+
+/// DescribeLaunchTemplates for ids; a request naming `missing` fails as EC2 fails it, whole.
+fn templates_mock_without(templates: usize, missing: Option<&'static str>) -> (Handler, Counter) {
     on(
         move |input: &DescribeLaunchTemplatesInput,
               _|
               -> Result<DescribeLaunchTemplatesOutput, DescribeLaunchTemplatesError> {
             let ids = input.launch_template_ids();
             assert!(ids.len() <= templates, "asked for {ids:?}");
+            if missing.is_some_and(|missing| ids.iter().any(|id| id == missing)) {
+                return Err(DescribeLaunchTemplatesError::generic(template_not_found()));
+            }
             let mut out = DescribeLaunchTemplatesOutput::builder();
             for id in ids {
                 out = out.launch_templates(
@@ -327,12 +336,28 @@ fn templates_mock(templates: usize) -> (Handler, Counter) {
 }
 
 fn versions_mock() -> (Handler, Counter) {
+    versions_mock_failing(None)
+}
+
+/// A template id and the error every request about it gets.
+type FailingTemplate = (&'static str, fn() -> ErrorMetadata);
+
+/// DescribeLaunchTemplateVersions; requests for template `failing.0` fail with `failing.1`.
+fn versions_mock_failing(failing: Option<FailingTemplate>) -> (Handler, Counter) {
     on(
-        |input: &DescribeLaunchTemplateVersionsInput,
-         _|
-         -> Result<DescribeLaunchTemplateVersionsOutput, DescribeLaunchTemplateVersionsError> {
+        move |input: &DescribeLaunchTemplateVersionsInput,
+              _|
+              -> Result<
+            DescribeLaunchTemplateVersionsOutput,
+            DescribeLaunchTemplateVersionsError,
+        > {
             assert_eq!(input.resolve_alias(), Some(true));
             let id = input.launch_template_id().unwrap().to_owned();
+            if let Some((template, error)) = failing
+                && template == id
+            {
+                return Err(DescribeLaunchTemplateVersionsError::generic(error()));
+            }
             let mut out = DescribeLaunchTemplateVersionsOutput::builder();
             for version in input.versions() {
                 out = out.launch_template_versions(
@@ -387,12 +412,38 @@ fn instances_mock(ids: Vec<String>) -> (Handler, Counter) {
     )
 }
 
+/// An AWS error's code and message, as a service answers them.
+fn meta(code: &str, message: &str) -> ErrorMetadata {
+    ErrorMetadata::builder().code(code).message(message).build()
+}
+
 fn throttling() -> DescribeAutoScalingGroupsError {
-    DescribeAutoScalingGroupsError::generic(
-        ErrorMetadata::builder()
-            .code("Throttling")
-            .message("Rate exceeded")
-            .build(),
+    DescribeAutoScalingGroupsError::generic(meta("Throttling", "Rate exceeded"))
+}
+
+/// What EC2 answers for a template id it does not know.
+fn template_not_found() -> ErrorMetadata {
+    meta(
+        "InvalidLaunchTemplateId.NotFound",
+        "At least one of the launch templates specified in the request does not exist.",
+    )
+}
+
+/// A validated configuration from selector flags, and the AWS provider with these clients.
+fn aws_provider(args: &[&str], clients: AwsClients) -> (SelectorConfig, Provider) {
+    let mut argv = vec!["rotor-selector"];
+    argv.extend_from_slice(args);
+    let config = Cli::try_parse_from(argv)
+        .unwrap()
+        .select
+        .validate()
+        .unwrap();
+    let ProviderConfig::Aws(aws) = config.provider.clone() else {
+        panic!("not an AWS configuration: {args:?}")
+    };
+    (
+        config,
+        Provider::Aws(AwsProvider::with_clients(aws, clients)),
     )
 }
 
@@ -459,12 +510,10 @@ async fn throttling_then_success_is_retried_by_the_sdk() {
     let (t, _) = templates_mock(1);
     let (i, i_calls) = on(|_: &DescribeInstancesInput, attempt| -> InstancesResult {
         if attempt == 0 {
-            return Err(DescribeInstancesError::generic(
-                ErrorMetadata::builder()
-                    .code("RequestLimitExceeded")
-                    .message("Request limit exceeded.")
-                    .build(),
-            ));
+            return Err(DescribeInstancesError::generic(meta(
+                "RequestLimitExceeded",
+                "Request limit exceeded.",
+            )));
         }
         Ok(DescribeInstancesOutput::builder().build())
     });
@@ -483,33 +532,22 @@ async fn throttling_then_success_is_retried_by_the_sdk() {
     assert_eq!(calls.get(AWS, op::DESCRIBE_INSTANCES), 1);
 }
 
-fn aws_config_of(args: &[&str]) -> rotor_selector::cli::SelectorConfig {
-    let mut argv = vec!["rotor-selector"];
-    argv.extend_from_slice(args);
-    Cli::try_parse_from(argv)
-        .unwrap()
-        .select
-        .validate()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn persistent_throttling_fails_the_run_and_taints_nothing() {
     let cluster = TestCluster::start(FLEET).await;
     let (g, g_calls) =
         on(|_: &DescribeAutoScalingGroupsInput, _| -> GroupsResult { Err(throttling()) });
-    let config = aws_config_of(&[
-        "--provider",
-        "aws",
-        "--cluster-name",
-        "prod",
-        "--max-tainted",
-        "100%",
-    ]);
-    let rotor_selector::cli::ProviderConfig::Aws(aws) = config.provider.clone() else {
-        unreachable!()
-    };
-    let provider = Provider::Aws(AwsProvider::with_clients(aws, clients(&[&g], &[])));
+    let (config, provider) = aws_provider(
+        &[
+            "--provider",
+            "aws",
+            "--cluster-name",
+            "prod",
+            "--max-tainted",
+            "100%",
+        ],
+        clients(&[&g], &[]),
+    );
     let error = run_with(&cluster.client, &config, &provider, jiff::Timestamp::now())
         .await
         .expect_err("persistent throttling fails the run");
@@ -527,12 +565,10 @@ async fn persistent_throttling_fails_the_run_and_taints_nothing() {
 async fn access_denied_fails_naming_the_operation() {
     let ((g, _), (t, _)) = (groups_mock(vec![group(0, 2, 1)], 100), templates_mock(1));
     let (denied, denied_calls) = on(|_: &DescribeInstancesInput, _| -> InstancesResult {
-        Err(DescribeInstancesError::generic(
-            ErrorMetadata::builder()
-                .code("UnauthorizedOperation")
-                .message("You are not authorized to perform this operation.")
-                .build(),
-        ))
+        Err(DescribeInstancesError::generic(meta(
+            "UnauthorizedOperation",
+            "You are not authorized to perform this operation.",
+        )))
     });
     let clients = clients(&[&g], &[&t, &denied]);
     let mut config = config(false);
@@ -571,7 +607,7 @@ async fn call_plan_at_5000_instances_in_50_groups() {
     let snapshot = fetch_snapshot(&clients_a, &config(false), &mut calls)
         .await
         .unwrap();
-    let fleet = judge_snapshot(&snapshot, &config(false), jiff::Timestamp::now());
+    let fleet = judge_snapshot(&snapshot, &config(false), jiff::Timestamp::now()).fleet;
     println!("config drift: {calls} ({:?} with mocks)", started.elapsed());
     assert_eq!(fleet.len(), GROUPS * PER_GROUP);
     let drifted =
@@ -610,7 +646,7 @@ async fn call_plan_at_5000_instances_in_50_groups() {
     let snapshot = fetch_snapshot(&clients(&[&g], &[&t, &v, &i]), &config(true), &mut calls)
         .await
         .unwrap();
-    let fleet = judge_snapshot(&snapshot, &config(true), jiff::Timestamp::now());
+    let fleet = judge_snapshot(&snapshot, &config(true), jiff::Timestamp::now()).fleet;
     println!("image drift: {calls} ({:?} with mocks)", started.elapsed());
     assert_eq!(drifted(&fleet, "launch-template-version"), GROUPS);
     assert_eq!(drifted(&fleet, "image"), GROUPS, "instance 1 of each group");
@@ -621,4 +657,217 @@ async fn call_plan_at_5000_instances_in_50_groups() {
     );
     assert_eq!(calls.total(AWS), 2 + 5 + TEMPLATES as u64, "{calls}");
     assert!(calls.total(AWS) <= 3 + 5 + TEMPLATES as u64);
+}
+
+/// Instances `(g, i)` for `i` in `0..per_group` of groups `0..groups`.
+fn instance_ids(groups: usize, per_group: usize) -> Vec<String> {
+    (0..groups)
+        .flat_map(|g| (0..per_group).map(move |i| instance_id(g, i)))
+        .collect()
+}
+
+/// Puts old-0..old-3 of [`FLEET`] on instances (0,0), (0,1), (1,0), (1,1): group g-000 (template
+/// lt-0000) and group g-001 (lt-0001).
+fn place_old_nodes(cluster: &TestCluster) {
+    for (node, (g, i)) in
+        ["old-0", "old-1", "old-2", "old-3"]
+            .into_iter()
+            .zip([(0, 0), (0, 1), (1, 0), (1, 1)])
+    {
+        let id = format!("aws:///us-east-1a/{}", instance_id(g, i));
+        cluster.modify_node(node, |n| {
+            n.spec.get_or_insert_with(Default::default).provider_id = Some(id)
+        });
+    }
+}
+
+#[tokio::test]
+async fn a_failed_version_lookup_skips_only_the_groups_using_that_template() {
+    let cluster = TestCluster::start(FLEET).await;
+    place_old_nodes(&cluster);
+    // old-2 was tainted by an earlier run: a skipped group neither gains nor loses taints.
+    cluster.mark("old-2", Some(("image", "NoSchedule")), &[]);
+    let ((g, _), (t, _), (v, v_calls), (i, _)) = (
+        groups_mock((0..2).map(|g| group(g, 2, 2)).collect(), 100),
+        templates_mock(2),
+        versions_mock_failing(Some(("lt-0001", template_not_found))),
+        instances_mock(instance_ids(2, 2)),
+    );
+    let (config, provider) = aws_provider(
+        &[
+            "--provider",
+            "aws",
+            "--cluster-name",
+            "prod",
+            "--image-drift",
+            "--max-tainted",
+            "100%",
+        ],
+        clients(&[&g], &[&t, &v, &i]),
+    );
+    let report = run_with(&cluster.client, &config, &provider, jiff::Timestamp::now())
+        .await
+        .expect("a failure about one template does not fail the look-up");
+
+    let error = "InvalidLaunchTemplateId.NotFound: At least one of the launch templates specified in the request does not exist.";
+    assert_eq!(
+        report.lookup_failures,
+        [LookupFailure {
+            operation: op::DESCRIBE_TEMPLATE_VERSIONS,
+            subject: "lt-0001".into(),
+            error: error.into(),
+            groups: vec!["g-001".into()],
+        }]
+    );
+    assert_eq!(report.exit_code(), 1, "the run reports the skipped group");
+    assert_eq!(
+        v_calls.get(),
+        2,
+        "an answer about the request is not retried"
+    );
+
+    let json = output::to_json(&report);
+    let entry = |node: &str| {
+        json["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == node)
+            .unwrap()
+            .clone()
+    };
+    for node in ["old-2", "old-3"] {
+        let entry = entry(node);
+        assert_eq!(entry["action"], "skip", "{entry}");
+        assert_eq!(entry["reason"], "lookup-failed", "{entry}");
+        assert_eq!(
+            entry["detail"],
+            format!(
+                "DescribeLaunchTemplateVersions for lt-0001 failed: {error}; group g-001 is not judged this run"
+            ),
+        );
+    }
+    // The other group is judged and written: version drift on old-0, image drift on old-1.
+    assert_eq!(entry("old-0")["reason"], "launch-template-version");
+    assert_eq!(entry("old-1")["reason"], "image");
+    assert_eq!(
+        json["lookupFailures"][0]["groups"],
+        serde_json::json!(["g-001"])
+    );
+    assert_eq!(cluster.tainted().await, ["old-0", "old-1", "old-2"]);
+    assert_eq!(
+        cluster.drain_taint("old-2").await.as_deref(),
+        Some("image:NoSchedule")
+    );
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_template_that_fails_the_batch_is_asked_for_alone_and_skips_only_its_groups() {
+    let ((g, _), (t, t_calls)) = (
+        groups_mock((0..4).map(|g| group(g, 2, 2)).collect(), 100),
+        templates_mock_without(2, Some("lt-0001")),
+    );
+    let mut calls = ApiCalls::default();
+    let snapshot = fetch_snapshot(&clients(&[&g], &[&t]), &config(false), &mut calls)
+        .await
+        .expect("one unknown template does not fail the look-up");
+    assert_eq!(
+        calls.get(AWS, op::DESCRIBE_TEMPLATES),
+        3,
+        "the batch, then each template alone: {calls}"
+    );
+    assert_eq!(t_calls.get(), 3);
+    assert_eq!(
+        snapshot
+            .templates
+            .iter()
+            .map(|t| t.id.as_str())
+            .collect::<Vec<_>>(),
+        ["lt-0000"]
+    );
+    let judged = judge_snapshot(&snapshot, &config(false), jiff::Timestamp::now());
+    assert_eq!(
+        judged.lookup_failures,
+        [LookupFailure {
+            operation: op::DESCRIBE_TEMPLATES,
+            subject: "lt-0001".into(),
+            error: "InvalidLaunchTemplateId.NotFound: At least one of the launch templates specified in the request does not exist.".into(),
+            groups: vec!["g-001".into(), "g-003".into()],
+        }]
+    );
+    let slug = |g, i| match &judged.fleet[&instance_id(g, i)].verdict {
+        Verdict::Drifted { reason, .. } => reason.slug().to_owned(),
+        Verdict::Skip { why } => why.slug().to_owned(),
+        Verdict::Current => "current".to_owned(),
+    };
+    assert_eq!(slug(0, 0), "launch-template-version");
+    assert_eq!(slug(2, 1), "current");
+    assert_eq!(slug(1, 0), "lookup-failed");
+    assert_eq!(slug(3, 1), "lookup-failed");
+}
+
+#[tokio::test]
+async fn throttling_of_a_template_lookup_fails_the_run() {
+    let ((g, _), (t, _), (v, v_calls)) = (
+        groups_mock((0..2).map(|g| group(g, 2, 2)).collect(), 100),
+        templates_mock(2),
+        versions_mock_failing(Some(("lt-0001", || {
+            meta("RequestLimitExceeded", "Request limit exceeded.")
+        }))),
+    );
+    let error = fetch_snapshot(
+        &clients(&[&g], &[&t, &v]),
+        &config(true),
+        &mut ApiCalls::default(),
+    )
+    .await
+    .expect_err("throttling concerns every group: the run fails");
+    assert_eq!(
+        error.to_string(),
+        "AWS DescribeLaunchTemplateVersions failed: RequestLimitExceeded: Request limit exceeded."
+    );
+    assert_eq!(
+        v_calls.get(),
+        1 + 3,
+        "lt-0000 once, lt-0001 with the SDK's 3 attempts"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_region_exits_2_before_any_request() {
+    let cluster = TestCluster::start(FLEET).await;
+    // No region anywhere: not in the environment, no config profile, no instance metadata.
+    let run = cluster
+        .run_env(
+            &["--provider", "aws", "--cluster-name", "prod"],
+            &[
+                ("AWS_CONFIG_FILE", "/nonexistent/aws/config"),
+                (
+                    "AWS_SHARED_CREDENTIALS_FILE",
+                    "/nonexistent/aws/credentials",
+                ),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+                ("AWS_ACCESS_KEY_ID", "testing"),
+                ("AWS_SECRET_ACCESS_KEY", "testing"),
+                // Where a call would go if one were made: nothing listens there.
+                ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+            ],
+        )
+        .await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("--provider aws needs an AWS region and none was found: set AWS_REGION"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stdout, "");
+    assert_eq!(
+        cluster.requests_total(),
+        0,
+        "{}",
+        cluster.stats()["requests"]
+    );
+    cluster.stop().await;
 }

@@ -1,19 +1,20 @@
 //! The AWS provider end to end against moto (the AWS emulator, started here on 127.0.0.1 with a
-//! free port) plus the simulator: image drift (a new template version with a new AMI), budgets,
-//! dry run, and retiring a drained node's instance in its group. The selector binary finds moto
+//! free port) plus the simulator: image drift (a new template version with a new AMI), budgets
+//! (count, percentage, per group across two groups), dry run, rollback (the template's default
+//! version put back) and retiring a drained node's instance in its group. The selector binary finds moto
 //! through the standard chain only (`AWS_ENDPOINT_URL`, `AWS_REGION`, static credentials).
 //!
 //! Skipped with a notice when moto is not installed and `CI` is unset; in CI it must run.
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use aws_sdk_autoscaling::types as asg;
-use aws_sdk_ec2::types as ec2t;
 use common::TestCluster;
+use common::moto::{
+    Moto, create_group, create_template, group_instances, instance_ids, new_default_version,
+    set_default_version, start_moto, two_images,
+};
 use rotor_selector::aws_provider::AwsClients;
 use serde_json::Value;
 
@@ -36,123 +37,6 @@ nodeGroups:
 const GROUP: &str = "workers-asg";
 const CLUSTER: &str = "moto";
 
-/// moto's server, killed on drop.
-struct Moto {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// How to start moto: `moto_server` on PATH, else `python3 -m moto.server`; `None` if neither.
-fn moto_command() -> Option<Vec<String>> {
-    let works = |program: &str, args: &[&str]| {
-        std::process::Command::new(program)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if works("moto_server", &["--help"]) {
-        return Some(vec!["moto_server".into()]);
-    }
-    if works("python3", &["-c", "import moto.server, flask"]) {
-        return Some(vec!["python3".into(), "-m".into(), "moto.server".into()]);
-    }
-    None
-}
-
-async fn start_moto() -> Option<Moto> {
-    let Some(command) = moto_command() else {
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "moto is not installed (pip install 'moto[server]'); the AWS end-to-end tests must run in CI"
-            );
-        }
-        eprintln!(
-            "NOTICE: skipping the moto end-to-end test: moto is not installed (pip install 'moto[server]')"
-        );
-        return None;
-    };
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = std::process::Command::new(&command[0])
-        .args(&command[1..])
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("moto starts");
-    let moto = Moto {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-    };
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "moto did not listen on port {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Some(moto)
-}
-
-fn aws_env(moto: &Moto) -> Vec<(&'static str, String)> {
-    vec![
-        ("AWS_ENDPOINT_URL", moto.url.clone()),
-        ("AWS_REGION", "us-east-1".into()),
-        ("AWS_ACCESS_KEY_ID", "testing".into()),
-        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
-        ("AWS_EC2_METADATA_DISABLED", "true".into()),
-    ]
-}
-
-async fn clients(moto: &Moto) -> AwsClients {
-    let loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(&moto.url)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_ec2::config::Credentials::new(
-            "testing", "testing", None, None, "test",
-        ));
-    AwsClients::from_loader(loader).await
-}
-
-/// Instances of the group: (id, lifecycle state), sorted by id.
-async fn group_instances(aws: &AwsClients) -> Vec<(String, String)> {
-    let out = aws
-        .autoscaling
-        .describe_auto_scaling_groups()
-        .auto_scaling_group_names(GROUP)
-        .send()
-        .await
-        .unwrap();
-    let mut instances: Vec<(String, String)> = out.auto_scaling_groups()[0]
-        .instances()
-        .iter()
-        .map(|i| {
-            (
-                i.instance_id().unwrap().to_owned(),
-                i.lifecycle_state().unwrap().as_str().to_owned(),
-            )
-        })
-        .collect();
-    instances.sort();
-    instances
-}
-
 async fn image_of(aws: &AwsClients, instance: &str) -> String {
     let out = aws
         .ec2
@@ -167,20 +51,13 @@ async fn image_of(aws: &AwsClients, instance: &str) -> String {
         .to_owned()
 }
 
-fn set_provider_id(cluster: &TestCluster, node: &str, instance: &str) {
-    let id = format!("aws:///us-east-1a/{instance}");
-    cluster.modify_node(node, |n| {
-        n.spec.get_or_insert_with(Default::default).provider_id = Some(id)
-    });
-}
-
 struct Timed {
     run: common::SelectorRun,
     elapsed: Duration,
 }
 
 async fn select(cluster: &TestCluster, moto: &Moto, flags: &[&str]) -> Timed {
-    let env = aws_env(moto);
+    let env = moto.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut all = vec![
         "--provider",
@@ -212,93 +89,20 @@ async fn image_drift_end_to_end_with_budgets_dry_run_and_retire() {
     let Some(moto) = start_moto().await else {
         return;
     };
-    let aws = clients(&moto).await;
-
-    // Two of moto's AMIs: the old and the new image.
-    let images = aws.ec2.describe_images().send().await.unwrap();
-    let mut amis: Vec<String> = images
-        .images()
-        .iter()
-        .filter_map(|i| i.image_id().map(str::to_owned))
-        .collect();
-    amis.sort();
-    amis.dedup();
-    assert!(amis.len() >= 2, "moto ships AMIs");
-    let (ami_old, ami_new) = (amis[0].clone(), amis[1].clone());
+    let aws = moto.clients().await;
+    let (ami_old, ami_new) = two_images(&aws).await;
 
     // Template v1 (ami-old), a group of 3 from it at $Latest, tagged for the cluster.
-    let template = aws
-        .ec2
-        .create_launch_template()
-        .launch_template_name("workers")
-        .launch_template_data(
-            ec2t::RequestLaunchTemplateData::builder()
-                .image_id(&ami_old)
-                .instance_type(ec2t::InstanceType::T3Micro)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let template_id = template
-        .launch_template()
-        .unwrap()
-        .launch_template_id()
-        .unwrap()
-        .to_owned();
-    aws.autoscaling
-        .create_auto_scaling_group()
-        .auto_scaling_group_name(GROUP)
-        .launch_template(
-            asg::LaunchTemplateSpecification::builder()
-                .launch_template_id(&template_id)
-                .version("$Latest")
-                .build(),
-        )
-        .min_size(3)
-        .max_size(10)
-        .desired_capacity(3)
-        .availability_zones("us-east-1a")
-        .tags(
-            asg::Tag::builder()
-                .key(format!("kubernetes.io/cluster/{CLUSTER}"))
-                .value("owned")
-                .propagate_at_launch(true)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let old: Vec<String> = group_instances(&aws)
-        .await
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
+    let template_id = create_template(&aws, "workers", &ami_old).await;
+    create_group(&aws, GROUP, &template_id, "$Latest", 3, CLUSTER).await;
+    let old = instance_ids(&aws, GROUP).await;
     assert_eq!(old.len(), 3);
     for id in &old {
         assert_eq!(image_of(&aws, id).await, ami_old);
     }
 
     // Template v2 (ami-new) as the default, then one more instance, launched from it.
-    aws.ec2
-        .create_launch_template_version()
-        .launch_template_id(&template_id)
-        .source_version("1")
-        .launch_template_data(
-            ec2t::RequestLaunchTemplateData::builder()
-                .image_id(&ami_new)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    aws.ec2
-        .modify_launch_template()
-        .launch_template_id(&template_id)
-        .default_version("2")
-        .send()
-        .await
-        .unwrap();
+    new_default_version(&aws, &template_id, &ami_new).await;
     aws.autoscaling
         .set_desired_capacity()
         .auto_scaling_group_name(GROUP)
@@ -306,7 +110,7 @@ async fn image_drift_end_to_end_with_budgets_dry_run_and_retire() {
         .send()
         .await
         .unwrap();
-    let all = group_instances(&aws).await;
+    let all = group_instances(&aws, GROUP).await;
     let new: Vec<String> = all
         .iter()
         .map(|(id, _)| id.clone())
@@ -321,7 +125,7 @@ async fn image_drift_end_to_end_with_budgets_dry_run_and_retire() {
         .iter()
         .zip(old.iter().chain(new.iter()))
     {
-        set_provider_id(&cluster, node, instance);
+        cluster.set_instance(node, instance);
     }
 
     // Dry run: the 3 old nodes are drifted (image), the new one is not; nothing changes.
@@ -391,7 +195,7 @@ async fn image_drift_end_to_end_with_budgets_dry_run_and_retire() {
                 && note.contains(&victim_instance)),
         "{events:?}"
     );
-    let after = group_instances(&aws).await;
+    let after = group_instances(&aws, GROUP).await;
     assert!(
         after
             .iter()
@@ -445,6 +249,7 @@ async fn unknown_groups_are_empty_and_an_unreachable_endpoint_fails_with_exit_1(
                 ("AWS_REGION", "us-east-1"),
                 ("AWS_ACCESS_KEY_ID", "testing"),
                 ("AWS_SECRET_ACCESS_KEY", "testing"),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
             ],
         )
         .await;
@@ -460,6 +265,7 @@ async fn unknown_groups_are_empty_and_an_unreachable_endpoint_fails_with_exit_1(
                 ("AWS_ACCESS_KEY_ID", "testing"),
                 ("AWS_SECRET_ACCESS_KEY", "testing"),
                 ("AWS_MAX_ATTEMPTS", "1"),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
             ],
         )
         .await;
@@ -470,5 +276,109 @@ async fn unknown_groups_are_empty_and_an_unreachable_endpoint_fails_with_exit_1(
         run.stderr
     );
     assert!(cluster.tainted().await.is_empty());
+    cluster.stop().await;
+}
+
+/// Nodes n-0..n-3 of [`SCENARIO`] on `instances`, in order.
+fn place(cluster: &TestCluster, instances: &[String]) {
+    for (index, instance) in instances.iter().enumerate() {
+        cluster.set_instance(&format!("n-{index}"), instance);
+    }
+}
+
+#[tokio::test]
+async fn rollback_untaints_the_nodes_whose_drain_has_not_started() {
+    let Some(moto) = start_moto().await else {
+        return;
+    };
+    let aws = moto.clients().await;
+    let (ami_old, ami_new) = two_images(&aws).await;
+    // Four instances launched from v1; then v2 (a new image) becomes the default the group uses.
+    let template_id = create_template(&aws, "rollback", &ami_old).await;
+    create_group(&aws, GROUP, &template_id, "$Default", 4, CLUSTER).await;
+    new_default_version(&aws, &template_id, &ami_new).await;
+    let cluster = TestCluster::start(SCENARIO).await;
+    place(&cluster, &instance_ids(&aws, GROUP).await);
+
+    let rollout = select(&cluster, &moto, &["--max-tainted", "2"]).await;
+    assert_eq!(rollout.run.json()["summary"]["taint"], 2);
+    let tainted = cluster.tainted().await;
+    assert_eq!(tainted.len(), 2, "{tainted:?}");
+    // The drainer has started on the first one only.
+    cluster.mark(&tainted[0], None, &[("rotor.dev/phase", "cordoned")]);
+
+    // v2 turns out bad: the default goes back to v1, so the v1 instances are current again.
+    set_default_version(&aws, &template_id, 1).await;
+    let rollback = select(&cluster, &moto, &["--max-tainted", "2"]).await;
+    let started = rollback.run.node(&tainted[0]);
+    assert_eq!(started["action"], "keep", "{started}");
+    assert_eq!(started["reason"], "image", "{started}");
+    let untainted = rollback.run.node(&tainted[1]);
+    assert_eq!(untainted["action"], "untaint", "{untainted}");
+    assert_eq!(untainted["result"]["outcome"], "applied", "{untainted}");
+    assert_eq!(rollback.run.json()["summary"]["taint"], 0);
+    assert_eq!(cluster.tainted().await, std::slice::from_ref(&tainted[0]));
+    assert!(
+        cluster.rotor_annotations(&tainted[1]).await.is_empty(),
+        "the selector's annotations go with its taint"
+    );
+    let events = cluster.events(&tainted[1]).await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, ..)| reason == "DrainTaintRemoved"),
+        "{events:?}"
+    );
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn budgets_hold_per_group_across_two_groups_and_as_a_percentage() {
+    let Some(moto) = start_moto().await else {
+        return;
+    };
+    let aws = moto.clients().await;
+    let (ami_old, ami_new) = two_images(&aws).await;
+    // Two groups of two from v1; v2 (a new image) becomes the default both use.
+    let template_id = create_template(&aws, "budgets", &ami_old).await;
+    create_group(&aws, "blue", &template_id, "$Default", 2, CLUSTER).await;
+    create_group(&aws, "green", &template_id, "$Default", 2, CLUSTER).await;
+    new_default_version(&aws, &template_id, &ami_new).await;
+    let cluster = TestCluster::start(SCENARIO).await;
+    let mut instances = instance_ids(&aws, "blue").await;
+    instances.extend(instance_ids(&aws, "green").await);
+    place(&cluster, &instances);
+    let group_of = |node: &str| if node < "n-2" { "blue" } else { "green" };
+
+    // All four are out of date; one per group may be tainted, whatever the overall budget.
+    let flags = ["--max-tainted", "100%", "--max-tainted-per-group", "1"];
+    let first = select(&cluster, &moto, &flags).await;
+    let tainted = cluster.tainted().await;
+    assert_eq!(tainted.len(), 2, "{tainted:?}");
+    assert_eq!(
+        [group_of(&tainted[0]), group_of(&tainted[1])],
+        ["blue", "green"]
+    );
+    for node in ["n-0", "n-1", "n-2", "n-3"] {
+        let entry = first.run.node(node);
+        assert_eq!(entry["group"], group_of(node), "{entry}");
+        assert_eq!(entry["reason"], "image", "{entry}");
+    }
+    let held: Vec<Value> = ["n-0", "n-1", "n-2", "n-3"]
+        .into_iter()
+        .map(|node| first.run.node(node))
+        .filter(|entry| entry["action"] == "keep")
+        .collect();
+    assert_eq!(held.len(), 2, "{held:?}");
+    // A second run with the same budgets adds nothing.
+    let again = select(&cluster, &moto, &flags).await;
+    assert_eq!(again.run.json()["summary"]["taint"], 0);
+    assert_eq!(cluster.tainted().await, tainted);
+
+    // Without the per-group limit, 60% of 4 nodes is 3 (rounded up): one more, counting the two
+    // already tainted.
+    let percent = select(&cluster, &moto, &["--max-tainted", "60%"]).await;
+    assert_eq!(percent.run.json()["summary"]["taint"], 1);
+    assert_eq!(cluster.tainted().await.len(), 3);
     cluster.stop().await;
 }

@@ -676,6 +676,32 @@ async fn g_failed_writes_exit_1_naming_the_node() {
 }
 
 #[tokio::test]
+async fn g_an_unavailable_api_server_is_retried_briefly_then_the_run_fails() {
+    let cluster = TestCluster::start_fleet().await;
+    cluster.set_control_plane("v1.34.1").await;
+    cluster
+        .faults(
+            json!({"errors": [{"verb": "patch", "resource": "nodes", "rate": 1.0, "code": 503}]}),
+        )
+        .await;
+
+    let started = std::time::Instant::now();
+    let run = cluster.run(&flags(&["--max-tainted", "1"])).await;
+    let elapsed = started.elapsed();
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    // Three attempts (0.5 s and 2 s apart), not kube's fifteen with back-off towards 1000 s.
+    assert_eq!(cluster.requests("patch nodes"), 3);
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    assert_eq!(
+        run.node("old-0")["result"]["message"],
+        "503 ServiceUnavailable: injected fault: patch nodes"
+    );
+
+    assert!(cluster.tainted().await.is_empty());
+    cluster.stop().await;
+}
+
+#[tokio::test]
 async fn h_max_age_and_per_group_budgets() {
     let cluster = TestCluster::start_fleet().await;
 

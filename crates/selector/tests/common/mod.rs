@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod moto;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -160,6 +162,15 @@ impl TestCluster {
             .cloned()
             .unwrap_or_else(|| panic!("no node {name}"));
         cluster.nodes.modify(&node, change);
+    }
+
+    /// Sets a node's `spec.providerID` to the AWS form for `instance` in us-east-1a, directly in
+    /// the store.
+    pub fn set_instance(&self, node: &str, instance: &str) {
+        let id = format!("aws:///us-east-1a/{instance}");
+        self.modify_node(node, |n| {
+            n.spec.get_or_insert_with(Default::default).provider_id = Some(id)
+        });
     }
 
     /// Adds a taint and annotations to a node, directly in the store.
@@ -349,7 +360,8 @@ impl TestCluster {
 }
 
 /// Runs the built `rotor-selector` with these flags and environment variables only (no
-/// kubeconfig of the harness; the caller's `ROTOR_*`, `KUBECONFIG` and `POD_NAME` removed).
+/// kubeconfig of the harness; the caller's `ROTOR_*`, `AWS_*`, `KUBECONFIG` and `POD_NAME`
+/// removed).
 pub async fn run_bare(flags: &[&str], env: &[(&str, &str)]) -> SelectorRun {
     let output = bare_command(flags, env)
         .output()
@@ -361,7 +373,12 @@ pub async fn run_bare(flags: &[&str], env: &[(&str, &str)]) -> SelectorRun {
 fn bare_command(flags: &[&str], env: &[(&str, &str)]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rotor-selector"));
     for (key, _) in std::env::vars() {
-        if key.starts_with("ROTOR_") || key == "KUBECONFIG" || key == "POD_NAME" {
+        // The developer's AWS settings (region, profile, credentials) must not leak into a test.
+        if key.starts_with("ROTOR_")
+            || key.starts_with("AWS_")
+            || key == "KUBECONFIG"
+            || key == "POD_NAME"
+        {
             command.env_remove(key);
         }
     }

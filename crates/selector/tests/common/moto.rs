@@ -1,0 +1,250 @@
+//! moto (the AWS emulator) for the selector's tests: started on 127.0.0.1 with a free port and
+//! killed on drop, SDK clients for it, and the few AWS set-up steps the tests repeat (a launch
+//! template, a new default version, a cluster-tagged group).
+
+use std::net::TcpListener;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use aws_sdk_autoscaling::types as asg;
+use aws_sdk_ec2::types as ec2t;
+use rotor_selector::aws_provider::AwsClients;
+
+/// moto's server, killed on drop.
+pub struct Moto {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How to start moto: `moto_server` on PATH, else `python3 -m moto.server`; `None` if neither.
+fn moto_command() -> Option<Vec<String>> {
+    let works = |program: &str, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if works("moto_server", &["--help"]) {
+        return Some(vec!["moto_server".into()]);
+    }
+    if works("python3", &["-c", "import moto.server, flask"]) {
+        return Some(vec!["python3".into(), "-m".into(), "moto.server".into()]);
+    }
+    None
+}
+
+/// Starts moto; `None` (with a notice) when it is not installed, unless `CI` is set: there it
+/// must run.
+pub async fn start_moto() -> Option<Moto> {
+    let Some(command) = moto_command() else {
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "moto is not installed (pip install 'moto[server]'); the AWS end-to-end tests must run in CI"
+            );
+        }
+        eprintln!(
+            "NOTICE: skipping the moto end-to-end test: moto is not installed (pip install 'moto[server]')"
+        );
+        return None;
+    };
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("moto starts");
+    let moto = Moto {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "moto did not listen on port {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Some(moto)
+}
+
+impl Moto {
+    /// The environment that points the selector binary at this moto through the standard chain.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.url.clone()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ]
+    }
+
+    /// SDK clients for the test's own set-up calls.
+    pub async fn clients(&self) -> AwsClients {
+        let loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&self.url)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_ec2::config::Credentials::new(
+                "testing", "testing", None, None, "test",
+            ));
+        AwsClients::from_loader(loader).await
+    }
+}
+
+/// Two of moto's AMIs, sorted: (old, new).
+pub async fn two_images(aws: &AwsClients) -> (String, String) {
+    let images = aws.ec2.describe_images().send().await.unwrap();
+    let mut amis: Vec<String> = images
+        .images()
+        .iter()
+        .filter_map(|i| i.image_id().map(str::to_owned))
+        .collect();
+    amis.sort();
+    amis.dedup();
+    assert!(amis.len() >= 2, "moto ships AMIs");
+    (amis[0].clone(), amis[1].clone())
+}
+
+/// Creates launch template `name` (version 1 launches `ami`); returns its id.
+pub async fn create_template(aws: &AwsClients, name: &str, ami: &str) -> String {
+    let template = aws
+        .ec2
+        .create_launch_template()
+        .launch_template_name(name)
+        .launch_template_data(
+            ec2t::RequestLaunchTemplateData::builder()
+                .image_id(ami)
+                .instance_type(ec2t::InstanceType::T3Micro)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    template
+        .launch_template()
+        .unwrap()
+        .launch_template_id()
+        .unwrap()
+        .to_owned()
+}
+
+/// Adds a version launching `ami` to the template and makes it the default.
+pub async fn new_default_version(aws: &AwsClients, template_id: &str, ami: &str) -> i64 {
+    let created = aws
+        .ec2
+        .create_launch_template_version()
+        .launch_template_id(template_id)
+        .source_version("1")
+        .launch_template_data(
+            ec2t::RequestLaunchTemplateData::builder()
+                .image_id(ami)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let version = created
+        .launch_template_version()
+        .unwrap()
+        .version_number()
+        .unwrap();
+    set_default_version(aws, template_id, version).await;
+    version
+}
+
+/// Makes `version` the template's default (a rollback when it is an older one).
+pub async fn set_default_version(aws: &AwsClients, template_id: &str, version: i64) {
+    aws.ec2
+        .modify_launch_template()
+        .launch_template_id(template_id)
+        .default_version(version.to_string())
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Creates group `name` of `size` instances from the template at `version` (e.g. `$Default`),
+/// tagged for `cluster`.
+pub async fn create_group(
+    aws: &AwsClients,
+    name: &str,
+    template_id: &str,
+    version: &str,
+    size: i32,
+    cluster: &str,
+) {
+    aws.autoscaling
+        .create_auto_scaling_group()
+        .auto_scaling_group_name(name)
+        .launch_template(
+            asg::LaunchTemplateSpecification::builder()
+                .launch_template_id(template_id)
+                .version(version)
+                .build(),
+        )
+        .min_size(0)
+        .max_size(size.max(1) * 2)
+        .desired_capacity(size)
+        .availability_zones("us-east-1a")
+        .tags(
+            asg::Tag::builder()
+                .key(format!("kubernetes.io/cluster/{cluster}"))
+                .value("owned")
+                .propagate_at_launch(true)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The instances of a group: (id, lifecycle state), sorted by id.
+pub async fn group_instances(aws: &AwsClients, group: &str) -> Vec<(String, String)> {
+    let out = aws
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(group)
+        .send()
+        .await
+        .unwrap();
+    let mut instances: Vec<(String, String)> = out.auto_scaling_groups()[0]
+        .instances()
+        .iter()
+        .map(|i| {
+            (
+                i.instance_id().unwrap().to_owned(),
+                i.lifecycle_state().unwrap().as_str().to_owned(),
+            )
+        })
+        .collect();
+    instances.sort();
+    instances
+}
+
+/// The ids of a group's instances, sorted.
+pub async fn instance_ids(aws: &AwsClients, group: &str) -> Vec<String> {
+    group_instances(aws, group)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
+}

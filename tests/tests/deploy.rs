@@ -1,0 +1,909 @@
+//! deploy/: every kustomize overlay renders with real `kubectl kustomize`, has the properties the
+//! manifests promise (namespace, locked-down pods, probes, budgets, one selector run at a time),
+//! runs the real binaries with exactly the rendered arguments, and validates against the
+//! Kubernetes schemas with `kubernetes-validate` (PyPI, offline). The IAM policies beside the AWS
+//! overlay are checked against the README, and the containers' commands against the Dockerfile.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use rotor_e2e::{
+    SimProcess, TestDir, binary, describe_output, kubectl_json, kubectl_ok, kubectl_path,
+    run_with_timeout, scenario, wait_until, workspace_root,
+};
+use serde_json::Value;
+
+const OVERLAYS: [&str; 3] = ["aws", "kubernetes", "dry-run"];
+const NAMESPACE: &str = "rotor-system";
+const IMAGE: &str = "ghcr.io/rotor-dev/rotor";
+const CLUSTER_SCOPED: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+/// Kubernetes versions whose schemas the rendered manifests must satisfy: the kubectl on our
+/// machines (1.32) and the API version rotor is built against (k8s-openapi `v1_33`).
+const SCHEMA_VERSIONS: [&str; 2] = ["1.32.0", "1.33.0"];
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+/// The uid of the image's `nonroot` user (Dockerfile) that every pod must run as.
+const NONROOT_UID: i64 = 65532;
+
+/// The objects every overlay renders. The names are a contract: the simulator's RBAC enforcement
+/// and the end-to-end tests read these ServiceAccounts and roles.
+const OBJECTS: [(&str, &str); 12] = [
+    ("Namespace", "rotor-system"),
+    ("ServiceAccount", "rotor-drainer"),
+    ("ServiceAccount", "rotor-selector"),
+    ("ClusterRole", "rotor-drainer"),
+    ("ClusterRole", "rotor-selector"),
+    ("ClusterRoleBinding", "rotor-drainer"),
+    ("ClusterRoleBinding", "rotor-selector"),
+    ("Role", "rotor-drainer-leader-election"),
+    ("RoleBinding", "rotor-drainer-leader-election"),
+    ("Deployment", "rotor-drainer"),
+    ("PodDisruptionBudget", "rotor-drainer"),
+    ("CronJob", "rotor-selector"),
+];
+
+/// One overlay as `kubectl kustomize` renders it.
+struct Rendered {
+    overlay: &'static str,
+    yaml: String,
+    objects: Vec<Value>,
+}
+
+fn render(overlay: &'static str) -> Rendered {
+    let dir = workspace_root().join("deploy/overlays").join(overlay);
+    let out = run_with_timeout(
+        Command::new(kubectl_path()).arg("kustomize").arg(&dir),
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output(&format!("kubectl kustomize {}", dir.display()), &out)
+    );
+    let yaml = String::from_utf8(out.stdout).expect("kubectl kustomize prints UTF-8");
+    let objects: Vec<Value> = serde_saphyr::from_multiple(&yaml)
+        .unwrap_or_else(|e| panic!("overlay {overlay}: the rendered YAML does not parse: {e}"));
+    Rendered {
+        overlay,
+        yaml,
+        objects,
+    }
+}
+
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+fn id(object: &Value) -> (String, String) {
+    (
+        text(&object["kind"]).to_owned(),
+        text(&object["metadata"]["name"]).to_owned(),
+    )
+}
+
+impl Rendered {
+    fn get(&self, kind: &str, name: &str) -> &Value {
+        self.objects
+            .iter()
+            .find(|o| id(o) == (kind.to_owned(), name.to_owned()))
+            .unwrap_or_else(|| panic!("overlay {}: no {kind} {name}", self.overlay))
+    }
+
+    fn drainer_pod(&self) -> &Value {
+        &self.get("Deployment", "rotor-drainer")["spec"]["template"]["spec"]
+    }
+
+    fn selector_pod(&self) -> &Value {
+        &self.get("CronJob", "rotor-selector")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    }
+
+    fn pods(&self) -> [(&'static str, &Value); 2] {
+        [
+            ("rotor-drainer", self.drainer_pod()),
+            ("rotor-selector", self.selector_pod()),
+        ]
+    }
+}
+
+fn only_container(pod: &Value) -> &Value {
+    let containers = pod["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1, "one container per pod: {pod}");
+    &containers[0]
+}
+
+fn args_of(container: &Value) -> Vec<String> {
+    container["args"]
+        .as_array()
+        .expect("the container has args")
+        .iter()
+        .map(|a| a.as_str().expect("args are strings").to_owned())
+        .collect()
+}
+
+/// The value of `--flag=value` in `args` (manifests write every flag in that form).
+fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter()
+        .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
+}
+
+/// The binary a container runs: `command[0]` must be `/usr/local/bin/<name>`.
+fn binary_name(container: &Value) -> String {
+    let command = text(&container["command"][0]);
+    command
+        .strip_prefix("/usr/local/bin/")
+        .unwrap_or_else(|| panic!("command {command:?} is not in /usr/local/bin"))
+        .to_owned()
+}
+
+/// The container's environment as the kubelet would give it: literal values, and the downward
+/// API's `metadata.name` / `metadata.namespace` (the pod name is made up).
+fn container_env(container: &Value) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for var in container["env"].as_array().into_iter().flatten() {
+        let name = text(&var["name"]).to_owned();
+        let value = match (
+            &var["value"],
+            text(&var["valueFrom"]["fieldRef"]["fieldPath"]),
+        ) {
+            (Value::String(v), _) => v.clone(),
+            (_, "metadata.name") => "rotor-e2e-pod-0".to_owned(),
+            (_, "metadata.namespace") => NAMESPACE.to_owned(),
+            _ => panic!("env var {name} has a source this test cannot provide: {var}"),
+        };
+        env.push((name, value));
+    }
+    env
+}
+
+#[test]
+fn every_overlay_renders_the_same_objects_in_rotor_system() {
+    let version_tag = format!("{IMAGE}:{}", env!("CARGO_PKG_VERSION"));
+    for overlay in OVERLAYS {
+        let r = render(overlay);
+        let ids: BTreeSet<(String, String)> = r.objects.iter().map(id).collect();
+        let expected: BTreeSet<(String, String)> = OBJECTS
+            .iter()
+            .map(|(k, n)| (k.to_string(), n.to_string()))
+            .collect();
+        assert_eq!(ids, expected, "overlay {overlay}: the rendered objects");
+        assert_eq!(
+            r.objects.len(),
+            expected.len(),
+            "overlay {overlay}: duplicates"
+        );
+
+        for object in &r.objects {
+            let (kind, name) = id(object);
+            let namespace = object["metadata"]["namespace"].as_str();
+            if CLUSTER_SCOPED.contains(&kind.as_str()) {
+                assert_eq!(
+                    namespace, None,
+                    "overlay {overlay}: {kind} {name} is cluster-scoped"
+                );
+            } else {
+                assert_eq!(
+                    namespace,
+                    Some(NAMESPACE),
+                    "overlay {overlay}: {kind} {name}"
+                );
+            }
+        }
+
+        // Each binary's ServiceAccount is bound to its own roles, and only to those.
+        let mut bound: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for binding in r
+            .objects
+            .iter()
+            .filter(|o| matches!(text(&o["kind"]), "ClusterRoleBinding" | "RoleBinding"))
+        {
+            let role_kind = text(&binding["roleRef"]["kind"]);
+            let role_name = text(&binding["roleRef"]["name"]);
+            r.get(role_kind, role_name);
+            if text(&binding["kind"]) == "RoleBinding" {
+                assert_eq!(role_kind, "Role", "overlay {overlay}: {binding}");
+            }
+            for subject in binding["subjects"].as_array().expect("subjects") {
+                assert_eq!(text(&subject["kind"]), "ServiceAccount", "{subject}");
+                assert_eq!(text(&subject["namespace"]), NAMESPACE, "{subject}");
+                let account = text(&subject["name"]);
+                r.get("ServiceAccount", account);
+                bound
+                    .entry(account.to_owned())
+                    .or_default()
+                    .insert(format!("{role_kind}/{role_name}"));
+            }
+        }
+        let roles = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        assert_eq!(
+            bound["rotor-drainer"],
+            roles(&[
+                "ClusterRole/rotor-drainer",
+                "Role/rotor-drainer-leader-election"
+            ]),
+            "overlay {overlay}"
+        );
+        assert_eq!(
+            bound["rotor-selector"],
+            roles(&["ClusterRole/rotor-selector"]),
+            "overlay {overlay}"
+        );
+
+        for (account, pod) in r.pods() {
+            assert_eq!(
+                text(&pod["serviceAccountName"]),
+                account,
+                "overlay {overlay}"
+            );
+            let container = only_container(pod);
+            assert_eq!(text(&container["image"]), version_tag, "overlay {overlay}");
+            assert_eq!(binary_name(container), account, "overlay {overlay}");
+        }
+
+        // Least privilege: no wildcard, nothing on secrets.
+        for role in r
+            .objects
+            .iter()
+            .filter(|o| matches!(text(&o["kind"]), "ClusterRole" | "Role"))
+        {
+            for rule in role["rules"].as_array().expect("rules") {
+                for field in ["apiGroups", "resources", "verbs", "nonResourceURLs"] {
+                    for v in rule[field].as_array().into_iter().flatten() {
+                        assert!(
+                            !text(v).contains('*'),
+                            "overlay {overlay}: wildcard in {rule}"
+                        );
+                        assert_ne!(text(v), "secrets", "overlay {overlay}: {rule}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The pod and container security settings both workloads must have.
+fn assert_locked_down(what: &str, pod: &Value) {
+    let pod_sc = &pod["securityContext"];
+    assert_eq!(pod_sc["runAsNonRoot"], true, "{what}: pod runAsNonRoot");
+    assert_eq!(pod_sc["seccompProfile"]["type"], "RuntimeDefault", "{what}");
+    for key in ["hostNetwork", "hostPID", "hostIPC"] {
+        assert_ne!(pod[key], true, "{what}: {key}");
+    }
+    let sc = &only_container(pod)["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true, "{what}: runAsNonRoot");
+    assert_eq!(sc["runAsUser"], NONROOT_UID, "{what}: runAsUser");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}");
+    assert_eq!(
+        sc["capabilities"]["drop"],
+        serde_json::json!(["ALL"]),
+        "{what}"
+    );
+    assert!(
+        sc["capabilities"]["add"].is_null(),
+        "{what}: capabilities added"
+    );
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{what}");
+    assert_ne!(sc["privileged"], true, "{what}");
+}
+
+/// Whether a label selector's `matchLabels` all hold on `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let wanted = selector["matchLabels"].as_object().expect("matchLabels");
+    !wanted.is_empty() && wanted.iter().all(|(k, v)| labels[k] == *v)
+}
+
+#[test]
+fn the_drainer_runs_replicated_locked_down_with_probes_a_budget_and_its_lease() {
+    for overlay in OVERLAYS {
+        let r = render(overlay);
+        let what = format!("overlay {overlay}, rotor-drainer");
+        let deployment = r.get("Deployment", "rotor-drainer");
+        let replicas = if overlay == "dry-run" { 0 } else { 2 };
+        assert_eq!(deployment["spec"]["replicas"], replicas, "{what}");
+        let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+        assert!(
+            selects(&deployment["spec"]["selector"], pod_labels),
+            "{what}"
+        );
+
+        let pod = r.drainer_pod();
+        assert_locked_down(&what, pod);
+
+        // Spread over nodes (anti-affinity or a hostname spread) and zones, about its own pods.
+        let anti = &pod["affinity"]["podAntiAffinity"];
+        let terms: Vec<&Value> = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| &t["podAffinityTerm"])
+            .chain(
+                anti["requiredDuringSchedulingIgnoredDuringExecution"]
+                    .as_array()
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect();
+        assert!(
+            terms
+                .iter()
+                .any(|t| t["topologyKey"] == "kubernetes.io/hostname"
+                    && selects(&t["labelSelector"], pod_labels)),
+            "{what}: anti-affinity across nodes, selecting its own pods: {anti}"
+        );
+        for spread in pod["topologySpreadConstraints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                selects(&spread["labelSelector"], pod_labels),
+                "{what}: {spread}"
+            );
+        }
+
+        // No toleration that would keep the drainer on a node being drained.
+        for t in pod["tolerations"].as_array().into_iter().flatten() {
+            let key = text(&t["key"]);
+            assert!(
+                key != "rotor.dev/drain" && !(key.is_empty() && t["operator"] == "Exists"),
+                "{what}: toleration {t}"
+            );
+        }
+
+        let pdb = r.get("PodDisruptionBudget", "rotor-drainer");
+        assert!(
+            selects(&pdb["spec"]["selector"], pod_labels),
+            "{what}: {pdb}"
+        );
+        assert!(
+            pdb["spec"]["maxUnavailable"] == 1 || pdb["spec"]["minAvailable"] == 1,
+            "{what}: {pdb}"
+        );
+
+        let container = only_container(pod);
+        let args = args_of(container);
+        assert!(args.iter().any(|a| a == "run"), "{what}: {args:?}");
+        let resources = &container["resources"];
+        for (kind, key) in [
+            ("requests", "cpu"),
+            ("requests", "memory"),
+            ("limits", "memory"),
+        ] {
+            assert!(resources[kind][key].is_string(), "{what}: {kind}.{key}");
+        }
+
+        // The probes reach the admin server's port on /healthz and /readyz (the next test shows
+        // the real binary answering there).
+        let admin = flag_value(&args, "--admin-listen").expect("--admin-listen");
+        let admin_port: i64 = admin.rsplit(':').next().unwrap().parse().unwrap();
+        for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+            let get = &container[probe]["httpGet"];
+            assert_eq!(get["path"], path, "{what}: {probe}");
+            let port = container["ports"]
+                .as_array()
+                .expect("ports")
+                .iter()
+                .find(|p| p["name"] == get["port"] || p["containerPort"] == get["port"])
+                .unwrap_or_else(|| panic!("{what}: {probe} port {} is not declared", get["port"]));
+            assert_eq!(port["containerPort"], admin_port, "{what}: {probe}");
+        }
+
+        // The Lease the binary uses is the one the Role lets it get and update.
+        let env = container_env(container);
+        assert!(
+            env.contains(&("POD_NAME".into(), "rotor-e2e-pod-0".into())),
+            "{what}"
+        );
+        assert!(
+            env.contains(&("POD_NAMESPACE".into(), NAMESPACE.into())),
+            "{what}"
+        );
+        let lease = flag_value(&args, "--lease-name").expect("--lease-name");
+        let role = r.get("Role", "rotor-drainer-leader-election");
+        let rules = role["rules"].as_array().expect("rules");
+        let grants = |verb: &str| {
+            rules.iter().any(|rule| {
+                rule["resources"] == serde_json::json!(["leases"])
+                    && rule["verbs"].as_array().unwrap().iter().any(|v| v == verb)
+                    && rule["resourceNames"]
+                        .as_array()
+                        .is_none_or(|names| names.iter().any(|n| n == lease))
+            })
+        };
+        for verb in ["get", "create", "update"] {
+            assert!(
+                grants(verb),
+                "{what}: Role does not allow {verb} on Lease {lease}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_selector_cronjob_runs_one_bounded_locked_down_run_at_a_time() {
+    for overlay in OVERLAYS {
+        let r = render(overlay);
+        let what = format!("overlay {overlay}, rotor-selector");
+        let cron = &r.get("CronJob", "rotor-selector")["spec"];
+        assert_eq!(cron["concurrencyPolicy"], "Forbid", "{what}");
+        assert_eq!(cron["timeZone"], "Etc/UTC", "{what}");
+        assert!(cron["startingDeadlineSeconds"].as_i64() > Some(0), "{what}");
+        for limit in ["successfulJobsHistoryLimit", "failedJobsHistoryLimit"] {
+            assert!(cron[limit].as_i64().is_some(), "{what}: {limit}");
+        }
+        let job = &cron["jobTemplate"]["spec"];
+        assert!(
+            job["backoffLimit"].as_i64().is_some_and(|b| b <= 3),
+            "{what}"
+        );
+        let deadline = job["activeDeadlineSeconds"]
+            .as_i64()
+            .expect("activeDeadlineSeconds");
+        assert!(deadline > 0, "{what}");
+        let pod = r.selector_pod();
+        assert_eq!(pod["restartPolicy"], "Never", "{what}");
+        assert_locked_down(&what, pod);
+
+        let args = args_of(only_container(pod));
+        let has = |a: &str| args.iter().any(|x| x == a);
+        match overlay {
+            "aws" => {
+                assert!(has("--provider=aws"), "{what}: {args:?}");
+                assert!(
+                    flag_value(&args, "--cluster-name").is_some(),
+                    "{what}: {args:?}"
+                );
+                let annotations =
+                    &r.get("ServiceAccount", "rotor-selector")["metadata"]["annotations"];
+                assert!(
+                    text(&annotations["eks.amazonaws.com/role-arn"]).starts_with("arn:aws:iam::"),
+                    "{what}: IRSA annotation"
+                );
+            }
+            _ => assert!(has("--provider=kubernetes"), "{what}: {args:?}"),
+        }
+        assert_eq!(has("--dry-run"), overlay == "dry-run", "{what}: {args:?}");
+    }
+}
+
+/// `(subcommand, flags)`: the binary's global flags are those before the first positional
+/// argument (the subcommand), which gets the rest.
+fn split_args(args: &[String]) -> (Vec<&str>, Option<&str>, Vec<&str>) {
+    let mut global = Vec::new();
+    let mut sub = None;
+    let mut sub_flags = Vec::new();
+    for arg in args {
+        let name = arg.split('=').next().unwrap();
+        if !arg.starts_with("--") {
+            assert!(
+                sub.is_none(),
+                "one positional argument (the subcommand): {args:?}"
+            );
+            sub = Some(arg.as_str());
+        } else if sub.is_some() {
+            sub_flags.push(name);
+        } else {
+            global.push(name);
+        }
+    }
+    (global, sub, sub_flags)
+}
+
+/// Whether `help` documents `flag` (not merely a longer flag that starts with it).
+fn documents(help: &str, flag: &str) -> bool {
+    help.match_indices(flag).any(|(i, _)| {
+        !help[i + flag.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+    })
+}
+
+fn help(bin: &Path, sub: Option<&str>) -> String {
+    let out = run_with_timeout(
+        Command::new(bin).args(sub).arg("--help").env_clear(),
+        TOOL_TIMEOUT,
+    );
+    assert!(out.status.success(), "{}", describe_output("--help", &out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn every_container_argument_is_a_flag_the_real_binary_accepts_and_validates() {
+    let scratch = TestDir::new("deploy-args");
+    let missing = scratch.join("no-such-kubeconfig");
+    for overlay in OVERLAYS {
+        let r = render(overlay);
+        for (name, pod) in r.pods() {
+            let container = only_container(pod);
+            let bin = binary(&binary_name(container));
+            let args = args_of(container);
+            let what = format!("overlay {overlay}, {name} {}", args.join(" "));
+            let (global, sub, sub_flags) = split_args(&args);
+            let global_help = help(&bin, None);
+            for flag in global {
+                assert!(
+                    documents(&global_help, flag),
+                    "{what}: {name} --help has no {flag}"
+                );
+            }
+            if let Some(sub) = sub {
+                let sub_help = help(&bin, Some(sub));
+                for flag in sub_flags {
+                    assert!(
+                        documents(&sub_help, flag),
+                        "{what}: {name} {sub} --help has no {flag}"
+                    );
+                }
+            }
+
+            // With the rendered arguments and environment, the binary parses and validates its
+            // flags (bad flags exit 2 naming the flag) and only then fails on the missing
+            // kubeconfig, so reaching that error proves the whole command line is accepted.
+            let out = run_with_timeout(
+                Command::new(&bin)
+                    .args(&args)
+                    .env_clear()
+                    .envs(container_env(container))
+                    .env("ROTOR_KUBECONFIG", &missing),
+                TOOL_TIMEOUT,
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let reached = format!("cannot read kubeconfig {}", missing.display());
+            assert!(
+                !out.status.success() && stderr.contains(&reached),
+                "{}",
+                describe_output(&what, &out)
+            );
+        }
+    }
+}
+
+/// A child process killed when the test ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The HTTP status of `GET path` on 127.0.0.1:port; `None` while nothing answers.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split(' ').nth(1)?.parse().ok()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[test]
+fn the_drainer_with_the_rendered_args_serves_its_probes_and_takes_the_lease() {
+    let r = render("kubernetes");
+    let container = only_container(r.drainer_pod());
+    let env = container_env(container);
+    let pod_name = env
+        .iter()
+        .find(|(k, _)| k == "POD_NAME")
+        .expect("POD_NAME")
+        .1
+        .clone();
+    let lease = flag_value(&args_of(container), "--lease-name")
+        .expect("--lease-name")
+        .to_owned();
+    // Only the listen address changes: a free local port instead of the pod's 0.0.0.0:8080.
+    let port = free_port();
+    let args: Vec<String> = args_of(container)
+        .into_iter()
+        .map(|a| {
+            if a.starts_with("--admin-listen=") {
+                format!("--admin-listen=127.0.0.1:{port}")
+            } else {
+                a
+            }
+        })
+        .collect();
+
+    let sim = SimProcess::start(scenario("cluster.yaml"));
+    // The Lease lives in the overlay's Namespace: create it as rendered.
+    let namespace = sim.dir().join("namespace.json");
+    std::fs::write(&namespace, r.get("Namespace", NAMESPACE).to_string()).expect("write");
+    kubectl_ok(
+        &sim,
+        &[
+            "create",
+            "--validate=false",
+            "-f",
+            namespace.to_str().expect("UTF-8 path"),
+        ],
+    );
+    let log_path = sim.dir().join("rotor-drainer.log");
+    let log = std::fs::File::create(&log_path).expect("drainer log");
+    let _drainer = Running(
+        Command::new(binary(&binary_name(container)))
+            .args(&args)
+            .env_clear()
+            .envs(env)
+            .env("ROTOR_KUBECONFIG", sim.kubeconfig())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("rotor-drainer starts"),
+    );
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let path = text(&container[probe]["httpGet"]["path"]);
+        wait_until(
+            &format!(
+                "rotor-drainer to answer 200 on {path} (log: {})",
+                log_path.display()
+            ),
+            Duration::from_secs(30),
+            || match http_status(port, path) {
+                Some(200) => Some(()),
+                Some(404) => panic!("rotor-drainer does not serve {probe} path {path} (404)"),
+                _ => None,
+            },
+        );
+    }
+    wait_until(
+        &format!("{pod_name} to hold Lease {NAMESPACE}/{lease}"),
+        Duration::from_secs(30),
+        || {
+            let out = kubectl_json(&sim, &["get", "leases", "-n", NAMESPACE, "-o", "json"]);
+            out["items"]
+                .as_array()?
+                .iter()
+                .any(|l| {
+                    l["metadata"]["name"] == lease.as_str()
+                        && l["spec"]["holderIdentity"] == pod_name.as_str()
+                })
+                .then_some(())
+        },
+    );
+}
+
+fn drain_tainted_nodes(sim: &SimProcess) -> usize {
+    let nodes = kubectl_json(sim, &["get", "nodes", "-o", "json"]);
+    nodes["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|n| {
+            n["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| t["key"] == "rotor.dev/drain")
+        })
+        .count()
+}
+
+fn run_selector(sim: &SimProcess, overlay: &'static str) -> Vec<String> {
+    let r = render(overlay);
+    let container = only_container(r.selector_pod());
+    let args = args_of(container);
+    let out = run_with_timeout(
+        Command::new(binary(&binary_name(container)))
+            .args(&args)
+            .env_clear()
+            .envs(container_env(container))
+            .env("ROTOR_KUBECONFIG", sim.kubeconfig()),
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output(&format!("overlay {overlay}: rotor-selector"), &out)
+    );
+    args
+}
+
+#[test]
+fn the_dry_run_overlay_taints_nothing_where_the_kubernetes_overlay_taints() {
+    // Every node's kubelet (v1.32.9) is a minor version behind the control plane (v1.33.4).
+    let sim = SimProcess::start(scenario("cluster.yaml"));
+    run_selector(&sim, "dry-run");
+    assert_eq!(drain_tainted_nodes(&sim), 0, "the dry run tainted nodes");
+    let stats = sim.stats();
+    assert!(
+        stats["requests"].get("patch nodes").is_none(),
+        "dry run wrote: {stats}"
+    );
+
+    let args = run_selector(&sim, "kubernetes");
+    let budget: usize = flag_value(&args, "--max-tainted")
+        .expect("--max-tainted")
+        .parse()
+        .expect("--max-tainted is a count");
+    assert_eq!(
+        drain_tainted_nodes(&sim),
+        budget,
+        "{}",
+        kubectl_ok(&sim, &["get", "nodes"])
+    );
+}
+
+/// Output lines of `kubernetes-validate`, or `None` (after saying why) when it is not installed
+/// and this is not CI.
+fn kubernetes_validate(args: &[&str], file: &Path) -> Option<(bool, String)> {
+    let out = Command::new("kubernetes-validate")
+        .args(args)
+        .arg(file)
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Ok(out) => {
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            Some((out.status.success(), text))
+        }
+        Err(e) if std::env::var_os("CI").is_some() => {
+            panic!(
+                "kubernetes-validate cannot run ({e}); CI installs it: pip install kubernetes-validate"
+            )
+        }
+        Err(e) => {
+            eprintln!(
+                "skipping schema validation: kubernetes-validate cannot run ({e}); \
+                 python3 -m pip install kubernetes-validate"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn every_overlay_validates_against_the_kubernetes_schemas() {
+    let scratch = TestDir::new("deploy-validate");
+    for overlay in OVERLAYS {
+        let r = render(overlay);
+        let file: PathBuf = scratch.join(format!("{overlay}.yaml"));
+        std::fs::write(&file, &r.yaml).expect("write the rendered overlay");
+        for version in SCHEMA_VERSIONS {
+            let Some((ok, output)) = kubernetes_validate(&["--strict", "-k", version], &file)
+            else {
+                return;
+            };
+            // A wrong apiVersion or kind is only a warning ("Couldn't find schema") with exit
+            // status 0, so warnings fail the test too, and every object must have passed.
+            let passed = output
+                .lines()
+                .filter(|l| l.contains(" passed for resource "))
+                .count();
+            assert!(
+                ok && !output.contains("WARN")
+                    && !output.contains("ERROR")
+                    && passed == r.objects.len(),
+                "overlay {overlay} against Kubernetes {version}: {passed} of {} objects passed\n{output}",
+                r.objects.len()
+            );
+        }
+    }
+}
+
+/// IAM statements by Sid, with `Action` always a sorted list.
+fn statements(docs: &[Value]) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for doc in docs {
+        let list = match doc.get("Statement") {
+            Some(Value::Array(list)) => list.clone(),
+            _ => vec![doc.clone()],
+        };
+        for mut s in list {
+            let mut actions: Vec<String> = match &s["Action"] {
+                Value::String(a) => vec![a.clone()],
+                Value::Array(a) => a.iter().map(|v| text(v).to_owned()).collect(),
+                other => panic!("Action {other}"),
+            };
+            actions.sort();
+            s["Action"] = serde_json::json!(actions);
+            out.insert(text(&s["Sid"]).to_owned(), s);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_iam_policies_beside_the_aws_overlay_say_what_the_readme_says() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    let blocks: Vec<Value> = readme
+        .split("```json\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("\n```").next())
+        .filter(|block| block.contains("RotorSelector"))
+        .map(|block| serde_json::from_str(block).expect("README's IAM JSON parses"))
+        .collect();
+    let documented = statements(&blocks);
+    assert!(
+        documented.len() >= 3,
+        "the README's IAM section (```json blocks with RotorSelector statements) was not found"
+    );
+
+    let dir = workspace_root().join("deploy/overlays/aws");
+    let read = |name: &str| -> Value {
+        let path = dir.join(name);
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("policy"))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(doc["Version"], "2012-10-17", "{}", path.display());
+        doc
+    };
+    let selector = statements(&[read("iam-selector-policy.json")]);
+    let retire = statements(&[read("iam-selector-retire-policy.json")]);
+    // The read path never terminates; --retire-drained's policy only terminates.
+    for s in selector.values() {
+        assert!(!s["Action"].to_string().contains("Terminate"), "{s}");
+    }
+    for s in retire.values() {
+        assert_eq!(
+            s["Action"],
+            serde_json::json!(["autoscaling:TerminateInstanceInAutoScalingGroup"])
+        );
+    }
+    let mut shipped = selector;
+    shipped.extend(retire);
+    assert_eq!(
+        shipped, documented,
+        "deploy/overlays/aws/*.json and README.md disagree"
+    );
+}
+
+#[test]
+fn the_containers_run_binaries_the_dockerfile_builds_and_installs_as_its_user() {
+    let dockerfile =
+        std::fs::read_to_string(workspace_root().join("Dockerfile")).expect("Dockerfile");
+    let built: BTreeSet<&str> = dockerfile
+        .lines()
+        .filter(|l| l.contains("cargo build"))
+        .flat_map(|l| l.split(" -p ").skip(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    let installed: BTreeSet<&str> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("COPY --from=") && l.trim_end().ends_with(" /usr/local/bin/"))
+        .flat_map(|l| l.split_whitespace().skip(2))
+        .filter(|w| *w != "/usr/local/bin/")
+        .filter_map(|src| src.rsplit('/').next())
+        .collect();
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("the final stage sets USER");
+    let uid: i64 = user
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("a numeric USER");
+    assert_eq!(uid, NONROOT_UID, "Dockerfile USER");
+
+    for overlay in OVERLAYS {
+        let r = render(overlay);
+        for (name, pod) in r.pods() {
+            let bin = binary_name(only_container(pod));
+            assert!(
+                built.contains(bin.as_str()),
+                "{name}: Dockerfile builds {built:?}"
+            );
+            assert!(
+                installed.contains(bin.as_str()),
+                "{name}: Dockerfile installs {installed:?}"
+            );
+        }
+    }
+}

@@ -657,10 +657,15 @@ mod tests {
         /// The verdict for an m6i.large instance on lt-0abc version `instance_version` in a
         /// group using lt-0abc at `group_version`.
         fn template_verdict(&self, group_version: Option<&str>, instance_version: &str) -> Verdict {
-            self.verdict(template_group(
-                lt(group_version),
+            self.in_template_group(
+                group_version,
                 lt_instance("i-0aaa", "m6i.large", "lt-0abc", instance_version),
-            ))
+            )
+        }
+
+        /// The verdict for `instance` in a group using lt-0abc at `group_version`.
+        fn in_template_group(&self, group_version: Option<&str>, instance: Value) -> Verdict {
+            self.verdict(template_group(lt(group_version), instance))
         }
 
         /// The verdict for the first instance of a group built from `group_json`.
@@ -843,10 +848,10 @@ mod tests {
         // The template was deleted and recreated under the same name: only the new one is described.
         let f = Fixture::new();
         assert_eq!(
-            f.verdict(template_group(
-                lt(Some("$Latest")),
+            f.in_template_group(
+                Some("$Latest"),
                 lt_instance("i-0aaa", "m6i.large", "lt-0old", "5")
-            )),
+            ),
             drift(
                 DrainReason::LaunchTemplate,
                 "instance runs lt-0old (workers), group wants lt-0abc (workers)"
@@ -1409,10 +1414,10 @@ mod tests {
         );
         // Version drift wins over image drift.
         assert_eq!(
-            f.verdict(template_group(
-                lt(Some("$Latest")),
+            f.in_template_group(
+                Some("$Latest"),
                 lt_instance("i-0bbb", "m6i.large", "lt-0abc", "4")
-            )),
+            ),
             drift(
                 DrainReason::LaunchTemplateVersion,
                 "lt-0abc: instance version 4, group wants 5 ($Latest)"
@@ -1424,10 +1429,10 @@ mod tests {
     fn image_rule_fails_safe_on_missing_data() {
         let f = Fixture::new().with_image_rule();
         assert_eq!(
-            f.verdict(template_group(
-                lt(Some("$Latest")),
+            f.in_template_group(
+                Some("$Latest"),
                 lt_instance("i-0ccc", "m6i.large", "lt-0abc", "5")
-            )),
+            ),
             skip(SkipReason::InstanceDetailsMissing {
                 instance: "i-0ccc".into()
             })

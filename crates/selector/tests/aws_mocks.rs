@@ -447,21 +447,43 @@ fn aws_provider(args: &[&str], clients: AwsClients) -> (SelectorConfig, Provider
     )
 }
 
+/// Mocks of every Describe call for `groups` groups of `per_group` instances over `templates`
+/// templates (see [`group`]), the groups answered `group_page` a page.
+struct MockFleet {
+    groups: (Handler, Counter),
+    templates: (Handler, Counter),
+    versions: (Handler, Counter),
+    instances: (Handler, Counter),
+}
+
+impl MockFleet {
+    fn new(groups: usize, per_group: usize, templates: usize, group_page: usize) -> MockFleet {
+        MockFleet {
+            groups: groups_mock(
+                (0..groups)
+                    .map(|g| group(g, per_group, templates))
+                    .collect(),
+                group_page,
+            ),
+            templates: templates_mock(templates),
+            versions: versions_mock(),
+            instances: instances_mock(instance_ids(groups, per_group)),
+        }
+    }
+
+    fn clients(&self) -> AwsClients {
+        clients(
+            &[&self.groups.0],
+            &[&self.templates.0, &self.versions.0, &self.instances.0],
+        )
+    }
+}
+
 #[tokio::test]
 async fn groups_and_instances_are_paged_across_next_token() {
-    let groups: Vec<_> = (0..5).map(|g| group(g, 3, 2)).collect();
-    let ids: Vec<String> = (0..5)
-        .flat_map(|g| (0..3).map(move |i| instance_id(g, i)))
-        .collect();
-    let ((g, g_calls), (t, _), (v, _), (i, _)) = (
-        groups_mock(groups, 2),
-        templates_mock(2),
-        versions_mock(),
-        instances_mock(ids),
-    );
-    let clients = clients(&[&g], &[&t, &v, &i]);
+    let fleet = MockFleet::new(5, 3, 2, 2);
     let mut calls = ApiCalls::default();
-    let snapshot = fetch_snapshot(&clients, &config(true), &mut calls)
+    let snapshot = fetch_snapshot(&fleet.clients(), &config(true), &mut calls)
         .await
         .unwrap();
     assert_eq!(snapshot.groups.len(), 5);
@@ -470,29 +492,19 @@ async fn groups_and_instances_are_paged_across_next_token() {
     assert_eq!(calls.get(AWS, op::DESCRIBE_TEMPLATES), 1, "{calls}");
     assert_eq!(calls.get(AWS, op::DESCRIBE_TEMPLATE_VERSIONS), 2, "{calls}");
     assert_eq!(calls.get(AWS, op::DESCRIBE_INSTANCES), 1, "{calls}");
-    assert_eq!(g_calls.get(), 3);
+    assert_eq!(fleet.groups.1.get(), 3);
 }
 
 #[tokio::test]
 async fn instances_page_across_next_token() {
-    let groups: Vec<_> = (0..3).map(|g| group(g, 900, 1)).collect();
-    let ids: Vec<String> = (0..3)
-        .flat_map(|g| (0..900).map(move |i| instance_id(g, i)))
-        .collect();
-    let ((g, _), (t, _), (v, _), (i, i_calls)) = (
-        groups_mock(groups, 100),
-        templates_mock(1),
-        versions_mock(),
-        instances_mock(ids),
-    );
-    let clients = clients(&[&g], &[&t, &v, &i]);
+    let fleet = MockFleet::new(3, 900, 1, 100);
     let mut calls = ApiCalls::default();
-    let snapshot = fetch_snapshot(&clients, &config(true), &mut calls)
+    let snapshot = fetch_snapshot(&fleet.clients(), &config(true), &mut calls)
         .await
         .unwrap();
     assert_eq!(snapshot.instance_details.as_ref().unwrap().len(), 2700);
     assert_eq!(calls.get(AWS, op::DESCRIBE_INSTANCES), 3, "{calls}");
-    assert_eq!(i_calls.get(), 3);
+    assert_eq!(fleet.instances.1.get(), 3);
 }
 
 #[tokio::test]
@@ -592,19 +604,11 @@ async fn call_plan_at_5000_instances_in_50_groups() {
     const GROUPS: usize = 50;
     const PER_GROUP: usize = 100;
     const TEMPLATES: usize = 5;
-    let groups: Vec<_> = (0..GROUPS)
-        .map(|g| group(g, PER_GROUP, TEMPLATES))
-        .collect();
-    let ids: Vec<String> = (0..GROUPS)
-        .flat_map(|g| (0..PER_GROUP).map(move |i| instance_id(g, i)))
-        .collect();
-
     // Config drift only.
-    let ((g, _), (t, _)) = (groups_mock(groups.clone(), 100), templates_mock(TEMPLATES));
-    let clients_a = clients(&[&g], &[&t]);
+    let fleet = MockFleet::new(GROUPS, PER_GROUP, TEMPLATES, 100);
     let mut calls = ApiCalls::default();
     let started = std::time::Instant::now();
-    let snapshot = fetch_snapshot(&clients_a, &config(false), &mut calls)
+    let snapshot = fetch_snapshot(&fleet.clients(), &config(false), &mut calls)
         .await
         .unwrap();
     let fleet = judge_snapshot(&snapshot, &config(false), jiff::Timestamp::now()).fleet;
@@ -627,23 +631,18 @@ async fn call_plan_at_5000_instances_in_50_groups() {
     assert_eq!(calls.get(AWS, op::DESCRIBE_TEMPLATES), 1);
 
     // The same fleet in pages of 25 groups: still within 3.
-    let ((g, _), (t, _)) = (groups_mock(groups.clone(), 25), templates_mock(TEMPLATES));
     let mut calls = ApiCalls::default();
-    fetch_snapshot(&clients(&[&g], &[&t]), &config(false), &mut calls)
+    let paged = MockFleet::new(GROUPS, PER_GROUP, TEMPLATES, 25);
+    fetch_snapshot(&paged.clients(), &config(false), &mut calls)
         .await
         .unwrap();
     assert_eq!(calls.total(AWS), 3, "{calls}");
 
     // With the image rule.
-    let ((g, _), (t, _), (v, _), (i, _)) = (
-        groups_mock(groups, 100),
-        templates_mock(TEMPLATES),
-        versions_mock(),
-        instances_mock(ids),
-    );
     let mut calls = ApiCalls::default();
     let started = std::time::Instant::now();
-    let snapshot = fetch_snapshot(&clients(&[&g], &[&t, &v, &i]), &config(true), &mut calls)
+    let image = MockFleet::new(GROUPS, PER_GROUP, TEMPLATES, 100);
+    let snapshot = fetch_snapshot(&image.clients(), &config(true), &mut calls)
         .await
         .unwrap();
     let fleet = judge_snapshot(&snapshot, &config(true), jiff::Timestamp::now()).fleet;

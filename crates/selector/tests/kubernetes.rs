@@ -20,6 +20,13 @@ fn flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     all
 }
 
+/// Runs the binary with the Kubernetes provider, JSON output and `extra`; it must exit 0.
+async fn select(cluster: &TestCluster, extra: &[&str]) -> common::SelectorRun {
+    let run = cluster.run(&flags(extra)).await;
+    assert_eq!(run.code, 0, "{extra:?}: {}", run.stderr);
+    run
+}
+
 fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
     expected
         .iter()
@@ -34,8 +41,7 @@ async fn a_control_plane_bump_taints_the_oldest_lagging_kubelets_within_budget()
     let cluster = TestCluster::start_fleet().await;
 
     // Same minor version everywhere: nothing to do.
-    let run = cluster.run(&flags(&[])).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &[]).await;
     assert!(
         run.actions().iter().all(|(_, a)| a == "keep"),
         "{:?}",
@@ -135,8 +141,7 @@ async fn a_control_plane_bump_taints_the_oldest_lagging_kubelets_within_budget()
 
     // A percentage: 50% of 6 nodes = 3 at once, and old-0 already counts, so two more. Zone b has
     // no tainted node yet, so its oldest (old-1) goes first; then old-2, older than old-3.
-    let run = cluster.run(&flags(&["--max-tainted", "50%"])).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &["--max-tainted", "50%"]).await;
     assert_eq!(
         run.actions(),
         pairs(&[
@@ -163,8 +168,7 @@ async fn a_control_plane_bump_taints_the_oldest_lagging_kubelets_within_budget()
     let patches = cluster.requests("patch nodes");
     let events = cluster.requests("create events");
     let old0 = cluster.rotor_annotations("old-0").await;
-    let run = cluster.run(&flags(&["--max-tainted", "50%"])).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &["--max-tainted", "50%"]).await;
     assert!(
         run.actions().iter().all(|(_, a)| a == "keep"),
         "{:?}",
@@ -210,10 +214,7 @@ plan: taint=2 untaint=0 keep=4 skip=0 retire=0; writes: applied=0 dropped=0 fail
 "
     );
 
-    let run = cluster
-        .run(&flags(&["--dry-run", "--max-tainted", "2"]))
-        .await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &["--dry-run", "--max-tainted", "2"]).await;
     assert_eq!(run.json()["dryRun"], true);
     assert_eq!(
         run.node("old-1")["result"],
@@ -237,8 +238,7 @@ async fn c_rollback_untaints_unless_the_drain_started_or_the_taint_is_manual() {
     // Somebody drains old-2 by hand.
     cluster.mark("old-2", Some(("manual", "NoSchedule")), &[]);
     cluster.set_control_plane("v1.34.1").await;
-    let run = cluster.run(&flags(&["--max-tainted", "10"])).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &["--max-tainted", "10"]).await;
     assert_eq!(
         cluster.tainted().await,
         ["old-0", "old-1", "old-2", "old-3"]
@@ -250,8 +250,7 @@ async fn c_rollback_untaints_unless_the_drain_started_or_the_taint_is_manual() {
     // The control-plane upgrade is rolled back.
     cluster.set_control_plane("v1.33.4").await;
     let patches = cluster.requests("patch nodes");
-    let run = cluster.run(&flags(&["--max-tainted", "10"])).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &["--max-tainted", "10"]).await;
     assert_eq!(
         run.actions(),
         pairs(&[
@@ -336,8 +335,7 @@ async fn c_rollback_untaints_unless_the_drain_started_or_the_taint_is_manual() {
 
     // And again: nothing left to do.
     let patches = cluster.requests("patch nodes");
-    let run = cluster.run(&flags(&["--max-tainted", "10"])).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &["--max-tainted", "10"]).await;
     assert_eq!(run.json()["summary"]["untaint"], 0);
     assert_eq!(cluster.requests("patch nodes"), patches);
     cluster.stop().await;
@@ -349,17 +347,18 @@ async fn d_node_selector_restricts_the_nodes_considered() {
     cluster.set_control_plane("v1.34.1").await;
 
     // Percentages are of the selected nodes: 50% of the 2 nodes in zone b is 1.
-    let run = cluster
-        .run(&flags(&[
+    let run = select(
+        &cluster,
+        &[
             "--node-selector",
             "topology.kubernetes.io/zone=us-east-1b",
             "--max-tainted",
             "50%",
             "--taint-effect",
             "PreferNoSchedule",
-        ]))
-        .await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+        ],
+    )
+    .await;
     assert_eq!(
         run.actions(),
         pairs(&[("old-1", "taint"), ("old-3", "keep")])
@@ -381,24 +380,22 @@ async fn d_node_selector_restricts_the_nodes_considered() {
     );
 
     // Set-based requirements too.
-    let run = cluster
-        .run(&flags(&[
+    let run = select(
+        &cluster,
+        &[
             "--dry-run",
             "--node-selector",
             "sim.rotor.dev/node-group in (old),topology.kubernetes.io/zone notin (us-east-1b)",
-        ]))
-        .await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+        ],
+    )
+    .await;
     assert_eq!(
         run.actions(),
         pairs(&[("old-0", "taint"), ("old-2", "keep")])
     );
 
     // Nothing matches: an empty plan is a completed run.
-    let run = cluster
-        .run(&flags(&["--node-selector", "team=nobody"]))
-        .await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &["--node-selector", "team=nobody"]).await;
     assert_eq!(run.json()["nodes"], json!([]));
     cluster.stop().await;
 }
@@ -411,8 +408,7 @@ async fn e_do_not_disrupt_nodes_are_skipped() {
     cluster.mark("old-1", None, &[("rotor.dev/do-not-disrupt", "True")]);
     cluster.set_control_plane("v1.34.1").await;
 
-    let run = cluster.run(&flags(&["--max-tainted", "2"])).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &["--max-tainted", "2"]).await;
     assert_eq!(
         run.actions(),
         pairs(&[
@@ -548,12 +544,15 @@ async fn f_bad_flags_exit_2_before_any_request() {
 /// selector's read and its write.
 const LATENCY: u64 = 300;
 
-#[tokio::test]
-async fn g_a_conflicting_write_is_reread_rechecked_and_retried() {
-    let cluster = TestCluster::start_fleet().await;
+/// With the control plane at v1.34.1 and every request slowed by [`LATENCY`], runs the selector
+/// (`--max-tainted 1`, so it patches old-0), makes `change` while its first patch is in flight,
+/// and returns the run, which must exit 0.
+async fn with_a_write_in_flight(
+    cluster: &TestCluster,
+    change: impl FnOnce(),
+) -> common::SelectorRun {
     cluster.set_control_plane("v1.34.1").await;
     cluster.faults(json!({"latencyMs": LATENCY})).await;
-
     let child = cluster.spawn(&flags(&["--max-tainted", "1"]));
     wait_until(
         "the selector's first patch",
@@ -561,15 +560,25 @@ async fn g_a_conflicting_write_is_reread_rechecked_and_retried() {
         || cluster.requests("patch nodes") >= 1,
     )
     .await;
-    // Another writer changes old-0 while the selector's patch is in flight.
-    cluster.modify_node("old-0", |n| {
-        n.metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert("team".into(), "web".into());
-    });
+    change();
     let run = wait(child).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
+    run
+}
+
+#[tokio::test]
+async fn g_a_conflicting_write_is_reread_rechecked_and_retried() {
+    let cluster = TestCluster::start_fleet().await;
+    // Another writer changes old-0 while the selector's patch is in flight.
+    let run = with_a_write_in_flight(&cluster, || {
+        cluster.modify_node("old-0", |n| {
+            n.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert("team".into(), "web".into());
+        })
+    })
+    .await;
     assert_eq!(
         run.node("old-0")["result"],
         json!({"outcome": "applied", "attempts": 2, "message": null})
@@ -593,20 +602,11 @@ async fn g_a_conflicting_write_is_reread_rechecked_and_retried() {
 #[tokio::test]
 async fn g_a_write_that_no_longer_applies_after_a_conflict_is_dropped() {
     let cluster = TestCluster::start_fleet().await;
-    cluster.set_control_plane("v1.34.1").await;
-    cluster.faults(json!({"latencyMs": LATENCY})).await;
-
-    let child = cluster.spawn(&flags(&["--max-tainted", "1"]));
-    wait_until(
-        "the selector's first patch",
-        Duration::from_secs(30),
-        || cluster.requests("patch nodes") >= 1,
-    )
-    .await;
     // Somebody taints old-0 by hand meanwhile.
-    cluster.mark("old-0", Some(("manual", "NoSchedule")), &[]);
-    let run = wait(child).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = with_a_write_in_flight(&cluster, || {
+        cluster.mark("old-0", Some(("manual", "NoSchedule")), &[])
+    })
+    .await;
     assert_eq!(
         run.node("old-0")["result"],
         json!({"outcome": "dropped", "attempts": 1, "message":
@@ -631,11 +631,7 @@ async fn g_a_write_that_no_longer_applies_after_a_conflict_is_dropped() {
 async fn g_failed_writes_exit_1_naming_the_node() {
     let cluster = TestCluster::start_fleet().await;
     cluster.set_control_plane("v1.34.1").await;
-    cluster
-        .faults(
-            json!({"errors": [{"verb": "patch", "resource": "nodes", "rate": 1.0, "code": 500}]}),
-        )
-        .await;
+    cluster.fail_requests("patch", "nodes", 500).await;
 
     let run = cluster.run(&flags(&["--max-tainted", "2"])).await;
     assert_eq!(run.code, 1, "{}", run.stderr);
@@ -655,11 +651,7 @@ async fn g_failed_writes_exit_1_naming_the_node() {
     assert_eq!(cluster.requests("create events"), 0);
 
     // A failed look-up fails the run before anything is written.
-    cluster
-        .faults(
-            json!({"errors": [{"verb": "list", "resource": "nodes", "rate": 1.0, "code": 500}]}),
-        )
-        .await;
+    cluster.fail_requests("list", "nodes", 500).await;
     let patches = cluster.requests("patch nodes");
     let run = cluster.run(&flags(&["--max-tainted", "2"])).await;
     assert_eq!(run.code, 1, "{}", run.stderr);
@@ -679,11 +671,7 @@ async fn g_failed_writes_exit_1_naming_the_node() {
 async fn g_an_unavailable_api_server_is_retried_briefly_then_the_run_fails() {
     let cluster = TestCluster::start_fleet().await;
     cluster.set_control_plane("v1.34.1").await;
-    cluster
-        .faults(
-            json!({"errors": [{"verb": "patch", "resource": "nodes", "rate": 1.0, "code": 503}]}),
-        )
-        .await;
+    cluster.fail_requests("patch", "nodes", 503).await;
 
     let started = std::time::Instant::now();
     let run = cluster.run(&flags(&["--max-tainted", "1"])).await;
@@ -706,10 +694,7 @@ async fn h_max_age_and_per_group_budgets() {
     let cluster = TestCluster::start_fleet().await;
 
     // Control plane unchanged: only age matters. new-0 (60d) and new-1 (50d) are too old.
-    let run = cluster
-        .run(&flags(&["--max-age", "45d", "--max-tainted", "1"]))
-        .await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = select(&cluster, &["--max-age", "45d", "--max-tainted", "1"]).await;
     let new0 = run.node("new-0");
     assert_eq!(
         (
@@ -731,17 +716,18 @@ async fn h_max_age_and_per_group_budgets() {
 
     // Per group: at most one tainted node in each group, whatever the global budget.
     cluster.set_control_plane("v1.34.1").await;
-    let run = cluster
-        .run(&flags(&[
+    let run = select(
+        &cluster,
+        &[
             "--max-age",
             "45d",
             "--max-tainted",
             "10",
             "--max-tainted-per-group",
             "1",
-        ]))
-        .await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+        ],
+    )
+    .await;
     // Zone a already has new-0 tainted, so zone b's oldest (old-1) takes group old's one slot.
     assert_eq!(
         run.actions(),

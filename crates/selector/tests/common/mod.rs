@@ -227,6 +227,15 @@ impl TestCluster {
         );
     }
 
+    /// Makes every `verb resource` request fail with `code`, through the admin API (replacing
+    /// the faults set before).
+    pub async fn fail_requests(&self, verb: &str, resource: &str, code: u16) {
+        self.faults(
+            json!({"errors": [{"verb": verb, "resource": resource, "rate": 1.0, "code": code}]}),
+        )
+        .await;
+    }
+
     /// Sets what `/version` reports, through the admin API.
     pub async fn set_control_plane(&self, version: &str) {
         self.admin_post("control-plane-version", json!({ "version": version }))

@@ -7,7 +7,9 @@
 //!
 //! - [`binary`]: the path of a workspace binary built next to the test executable.
 //! - [`SimProcess`]: a `rotor-sim serve` child on a free port, with its kubeconfig, its log, the
-//!   `/sim/v1` admin API ([`SimProcess::stats`], [`SimProcess::post`]), killed on drop.
+//!   `/sim/v1` admin API ([`SimProcess::stats`], [`SimProcess::post`]), killed on drop; with
+//!   [`SimOptions`], enforcing RBAC with a kubeconfig per ServiceAccount.
+//! - [`kustomize`]: `kubectl kustomize` of a `deploy/` directory.
 //! - [`kubectl`], [`kubectl_ok`], [`kubectl_json`]: real `kubectl` pointed at a simulator.
 //! - [`run_with_timeout`]: run any command, killing it if it hangs.
 //! - [`TestDir`]: a unique scratch directory, kept when a test fails.
@@ -163,6 +165,34 @@ pub struct SimProcess {
     kubeconfig: PathBuf,
     log: PathBuf,
     dir: TestDir,
+    kubeconfig_dir: Option<PathBuf>,
+}
+
+/// What [`SimProcess::start_with`] adds to a plain [`SimProcess::start`].
+#[derive(Clone, Debug, Default)]
+pub struct SimOptions {
+    /// `--authorization <file>`: enforce the RBAC of this YAML stream (e.g. [`kustomize`]'s
+    /// output), with `--kubeconfig-dir <dir>/kubeconfigs` for
+    /// [`SimProcess::service_account_kubeconfig`].
+    pub authorization: Option<PathBuf>,
+}
+
+/// `kubectl kustomize <dir>` (a directory relative to the workspace root, e.g.
+/// `deploy/overlays/kubernetes`): the rendered multi-document YAML. Panics if it fails.
+pub fn kustomize(dir: &str) -> String {
+    let out = run_with_timeout(
+        Command::new(kubectl_path())
+            .arg("kustomize")
+            .arg(workspace_root().join(dir))
+            .env_remove("KUBECONFIG"),
+        KUBECTL_TIMEOUT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output(&format!("kubectl kustomize {dir}"), &out)
+    );
+    String::from_utf8(out.stdout).expect("kustomize prints UTF-8")
 }
 
 impl SimProcess {
@@ -172,6 +202,11 @@ impl SimProcess {
     /// Panics, with the simulator's exit status and log, if it exits or does not print that
     /// line within [`SIM_START_TIMEOUT`].
     pub fn start(scenario: impl AsRef<Path>) -> SimProcess {
+        SimProcess::start_with(scenario, SimOptions::default())
+    }
+
+    /// [`SimProcess::start`] with options (see [`SimOptions`]).
+    pub fn start_with(scenario: impl AsRef<Path>, options: SimOptions) -> SimProcess {
         let scenario = scenario.as_ref();
         let label = scenario
             .file_stem()
@@ -182,8 +217,19 @@ impl SimProcess {
         let log = dir.join("rotor-sim.log");
         let stderr =
             File::create(&log).unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
-        let mut child = Command::new(binary("rotor-sim"))
-            .arg("serve")
+        let mut cmd = Command::new(binary("rotor-sim"));
+        cmd.arg("serve");
+        let kubeconfig_dir = options
+            .authorization
+            .as_ref()
+            .map(|_| dir.join("kubeconfigs"));
+        if let (Some(policy), Some(kdir)) = (&options.authorization, &kubeconfig_dir) {
+            cmd.arg("--authorization")
+                .arg(policy)
+                .arg("--kubeconfig-dir")
+                .arg(kdir);
+        }
+        let mut child = cmd
             .arg("--scenario")
             .arg(scenario)
             .args(["--listen", "127.0.0.1:0"])
@@ -262,7 +308,25 @@ impl SimProcess {
             kubeconfig,
             log,
             dir,
+            kubeconfig_dir,
         }
+    }
+
+    /// The kubeconfig of a ServiceAccount of the policy this simulator enforces
+    /// (`<namespace>.<name>.kubeconfig` under `--kubeconfig-dir`). Panics when the simulator was
+    /// started without [`SimOptions::authorization`] or the policy has no such account.
+    pub fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
+        let dir = self
+            .kubeconfig_dir
+            .as_ref()
+            .expect("the simulator was started without SimOptions::authorization");
+        let path = dir.join(format!("{namespace}.{name}.kubeconfig"));
+        assert!(
+            path.is_file(),
+            "no kubeconfig for ServiceAccount {namespace}/{name} at {}: is it in the policy?",
+            path.display()
+        );
+        path
     }
 
     /// The base URL, e.g. `http://127.0.0.1:41234`.

@@ -2,7 +2,8 @@
 //! actions that a cloud or an operator would take (raise the control-plane version, change a
 //! node group's template), and fault injection.
 //!
-//! - `GET  /sim/v1/stats`
+//! - `GET  /sim/v1/stats` (with `authorization`: 403 and 401 counts and the last denials, when
+//!   a policy is enforced)
 //! - `POST /sim/v1/control-plane-version` `{"version": "v1.34.1"}`
 //! - `POST /sim/v1/node-groups/{name}/template` with template fields to change, e.g.
 //!   `{"kubeletVersion": "v1.34.1", "image": "ami-..."}`
@@ -154,12 +155,19 @@ pub fn snapshot(c: &Cluster) -> Value {
 }
 
 async fn stats(State(sim): State<Arc<Sim>>) -> Response {
-    let c = sim.cluster.lock().expect("cluster lock");
-    Json(snapshot(&c)).into_response()
+    let mut out = snapshot(&sim.cluster.lock().expect("cluster lock"));
+    // Present only when a policy is enforced: what it refused.
+    if let Some(a) = &sim.authz {
+        out["authorization"] = a.stats_json();
+    }
+    Json(out).into_response()
 }
 
 async fn reset_stats(State(sim): State<Arc<Sim>>) -> Response {
     sim.cluster.lock().expect("cluster lock").stats = Default::default();
+    if let Some(a) = &sim.authz {
+        a.reset_stats();
+    }
     StatusCode::NO_CONTENT.into_response()
 }
 

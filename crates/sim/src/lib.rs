@@ -13,6 +13,7 @@ pub mod admin;
 pub mod api;
 pub mod cluster;
 pub mod kinds;
+pub mod authz;
 pub mod scenario;
 pub mod seed;
 pub mod server;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use rotor_core::telemetry::{self, LogArgs};
+use rotor_sim::authz::Authz;
 use rotor_sim::scenario::Scenario;
 
 #[derive(Parser)]
@@ -37,6 +38,17 @@ enum Command {
         /// Write a kubeconfig pointing at the simulator to this path.
         #[arg(long, env = "ROTOR_SIM_KUBECONFIG_OUT")]
         kubeconfig_out: Option<PathBuf>,
+        /// Enforce RBAC from this multi-document YAML file (e.g. the output of `kubectl
+        /// kustomize deploy/overlays/kubernetes`): its ServiceAccounts get tokens, its Roles,
+        /// ClusterRoles and bindings decide what they may do. The admin kubeconfig's token, and
+        /// a request without a token (kubectl sends none to http://), may do everything; an
+        /// unknown token gets 401. Off by default: every request is served.
+        #[arg(long, env = "ROTOR_SIM_AUTHORIZATION")]
+        authorization: Option<PathBuf>,
+        /// With --authorization: write `admin.kubeconfig` and one
+        /// `<namespace>.<name>.kubeconfig` per ServiceAccount into this directory.
+        #[arg(long, env = "ROTOR_SIM_KUBECONFIG_DIR", requires = "authorization")]
+        kubeconfig_dir: Option<PathBuf>,
     },
     /// Check a scenario file and print what it would create, without serving.
     Check {
@@ -72,9 +84,18 @@ fn main() -> ExitCode {
             scenario,
             listen,
             kubeconfig_out,
+            authorization,
+            kubeconfig_dir,
         } => {
             let s = match Scenario::load(&scenario) {
                 Ok(s) => s,
+                Err(e) => {
+                    eprintln!("rotor-sim: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let authz = match authorization.as_deref().map(Authz::load).transpose() {
+                Ok(a) => a.map(std::sync::Arc::new),
                 Err(e) => {
                     eprintln!("rotor-sim: {e}");
                     return ExitCode::from(2);
@@ -84,15 +105,24 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .expect("tokio runtime");
-            rt.block_on(serve(s, listen, kubeconfig_out))
+            rt.block_on(serve(s, listen, kubeconfig_out, authz, kubeconfig_dir))
         }
     }
 }
 
-async fn serve(s: Scenario, listen: SocketAddr, kubeconfig_out: Option<PathBuf>) -> ExitCode {
+async fn serve(
+    s: Scenario,
+    listen: SocketAddr,
+    kubeconfig_out: Option<PathBuf>,
+    authz: Option<std::sync::Arc<Authz>>,
+    kubeconfig_dir: Option<PathBuf>,
+) -> ExitCode {
     let token = rotor_core::shutdown::shutdown_token();
     let started = std::time::Instant::now();
-    let running = match rotor_sim::server::start(&s, listen, token.clone()).await {
+    let options = rotor_sim::server::StartOptions {
+        authorization: authz.clone(),
+    };
+    let running = match rotor_sim::server::start_with(&s, listen, token.clone(), options).await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("rotor-sim: cannot listen on {listen}: {e}");
@@ -110,6 +140,25 @@ async fn serve(s: Scenario, listen: SocketAddr, kubeconfig_out: Option<PathBuf>)
         running.stop().await;
         return ExitCode::from(1);
     }
+    if let Some(a) = &authz {
+        for w in a.warnings() {
+            tracing::warn!("{w}");
+        }
+        tracing::info!(
+            service_accounts = a.service_accounts().len(),
+            "authorization enforced"
+        );
+    }
+    if let (Some(dir), Some(a)) = (&kubeconfig_dir, &authz)
+        && let Err(e) = a.write_kubeconfigs(dir, &url)
+    {
+        eprintln!(
+            "rotor-sim: cannot write kubeconfigs to {}: {e}",
+            dir.display()
+        );
+        running.stop().await;
+        return ExitCode::from(1);
+    }
     let (nodes, pods) = {
         let c = running.sim.cluster.lock().expect("cluster lock");
         (c.nodes.len(), c.pods.len())
@@ -119,6 +168,13 @@ async fn serve(s: Scenario, listen: SocketAddr, kubeconfig_out: Option<PathBuf>)
     println!("listening on {url}");
     if let Some(path) = &kubeconfig_out {
         println!("kubeconfig written to {}", path.display());
+    }
+    if let (Some(dir), Some(a)) = (&kubeconfig_dir, &authz) {
+        println!(
+            "kubeconfigs for the admin and {} service accounts written to {}",
+            a.service_accounts().len(),
+            dir.display()
+        );
     }
     token.cancelled().await;
     tracing::info!("shutting down");

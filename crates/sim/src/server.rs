@@ -100,10 +100,16 @@ pub struct Sim {
     pub drop_tx: watch::Sender<u64>,
     pub drop_rx: watch::Receiver<u64>,
     pub bookmark_interval: Duration,
+    /// The RBAC policy in force; `None` (the default) serves every request.
+    pub authz: Option<Arc<crate::authz::Authz>>,
 }
 
 impl Sim {
     pub fn new(cluster: Cluster) -> Arc<Sim> {
+        Sim::with_authz(cluster, None)
+    }
+
+    pub fn with_authz(cluster: Cluster, authz: Option<Arc<crate::authz::Authz>>) -> Arc<Sim> {
         let (drop_tx, drop_rx) = watch::channel(0);
         let bookmark_interval = cluster.timing.bookmark_interval;
         Arc::new(Sim {
@@ -112,6 +118,7 @@ impl Sim {
             drop_tx,
             drop_rx,
             bookmark_interval,
+            authz,
         })
     }
 
@@ -122,7 +129,7 @@ impl Sim {
 }
 
 pub fn router(sim: Arc<Sim>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/version", get(crate::api::version))
         .route("/version/", get(crate::api::version))
         .route("/api", get(crate::api::api_versions))
@@ -133,8 +140,17 @@ pub fn router(sim: Arc<Sim>) -> Router {
         .route("/readyz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .nest("/sim/v1", crate::admin::router())
-        .fallback(crate::api::dispatch)
-        .with_state(sim)
+        .fallback(crate::api::dispatch);
+    // Without a policy no layer is added, so serving costs nothing more.
+    let router = if sim.authz.is_some() {
+        router.layer(axum::middleware::from_fn_with_state(
+            sim.clone(),
+            crate::authz::enforce,
+        ))
+    } else {
+        router
+    };
+    router.with_state(sim)
 }
 
 /// Steps the cluster every tick until cancelled.
@@ -182,8 +198,25 @@ pub async fn start(
     listen: SocketAddr,
     token: CancellationToken,
 ) -> std::io::Result<RunningSim> {
+    start_with(scenario, listen, token, StartOptions::default()).await
+}
+
+/// What [`start_with`] may add to a plain [`start`].
+#[derive(Default)]
+pub struct StartOptions {
+    /// Enforce this RBAC policy (see [`crate::authz`]); `None` serves every request.
+    pub authorization: Option<Arc<crate::authz::Authz>>,
+}
+
+/// [`start`] with options.
+pub async fn start_with(
+    scenario: &Scenario,
+    listen: SocketAddr,
+    token: CancellationToken,
+    options: StartOptions,
+) -> std::io::Result<RunningSim> {
     let cluster = crate::seed::build(scenario, jiff::Timestamp::now());
-    let sim = Sim::new(cluster);
+    let sim = Sim::with_authz(cluster, options.authorization);
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     let app = router(sim.clone());
@@ -209,11 +242,15 @@ pub async fn start(
     })
 }
 
+/// The token of the kubeconfig the simulator always writes: without a policy no token is
+/// checked; with one, this token is the cluster admin's and may do everything.
+pub const ADMIN_TOKEN: &str = "rotor-sim-no-auth";
+
 /// A kubeconfig with one cluster, user and context named `rotor-sim`, accepted by kubectl and
-/// kube::Config alike. The simulator needs no credentials; the token is a placeholder.
+/// kube::Config alike, authenticating with [`ADMIN_TOKEN`].
 pub fn kubeconfig_yaml(url: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: rotor-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: rotor-sim\n  context:\n    cluster: rotor-sim\n    user: rotor-sim\n    namespace: default\ncurrent-context: rotor-sim\nusers:\n- name: rotor-sim\n  user:\n    token: rotor-sim-no-auth\npreferences: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: rotor-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: rotor-sim\n  context:\n    cluster: rotor-sim\n    user: rotor-sim\n    namespace: default\ncurrent-context: rotor-sim\nusers:\n- name: rotor-sim\n  user:\n    token: {ADMIN_TOKEN}\npreferences: {{}}\n"
     )
 }
 

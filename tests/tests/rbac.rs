@@ -1,0 +1,345 @@
+//! The RBAC that `deploy/` ships is sufficient, and necessary where it matters: the simulator
+//! enforces the rules `kubectl kustomize deploy/overlays/kubernetes` renders, and the real
+//! binaries run with their own ServiceAccounts' tokens.
+//!
+//! - a full rotation (control plane raised, the selector run as its CronJob would, the drainer
+//!   draining) completes with no budget violation and not one 403;
+//! - without `patch nodes` the selector exits non-zero naming the forbidden verb and resource;
+//! - without `create pods/eviction` the drainer evicts nothing and says why.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rotor_e2e::{
+    SimOptions, SimProcess, TestDir, binary, describe_output, kubectl_ok, kustomize,
+    run_with_timeout, wait_until, workspace_root,
+};
+use serde_json::{Value, json};
+
+const NS: &str = "rotor-system";
+/// The scenario of `examples/rotate-demo.sh`: 3 nodes on kubelet v1.32.9, PDB-protected
+/// workloads, a StatefulSet, a DaemonSet, a bare pod.
+const SCENARIO: &str = "examples/scenarios/small.yaml";
+const NEW_VERSION: &str = "v1.34.1";
+
+/// The rendered overlay, with `edit` applied, written where the simulator can read it.
+fn policy_file(dir: &TestDir, edit: impl FnOnce(String) -> String) -> PathBuf {
+    let path = dir.join("rbac.yaml");
+    std::fs::write(&path, edit(kustomize("deploy/overlays/kubernetes"))).expect("write policy");
+    path
+}
+
+/// Replaces `from` with `to` inside the one document of `kind` named `name`; panics unless
+/// `from` occurs there exactly once, so a change in the manifests cannot make the test vacuous.
+fn edit_document(stream: &str, kind: &str, name: &str, from: &str, to: &str) -> String {
+    let mut found = 0;
+    let docs: Vec<String> = stream
+        .split("\n---\n")
+        .map(|doc| {
+            let is_it = doc.lines().any(|l| l == format!("kind: {kind}"))
+                && doc.lines().any(|l| l == format!("  name: {name}"));
+            if !is_it {
+                return doc.to_string();
+            }
+            found += 1;
+            assert_eq!(
+                doc.matches(from).count(),
+                1,
+                "{kind} {name} should contain exactly one {from:?}:\n{doc}"
+            );
+            doc.replacen(from, to, 1)
+        })
+        .collect();
+    assert_eq!(found, 1, "one {kind} named {name} in the rendered overlay");
+    docs.join("\n---\n")
+}
+
+fn start_sim(policy: PathBuf) -> SimProcess {
+    SimProcess::start_with(
+        workspace_root().join(SCENARIO),
+        SimOptions {
+            authorization: Some(policy),
+        },
+    )
+}
+
+struct Drainer {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drainer {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Drainer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("rotor-drainer log {}:\n{}", self.log.display(), self.log());
+        }
+    }
+}
+
+/// rotor-drainer as the Deployment runs it (`--lease-name` must match the Role's
+/// resourceNames), authenticated as the rotor-drainer ServiceAccount.
+fn start_drainer(sim: &SimProcess) -> Drainer {
+    let log = sim.dir().join("rotor-drainer.log");
+    let child = Command::new(binary("rotor-drainer"))
+        .arg("--kubeconfig")
+        .arg(sim.service_account_kubeconfig(NS, "rotor-drainer"))
+        .args([
+            "run",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--lease-namespace",
+            NS,
+        ])
+        .args([
+            "--lease-name",
+            "rotor-drainer",
+            "--identity",
+            "e2e",
+            "--settle",
+            "1s",
+        ])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("drainer log"))
+        .spawn()
+        .expect("rotor-drainer starts");
+    Drainer { child, log }
+}
+
+/// One run of the selector's CronJob, authenticated as the rotor-selector ServiceAccount.
+fn run_selector(sim: &SimProcess) -> Output {
+    run_with_timeout(
+        Command::new(binary("rotor-selector"))
+            .arg("--kubeconfig")
+            .arg(sim.service_account_kubeconfig(NS, "rotor-selector"))
+            .args(["--provider", "kubernetes", "--max-tainted", "1"])
+            .env("NO_COLOR", "1"),
+        Duration::from_secs(60),
+    )
+}
+
+/// The simulator raises its control plane and its node group's template, as a cloud upgrade
+/// would (what examples/rotate-demo.sh does).
+fn upgrade(sim: &SimProcess) {
+    sim.post(
+        "/sim/v1/control-plane-version",
+        &json!({"version": NEW_VERSION}),
+    );
+    sim.post(
+        "/sim/v1/node-groups/general/template",
+        &json!({"kubeletVersion": NEW_VERSION, "image": "ami-0bbbbbbbbbbbbbbb2"}),
+    );
+}
+
+fn old_kubelets(sim: &SimProcess) -> usize {
+    kubectl_ok(
+        sim,
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion}{\"\\n\"}{end}",
+        ],
+    )
+    .lines()
+    .filter(|v| !v.trim().is_empty() && v.trim() != NEW_VERSION)
+    .count()
+}
+
+fn authorization_stats(sim: &SimProcess) -> Value {
+    let stats = sim.stats();
+    assert!(
+        stats["authorization"].is_object(),
+        "the simulator enforces a policy, so its stats report denials: {stats}"
+    );
+    stats["authorization"].clone()
+}
+
+#[test]
+fn the_shipped_rbac_is_enough_for_a_full_rotation_without_a_single_403() {
+    let dir = TestDir::new("rbac-rotation");
+    let sim = start_sim(policy_file(&dir, |s| s));
+    let drainer = start_drainer(&sim);
+    upgrade(&sim);
+
+    let started = Instant::now();
+    let deadline = Duration::from_secs(240);
+    let mut selector_runs = 0;
+    let mut last_run = None::<Instant>;
+    while old_kubelets(&sim) > 0 {
+        assert!(
+            started.elapsed() < deadline,
+            "rotation incomplete after {deadline:?}: {} old nodes left; denials {}",
+            old_kubelets(&sim),
+            authorization_stats(&sim)
+        );
+        // The CronJob, every 3 seconds here.
+        if last_run.is_none_or(|t| t.elapsed() >= Duration::from_secs(3)) {
+            let out = run_selector(&sim);
+            assert!(
+                out.status.success(),
+                "{}",
+                describe_output("rotor-selector", &out)
+            );
+            selector_runs += 1;
+            last_run = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let took = started.elapsed();
+
+    let stats = sim.stats();
+    let authz = authorization_stats(&sim);
+    assert_eq!(authz["forbidden"], 0, "403s during the rotation: {authz}");
+    assert_eq!(
+        authz["unauthorized"], 0,
+        "401s during the rotation: {authz}"
+    );
+    assert_eq!(stats["budgetViolations"], 0, "{stats}");
+    // The identities did the work: the drainer evicted, the selector tainted.
+    assert!(
+        stats["evictions"]["success"].as_u64().unwrap_or(0) > 0,
+        "no eviction succeeded: {stats}"
+    );
+    assert!(drainer.log().contains("leading"), "{}", drainer.log());
+    for account in ["rotor-drainer", "rotor-selector"] {
+        let user = format!("system:serviceaccount:{NS}:{account}");
+        assert!(
+            authz["allowedByUser"][&user].as_u64().unwrap_or(0) > 0,
+            "{user} made no request: {authz}"
+        );
+    }
+    eprintln!(
+        "rotation with the shipped RBAC: {:.1}s, {selector_runs} selector runs, {} evictions, 0 denials",
+        took.as_secs_f64(),
+        stats["evictions"]["success"]
+    );
+}
+
+#[test]
+fn without_patch_nodes_the_selector_fails_naming_the_forbidden_verb_and_resource() {
+    let dir = TestDir::new("rbac-selector");
+    let policy = policy_file(&dir, |s| {
+        edit_document(
+            &s,
+            "ClusterRole",
+            "rotor-selector",
+            "  - nodes\n  verbs:\n  - get\n  - list\n  - patch\n",
+            "  - nodes\n  verbs:\n  - get\n  - list\n",
+        )
+    });
+    let sim = start_sim(policy);
+    upgrade(&sim);
+
+    let out = run_selector(&sim);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "{}",
+        describe_output("rotor-selector without patch nodes", &out)
+    );
+    assert!(
+        stderr.contains("cannot patch resource \"nodes\"")
+            || stderr.contains("cannot patch resource \\\"nodes\\\""),
+        "stderr should name the forbidden verb and resource:\n{}",
+        describe_output("rotor-selector", &out)
+    );
+    let tainted = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={.items[*].spec.taints[*].key}",
+        ],
+    );
+    assert!(!tainted.contains("rotor.dev/drain"), "{tainted}");
+    let authz = authorization_stats(&sim);
+    assert!(authz["forbidden"].as_u64().unwrap_or(0) >= 1, "{authz}");
+    eprintln!(
+        "rotor-selector without patch nodes: {}\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+fn without_pods_eviction_the_drainer_evicts_nothing_and_says_why() {
+    let dir = TestDir::new("rbac-drainer");
+    let policy = policy_file(&dir, |s| {
+        edit_document(
+            &s,
+            "ClusterRole",
+            "rotor-drainer",
+            "- apiGroups:\n  - \"\"\n  resources:\n  - pods/eviction\n  verbs:\n  - create\n",
+            "",
+        )
+    });
+    let sim = start_sim(policy);
+    let drainer = start_drainer(&sim);
+    let node = kubectl_ok(
+        &sim,
+        &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
+    );
+    kubectl_ok(
+        &sim,
+        &["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"],
+    );
+
+    let denial = "cannot create resource \"pods/eviction\" in API group \"\"".to_string();
+    let line = wait_until(
+        "the drainer to log a forbidden eviction",
+        Duration::from_secs(60),
+        || {
+            drainer
+                .log()
+                .lines()
+                .find(|l| l.contains(&denial) || l.contains(&denial.replace('"', "\\\"")))
+                .map(str::to_string)
+        },
+    );
+    assert!(
+        line.contains("system:serviceaccount:rotor-system:rotor-drainer"),
+        "{line}"
+    );
+    let stats = sim.stats();
+    assert_eq!(
+        stats["evictions"]["success"].as_u64().unwrap_or(0),
+        0,
+        "{stats}"
+    );
+    let authz = authorization_stats(&sim);
+    let recent = authz["recentDenials"].to_string();
+    assert!(recent.contains("pods/eviction"), "{authz}");
+    let phase = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "node",
+            &node,
+            "-o",
+            "jsonpath={.metadata.annotations.rotor\\.dev/phase}",
+        ],
+    );
+    assert_ne!(phase, "drained", "nothing could be evicted");
+    // What an operator reading the node sees (the report quotes it).
+    let annotations = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "node",
+            &node,
+            "-o",
+            "jsonpath={.metadata.annotations}",
+        ],
+    );
+    eprintln!("drainer log line: {line}\nnode annotations: {annotations}");
+}

@@ -343,3 +343,59 @@ fn without_pods_eviction_the_drainer_evicts_nothing_and_says_why() {
     );
     eprintln!("drainer log line: {line}\nnode annotations: {annotations}");
 }
+
+#[test]
+fn an_invalid_rbac_object_exits_2_naming_the_document_and_the_reason() {
+    let dir = TestDir::new("rbac-invalid");
+    // The mistake that shipped in ektopistis's chart: a misspelled RBAC apiVersion.
+    let policy = policy_file(&dir, |s| {
+        edit_document(
+            &s,
+            "ClusterRole",
+            "rotor-selector",
+            "apiVersion: rbac.authorization.k8s.io/v1\n",
+            "apiVersion: rbac.authorization.k8s.io/v1beta2\n",
+        )
+    });
+    let rendered = std::fs::read_to_string(&policy).expect("read policy");
+    let index = rendered
+        .split("\n---\n")
+        .position(|d| d.contains("v1beta2"))
+        .expect("the edited document")
+        + 1;
+    let serve = |extra: &[&std::ffi::OsStr]| {
+        run_with_timeout(
+            Command::new(binary("rotor-sim"))
+                .arg("serve")
+                .arg("--scenario")
+                .arg(workspace_root().join(SCENARIO))
+                .args(extra),
+            Duration::from_secs(30),
+        )
+    };
+    let out = serve(&["--authorization".as_ref(), policy.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        describe_output("rotor-sim", &out)
+    );
+    assert!(
+        stderr.contains(&format!(
+            "document {index} (counting from 1) (ClusterRole rotor-selector)"
+        )) && stderr.contains("\"rbac.authorization.k8s.io/v1beta2\""),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("listening on"));
+
+    // Kubeconfigs per account need accounts.
+    let out = serve(&["--kubeconfig-dir".as_ref(), dir.path().as_os_str()]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        describe_output("rotor-sim", &out)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--authorization"));
+}

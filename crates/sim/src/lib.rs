@@ -7,13 +7,16 @@
 //! - [`cluster`]: the state and the simulated control plane (scheduler, workload controllers,
 //!   kubelets, disruption controller, node-group autoscaler);
 //! - [`scenario`] and [`seed`]: YAML scenarios and the cluster they describe;
-//! - [`server`] and [`admin`]: the running process, fault injection and `/sim/v1`.
+//! - [`server`] and [`admin`]: the running process, fault injection and `/sim/v1`;
+//! - [`moto`]: the AWS emulator beside it, for the AWS provider's demo and tests;
+//! - [`authz`]: bearer tokens and RBAC, enforced only when a policy is loaded.
 
 pub mod admin;
 pub mod api;
+pub mod authz;
 pub mod cluster;
 pub mod kinds;
-pub mod authz;
+pub mod moto;
 pub mod scenario;
 pub mod seed;
 pub mod server;

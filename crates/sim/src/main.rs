@@ -9,6 +9,8 @@ use rotor_core::telemetry::{self, LogArgs};
 use rotor_sim::authz::Authz;
 use rotor_sim::scenario::Scenario;
 
+mod demo;
+
 #[derive(Parser)]
 #[command(
     name = "rotor-sim",
@@ -50,6 +52,14 @@ enum Command {
         #[arg(long, env = "ROTOR_SIM_KUBECONFIG_DIR", requires = "authorization")]
         kubeconfig_dir: Option<PathBuf>,
     },
+    /// Rotate a simulated cluster with the real rotor-selector and rotor-drainer, live.
+    ///
+    /// Starts the cluster in this process, upgrades it (or drifts its image in moto with
+    /// --provider aws), runs the selector on a CronJob-like schedule and the drainer, shows
+    /// progress until no outdated node is left, then a summary and a timeline. The drainer and
+    /// selector binaries are looked for beside this one. Exit 0 only for a complete rotation
+    /// without budget violations; 1 otherwise; 2 for bad flags or a missing binary.
+    Demo(Box<demo::DemoArgs>),
     /// Check a scenario file and print what it would create, without serving.
     Check {
         #[arg(long)]
@@ -59,11 +69,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = telemetry::init(&cli.log) {
+    // The demo's display owns the terminal: there the simulator logs only when RUST_LOG asks.
+    let quiet = matches!(cli.command, Command::Demo(_)) && std::env::var_os("RUST_LOG").is_none();
+    if !quiet && let Err(e) = telemetry::init(&cli.log) {
         eprintln!("rotor-sim: {e}");
         return ExitCode::from(2);
     }
     match cli.command {
+        Command::Demo(args) => demo::run(*args),
         Command::Check { scenario } => match Scenario::load(&scenario) {
             Ok(s) => {
                 let nodes: u32 = s.node_groups.iter().map(|g| g.size).sum();

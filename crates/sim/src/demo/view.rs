@@ -1,0 +1,143 @@
+//! Reading the in-process simulated cluster into the progress model's [`Snapshot`]: nodes with
+//! their drain taint and `rotor.dev/...` annotations, whether each was built from its group's
+//! current template, and the simulator's counters (evictions, budget refusals, violations,
+//! pods waiting for a node). Called with the cluster lock held, so it must stay cheap.
+
+use k8s_openapi::api::core::v1::Node;
+use rotor_core::contract::{BLOCKER_ANNOTATION, DRAIN_TAINT_KEY, PHASE_ANNOTATION};
+
+use super::progress::{NodeView, Snapshot};
+use rotor_sim::cluster::Cluster;
+use rotor_sim::cluster::objects::{node_group_of, node_ready, node_taints};
+
+/// Which node property the rotation changes, shown beside each node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    KubeletVersion,
+    Image,
+}
+
+/// The cluster now, `at` seconds into the rotation.
+pub fn snapshot(c: &Cluster, at: f64, shown: Shown) -> Snapshot {
+    let mut nodes: Vec<NodeView> = c.nodes.values().map(|n| node_view(c, n, shown)).collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let count = |keys: &[&str]| -> u64 {
+        keys.iter()
+            .map(|k| c.stats.evictions.get(*k).copied().unwrap_or(0))
+            .sum()
+    };
+    Snapshot {
+        at,
+        nodes,
+        unschedulable_pods: c.unschedulable_since.len(),
+        // Outcomes as the simulator's eviction handler names them (cluster/stats.rs).
+        evictions: count(&["success", "unhealthy-allowed", "bypass"]),
+        refusals: count(&["budget", "budget-unprocessed", "multiple-pdbs"]),
+        budget_violations: c.stats.budget_violations.len(),
+    }
+}
+
+fn node_view(c: &Cluster, n: &Node, shown: Shown) -> NodeView {
+    let labels = n.metadata.labels.as_ref();
+    let annotation = |key: &str| {
+        n.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
+    };
+    let kubelet = n
+        .status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.kubelet_version.clone())
+        .unwrap_or_default();
+    let group = node_group_of(n).and_then(|g| c.node_groups.get(g));
+    let image = group
+        .and_then(|g| labels.and_then(|l| l.get(&g.spec.template.image_label)))
+        .cloned()
+        .unwrap_or_default();
+    // A node is current when it matches what its group launches now; nodes outside any group
+    // are never rotated.
+    let outdated = group.is_some_and(|g| {
+        kubelet != g.spec.template.kubelet_version || image != g.spec.template.image
+    });
+    NodeView {
+        name: n.metadata.name.clone().unwrap_or_default(),
+        zone: labels
+            .and_then(|l| l.get("topology.kubernetes.io/zone"))
+            .cloned()
+            .unwrap_or_default(),
+        version: match shown {
+            Shown::KubeletVersion => kubelet,
+            Shown::Image => image,
+        },
+        outdated,
+        ready: node_ready(n),
+        taint: node_taints(n)
+            .iter()
+            .find(|t| t.key == DRAIN_TAINT_KEY)
+            .map(|t| t.value.clone().unwrap_or_default()),
+        phase: annotation(PHASE_ANNOTATION),
+        blocker: annotation(BLOCKER_ANNOTATION),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rotor_sim::scenario::Scenario;
+
+    fn cluster() -> Cluster {
+        let s = Scenario::from_yaml(
+            "nodeGroups: [{name: g, size: 2, zones: [us-east-1a, us-east-1b], template: {kubeletVersion: v1.33.4, image: ami-old, nodeName: 'n-{index}'}}]",
+            "t",
+        )
+        .unwrap();
+        rotor_sim::seed::build(&s, jiff::Timestamp::now())
+    }
+
+    #[test]
+    fn nodes_are_outdated_once_their_group_template_moves_on() {
+        let mut c = cluster();
+        let s = snapshot(&c, 0.0, Shown::KubeletVersion);
+        assert_eq!(s.nodes.len(), 2);
+        assert!(s.nodes.iter().all(|n| !n.outdated && n.ready));
+        assert_eq!(s.nodes[0].version, "v1.33.4");
+        assert_eq!(s.nodes[1].zone, "us-east-1b");
+
+        c.node_groups.get_mut("g").unwrap().spec.template.image = "ami-new".into();
+        let s = snapshot(&c, 1.0, Shown::Image);
+        assert!(s.nodes.iter().all(|n| n.outdated));
+        assert_eq!(s.nodes[0].version, "ami-old");
+    }
+
+    #[test]
+    fn taint_and_rotor_annotations_are_read() {
+        let mut c = cluster();
+        let n = c.nodes.get("", "n-0").unwrap().clone();
+        c.nodes.modify(&n, |n| {
+            n.spec.get_or_insert_with(Default::default).taints =
+                Some(vec![rotor_core::contract::drain_taint(
+                    rotor_core::contract::DrainReason::Image,
+                    Default::default(),
+                )]);
+            n.metadata.annotations = Some(
+                [
+                    (PHASE_ANNOTATION.to_string(), "blocked".to_string()),
+                    (BLOCKER_ANNOTATION.to_string(), "pod a/b".to_string()),
+                ]
+                .into(),
+            );
+        });
+        c.stats.count_eviction("success");
+        c.stats.count_eviction("budget");
+        c.stats.count_eviction("budget");
+        let s = snapshot(&c, 0.0, Shown::KubeletVersion);
+        assert_eq!(s.nodes[0].taint.as_deref(), Some("image"));
+        assert_eq!(s.nodes[0].phase.as_deref(), Some("blocked"));
+        assert_eq!(s.nodes[0].blocker.as_deref(), Some("pod a/b"));
+        assert_eq!(s.nodes[1].taint, None);
+        assert_eq!((s.evictions, s.refusals), (1, 2));
+    }
+}

@@ -1,0 +1,262 @@
+//! `rotor-sim demo` end to end: the real rotor-sim, rotor-drainer and rotor-selector rotate every
+//! node of examples/scenarios/demo.yaml, and the machine-readable summary (`--summary-json`)
+//! says so: every outdated node replaced, no budget violated, the node of the do-not-disrupt job
+//! held until the job finished. The AWS variant does the same against moto when it is installed.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use rotor_e2e::{TestDir, binary, describe_output, run_with_timeout, workspace_root};
+use rotor_sim::scenario::{Scenario, parse_duration};
+use serde_json::Value;
+
+const DEMO_TIMEOUT: Duration = Duration::from_secs(240);
+
+fn demo_scenario() -> std::path::PathBuf {
+    workspace_root().join("examples/scenarios/demo.yaml")
+}
+
+/// Nodes in the scenario, and the do-not-disrupt job's work once its node is tainted.
+fn scenario_facts(path: &Path) -> (u64, Duration) {
+    let s = Scenario::load(path).expect("demo.yaml loads");
+    let nodes = s.node_groups.iter().map(|g| u64::from(g.size)).sum();
+    let job = s
+        .workloads
+        .iter()
+        .find(|w| {
+            w.annotations
+                .get("rotor.dev/do-not-disrupt")
+                .map(String::as_str)
+                == Some("true")
+        })
+        .expect("demo.yaml has a do-not-disrupt workload");
+    let work = parse_duration(&job.annotations["demo.rotor.dev/finishes-after"])
+        .expect("finishes-after is a duration");
+    (nodes, work)
+}
+
+/// Runs the demo with `extra` flags; returns (stdout, summary).
+fn run_demo(dir: &TestDir, extra: &[&str]) -> (String, Value) {
+    let summary_path = dir.join("summary.json");
+    let out = run_with_timeout(
+        Command::new(binary("rotor-sim"))
+            .current_dir(workspace_root())
+            .arg("demo")
+            .arg("--plain")
+            .arg("--scenario")
+            .arg(demo_scenario())
+            .arg("--summary-json")
+            .arg(&summary_path)
+            .args(extra),
+        DEMO_TIMEOUT,
+    );
+    let what = describe_output("rotor-sim demo", &out);
+    assert_eq!(out.status.code(), Some(0), "{what}");
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(&summary_path)
+            .unwrap_or_else(|e| panic!("no summary: {e}\n{what}")),
+    )
+    .expect("the summary is JSON");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), summary)
+}
+
+/// What every complete rotation of demo.yaml must show, whatever the provider.
+fn assert_complete_rotation(stdout: &str, s: &Value, speed: f64) {
+    let (nodes, work) = scenario_facts(&demo_scenario());
+    assert_eq!(s["completed"], true, "{s:#}");
+    assert_eq!(
+        s["nodesOutdatedAtStart"], nodes,
+        "every node starts outdated"
+    );
+    assert_eq!(s["nodesReplaced"], nodes, "{s:#}");
+    assert_eq!(s["nodesOutdatedNow"], 0);
+    assert_eq!(s["budgetViolations"], 0, "{s:#}");
+    assert!(s["evictions"].as_u64().unwrap() > 0, "{s:#}");
+    assert!(s["selectorRuns"].as_u64().unwrap() >= 1);
+    assert_eq!(s["selectorFailures"], 0, "{s:#}");
+    let makespan = s["makespanSeconds"].as_f64().unwrap();
+
+    // Per node, in order: tainted, drain started, drained, replaced, all within the makespan.
+    let timeline = s["timeline"].as_array().unwrap();
+    assert_eq!(timeline.len() as u64, nodes);
+    for row in timeline {
+        let t = |k: &str| {
+            row[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{k} missing in {row}"))
+        };
+        let (tainted, started, drained, replaced) = (
+            t("taintedAt"),
+            t("drainStartedAt"),
+            t("drainedAt"),
+            t("replacedAt"),
+        );
+        assert!(
+            tainted <= started && started <= drained && drained <= replaced && replaced <= makespan,
+            "{row}"
+        );
+    }
+
+    // The job's node waited for the job: blocked, naming it, and drained only after its work.
+    let held = timeline
+        .iter()
+        .find(|r| {
+            r["blocker"]
+                .as_str()
+                .is_some_and(|b| b.contains("jobs/nightly-report") && b.contains("do-not-disrupt"))
+        })
+        .unwrap_or_else(|| panic!("no node was held by the do-not-disrupt job: {s:#}"));
+    let waited = held["drainedAt"].as_f64().unwrap() - held["taintedAt"].as_f64().unwrap();
+    assert!(
+        waited >= work.as_secs_f64() / speed - 0.5,
+        "drained {waited:.1}s after its taint, before the job's {work:?} of work: {held}"
+    );
+    let events: Vec<&str> = s["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["what"].as_str())
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("job jobs/nightly-report finished")),
+        "{events:#?}"
+    );
+
+    // Plain output: lines, no terminal control sequences, and the summary at the end.
+    assert!(!stdout.contains('\x1b'), "plain output has escape codes");
+    assert!(stdout.contains("rotation complete"), "{stdout}");
+    assert!(stdout.contains("timeline (seconds since the upgrade)"));
+    assert!(stdout.contains("drain taint added"), "{stdout}");
+}
+
+#[test]
+fn the_demo_rotates_every_node_without_a_budget_violation() {
+    let dir = TestDir::new("demo");
+    let (stdout, s) = run_demo(&dir, &[]);
+    assert_eq!(s["provider"], "kubernetes");
+    assert_complete_rotation(&stdout, &s, 1.0);
+    assert!(
+        stdout.contains("control plane upgraded from v1.33.4 to v1.34.0"),
+        "{stdout}"
+    );
+    println!(
+        "demo makespan {}s, evictions {}, selector runs {}",
+        s["makespanSeconds"], s["evictions"], s["selectorRuns"]
+    );
+}
+
+#[test]
+fn the_aws_demo_rotates_on_image_drift_in_moto() {
+    if rotor_sim::moto::command().is_none() {
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "moto is not installed ({}); the AWS demo test must run in CI",
+                rotor_sim::moto::INSTALL_HINT
+            );
+        }
+        eprintln!(
+            "NOTICE: skipping the AWS demo test: moto is not installed ({})",
+            rotor_sim::moto::INSTALL_HINT
+        );
+        return;
+    }
+    let dir = TestDir::new("demo-aws");
+    let (stdout, s) = run_demo(&dir, &["--provider", "aws", "--speed", "2"]);
+    assert_eq!(s["provider"], "aws");
+    assert_complete_rotation(&stdout, &s, 2.0);
+    let timeline = s["timeline"].as_array().unwrap();
+    assert!(timeline.iter().all(|r| r["reason"] == "image"), "{s:#}");
+    // Every replaced node's instance was terminated in its group, which launched a new one.
+    let terminated = stdout.matches("terminated in group general").count();
+    assert_eq!(terminated, timeline.len(), "{stdout}");
+}
+
+#[test]
+fn a_shell_selector_can_drive_the_demo() {
+    // examples/selectors/kubelet-behind.sh taints with kubectl: the taint is the whole interface.
+    let dir = TestDir::new("demo-shell");
+    let (stdout, s) = run_demo(
+        &dir,
+        &["--selector-command", "examples/selectors/kubelet-behind.sh"],
+    );
+    assert_complete_rotation(&stdout, &s, 1.0);
+    assert!(stdout.contains("selector run 1: printed"), "{stdout}");
+}
+
+#[test]
+fn the_workload_example_validates_against_the_kubernetes_schemas() {
+    let file = workspace_root().join("examples/workloads/shop.yaml");
+    let out = match Command::new("kubernetes-validate")
+        .args(["--strict", "-k", "1.33.0"])
+        .arg(&file)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!(
+                "NOTICE: skipping: kubernetes-validate cannot run ({e}); python3 -m pip install kubernetes-validate"
+            );
+            return;
+        }
+        Err(e) => panic!("kubernetes-validate cannot run in CI: {e}"),
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Unknown kinds are only warnings, so every object must be reported as passed.
+    let passed = text
+        .lines()
+        .filter(|l| l.contains(" passed for resource "))
+        .count();
+    assert!(
+        out.status.success() && !text.contains("WARN") && passed == 4,
+        "{text}"
+    );
+    for kind in [
+        "deployment/web",
+        "poddisruptionbudget/web",
+        "job/nightly-report",
+    ] {
+        assert!(text.contains(kind), "{text}");
+    }
+}
+
+#[test]
+fn bad_flags_and_missing_binaries_exit_2_before_starting() {
+    let run = |args: &[&str]| {
+        let out = run_with_timeout(
+            Command::new(binary("rotor-sim"))
+                .current_dir(workspace_root())
+                .arg("demo")
+                .args(args),
+            Duration::from_secs(30),
+        );
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--speed", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("speed"), "{err}");
+
+    let (code, err) = run(&["--drainer-bin", "/nonexistent/rotor-drainer"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("rotor-drainer not found at /nonexistent/rotor-drainer"),
+        "{err}"
+    );
+
+    let (code, err) = run(&["--to-version", "v1.33.9"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("higher minor version"), "{err}");
+
+    let (code, err) = run(&["--scenario", "/nonexistent.yaml"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("/nonexistent.yaml"), "{err}");
+}

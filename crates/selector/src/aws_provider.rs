@@ -14,9 +14,12 @@
 //!   filtered by `tag-key=aws:autoscaling:groupName` and `instance-state-name=pending,running`,
 //!   `MaxResults=1000`, following `NextToken`.
 //!
-//! Every call is counted in [`ApiCalls`] under `aws` by operation name; a failed call (after the
-//! SDK's retries) fails the run before anything is written, naming the operation. Retiring a drained
-//! node is `TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=false)`.
+//! Every call is counted in [`ApiCalls`] under `aws` by operation name. A failed call (after the
+//! SDK's retries) fails the run before anything is written, naming the operation, except a call
+//! about one launch template that failed with an error about that request (not throttling, not a
+//! 5xx, not a lost connection): that template is recorded in [`AwsSnapshot::failed_templates`] and
+//! only the groups naming it are skipped ([`concerns_only_the_request`]). Retiring a drained node
+//! is `TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=false)`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -366,10 +369,23 @@ const THROTTLING_CODES: [&str; 9] = [
     "SlowDown",
 ];
 
+/// Error codes about the caller (permissions, credentials), not about what was asked.
+const CALLER_CODES: [&str; 8] = [
+    "UnauthorizedOperation",
+    "AccessDenied",
+    "AccessDeniedException",
+    "AuthFailure",
+    "ExpiredToken",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "OptInRequired",
+];
+
 /// Whether a failed call's error concerns only what was asked (a template that no longer
-/// exists, an image alias that does not resolve) rather than the service or the account
-/// (throttling, a server error, no answer at all). Only the former may be confined to the
-/// groups using that template: the others would hit every group alike, so they fail the run.
+/// exists, an image alias that does not resolve) rather than the service, the account or the
+/// caller (throttling, a server error, no answer at all, missing permissions). Only the former
+/// may be confined to the groups using that template: the others would hit every group alike,
+/// so they fail the run.
 pub fn concerns_only_the_request<E>(error: &SdkError<E, HttpResponse>) -> bool
 where
     E: ProvideErrorMetadata,
@@ -381,7 +397,7 @@ where
         && !service
             .err()
             .code()
-            .is_some_and(|code| THROTTLING_CODES.contains(&code))
+            .is_some_and(|code| THROTTLING_CODES.contains(&code) || CALLER_CODES.contains(&code))
 }
 
 /// Records a failed look-up about `template` when the error concerns only that request;

@@ -33,7 +33,7 @@ pub const DEFAULT_GROUP_LABELS: [&str; 6] = [
     name = "rotor-selector",
     version,
     about = "Finds out-of-date Kubernetes nodes through a provider and marks them with the rotor.dev/drain taint, within budgets. One run per invocation (run it as a CronJob); safe to run twice.",
-    long_about = "Finds out-of-date Kubernetes nodes through a provider and marks them with the rotor.dev/drain taint, within budgets; rotor-drainer (or anything else that honours the taint) then drains them.\n\nOne run per invocation, meant for a CronJob, and idempotent: a second run with nothing new to do writes nothing. The whole plan is computed before anything is written. It also removes its own taint from nodes that are no longer out of date, as long as the drain has not started and the taint's reason is not `manual`.\n\nExit status: 0 the run completed; 1 the run failed (a look-up failed, so nothing was written, or a write failed after retries: the output says which nodes were changed); 2 bad flags or configuration (nothing was contacted)."
+    long_about = "Finds out-of-date Kubernetes nodes through a provider and marks them with the rotor.dev/drain taint, within budgets; rotor-drainer (or anything else that honours the taint) then drains them.\n\nOne run per invocation, meant for a CronJob, and idempotent: a second run with nothing new to do writes nothing. The whole plan is computed before anything is written. It also removes its own taint from nodes that are no longer out of date, as long as the drain has not started and the taint's reason is not `manual`.\n\nExit status: 0 the run completed; 1 the run failed (a look-up failed, so nothing was written; a look-up about one launch template failed, so only the groups using it were skipped and the rest was written; or a write failed after retries: the output says which nodes were changed); 2 bad flags or configuration, a missing AWS region included (nothing was contacted)."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -127,9 +127,10 @@ pub struct SelectArgs {
     )]
     pub max_tainted: Budget,
 
-    /// Most tainted nodes at once within one group (see --group-label), on top of --max-tainted:
-    /// a count, or a percentage of the group's nodes considered (rounded up). No limit per group
-    /// when unset.
+    /// Most tainted nodes at once within one group, on top of --max-tainted: a count, or a
+    /// percentage of the group's nodes considered (rounded up). The group is the node's Auto
+    /// Scaling group with --provider aws, and the first --group-label present otherwise. No limit
+    /// per group when unset.
     #[arg(
         long,
         env = "ROTOR_MAX_TAINTED_PER_GROUP",
@@ -170,8 +171,9 @@ pub struct SelectArgs {
     )]
     pub max_age: Option<Duration>,
 
-    /// Node labels that name a node's group, for --max-tainted-per-group and the output; the
-    /// first one present on a node wins. Repeat the flag, or separate keys with commas (also in
+    /// Node labels that name a node's group, for --max-tainted-per-group and the output, with
+    /// --provider kubernetes (the AWS provider uses the Auto Scaling group); the first one present
+    /// on a node wins. Repeat the flag, or separate keys with commas (also in
     /// the environment variable). An empty value turns grouping off. Default, in order:
     /// eks.amazonaws.com/nodegroup, alpha.eksctl.io/nodegroup-name, karpenter.sh/nodepool,
     /// cloud.google.com/gke-nodepool, kubernetes.azure.com/agentpool, sim.rotor.dev/node-group.

@@ -807,30 +807,45 @@ async fn a_template_that_fails_the_batch_is_asked_for_alone_and_skips_only_its_g
 }
 
 #[tokio::test]
-async fn throttling_of_a_template_lookup_fails_the_run() {
-    let ((g, _), (t, _), (v, v_calls)) = (
-        groups_mock((0..2).map(|g| group(g, 2, 2)).collect(), 100),
-        templates_mock(2),
-        versions_mock_failing(Some(("lt-0001", || {
-            meta("RequestLimitExceeded", "Request limit exceeded.")
-        }))),
-    );
-    let error = fetch_snapshot(
-        &clients(&[&g], &[&t, &v]),
-        &config(true),
-        &mut ApiCalls::default(),
-    )
-    .await
-    .expect_err("throttling concerns every group: the run fails");
-    assert_eq!(
-        error.to_string(),
-        "AWS DescribeLaunchTemplateVersions failed: RequestLimitExceeded: Request limit exceeded."
-    );
-    assert_eq!(
-        v_calls.get(),
-        1 + 3,
-        "lt-0000 once, lt-0001 with the SDK's 3 attempts"
-    );
+async fn throttling_or_a_permission_error_in_a_template_lookup_fails_the_run() {
+    let cases: [(FailingTemplate, usize, &str); 2] = [
+        (
+            ("lt-0001", || {
+                meta("RequestLimitExceeded", "Request limit exceeded.")
+            }),
+            3,
+            "RequestLimitExceeded: Request limit exceeded.",
+        ),
+        (
+            ("lt-0001", || {
+                meta(
+                    "UnauthorizedOperation",
+                    "You are not authorized to perform this operation.",
+                )
+            }),
+            1,
+            "UnauthorizedOperation: You are not authorized to perform this operation.",
+        ),
+    ];
+    for (failing, attempts, error) in cases {
+        let ((g, _), (t, _), (v, v_calls)) = (
+            groups_mock((0..2).map(|g| group(g, 2, 2)).collect(), 100),
+            templates_mock(2),
+            versions_mock_failing(Some(failing)),
+        );
+        let failed = fetch_snapshot(
+            &clients(&[&g], &[&t, &v]),
+            &config(true),
+            &mut ApiCalls::default(),
+        )
+        .await
+        .expect_err("it concerns every group alike: the run fails");
+        assert_eq!(
+            failed.to_string(),
+            format!("AWS DescribeLaunchTemplateVersions failed: {error}")
+        );
+        assert_eq!(v_calls.get(), 1 + attempts, "lt-0000 once, then lt-0001");
+    }
 }
 
 #[tokio::test]

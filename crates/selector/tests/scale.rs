@@ -108,8 +108,14 @@ async fn timed(
     let run = cluster.run_env(&all, env).await;
     let elapsed = start.elapsed();
     assert_eq!(run.code, 0, "{flags:?}: {}", run.stderr);
+    // The provider logs how long its AWS look-ups and judging took.
+    let lookup = run
+        .stderr
+        .lines()
+        .find(|line| line.contains("aws provider: described the groups"))
+        .unwrap_or("(no look-up line)");
     println!(
-        "aws {flags:?}: {:.1}s, summary {}, calls {}",
+        "aws {flags:?}: {:.1}s, summary {}, calls {}\n  {lookup}",
         elapsed.as_secs_f64(),
         run.json()["summary"],
         run.json()["apiCalls"]

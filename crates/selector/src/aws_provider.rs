@@ -530,6 +530,8 @@ pub async fn describe_templates(
             }
             Err(error) => error,
         };
+        // Nothing to narrow down: one template only, or an error about every request alike
+        // (then `confine` fails the run).
         if references.len() == 1 || !concerns_only_the_request(&error) {
             confine(op::DESCRIBE_TEMPLATES, &references[0], error, failed)?;
             continue;

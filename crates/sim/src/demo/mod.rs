@@ -407,7 +407,7 @@ async fn rotate(
         ),
         interrupted: false,
     };
-    let empty = || {
+    let current = || {
         Progress::new(view::snapshot(
             &sim.cluster.lock().expect("cluster lock"),
             0.0,
@@ -422,11 +422,11 @@ async fn rotate(
         display.say("starting moto (the AWS emulator) and creating a launch template and an Auto Scaling group per node group ...");
         let mut w = match aws::AwsWorld::start(sim).await {
             Ok(w) => w,
-            Err(e) => return fail(empty(), format!("{e:#}"), None),
+            Err(e) => return fail(current(), format!("{e:#}"), None),
         };
         for _ in 0..20 {
             if let Err(e) = w.sync(sim).await {
-                return fail(empty(), format!("{e:#}"), None);
+                return fail(current(), format!("{e:#}"), None);
             }
             if w.unbound(sim) == 0 {
                 break;
@@ -445,7 +445,7 @@ async fn rotate(
         Duration::from_secs(1).div_f64(cfg.speed),
     ) {
         Ok(d) => d,
-        Err(e) => return fail(empty(), e, None),
+        Err(e) => return fail(current(), e, None),
     };
 
     // The upgrade: from here on, nodes built from the old template are out of date.
@@ -465,7 +465,7 @@ async fn rotate(
         (None, Some(w)) => {
             if let Err(e) = w.drift(sim).await {
                 let _ = drainer.stop().await;
-                return fail(empty(), format!("{e:#}"), Some(t0));
+                return fail(current(), format!("{e:#}"), Some(t0));
             }
             notes.push(format!(
                 "launch templates: version 2 with image {} is the default (the fleet runs {})",

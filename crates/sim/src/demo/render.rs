@@ -58,16 +58,12 @@ pub fn panel(title: &str, progress: &Progress, elapsed: f64) -> Vec<String> {
             c.violations
         ),
         format!(
-            "nodes {} (not ready {})  tainted {}  draining {} (blocked {})  drained {}  |  pods unschedulable {}  evictions {} (refused by budgets {})",
-            c.total,
-            c.not_ready,
-            c.tainted,
-            c.draining,
-            c.blocked,
-            c.drained,
-            c.unschedulable_pods,
-            c.evictions,
-            c.refusals
+            "nodes {} (not ready {})  tainted {}  draining {} (blocked {})  drained {}",
+            c.total, c.not_ready, c.tainted, c.draining, c.blocked, c.drained
+        ),
+        format!(
+            "pods unschedulable {}  evictions {} (refused by budgets {})",
+            c.unschedulable_pods, c.evictions, c.refusals
         ),
         String::new(),
         format!(
@@ -229,7 +225,7 @@ impl Display {
                     let _ = write!(out, "\x1b[{}A\r\x1b[J", *drawn);
                 }
                 for l in &lines {
-                    let _ = writeln!(out, "{}", fit(l, *width - 1));
+                    let _ = writeln!(out, "{}", fit(l.trim_end(), *width - 1));
                 }
                 *drawn = lines.len();
             }

@@ -447,6 +447,11 @@ fn wait_for_exit(child: &mut Child, timeout: Duration) -> String {
     }
 }
 
+/// `GET path` on `host_port` (e.g. a binary's admin server, `/metrics`), without a body.
+pub fn http_get(host_port: &str, path: &str) -> std::io::Result<HttpResponse> {
+    http_request(host_port, "GET", path, None)
+}
+
 fn http_request(
     host_port: &str,
     method: &str,

@@ -3,7 +3,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use rotor_e2e::{SimProcess, binary, kubectl_ok, run_with_timeout, scenario, wait_until};
+use rotor_e2e::{SimProcess, binary, http_get, kubectl_ok, run_with_timeout, scenario, wait_until};
 
 struct Drainer(Child);
 
@@ -37,6 +37,20 @@ fn start_drainer(sim: &SimProcess, extra: &[&str]) -> Drainer {
         .spawn()
         .expect("rotor-drainer starts");
     Drainer(child)
+}
+
+/// The drainer's `/metrics`, at the address its log says the admin server listens on.
+fn scrape_metrics(sim: &SimProcess) -> String {
+    let log = std::fs::read_to_string(sim.dir().join("rotor-drainer.log")).unwrap();
+    let addr = log
+        .lines()
+        .filter(|l| l.contains("admin server listening"))
+        .find_map(|l| l.split("addr=").nth(1)?.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the drainer log names no admin address:\n{log}"))
+        .to_string();
+    let r = http_get(&addr, "/metrics").expect("GET /metrics");
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
 }
 
 fn phase(sim: &SimProcess, node: &str) -> String {
@@ -74,6 +88,28 @@ fn the_binary_drains_a_node_tainted_with_kubectl_and_status_reports_it() {
     );
     assert_eq!(unschedulable.trim(), "true");
     let stats = sim.stats();
+
+    // /metrics tells the same story as the node: one drain finished as drained, its duration
+    // observed once, every eviction the simulator accepted counted as evicted, the node in
+    // phase drained, nothing refused any more.
+    let metrics = scrape_metrics(&sim);
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in /metrics:\n{metrics}"))
+    };
+    assert_eq!(value("rotor_drainer_drains_total{result=\"drained\"}"), 1.0);
+    assert_eq!(value("rotor_drainer_drain_duration_seconds_count"), 1.0);
+    let accepted = stats["evictions"]["success"].as_u64().unwrap() as f64;
+    assert!(accepted >= 1.0, "{stats}");
+    assert_eq!(
+        value("rotor_drainer_evictions_total{outcome=\"evicted\"}"),
+        accepted
+    );
+    assert_eq!(value("rotor_drainer_nodes{phase=\"drained\"}"), 1.0);
+    assert_eq!(value("rotor_drainer_nodes{phase=\"evicting\"}"), 0.0);
+    assert_eq!(value("rotor_drainer_budget_blocked_pods"), 0.0);
     assert_eq!(stats["budgetViolations"], 0, "{stats}");
     assert!(
         stats["requests"].get("delete pods").is_none(),

@@ -330,18 +330,30 @@ fn without_pods_eviction_the_drainer_evicts_nothing_and_says_why() {
         ],
     );
     assert_ne!(phase, "drained", "nothing could be evicted");
-    // What an operator reading the node sees (the report quotes it).
-    let annotations = kubectl_ok(
-        &sim,
-        &[
-            "get",
-            "node",
-            &node,
-            "-o",
-            "jsonpath={.metadata.annotations}",
-        ],
+    // The node itself tells the operator what is wrong: phase blocked, with the denial and the
+    // rule to grant as its blocker (what `rotor-drainer status` shows).
+    let blocker = wait_until(
+        "the node to record the denial as its blocker",
+        Duration::from_secs(30),
+        || {
+            let out = kubectl_ok(
+                &sim,
+                &[
+                    "get",
+                    "node",
+                    &node,
+                    "-o",
+                    "jsonpath={.metadata.annotations.rotor\\.dev/phase} {.metadata.annotations.rotor\\.dev/blocker}",
+                ],
+            );
+            out.starts_with("blocked ").then_some(out)
+        },
     );
-    eprintln!("drainer log line: {line}\nnode annotations: {annotations}");
+    assert!(
+        blocker.contains("denied the eviction") && blocker.contains("pods/eviction"),
+        "{blocker}"
+    );
+    eprintln!("drainer log line: {line}\nnode phase and blocker: {blocker}");
 }
 
 #[test]

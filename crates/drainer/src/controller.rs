@@ -64,6 +64,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tick.tick() => {}
+            _ = tokio::time::sleep(GATE_RECHECK), if gate.held_since.is_some() => {}
             ev = node_events.next() => match ev {
                 Some(Ok(watcher::Event::Init)) => buffer.clear(),
                 Some(Ok(watcher::Event::InitApply(n))) => { let v = NodeView::of(&n); buffer.insert(v.name.clone(), v); }
@@ -211,9 +212,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             }
         }
         if held != last_held {
-            for (n, why) in &held {
-                tracing::info!(node = %n, %why, "drain held");
-            }
+            log_held(&held);
             last_held = held;
         }
         for name in start {
@@ -247,6 +246,28 @@ fn spawn_drain(
     });
 }
 
+/// One info line per distinct reason, naming a few of the nodes it holds: with every node of a
+/// fleet tainted, one line per node would bury the log at each change.
+fn log_held(held: &[(String, String)]) {
+    let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (node, why) in held {
+        by_reason
+            .entry(why.as_str())
+            .or_default()
+            .push(node.as_str());
+    }
+    for (why, nodes) in by_reason {
+        let shown: Vec<&str> = nodes.iter().take(5).copied().collect();
+        let more = nodes.len().saturating_sub(shown.len());
+        let nodes = if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        };
+        tracing::info!(nodes = %nodes, %why, "drains held");
+    }
+}
+
 fn publish_phases(ctx: &Ctx, nodes: &BTreeMap<String, NodeView>) {
     let mut counts: BTreeMap<&'static str, i64> =
         DrainPhase::ALL.iter().map(|p| (p.slug(), 0)).collect();
@@ -264,6 +285,11 @@ fn publish_phases(ctx: &Ctx, nodes: &BTreeMap<String, NodeView>) {
             .set(c);
     }
 }
+
+/// How often a held gate is re-checked: its blockers clear on their own (a pod turns Ready, a
+/// pending pod is placed) and the drainer does not watch them, so it looks again soon rather than
+/// at the next 1 s tick. Only the workloads still holding it are re-read.
+const GATE_RECHECK: Duration = Duration::from_millis(250);
 
 /// Reads what the gate needs: pending pods, and the workloads evicted since the last start.
 /// Workloads found Ready again (and, with several drains at once, workloads a budget covers: see
@@ -284,72 +310,38 @@ async fn gate_blockers(
     } else {
         Vec::new()
     };
+    // A few reads at once: a drained node can leave a few dozen workloads to look at.
+    // (Owned keys: a stream over borrowed ones trips the compiler's higher-ranked lifetime
+    // check once the controller's future is spawned.)
+    let keys: Vec<(String, String, String)> = owners.iter().cloned().collect();
+    let checks: Vec<((String, String, String), Option<OwnerObjects>)> = futures::stream::iter(keys)
+        .map(|owner| async move {
+            let objects = fetch_owner(ctx, &owner).await?;
+            Ok::<_, kube::Error>((owner, objects))
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
     let mut settled = Vec::new();
-    for owner in owners.iter() {
-        let (kind, ns, name) = owner;
-        let (mut deployments, mut statefulsets, mut replicasets) =
-            (Vec::new(), Vec::new(), Vec::new());
-        let template_labels = match kind.as_str() {
-            "ReplicaSet" => {
-                let Some(rs) = Api::<ReplicaSet>::namespaced(ctx.client.clone(), ns)
-                    .get_opt(name)
-                    .await?
-                else {
-                    settled.push(owner.clone());
-                    continue;
-                };
-                if let Some(d) = rs
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .find(|o| o.kind == "Deployment")
-                    && let Some(dep) = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
-                        .get_opt(&d.name)
-                        .await?
-                {
-                    deployments.push(dep);
-                }
-                let labels = rs
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.template.as_ref())
-                    .and_then(|t| t.metadata.as_ref())
-                    .and_then(|m| m.labels.clone());
-                replicasets.push(rs);
-                labels
-            }
-            "StatefulSet" => {
-                let Some(sts) = Api::<StatefulSet>::namespaced(ctx.client.clone(), ns)
-                    .get_opt(name)
-                    .await?
-                else {
-                    settled.push(owner.clone());
-                    continue;
-                };
-                let labels = sts
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.template.metadata.as_ref())
-                    .and_then(|m| m.labels.clone());
-                statefulsets.push(sts);
-                labels
-            }
-            // Jobs, bare pods and the like do not hold the gate.
-            _ => {
-                settled.push(owner.clone());
-                continue;
-            }
+    for (owner, objects) in &checks {
+        // Gone, or a kind the gate does not judge (Jobs, bare pods).
+        let Some(objects) = objects else {
+            settled.push(owner.clone());
+            continue;
         };
-        if leave_to_budgets && covered_by_budget(ns, template_labels.as_ref(), &budgets) {
+        if leave_to_budgets
+            && covered_by_budget(&owner.1, objects.template_labels.as_ref(), &budgets)
+        {
             settled.push(owner.clone());
             continue;
         }
         let waiting = workload_blockers(
             std::slice::from_ref(owner),
-            &deployments,
-            &statefulsets,
-            &replicasets,
+            &objects.deployments,
+            &objects.statefulsets,
+            &objects.replicasets,
         );
         if waiting.is_empty() {
             settled.push(owner.clone());
@@ -362,4 +354,71 @@ async fn gate_blockers(
     blockers.sort();
     blockers.dedup();
     Ok(blockers)
+}
+
+/// What the gate reads about one evicted pod's owner.
+struct OwnerObjects {
+    deployments: Vec<Deployment>,
+    statefulsets: Vec<StatefulSet>,
+    replicasets: Vec<ReplicaSet>,
+    template_labels: Option<BTreeMap<String, String>>,
+}
+
+/// Reads an owner (and a ReplicaSet's Deployment); `None` when it is gone or of a kind the gate
+/// does not judge.
+async fn fetch_owner(
+    ctx: &Ctx,
+    (kind, ns, name): &(String, String, String),
+) -> Result<Option<OwnerObjects>, kube::Error> {
+    let mut objects = OwnerObjects {
+        deployments: Vec::new(),
+        statefulsets: Vec::new(),
+        replicasets: Vec::new(),
+        template_labels: None,
+    };
+    match kind.as_str() {
+        "ReplicaSet" => {
+            let Some(rs) = Api::<ReplicaSet>::namespaced(ctx.client.clone(), ns)
+                .get_opt(name)
+                .await?
+            else {
+                return Ok(None);
+            };
+            if let Some(d) = rs
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == "Deployment")
+                && let Some(dep) = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
+                    .get_opt(&d.name)
+                    .await?
+            {
+                objects.deployments.push(dep);
+            }
+            objects.template_labels = rs
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.as_ref())
+                .and_then(|t| t.metadata.as_ref())
+                .and_then(|m| m.labels.clone());
+            objects.replicasets.push(rs);
+        }
+        "StatefulSet" => {
+            let Some(sts) = Api::<StatefulSet>::namespaced(ctx.client.clone(), ns)
+                .get_opt(name)
+                .await?
+            else {
+                return Ok(None);
+            };
+            objects.template_labels = sts
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.labels.clone());
+            objects.statefulsets.push(sts);
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(objects))
 }

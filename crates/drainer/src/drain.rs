@@ -541,6 +541,7 @@ async fn evict_until_drained(
                         tracing::info!(node = %name, pod = %pod, "evicted");
                         attempts.evicted.insert(pod.uid.clone());
                         attempts.refused.remove(&pod.uid);
+                        attempts.fatal.remove(&pod.uid);
                         if let Some(o) = owner
                             && !owners.contains(&o)
                         {
@@ -551,6 +552,7 @@ async fn evict_until_drained(
                         ctx.metrics.eviction("gone");
                         attempts.evicted.insert(pod.uid.clone());
                         attempts.refused.remove(&pod.uid);
+                        attempts.fatal.remove(&pod.uid);
                     }
                     EvictionOutcome::BudgetRefused { message } => {
                         ctx.metrics.eviction("budget");
@@ -582,6 +584,14 @@ async fn evict_until_drained(
                     }
                     EvictionOutcome::Failed { code, message } => {
                         ctx.metrics.eviction("failed");
+                        // Only an operator can fix a denial: say so on the node at once instead
+                        // of retrying silently until the deadline.
+                        if matches!(code, Some(401 | 403)) {
+                            attempts.fatal.insert(
+                                pod.uid.clone(),
+                                format!("{pod}: the API server denied the eviction ({message}); grant rotor-drainer's ServiceAccount create on pods/eviction (deploy/base/drainer-rbac.yaml)"),
+                            );
+                        }
                         let n = attempts.failures.entry(pod.uid.clone()).or_insert(0);
                         *n += 1;
                         let backoff = Duration::from_secs((1u64 << (*n).min(5)).min(30));
@@ -667,6 +677,7 @@ async fn evict_until_drained(
                     pods.remove(&uid);
                     attempts.next_try.remove(&uid);
                     attempts.refused.remove(&uid);
+                    attempts.fatal.remove(&uid);
                 }
                 Some(Err(e)) => {
                     tracing::warn!(node = %name, error = %e, "watching the node's pods failed; retrying");

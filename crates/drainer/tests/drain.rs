@@ -551,3 +551,77 @@ async fn given_refuse_emptydir_then_a_pod_with_scratch_data_blocks_the_node() {
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
+
+/// The gate: a pod the scheduler cannot place for longer than `--pending-grace` holds the next
+/// drain (the cluster has not absorbed the previous node), and the drain starts as soon as the
+/// pod is gone. A pod in an ignored namespace does not hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_pod_pending_past_the_grace_then_the_next_drain_waits_for_it() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams};
+
+    // A pod no node (nor the node group's template) can hold stays Pending for good.
+    let yaml = format!(
+        "{}  - {{kind: Pod, name: too-big, namespace: batch, requests: {{cpu: \"64\"}}}}\n",
+        CLUSTER.replace("size: 3", "size: 4")
+    );
+    let cluster = TestCluster::start(&yaml).await;
+    let drainer = TestDrainer::start(
+        &cluster,
+        "a",
+        &["--pending-grace", "500ms", "--gate-timeout", "1h"],
+    );
+    let names = cluster.node_names().await;
+    let (first, second) = (&names[0], &names[1]);
+    cluster.taint(first, "manual").await;
+    cluster.wait_phase(first, "drained").await;
+    cluster.taint(second, "manual").await;
+
+    // Held: the second node is not touched while the pod stays unschedulable.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(cluster.annotation(second, "rotor.dev/phase").await, None);
+    assert_ne!(
+        cluster.node(second).await.spec.unwrap().unschedulable,
+        Some(true)
+    );
+
+    Api::<Pod>::namespaced(cluster.client.clone(), "batch")
+        .delete("too-big", &DeleteParams::default())
+        .await
+        .unwrap();
+    cluster.wait_phase(second, "drained").await;
+    assert_eq!(cluster.stats()["budgetViolations"], 0);
+    drainer.stop().await.unwrap();
+
+    // With the namespace ignored, a new drainer drains two nodes in a row while a pod in it
+    // stays unschedulable (its gate is armed by the first of them).
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "too-big-again", "namespace": "batch"},
+        "spec": {"containers": [{"name": "c", "image": "x",
+                 "resources": {"requests": {"cpu": "64"}}}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(cluster.client.clone(), "batch")
+        .create(&Default::default(), &pod)
+        .await
+        .unwrap();
+    let drainer = TestDrainer::start(
+        &cluster,
+        "b",
+        &[
+            "--pending-grace",
+            "500ms",
+            "--gate-timeout",
+            "1h",
+            "--gate-ignore-namespace",
+            "batch",
+        ],
+    );
+    cluster.taint(&names[2], "manual").await;
+    cluster.wait_phase(&names[2], "drained").await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    cluster.taint(&names[3], "manual").await;
+    cluster.wait_phase(&names[3], "drained").await;
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}

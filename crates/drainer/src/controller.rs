@@ -40,6 +40,11 @@ struct Gate {
     held_since: Option<Instant>,
     last_report: Vec<String>,
     armed: bool,
+    /// When to look at a held gate again.
+    recheck_at: Option<tokio::time::Instant>,
+    /// The last check could not read the cluster: hold, whatever --gate-timeout says (fail
+    /// closed).
+    failing: bool,
 }
 
 pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
@@ -64,7 +69,11 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tick.tick() => {}
-            _ = tokio::time::sleep(GATE_RECHECK), if gate.held_since.is_some() => {}
+            // A deadline, not a fresh sleep per pass: node events arrive every few hundred
+            // milliseconds and would keep pushing a sleep back.
+            _ = tokio::time::sleep_until(gate.recheck_at.unwrap_or_else(tokio::time::Instant::now)), if gate.recheck_at.is_some() => {
+                gate.recheck_at = None;
+            }
             ev = node_events.next() => match ev {
                 Some(Ok(watcher::Event::Init)) => buffer.clear(),
                 Some(Ok(watcher::Event::InitApply(n))) => { let v = NodeView::of(&n); buffer.insert(v.name.clone(), v); }
@@ -176,38 +185,49 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             );
         }
         if !start.is_empty() && gate.armed {
-            match gate_blockers(&ctx, &mut gate.owners).await {
-                Ok(blockers) if blockers.is_empty() => {
-                    gate = Gate::default();
+            // Checked when a drain has just finished and then every GATE_RECHECK while it
+            // holds, not on every node event in between.
+            let due = gate.recheck_at.is_none();
+            let checked = if due {
+                Some(gate_blockers(&ctx, &mut gate.owners).await)
+            } else {
+                None
+            };
+            if let Some(Ok(blockers)) = &checked
+                && blockers.is_empty()
+            {
+                gate = Gate::default();
+            } else {
+                let since = *gate.held_since.get_or_insert_with(Instant::now);
+                ctx.metrics
+                    .gate_blocked_seconds
+                    .inc_by(elapsed.as_secs_f64());
+                if due {
+                    gate.recheck_at = Some(tokio::time::Instant::now() + GATE_RECHECK);
                 }
-                Ok(blockers) => {
-                    let since = *gate.held_since.get_or_insert_with(Instant::now);
-                    ctx.metrics
-                        .gate_blocked_seconds
-                        .inc_by(elapsed.as_secs_f64());
-                    let report: Vec<String> = blockers.iter().map(GateBlocker::to_string).collect();
-                    if since.elapsed() >= ctx.cfg.gate_timeout {
-                        tracing::warn!(blockers = ?report, "the gate held longer than --gate-timeout; starting the next node anyway");
-                        gate = Gate::default();
-                    } else {
+                match checked {
+                    Some(Ok(blockers)) => {
+                        let report: Vec<String> =
+                            blockers.iter().map(GateBlocker::to_string).collect();
+                        gate.failing = false;
                         if report != gate.last_report {
                             tracing::info!(blockers = ?report, "waiting for the cluster to settle before the next drain");
-                            gate.last_report = report.clone();
+                            gate.last_report = report;
                         }
-                        held.extend(
-                            start
-                                .drain(..)
-                                .map(|n| (n, format!("gate: {}", report.join("; ")))),
-                        );
                     }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "could not check the gate; holding the next drain");
+                        gate.failing = true;
+                        gate.last_report = vec![format!("gate check failed: {e}")];
+                    }
+                    None => {}
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not check the gate; holding the next drain");
-                    held.extend(
-                        start
-                            .drain(..)
-                            .map(|n| (n, "gate check failed".to_string())),
-                    );
+                if !gate.failing && since.elapsed() >= ctx.cfg.gate_timeout {
+                    tracing::warn!(blockers = ?gate.last_report, "the gate held longer than --gate-timeout; starting the next node anyway");
+                    gate = Gate::default();
+                } else {
+                    let why = format!("gate: {}", gate.last_report.join("; "));
+                    held.extend(start.drain(..).map(|n| (n, why.clone())));
                 }
             }
         }

@@ -2,107 +2,46 @@
 //! killed on drop, SDK clients for it, and the few AWS set-up steps the tests repeat (a launch
 //! template, a new default version, a cluster-tagged group).
 
-use std::net::TcpListener;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
-
 use aws_sdk_autoscaling::types as asg;
 use aws_sdk_ec2::types as ec2t;
 use rotor_selector::aws_provider::AwsClients;
+use rotor_sim::moto::{INSTALL_HINT, MotoError, MotoServer, REGION};
 
-/// moto's server, killed on drop.
+/// moto's server (rotor-sim starts it for the demo too), killed on drop.
 pub struct Moto {
-    child: std::process::Child,
+    server: MotoServer,
     pub url: String,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// How to start moto: `moto_server` on PATH, else `python3 -m moto.server`; `None` if neither.
-fn moto_command() -> Option<Vec<String>> {
-    let works = |program: &str, args: &[&str]| {
-        std::process::Command::new(program)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if works("moto_server", &["--help"]) {
-        return Some(vec!["moto_server".into()]);
-    }
-    if works("python3", &["-c", "import moto.server, flask"]) {
-        return Some(vec!["python3".into(), "-m".into(), "moto.server".into()]);
-    }
-    None
 }
 
 /// Starts moto; `None` (with a notice) when it is not installed, unless `CI` is set: there it
 /// must run.
 pub async fn start_moto() -> Option<Moto> {
-    let Some(command) = moto_command() else {
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "moto is not installed (pip install 'moto[server]'); the AWS end-to-end tests must run in CI"
+    match MotoServer::start().await {
+        Ok(server) => Some(Moto {
+            url: server.url().to_string(),
+            server,
+        }),
+        Err(MotoError::NotInstalled) if std::env::var_os("CI").is_none() => {
+            eprintln!(
+                "NOTICE: skipping the moto end-to-end test: moto is not installed ({INSTALL_HINT})"
             );
+            None
         }
-        eprintln!(
-            "NOTICE: skipping the moto end-to-end test: moto is not installed (pip install 'moto[server]')"
-        );
-        return None;
-    };
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = std::process::Command::new(&command[0])
-        .args(&command[1..])
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("moto starts");
-    let moto = Moto {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-    };
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "moto did not listen on port {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        Err(e) => panic!("{e}; the AWS end-to-end tests must run in CI"),
     }
-    Some(moto)
 }
 
 impl Moto {
     /// The environment that points the selector binary at this moto through the standard chain.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT_URL", self.url.clone()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_ACCESS_KEY_ID", "testing".into()),
-            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
-            ("AWS_EC2_METADATA_DISABLED", "true".into()),
-        ]
+        self.server.env()
     }
 
     /// SDK clients for the test's own set-up calls.
     pub async fn clients(&self) -> AwsClients {
         let loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .endpoint_url(&self.url)
-            .region(aws_config::Region::new("us-east-1"))
+            .region(aws_config::Region::new(REGION))
             .credentials_provider(aws_sdk_ec2::config::Credentials::new(
                 "testing", "testing", None, None, "test",
             ));

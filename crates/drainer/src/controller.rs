@@ -12,7 +12,6 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use rotor_core::contract::DrainPhase;
@@ -21,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
 use crate::fleet::{FleetLimits, NodeView, choose_nodes_to_start};
-use crate::gate::{GateBlocker, covered_by_budget, pending_pod_blockers, workload_blockers};
+use crate::gate::{GateBlocker, pending_pod_blockers, workload_blockers};
 use crate::metrics::PhaseLabel;
 use crate::state::{Intent, retry_backoff};
 use crate::window::any_open;
@@ -312,8 +311,7 @@ fn publish_phases(ctx: &Ctx, nodes: &BTreeMap<String, NodeView>) {
 const GATE_RECHECK: Duration = Duration::from_millis(250);
 
 /// Reads what the gate needs: pending pods, and the workloads evicted since the last start.
-/// Workloads found Ready again (and, with several drains at once, workloads a budget covers: see
-/// [`covered_by_budget`]) leave `owners`, so a held gate re-reads only what still holds it.
+/// Workloads found Ready again leave `owners`, so a held gate re-reads only what still holds it.
 async fn gate_blockers(
     ctx: &Ctx,
     owners: &mut BTreeSet<(String, String, String)>,
@@ -324,12 +322,6 @@ async fn gate_blockers(
         .await?
         .items;
     let mut blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, Timestamp::now());
-    let leave_to_budgets = ctx.cfg.max_concurrent > 1;
-    let budgets: Vec<PodDisruptionBudget> = if leave_to_budgets {
-        ctx.budgets.state().iter().map(|b| (**b).clone()).collect()
-    } else {
-        Vec::new()
-    };
     // A few reads at once: a drained node can leave a few dozen workloads to look at.
     // (Owned keys: a stream over borrowed ones trips the compiler's higher-ranked lifetime
     // check once the controller's future is spawned.)
@@ -351,12 +343,6 @@ async fn gate_blockers(
             settled.push(owner.clone());
             continue;
         };
-        if leave_to_budgets
-            && covered_by_budget(&owner.1, objects.template_labels.as_ref(), &budgets)
-        {
-            settled.push(owner.clone());
-            continue;
-        }
         let waiting = workload_blockers(
             std::slice::from_ref(owner),
             &objects.deployments,
@@ -381,7 +367,6 @@ struct OwnerObjects {
     deployments: Vec<Deployment>,
     statefulsets: Vec<StatefulSet>,
     replicasets: Vec<ReplicaSet>,
-    template_labels: Option<BTreeMap<String, String>>,
 }
 
 /// Reads an owner (and a ReplicaSet's Deployment); `None` when it is gone or of a kind the gate
@@ -394,7 +379,6 @@ async fn fetch_owner(
         deployments: Vec::new(),
         statefulsets: Vec::new(),
         replicasets: Vec::new(),
-        template_labels: None,
     };
     match kind.as_str() {
         "ReplicaSet" => {
@@ -416,12 +400,6 @@ async fn fetch_owner(
             {
                 objects.deployments.push(dep);
             }
-            objects.template_labels = rs
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.as_ref())
-                .and_then(|t| t.metadata.as_ref())
-                .and_then(|m| m.labels.clone());
             objects.replicasets.push(rs);
         }
         "StatefulSet" => {
@@ -431,11 +409,6 @@ async fn fetch_owner(
             else {
                 return Ok(None);
             };
-            objects.template_labels = sts
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.metadata.as_ref())
-                .and_then(|m| m.labels.clone());
             objects.statefulsets.push(sts);
         }
         _ => return Ok(None),

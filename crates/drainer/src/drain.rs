@@ -502,7 +502,20 @@ async fn evict_until_drained(
                     wake = wake.min(*t);
                     continue;
                 }
-                let owner = pods.get(&pod.uid).and_then(crate::gate::owner_of);
+                // The gate waits for this pod's workload to be Ready again before the next node
+                // starts. With several drains at once, a workload a budget covers is left to its
+                // budget: the other drains keep evicting from it, so "fully Ready" might not come
+                // until the last drain ends, while the budget already refuses any eviction that
+                // would take it below what its owner declared it tolerates.
+                let leave_to_budget = ctx.cfg.max_concurrent > 1
+                    && pods
+                        .get(&pod.uid)
+                        .and_then(|p| charged_budget(p, &budgets))
+                        .is_some();
+                let owner = pods
+                    .get(&pod.uid)
+                    .and_then(crate::gate::owner_of)
+                    .filter(|_| !leave_to_budget);
                 let forced = forcing && attempts.refused.contains_key(&pod.uid);
                 // The budget watch says this eviction would be refused: wait for the budget to
                 // move (or the slow backstop) rather than spend a request on a certain 429.

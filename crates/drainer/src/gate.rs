@@ -3,16 +3,14 @@
 //! grace period; [`workload_blockers`] names workloads evicted from the previous node that are
 //! not fully Ready again. The gate is open when both are empty.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use rotor_apimachinery::labels::LabelSelector;
 
 /// What the gate checks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -210,32 +208,6 @@ pub fn workload_blockers(
         }
     }
     seen.into_iter().collect()
-}
-
-/// Whether a PodDisruptionBudget the eviction API would consult covers the pods of a workload:
-/// one in `namespace` whose selector (valid, not empty) matches the workload's pod template
-/// labels.
-///
-/// With several drains at once the gate leaves such workloads to their budget: the other drains
-/// keep evicting from them, so "fully Ready" may not come until the last drain ends, while the
-/// budget already refuses any eviction that would take them below what their owners declared
-/// they tolerate.
-pub fn covered_by_budget(
-    namespace: &str,
-    template_labels: Option<&BTreeMap<String, String>>,
-    budgets: &[PodDisruptionBudget],
-) -> bool {
-    let Some(labels) = template_labels else {
-        return false;
-    };
-    budgets.iter().any(|pdb| {
-        if pdb.metadata.namespace.as_deref() != Some(namespace) {
-            return false;
-        }
-        let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
-        LabelSelector::from_k8s(selector)
-            .is_ok_and(|sel| !sel.is_empty() && !sel.is_nothing() && sel.matches(labels))
-    })
 }
 
 /// The controller of a pod as `(kind, namespace, name)`, the form [`workload_blockers`] takes:
@@ -498,43 +470,5 @@ mod tests {
         assert_eq!(owner_of(&pod), Some(owner("ReplicaSet", "web-7d9f")));
         let bare: Pod = serde_json::from_value(json!({"metadata": {"name": "debug"}})).unwrap();
         assert_eq!(owner_of(&bare), None);
-    }
-
-    #[test]
-    fn budget_coverage_follows_the_eviction_api() {
-        let pdb = |ns: &str, selector: serde_json::Value| -> PodDisruptionBudget {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "b", "namespace": ns},
-                "spec": {"maxUnavailable": 1, "selector": selector}
-            }))
-            .unwrap()
-        };
-        let labels: BTreeMap<String, String> = [
-            ("app".to_string(), "web".to_string()),
-            ("tier".to_string(), "front".to_string()),
-        ]
-        .into();
-        let web = pdb("shop", serde_json::json!({"matchLabels": {"app": "web"}}));
-        assert!(covered_by_budget(
-            "shop",
-            Some(&labels),
-            std::slice::from_ref(&web)
-        ));
-        // Another namespace's budget, another app's, or an empty selector do not cover it.
-        assert!(!covered_by_budget(
-            "other",
-            Some(&labels),
-            std::slice::from_ref(&web)
-        ));
-        let db = pdb("shop", serde_json::json!({"matchLabels": {"app": "db"}}));
-        assert!(!covered_by_budget("shop", Some(&labels), &[db]));
-        let empty = pdb("shop", serde_json::json!({}));
-        assert!(!covered_by_budget("shop", Some(&labels), &[empty]));
-        let expr = pdb(
-            "shop",
-            serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "edge"]}]}),
-        );
-        assert!(covered_by_budget("shop", Some(&labels), &[expr]));
-        assert!(!covered_by_budget("shop", None, &[web]));
     }
 }

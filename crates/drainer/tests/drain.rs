@@ -625,3 +625,57 @@ async fn given_a_pod_pending_past_the_grace_then_the_next_drain_waits_for_it() {
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
+
+/// With several drains at once the gate leaves budget-covered workloads to their budget: the
+/// next node starts while the replacements of the previous node's web pods are still starting
+/// (8 s here), where one drain at a time would wait for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_several_drains_at_once_then_the_gate_leaves_budgeted_workloads_to_their_budget() {
+    let yaml = r#"
+timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s}
+namespaces: [rotor-system]
+nodeGroups:
+  - {name: g, size: 3, max: 6, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
+workloads:
+  - {kind: Deployment, name: web, namespace: shop, replicas: 4, requests: {cpu: 100m}, startup: 8s, shutdown: 200ms, spreadMaxSkew: 1, pdb: {maxUnavailable: 2}}
+"#;
+    for (concurrency, waits) in [("1", true), ("2", false)] {
+        let cluster = TestCluster::start(yaml).await;
+        let drainer = TestDrainer::start(
+            &cluster,
+            "a",
+            &["--max-concurrent", concurrency, "--max-unavailable", "2"],
+        );
+        let web = wait_until("web pods on a node", WAIT, || async {
+            let hosts = cluster.nodes_hosting("web-").await;
+            (!hosts.is_empty()).then_some(hosts)
+        })
+        .await;
+        let names = cluster.node_names().await;
+        let first = web[0].clone();
+        let second = names.iter().find(|n| **n != first).unwrap().clone();
+        cluster.taint(&first, "manual").await;
+        cluster.wait_phase(&first, "drained").await;
+        let drained_at = std::time::Instant::now();
+        cluster.taint(&second, "manual").await;
+        wait_until("the second drain to start", WAIT, || async {
+            cluster.annotation(&second, "rotor.dev/phase").await
+        })
+        .await;
+        let waited = drained_at.elapsed();
+        if waits {
+            assert!(
+                waited >= std::time::Duration::from_secs(4),
+                "C=1 waits for web to be Ready again: {waited:?}"
+            );
+        } else {
+            assert!(
+                waited < std::time::Duration::from_secs(4),
+                "C=2 leaves web to its budget: {waited:?}"
+            );
+        }
+        assert_eq!(cluster.stats()["budgetViolations"], 0);
+        drainer.stop().await.unwrap();
+        cluster.stop().await;
+    }
+}

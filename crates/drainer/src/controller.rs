@@ -4,7 +4,7 @@
 //! maintenance window, when the gate is open, and within the fleet limits the `fleet` module
 //! computes. While nothing happens it makes no API request besides its watches.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     let mut buffer: BTreeMap<String, NodeView> = BTreeMap::new();
     let mut listed = false;
     let mut running: HashMap<String, Running> = HashMap::new();
-    let mut cleaning: HashMap<String, ()> = HashMap::new();
+    let mut cleaning: HashSet<String> = HashSet::new();
     let mut tasks: JoinSet<(String, DrainOutcome)> = JoinSet::new();
     let mut gate = Gate::default();
     let mut last_held: Vec<(String, String)> = Vec::new();
@@ -120,12 +120,8 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
         // Undo rotor's state on untainted nodes nobody is draining (e.g. while we were down).
         for n in nodes.values() {
             let ours = n.record.phase.is_some() || n.record.cordoned_by_rotor;
-            if !n.tainted
-                && ours
-                && !running.contains_key(&n.name)
-                && !cleaning.contains_key(&n.name)
-            {
-                cleaning.insert(n.name.clone(), ());
+            if !n.tainted && ours && !running.contains_key(&n.name) && !cleaning.contains(&n.name) {
+                cleaning.insert(n.name.clone());
                 let (ctx2, name) = (ctx.clone(), n.name.clone());
                 tasks.spawn(async move {
                     if let Err(e) = clean_up(&ctx2, &name).await {
@@ -141,7 +137,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             if n.tainted
                 && n.record.is_active()
                 && !running.contains_key(&n.name)
-                && !cleaning.contains_key(&n.name)
+                && !cleaning.contains(&n.name)
             {
                 spawn_drain(
                     &ctx,

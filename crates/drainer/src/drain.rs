@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::DrainerConfig;
 use crate::evict::{self, EvictionOutcome};
 use crate::metrics::Metrics;
-use crate::pods::{Blocker, PodRef, charged_budget, plan_node};
+use crate::pods::{Blocker, PodRef, plan_node};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 
 /// Everything a drain task needs, shared by all of them.
@@ -507,11 +507,8 @@ async fn evict_until_drained(
                 // budget: the other drains keep evicting from it, so "fully Ready" might not come
                 // until the last drain ends, while the budget already refuses any eviction that
                 // would take it below what its owner declared it tolerates.
-                let leave_to_budget = ctx.cfg.max_concurrent > 1
-                    && pods
-                        .get(&pod.uid)
-                        .and_then(|p| charged_budget(p, &budgets))
-                        .is_some();
+                let charged = plan.charged.get(&pod.uid);
+                let leave_to_budget = ctx.cfg.max_concurrent > 1 && charged.is_some();
                 let owner = pods
                     .get(&pod.uid)
                     .and_then(crate::gate::owner_of)
@@ -519,17 +516,12 @@ async fn evict_until_drained(
                 let forced = forcing && attempts.refused.contains_key(&pod.uid);
                 // The budget watch says this eviction would be refused: wait for the budget to
                 // move (or the slow backstop) rather than spend a request on a certain 429.
-                if !forced
-                    && let Some((budget, 0)) =
-                        pods.get(&pod.uid).and_then(|p| charged_budget(p, &budgets))
-                {
-                    if !attempts.refused.contains_key(&pod.uid) {
+                if !forced && let Some((budget, 0)) = charged {
+                    // A refusal already on record (the API's own words) stays as it is.
+                    attempts.refused.entry(pod.uid.clone()).or_insert_with(|| {
                         tracing::info!(node = %name, pod = %pod, %budget, "its disruption budget allows no eviction now; waiting for it to allow one");
-                    }
-                    attempts.refused.insert(
-                        pod.uid.clone(),
-                        format!("{pod}: disruption budget {budget} allows no eviction now"),
-                    );
+                        format!("{pod}: disruption budget {budget} allows no eviction now")
+                    });
                     let t = later(now, ctx.cfg.budget_recheck);
                     attempts.next_try.insert(pod.uid.clone(), t);
                     wake = wake.min(t);
@@ -665,18 +657,11 @@ async fn evict_until_drained(
             _ = tokio::time::sleep(sleep_for) => {}
             changed = budget_changes.changed() => {
                 if changed.is_ok() {
-                    // A budget moved: retry the refused pods whose own budget now allows an
-                    // eviction (or that no single budget charges any more).
-                    let budgets: Vec<PodDisruptionBudget> =
-                        ctx.budgets.state().iter().map(|b| (**b).clone()).collect();
+                    // A budget moved: the next pass reconsiders every refused pod against the
+                    // budgets as they are now, and sends an eviction only for the pods whose
+                    // budget allows one (the check before each eviction above).
                     for uid in attempts.refused.keys() {
-                        let allows = pods
-                            .get(uid)
-                            .and_then(|p| charged_budget(p, &budgets))
-                            .is_none_or(|(_, allowed)| allowed > 0);
-                        if allows {
-                            attempts.next_try.remove(uid);
-                        }
+                        attempts.next_try.remove(uid);
                     }
                 }
             }

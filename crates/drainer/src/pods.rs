@@ -377,6 +377,11 @@ pub struct NodePlan {
     /// Pods that could be evicted but for their budgets (never allowing, or several): what
     /// `--force-after` deletes. Never do-not-disrupt pods.
     pub budget_blocked: Vec<(PodRef, Option<i64>)>,
+    /// For evictable pods (keyed by uid) that exactly one budget would be charged for: that
+    /// budget (`namespace/name`) and the disruptions its status allows now. The drainer waits
+    /// on the budget watch instead of sending an eviction it knows would be refused, and with
+    /// several drains at once leaves such pods' workloads to their budget rather than the gate.
+    pub charged: BTreeMap<String, (String, i32)>,
 }
 
 impl NodePlan {
@@ -453,12 +458,24 @@ pub fn plan_node(
                 grace_period_seconds,
             } => {
                 ordinary_left |= tier == EvictionTier::Ordinary;
-                match budget_blocker(pod, &pod_ref, &budgets) {
+                let consulted = consulted_budgets(pod, &pod_ref, &budgets);
+                match budget_blocker(&pod_ref, &consulted) {
                     Some(blocker) => {
                         push_unique(&mut plan.blockers, blocker);
                         plan.budget_blocked.push((pod_ref, grace_period_seconds));
                     }
-                    None => evictable.push((tier, pod_ref, grace_period_seconds)),
+                    None => {
+                        if let Consulted::One(budget) = consulted {
+                            let allowed = budget
+                                .pdb
+                                .status
+                                .as_ref()
+                                .map_or(0, |s| s.disruptions_allowed);
+                            plan.charged
+                                .insert(pod_ref.uid.clone(), (budget.key.clone(), allowed));
+                        }
+                        evictable.push((tier, pod_ref, grace_period_seconds));
+                    }
                 }
             }
         }
@@ -480,32 +497,54 @@ fn push_unique(blockers: &mut Vec<Blocker>, blocker: Blocker) {
     }
 }
 
-/// The budget problem that stops `pod` from being evicted, if any.
-///
-/// Follows the eviction subresource: a `Pending` pod is deleted without consulting budgets, and
-/// a pod that is not Ready passes a single budget that has `unhealthyPodEvictionPolicy:
-/// AlwaysAllow` or is healthy (`currentHealthy >= desiredHealthy > 0`), so neither is blocked by
-/// a budget that otherwise never allows.
-fn budget_blocker(pod: &Pod, pod_ref: &PodRef, budgets: &[BudgetView<'_>]) -> Option<Blocker> {
+/// The budgets the eviction subresource consults for a pod, as it decides.
+enum Consulted<'a> {
+    /// None: no budget covers the pod, it is `Pending` (deleted without consulting budgets), or
+    /// it is not Ready under a single budget that lets such pods through without consuming a
+    /// disruption (`unhealthyPodEvictionPolicy: AlwaysAllow`, or the budget is healthy:
+    /// `currentHealthy >= desiredHealthy > 0`).
+    Nothing,
+    /// Exactly one budget, charged one disruption.
+    One(&'a BudgetView<'a>),
+    /// Several budgets: the API refuses with a 500.
+    Several(Vec<&'a BudgetView<'a>>),
+}
+
+fn consulted_budgets<'a>(
+    pod: &Pod,
+    pod_ref: &PodRef,
+    budgets: &'a [BudgetView<'a>],
+) -> Consulted<'a> {
     if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
-        return None;
+        return Consulted::Nothing;
     }
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    let matching: Vec<&BudgetView<'_>> = budgets
+    let mut matching: Vec<&BudgetView<'_>> = budgets
         .iter()
         .filter(|b| b.namespace == pod_ref.namespace && b.selector.matches(labels))
         .collect();
-    match matching.as_slice() {
-        [] => None,
-        [budget] if !is_ready(pod) && unready_pod_passes(budget.pdb) => None,
-        [budget] => {
+    match matching.len() {
+        0 => Consulted::Nothing,
+        1 if !is_ready(pod) && unready_pod_passes(matching[0].pdb) => Consulted::Nothing,
+        1 => Consulted::One(matching.remove(0)),
+        _ => Consulted::Several(matching),
+    }
+}
+
+/// The budget problem that stops a pod from being evicted, if any: several budgets, or a single
+/// one that can never allow an eviction (so neither a Pending pod nor a not-Ready pod a budget
+/// lets through is ever blocked by one).
+fn budget_blocker(pod_ref: &PodRef, consulted: &Consulted<'_>) -> Option<Blocker> {
+    match consulted {
+        Consulted::Nothing => None,
+        Consulted::One(budget) => {
             budget_never_allows(budget.pdb, None).map(|reason| Blocker::BudgetNeverAllows {
                 budget: budget.key.clone(),
                 reason,
             })
         }
-        several => {
+        Consulted::Several(several) => {
             let mut names: Vec<String> = several.iter().map(|b| b.key.clone()).collect();
             names.sort();
             Some(Blocker::MultipleBudgets {
@@ -514,37 +553,6 @@ fn budget_blocker(pod: &Pod, pod_ref: &PodRef, budgets: &[BudgetView<'_>]) -> Op
             })
         }
     }
-}
-
-/// The one budget the eviction API would charge for evicting `pod` now, as `(namespace/name,
-/// disruptionsAllowed)` from the budget's status; `None` when no single budget would be charged
-/// (none covers the pod, several do, or the pod would pass without consuming one: Pending, or
-/// not Ready under a budget that lets such pods through).
-///
-/// The drainer uses it to wait on the watch for a budget that allows nothing right now instead
-/// of sending an eviction it knows the API would refuse, and to retry refused pods only when
-/// their own budget moved.
-pub fn charged_budget(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> Option<(String, i32)> {
-    if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
-        return None;
-    }
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let empty = BTreeMap::new();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    let budgets = budget_views(pdbs);
-    let mut matching = budgets
-        .iter()
-        .filter(|b| b.namespace == namespace && b.selector.matches(labels));
-    let budget = matching.next()?;
-    if matching.next().is_some() || (!is_ready(pod) && unready_pod_passes(budget.pdb)) {
-        return None;
-    }
-    let allowed = budget
-        .pdb
-        .status
-        .as_ref()
-        .map_or(0, |s| s.disruptions_allowed);
-    Some((budget.key.clone(), allowed))
 }
 
 /// True when the pod's `Ready` condition is `True`.
@@ -1399,7 +1407,13 @@ mod tests {
     }
 
     #[test]
-    fn charged_budget_names_the_one_budget_eviction_would_use() {
+    fn the_plan_names_the_one_budget_eviction_would_charge() {
+        let charged = |pods: &[Pod], pdbs: &[PodDisruptionBudget]| {
+            plan_node(pods, pdbs, &taint(), &DrainOptions::default()).charged
+        };
+        let one = |budget: &str, allowed: i32| {
+            BTreeMap::from([("uid-web-1".to_string(), (budget.to_string(), allowed))])
+        };
         let web = pdb(
             "web",
             json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
@@ -1407,8 +1421,8 @@ mod tests {
         );
         let ready = pod("web-1", json!({}));
         assert_eq!(
-            charged_budget(&ready, std::slice::from_ref(&web)),
-            Some(("shop/web".to_string(), 0))
+            charged(std::slice::from_ref(&ready), std::slice::from_ref(&web)),
+            one("shop/web", 0)
         );
         let allowing = pdb(
             "web",
@@ -1416,21 +1430,24 @@ mod tests {
             status(3, 1),
         );
         assert_eq!(
-            charged_budget(&ready, std::slice::from_ref(&allowing)),
-            Some(("shop/web".to_string(), 1))
+            charged(
+                std::slice::from_ref(&ready),
+                std::slice::from_ref(&allowing)
+            ),
+            one("shop/web", 1)
         );
         // No budget, another app's, or two budgets: no single budget is charged.
-        assert_eq!(charged_budget(&ready, &[]), None);
+        assert!(charged(std::slice::from_ref(&ready), &[]).is_empty());
         let other = pod("o", json!({"metadata": {"labels": {"app": "other"}}}));
-        assert_eq!(charged_budget(&other, std::slice::from_ref(&web)), None);
+        assert!(charged(&[other], std::slice::from_ref(&web)).is_empty());
         let overlap = pdb(
             "web-2",
             json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
             status(3, 2),
         );
-        assert_eq!(charged_budget(&ready, &[web.clone(), overlap]), None);
+        assert!(charged(std::slice::from_ref(&ready), &[web.clone(), overlap]).is_empty());
         // A Pending pod is deleted without consulting budgets.
         let pending = pod("p", json!({"status": {"phase": "Pending"}}));
-        assert_eq!(charged_budget(&pending, std::slice::from_ref(&web)), None);
+        assert!(charged(&[pending], std::slice::from_ref(&web)).is_empty());
     }
 }

@@ -224,10 +224,7 @@ pub fn choose_nodes_to_start(
             _ if node.is_active() => continue,
             Some(DrainPhase::Drained) => continue,
             Some(DrainPhase::Failed) => {
-                let backoff = retry_backoff(node.record.attempts);
-                if let Some(retry_at) = node.record.retry_at(backoff)
-                    && now < retry_at
-                {
+                if let Some(retry_at) = node.record.backing_off_until(now, &retry_backoff) {
                     decision.held.push((
                         node.name.clone(),
                         format!(

@@ -169,6 +169,18 @@ impl DrainRecord {
         let failed_at = self.deadline.or(self.started_at)?;
         Some(add(failed_at, backoff))
     }
+
+    /// While a failed record is still backing off at `now`: when it may be retried. `None` when
+    /// it may be retried now, or is not failed. The fleet decision and a drain task's own check
+    /// ([`begin_check`]) both ask this.
+    pub fn backing_off_until(
+        &self,
+        now: Timestamp,
+        retry_backoff: impl Fn(u32) -> Duration,
+    ) -> Option<Timestamp> {
+        self.retry_at(retry_backoff(self.attempts))
+            .filter(|retry_at| now < *retry_at)
+    }
 }
 
 /// `timestamp` without its fraction of a second.
@@ -269,9 +281,7 @@ pub fn begin_check(
     if record.phase == Some(DrainPhase::Drained) {
         return Some("the node is already drained");
     }
-    if let Some(retry_at) = record.retry_at(retry_backoff(record.attempts))
-        && now < retry_at
-    {
+    if record.backing_off_until(now, retry_backoff).is_some() {
         return Some("the node's last drain failed and its retry back-off has not passed");
     }
     if intent == Intent::Resume && !record.is_active() {

@@ -32,6 +32,13 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_MAX_UNAVAILABLE", default_value = "1")]
     pub max_unavailable: Budget,
 
+    /// A new node that has not been Ready yet (a replacement still booting) does not count
+    /// against --max-unavailable, nor in the fleet's size, for this long after it joined; after
+    /// that it counts as NotReady, so replacements that never come up stop the rotation. 0
+    /// counts every NotReady node at once.
+    #[arg(long, env = "ROTOR_NODE_STARTUP_GRACE", default_value = "10m", value_parser = parse_duration)]
+    pub node_startup_grace: Duration,
+
     /// How long one node may take to drain before it is marked failed (and retried later).
     #[arg(long, env = "ROTOR_DRAIN_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
     pub drain_timeout: Duration,
@@ -112,6 +119,7 @@ pub struct LeaderArgs {
 pub struct DrainerConfig {
     pub max_concurrent: usize,
     pub max_unavailable: Budget,
+    pub node_startup_grace: Duration,
     pub drain_timeout: Duration,
     pub force_after: Option<Duration>,
     pub options: DrainOptions,
@@ -145,6 +153,7 @@ impl DrainArgs {
         Ok(DrainerConfig {
             max_concurrent: self.max_concurrent,
             max_unavailable: self.max_unavailable,
+            node_startup_grace: self.node_startup_grace,
             drain_timeout: self.drain_timeout,
             force_after: self.force_after,
             options: DrainOptions {
@@ -191,6 +200,7 @@ mod tests {
             .validate()
             .unwrap();
         assert_eq!(c.max_concurrent, 1);
+        assert_eq!(c.node_startup_grace, Duration::from_secs(600));
         assert_eq!(c.drain_timeout, Duration::from_secs(1800));
         assert!(c.force_after.is_none());
         assert!(c.options.evict_emptydir && c.options.evict_unmanaged);

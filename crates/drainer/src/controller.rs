@@ -60,7 +60,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     let mut cleaning: HashSet<String> = HashSet::new();
     let mut tasks: JoinSet<(String, DrainOutcome)> = JoinSet::new();
     let mut gate = Gate::default();
-    let mut last_held: Vec<(String, String)> = Vec::new();
+    let mut held_log = HeldLog::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_tick = Instant::now();
@@ -76,8 +76,15 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             ev = node_events.next() => match ev {
                 Some(Ok(watcher::Event::Init)) => buffer.clear(),
                 Some(Ok(watcher::Event::InitApply(n))) => { let v = NodeView::of(&n); buffer.insert(v.name.clone(), v); }
-                Some(Ok(watcher::Event::InitDone)) => { nodes = std::mem::take(&mut buffer); listed = true; }
-                Some(Ok(watcher::Event::Apply(n))) => { let v = NodeView::of(&n); nodes.insert(v.name.clone(), v); }
+                Some(Ok(watcher::Event::InitDone)) => {
+                    let mut fresh = std::mem::take(&mut buffer);
+                    for v in fresh.values_mut() {
+                        carry_ever_ready(&nodes, v);
+                    }
+                    nodes = fresh;
+                    listed = true;
+                }
+                Some(Ok(watcher::Event::Apply(n))) => { let mut v = NodeView::of(&n); carry_ever_ready(&nodes, &mut v); nodes.insert(v.name.clone(), v); }
                 Some(Ok(watcher::Event::Delete(n))) => { nodes.remove(n.metadata.name.as_deref().unwrap_or("")); }
                 Some(Err(e)) => tracing::warn!(error = %e, "node watch failed; it restarts with back-off"),
                 None => anyhow::bail!("the node watch ended"),
@@ -164,6 +171,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
         let limits = FleetLimits {
             max_concurrent: ctx.cfg.max_concurrent,
             max_unavailable: ctx.cfg.max_unavailable,
+            startup_grace: ctx.cfg.node_startup_grace,
         };
         let decision = choose_nodes_to_start(&view, &limits, Timestamp::now(), retry_backoff);
         let mut held = decision.held.clone();
@@ -226,10 +234,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                 }
             }
         }
-        if held != last_held {
-            log_held(&held);
-            last_held = held;
-        }
+        held_log.update(held, Instant::now());
         for name in start {
             spawn_drain(&ctx, &mut tasks, &mut running, &name, Intent::Start, &stop);
         }
@@ -237,6 +242,18 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     // Shutdown: let running drains stop where they are; their state stays on the nodes.
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
+/// makes it unavailable rather than "still starting" (see [`NodeView::is_starting`]). Only for
+/// the same node: a new one that reuses the name (IP-based names are reused) starts afresh.
+fn carry_ever_ready(known: &BTreeMap<String, NodeView>, view: &mut NodeView) {
+    if known
+        .get(&view.name)
+        .is_some_and(|old| old.ever_ready && old.created == view.created)
+    {
+        view.ever_ready = true;
+    }
 }
 
 fn spawn_drain(
@@ -259,6 +276,40 @@ fn spawn_drain(
         let r = drain_node(ctx, name.clone(), intent, abort, stop).await;
         (name, r)
     });
+}
+
+/// What was last logged about held drains.
+#[derive(Default)]
+struct HeldLog {
+    held: Vec<(String, String)>,
+    reasons: BTreeSet<String>,
+    logged_at: Option<Instant>,
+}
+
+/// A change in which nodes wait (and not in why) is logged at most this often: when a whole
+/// fleet is tainted at once, each node's taint arrives as its own event.
+const HELD_NODES_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+impl HeldLog {
+    /// Logs the held drains when the reasons change, or when only the nodes changed and the
+    /// last log is older than [`HELD_NODES_LOG_INTERVAL`]. Returns whether it logged.
+    fn update(&mut self, held: Vec<(String, String)>, now: Instant) -> bool {
+        if held == self.held {
+            return false;
+        }
+        let reasons: BTreeSet<String> = held.iter().map(|(_, why)| why.clone()).collect();
+        let due = self
+            .logged_at
+            .is_none_or(|at| now.duration_since(at) >= HELD_NODES_LOG_INTERVAL);
+        if reasons != self.reasons || due {
+            log_held(&held);
+            self.reasons = reasons;
+            self.logged_at = Some(now);
+            self.held = held;
+            return true;
+        }
+        false
+    }
 }
 
 /// One info line per distinct reason, naming a few of the nodes it holds: with every node of a
@@ -410,4 +461,40 @@ async fn fetch_owner(
         _ => return Ok(None),
     }
     Ok(Some(objects))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(nodes: &[&str], why: &str) -> Vec<(String, String)> {
+        nodes
+            .iter()
+            .map(|n| (n.to_string(), why.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn held_drains_are_logged_when_why_changes_not_per_node() {
+        let t0 = Instant::now();
+        let mut log = HeldLog::default();
+        let full = "max-concurrent 1 reached (1 draining)";
+        assert!(log.update(held(&["a"], full), t0));
+        // A fleet tainted node by node: same reason, more nodes, no new line each time.
+        for (i, nodes) in [&["a", "b"][..], &["a", "b", "c"]].iter().enumerate() {
+            assert!(!log.update(held(nodes, full), t0 + Duration::from_millis(i as u64)));
+        }
+        assert!(!log.update(held(&["a", "b", "c"], full), t0 + Duration::from_secs(5)));
+        // A new reason is logged at once.
+        assert!(log.update(
+            held(&["a", "b", "c"], "gate: pod p pending"),
+            t0 + Duration::from_secs(6)
+        ));
+        // Only the nodes changed, but the last line is older than the interval: logged.
+        let later = t0 + Duration::from_secs(6) + HELD_NODES_LOG_INTERVAL;
+        assert!(log.update(held(&["b", "c"], "gate: pod p pending"), later));
+        // Nothing held any more is a change of reasons too.
+        assert!(log.update(Vec::new(), later));
+        assert!(!log.update(Vec::new(), later + Duration::from_secs(1)));
+    }
 }

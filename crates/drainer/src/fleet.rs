@@ -2,6 +2,13 @@
 //! cluster as a [`NodeView`] and starts as many candidates as `--max-concurrent` and
 //! `--max-unavailable` allow (unavailable as Karpenter counts it: NotReady, cordoned or deleting),
 //! already-cordoned nodes first, then the oldest; every candidate it holds back comes with why.
+//!
+//! A node that has not yet been Ready since it joined (a replacement still booting) is neither
+//! unavailable nor part of the fleet's size for up to `--node-startup-grace`, as
+//! cluster-autoscaler treats such nodes as "not started" rather than unready and Karpenter leaves
+//! uninitialized nodes out of its budgets: it is capacity arriving, not capacity lost. Past the
+//! grace it counts as NotReady, so replacements that never come up (a broken image) stop the
+//! rotation.
 
 use std::fmt;
 use std::str::FromStr;
@@ -96,6 +103,9 @@ pub struct NodeView {
     pub record: DrainRecord,
     /// Condition `Ready` is `True`.
     pub ready: bool,
+    /// Ready now, or seen Ready earlier by this process (the controller carries it from one
+    /// view of the node to the next). A NotReady node that never was is still starting.
+    pub ever_ready: bool,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
     /// Has a `deletionTimestamp`.
@@ -123,6 +133,7 @@ impl NodeView {
             tainted: find_drain_taint(node).is_some(),
             record: DrainRecord::from_annotations(node.metadata.annotations.as_ref()),
             ready,
+            ever_ready: ready,
             unschedulable: node
                 .spec
                 .as_ref()
@@ -157,6 +168,23 @@ impl NodeView {
         }
         !self.ready || self.unschedulable || self.deleting || self.is_active()
     }
+
+    /// A node that joined less than `grace` ago and has not been Ready yet, and that nobody has
+    /// cordoned, tainted for draining or started deleting: a replacement still booting. Nodes of
+    /// unknown age never qualify, and a zero grace turns the rule off.
+    pub fn is_starting(&self, now: Timestamp, grace: Duration) -> bool {
+        let young = self.created.is_some_and(|created| {
+            now.duration_since(created)
+                .try_into()
+                .is_ok_and(|age: Duration| age < grace)
+        });
+        young
+            && !self.ready
+            && !self.ever_ready
+            && !self.unschedulable
+            && !self.deleting
+            && !self.tainted
+    }
 }
 
 /// The fleet-wide limits on draining.
@@ -166,6 +194,9 @@ pub struct FleetLimits {
     pub max_concurrent: usize,
     /// Nodes unavailable at once, drains included.
     pub max_unavailable: Budget,
+    /// How long a new node that has not been Ready yet is left out of the count (see
+    /// [`NodeView::is_starting`]).
+    pub startup_grace: Duration,
 }
 
 /// Which nodes to start draining, and why the others wait.
@@ -177,6 +208,8 @@ pub struct FleetDecision {
     pub held: Vec<(String, String)>,
     /// Drains under way before this decision.
     pub active: usize,
+    /// New nodes still starting, left out of `total` and `unavailable`.
+    pub starting: usize,
     /// Nodes unavailable before this decision.
     pub unavailable: usize,
     /// `max_unavailable` resolved against the cluster size.
@@ -193,19 +226,28 @@ pub struct FleetDecision {
 /// Candidates are taken cordoned first (they are unavailable already), then oldest `created`
 /// (unknown last), then by name. Each start needs a free `max_concurrent` slot, and one unit of
 /// `max_unavailable` unless the node is already unavailable (cordoned, NotReady or deleting). A
-/// budget that resolves to zero starts nothing, even cordoned nodes (fail closed).
+/// budget that resolves to zero starts nothing, even cordoned nodes (fail closed). Nodes still
+/// starting ([`NodeView::is_starting`]) count neither as unavailable nor in the fleet's size.
 pub fn choose_nodes_to_start(
     nodes: &[NodeView],
     limits: &FleetLimits,
     now: Timestamp,
     retry_backoff: impl Fn(u32) -> Duration,
 ) -> FleetDecision {
-    let total = nodes.len();
+    let starting = nodes
+        .iter()
+        .filter(|n| n.is_starting(now, limits.startup_grace))
+        .count();
+    let total = nodes.len() - starting;
     let active = nodes.iter().filter(|n| n.is_active()).count();
-    let unavailable = nodes.iter().filter(|n| n.is_unavailable()).count();
+    let unavailable = nodes
+        .iter()
+        .filter(|n| n.is_unavailable() && !n.is_starting(now, limits.startup_grace))
+        .count();
     let allowed_unavailable = limits.max_unavailable.resolve(total);
     let mut decision = FleetDecision {
         active,
+        starting,
         unavailable,
         allowed_unavailable,
         ..FleetDecision::default()
@@ -307,6 +349,7 @@ mod tests {
         NodeView {
             name: name.into(),
             ready: true,
+            ever_ready: true,
             created: Some(ts("2025-01-01T00:00:00Z")),
             ..NodeView::default()
         }
@@ -330,6 +373,7 @@ mod tests {
         FleetLimits {
             max_concurrent,
             max_unavailable: max_unavailable.parse().unwrap(),
+            startup_grace: Duration::from_secs(600),
         }
     }
 
@@ -394,6 +438,7 @@ mod tests {
                     ..DrainRecord::default()
                 },
                 ready: true,
+                ever_ready: true,
                 unschedulable: true,
                 deleting: false,
                 opted_out: true,
@@ -543,6 +588,85 @@ mod tests {
             )]
         );
         let d = choose_nodes_to_start(&nodes, &limits(5, "3"), now(), retry_backoff);
+        assert!(d.start.is_empty());
+    }
+
+    #[test]
+    fn a_replacement_still_booting_is_capacity_arriving_not_capacity_lost() {
+        let booting = |name: &str, age_secs: i64| NodeView {
+            ready: false,
+            ever_ready: false,
+            created: Some(now() - jiff::SignedDuration::from_secs(age_secs)),
+            ..node(name)
+        };
+        let nodes = [
+            draining("a", DrainPhase::Evicting),
+            tainted("b"),
+            node("c"),
+            booting("new-1", 30),
+        ];
+        // One drain under way and a replacement booting: with --max-unavailable 2 the next
+        // drain may start; the booting node is not part of the fleet's size either.
+        let d = choose_nodes_to_start(&nodes, &limits(2, "2"), now(), retry_backoff);
+        assert_eq!((d.unavailable, d.starting), (1, 1));
+        assert_eq!(d.start, ["b"]);
+        // 60% of the 3 nodes that count is 2 (of all 4 it would be 3).
+        let d = choose_nodes_to_start(&nodes, &limits(2, "60%"), now(), retry_backoff);
+        assert_eq!(d.allowed_unavailable, 2);
+
+        // Past --node-startup-grace it is a node that never came up: it counts, and holds.
+        let nodes = [
+            draining("a", DrainPhase::Evicting),
+            tainted("b"),
+            node("c"),
+            booting("new-1", 601),
+        ];
+        let d = choose_nodes_to_start(&nodes, &limits(2, "2"), now(), retry_backoff);
+        assert_eq!((d.unavailable, d.starting), (2, 0));
+        assert!(d.start.is_empty());
+        assert_eq!(
+            d.held[0].1,
+            "max-unavailable 2 reached (2 of 4 nodes unavailable)"
+        );
+
+        // A young node that was Ready and went NotReady is broken, not starting; so is a
+        // booting node someone cordoned, is deleting, or tainted for draining; and a zero grace
+        // turns the rule off.
+        let broken = NodeView {
+            ever_ready: true,
+            ..booting("new-2", 30)
+        };
+        let cordoned = NodeView {
+            unschedulable: true,
+            ..booting("new-3", 30)
+        };
+        let deleting = NodeView {
+            deleting: true,
+            ..booting("new-4", 30)
+        };
+        let unknown_age = NodeView {
+            created: None,
+            ..booting("new-5", 30)
+        };
+        for n in [&broken, &cordoned, &deleting, &unknown_age] {
+            assert!(
+                !n.is_starting(now(), Duration::from_secs(600)),
+                "{}",
+                n.name
+            );
+            assert!(n.is_unavailable(), "{}", n.name);
+        }
+        assert!(booting("new-6", 30).is_starting(now(), Duration::from_secs(600)));
+        assert!(!booting("new-6", 30).is_starting(now(), Duration::ZERO));
+        let mut l = limits(2, "2");
+        l.startup_grace = Duration::ZERO;
+        let nodes = [
+            draining("a", DrainPhase::Evicting),
+            tainted("b"),
+            booting("new-1", 30),
+        ];
+        let d = choose_nodes_to_start(&nodes, &l, now(), retry_backoff);
+        assert_eq!((d.unavailable, d.starting), (2, 0));
         assert!(d.start.is_empty());
     }
 

@@ -5,7 +5,9 @@
 //! - a full rotation (control plane raised, the selector run as its CronJob would, the drainer
 //!   draining) completes with no budget violation and not one 403;
 //! - without `patch nodes` the selector exits non-zero naming the forbidden verb and resource;
-//! - without `create pods/eviction` the drainer evicts nothing and says why.
+//! - without `create pods/eviction` the drainer evicts nothing and says why;
+//! - without `list`/`watch` on the apps workloads the gate cannot tell whether evicted
+//!   workloads are Ready again, so it holds the next node (fails closed) and says why.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -354,6 +356,85 @@ fn without_pods_eviction_the_drainer_evicts_nothing_and_says_why() {
         "{blocker}"
     );
     eprintln!("drainer log line: {line}\nnode phase and blocker: {blocker}");
+}
+
+#[test]
+fn without_watching_workloads_the_gate_holds_the_next_node_and_says_why() {
+    let dir = TestDir::new("rbac-gate");
+    let policy = policy_file(&dir, |s| {
+        edit_document(
+            &s,
+            "ClusterRole",
+            "rotor-drainer",
+            "- apiGroups:\n  - apps\n  resources:\n  - replicasets\n  - deployments\n  - statefulsets\n  verbs:\n  - list\n  - watch\n",
+            "",
+        )
+    });
+    let sim = start_sim(policy);
+    let drainer = start_drainer(&sim);
+    let nodes = kubectl_ok(
+        &sim,
+        &["get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"],
+    );
+    let nodes: Vec<&str> = nodes.split_whitespace().collect();
+    assert!(nodes.len() >= 2, "{nodes:?}");
+    for node in &nodes[..2] {
+        kubectl_ok(
+            &sim,
+            &["taint", "node", node, "rotor.dev/drain=manual:NoSchedule"],
+        );
+    }
+    let phase = |node: &str| {
+        kubectl_ok(
+            &sim,
+            &[
+                "get",
+                "node",
+                node,
+                "-o",
+                "jsonpath={.metadata.annotations.rotor\\.dev/phase}",
+            ],
+        )
+    };
+    // Draining needs no workload reads, so the first node drains.
+    let first = wait_until(
+        "one tainted node to be drained",
+        Duration::from_secs(90),
+        || nodes[..2].iter().find(|n| phase(n) == "drained").copied(),
+    );
+    let second = if first == nodes[0] {
+        nodes[1]
+    } else {
+        nodes[0]
+    };
+    // The gate then cannot judge the workloads evicted from it and holds the second node,
+    // naming the denied watch.
+    let line = wait_until(
+        "the drainer to log why the gate holds",
+        Duration::from_secs(30),
+        || {
+            drainer
+                .log()
+                .lines()
+                .find(|l| l.contains("drains held") && l.contains("gate check failed"))
+                .map(str::to_string)
+        },
+    );
+    assert!(
+        line.contains("forbidden") && line.contains(second),
+        "the held line should name the denial and the node: {line}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(phase(second), "", "the second node must not start");
+    let authz = authorization_stats(&sim);
+    let recent = authz["recentDenials"].to_string();
+    assert!(
+        ["deployments", "replicasets", "statefulsets"]
+            .iter()
+            .any(|r| recent.contains(r)),
+        "{authz}"
+    );
+    eprintln!("drainer log line: {line}");
 }
 
 #[test]

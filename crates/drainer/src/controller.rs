@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -20,10 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
 use crate::fleet::{FleetLimits, NodeView, choose_nodes_to_start};
-use crate::gate::{GateBlocker, pending_pod_blockers, workload_blockers};
+use crate::gate::{GateBlocker, concerns, owner_blocker, pending_pod_blockers};
 use crate::metrics::PhaseLabel;
 use crate::state::{Intent, retry_backoff};
 use crate::window::any_open;
+use crate::workloads::{WorkloadIndex, WorkloadUpdate};
 
 struct Running {
     abort: CancellationToken,
@@ -37,10 +37,17 @@ struct Gate {
     owners: BTreeSet<(String, String, String)>,
     /// When the gate first held the next start.
     held_since: Option<Instant>,
+    /// What held it at the last check, one line per blocker.
     last_report: Vec<String>,
+    /// Why the next drains wait, in words that do not change with every replica count (it is
+    /// the held drains' reason, logged when it changes).
+    held_reason: String,
+    /// The blockers named in the last "waiting for the cluster to settle" line, and when.
+    logged: BTreeSet<String>,
+    logged_at: Option<Instant>,
     armed: bool,
-    /// When to look at a held gate again.
-    recheck_at: Option<tokio::time::Instant>,
+    /// The last read of pending pods: when, and what held the gate then.
+    pending: Option<(Instant, Vec<GateBlocker>)>,
     /// The last check could not read the cluster: hold, whatever --gate-timeout says (fail
     /// closed).
     failing: bool,
@@ -60,6 +67,8 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     let mut cleaning: HashSet<String> = HashSet::new();
     let mut tasks: JoinSet<(String, DrainOutcome)> = JoinSet::new();
     let mut gate = Gate::default();
+    let mut workload_events = crate::workloads::watch(ctx.client.clone()).boxed();
+    let mut workloads = WorkloadIndex::default();
     let mut held_log = HeldLog::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -68,10 +77,15 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tick.tick() => {}
-            // A deadline, not a fresh sleep per pass: node events arrive every few hundred
-            // milliseconds and would keep pushing a sleep back.
-            _ = tokio::time::sleep_until(gate.recheck_at.unwrap_or_else(tokio::time::Instant::now)), if gate.recheck_at.is_some() => {
-                gate.recheck_at = None;
+            Some(update) = workload_events.next() => {
+                if let WorkloadUpdate::Failed { kind, error, .. } = &update {
+                    tracing::warn!(kind = kind.as_str(), %error, "workload watch failed; it restarts with back-off, and the gate holds meanwhile");
+                }
+                let changed = workloads.apply(update);
+                // Only a change the held gate waits on is worth a pass over the fleet.
+                if !(gate.held_since.is_some() && concerns(&gate.owners, &changed, &workloads)) {
+                    continue;
+                }
             }
             ev = node_events.next() => match ev {
                 Some(Ok(watcher::Event::Init)) => buffer.clear(),
@@ -188,15 +202,11 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             );
         }
         if !start.is_empty() && gate.armed {
-            // Checked when a drain has just finished and then every GATE_RECHECK while it
-            // holds, not on every node event in between.
-            let due = gate.recheck_at.is_none();
-            let checked = if due {
-                Some(gate_blockers(&ctx, &mut gate.owners).await)
-            } else {
-                None
-            };
-            if let Some(Ok(blockers)) = &checked
+            // Checked on the pass after a drain finishes, then on every change to a workload it
+            // waits for (from the watches, so it opens as soon as the last one is Ready) and on
+            // the tick.
+            let checked = gate_blockers(&ctx, &mut gate, &workloads).await;
+            if let Ok(blockers) = &checked
                 && blockers.is_empty()
             {
                 gate = Gate::default();
@@ -205,31 +215,40 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                 ctx.metrics
                     .gate_blocked_seconds
                     .inc_by(elapsed.as_secs_f64());
-                if due {
-                    gate.recheck_at = Some(tokio::time::Instant::now() + GATE_RECHECK);
-                }
                 match checked {
-                    Some(Ok(blockers)) => {
-                        let report: Vec<String> =
-                            blockers.iter().map(GateBlocker::to_string).collect();
+                    Ok(blockers) => {
                         gate.failing = false;
-                        if report != gate.last_report {
-                            tracing::info!(blockers = ?report, "waiting for the cluster to settle before the next drain");
-                            gate.last_report = report;
+                        gate.last_report = blockers.iter().map(GateBlocker::to_string).collect();
+                        gate.held_reason = held_reason(&blockers);
+                        // A line when something new holds it, not at every replica that turns
+                        // Ready; counts that only change are repeated at most every
+                        // GATE_LOG_INTERVAL.
+                        let subjects: BTreeSet<String> =
+                            blockers.iter().map(GateBlocker::subject).collect();
+                        let due = gate
+                            .logged_at
+                            .is_none_or(|at| at.elapsed() >= GATE_LOG_INTERVAL);
+                        if !subjects.is_subset(&gate.logged) || due {
+                            tracing::info!(blockers = ?gate.last_report, "waiting for the cluster to settle before the next drain");
+                            gate.logged = subjects;
+                            gate.logged_at = Some(Instant::now());
                         }
                     }
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "could not check the gate; holding the next drain");
+                    Err(e) => {
+                        let report = vec![format!("gate check failed: {e}")];
+                        if !gate.failing || report != gate.last_report {
+                            tracing::warn!(error = %e, "could not check the gate; holding the next drain");
+                        }
                         gate.failing = true;
-                        gate.last_report = vec![format!("gate check failed: {e}")];
+                        gate.held_reason = report[0].clone();
+                        gate.last_report = report;
                     }
-                    None => {}
                 }
                 if !gate.failing && since.elapsed() >= ctx.cfg.gate_timeout {
                     tracing::warn!(blockers = ?gate.last_report, "the gate held longer than --gate-timeout; starting the next node anyway");
                     gate = Gate::default();
                 } else {
-                    let why = format!("gate: {}", gate.last_report.join("; "));
+                    let why = format!("gate: {}", gate.held_reason);
                     held.extend(start.drain(..).map(|n| (n, why.clone())));
                 }
             }
@@ -352,115 +371,72 @@ fn publish_phases(ctx: &Ctx, nodes: &BTreeMap<String, NodeView>) {
     }
 }
 
-/// How often a held gate is re-checked: its blockers clear on their own (a pod turns Ready, a
-/// pending pod is placed) and the drainer does not watch them, so it looks again soon rather than
-/// at the next 1 s tick. Only the workloads still holding it are re-read.
-const GATE_RECHECK: Duration = Duration::from_millis(250);
+/// How often a held gate repeats its line when only the counts in it change.
+const GATE_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Reads what the gate needs: pending pods, and the workloads evicted since the last start.
-/// Workloads found Ready again leave `owners`, so a held gate re-reads only what still holds it.
+/// The held drains' reason for a gate held by `blockers`: which kinds of blocker, not their
+/// counts, so that it changes only when the situation does.
+fn held_reason(blockers: &[GateBlocker]) -> String {
+    let workloads = blockers
+        .iter()
+        .any(|b| matches!(b, GateBlocker::WorkloadNotReady { .. }));
+    let pending = blockers
+        .iter()
+        .any(|b| matches!(b, GateBlocker::PendingPod { .. }));
+    let mut parts = Vec::new();
+    if workloads {
+        parts.push("workloads evicted by earlier drains are not Ready again");
+    }
+    if pending {
+        parts.push("pods are unschedulable past --pending-grace");
+    }
+    parts.join("; ")
+}
+
+/// How long one read of pending pods stands for the gate: they are not watched (that would
+/// be a cluster-wide pod cache), so a gate held by one is re-read on the tick.
+const PENDING_RECHECK: Duration = Duration::from_secs(1);
+
+/// What holds the gate now. Workloads come from the watched index, and those found Ready again
+/// (or gone) leave `gate.owners`; pending pods are read (one list, reused for
+/// [`PENDING_RECHECK`]) only once no workload holds it. An index that cannot be trusted is an
+/// error, so the gate fails closed.
 async fn gate_blockers(
     ctx: &Ctx,
-    owners: &mut BTreeSet<(String, String, String)>,
-) -> Result<Vec<GateBlocker>, kube::Error> {
+    gate: &mut Gate,
+    workloads: &WorkloadIndex,
+) -> Result<Vec<GateBlocker>, String> {
+    if let Some(why) = workloads.unusable(Instant::now()) {
+        return Err(why);
+    }
+    let mut blockers = Vec::new();
+    gate.owners
+        .retain(|owner| match owner_blocker(owner, workloads) {
+            Some(b) => {
+                blockers.push(b);
+                true
+            }
+            None => false,
+        });
+    if !blockers.is_empty() {
+        blockers.sort();
+        blockers.dedup();
+        return Ok(blockers);
+    }
+    if let Some((at, pending)) = &gate.pending
+        && at.elapsed() < PENDING_RECHECK
+    {
+        return Ok(pending.clone());
+    }
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let pending = pods
         .list(&ListParams::default().fields("status.phase=Pending"))
-        .await?
-        .items;
-    let mut blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, Timestamp::now());
-    // A few reads at once: a drained node can leave a few dozen workloads to look at.
-    // (Owned keys: a stream over borrowed ones trips the compiler's higher-ranked lifetime
-    // check once the controller's future is spawned.)
-    let keys: Vec<(String, String, String)> = owners.iter().cloned().collect();
-    let checks: Vec<((String, String, String), Option<OwnerObjects>)> = futures::stream::iter(keys)
-        .map(|owner| async move {
-            let objects = fetch_owner(ctx, &owner).await?;
-            Ok::<_, kube::Error>((owner, objects))
-        })
-        .buffer_unordered(8)
-        .collect::<Vec<_>>()
         .await
-        .into_iter()
-        .collect::<Result<_, _>>()?;
-    let mut settled = Vec::new();
-    for (owner, objects) in &checks {
-        // Gone, or a kind the gate does not judge (Jobs, bare pods).
-        let Some(objects) = objects else {
-            settled.push(owner.clone());
-            continue;
-        };
-        let waiting = workload_blockers(
-            std::slice::from_ref(owner),
-            &objects.deployments,
-            &objects.statefulsets,
-            &objects.replicasets,
-        );
-        if waiting.is_empty() {
-            settled.push(owner.clone());
-        }
-        blockers.extend(waiting);
-    }
-    for owner in settled {
-        owners.remove(&owner);
-    }
-    blockers.sort();
-    blockers.dedup();
+        .map_err(|e| format!("cannot list pending pods: {e}"))?
+        .items;
+    let blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, Timestamp::now());
+    gate.pending = Some((Instant::now(), blockers.clone()));
     Ok(blockers)
-}
-
-/// What the gate reads about one evicted pod's owner.
-struct OwnerObjects {
-    deployments: Vec<Deployment>,
-    statefulsets: Vec<StatefulSet>,
-    replicasets: Vec<ReplicaSet>,
-}
-
-/// Reads an owner (and a ReplicaSet's Deployment); `None` when it is gone or of a kind the gate
-/// does not judge.
-async fn fetch_owner(
-    ctx: &Ctx,
-    (kind, ns, name): &(String, String, String),
-) -> Result<Option<OwnerObjects>, kube::Error> {
-    let mut objects = OwnerObjects {
-        deployments: Vec::new(),
-        statefulsets: Vec::new(),
-        replicasets: Vec::new(),
-    };
-    match kind.as_str() {
-        "ReplicaSet" => {
-            let Some(rs) = Api::<ReplicaSet>::namespaced(ctx.client.clone(), ns)
-                .get_opt(name)
-                .await?
-            else {
-                return Ok(None);
-            };
-            if let Some(d) = rs
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.kind == "Deployment")
-                && let Some(dep) = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
-                    .get_opt(&d.name)
-                    .await?
-            {
-                objects.deployments.push(dep);
-            }
-            objects.replicasets.push(rs);
-        }
-        "StatefulSet" => {
-            let Some(sts) = Api::<StatefulSet>::namespaced(ctx.client.clone(), ns)
-                .get_opt(name)
-                .await?
-            else {
-                return Ok(None);
-            };
-            objects.statefulsets.push(sts);
-        }
-        _ => return Ok(None),
-    }
-    Ok(Some(objects))
 }
 
 #[cfg(test)]
@@ -472,6 +448,29 @@ mod tests {
             .iter()
             .map(|n| (n.to_string(), why.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn the_held_reason_names_the_kinds_of_blocker_not_their_counts() {
+        let workload = |ready| GateBlocker::WorkloadNotReady {
+            workload: "Deployment shop/web".into(),
+            ready,
+            wanted: 3,
+        };
+        let pod = GateBlocker::PendingPod {
+            pod: "shop/web-1".into(),
+            for_secs: 200,
+            reason: None,
+        };
+        assert_eq!(held_reason(&[workload(1)]), held_reason(&[workload(2)]));
+        assert_eq!(
+            held_reason(&[workload(1), pod.clone()]),
+            "workloads evicted by earlier drains are not Ready again; pods are unschedulable past --pending-grace"
+        );
+        assert_eq!(
+            held_reason(&[pod]),
+            "pods are unschedulable past --pending-grace"
+        );
     }
 
     #[test]

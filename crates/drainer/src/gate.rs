@@ -8,9 +8,10 @@ use std::fmt;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::workloads::{WorkloadIndex, WorkloadKey, WorkloadKind};
 
 /// What the gate checks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,6 +44,14 @@ pub enum GateBlocker {
 }
 
 impl GateBlocker {
+    /// What holds the gate, without how much: the workload or the pod.
+    pub fn subject(&self) -> String {
+        match self {
+            GateBlocker::PendingPod { pod, .. } => format!("pod {pod}"),
+            GateBlocker::WorkloadNotReady { workload, .. } => workload.clone(),
+        }
+    }
+
     /// Short slug for metric labels.
     pub const fn slug(&self) -> &'static str {
         match self {
@@ -131,83 +140,63 @@ pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> V
 /// Workloads evicted from the previous node that are not Ready again: each
 /// `(kind, namespace, name)` owner of an evicted pod must have `status.readyReplicas >=
 /// spec.replicas` (replicas default to 1). A ReplicaSet owned by a Deployment is judged by that
-/// Deployment (its own count changes during a rollout). Owners not found among the given objects
-/// (deleted since) and other kinds (Jobs, DaemonSets, bare pods) do not hold the gate. Each
-/// workload is reported once, sorted.
+/// Deployment (its own count changes during a rollout). Owners not in the index (deleted since)
+/// and other kinds (Jobs, DaemonSets, bare pods) do not hold the gate. Each workload is reported
+/// once, sorted.
 pub fn workload_blockers(
     evicted_owners: &[(String, String, String)],
-    deployments: &[Deployment],
-    statefulsets: &[StatefulSet],
-    replicasets: &[ReplicaSet],
+    index: &WorkloadIndex,
 ) -> Vec<GateBlocker> {
-    let find = |namespace: &str, name: &str, meta: &ObjectMeta| {
-        meta.namespace.as_deref() == Some(namespace) && meta.name.as_deref() == Some(name)
-    };
-    let deployment = |namespace: &str, name: &str| {
-        deployments
-            .iter()
-            .find(|d| find(namespace, name, &d.metadata))
-            .map(|d| {
-                let wanted = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-                let ready = d
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.ready_replicas)
-                    .unwrap_or(0);
-                (format!("Deployment {namespace}/{name}"), ready, wanted)
-            })
-    };
-
-    let mut seen = BTreeSet::new();
-    for (kind, namespace, name) in evicted_owners {
-        let counts = match kind.as_str() {
-            "Deployment" => deployment(namespace, name),
-            "StatefulSet" => statefulsets
-                .iter()
-                .find(|s| find(namespace, name, &s.metadata))
-                .map(|s| {
-                    let wanted = s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-                    let ready = s
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.ready_replicas)
-                        .unwrap_or(0);
-                    (format!("StatefulSet {namespace}/{name}"), ready, wanted)
-                }),
-            "ReplicaSet" => replicasets
-                .iter()
-                .find(|r| find(namespace, name, &r.metadata))
-                .and_then(|rs| {
-                    let parent = rs
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .find(|o| o.controller == Some(true) && o.kind == "Deployment")
-                        .and_then(|o| deployment(namespace, &o.name));
-                    parent.or_else(|| {
-                        let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-                        let ready = rs
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.ready_replicas)
-                            .unwrap_or(0);
-                        Some((format!("ReplicaSet {namespace}/{name}"), ready, wanted))
-                    })
-                }),
-            _ => None,
-        };
-        if let Some((workload, ready, wanted)) = counts
-            && ready < wanted
-        {
-            seen.insert(GateBlocker::WorkloadNotReady {
-                workload,
-                ready,
-                wanted,
-            });
-        }
-    }
+    let seen: BTreeSet<GateBlocker> = evicted_owners
+        .iter()
+        .filter_map(|owner| owner_blocker(owner, index))
+        .collect();
     seen.into_iter().collect()
+}
+
+/// What holds the gate for one evicted pod's owner, if anything (see [`workload_blockers`]).
+pub fn owner_blocker(
+    (kind, namespace, name): &(String, String, String),
+    index: &WorkloadIndex,
+) -> Option<GateBlocker> {
+    let kind = WorkloadKind::parse(kind)?;
+    let own = index.get(kind, namespace, name)?;
+    let parent = own.parent.as_deref().and_then(|deployment| {
+        index
+            .get(WorkloadKind::Deployment, namespace, deployment)
+            .map(|counts| (WorkloadKind::Deployment, deployment, counts))
+    });
+    let (kind, name, counts) = parent.unwrap_or((kind, name, own));
+    (counts.ready < counts.wanted).then(|| GateBlocker::WorkloadNotReady {
+        workload: format!("{} {namespace}/{name}", kind.as_str()),
+        ready: counts.ready,
+        wanted: counts.wanted,
+    })
+}
+
+/// Whether a change to the workloads `changed` can change the verdict on `owners`: one of them
+/// changed, or the Deployment that owns one of them (a ReplicaSet).
+pub fn concerns(
+    owners: &BTreeSet<(String, String, String)>,
+    changed: &[WorkloadKey],
+    index: &WorkloadIndex,
+) -> bool {
+    changed.iter().any(|(kind, namespace, name)| {
+        owners.iter().any(|(owner_kind, owner_ns, owner_name)| {
+            if owner_ns != namespace {
+                return false;
+            }
+            if owner_kind == kind.as_str() && owner_name == name {
+                return true;
+            }
+            *kind == WorkloadKind::Deployment
+                && owner_kind == "ReplicaSet"
+                && index
+                    .get(WorkloadKind::ReplicaSet, owner_ns, owner_name)
+                    .and_then(|rs| rs.parent.as_deref())
+                    == Some(name.as_str())
+        })
+    })
 }
 
 /// The controller of a pod as `(kind, namespace, name)`, the form [`workload_blockers`] takes:
@@ -236,9 +225,29 @@ fn key_of(meta: &ObjectMeta) -> String {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::workloads::{WorkloadUpdate, of_deployment, of_replicaset, of_statefulset};
+
+    /// The index the watches would build from these objects.
+    fn index(
+        deployments: &[Deployment],
+        statefulsets: &[StatefulSet],
+        replicasets: &[ReplicaSet],
+    ) -> WorkloadIndex {
+        let mut index = WorkloadIndex::default();
+        let entries = deployments
+            .iter()
+            .map(of_deployment)
+            .chain(statefulsets.iter().map(of_statefulset))
+            .chain(replicasets.iter().map(of_replicaset));
+        for (k, c) in entries {
+            index.apply(WorkloadUpdate::Apply(k, c));
+        }
+        index
+    }
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -398,7 +407,7 @@ mod tests {
             owner("ReplicaSet", "web-7d9f"),
             owner("ReplicaSet", "web-7d9f"),
         ];
-        let blockers = workload_blockers(&owners, &deployments, &[], &replicasets);
+        let blockers = workload_blockers(&owners, &index(&deployments, &[], &replicasets));
         assert_eq!(
             blockers,
             [GateBlocker::WorkloadNotReady {
@@ -413,7 +422,7 @@ mod tests {
         );
 
         let whole = [deployment("web", 3, Some(3))];
-        assert!(workload_blockers(&owners, &whole, &[], &replicasets).is_empty());
+        assert!(workload_blockers(&owners, &index(&whole, &[], &replicasets)).is_empty());
     }
 
     #[test]
@@ -427,7 +436,7 @@ mod tests {
             owner("Job", "nightly"),
             owner("StatefulSet", "deleted-since"),
         ];
-        let blockers = workload_blockers(&owners, &[], &statefulsets, &replicasets);
+        let blockers = workload_blockers(&owners, &index(&[], &statefulsets, &replicasets));
         assert_eq!(
             blockers,
             [
@@ -448,14 +457,40 @@ mod tests {
     #[test]
     fn missing_ready_count_means_none_ready_and_namespace_matters() {
         let deployments = [deployment("web", 1, None)];
-        let blockers = workload_blockers(&[owner("Deployment", "web")], &deployments, &[], &[]);
+        let blockers = workload_blockers(
+            &[owner("Deployment", "web")],
+            &index(&deployments, &[], &[]),
+        );
         assert_eq!(blockers.len(), 1);
         let elsewhere = [(
             "Deployment".to_string(),
             "other".to_string(),
             "web".to_string(),
         )];
-        assert!(workload_blockers(&elsewhere, &deployments, &[], &[]).is_empty());
+        assert!(workload_blockers(&elsewhere, &index(&deployments, &[], &[])).is_empty());
+    }
+
+    #[test]
+    fn a_change_concerns_the_gate_when_it_touches_an_owner_or_its_deployment() {
+        let deployments = [deployment("web", 3, Some(2)), deployment("api", 1, Some(1))];
+        let replicasets = [replicaset("web-7d9f", Some("web"), 3, 2)];
+        let idx = index(&deployments, &[], &replicasets);
+        let owners: BTreeSet<_> = [owner("ReplicaSet", "web-7d9f")].into();
+        let key = |kind, ns: &str, name: &str| (kind, ns.to_string(), name.to_string());
+        for (changed, expected) in [
+            (key(WorkloadKind::Deployment, "shop", "web"), true),
+            (key(WorkloadKind::ReplicaSet, "shop", "web-7d9f"), true),
+            (key(WorkloadKind::Deployment, "shop", "api"), false),
+            (key(WorkloadKind::Deployment, "other", "web"), false),
+            (key(WorkloadKind::StatefulSet, "shop", "web-7d9f"), false),
+        ] {
+            assert_eq!(
+                concerns(&owners, std::slice::from_ref(&changed), &idx),
+                expected,
+                "{changed:?}"
+            );
+        }
+        assert!(!concerns(&owners, &[], &idx));
     }
 
     #[test]

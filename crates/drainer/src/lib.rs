@@ -3,7 +3,8 @@
 //! Decisions are pure functions over Kubernetes objects and plain data (no I/O, no async, no
 //! clock reads): `pods` (what to do with each pod), `state` (the per-node record kept in
 //! annotations), `fleet` (which nodes may start), `window` (maintenance windows), `gate` (may
-//! the next node start). The I/O sits at the edges: `evict` (the Eviction API), `drain` (one
+//! the next node start), `workloads` (the replica counts the gate reads, as an index the watches
+//! update). The I/O sits at the edges: `evict` (the Eviction API), `drain` (one
 //! node's drain task), `controller` (the loop over nodes), `leader` (the Lease), `runtime`
 //! (wiring), `status` (the `status` subcommand), `metrics`, `config` (flags).
 
@@ -20,3 +21,4 @@ pub mod runtime;
 pub mod state;
 pub mod status;
 pub mod window;
+pub mod workloads;

@@ -231,6 +231,48 @@ async fn given_a_bare_pod_when_it_is_deleted_then_nothing_recreates_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_pod_created_bound_to_a_node_then_its_kubelet_runs_it_and_it_turns_ready() {
+    let sim = TestSim::start(WORKLOADS).await;
+    let node = name_of_first_node(&sim).await;
+    let pods = sim.pods("default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "pinned", "namespace": "default"},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]}
+    }))
+    .unwrap();
+    pods.create(&Default::default(), &pod).await.unwrap();
+    let ready = wait_until("the pinned pod to be Ready", WAIT, || async {
+        let p = pods.get("pinned").await.ok()?;
+        is_ready(&p).then_some(p)
+    })
+    .await;
+    assert_eq!(phase(&ready), "Running");
+    assert_eq!(
+        node_of(&ready),
+        Some(node),
+        "it stays on the node it was created on"
+    );
+    let status = ready.status.as_ref().unwrap();
+    assert!(
+        status.start_time.is_some() && status.pod_ip.is_some(),
+        "{status:?}"
+    );
+    sim.stop().await;
+}
+
+async fn name_of_first_node(sim: &TestSim) -> String {
+    sim.nodes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .min()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_cordoned_node_when_the_control_plane_runs_then_daemonset_pods_stay_and_are_recreated_there()
  {
     let sim = TestSim::start(WORKLOADS).await;

@@ -155,6 +155,9 @@ impl Cluster {
         let default_shutdown = self.timing.pod_shutdown.as_secs_f64();
         let mut remove = Vec::new();
         let mut ready = Vec::new();
+        // Pods created with spec.nodeName already set never went through the scheduler: the
+        // node's kubelet admits them as it would any pod bound to it.
+        let mut admit = Vec::new();
         for (key, p) in self.pods.iter() {
             if terminating(p) {
                 let deadline = p
@@ -175,6 +178,14 @@ impl Cluster {
                 } else {
                     next = earliest(next, gone_at);
                 }
+            } else if node_name(p).is_some()
+                && !terminal(p)
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .is_none()
+            {
+                admit.push(key.clone());
             } else if node_name(p).is_some() && !pod_ready(p) && !terminal(p) {
                 let started = p
                     .status
@@ -195,6 +206,17 @@ impl Cluster {
         }
         for (ns, name) in remove {
             self.pods.remove(&ns, &name);
+        }
+        for (ns, name) in admit {
+            let Some(p) = self.pods.get(&ns, &name) else {
+                continue;
+            };
+            let node = node_name(p).and_then(|n| self.nodes.get("", n)).cloned();
+            if let Some(node) = node {
+                let mut p = (**p).clone();
+                bind_and_start(&mut p, &node, now);
+                self.pods.put(p);
+            }
         }
         for (ns, name) in ready {
             if let Some(p) = self.pods.get(&ns, &name) {

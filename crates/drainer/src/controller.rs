@@ -10,17 +10,19 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use rotor_core::contract::DrainPhase;
+use rotor_core::contract::{DRAIN_TAINT_KEY, DrainPhase};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
-use crate::fleet::{FleetLimits, NodeView, choose_nodes_to_start};
+use crate::fleet::{FleetLimits, NodeView, candidates_to_score, choose_nodes_to_start};
 use crate::gate::{GateBlocker, concerns, owner_blocker, pending_pod_blockers};
 use crate::metrics::PhaseLabel;
+use crate::pods::{budget_waits, plan_node};
 use crate::state::{Intent, retry_backoff};
 use crate::window::any_open;
 use crate::workloads::{WorkloadIndex, WorkloadUpdate};
@@ -172,7 +174,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
         }
         publish_phases(&ctx, &nodes);
         // Start new drains.
-        let view: Vec<NodeView> = nodes
+        let mut view: Vec<NodeView> = nodes
             .values()
             .map(|n| {
                 let mut v = n.clone();
@@ -250,6 +252,34 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                 } else {
                     let why = format!("gate: {}", gate.held_reason);
                     held.extend(start.drain(..).map(|n| (n, why.clone())));
+                }
+            }
+        }
+        // A slot is free and the gate is open: if there is a choice, prefer the candidates whose
+        // pods' budgets let a drain proceed now over one that would sit in the slot waiting.
+        if !start.is_empty() {
+            let names = candidates_to_score(
+                &view,
+                Timestamp::now(),
+                retry_backoff,
+                start.len() + SCORED_HEAD_EXTRA,
+                SCORED_SPREAD,
+            );
+            if names.len() > start.len() {
+                let scores = score_candidates(&ctx, &names).await;
+                if !scores.is_empty() {
+                    for v in view.iter_mut() {
+                        v.budget_waits = scores.get(&v.name).copied();
+                    }
+                    let decision =
+                        choose_nodes_to_start(&view, &limits, Timestamp::now(), retry_backoff);
+                    tracing::debug!(?scores, chosen = ?decision.start, "candidates scored by the pods their budgets would hold");
+                    held = decision.held;
+                    start = decision
+                        .start
+                        .into_iter()
+                        .filter(|n| !running.contains_key(n))
+                        .collect();
                 }
             }
         }
@@ -368,6 +398,57 @@ fn publish_phases(ctx: &Ctx, nodes: &BTreeMap<String, NodeView>) {
                 phase: phase.to_string(),
             })
             .set(c);
+    }
+}
+
+/// Which candidates are scored before a start (see [`candidates_to_score`]): the free slots'
+/// worth plus this many at the head of the order, and this many spread over the rest. Each
+/// costs one list of a node's pods.
+const SCORED_HEAD_EXTRA: usize = 2;
+const SCORED_SPREAD: usize = 5;
+
+/// Lists each candidate's pods and scores it with [`budget_waits`] against the budget cache.
+/// Scoring only orders the candidates, so a node whose pods cannot be read is left unscored
+/// (after the scored ones) rather than failing the pass.
+async fn score_candidates(ctx: &Ctx, names: &[String]) -> HashMap<String, u32> {
+    let taint = drain_taint_for_scoring();
+    let budgets: Vec<PodDisruptionBudget> =
+        ctx.budgets.state().iter().map(|b| (**b).clone()).collect();
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let lists = futures::stream::iter(names.iter().cloned())
+        .map(|name| {
+            let pods = pods.clone();
+            async move {
+                let params = ListParams::default().fields(&format!("spec.nodeName={name}"));
+                (name, pods.list(&params).await)
+            }
+        })
+        .buffer_unordered(4)
+        .collect::<Vec<_>>()
+        .await;
+    let mut scores = HashMap::new();
+    for (name, list) in lists {
+        match list {
+            Ok(list) => {
+                let plan = plan_node(&list.items, &budgets, &taint, &ctx.cfg.options);
+                scores.insert(name, budget_waits(&plan));
+            }
+            Err(e) => {
+                tracing::debug!(node = %name, error = %e, "could not list the pods of a candidate; it is not scored")
+            }
+        }
+    }
+    scores
+}
+
+/// The drain taint as a pod's tolerations are matched against it when scoring a candidate (the
+/// drain itself uses the node's own taint).
+fn drain_taint_for_scoring() -> Taint {
+    Taint {
+        key: DRAIN_TAINT_KEY.to_string(),
+        effect: "NoSchedule".to_string(),
+        value: None,
+        time_added: None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Which tainted nodes may start draining now. [`choose_nodes_to_start`] takes every node of the
 //! cluster as a [`NodeView`] and starts as many candidates as `--max-concurrent` and
 //! `--max-unavailable` allow (unavailable as Karpenter counts it: NotReady, cordoned or deleting),
-//! already-cordoned nodes first, then the oldest; every candidate it holds back comes with why.
+//! already-cordoned nodes first, then those whose pods' budgets let a drain proceed now (when the
+//! controller has scored them), then the oldest; every candidate it holds back comes with why.
 //!
 //! A node that has not yet been Ready since it joined (a replacement still booting) is neither
 //! unavailable nor part of the fleet's size for up to `--node-startup-grace`, as
@@ -114,6 +115,10 @@ pub struct NodeView {
     pub opted_out: bool,
     /// `metadata.creationTimestamp`.
     pub created: Option<Timestamp>,
+    /// Pods a drain started now would wait for on their budgets
+    /// ([`crate::pods::budget_waits`]); the controller fills it in for the first few candidates
+    /// when there is a choice to make, `None` elsewhere.
+    pub budget_waits: Option<u32>,
 }
 
 impl NodeView {
@@ -142,6 +147,7 @@ impl NodeView {
             deleting: node.metadata.deletion_timestamp.is_some(),
             opted_out: node_opted_out(&node.metadata),
             created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            budget_waits: None,
         }
     }
 
@@ -216,6 +222,90 @@ pub struct FleetDecision {
     pub allowed_unavailable: usize,
 }
 
+/// The candidates worth scoring with [`crate::pods::budget_waits`] when drain slots are free:
+/// the first `head` in [`choose_nodes_to_start`]'s order, and `spread` more taken evenly from the
+/// rest. Neighbours in age order often host the same workloads (they were filled together), so
+/// looking only at the head would keep picking among nodes that wait on the same budget.
+pub fn candidates_to_score(
+    nodes: &[NodeView],
+    now: Timestamp,
+    retry_backoff: impl Fn(u32) -> Duration,
+    head: usize,
+    spread: usize,
+) -> Vec<String> {
+    let all = candidates(nodes, now, &retry_backoff, None);
+    let mut picked: Vec<&NodeView> = all.iter().take(head).copied().collect();
+    let rest = &all[picked.len()..];
+    if spread > 0 && !rest.is_empty() {
+        let step = (rest.len() as f64 / spread as f64).max(1.0);
+        let mut i = 0.0;
+        while (i as usize) < rest.len() && picked.len() < head + spread {
+            picked.push(rest[i as usize]);
+            i += step;
+        }
+    }
+    picked.into_iter().map(|n| n.name.clone()).collect()
+}
+
+/// Tainted nodes that may start (not opted out, not draining or drained, not backing off), in
+/// the order they are taken; those held for their own sake go to `held`.
+fn candidates<'a>(
+    nodes: &'a [NodeView],
+    now: Timestamp,
+    retry_backoff: &impl Fn(u32) -> Duration,
+    mut held: Option<&mut Vec<(String, String)>>,
+) -> Vec<&'a NodeView> {
+    let mut hold = |name: &str, why: String| {
+        if let Some(held) = held.as_mut() {
+            held.push((name.to_string(), why));
+        }
+    };
+    let mut candidates = Vec::new();
+    for node in nodes.iter().filter(|n| n.tainted) {
+        if node.opted_out {
+            hold(
+                &node.name,
+                format!("node has {DO_NOT_DISRUPT_ANNOTATION}=true"),
+            );
+            continue;
+        }
+        match node.record.phase {
+            _ if node.is_active() => continue,
+            Some(DrainPhase::Drained) => continue,
+            Some(DrainPhase::Failed) => {
+                if let Some(retry_at) = node.record.backing_off_until(now, retry_backoff) {
+                    hold(
+                        &node.name,
+                        format!(
+                            "failed after {} attempt(s); retrying at {}",
+                            node.record.attempts,
+                            format_timestamp(retry_at)
+                        ),
+                    );
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        candidates.push(node);
+    }
+    // Cordoned first (they cost no budget), then those whose pods' budgets let their drain
+    // proceed now, then the oldest.
+    candidates.sort_by(|a, b| {
+        let key = |n: &'a NodeView| {
+            (
+                !n.unschedulable,
+                n.budget_waits.unwrap_or(u32::MAX),
+                n.created.is_none(),
+                n.created,
+                &n.name,
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    candidates
+}
+
 /// Chooses the tainted nodes that may start draining now.
 ///
 /// Candidates: tainted, not opted out, not already draining, not drained, and — when failed —
@@ -223,8 +313,9 @@ pub struct FleetDecision {
 /// which [`crate::state::apply`] sets to the failure time; `started_at` if it has none). Opted-out
 /// nodes and failed nodes still backing off are reported in `held` too.
 ///
-/// Candidates are taken cordoned first (they are unavailable already), then oldest `created`
-/// (unknown last), then by name. Each start needs a free `max_concurrent` slot, and one unit of
+/// Candidates are taken cordoned first (they are unavailable already), then by fewest
+/// `budget_waits` (unscored nodes after scored ones), then oldest `created` (unknown last), then
+/// by name. Each start needs a free `max_concurrent` slot, and one unit of
 /// `max_unavailable` unless the node is already unavailable (cordoned, NotReady or deleting). A
 /// budget that resolves to zero starts nothing, even cordoned nodes (fail closed). Nodes still
 /// starting ([`NodeView::is_starting`]) count neither as unavailable nor in the fleet's size.
@@ -253,43 +344,7 @@ pub fn choose_nodes_to_start(
         ..FleetDecision::default()
     };
 
-    let mut candidates = Vec::new();
-    for node in nodes.iter().filter(|n| n.tainted) {
-        if node.opted_out {
-            decision.held.push((
-                node.name.clone(),
-                format!("node has {DO_NOT_DISRUPT_ANNOTATION}=true"),
-            ));
-            continue;
-        }
-        match node.record.phase {
-            _ if node.is_active() => continue,
-            Some(DrainPhase::Drained) => continue,
-            Some(DrainPhase::Failed) => {
-                if let Some(retry_at) = node.record.backing_off_until(now, &retry_backoff) {
-                    decision.held.push((
-                        node.name.clone(),
-                        format!(
-                            "failed after {} attempt(s); retrying at {}",
-                            node.record.attempts,
-                            format_timestamp(retry_at)
-                        ),
-                    ));
-                    continue;
-                }
-            }
-            _ => {}
-        }
-        candidates.push(node);
-    }
-    candidates.sort_by(|a, b| {
-        (!a.unschedulable, a.created.is_none(), a.created, &a.name).cmp(&(
-            !b.unschedulable,
-            b.created.is_none(),
-            b.created,
-            &b.name,
-        ))
-    });
+    let candidates = candidates(nodes, now, &retry_backoff, Some(&mut decision.held));
 
     let mut started = 0;
     let mut newly_unavailable = 0;
@@ -443,6 +498,7 @@ mod tests {
                 deleting: false,
                 opted_out: true,
                 created: Some(ts("2025-01-02T03:04:05Z")),
+                budget_waits: None,
             }
         );
         let bare: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
@@ -739,6 +795,81 @@ mod tests {
             let d = choose_nodes_to_start(&nodes, &limits(10, budget), now(), retry_backoff);
             assert_eq!(d.start, ["zz-cordoned"], "{budget}");
         }
+    }
+
+    #[test]
+    fn nodes_whose_budgets_allow_a_drain_now_go_first_within_their_cordon_class() {
+        let at = |day: &str| Some(ts(&format!("2024-01-{day}T00:00:00Z")));
+        let scored = |name: &str, day: &str, waits: u32| NodeView {
+            created: at(day),
+            budget_waits: Some(waits),
+            ..tainted(name)
+        };
+        let nodes = [
+            scored("oldest-waits-2", "01", 2),
+            scored("second-waits-0", "02", 0),
+            scored("third-waits-0", "03", 0),
+            NodeView {
+                created: at("04"),
+                ..tainted("unscored")
+            },
+            NodeView {
+                unschedulable: true,
+                ..scored("cordoned-waits-5", "05", 5)
+            },
+        ];
+        let d = choose_nodes_to_start(&nodes, &limits(3, "100%"), now(), retry_backoff);
+        // The cordoned node first whatever its score, then the scored ones by waits then age.
+        assert_eq!(
+            d.start,
+            ["cordoned-waits-5", "second-waits-0", "third-waits-0"]
+        );
+        assert_eq!(held_names(&d), ["oldest-waits-2", "unscored"]);
+        assert_eq!(
+            candidates_to_score(&nodes, now(), retry_backoff, 10, 0),
+            [
+                "cordoned-waits-5",
+                "second-waits-0",
+                "third-waits-0",
+                "oldest-waits-2",
+                "unscored"
+            ]
+        );
+        // Without scores the order is by age alone.
+        let unscored: Vec<NodeView> = nodes
+            .iter()
+            .map(|n| NodeView {
+                budget_waits: None,
+                ..n.clone()
+            })
+            .collect();
+        assert_eq!(
+            candidates_to_score(&unscored, now(), retry_backoff, 3, 0),
+            ["cordoned-waits-5", "oldest-waits-2", "second-waits-0"]
+        );
+    }
+
+    #[test]
+    fn scoring_looks_at_the_head_and_evenly_across_the_rest() {
+        let nodes: Vec<NodeView> = (0..20)
+            .map(|i| NodeView {
+                created: Some(ts(&format!("2024-01-{:02}T00:00:00Z", i + 1))),
+                ..tainted(&format!("n{i:02}"))
+            })
+            .collect();
+        assert_eq!(
+            candidates_to_score(&nodes, now(), retry_backoff, 2, 3),
+            ["n00", "n01", "n02", "n08", "n14"]
+        );
+        // Fewer candidates than asked for: each once.
+        assert_eq!(
+            candidates_to_score(&nodes[..4], now(), retry_backoff, 2, 5),
+            ["n00", "n01", "n02", "n03"]
+        );
+        assert_eq!(
+            candidates_to_score(&nodes, now(), retry_backoff, 0, 0),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -491,6 +491,30 @@ pub fn plan_node(
     plan
 }
 
+/// What [`budget_waits`] says of a node whose drain would block (several budgets, a budget that
+/// never allows, a do-not-disrupt pod, a refused kind of pod): start it after the others.
+pub const WOULD_BLOCK: u32 = 1_000;
+
+/// How many of a node's pods a drain started now would have to wait for because of their
+/// budgets: for each budget, the pods of the node it would be charged for beyond the
+/// disruptions it allows now. The fleet starts nodes with fewer such pods first, so that a
+/// drain slot is not spent waiting on a budget another node does not need. A node that would
+/// block scores [`WOULD_BLOCK`].
+pub fn budget_waits(plan: &NodePlan) -> u32 {
+    if !plan.blockers.is_empty() {
+        return WOULD_BLOCK;
+    }
+    let mut per_budget: BTreeMap<&str, (u32, i32)> = BTreeMap::new();
+    for (budget, allowed) in plan.charged.values() {
+        let entry = per_budget.entry(budget.as_str()).or_insert((0, *allowed));
+        entry.0 += 1;
+    }
+    per_budget
+        .values()
+        .map(|(pods, allowed)| pods.saturating_sub((*allowed).max(0) as u32))
+        .sum()
+}
+
 fn push_unique(blockers: &mut Vec<Blocker>, blocker: Blocker) {
     if !blockers.contains(&blocker) {
         blockers.push(blocker);
@@ -1449,5 +1473,48 @@ mod tests {
         // A Pending pod is deleted without consulting budgets.
         let pending = pod("p", json!({"status": {"phase": "Pending"}}));
         assert!(charged(&[pending], std::slice::from_ref(&web)).is_empty());
+    }
+
+    #[test]
+    fn budget_waits_count_the_pods_beyond_what_each_budget_allows_now() {
+        let waits = |pods: &[Pod], pdbs: &[PodDisruptionBudget]| {
+            budget_waits(&plan_node(pods, pdbs, &taint(), &DrainOptions::default()))
+        };
+        let web = |allowed| {
+            pdb(
+                "web",
+                json!({"maxUnavailable": 3, "selector": {"matchLabels": {"app": "web"}}}),
+                status(6, allowed),
+            )
+        };
+        let api = |allowed| {
+            pdb(
+                "api",
+                json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "api"}}}),
+                status(3, allowed),
+            )
+        };
+        let webs: Vec<Pod> = ["web-1", "web-2", "web-3"]
+            .iter()
+            .map(|n| pod(n, json!({})))
+            .collect();
+        let api_pod = pod("api-1", json!({"metadata": {"labels": {"app": "api"}}}));
+        let mut all = webs.clone();
+        all.push(api_pod);
+        // Three web pods under a budget allowing 1: two would wait; allowing 3 or more: none.
+        assert_eq!(waits(&webs, &[web(1)]), 2);
+        assert_eq!(waits(&webs, &[web(3)]), 0);
+        assert_eq!(waits(&webs, &[web(0)]), 3);
+        // Budgets add up; pods without a budget never wait.
+        assert_eq!(waits(&all, &[web(1), api(0)]), 3);
+        assert_eq!(waits(&all, &[web(3), api(1)]), 0);
+        assert_eq!(waits(&all, &[]), 0);
+        // A node that would block goes last.
+        let pinned = pod(
+            "pinned",
+            json!({"metadata": {"labels": {"app": "other"},
+                                "annotations": {"rotor.dev/do-not-disrupt": "true"}}}),
+        );
+        assert_eq!(waits(&[pinned], &[]), WOULD_BLOCK);
     }
 }

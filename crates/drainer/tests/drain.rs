@@ -679,3 +679,77 @@ workloads:
         cluster.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_several_candidates_then_one_whose_budgets_let_it_drain_now_starts_first() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::{Api, ListParams, PostParams};
+
+    let cluster = TestCluster::start(CLUSTER).await;
+    // The drainer's default order: oldest first, then by name.
+    let mut nodes: Vec<Node> = cluster
+        .nodes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    nodes.sort_by_key(|n| {
+        (
+            n.metadata.creation_timestamp.clone().map(|t| t.0),
+            n.metadata.name.clone(),
+        )
+    });
+    let first = nodes[0].metadata.name.clone().unwrap();
+    let second = nodes[1].metadata.name.clone().unwrap();
+    // A pod on the first node under a budget that can never allow its eviction: a drain of the
+    // first node would block and hold the only drain slot.
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pinned", "namespace": "shop", "labels": {"app": "pinned"}},
+        "spec": {"nodeName": first, "containers": [{"name": "app", "image": "app:1"}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(cluster.client.clone(), "shop")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pinned", "namespace": "shop"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}}
+    }))
+    .unwrap();
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(cluster.client.clone(), "shop");
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_until("the budget to count the pinned pod", WAIT, || async {
+        let status = pdbs.get("pinned").await.ok()?.status?;
+        (status.expected_pods == 1 && status.current_healthy == 1).then_some(())
+    })
+    .await;
+    // Both tainted before the drainer starts, so it has a choice from its first pass.
+    cluster.taint(&first, "manual").await;
+    cluster.taint(&second, "manual").await;
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+
+    cluster.wait_phase(&second, "drained").await;
+    cluster.wait_phase(&first, "blocked").await;
+    let drained_at = cluster
+        .annotation(&second, "rotor.dev/drained-at")
+        .await
+        .unwrap();
+    let started_at = cluster
+        .annotation(&first, "rotor.dev/started-at")
+        .await
+        .unwrap();
+    let ts = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+    assert!(
+        ts(&started_at) >= ts(&drained_at),
+        "the node that would block started only after the other drained: {started_at} < {drained_at}"
+    );
+    let blocker = cluster
+        .annotation(&first, "rotor.dev/blocker")
+        .await
+        .unwrap();
+    assert!(blocker.contains("shop/pinned"), "{blocker}");
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}

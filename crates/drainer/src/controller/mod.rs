@@ -3,6 +3,9 @@
 //! resume; drains whose taint disappeared are stopped and undone; new drains start only inside a
 //! maintenance window, when the gate is open, and within the fleet limits the `fleet` module
 //! computes. While nothing happens it makes no API request besides its watches.
+//!
+//! `start_gate` holds the next start until the cluster has absorbed the last drains; `choice`
+//! orders the candidates by what their pods' budgets allow now.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -10,49 +13,27 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use rotor_core::contract::{DRAIN_TAINT_KEY, DrainPhase};
+use rotor_core::contract::DrainPhase;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
-use crate::fleet::{FleetLimits, NodeView, candidates_to_score, choose_nodes_to_start};
-use crate::gate::{GateBlocker, concerns, owner_blocker, pending_pod_blockers};
+use crate::fleet::{FleetLimits, NodeView, choose_nodes_to_start};
 use crate::metrics::PhaseLabel;
-use crate::pods::{budget_waits, plan_node};
 use crate::state::{Intent, retry_backoff};
 use crate::window::any_open;
 use crate::workloads::{WorkloadIndex, WorkloadUpdate};
 
+use self::start_gate::Gate;
+
+mod choice;
+mod start_gate;
+
 struct Running {
     abort: CancellationToken,
-}
-
-/// The gate between one drained node and the next.
-#[derive(Default)]
-struct Gate {
-    /// Workloads evicted from drains finished since the last start and not yet seen Ready
-    /// again; each leaves the set once it is, so it is not fetched again.
-    owners: BTreeSet<(String, String, String)>,
-    /// When the gate first held the next start.
-    held_since: Option<Instant>,
-    /// What held it at the last check, one line per blocker.
-    last_report: Vec<String>,
-    /// Why the next drains wait, in words that do not change with every replica count (it is
-    /// the held drains' reason, logged when it changes).
-    held_reason: String,
-    /// The blockers named in the last "waiting for the cluster to settle" line, and when.
-    logged: BTreeSet<String>,
-    logged_at: Option<Instant>,
-    armed: bool,
-    /// The last read of pending pods: when, and what held the gate then.
-    pending: Option<(Instant, Vec<GateBlocker>)>,
-    /// The last check could not read the cluster: hold, whatever --gate-timeout says (fail
-    /// closed).
-    failing: bool,
 }
 
 pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
@@ -85,7 +66,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                 }
                 let changed = workloads.apply(update);
                 // Only a change the held gate waits on is worth a pass over the fleet.
-                if !(gate.held_since.is_some() && concerns(&gate.owners, &changed, &workloads)) {
+                if !gate.waits_on(&changed, &workloads) {
                     continue;
                 }
             }
@@ -119,8 +100,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                 match outcome.result {
                     DrainResult::Drained { owners } => {
                         ctx.metrics.drain_finished("drained");
-                        gate.owners.extend(owners);
-                        gate.armed = true;
+                        gate.arm(owners);
                     }
                     DrainResult::Failed { .. } => ctx.metrics.drain_finished("failed"),
                     DrainResult::Cancelled => ctx.metrics.drain_finished("cancelled"),
@@ -203,85 +183,26 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                     .map(|n| (n, "outside every maintenance window".to_string())),
             );
         }
-        if !start.is_empty() && gate.armed {
+        if !start.is_empty() && gate.armed() {
             // Checked on the pass after a drain finishes, then on every change to a workload it
             // waits for (from the watches, so it opens as soon as the last one is Ready) and on
             // the tick.
-            let checked = gate_blockers(&ctx, &mut gate, &workloads).await;
-            if let Ok(blockers) = &checked
-                && blockers.is_empty()
-            {
-                gate = Gate::default();
-            } else {
-                let since = *gate.held_since.get_or_insert_with(Instant::now);
-                ctx.metrics
-                    .gate_blocked_seconds
-                    .inc_by(elapsed.as_secs_f64());
-                match checked {
-                    Ok(blockers) => {
-                        gate.failing = false;
-                        gate.last_report = blockers.iter().map(GateBlocker::to_string).collect();
-                        gate.held_reason = held_reason(&blockers);
-                        // A line when something new holds it, not at every replica that turns
-                        // Ready; counts that only change are repeated at most every
-                        // GATE_LOG_INTERVAL.
-                        let subjects: BTreeSet<String> =
-                            blockers.iter().map(GateBlocker::subject).collect();
-                        let due = gate
-                            .logged_at
-                            .is_none_or(|at| at.elapsed() >= GATE_LOG_INTERVAL);
-                        if !subjects.is_subset(&gate.logged) || due {
-                            tracing::info!(blockers = ?gate.last_report, "waiting for the cluster to settle before the next drain");
-                            gate.logged = subjects;
-                            gate.logged_at = Some(Instant::now());
-                        }
-                    }
-                    Err(e) => {
-                        let report = vec![format!("gate check failed: {e}")];
-                        if !gate.failing || report != gate.last_report {
-                            tracing::warn!(error = %e, "could not check the gate; holding the next drain");
-                        }
-                        gate.failing = true;
-                        gate.held_reason = report[0].clone();
-                        gate.last_report = report;
-                    }
-                }
-                if !gate.failing && since.elapsed() >= ctx.cfg.gate_timeout {
-                    tracing::warn!(blockers = ?gate.last_report, "the gate held longer than --gate-timeout; starting the next node anyway");
-                    gate = Gate::default();
-                } else {
-                    let why = format!("gate: {}", gate.held_reason);
-                    held.extend(start.drain(..).map(|n| (n, why.clone())));
-                }
+            if let Err(why) = gate.check(&ctx, &workloads, elapsed).await {
+                let why = format!("gate: {why}");
+                held.extend(start.drain(..).map(|n| (n, why.clone())));
             }
         }
         // A slot is free and the gate is open: if there is a choice, prefer the candidates whose
         // pods' budgets let a drain proceed now over one that would sit in the slot waiting.
-        if !start.is_empty() {
-            let names = candidates_to_score(
-                &view,
-                Timestamp::now(),
-                retry_backoff,
-                start.len() + SCORED_HEAD_EXTRA,
-                SCORED_SPREAD,
-            );
-            if names.len() > start.len() {
-                let scores = score_candidates(&ctx, &names).await;
-                if !scores.is_empty() {
-                    for v in view.iter_mut() {
-                        v.budget_waits = scores.get(&v.name).copied();
-                    }
-                    let decision =
-                        choose_nodes_to_start(&view, &limits, Timestamp::now(), retry_backoff);
-                    tracing::debug!(?scores, chosen = ?decision.start, "candidates scored by the pods their budgets would hold");
-                    held = decision.held;
-                    start = decision
-                        .start
-                        .into_iter()
-                        .filter(|n| !running.contains_key(n))
-                        .collect();
-                }
-            }
+        if !start.is_empty()
+            && let Some(decision) = choice::rechoose(&ctx, &mut view, &limits, start.len()).await
+        {
+            held = decision.held;
+            start = decision
+                .start
+                .into_iter()
+                .filter(|n| !running.contains_key(n))
+                .collect();
         }
         held_log.update(held, Instant::now());
         for name in start {
@@ -401,125 +322,6 @@ fn publish_phases(ctx: &Ctx, nodes: &BTreeMap<String, NodeView>) {
     }
 }
 
-/// Which candidates are scored before a start (see [`candidates_to_score`]): the free slots'
-/// worth plus this many at the head of the order, and this many spread over the rest. Each
-/// costs one list of a node's pods.
-const SCORED_HEAD_EXTRA: usize = 2;
-const SCORED_SPREAD: usize = 5;
-
-/// Lists each candidate's pods and scores it with [`budget_waits`] against the budget cache.
-/// Scoring only orders the candidates, so a node whose pods cannot be read is left unscored
-/// (after the scored ones) rather than failing the pass.
-async fn score_candidates(ctx: &Ctx, names: &[String]) -> HashMap<String, u32> {
-    let taint = drain_taint_for_scoring();
-    let budgets: Vec<PodDisruptionBudget> =
-        ctx.budgets.state().iter().map(|b| (**b).clone()).collect();
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let lists = futures::stream::iter(names.iter().cloned())
-        .map(|name| {
-            let pods = pods.clone();
-            async move {
-                let params = ListParams::default().fields(&format!("spec.nodeName={name}"));
-                (name, pods.list(&params).await)
-            }
-        })
-        .buffer_unordered(4)
-        .collect::<Vec<_>>()
-        .await;
-    let mut scores = HashMap::new();
-    for (name, list) in lists {
-        match list {
-            Ok(list) => {
-                let plan = plan_node(&list.items, &budgets, &taint, &ctx.cfg.options);
-                scores.insert(name, budget_waits(&plan));
-            }
-            Err(e) => {
-                tracing::debug!(node = %name, error = %e, "could not list the pods of a candidate; it is not scored")
-            }
-        }
-    }
-    scores
-}
-
-/// The drain taint as a pod's tolerations are matched against it when scoring a candidate (the
-/// drain itself uses the node's own taint).
-fn drain_taint_for_scoring() -> Taint {
-    Taint {
-        key: DRAIN_TAINT_KEY.to_string(),
-        effect: "NoSchedule".to_string(),
-        value: None,
-        time_added: None,
-    }
-}
-
-/// How often a held gate repeats its line when only the counts in it change.
-const GATE_LOG_INTERVAL: Duration = Duration::from_secs(30);
-
-/// The held drains' reason for a gate held by `blockers`: which kinds of blocker, not their
-/// counts, so that it changes only when the situation does.
-fn held_reason(blockers: &[GateBlocker]) -> String {
-    let workloads = blockers
-        .iter()
-        .any(|b| matches!(b, GateBlocker::WorkloadNotReady { .. }));
-    let pending = blockers
-        .iter()
-        .any(|b| matches!(b, GateBlocker::PendingPod { .. }));
-    let mut parts = Vec::new();
-    if workloads {
-        parts.push("workloads evicted by earlier drains are not Ready again");
-    }
-    if pending {
-        parts.push("pods are unschedulable past --pending-grace");
-    }
-    parts.join("; ")
-}
-
-/// How long one read of pending pods stands for the gate: they are not watched (that would
-/// be a cluster-wide pod cache), so a gate held by one is re-read on the tick.
-const PENDING_RECHECK: Duration = Duration::from_secs(1);
-
-/// What holds the gate now. Workloads come from the watched index, and those found Ready again
-/// (or gone) leave `gate.owners`; pending pods are read (one list, reused for
-/// [`PENDING_RECHECK`]) only once no workload holds it. An index that cannot be trusted is an
-/// error, so the gate fails closed.
-async fn gate_blockers(
-    ctx: &Ctx,
-    gate: &mut Gate,
-    workloads: &WorkloadIndex,
-) -> Result<Vec<GateBlocker>, String> {
-    if let Some(why) = workloads.unusable(Instant::now()) {
-        return Err(why);
-    }
-    let mut blockers = Vec::new();
-    gate.owners
-        .retain(|owner| match owner_blocker(owner, workloads) {
-            Some(b) => {
-                blockers.push(b);
-                true
-            }
-            None => false,
-        });
-    if !blockers.is_empty() {
-        blockers.sort();
-        blockers.dedup();
-        return Ok(blockers);
-    }
-    if let Some((at, pending)) = &gate.pending
-        && at.elapsed() < PENDING_RECHECK
-    {
-        return Ok(pending.clone());
-    }
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let pending = pods
-        .list(&ListParams::default().fields("status.phase=Pending"))
-        .await
-        .map_err(|e| format!("cannot list pending pods: {e}"))?
-        .items;
-    let blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, Timestamp::now());
-    gate.pending = Some((Instant::now(), blockers.clone()));
-    Ok(blockers)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,29 +331,6 @@ mod tests {
             .iter()
             .map(|n| (n.to_string(), why.to_string()))
             .collect()
-    }
-
-    #[test]
-    fn the_held_reason_names_the_kinds_of_blocker_not_their_counts() {
-        let workload = |ready| GateBlocker::WorkloadNotReady {
-            workload: "Deployment shop/web".into(),
-            ready,
-            wanted: 3,
-        };
-        let pod = GateBlocker::PendingPod {
-            pod: "shop/web-1".into(),
-            for_secs: 200,
-            reason: None,
-        };
-        assert_eq!(held_reason(&[workload(1)]), held_reason(&[workload(2)]));
-        assert_eq!(
-            held_reason(&[workload(1), pod.clone()]),
-            "workloads evicted by earlier drains are not Ready again; pods are unschedulable past --pending-grace"
-        );
-        assert_eq!(
-            held_reason(&[pod]),
-            "pods are unschedulable past --pending-grace"
-        );
     }
 
     #[test]

@@ -1,0 +1,209 @@
+//! The runtime side of the start gate: what the next start waits for, read from the workload
+//! index and the pending pods, logged when it changes, bounded by `--gate-timeout` (except when
+//! the gate cannot read the cluster: then it holds, failing closed). The decisions themselves are
+//! in [`crate::gate`].
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+use crate::drain::Ctx;
+use crate::gate::{GateBlocker, concerns, owner_blocker, pending_pod_blockers};
+use crate::workloads::{WorkloadIndex, WorkloadKey};
+
+/// The gate between one drained node and the next.
+#[derive(Default)]
+pub(super) struct Gate {
+    /// Workloads evicted from drains finished since the last start and not yet seen Ready
+    /// again; each leaves the set once it is, so it is not fetched again.
+    owners: BTreeSet<(String, String, String)>,
+    /// When the gate first held the next start.
+    held_since: Option<Instant>,
+    /// What held it at the last check, one line per blocker.
+    last_report: Vec<String>,
+    /// Why the next drains wait, in words that do not change with every replica count (it is
+    /// the held drains' reason, logged when it changes).
+    held_reason: String,
+    /// The blockers named in the last "waiting for the cluster to settle" line, and when.
+    logged: BTreeSet<String>,
+    logged_at: Option<Instant>,
+    armed: bool,
+    /// The last read of pending pods: when, and what held the gate then.
+    pending: Option<(Instant, Vec<GateBlocker>)>,
+    /// The last check could not read the cluster: hold, whatever --gate-timeout says (fail
+    /// closed).
+    failing: bool,
+}
+
+impl Gate {
+    /// A drain finished: the workloads it evicted join those the next start waits for.
+    pub(super) fn arm(&mut self, owners: impl IntoIterator<Item = (String, String, String)>) {
+        self.owners.extend(owners);
+        self.armed = true;
+    }
+
+    /// Whether a start must pass the gate first.
+    pub(super) fn armed(&self) -> bool {
+        self.armed
+    }
+
+    /// Whether a change to the workloads `changed` may open the gate while it holds.
+    pub(super) fn waits_on(&self, changed: &[WorkloadKey], workloads: &WorkloadIndex) -> bool {
+        self.held_since.is_some() && concerns(&self.owners, changed, workloads)
+    }
+
+    /// Checks the gate before a start; `Err` says why the start waits. `elapsed` (since the
+    /// last pass) counts towards the gate-blocked-seconds metric while it holds. An open gate,
+    /// or one held past `--gate-timeout` without failing, is reset for the next drains.
+    pub(super) async fn check(
+        &mut self,
+        ctx: &Ctx,
+        workloads: &WorkloadIndex,
+        elapsed: Duration,
+    ) -> Result<(), String> {
+        let checked = gate_blockers(ctx, self, workloads).await;
+        if let Ok(blockers) = &checked
+            && blockers.is_empty()
+        {
+            *self = Gate::default();
+            return Ok(());
+        }
+        let since = *self.held_since.get_or_insert_with(Instant::now);
+        ctx.metrics
+            .gate_blocked_seconds
+            .inc_by(elapsed.as_secs_f64());
+        match checked {
+            Ok(blockers) => {
+                self.failing = false;
+                self.last_report = blockers.iter().map(GateBlocker::to_string).collect();
+                self.held_reason = held_reason(&blockers);
+                // A line when something new holds it, not at every replica that turns Ready;
+                // counts that only change are repeated at most every GATE_LOG_INTERVAL.
+                let subjects: BTreeSet<String> =
+                    blockers.iter().map(GateBlocker::subject).collect();
+                let due = self
+                    .logged_at
+                    .is_none_or(|at| at.elapsed() >= GATE_LOG_INTERVAL);
+                if !subjects.is_subset(&self.logged) || due {
+                    tracing::info!(blockers = ?self.last_report, "waiting for the cluster to settle before the next drain");
+                    self.logged = subjects;
+                    self.logged_at = Some(Instant::now());
+                }
+            }
+            Err(e) => {
+                let report = vec![format!("gate check failed: {e}")];
+                if !self.failing || report != self.last_report {
+                    tracing::warn!(error = %e, "could not check the gate; holding the next drain");
+                }
+                self.failing = true;
+                self.held_reason = report[0].clone();
+                self.last_report = report;
+            }
+        }
+        if !self.failing && since.elapsed() >= ctx.cfg.gate_timeout {
+            tracing::warn!(blockers = ?self.last_report, "the gate held longer than --gate-timeout; starting the next node anyway");
+            *self = Gate::default();
+            return Ok(());
+        }
+        Err(self.held_reason.clone())
+    }
+}
+
+/// How often a held gate repeats its line when only the counts in it change.
+const GATE_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The held drains' reason for a gate held by `blockers`: which kinds of blocker, not their
+/// counts, so that it changes only when the situation does.
+fn held_reason(blockers: &[GateBlocker]) -> String {
+    let workloads = blockers
+        .iter()
+        .any(|b| matches!(b, GateBlocker::WorkloadNotReady { .. }));
+    let pending = blockers
+        .iter()
+        .any(|b| matches!(b, GateBlocker::PendingPod { .. }));
+    let mut parts = Vec::new();
+    if workloads {
+        parts.push("workloads evicted by earlier drains are not Ready again");
+    }
+    if pending {
+        parts.push("pods are unschedulable past --pending-grace");
+    }
+    parts.join("; ")
+}
+
+/// How long one read of pending pods stands for the gate: they are not watched (that would
+/// be a cluster-wide pod cache), so a gate held by one is re-read on the tick.
+const PENDING_RECHECK: Duration = Duration::from_secs(1);
+
+/// What holds the gate now. Workloads come from the watched index, and those found Ready again
+/// (or gone) leave `gate.owners`; pending pods are read (one list, reused for
+/// [`PENDING_RECHECK`]) only once no workload holds it. An index that cannot be trusted is an
+/// error, so the gate fails closed.
+async fn gate_blockers(
+    ctx: &Ctx,
+    gate: &mut Gate,
+    workloads: &WorkloadIndex,
+) -> Result<Vec<GateBlocker>, String> {
+    if let Some(why) = workloads.unusable(Instant::now()) {
+        return Err(why);
+    }
+    let mut blockers = Vec::new();
+    gate.owners
+        .retain(|owner| match owner_blocker(owner, workloads) {
+            Some(b) => {
+                blockers.push(b);
+                true
+            }
+            None => false,
+        });
+    if !blockers.is_empty() {
+        blockers.sort();
+        blockers.dedup();
+        return Ok(blockers);
+    }
+    if let Some((at, pending)) = &gate.pending
+        && at.elapsed() < PENDING_RECHECK
+    {
+        return Ok(pending.clone());
+    }
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let pending = pods
+        .list(&ListParams::default().fields("status.phase=Pending"))
+        .await
+        .map_err(|e| format!("cannot list pending pods: {e}"))?
+        .items;
+    let blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, Timestamp::now());
+    gate.pending = Some((Instant::now(), blockers.clone()));
+    Ok(blockers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_held_reason_names_the_kinds_of_blocker_not_their_counts() {
+        let workload = |ready| GateBlocker::WorkloadNotReady {
+            workload: "Deployment shop/web".into(),
+            ready,
+            wanted: 3,
+        };
+        let pod = GateBlocker::PendingPod {
+            pod: "shop/web-1".into(),
+            for_secs: 200,
+            reason: None,
+        };
+        assert_eq!(held_reason(&[workload(1)]), held_reason(&[workload(2)]));
+        assert_eq!(
+            held_reason(&[workload(1), pod.clone()]),
+            "workloads evicted by earlier drains are not Ready again; pods are unschedulable past --pending-grace"
+        );
+        assert_eq!(
+            held_reason(&[pod]),
+            "pods are unschedulable past --pending-grace"
+        );
+    }
+}

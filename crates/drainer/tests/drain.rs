@@ -753,3 +753,39 @@ async fn given_several_candidates_then_one_whose_budgets_let_it_drain_now_starts
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_every_watch_is_cut_and_its_history_expired_mid_rotation_then_the_drainer_recovers() {
+    let cluster = TestCluster::start(CLUSTER).await;
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    let names = cluster.node_names().await;
+    let (a, b) = (names[0].clone(), names[1].clone());
+    cluster.taint(&a, "manual").await;
+    cluster.taint(&b, "manual").await;
+    let first = wait_until("one of the two nodes to be drained", WAIT, || async {
+        for n in [&a, &b] {
+            if cluster.annotation(n, "rotor.dev/phase").await.as_deref() == Some("drained") {
+                return Some(n.clone());
+            }
+        }
+        None
+    })
+    .await;
+    let second = if first == a { b } else { a };
+    // Every open watch (nodes, budgets, workloads, the pods of a drain) is cut, and the history
+    // it would resume from is gone: each must re-list (410 Gone) and carry on.
+    cluster.sim.sim.cluster.lock().unwrap().compact_all();
+    cluster.sim.sim.drop_watches();
+    cluster.wait_phase(&second, "drained").await;
+    let stats = cluster.stats();
+    assert_eq!(stats["budgetViolations"], 0, "{stats}");
+    // The watches did re-list, rather than the drain finishing before the cut mattered.
+    for resource in ["nodes", "deployments", "replicasets", "statefulsets"] {
+        let lists = stats["requests"][format!("list {resource}")]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(lists >= 2, "{resource} listed {lists} time(s): {stats}");
+    }
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}

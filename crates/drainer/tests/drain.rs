@@ -560,10 +560,9 @@ async fn given_a_pod_pending_past_the_grace_then_the_next_drain_waits_for_it() {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, DeleteParams};
 
-    // A pod no node (nor the node group's template) can hold stays Pending for good.
-    let yaml = format!(
-        "{}  - {{kind: Pod, name: too-big, namespace: batch, requests: {{cpu: \"64\"}}}}\n",
-        CLUSTER.replace("size: 3", "size: 4")
+    let yaml = CLUSTER.replace("size: 3", "size: 4").replace(
+        "namespaces: [rotor-system]",
+        "namespaces: [rotor-system, batch]",
     );
     let cluster = TestCluster::start(&yaml).await;
     let drainer = TestDrainer::start(
@@ -575,6 +574,20 @@ async fn given_a_pod_pending_past_the_grace_then_the_next_drain_waits_for_it() {
     let (first, second) = (&names[0], &names[1]);
     cluster.taint(first, "manual").await;
     cluster.wait_phase(first, "drained").await;
+    // A pod no node (nor the node group's template) can hold stays Pending for good.
+    let too_big = |name: &str| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "batch"},
+            "spec": {"containers": [{"name": "c", "image": "x",
+                     "resources": {"requests": {"cpu": "64"}}}]}
+        }))
+        .unwrap()
+    };
+    Api::<Pod>::namespaced(cluster.client.clone(), "batch")
+        .create(&Default::default(), &too_big("too-big"))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     cluster.taint(second, "manual").await;
 
     // Held: the second node is not touched while the pod stays unschedulable.
@@ -594,15 +607,9 @@ async fn given_a_pod_pending_past_the_grace_then_the_next_drain_waits_for_it() {
     drainer.stop().await.unwrap();
 
     // With the namespace ignored, a new drainer drains two nodes in a row while a pod in it
-    // stays unschedulable (its gate is armed by the first of them).
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "too-big-again", "namespace": "batch"},
-        "spec": {"containers": [{"name": "c", "image": "x",
-                 "resources": {"requests": {"cpu": "64"}}}]}
-    }))
-    .unwrap();
+    // stays unschedulable (its gate is armed from the start, and again by the first of them).
     Api::<Pod>::namespaced(cluster.client.clone(), "batch")
-        .create(&Default::default(), &pod)
+        .create(&Default::default(), &too_big("too-big-again"))
         .await
         .unwrap();
     let drainer = TestDrainer::start(
@@ -622,6 +629,38 @@ async fn given_a_pod_pending_past_the_grace_then_the_next_drain_waits_for_it() {
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     cluster.taint(&names[3], "manual").await;
     cluster.wait_phase(&names[3], "drained").await;
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_pod_pending_past_the_grace_when_the_drainer_starts_then_even_its_first_drain_waits()
+ {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams};
+
+    // A new leader (a restart, a failover) does not know what the last drains evicted; the
+    // cluster must still look settled before it starts another node.
+    let yaml = format!(
+        "{}  - {{kind: Pod, name: too-big, namespace: batch, requests: {{cpu: \"64\"}}}}\n",
+        CLUSTER
+    );
+    let cluster = TestCluster::start(&yaml).await;
+    let node = cluster.node_names().await[0].clone();
+    cluster.taint(&node, "manual").await;
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let drainer = TestDrainer::start(
+        &cluster,
+        "a",
+        &["--pending-grace", "500ms", "--gate-timeout", "1h"],
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(cluster.annotation(&node, "rotor.dev/phase").await, None);
+    Api::<Pod>::namespaced(cluster.client.clone(), "batch")
+        .delete("too-big", &DeleteParams::default())
+        .await
+        .unwrap();
+    cluster.wait_phase(&node, "drained").await;
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }

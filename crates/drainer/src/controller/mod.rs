@@ -49,7 +49,11 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut cleaning: HashSet<String> = HashSet::new();
     let mut tasks: JoinSet<(String, DrainOutcome)> = JoinSet::new();
+    // A new leader does not know what the last drains evicted (that was in the previous
+    // leader's memory), so even its first start waits for the gate: the workload index listed,
+    // and no pod unschedulable past --pending-grace.
     let mut gate = Gate::default();
+    gate.arm([]);
     let mut workload_events = crate::workloads::watch(ctx.client.clone()).boxed();
     let mut workloads = WorkloadIndex::default();
     let mut held_log = HeldLog::default();

@@ -166,6 +166,26 @@ fn authorization_stats(sim: &SimProcess) -> Value {
     stats["authorization"].clone()
 }
 
+/// The simulator enforcing the shipped RBAC less one `rule` of the drainer's ClusterRole (as
+/// rendered), the drainer running under it, and one node tainted for draining.
+fn drainer_without(name: &str, rule: &str) -> (TestDir, SimProcess, Drainer, String) {
+    let dir = TestDir::new(name);
+    let policy = policy_file(&dir, |s| {
+        edit_document(&s, "ClusterRole", "rotor-drainer", rule, "")
+    });
+    let sim = start_sim(policy);
+    let drainer = start_drainer(&sim);
+    let node = kubectl_ok(
+        &sim,
+        &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
+    );
+    kubectl_ok(
+        &sim,
+        &["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"],
+    );
+    (dir, sim, drainer, node)
+}
+
 #[test]
 fn the_shipped_rbac_is_enough_for_a_full_rotation_without_a_single_403() {
     let dir = TestDir::new("rbac-rotation");
@@ -275,25 +295,9 @@ fn without_patch_nodes_the_selector_fails_naming_the_forbidden_verb_and_resource
 
 #[test]
 fn without_pods_eviction_the_drainer_evicts_nothing_and_says_why() {
-    let dir = TestDir::new("rbac-drainer");
-    let policy = policy_file(&dir, |s| {
-        edit_document(
-            &s,
-            "ClusterRole",
-            "rotor-drainer",
-            "- apiGroups:\n  - \"\"\n  resources:\n  - pods/eviction\n  verbs:\n  - create\n",
-            "",
-        )
-    });
-    let sim = start_sim(policy);
-    let drainer = start_drainer(&sim);
-    let node = kubectl_ok(
-        &sim,
-        &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
-    );
-    kubectl_ok(
-        &sim,
-        &["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"],
+    let (_dir, sim, drainer, node) = drainer_without(
+        "rbac-drainer",
+        "- apiGroups:\n  - \"\"\n  resources:\n  - pods/eviction\n  verbs:\n  - create\n",
     );
 
     let denial = "cannot create resource \"pods/eviction\" in API group \"\"".to_string();
@@ -360,25 +364,9 @@ fn without_pods_eviction_the_drainer_evicts_nothing_and_says_why() {
 
 #[test]
 fn without_watching_workloads_the_gate_holds_every_drain_and_says_why() {
-    let dir = TestDir::new("rbac-gate");
-    let policy = policy_file(&dir, |s| {
-        edit_document(
-            &s,
-            "ClusterRole",
-            "rotor-drainer",
-            "- apiGroups:\n  - apps\n  resources:\n  - replicasets\n  - deployments\n  - statefulsets\n  verbs:\n  - list\n  - watch\n",
-            "",
-        )
-    });
-    let sim = start_sim(policy);
-    let drainer = start_drainer(&sim);
-    let node = kubectl_ok(
-        &sim,
-        &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
-    );
-    kubectl_ok(
-        &sim,
-        &["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"],
+    let (_dir, sim, drainer, node) = drainer_without(
+        "rbac-gate",
+        "- apiGroups:\n  - apps\n  resources:\n  - replicasets\n  - deployments\n  - statefulsets\n  verbs:\n  - list\n  - watch\n",
     );
     // The gate cannot tell whether workloads are Ready, so no drain starts (even the first:
     // a new leader does not know what its predecessor evicted), and the log says why.

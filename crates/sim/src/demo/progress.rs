@@ -9,6 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use rotor_core::contract::DrainPhase;
+use serde::Serialize;
+
+use super::summary::tenths_opt;
 
 /// One node as the demo sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -135,20 +138,26 @@ pub struct Event {
 }
 
 /// What happened to one node that was outdated at the start, in seconds since the rotation
-/// started (as first seen).
-#[derive(Clone, Debug, Default, PartialEq)]
+/// started (as first seen). Serialized as the summary shows it, times to a tenth.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeTimeline {
     pub node: String,
     pub zone: String,
     pub reason: Option<String>,
+    #[serde(serialize_with = "tenths_opt")]
     pub tainted_at: Option<f64>,
     /// The drainer cordoned it (first phase past `queued`).
+    #[serde(serialize_with = "tenths_opt")]
     pub drain_started_at: Option<f64>,
+    #[serde(serialize_with = "tenths_opt")]
     pub blocked_at: Option<f64>,
     /// The last blocker seen, kept after the block clears.
     pub blocker: Option<String>,
+    #[serde(serialize_with = "tenths_opt")]
     pub drained_at: Option<f64>,
     /// It left the cluster.
+    #[serde(serialize_with = "tenths_opt")]
     pub replaced_at: Option<f64>,
 }
 

@@ -146,7 +146,10 @@ pub fn summary_text(s: &Summary) -> Vec<String> {
         "  {:<30} {:<11} {:>8} {:>8} {:>8} {:>8} {:>9}  {}",
         "NODE", "ZONE", "TAINTED", "DRAINING", "BLOCKED", "DRAINED", "REPLACED", "BLOCKER"
     ));
-    let t = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    let t = |v: Option<f64>| {
+        v.map(|v| format!("{:.1}", super::summary::tenths(v)))
+            .unwrap_or_else(|| "-".into())
+    };
     for row in &s.timeline {
         out.push(format!(
             "  {:<30} {:<11} {:>8} {:>8} {:>8} {:>8} {:>9}  {}",

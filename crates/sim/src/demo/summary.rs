@@ -29,7 +29,7 @@ pub struct Summary {
     pub unschedulable_pod_seconds: f64,
     /// What holds the rotation up, when it did not complete: one line per outdated node.
     pub stuck: Vec<String>,
-    pub timeline: Vec<TimelineRow>,
+    pub timeline: Vec<NodeTimeline>,
     /// Everything the demo saw and did, in order.
     pub events: Vec<EventRow>,
 }
@@ -40,35 +40,17 @@ pub struct EventRow {
     pub what: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TimelineRow {
-    pub node: String,
-    pub zone: String,
-    pub reason: Option<String>,
-    pub tainted_at: Option<f64>,
-    pub drain_started_at: Option<f64>,
-    pub blocked_at: Option<f64>,
-    pub blocker: Option<String>,
-    pub drained_at: Option<f64>,
-    pub replaced_at: Option<f64>,
+/// Seconds as the summary shows them: to a tenth.
+pub(super) fn tenths(seconds: f64) -> f64 {
+    (seconds * 10.0).round() / 10.0
 }
 
-impl From<NodeTimeline> for TimelineRow {
-    fn from(t: NodeTimeline) -> Self {
-        let r = |v: Option<f64>| v.map(|v| (v * 10.0).round() / 10.0);
-        TimelineRow {
-            node: t.node,
-            zone: t.zone,
-            reason: t.reason,
-            tainted_at: r(t.tainted_at),
-            drain_started_at: r(t.drain_started_at),
-            blocked_at: r(t.blocked_at),
-            blocker: t.blocker,
-            drained_at: r(t.drained_at),
-            replaced_at: r(t.replaced_at),
-        }
-    }
+/// Serializes optional seconds to a tenth (the per-node timeline's fields).
+pub(super) fn tenths_opt<S: serde::Serializer>(
+    seconds: &Option<f64>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    seconds.map(tenths).serialize(serializer)
 }
 
 /// How the run ended, as far as the demo's loop knows.
@@ -117,7 +99,7 @@ pub fn summarize(progress: &Progress, ending: &Ending, facts: Facts) -> Summary 
         scenario: facts.scenario,
         completed,
         outcome,
-        makespan_seconds: (facts.elapsed * 10.0).round() / 10.0,
+        makespan_seconds: tenths(facts.elapsed),
         nodes_outdated_at_start: progress.initially_outdated(),
         nodes_replaced: c.replaced,
         nodes_outdated_now: c.outdated,
@@ -127,18 +109,14 @@ pub fn summarize(progress: &Progress, ending: &Ending, facts: Facts) -> Summary 
         violations: facts.violations,
         selector_runs: facts.selector_runs,
         selector_failures: facts.selector_failures,
-        unschedulable_pod_seconds: (facts.unschedulable_pod_seconds * 10.0).round() / 10.0,
+        unschedulable_pod_seconds: tenths(facts.unschedulable_pod_seconds),
         stuck,
-        timeline: progress
-            .timelines()
-            .into_iter()
-            .map(TimelineRow::from)
-            .collect(),
+        timeline: progress.timelines(),
         events: progress
             .events()
             .iter()
             .map(|e| EventRow {
-                at: (e.at * 10.0).round() / 10.0,
+                at: tenths(e.at),
                 what: e.change.to_string(),
             })
             .collect(),

@@ -632,6 +632,33 @@ pub fn kubectl_ok(sim: &SimProcess, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
 }
 
+/// The drainer's `rotor.dev/phase` on `node` as kubectl reads it, empty when it has none.
+pub fn node_phase(sim: &SimProcess, node: &str) -> String {
+    kubectl_ok(
+        sim,
+        &[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.metadata.annotations.rotor\\.dev/phase}",
+        ],
+    )
+}
+
+/// Taints the first node kubectl lists for draining (`manual`) and returns its name.
+pub fn taint_first_node(sim: &SimProcess) -> String {
+    let node = kubectl_ok(
+        sim,
+        &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
+    );
+    kubectl_ok(
+        sim,
+        &["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"],
+    );
+    node
+}
+
 /// [`kubectl_ok`] with `-o json` appended; returns the parsed output.
 pub fn kubectl_json(sim: &SimProcess, args: &[&str]) -> Value {
     let mut all = args.to_vec();

@@ -3,7 +3,10 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use rotor_e2e::{SimProcess, binary, http_get, kubectl_ok, run_with_timeout, scenario, wait_until};
+use rotor_e2e::{
+    SimProcess, binary, http_get, kubectl_ok, node_phase, run_with_timeout, scenario,
+    taint_first_node, wait_until,
+};
 
 struct Drainer(Child);
 
@@ -53,33 +56,13 @@ fn scrape_metrics(sim: &SimProcess) -> String {
     r.body
 }
 
-fn phase(sim: &SimProcess, node: &str) -> String {
-    kubectl_ok(
-        sim,
-        &[
-            "get",
-            "node",
-            node,
-            "-o",
-            "jsonpath={.metadata.annotations.rotor\\.dev/phase}",
-        ],
-    )
-}
-
 #[test]
 fn the_binary_drains_a_node_tainted_with_kubectl_and_status_reports_it() {
     let sim = SimProcess::start(scenario("drain.yaml"));
     let _drainer = start_drainer(&sim, &[]);
-    let node = kubectl_ok(
-        &sim,
-        &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
-    );
-    kubectl_ok(
-        &sim,
-        &["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"],
-    );
+    let node = taint_first_node(&sim);
     wait_until("the node to be drained", Duration::from_secs(60), || {
-        (phase(&sim, &node) == "drained").then_some(())
+        (node_phase(&sim, &node) == "drained").then_some(())
     });
 
     let unschedulable = kubectl_ok(

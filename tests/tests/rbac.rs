@@ -14,8 +14,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rotor_e2e::{
-    SimOptions, SimProcess, TestDir, binary, describe_output, kubectl_ok, kustomize,
-    run_with_timeout, wait_until, workspace_root,
+    SimOptions, SimProcess, TestDir, binary, describe_output, kubectl_ok, kustomize, node_phase,
+    run_with_timeout, taint_first_node, wait_until, workspace_root,
 };
 use serde_json::{Value, json};
 
@@ -175,14 +175,7 @@ fn drainer_without(name: &str, rule: &str) -> (TestDir, SimProcess, Drainer, Str
     });
     let sim = start_sim(policy);
     let drainer = start_drainer(&sim);
-    let node = kubectl_ok(
-        &sim,
-        &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
-    );
-    kubectl_ok(
-        &sim,
-        &["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"],
-    );
+    let node = taint_first_node(&sim);
     (dir, sim, drainer, node)
 }
 
@@ -325,16 +318,7 @@ fn without_pods_eviction_the_drainer_evicts_nothing_and_says_why() {
     let authz = authorization_stats(&sim);
     let recent = authz["recentDenials"].to_string();
     assert!(recent.contains("pods/eviction"), "{authz}");
-    let phase = kubectl_ok(
-        &sim,
-        &[
-            "get",
-            "node",
-            &node,
-            "-o",
-            "jsonpath={.metadata.annotations.rotor\\.dev/phase}",
-        ],
-    );
+    let phase = node_phase(&sim, &node);
     assert_ne!(phase, "drained", "nothing could be evicted");
     // The node itself tells the operator what is wrong: phase blocked, with the denial and the
     // rule to grant as its blocker (what `rotor-drainer status` shows).
@@ -386,16 +370,7 @@ fn without_watching_workloads_the_gate_holds_every_drain_and_says_why() {
         "the held line should name the denial and the node: {line}"
     );
     std::thread::sleep(Duration::from_secs(2));
-    let phase = kubectl_ok(
-        &sim,
-        &[
-            "get",
-            "node",
-            &node,
-            "-o",
-            "jsonpath={.metadata.annotations.rotor\\.dev/phase}",
-        ],
-    );
+    let phase = node_phase(&sim, &node);
     assert_eq!(phase, "", "no drain may start");
     let authz = authorization_stats(&sim);
     let recent = authz["recentDenials"].to_string();

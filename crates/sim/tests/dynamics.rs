@@ -233,7 +233,13 @@ async fn given_a_bare_pod_when_it_is_deleted_then_nothing_recreates_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_pod_created_bound_to_a_node_then_its_kubelet_runs_it_and_it_turns_ready() {
     let sim = TestSim::start(WORKLOADS).await;
-    let node = name_of_first_node(&sim).await;
+    let node = sim
+        .nodes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items[0]
+        .name_any();
     let pods = sim.pods("default");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "pinned", "namespace": "default"},
@@ -258,18 +264,6 @@ async fn given_a_pod_created_bound_to_a_node_then_its_kubelet_runs_it_and_it_tur
         "{status:?}"
     );
     sim.stop().await;
-}
-
-async fn name_of_first_node(sim: &TestSim) -> String {
-    sim.nodes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .min()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,6 +42,13 @@ pub struct Ctx {
     pub budget_changes: watch::Receiver<u64>,
 }
 
+impl Ctx {
+    /// The PodDisruptionBudgets as the budget watch knows them now, for [`plan_node`].
+    pub fn budgets_now(&self) -> Vec<PodDisruptionBudget> {
+        self.budgets.state().iter().map(|b| (**b).clone()).collect()
+    }
+}
+
 /// How a drain task ended.
 #[derive(Debug)]
 pub enum DrainResult {
@@ -466,9 +473,7 @@ async fn evict_until_drained(
                 };
             }
             let pod_list: Vec<Pod> = pods.values().cloned().collect();
-            let budgets: Vec<PodDisruptionBudget> =
-                ctx.budgets.state().iter().map(|b| (**b).clone()).collect();
-            let plan = plan_node(&pod_list, &budgets, taint, &ctx.cfg.options);
+            let plan = plan_node(&pod_list, &ctx.budgets_now(), taint, &ctx.cfg.options);
             if plan.is_drained() && attempts.fatal.is_empty() {
                 let since = *empty_since.get_or_insert(now);
                 let ready_at = later(since, ctx.cfg.settle);

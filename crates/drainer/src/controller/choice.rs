@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Taint};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use rotor_core::contract::DRAIN_TAINT_KEY;
 
@@ -61,8 +60,7 @@ const SCORED_SPREAD: usize = 5;
 /// (after the scored ones) rather than failing the pass.
 async fn score_candidates(ctx: &Ctx, names: &[String]) -> HashMap<String, u32> {
     let taint = drain_taint_for_scoring();
-    let budgets: Vec<PodDisruptionBudget> =
-        ctx.budgets.state().iter().map(|b| (**b).clone()).collect();
+    let budgets = ctx.budgets_now();
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let lists = futures::stream::iter(names.iter().cloned())
         .map(|name| {

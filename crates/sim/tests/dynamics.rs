@@ -604,3 +604,51 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
     assert_eq!(names, expected);
     sim.stop().await;
 }
+
+/// Four full 4-CPU nodes, one 3-CPU web pod each; the group may grow to 8.
+const ONE_POD_PER_NODE: &str = r#"
+nodeGroups:
+  - name: general
+    size: 4
+    max: 8
+    template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}
+workloads:
+  - {kind: Deployment, name: web, namespace: shop, replicas: 4, requests: {cpu: 3}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_three_pods_that_each_need_a_node_when_they_become_unschedulable_then_one_scale_up_adds_three_nodes()
+ {
+    let sim = TestSim::start(ONE_POD_PER_NODE).await;
+    let nodes: Vec<String> = sim
+        .nodes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    assert_eq!(nodes.len(), 4);
+    for old in &nodes[..3] {
+        cordon(&sim, old).await;
+        drain(&sim, old).await;
+    }
+    // The group's first growth is sized for all three pods at once (cluster-autoscaler's
+    // estimate), not one node that must boot before the next is asked for.
+    let desired = wait_until("the group to grow", WAIT, || async {
+        let d = sim.stats().await["nodeGroups"]["general"]["desired"]
+            .as_u64()
+            .unwrap();
+        (d > 4).then_some(d)
+    })
+    .await;
+    assert_eq!(desired, 7);
+    wait_until("every web pod Ready again", WAIT, || async {
+        let pods = sim.pods_labelled("shop", "app=web").await;
+        let live: Vec<&Pod> = pods.iter().filter(|p| !is_terminating(p)).collect();
+        (live.len() == 4 && live.iter().all(|p| is_ready(p))).then_some(())
+    })
+    .await;
+    sim.stop().await;
+}

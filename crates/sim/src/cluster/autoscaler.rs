@@ -1,7 +1,8 @@
 //! The simulated node groups and their autoscaler. Each group keeps its desired number of nodes,
 //! always launching from its *current* template (so a template change takes effect on the next
 //! replacement). Pods unschedulable for longer than `scaleUpDelay` raise a fitting group's
-//! desired size (up to max); nodes that are cordoned or carry the drain taint and hold only
+//! desired size (up to max) by as many nodes as they need, counting the room on nodes still
+//! booting, as cluster-autoscaler sizes a scale-up for every pending pod at once; nodes that are cordoned or carry the drain taint and hold only
 //! DaemonSet or mirror pods for longer than `scaleDownDelay` are removed. A removal first gives
 //! back surge capacity (desired above the group's configured size); otherwise the group
 //! replaces the node, as an Auto Scaling group does when an instance is terminated without
@@ -12,8 +13,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use rotor_core::contract::DRAIN_TAINT_KEY;
 
 use super::objects::{
-    build_node, is_daemon, is_mirror, node_group_of, node_name, node_taints, node_unschedulable,
-    pod_requests, terminal,
+    Resources, build_node, is_daemon, is_mirror, node_allocatable, node_group_of, node_name,
+    node_ready, node_taints, node_unschedulable, pod_requests, terminal,
 };
 use super::scheduler::{NodeSlot, untolerated};
 use super::{Cluster, add_secs, object_ref_node};
@@ -46,7 +47,90 @@ fn template_fits(node: &Node, pod: &Pod) -> bool {
         && pod_requests(pod).fits_within(&slot.allocatable)
 }
 
+/// Room for pods on one node: resources and pod slots.
+#[derive(Clone, Copy, Debug)]
+struct Room {
+    free: Resources,
+    pods: i64,
+}
+
+impl Room {
+    fn of(node: &Node) -> Room {
+        let (free, pods) = node_allocatable(node);
+        Room { free, pods }
+    }
+
+    /// Places a pod here if it fits.
+    fn take(&mut self, pod: &Resources) -> bool {
+        if self.pods > 0 && pod.fits_within(&self.free) {
+            self.free = self.free.minus(pod);
+            self.pods -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// How many new nodes with room `fresh` the pods need once the room on `upcoming` nodes is used
+/// up, placing each pod on the first node it fits (an estimate like cluster-autoscaler's: not
+/// optimal packing, but one scale-up covers a burst of pending pods). Pods that fit nowhere,
+/// not even on an empty new node, are left out.
+fn nodes_needed(mut upcoming: Vec<Room>, fresh: Room, pods: &[Pod]) -> u32 {
+    let mut new: Vec<Room> = Vec::new();
+    for pod in pods {
+        let r = pod_requests(pod);
+        if upcoming.iter_mut().any(|room| room.take(&r)) || new.iter_mut().any(|room| room.take(&r))
+        {
+            continue;
+        }
+        let mut room = fresh;
+        if room.take(&r) {
+            new.push(room);
+        }
+    }
+    new.len() as u32
+}
+
 impl Cluster {
+    /// The room group `g` offers waiting pods: on each of its nodes still booting, and on a
+    /// fresh node from `template`, both less the per-node pods (DaemonSet and mirror pods) one
+    /// of its Ready nodes runs now, and a booting node also less what is already bound to it.
+    fn group_room(&self, g: &str, template: &Node) -> (Vec<Room>, Room) {
+        let bound = |name: String| {
+            self.pods
+                .values()
+                .filter(move |p| node_name(p) == Some(name.as_str()) && !terminal(p))
+        };
+        let mut fresh = Room::of(template);
+        let sample = self
+            .nodes
+            .values()
+            .find(|n| node_group_of(n) == Some(g) && node_ready(n));
+        if let Some(node) = sample {
+            for p in bound(node.metadata.name.clone().unwrap_or_default())
+                .filter(|p| is_daemon(p) || is_mirror(p))
+            {
+                fresh.take(&pod_requests(p));
+            }
+        }
+        let upcoming = self
+            .nodes
+            .values()
+            .filter(|n| node_group_of(n) == Some(g) && !node_ready(n))
+            .map(|n| {
+                let mut room = fresh;
+                for p in bound(n.metadata.name.clone().unwrap_or_default())
+                    .filter(|p| !is_daemon(p) && !is_mirror(p))
+                {
+                    room.take(&pod_requests(p));
+                }
+                room
+            })
+            .collect();
+        (upcoming, fresh)
+    }
+
     /// Creates one node of `group` from its current template.
     pub fn launch_node(&mut self, group: &str, now: Timestamp, ready: bool) -> Option<String> {
         let g = self.node_groups.get_mut(group)?;
@@ -102,54 +186,58 @@ impl Cluster {
                 self.launch_node(g, now, false);
             }
         }
-        // Scale up for pods that have waited too long.
+        // Scale up for pods that have waited too long. Like cluster-autoscaler, one scale-up is
+        // sized for all of them at once: they are packed first into the room left on the
+        // group's nodes still booting (upcoming nodes), then into as many new nodes from the
+        // template as they need. A group scales up at most once per scaleUpDelay.
         let delay = self.timing.scale_up_delay.as_secs_f64();
-        let waiting: Vec<(String, String)> = self
-            .unschedulable_since
-            .iter()
-            .filter(|(_, since)| {
-                let due = add_secs(**since, delay);
-                if due > now {
-                    next = earliest(next, due);
-                    false
-                } else {
-                    true
-                }
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for (ns, name) in waiting {
-            let Some(pod) = self.pods.get(&ns, &name).cloned() else {
-                continue;
-            };
-            let booting = |c: &Cluster, g: &str| {
-                c.nodes
-                    .values()
-                    .any(|n| node_group_of(n) == Some(g) && !super::objects::node_ready(n))
-            };
-            let candidate = groups.iter().find(|g| {
-                let grp = &self.node_groups[*g];
-                grp.desired < grp.spec.max()
-                    && template_fits(&build_node(&grp.spec, u64::MAX, now, true), &pod)
-            });
-            let Some(g) = candidate.cloned() else {
-                continue;
-            };
-            if booting(self, &g) {
+        let mut waiting: Vec<Pod> = Vec::new();
+        for ((ns, name), since) in &self.unschedulable_since {
+            let due = add_secs(*since, delay);
+            if due > now {
+                next = earliest(next, due);
+            } else if let Some(pod) = self.pods.get(ns, name) {
+                waiting.push((**pod).clone());
+            }
+        }
+        for g in &groups {
+            if waiting.is_empty() {
+                break;
+            }
+            let grp = &self.node_groups[g];
+            if grp.desired >= grp.spec.max() {
                 continue;
             }
-            let last = self.last_scale_up.get(&g).copied();
-            if last.is_some_and(|t| add_secs(t, delay) > now) {
-                next = earliest(next, add_secs(last.unwrap_or(now), delay));
+            let template = build_node(&grp.spec, u64::MAX, now, true);
+            let (fits, rest): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut waiting)
+                .into_iter()
+                .partition(|p| template_fits(&template, p));
+            waiting = rest;
+            if fits.is_empty() {
+                continue;
+            }
+            if let Some(last) = self.last_scale_up.get(g)
+                && add_secs(*last, delay) > now
+            {
+                next = earliest(next, add_secs(*last, delay));
+                continue;
+            }
+            let (upcoming, fresh) = self.group_room(g, &template);
+            let grp = &self.node_groups[g];
+            let count = nodes_needed(upcoming, fresh, &fits)
+                .min(grp.spec.max().saturating_sub(grp.desired));
+            if count == 0 {
                 continue;
             }
             self.last_scale_up.insert(g.clone(), now);
-            if let Some(grp) = self.node_groups.get_mut(&g) {
-                grp.desired += 1;
+            if let Some(grp) = self.node_groups.get_mut(g) {
+                grp.desired += count;
             }
-            if let Some(node) = self.launch_node(&g, now, false) {
-                tracing::info!(group = %g, node = %node, pod = %format!("{ns}/{name}"), "scaling up for an unschedulable pod");
+            let mut launched = Vec::new();
+            for _ in 0..count {
+                launched.extend(self.launch_node(g, now, false));
             }
+            tracing::info!(group = %g, nodes = ?launched, pods = fits.len(), "scaling up for unschedulable pods");
         }
         // Scale down drained nodes.
         let down_delay = self.timing.scale_down_delay.as_secs_f64();
@@ -187,5 +275,46 @@ impl Cluster {
             self.remove_node(&name, "drained and empty", now);
         }
         next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(cpu: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "shop"},
+            "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]}
+        }))
+        .unwrap()
+    }
+
+    fn room(cpu_milli: i128, pods: i64) -> Room {
+        Room {
+            free: Resources {
+                cpu: cpu_milli,
+                memory: 1 << 50,
+            },
+            pods,
+        }
+    }
+
+    #[test]
+    fn a_burst_of_pending_pods_is_packed_first_fit_after_the_upcoming_room() {
+        let fresh = room(3_850, 58);
+        let small: Vec<Pod> = (0..60).map(|_| pod("100m")).collect();
+        // 38 pods of 100m fill a fresh node's 3,850m: 60 need two.
+        assert_eq!(nodes_needed(Vec::new(), fresh, &small), 2);
+        // A booting node with room for 30 takes those first.
+        assert_eq!(nodes_needed(vec![room(3_000, 58)], fresh, &small), 1);
+        // The pod limit counts as well as CPU.
+        assert_eq!(nodes_needed(Vec::new(), room(3_850, 10), &small), 6);
+        // Big pods one per node; a pod no node can hold asks for none.
+        let big = [pod("3"), pod("3"), pod("3"), pod("5")];
+        assert_eq!(nodes_needed(Vec::new(), fresh, &big), 3);
+        assert_eq!(nodes_needed(Vec::new(), fresh, &[]), 0);
     }
 }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::DrainerConfig;
 use crate::evict::{self, EvictionOutcome};
 use crate::metrics::Metrics;
-use crate::pods::{Blocker, PodRef, plan_node};
+use crate::pods::{Blocker, BudgetDemand, PodRef, plan_node};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 
 /// Everything a drain task needs, shared by all of them.
@@ -40,12 +40,57 @@ pub struct Ctx {
     pub budgets: Store<PodDisruptionBudget>,
     /// Bumped on every budget change, to retry refused evictions at once.
     pub budget_changes: watch::Receiver<u64>,
+    /// What the running drains still need from the budgets, for choosing the next node.
+    pub claims: BudgetClaims,
 }
 
 impl Ctx {
     /// The PodDisruptionBudgets as the budget watch knows them now, for [`plan_node`].
     pub fn budgets_now(&self) -> Vec<PodDisruptionBudget> {
         self.budgets.state().iter().map(|b| (**b).clone()).collect()
+    }
+}
+
+/// What each running drain still needs from the disruption budgets: the pods it has yet to
+/// evict, per budget. Drain tasks publish it at every plan; the controller subtracts it from
+/// what the budgets allow when it weighs the next candidates, so that it does not start a node
+/// whose pods would queue behind a running drain's.
+#[derive(Default)]
+pub struct BudgetClaims(std::sync::Mutex<HashMap<String, BudgetDemand>>);
+
+impl BudgetClaims {
+    fn set(&self, node: &str, demand: BudgetDemand) {
+        self.lock().insert(node.to_string(), demand);
+    }
+
+    fn clear(&self, node: &str) {
+        self.lock().remove(node);
+    }
+
+    /// Claims every running drain's demand from `allowed`.
+    pub fn claim_from(&self, allowed: &mut BTreeMap<String, i64>) {
+        for demand in self.lock().values() {
+            demand.claim(allowed);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, BudgetDemand>> {
+        // The map holds no invariant a panicking writer could break half-way.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Withdraws a drain's claims however its task ends.
+struct ClaimsGuard<'a> {
+    claims: &'a BudgetClaims,
+    node: String,
+}
+
+impl Drop for ClaimsGuard<'_> {
+    fn drop(&mut self) {
+        self.claims.clear(&self.node);
     }
 }
 
@@ -457,6 +502,10 @@ async fn evict_until_drained(
     let mut blocked_pods_reported: i64 = 0;
     let finish = |n: i64| ctx.metrics.budget_blocked_pods.dec_by(n);
     let force_at = ctx.cfg.force_after.map(|f| later(started, f));
+    let _claims = ClaimsGuard {
+        claims: &ctx.claims,
+        node: name.clone(),
+    };
     loop {
         let now = Timestamp::now();
         let mut wake = deadline;
@@ -618,6 +667,10 @@ async fn evict_until_drained(
             {
                 wake = wake.min(t);
             }
+            ctx.claims.set(
+                &name,
+                BudgetDemand::of(&plan, |uid| !attempts.evicted.contains(uid)),
+            );
             // Report what blocks the node, if anything.
             let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
             blockers.extend(attempts.fatal.values().cloned());

@@ -116,9 +116,14 @@ pub struct NodeView {
     /// `metadata.creationTimestamp`.
     pub created: Option<Timestamp>,
     /// Pods a drain started now would wait for on their budgets
-    /// ([`crate::pods::budget_waits`]); the controller fills it in for the first few candidates
+    /// ([`crate::pods::BudgetDemand::waits`]); the controller fills it in for the first few candidates
     /// when there is a choice to make, `None` elsewhere.
     pub budget_waits: Option<u32>,
+    /// How many more rounds of evictions the busiest budget among this node's pods still has
+    /// ahead of it across the fleet (see `controller::choice`); among nodes with equal
+    /// `budget_waits`, the one with the largest goes first, so that the budget that will take
+    /// longest is never left idle. 0 when not known.
+    pub budget_urgency: u32,
 }
 
 impl NodeView {
@@ -148,6 +153,7 @@ impl NodeView {
             opted_out: node_opted_out(&node.metadata),
             created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
             budget_waits: None,
+            budget_urgency: 0,
         }
     }
 
@@ -222,18 +228,21 @@ pub struct FleetDecision {
     pub allowed_unavailable: usize,
 }
 
-/// The candidates worth scoring with [`crate::pods::budget_waits`] when drain slots are free:
-/// the first `head` in [`choose_nodes_to_start`]'s order, and `spread` more taken evenly from the
-/// rest. Neighbours in age order often host the same workloads (they were filled together), so
-/// looking only at the head would keep picking among nodes that wait on the same budget.
+/// The candidates worth scoring with [`crate::pods::BudgetDemand::waits`] when drain slots are
+/// free, leaving out those `known` already has a score for: the first `head` in
+/// [`choose_nodes_to_start`]'s order, and `spread` more taken evenly from the rest. Neighbours in
+/// age order often host the same workloads (they were filled together), so looking only at the
+/// head would keep picking among nodes that wait on the same budget.
 pub fn candidates_to_score(
     nodes: &[NodeView],
     now: Timestamp,
     retry_backoff: impl Fn(u32) -> Duration,
     head: usize,
     spread: usize,
+    known: impl Fn(&str) -> bool,
 ) -> Vec<String> {
-    let all = candidates(nodes, now, &retry_backoff, None);
+    let mut all = candidates(nodes, now, &retry_backoff, None);
+    all.retain(|n| !known(&n.name));
     let mut picked: Vec<&NodeView> = all.iter().take(head).copied().collect();
     let rest = &all[picked.len()..];
     if spread > 0 && !rest.is_empty() {
@@ -296,6 +305,7 @@ fn candidates<'a>(
             (
                 !n.unschedulable,
                 n.budget_waits.unwrap_or(u32::MAX),
+                std::cmp::Reverse(n.budget_urgency),
                 n.created.is_none(),
                 n.created,
                 &n.name,
@@ -314,7 +324,8 @@ fn candidates<'a>(
 /// nodes and failed nodes still backing off are reported in `held` too.
 ///
 /// Candidates are taken cordoned first (they are unavailable already), then by fewest
-/// `budget_waits` (unscored nodes after scored ones), then oldest `created` (unknown last), then
+/// `budget_waits` (unscored nodes after scored ones), then largest `budget_urgency`, then oldest
+/// `created` (unknown last), then
 /// by name. Each start needs a free `max_concurrent` slot, and one unit of
 /// `max_unavailable` unless the node is already unavailable (cordoned, NotReady or deleting). A
 /// budget that resolves to zero starts nothing, even cordoned nodes (fail closed). Nodes still
@@ -499,6 +510,7 @@ mod tests {
                 opted_out: true,
                 created: Some(ts("2025-01-02T03:04:05Z")),
                 budget_waits: None,
+                budget_urgency: 0,
             }
         );
         let bare: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
@@ -826,7 +838,7 @@ mod tests {
         );
         assert_eq!(held_names(&d), ["oldest-waits-2", "unscored"]);
         assert_eq!(
-            candidates_to_score(&nodes, now(), retry_backoff, 10, 0),
+            candidates_to_score(&nodes, now(), retry_backoff, 10, 0, |_| false),
             [
                 "cordoned-waits-5",
                 "second-waits-0",
@@ -844,9 +856,26 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            candidates_to_score(&unscored, now(), retry_backoff, 3, 0),
+            candidates_to_score(&unscored, now(), retry_backoff, 3, 0, |_| false),
             ["cordoned-waits-5", "oldest-waits-2", "second-waits-0"]
         );
+        // Candidates already scored are left out of the sample.
+        assert_eq!(
+            candidates_to_score(&unscored, now(), retry_backoff, 3, 0, |n| n
+                .starts_with("o")),
+            ["cordoned-waits-5", "second-waits-0", "third-waits-0"]
+        );
+        // Among equal waits, the node whose busiest budget has more rounds left goes first.
+        let urgent = [
+            scored("old-routine", "01", 0),
+            NodeView {
+                budget_urgency: 19,
+                ..scored("young-urgent", "09", 0)
+            },
+            scored("waits", "02", 1),
+        ];
+        let d = choose_nodes_to_start(&urgent, &limits(2, "100%"), now(), retry_backoff);
+        assert_eq!(d.start, ["young-urgent", "old-routine"]);
     }
 
     #[test]
@@ -858,16 +887,16 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            candidates_to_score(&nodes, now(), retry_backoff, 2, 3),
+            candidates_to_score(&nodes, now(), retry_backoff, 2, 3, |_| false),
             ["n00", "n01", "n02", "n08", "n14"]
         );
         // Fewer candidates than asked for: each once.
         assert_eq!(
-            candidates_to_score(&nodes[..4], now(), retry_backoff, 2, 5),
+            candidates_to_score(&nodes[..4], now(), retry_backoff, 2, 5, |_| false),
             ["n00", "n01", "n02", "n03"]
         );
         assert_eq!(
-            candidates_to_score(&nodes, now(), retry_backoff, 0, 0),
+            candidates_to_score(&nodes, now(), retry_backoff, 0, 0, |_| false),
             Vec::<String>::new()
         );
     }

@@ -363,8 +363,11 @@ impl fmt::Display for PodRef {
 /// The next actions on one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodePlan {
-    /// Pods to evict now, with the grace period for the eviction (`None`: the pod's own), ordered
-    /// by namespace/name. Only the lowest tier that still has pods to evict.
+    /// Pods to evict now, with the grace period for the eviction (`None`: the pod's own): those
+    /// a budget is charged for first, then the rest, each by namespace/name. Only the lowest
+    /// tier that still has pods to evict. A budget lets its next eviction through only once the
+    /// last evicted pod's replacement is Ready, so its clock should start before the node spends
+    /// time on pods nothing limits.
     pub evict_now: Vec<(PodRef, Option<i64>)>,
     /// Pods already terminating.
     pub waiting_for: Vec<PodRef>,
@@ -488,31 +491,84 @@ pub fn plan_node(
             plan.evict_now.push((pod_ref, grace));
         }
     }
+    // Stable: each group keeps the namespace/name order.
+    plan.evict_now
+        .sort_by_key(|(pod, _)| !plan.charged.contains_key(&pod.uid));
     plan
 }
 
-/// What [`budget_waits`] says of a node whose drain would block (several budgets, a budget that
+/// What [`BudgetDemand::waits`] says of a node whose drain would block (several budgets, a budget that
 /// never allows, a do-not-disrupt pod, a refused kind of pod): start it after the others.
 pub const WOULD_BLOCK: u32 = 1_000;
 
-/// How many of a node's pods a drain started now would have to wait for because of their
-/// budgets: for each budget, the pods of the node it would be charged for beyond the
-/// disruptions it allows now. The fleet starts nodes with fewer such pods first, so that a
-/// drain slot is not spent waiting on a budget another node does not need. A node that would
-/// block scores [`WOULD_BLOCK`].
-pub fn budget_waits(plan: &NodePlan) -> u32 {
-    if !plan.blockers.is_empty() {
-        return WOULD_BLOCK;
+/// What a node's drain asks of the disruption budgets: for each budget (`namespace/name`), how
+/// many of its pods that budget would be charged for; or that the drain would block (several
+/// budgets, a budget that never allows, a do-not-disrupt pod, a refused kind of pod). The
+/// controller weighs candidates with it, and running drains publish what they still need, so
+/// that several starts do not all queue on the same budget.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BudgetDemand {
+    pub blocks: bool,
+    pub pods: BTreeMap<String, u32>,
+}
+
+impl BudgetDemand {
+    /// The demand of a plan, counting only the charged pods `keep` says are still to evict.
+    pub fn of(plan: &NodePlan, keep: impl Fn(&str) -> bool) -> BudgetDemand {
+        let mut pods: BTreeMap<String, u32> = BTreeMap::new();
+        for (uid, (budget, _)) in &plan.charged {
+            if keep(uid) {
+                *pods.entry(budget.clone()).or_default() += 1;
+            }
+        }
+        BudgetDemand {
+            blocks: !plan.blockers.is_empty(),
+            pods,
+        }
     }
-    let mut per_budget: BTreeMap<&str, (u32, i32)> = BTreeMap::new();
-    for (budget, allowed) in plan.charged.values() {
-        let entry = per_budget.entry(budget.as_str()).or_insert((0, *allowed));
-        entry.0 += 1;
+
+    /// How long these pods would queue on their budgets, in evictions: for each budget, its
+    /// pods here beyond what it has left to give (`allowed`: the disruptions it allows now, less
+    /// what running drains and earlier picks claimed; negative when pods elsewhere already
+    /// queue on it, and they go first). Budgets not in `allowed` give nothing. A drain that would
+    /// block scores [`WOULD_BLOCK`].
+    pub fn waits(&self, allowed: &BTreeMap<String, i64>) -> u32 {
+        if self.blocks {
+            return WOULD_BLOCK;
+        }
+        let waits: i64 = self
+            .pods
+            .iter()
+            .map(|(budget, pods)| {
+                let left = allowed.get(budget).copied().unwrap_or(0);
+                (i64::from(*pods) - left).max(0)
+            })
+            .sum();
+        u32::try_from(waits)
+            .unwrap_or(u32::MAX)
+            .min(WOULD_BLOCK - 1)
     }
-    per_budget
-        .values()
-        .map(|(pods, allowed)| pods.saturating_sub((*allowed).max(0) as u32))
-        .sum()
+
+    /// Claims these pods' disruptions from `allowed`, for the next choice to see.
+    pub fn claim(&self, allowed: &mut BTreeMap<String, i64>) {
+        for (budget, pods) in &self.pods {
+            *allowed.entry(budget.clone()).or_default() -= i64::from(*pods);
+        }
+    }
+}
+
+/// Each budget's pace, by `namespace/name`: what it allows now (`status.disruptionsAllowed`) and
+/// how many disruptions it allows at once when every pod is healthy (`expectedPods -
+/// desiredHealthy`, at least 1): how many evictions one round of replacements lets through.
+pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, (i64, i64)> {
+    pdbs.iter()
+        .map(|pdb| {
+            let status = pdb.status.as_ref();
+            let allowed = status.map_or(0, |s| i64::from(s.disruptions_allowed));
+            let per_round = status.map_or(1, |s| i64::from(s.expected_pods - s.desired_healthy));
+            (key_of(&pdb.metadata), (allowed, per_round.max(1)))
+        })
+        .collect()
 }
 
 fn push_unique(blockers: &mut Vec<Blocker>, blocker: Blocker) {
@@ -1475,10 +1531,18 @@ mod tests {
         assert!(charged(&[pending], std::slice::from_ref(&web)).is_empty());
     }
 
+    fn allowed_now(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, i64> {
+        budget_paces(pdbs)
+            .into_iter()
+            .map(|(key, (allowed, _))| (key, allowed))
+            .collect()
+    }
+
     #[test]
     fn budget_waits_count_the_pods_beyond_what_each_budget_allows_now() {
         let waits = |pods: &[Pod], pdbs: &[PodDisruptionBudget]| {
-            budget_waits(&plan_node(pods, pdbs, &taint(), &DrainOptions::default()))
+            let plan = plan_node(pods, pdbs, &taint(), &DrainOptions::default());
+            BudgetDemand::of(&plan, |_| true).waits(&allowed_now(pdbs))
         };
         let web = |allowed| {
             pdb(
@@ -1516,5 +1580,71 @@ mod tests {
                                 "annotations": {"rotor.dev/do-not-disrupt": "true"}}}),
         );
         assert_eq!(waits(&[pinned], &[]), WOULD_BLOCK);
+    }
+
+    #[test]
+    fn pods_a_budget_is_charged_for_are_evicted_first() {
+        let web = pdb(
+            "web",
+            json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
+            status(3, 1),
+        );
+        let free = |name: &str| pod(name, json!({"metadata": {"labels": {"app": "batch"}}}));
+        let pods = [
+            free("a-worker"),
+            pod("m-web", json!({})),
+            free("z-worker"),
+            pod("b-web", json!({})),
+        ];
+        let plan = plan_node(&pods, &[web], &taint(), &DrainOptions::default());
+        assert_eq!(
+            evict_names(&plan),
+            ["b-web", "m-web", "a-worker", "z-worker"]
+        );
+    }
+
+    #[test]
+    fn claimed_disruptions_make_later_demands_on_the_same_budget_wait() {
+        let web = pdb(
+            "web",
+            json!({"maxUnavailable": 2, "selector": {"matchLabels": {"app": "web"}}}),
+            status(6, 2),
+        );
+        let node_a: Vec<Pod> = ["web-1", "web-2"]
+            .iter()
+            .map(|n| pod(n, json!({})))
+            .collect();
+        let plan_a = plan_node(
+            &node_a,
+            std::slice::from_ref(&web),
+            &taint(),
+            &DrainOptions::default(),
+        );
+        let node_b = [pod("web-3", json!({}))];
+        let plan_b = plan_node(
+            &node_b,
+            std::slice::from_ref(&web),
+            &taint(),
+            &DrainOptions::default(),
+        );
+        let (a, b) = (
+            BudgetDemand::of(&plan_a, |_| true),
+            BudgetDemand::of(&plan_b, |_| true),
+        );
+        assert_eq!(a.pods, BTreeMap::from([("shop/web".to_string(), 2)]));
+        let paces = budget_paces(std::slice::from_ref(&web));
+        assert_eq!(paces, BTreeMap::from([("shop/web".to_string(), (2, 2))]));
+        let mut allowed = allowed_now(std::slice::from_ref(&web));
+        assert_eq!(b.waits(&allowed), 0);
+        // Once node a has claimed both disruptions, b's pod queues behind them; a third claim
+        // puts one more in front.
+        a.claim(&mut allowed);
+        assert_eq!(b.waits(&allowed), 1);
+        b.claim(&mut allowed);
+        assert_eq!(a.waits(&allowed), 3);
+        // Pods already evicted are no longer demanded.
+        let evicted = plan_a.evict_now[0].0.uid.clone();
+        let rest = BudgetDemand::of(&plan_a, |uid| uid != evicted);
+        assert_eq!(rest.pods, BTreeMap::from([("shop/web".to_string(), 1)]));
     }
 }

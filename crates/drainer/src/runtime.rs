@@ -113,6 +113,7 @@ pub async fn run(
         metrics,
         budgets,
         budget_changes,
+        claims: Default::default(),
     });
 
     // Acting stops when we shut down or lose the lease.

@@ -57,13 +57,17 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     let mut workload_events = crate::workloads::watch(ctx.client.clone()).boxed();
     let mut workloads = WorkloadIndex::default();
     let mut held_log = HeldLog::default();
+    let mut burst = TaintBurst::default();
+    let mut demand_cache = choice::DemandCache::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_tick = Instant::now();
     loop {
+        let burst_over = burst.settles_at(Instant::now());
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tick.tick() => {}
+            _ = tokio::time::sleep_until(burst_over.unwrap_or_else(Instant::now).into()), if burst_over.is_some() => {}
             Some(update) = workload_events.next() => {
                 if let WorkloadUpdate::Failed { kind, error, .. } = &update {
                     tracing::warn!(kind = kind.as_str(), %error, "workload watch failed; it restarts with back-off, and the gate holds meanwhile");
@@ -85,7 +89,14 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                     nodes = fresh;
                     listed = true;
                 }
-                Some(Ok(watcher::Event::Apply(n))) => { let mut v = NodeView::of(&n); carry_ever_ready(&nodes, &mut v); nodes.insert(v.name.clone(), v); }
+                Some(Ok(watcher::Event::Apply(n))) => {
+                    let mut v = NodeView::of(&n);
+                    carry_ever_ready(&nodes, &mut v);
+                    if v.tainted && nodes.get(&v.name).is_none_or(|old| !old.tainted) {
+                        burst.taint_arrived(Instant::now());
+                    }
+                    nodes.insert(v.name.clone(), v);
+                }
                 Some(Ok(watcher::Event::Delete(n))) => { nodes.remove(n.metadata.name.as_deref().unwrap_or("")); }
                 Some(Err(e)) => tracing::warn!(error = %e, "node watch failed; it restarts with back-off"),
                 None => anyhow::bail!("the node watch ended"),
@@ -187,6 +198,14 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                     .map(|n| (n, "outside every maintenance window".to_string())),
             );
         }
+        if !start.is_empty() && burst.settles_at(Instant::now()).is_some() {
+            held.extend(start.drain(..).map(|n| {
+                (
+                    n,
+                    "drain taints are still arriving; choosing once they settle".to_string(),
+                )
+            }));
+        }
         if !start.is_empty() && gate.armed() {
             // Checked on the pass after a drain finishes, then on every change to a workload it
             // waits for (from the watches, so it opens as soon as the last one is Ready) and on
@@ -199,7 +218,8 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
         // A slot is free and the gate is open: if there is a choice, prefer the candidates whose
         // pods' budgets let a drain proceed now over one that would sit in the slot waiting.
         if !start.is_empty()
-            && let Some(decision) = choice::rechoose(&ctx, &mut view, &limits, start.len()).await
+            && let Some(decision) =
+                choice::rechoose(&ctx, &mut demand_cache, &mut view, &limits, start.len()).await
         {
             held = decision.held;
             start = decision
@@ -216,6 +236,36 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     // Shutdown: let running drains stop where they are; their state stays on the nodes.
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)
+/// come as one watch event per node. Choosing at the first one would pick among the few seen so
+/// far, and with several slots, often neighbours that queue on the same budgets; so new starts
+/// wait until no new taint has arrived for [`TAINT_QUIET`], at most [`TAINT_BURST_MAX`] after the
+/// first. Resumed drains and a new leader's first pass (the full list) do not wait.
+#[derive(Default)]
+struct TaintBurst {
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+const TAINT_QUIET: Duration = Duration::from_millis(250);
+const TAINT_BURST_MAX: Duration = Duration::from_secs(2);
+
+impl TaintBurst {
+    fn taint_arrived(&mut self, now: Instant) {
+        if self.settles_at(now).is_none() {
+            self.first = Some(now);
+        }
+        self.last = Some(now);
+    }
+
+    /// When the burst under way at `now` is over; `None` when none is.
+    fn settles_at(&self, now: Instant) -> Option<Instant> {
+        let (first, last) = (self.first?, self.last?);
+        let over = (last + TAINT_QUIET).min(first + TAINT_BURST_MAX);
+        (over > now).then_some(over)
+    }
 }
 
 /// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
@@ -335,6 +385,31 @@ mod tests {
             .iter()
             .map(|n| (n.to_string(), why.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_burst_of_taints_settles_after_a_quiet_spell_or_at_most_the_cap() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut burst = TaintBurst::default();
+        assert_eq!(burst.settles_at(t0), None);
+        burst.taint_arrived(t0);
+        assert_eq!(burst.settles_at(t0), Some(ms(250)));
+        // Each taint within the quiet spell extends it...
+        burst.taint_arrived(ms(200));
+        assert_eq!(burst.settles_at(ms(200)), Some(ms(450)));
+        assert_eq!(burst.settles_at(ms(449)), Some(ms(450)));
+        assert_eq!(burst.settles_at(ms(450)), None);
+        // ...up to the cap, so a steady trickle does not hold starts for ever.
+        let mut trickle = TaintBurst::default();
+        for i in 0..10 {
+            trickle.taint_arrived(ms(i * 200));
+        }
+        assert_eq!(trickle.settles_at(ms(1_800)), Some(ms(2_000)));
+        assert_eq!(trickle.settles_at(ms(2_000)), None);
+        // A taint after the burst is over starts a new one.
+        trickle.taint_arrived(ms(5_000));
+        assert_eq!(trickle.settles_at(ms(5_000)), Some(ms(5_250)));
     }
 
     #[test]

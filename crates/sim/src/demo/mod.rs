@@ -565,10 +565,15 @@ async fn rotate(
                 jiff::Timestamp::now(),
             );
             for pod in done {
+                let node = pod
+                    .split_once('/')
+                    .and_then(|(ns, name)| c.pods.get(ns, name))
+                    .and_then(|p| p.spec.as_ref()?.node_name.clone())
+                    .unwrap_or_default();
                 events.push(progress.note(
                     at,
                     format!(
-                        "job {pod} finished its work and exited; its node no longer waits for it"
+                        "job {pod} on {node} finished its work and exited; its node no longer waits for it"
                     ),
                 ));
             }

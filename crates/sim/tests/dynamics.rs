@@ -69,6 +69,17 @@ fn node_ready(n: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+async fn node_names(sim: &TestSim) -> BTreeSet<String> {
+    sim.nodes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect()
+}
+
 async fn pods_on(sim: &TestSim, node: &str) -> Vec<Pod> {
     let all: Api<Pod> = Api::all(sim.client.clone());
     all.list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
@@ -508,15 +519,7 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
  {
     let sim = TestSim::start(FULL).await;
     sim.admin_post("stats/reset", None).await;
-    let originals: BTreeSet<String> = sim
-        .nodes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|n| n.name_any())
-        .collect();
+    let originals = node_names(&sim).await;
     set_template_version(&sim, "general", "v1.34.1").await;
     let old = originals.iter().next().unwrap().clone();
     cordon(&sim, &old).await;
@@ -586,15 +589,7 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
     .await;
     assert_eq!(stats["nodesLaunched"], 1);
     assert_eq!(stats["nodesRemoved"], 1);
-    let names: BTreeSet<String> = sim
-        .nodes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|n| n.name_any())
-        .collect();
+    let names = node_names(&sim).await;
     let expected: BTreeSet<String> = originals
         .iter()
         .filter(|n| **n != old)
@@ -620,15 +615,7 @@ workloads:
 async fn given_three_pods_that_each_need_a_node_when_they_become_unschedulable_then_one_scale_up_adds_three_nodes()
  {
     let sim = TestSim::start(ONE_POD_PER_NODE).await;
-    let nodes: Vec<String> = sim
-        .nodes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|n| n.name_any())
-        .collect();
+    let nodes: Vec<String> = node_names(&sim).await.into_iter().collect();
     assert_eq!(nodes.len(), 4);
     for old in &nodes[..3] {
         cordon(&sim, old).await;

@@ -846,3 +846,95 @@ async fn given_every_watch_is_cut_and_its_history_compacted_mid_rotation_then_th
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
+
+/// Two drain slots and three candidates, oldest first: a and b each host a pod under budget x
+/// (at least one of the two available; nothing recreates the pods, so it allows one eviction in
+/// all), c a pod under budget y (none required: integer minAvailable, as bare pods need). Scored all at once, a and b tie and are the oldest; picked in turn, a
+/// claims x's one disruption, so the second slot goes to c rather than to b, whose pod would
+/// queue behind a's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_two_free_slots_then_the_second_start_does_not_queue_on_the_first_ones_budget() {
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::{Api, PostParams};
+
+    let yaml = r#"
+timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s}
+namespaces: [rotor-system, shop]
+nodeGroups:
+  - {name: g, size: 3, max: 3, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
+"#;
+    let cluster = TestCluster::start(yaml).await;
+    // The drainer's default order among nodes created together: by name.
+    let names = cluster.node_names().await;
+    let mut sorted = names.clone();
+    sorted.sort();
+    let (a, b, c) = (sorted[0].clone(), sorted[1].clone(), sorted[2].clone());
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), "shop");
+    for (name, node, app) in [("on-a", &a, "x"), ("on-b", &b, "x"), ("on-c", &c, "y")] {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop", "labels": {"app": app}},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(cluster.client.clone(), "shop");
+    for (name, expected) in [("x", 2), ("y", 1)] {
+        let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"minAvailable": expected - 1, "selector": {"matchLabels": {"app": name}}}
+        }))
+        .unwrap();
+        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+        wait_until("the budget to count its pods healthy", WAIT, || async {
+            let status = pdbs.get(name).await.ok()?.status?;
+            (status.current_healthy == expected && status.disruptions_allowed == 1).then_some(())
+        })
+        .await;
+    }
+    // All tainted before the drainer starts, so its first pass chooses among all three.
+    for node in [&a, &b, &c] {
+        cluster.taint(node, "manual").await;
+    }
+    let drainer = TestDrainer::start(
+        &cluster,
+        "d",
+        &["--max-concurrent", "2", "--max-unavailable", "2"],
+    );
+
+    cluster.wait_phase(&a, "drained").await;
+    cluster.wait_phase(&c, "drained").await;
+    // b's pod now waits on x for good (its one disruption went to a's pod, which nothing
+    // replaces): b started only once a slot was free, after a and c had started.
+    cluster.wait_phase(&b, "blocked").await;
+    let started = "rotor.dev/started-at";
+    let a_at = annotated_time(&cluster, &a, started).await;
+    let b_at = annotated_time(&cluster, &b, started).await;
+    let c_at = annotated_time(&cluster, &c, started).await;
+    assert!(
+        b_at > a_at && b_at > c_at,
+        "b started before a or c: a {a_at}, b {b_at}, c {c_at}"
+    );
+    let first_done = annotated_time(&cluster, &a, "rotor.dev/drained-at")
+        .await
+        .min(annotated_time(&cluster, &c, "rotor.dev/drained-at").await);
+    assert!(
+        b_at >= first_done,
+        "b started at {b_at}, while a and c both held the slots (first drained at {first_done})"
+    );
+    let blocker = cluster.annotation(&b, "rotor.dev/blocker").await.unwrap();
+    assert!(blocker.contains("shop/x"), "{blocker}");
+    assert_eq!(cluster.stats()["budgetViolations"], 0);
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+/// A timestamp annotation rotor wrote on a node.
+async fn annotated_time(cluster: &TestCluster, node: &str, key: &str) -> jiff::Timestamp {
+    let value = cluster
+        .annotation(node, key)
+        .await
+        .unwrap_or_else(|| panic!("{node} has no {key}"));
+    value.parse().unwrap()
+}

@@ -199,6 +199,12 @@ impl NodeView {
     }
 }
 
+/// Whether a held node's reason is one of the fleet limits ([`choose_nodes_to_start`]'s
+/// `max-concurrent` and `max-unavailable` reasons) rather than something about the node itself.
+pub fn held_by_limit(why: &str) -> bool {
+    why.starts_with("max-concurrent ") || why.starts_with("max-unavailable ")
+}
+
 /// The fleet-wide limits on draining.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FleetLimits {
@@ -546,6 +552,7 @@ mod tests {
         let d = choose_nodes_to_start(&nodes, &limits(2, "100%"), now(), retry_backoff);
         assert_eq!(d.start, ["b"]);
         assert_eq!(d.held[0].1, "max-concurrent 2 reached (2 draining)");
+        assert!(held_by_limit(&d.held[0].1));
     }
 
     #[test]
@@ -655,6 +662,8 @@ mod tests {
                 "max-unavailable 40% reached (4 of 10 nodes unavailable)".to_string()
             )]
         );
+        assert!(held_by_limit(&d.held[0].1));
+        assert!(!held_by_limit("node has rotor.dev/do-not-disrupt=true"));
         let d = choose_nodes_to_start(&nodes, &limits(5, "3"), now(), retry_backoff);
         assert!(d.start.is_empty());
     }

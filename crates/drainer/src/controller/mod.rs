@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
-use crate::fleet::{FleetLimits, NodeView, choose_nodes_to_start};
+use crate::fleet::{FleetLimits, NodeView, choose_nodes_to_start, held_by_limit};
 use crate::metrics::PhaseLabel;
 use crate::state::{Intent, retry_backoff};
 use crate::window::any_open;
@@ -192,27 +192,21 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             .filter(|n| !running.contains_key(n))
             .collect();
         if !start.is_empty() && !any_open(&ctx.cfg.windows, Timestamp::now()) {
-            held.extend(
-                start
-                    .drain(..)
-                    .map(|n| (n, "outside every maintenance window".to_string())),
-            );
+            hold_starts(&mut held, &mut start, "outside every maintenance window");
         }
         if !start.is_empty() && burst.settles_at(Instant::now()).is_some() {
-            held.extend(start.drain(..).map(|n| {
-                (
-                    n,
-                    "drain taints are still arriving; choosing once they settle".to_string(),
-                )
-            }));
+            hold_starts(
+                &mut held,
+                &mut start,
+                "drain taints are still arriving; choosing once they settle",
+            );
         }
         if !start.is_empty() && gate.armed() {
             // Checked on the pass after a drain finishes, then on every change to a workload it
             // waits for (from the watches, so it opens as soon as the last one is Ready) and on
             // the tick.
             if let Err(why) = gate.check(&ctx, &workloads, elapsed).await {
-                let why = format!("gate: {why}");
-                held.extend(start.drain(..).map(|n| (n, why.clone())));
+                hold_starts(&mut held, &mut start, &format!("gate: {why}"));
             }
         }
         // A slot is free and the gate is open: if there is a choice, prefer the candidates whose
@@ -266,6 +260,18 @@ impl TaintBurst {
         let over = (last + TAINT_QUIET).min(first + TAINT_BURST_MAX);
         (over > now).then_some(over)
     }
+}
+
+/// Holds this pass's starts for `why`. The nodes the fleet limits held were held counting those
+/// starts as drains ("max-concurrent 3 reached (3 draining)" while none is), and with the
+/// starts held they too wait for `why` first: they say so.
+fn hold_starts(held: &mut Vec<(String, String)>, start: &mut Vec<String>, why: &str) {
+    for (_, reason) in held.iter_mut() {
+        if held_by_limit(reason) {
+            *reason = why.to_string();
+        }
+    }
+    held.extend(start.drain(..).map(|n| (n, why.to_string())));
 }
 
 /// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
@@ -410,6 +416,33 @@ mod tests {
         // A taint after the burst is over starts a new one.
         trickle.taint_arrived(ms(5_000));
         assert_eq!(trickle.settles_at(ms(5_000)), Some(ms(5_250)));
+    }
+
+    #[test]
+    fn held_starts_take_the_nodes_held_by_the_limits_with_them() {
+        let mut held = vec![
+            (
+                "c".to_string(),
+                "max-concurrent 2 reached (2 draining)".to_string(),
+            ),
+            (
+                "d".to_string(),
+                "node has rotor.dev/do-not-disrupt=true".to_string(),
+            ),
+            (
+                "e".to_string(),
+                "max-unavailable 2 reached (2 of 9 nodes unavailable)".to_string(),
+            ),
+        ];
+        let mut start = vec!["a".to_string(), "b".to_string()];
+        hold_starts(&mut held, &mut start, "outside every maintenance window");
+        assert!(start.is_empty());
+        let why = |n: &str| held.iter().find(|(h, _)| h == n).unwrap().1.clone();
+        assert_eq!(why("a"), "outside every maintenance window");
+        assert_eq!(why("c"), "outside every maintenance window");
+        assert_eq!(why("e"), "outside every maintenance window");
+        // A node held for its own sake keeps its reason.
+        assert_eq!(why("d"), "node has rotor.dev/do-not-disrupt=true");
     }
 
     #[test]

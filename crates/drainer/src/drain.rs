@@ -59,11 +59,13 @@ impl Ctx {
 pub struct BudgetClaims(std::sync::Mutex<HashMap<String, BudgetDemand>>);
 
 impl BudgetClaims {
-    fn set(&self, node: &str, demand: BudgetDemand) {
+    /// Publishes what the drain of `node` still needs (replacing what it published before).
+    pub(crate) fn set(&self, node: &str, demand: BudgetDemand) {
         self.lock().insert(node.to_string(), demand);
     }
 
-    fn clear(&self, node: &str) {
+    /// Withdraws `node`'s claims: its drain ended.
+    pub(crate) fn clear(&self, node: &str) {
         self.lock().remove(node);
     }
 
@@ -536,6 +538,12 @@ async fn evict_until_drained(
             }
             // Evict what the plan allows now; past --force-after, also delete what budgets hold.
             let forcing = force_at.is_some_and(|t| now >= t);
+            // Published before the evictions too: the requests below take a while, and a start
+            // chosen meanwhile must see that these pods are about to take their disruptions.
+            ctx.claims.set(
+                &name,
+                BudgetDemand::of(&plan, |uid| !attempts.evicted.contains(uid)),
+            );
             let mut targets: Vec<(PodRef, Option<i64>)> = plan.evict_now.clone();
             if forcing {
                 for (pod, grace) in &plan.budget_blocked {

@@ -199,10 +199,22 @@ impl NodeView {
     }
 }
 
-/// Whether a held node's reason is one of the fleet limits ([`choose_nodes_to_start`]'s
-/// `max-concurrent` and `max-unavailable` reasons) rather than something about the node itself.
-pub fn held_by_limit(why: &str) -> bool {
-    why.starts_with("max-concurrent ") || why.starts_with("max-unavailable ")
+/// A fleet limit that holds a node (rather than something about the node itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    MaxConcurrent,
+    MaxUnavailable,
+}
+
+/// Which fleet limit a held node's reason from [`choose_nodes_to_start`] names, if any.
+pub fn held_by_limit(why: &str) -> Option<Limit> {
+    if why.starts_with("max-concurrent ") {
+        Some(Limit::MaxConcurrent)
+    } else if why.starts_with("max-unavailable ") {
+        Some(Limit::MaxUnavailable)
+    } else {
+        None
+    }
 }
 
 /// The fleet-wide limits on draining.
@@ -552,7 +564,7 @@ mod tests {
         let d = choose_nodes_to_start(&nodes, &limits(2, "100%"), now(), retry_backoff);
         assert_eq!(d.start, ["b"]);
         assert_eq!(d.held[0].1, "max-concurrent 2 reached (2 draining)");
-        assert!(held_by_limit(&d.held[0].1));
+        assert_eq!(held_by_limit(&d.held[0].1), Some(Limit::MaxConcurrent));
     }
 
     #[test]
@@ -662,8 +674,11 @@ mod tests {
                 "max-unavailable 40% reached (4 of 10 nodes unavailable)".to_string()
             )]
         );
-        assert!(held_by_limit(&d.held[0].1));
-        assert!(!held_by_limit("node has rotor.dev/do-not-disrupt=true"));
+        assert_eq!(held_by_limit(&d.held[0].1), Some(Limit::MaxUnavailable));
+        assert_eq!(
+            held_by_limit("node has rotor.dev/do-not-disrupt=true"),
+            None
+        );
         let d = choose_nodes_to_start(&nodes, &limits(5, "3"), now(), retry_backoff);
         assert!(d.start.is_empty());
     }

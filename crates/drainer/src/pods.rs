@@ -365,9 +365,9 @@ impl fmt::Display for PodRef {
 pub struct NodePlan {
     /// Pods to evict now, with the grace period for the eviction (`None`: the pod's own): those
     /// a budget is charged for first, then the rest, each by namespace/name. Only the lowest
-    /// tier that still has pods to evict. A budget lets its next eviction through only once the
-    /// last evicted pod's replacement is Ready, so its clock should start before the node spends
-    /// time on pods nothing limits.
+    /// tier that still has pods to evict. All are sent in one go, so the order only saves the
+    /// time of the requests ahead of a budgeted pod; but a budget's next eviction waits for the
+    /// last one's replacement, so that time is worth saving.
     pub evict_now: Vec<(PodRef, Option<i64>)>,
     /// Pods already terminating.
     pub waiting_for: Vec<PodRef>,
@@ -565,7 +565,9 @@ pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, (i64, i64)
         .map(|pdb| {
             let status = pdb.status.as_ref();
             let allowed = status.map_or(0, |s| i64::from(s.disruptions_allowed));
-            let per_round = status.map_or(1, |s| i64::from(s.expected_pods - s.desired_healthy));
+            let per_round = status.map_or(1, |s| {
+                i64::from(s.expected_pods) - i64::from(s.desired_healthy)
+            });
             (key_of(&pdb.metadata), (allowed, per_round.max(1)))
         })
         .collect()

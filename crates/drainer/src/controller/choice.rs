@@ -21,11 +21,13 @@ use crate::fleet::{
 use crate::pods::{BudgetDemand, budget_paces, plan_node};
 use crate::state::retry_backoff;
 
-/// What candidates' drains would ask of the budgets, kept between passes. Pods can only leave a
-/// node that carries the drain taint (it is NoSchedule, and pods that tolerate it are not
-/// evicted), so a waiting node's demand can only shrink: each node is listed once rather than at
-/// every start, and over a few starts the whole fleet is known. An entry goes when its node is
-/// no longer a candidate and is refreshed after [`DEMAND_TTL`].
+/// What candidates' drains would ask of the budgets, kept between passes. While a node carries
+/// the drain taint (NoSchedule; pods that tolerate it are not evicted) its pods can only leave, so
+/// its demand can only shrink: each node is listed once rather than at every start. Each start
+/// pass lists a few unknown candidates, so a small fleet is known after a few starts and a large
+/// one by a growing sample. An entry goes when its node gets the taint anew, goes away, starts
+/// draining (its demand becomes the drain's claim) or stops being a candidate, and is refreshed
+/// after [`DEMAND_TTL`].
 #[derive(Default)]
 pub(super) struct DemandCache {
     entries: HashMap<String, (Instant, BudgetDemand)>,
@@ -36,6 +38,16 @@ pub(super) struct DemandCache {
 const DEMAND_TTL: Duration = Duration::from_secs(300);
 
 impl DemandCache {
+    /// Drops what is known of `name` (its taint was just added, or it is gone).
+    pub(super) fn forget(&mut self, name: &str) {
+        self.entries.remove(name);
+    }
+
+    /// Removes and returns `name`'s demand, for a drain starting now to claim.
+    pub(super) fn take(&mut self, name: &str) -> Option<BudgetDemand> {
+        self.entries.remove(name).map(|(_, demand)| demand)
+    }
+
     fn get(&self, name: &str, now: Instant) -> Option<&BudgetDemand> {
         self.entries
             .get(name)
@@ -91,7 +103,8 @@ pub(super) async fn rechoose(
     ctx.claims.claim_from(&mut allowed);
     let mut left = BTreeMap::new();
     ctx.claims.claim_from(&mut left);
-    for demand in demands.values() {
+    // A node that would block never gets through its budgets' rounds: it adds none.
+    for demand in demands.values().filter(|d| !d.blocks) {
         demand.claim(&mut left);
     }
     for v in view.iter_mut() {

@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
-use crate::fleet::{FleetLimits, NodeView, choose_nodes_to_start, held_by_limit};
+use crate::fleet::{FleetLimits, Limit, NodeView, choose_nodes_to_start, held_by_limit};
 use crate::metrics::PhaseLabel;
 use crate::state::{Intent, retry_backoff};
 use crate::window::any_open;
@@ -94,15 +94,22 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
                     carry_ever_ready(&nodes, &mut v);
                     if v.tainted && nodes.get(&v.name).is_none_or(|old| !old.tainted) {
                         burst.taint_arrived(Instant::now());
+                        // Pods may have arrived while it was untainted: read them afresh.
+                        demand_cache.forget(&v.name);
                     }
                     nodes.insert(v.name.clone(), v);
                 }
-                Some(Ok(watcher::Event::Delete(n))) => { nodes.remove(n.metadata.name.as_deref().unwrap_or("")); }
+                Some(Ok(watcher::Event::Delete(n))) => {
+                    let name = n.metadata.name.as_deref().unwrap_or("");
+                    demand_cache.forget(name);
+                    nodes.remove(name);
+                }
                 Some(Err(e)) => tracing::warn!(error = %e, "node watch failed; it restarts with back-off"),
                 None => anyhow::bail!("the node watch ended"),
             },
             Some(done) = tasks.join_next() => {
                 let (name, outcome) = done?;
+                ctx.claims.clear(&name);
                 running.remove(&name);
                 cleaning.remove(&name);
                 // The watch has not necessarily delivered the task's last write yet; without
@@ -185,6 +192,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             startup_grace: ctx.cfg.node_startup_grace,
         };
         let decision = choose_nodes_to_start(&view, &limits, Timestamp::now(), retry_backoff);
+        let unavailable_room = decision.unavailable < decision.allowed_unavailable;
         let mut held = decision.held.clone();
         let mut start: Vec<String> = decision
             .start
@@ -192,13 +200,19 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             .filter(|n| !running.contains_key(n))
             .collect();
         if !start.is_empty() && !any_open(&ctx.cfg.windows, Timestamp::now()) {
-            hold_starts(&mut held, &mut start, "outside every maintenance window");
+            hold_starts(
+                &mut held,
+                &mut start,
+                "outside every maintenance window",
+                unavailable_room,
+            );
         }
         if !start.is_empty() && burst.settles_at(Instant::now()).is_some() {
             hold_starts(
                 &mut held,
                 &mut start,
                 "drain taints are still arriving; choosing once they settle",
+                unavailable_room,
             );
         }
         if !start.is_empty() && gate.armed() {
@@ -206,7 +220,12 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             // waits for (from the watches, so it opens as soon as the last one is Ready) and on
             // the tick.
             if let Err(why) = gate.check(&ctx, &workloads, elapsed).await {
-                hold_starts(&mut held, &mut start, &format!("gate: {why}"));
+                hold_starts(
+                    &mut held,
+                    &mut start,
+                    &format!("gate: {why}"),
+                    unavailable_room,
+                );
             }
         }
         // A slot is free and the gate is open: if there is a choice, prefer the candidates whose
@@ -224,6 +243,11 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
         }
         held_log.update(held, Instant::now());
         for name in start {
+            // Until the drain publishes its own claims (after listing its pods), the demand it
+            // was chosen with stands for them, so the next choice does not overlook it.
+            if let Some(demand) = demand_cache.take(&name) {
+                ctx.claims.set(&name, demand);
+            }
             spawn_drain(&ctx, &mut tasks, &mut running, &name, Intent::Start, &stop);
         }
     }
@@ -263,11 +287,24 @@ impl TaintBurst {
 }
 
 /// Holds this pass's starts for `why`. The nodes the fleet limits held were held counting those
-/// starts as drains ("max-concurrent 3 reached (3 draining)" while none is), and with the
-/// starts held they too wait for `why` first: they say so.
-fn hold_starts(held: &mut Vec<(String, String)>, start: &mut Vec<String>, why: &str) {
+/// starts as drains ("max-concurrent 3 reached (3 draining)" while none is); with the starts
+/// held, those that only the starts kept out wait for `why` first, and say so. There was a free
+/// slot (something was starting), so that is every node held by max-concurrent, and those held
+/// by max-unavailable when the nodes unavailable before the starts left room
+/// (`unavailable_room`); otherwise that limit holds them whatever starts.
+fn hold_starts(
+    held: &mut Vec<(String, String)>,
+    start: &mut Vec<String>,
+    why: &str,
+    unavailable_room: bool,
+) {
     for (_, reason) in held.iter_mut() {
-        if held_by_limit(reason) {
+        let only_the_starts = match held_by_limit(reason) {
+            Some(Limit::MaxConcurrent) => true,
+            Some(Limit::MaxUnavailable) => unavailable_room,
+            None => false,
+        };
+        if only_the_starts {
             *reason = why.to_string();
         }
     }
@@ -434,15 +471,38 @@ mod tests {
                 "max-unavailable 2 reached (2 of 9 nodes unavailable)".to_string(),
             ),
         ];
+        let original = held.clone();
         let mut start = vec!["a".to_string(), "b".to_string()];
-        hold_starts(&mut held, &mut start, "outside every maintenance window");
+        hold_starts(
+            &mut held,
+            &mut start,
+            "outside every maintenance window",
+            true,
+        );
         assert!(start.is_empty());
-        let why = |n: &str| held.iter().find(|(h, _)| h == n).unwrap().1.clone();
-        assert_eq!(why("a"), "outside every maintenance window");
-        assert_eq!(why("c"), "outside every maintenance window");
-        assert_eq!(why("e"), "outside every maintenance window");
+        let why = |held: &[(String, String)], n: &str| {
+            held.iter().find(|(h, _)| h == n).unwrap().1.clone()
+        };
+        assert_eq!(why(&held, "a"), "outside every maintenance window");
+        assert_eq!(why(&held, "c"), "outside every maintenance window");
+        assert_eq!(why(&held, "e"), "outside every maintenance window");
         // A node held for its own sake keeps its reason.
-        assert_eq!(why("d"), "node has rotor.dev/do-not-disrupt=true");
+        assert_eq!(why(&held, "d"), "node has rotor.dev/do-not-disrupt=true");
+        // When the nodes unavailable already fill max-unavailable (the start was a cordoned
+        // node), that limit holds e whatever starts: it keeps its reason.
+        let mut held = original;
+        let mut start = vec!["cordoned".to_string()];
+        hold_starts(
+            &mut held,
+            &mut start,
+            "outside every maintenance window",
+            false,
+        );
+        assert_eq!(why(&held, "c"), "outside every maintenance window");
+        assert_eq!(
+            why(&held, "e"),
+            "max-unavailable 2 reached (2 of 9 nodes unavailable)"
+        );
     }
 
     #[test]

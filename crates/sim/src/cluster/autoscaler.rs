@@ -93,33 +93,50 @@ fn nodes_needed(mut upcoming: Vec<Room>, fresh: Room, pods: &[Pod]) -> u32 {
 }
 
 impl Cluster {
-    /// The room group `g` offers waiting pods: on each of its nodes still booting, and on a
-    /// fresh node from `template`, both less the per-node pods (DaemonSet and mirror pods) one
-    /// of its Ready nodes runs now, and a booting node also less what is already bound to it.
+    /// The room group `g` offers waiting pods: on each of its nodes still booting (not cordoned,
+    /// tainted for draining or being deleted: those will not take pods), and on a fresh node from
+    /// `template`. Both lose what the per-node pods (DaemonSet and mirror pods) of one of the
+    /// group's Ready nodes take; a booting node also what is already bound to it. With no Ready
+    /// node to look at, the per-node pods are not counted and the estimate may come out short;
+    /// the next scale-up makes up for it.
     fn group_room(&self, g: &str, template: &Node) -> (Vec<Room>, Room) {
         let bound = |name: String| {
             self.pods
                 .values()
                 .filter(move |p| node_name(p) == Some(name.as_str()) && !terminal(p))
         };
-        let mut fresh = Room::of(template);
-        let sample = self
+        let in_group = |n: &&std::sync::Arc<Node>| node_group_of(n) == Some(g);
+        let per_node: Vec<Resources> = self
             .nodes
             .values()
-            .find(|n| node_group_of(n) == Some(g) && node_ready(n));
-        if let Some(node) = sample {
-            for p in bound(node.metadata.name.clone().unwrap_or_default())
-                .filter(|p| is_daemon(p) || is_mirror(p))
-            {
-                fresh.take(&pod_requests(p));
+            .filter(in_group)
+            .find(|n| node_ready(n))
+            .map(|node| {
+                bound(node.metadata.name.clone().unwrap_or_default())
+                    .filter(|p| is_daemon(p) || is_mirror(p))
+                    .map(|p| pod_requests(p))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let less_per_node = |mut room: Room| {
+            for r in &per_node {
+                room.take(r);
             }
-        }
+            room
+        };
+        let fresh = less_per_node(Room::of(template));
         let upcoming = self
             .nodes
             .values()
-            .filter(|n| node_group_of(n) == Some(g) && !node_ready(n))
+            .filter(in_group)
+            .filter(|n| {
+                !node_ready(n)
+                    && !node_unschedulable(n)
+                    && n.metadata.deletion_timestamp.is_none()
+                    && !node_taints(n).iter().any(|t| t.key == DRAIN_TAINT_KEY)
+            })
             .map(|n| {
-                let mut room = fresh;
+                let mut room = less_per_node(Room::of(n));
                 for p in bound(n.metadata.name.clone().unwrap_or_default())
                     .filter(|p| !is_daemon(p) && !is_mirror(p))
                 {

@@ -52,9 +52,10 @@ impl Ctx {
 }
 
 /// What each running drain still needs from the disruption budgets: the pods it has yet to
-/// evict, per budget. Drain tasks publish it at every plan; the controller subtracts it from
-/// what the budgets allow when it weighs the next candidates, so that it does not start a node
-/// whose pods would queue behind a running drain's.
+/// evict, per budget. Drain tasks publish it at every plan, and the controller withdraws it when
+/// a task ends, however it ends. The controller subtracts it from what the budgets allow when it
+/// weighs the next candidates, so that it does not start a node whose pods would queue behind a
+/// running drain's.
 #[derive(Default)]
 pub struct BudgetClaims(std::sync::Mutex<HashMap<String, BudgetDemand>>);
 
@@ -81,18 +82,6 @@ impl BudgetClaims {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// Withdraws a drain's claims however its task ends.
-struct ClaimsGuard<'a> {
-    claims: &'a BudgetClaims,
-    node: String,
-}
-
-impl Drop for ClaimsGuard<'_> {
-    fn drop(&mut self) {
-        self.claims.clear(&self.node);
     }
 }
 
@@ -504,10 +493,6 @@ async fn evict_until_drained(
     let mut blocked_pods_reported: i64 = 0;
     let finish = |n: i64| ctx.metrics.budget_blocked_pods.dec_by(n);
     let force_at = ctx.cfg.force_after.map(|f| later(started, f));
-    let _claims = ClaimsGuard {
-        claims: &ctx.claims,
-        node: name.clone(),
-    };
     loop {
         let now = Timestamp::now();
         let mut wake = deadline;

@@ -274,6 +274,19 @@ pub fn candidates_to_score(
     picked.into_iter().map(|n| n.name.clone()).collect()
 }
 
+/// The names of every node that may start now, in the order they are taken (see
+/// [`choose_nodes_to_start`]).
+pub fn candidate_names(
+    nodes: &[NodeView],
+    now: Timestamp,
+    retry_backoff: impl Fn(u32) -> Duration,
+) -> Vec<String> {
+    candidates(nodes, now, &retry_backoff, None)
+        .into_iter()
+        .map(|n| n.name.clone())
+        .collect()
+}
+
 /// Tainted nodes that may start (not opted out, not draining or drained, not backing off), in
 /// the order they are taken; those held for their own sake go to `held`.
 fn candidates<'a>(

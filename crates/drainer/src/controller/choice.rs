@@ -16,7 +16,8 @@ use rotor_core::contract::{DRAIN_TAINT_KEY, DrainPhase};
 
 use crate::drain::Ctx;
 use crate::fleet::{
-    FleetDecision, FleetLimits, NodeView, candidates_to_score, choose_nodes_to_start,
+    FleetDecision, FleetLimits, NodeView, candidate_names, candidates_to_score,
+    choose_nodes_to_start,
 };
 use crate::pods::{BudgetDemand, budget_paces, plan_node};
 use crate::state::retry_backoff;
@@ -69,10 +70,9 @@ pub(super) async fn rechoose(
 ) -> Option<FleetDecision> {
     let now = Timestamp::now();
     let clock = Instant::now();
-    let candidates: HashSet<String> =
-        candidates_to_score(view, now, retry_backoff, usize::MAX, 0, |_| false)
-            .into_iter()
-            .collect();
+    let candidates: HashSet<String> = candidate_names(view, now, retry_backoff)
+        .into_iter()
+        .collect();
     cache.entries.retain(|name, _| candidates.contains(name));
     if candidates.len() <= starting {
         return None;

@@ -721,9 +721,8 @@ workloads:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_several_candidates_then_one_whose_budgets_let_it_drain_now_starts_first() {
-    use k8s_openapi::api::core::v1::{Node, Pod};
-    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    use kube::api::{Api, ListParams, PostParams};
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::ListParams;
 
     let cluster = TestCluster::start(CLUSTER).await;
     // The drainer's default order: oldest first, then by name.
@@ -743,27 +742,10 @@ async fn given_several_candidates_then_one_whose_budgets_let_it_drain_now_starts
     let second = nodes[1].metadata.name.clone().unwrap();
     // A pod on the first node under a budget that can never allow its eviction: a drain of the
     // first node would block and hold the only drain slot.
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "pinned", "namespace": "shop", "labels": {"app": "pinned"}},
-        "spec": {"nodeName": first, "containers": [{"name": "app", "image": "app:1"}]}
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(cluster.client.clone(), "shop")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-    let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "pinned", "namespace": "shop"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}}
-    }))
-    .unwrap();
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(cluster.client.clone(), "shop");
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_until("the budget to count the pinned pod", WAIT, || async {
-        let status = pdbs.get("pinned").await.ok()?.status?;
-        (status.expected_pods == 1 && status.current_healthy == 1).then_some(())
-    })
-    .await;
+    cluster
+        .create_bare_pod("shop", "pinned", "pinned", &first)
+        .await;
+    cluster.create_budget("shop", "pinned", 1, 1).await;
     // Both tainted before the drainer starts, so it has a choice from its first pass.
     cluster.taint(&first, "manual").await;
     cluster.taint(&second, "manual").await;
@@ -849,17 +831,13 @@ async fn given_every_watch_is_cut_and_its_history_compacted_mid_rotation_then_th
 
 /// Two drain slots and three candidates, oldest first: a and b each host a pod under budget x
 /// (at least one of the two available; nothing recreates the pods, so it allows one eviction in
-/// all), c a pod under budget y (none required: integer minAvailable, as bare pods need). Scored all at once, a and b tie and are the oldest; picked in turn, a
-/// claims x's one disruption, so the second slot goes to c rather than to b, whose pod would
-/// queue behind a's.
+/// all), c a pod under budget y (none required). Scored all at once, a and b tie and are the
+/// oldest; picked in turn, a claims x's one disruption, so the second slot goes to c rather than
+/// to b, whose pod would queue behind a's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_two_free_slots_then_the_second_start_does_not_queue_on_the_first_ones_budget() {
-    use k8s_openapi::api::core::v1::Pod;
-    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    use kube::api::{Api, PostParams};
-
     let yaml = r#"
-timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s}
+timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 3s, bookmarkInterval: 1s}
 namespaces: [rotor-system, shop]
 nodeGroups:
   - {name: g, size: 3, max: 3, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
@@ -870,28 +848,12 @@ nodeGroups:
     let mut sorted = names.clone();
     sorted.sort();
     let (a, b, c) = (sorted[0].clone(), sorted[1].clone(), sorted[2].clone());
-    let pods = Api::<Pod>::namespaced(cluster.client.clone(), "shop");
     for (name, node, app) in [("on-a", &a, "x"), ("on-b", &b, "x"), ("on-c", &c, "y")] {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": "shop", "labels": {"app": app}},
-            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]}
-        }))
-        .unwrap();
-        pods.create(&PostParams::default(), &pod).await.unwrap();
+        cluster.create_bare_pod("shop", name, app, node).await;
     }
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(cluster.client.clone(), "shop");
-    for (name, expected) in [("x", 2), ("y", 1)] {
-        let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": "shop"},
-            "spec": {"minAvailable": expected - 1, "selector": {"matchLabels": {"app": name}}}
-        }))
-        .unwrap();
-        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-        wait_until("the budget to count its pods healthy", WAIT, || async {
-            let status = pdbs.get(name).await.ok()?.status?;
-            (status.current_healthy == expected && status.disruptions_allowed == 1).then_some(())
-        })
-        .await;
+    for (app, pods) in [("x", 2), ("y", 1)] {
+        let status = cluster.create_budget("shop", app, pods - 1, pods).await;
+        assert_eq!(status.disruptions_allowed, 1, "budget {app}: {status:?}");
     }
     // All tainted before the drainer starts, so its first pass chooses among all three.
     for node in [&a, &b, &c] {
@@ -903,38 +865,24 @@ nodeGroups:
         &["--max-concurrent", "2", "--max-unavailable", "2"],
     );
 
+    // Pods take 3 s to stop, so a and c hold both slots for that long: once both have started,
+    // b must not have (without the claims it starts beside a, and c waits for a slot).
+    wait_until("a and c to start", WAIT, || async {
+        let a_started = cluster.annotation(&a, "rotor.dev/phase").await.is_some();
+        let c_started = cluster.annotation(&c, "rotor.dev/phase").await.is_some();
+        (a_started && c_started).then_some(())
+    })
+    .await;
+    let b_phase = cluster.annotation(&b, "rotor.dev/phase").await;
+    assert_eq!(b_phase, None, "b started while a and c held both slots");
     cluster.wait_phase(&a, "drained").await;
     cluster.wait_phase(&c, "drained").await;
     // b's pod now waits on x for good (its one disruption went to a's pod, which nothing
-    // replaces): b started only once a slot was free, after a and c had started.
+    // replaces).
     cluster.wait_phase(&b, "blocked").await;
-    let started = "rotor.dev/started-at";
-    let a_at = annotated_time(&cluster, &a, started).await;
-    let b_at = annotated_time(&cluster, &b, started).await;
-    let c_at = annotated_time(&cluster, &c, started).await;
-    assert!(
-        b_at > a_at && b_at > c_at,
-        "b started before a or c: a {a_at}, b {b_at}, c {c_at}"
-    );
-    let first_done = annotated_time(&cluster, &a, "rotor.dev/drained-at")
-        .await
-        .min(annotated_time(&cluster, &c, "rotor.dev/drained-at").await);
-    assert!(
-        b_at >= first_done,
-        "b started at {b_at}, while a and c both held the slots (first drained at {first_done})"
-    );
     let blocker = cluster.annotation(&b, "rotor.dev/blocker").await.unwrap();
     assert!(blocker.contains("shop/x"), "{blocker}");
     assert_eq!(cluster.stats()["budgetViolations"], 0);
     drainer.stop().await.unwrap();
     cluster.stop().await;
-}
-
-/// A timestamp annotation rotor wrote on a node.
-async fn annotated_time(cluster: &TestCluster, node: &str, key: &str) -> jiff::Timestamp {
-    let value = cluster
-        .annotation(node, key)
-        .await
-        .unwrap_or_else(|| panic!("{node} has no {key}"));
-    value.parse().unwrap()
 }

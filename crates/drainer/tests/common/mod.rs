@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use rotor_drainer::config::{DrainArgs, LeaderArgs};
 use rotor_sim::scenario::Scenario;
 use rotor_sim::server::RunningSim;
@@ -82,6 +83,44 @@ impl TestCluster {
     }
 
     /// Puts the drain taint on a node, as `kubectl taint` would.
+    /// Creates a pod labelled `app=<app>` bound to `node` that no controller owns (nothing
+    /// recreates it once evicted).
+    pub async fn create_bare_pod(&self, namespace: &str, name: &str, app: &str, node: &str) {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]}
+        }))
+        .unwrap();
+        Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+
+    /// Creates the budget `app` over the pods labelled `app=<app>` with an integer minAvailable
+    /// (what pods without a controller need), and waits until its status counts `pods` pods,
+    /// all healthy. Returns that status.
+    pub async fn create_budget(
+        &self,
+        namespace: &str,
+        app: &str,
+        min_available: i32,
+        pods: i32,
+    ) -> PodDisruptionBudgetStatus {
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": app, "namespace": namespace},
+            "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}}
+        }))
+        .unwrap();
+        let pdbs = Api::<PodDisruptionBudget>::namespaced(self.client.clone(), namespace);
+        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+        wait_until(&format!("budget {app} to count its pods"), WAIT, || async {
+            let status = pdbs.get(app).await.ok()?.status?;
+            (status.expected_pods == pods && status.current_healthy == pods).then_some(status)
+        })
+        .await
+    }
+
     pub async fn taint(&self, node: &str, reason: &str) {
         let n = self.node(node).await;
         let mut taints = n.spec.and_then(|s| s.taints).unwrap_or_default();

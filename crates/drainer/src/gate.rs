@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::pods::key_of;
 use crate::workloads::{WorkloadIndex, WorkloadKey, WorkloadKind};
 
 /// What the gate checks.
@@ -141,21 +141,26 @@ pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> V
 /// `(kind, namespace, name)` owner of an evicted pod must have `status.readyReplicas >=
 /// spec.replicas` (replicas default to 1). A ReplicaSet owned by a Deployment is judged by that
 /// Deployment (its own count changes during a rollout). Owners not in the index (deleted since)
-/// and other kinds (Jobs, DaemonSets, bare pods) do not hold the gate. Each workload is reported
+/// and other kinds (Jobs, DaemonSets, bare pods) do not hold the gate. Owners that no longer
+/// hold it leave `evicted_owners`, so they are not looked up again. Each workload is reported
 /// once, sorted.
 pub fn workload_blockers(
-    evicted_owners: &[(String, String, String)],
+    evicted_owners: &mut BTreeSet<(String, String, String)>,
     index: &WorkloadIndex,
 ) -> Vec<GateBlocker> {
-    let seen: BTreeSet<GateBlocker> = evicted_owners
-        .iter()
-        .filter_map(|owner| owner_blocker(owner, index))
-        .collect();
+    let mut seen: BTreeSet<GateBlocker> = BTreeSet::new();
+    evicted_owners.retain(|owner| match owner_blocker(owner, index) {
+        Some(blocker) => {
+            seen.insert(blocker);
+            true
+        }
+        None => false,
+    });
     seen.into_iter().collect()
 }
 
 /// What holds the gate for one evicted pod's owner, if anything (see [`workload_blockers`]).
-pub fn owner_blocker(
+fn owner_blocker(
     (kind, namespace, name): &(String, String, String),
     index: &WorkloadIndex,
 ) -> Option<GateBlocker> {
@@ -213,14 +218,6 @@ pub fn owner_of(pod: &Pod) -> Option<(String, String, String)> {
         pod.metadata.namespace.clone().unwrap_or_default(),
         owner.name.clone(),
     ))
-}
-
-fn key_of(meta: &ObjectMeta) -> String {
-    format!(
-        "{}/{}",
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default()
-    )
 }
 
 #[cfg(test)]
@@ -403,11 +400,11 @@ mod tests {
         let deployments = [deployment("web", 3, Some(2))];
         // The new ReplicaSet alone looks fine; the Deployment is what must be whole again.
         let replicasets = [replicaset("web-7d9f", Some("web"), 1, 1)];
-        let owners = [
+        let mut owners = BTreeSet::from([
             owner("ReplicaSet", "web-7d9f"),
             owner("ReplicaSet", "web-7d9f"),
-        ];
-        let blockers = workload_blockers(&owners, &index(&deployments, &[], &replicasets));
+        ]);
+        let blockers = workload_blockers(&mut owners, &index(&deployments, &[], &replicasets));
         assert_eq!(
             blockers,
             [GateBlocker::WorkloadNotReady {
@@ -421,22 +418,24 @@ mod tests {
             "Deployment shop/web has 2/3 replicas ready"
         );
 
+        assert_eq!(owners.len(), 1, "an owner still holding the gate stays");
         let whole = [deployment("web", 3, Some(3))];
-        assert!(workload_blockers(&owners, &index(&whole, &[], &replicasets)).is_empty());
+        assert!(workload_blockers(&mut owners, &index(&whole, &[], &replicasets)).is_empty());
+        assert!(owners.is_empty(), "an owner Ready again leaves");
     }
 
     #[test]
     fn bare_replicaset_and_statefulset_are_judged_themselves() {
         let replicasets = [replicaset("legacy", None, 2, 1)];
         let statefulsets = [statefulset("db", 3, 3), statefulset("cache", 2, 0)];
-        let owners = [
+        let mut owners = BTreeSet::from([
             owner("ReplicaSet", "legacy"),
             owner("StatefulSet", "db"),
             owner("StatefulSet", "cache"),
             owner("Job", "nightly"),
             owner("StatefulSet", "deleted-since"),
-        ];
-        let blockers = workload_blockers(&owners, &index(&[], &statefulsets, &replicasets));
+        ]);
+        let blockers = workload_blockers(&mut owners, &index(&[], &statefulsets, &replicasets));
         assert_eq!(
             blockers,
             [
@@ -458,16 +457,16 @@ mod tests {
     fn missing_ready_count_means_none_ready_and_namespace_matters() {
         let deployments = [deployment("web", 1, None)];
         let blockers = workload_blockers(
-            &[owner("Deployment", "web")],
+            &mut BTreeSet::from([owner("Deployment", "web")]),
             &index(&deployments, &[], &[]),
         );
         assert_eq!(blockers.len(), 1);
-        let elsewhere = [(
+        let mut elsewhere = BTreeSet::from([(
             "Deployment".to_string(),
             "other".to_string(),
             "web".to_string(),
-        )];
-        assert!(workload_blockers(&elsewhere, &index(&deployments, &[], &[])).is_empty());
+        )]);
+        assert!(workload_blockers(&mut elsewhere, &index(&deployments, &[], &[])).is_empty());
     }
 
     #[test]

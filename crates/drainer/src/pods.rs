@@ -195,7 +195,8 @@ impl fmt::Display for Blocker {
 }
 
 /// The `namespace/name` of an object's metadata.
-fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+/// `namespace/name` of an object.
+pub(crate) fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     format!(
         "{}/{}",
         meta.namespace.as_deref().unwrap_or_default(),

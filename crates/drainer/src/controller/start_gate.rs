@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 use crate::drain::Ctx;
-use crate::gate::{GateBlocker, concerns, owner_blocker, pending_pod_blockers};
+use crate::gate::{GateBlocker, concerns, pending_pod_blockers, workload_blockers};
 use crate::workloads::{WorkloadIndex, WorkloadKey};
 
 /// The gate between one drained node and the next.
@@ -150,18 +150,8 @@ async fn gate_blockers(
     if let Some(why) = workloads.unusable(Instant::now()) {
         return Err(why);
     }
-    let mut blockers = Vec::new();
-    gate.owners
-        .retain(|owner| match owner_blocker(owner, workloads) {
-            Some(b) => {
-                blockers.push(b);
-                true
-            }
-            None => false,
-        });
+    let blockers = workload_blockers(&mut gate.owners, workloads);
     if !blockers.is_empty() {
-        blockers.sort();
-        blockers.dedup();
         return Ok(blockers);
     }
     if let Some((at, pending)) = &gate.pending

@@ -55,10 +55,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rotor_e2e::{kubectl_path, run_with_timeout, workspace_root};
 use rotor_sim::cluster::objects::{
     SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, annotation_duration, is_daemon, is_mirror, terminal,
 };
+use rotor_sim::cluster::pdb::{covers, eviction_selector};
 use rotor_sim::scenario::{Scenario, WorkloadKind};
 use serde_json::{Value, json};
 
@@ -839,39 +841,32 @@ impl Snapshot {
                 },
             );
         }
-        // Every budget: its figures, and its namespace and matchLabels to tell which pods it
-        // covers (the simulator's budgets select with matchLabels only).
+        // Every budget: its figures, and its selector as the eviction subresource reads it, to
+        // tell which pods it covers (the simulator's own matching).
         let mut budgets = HashMap::new();
-        let mut selectors: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+        let mut covering = Vec::new();
         for b in sim.get("/apis/policy/v1/poddisruptionbudgets")?["items"]
             .as_array()
             .into_iter()
             .flatten()
         {
-            let namespace = b["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
+            let pdb: PodDisruptionBudget =
+                serde_json::from_value(b.clone()).context("a budget from the list")?;
             let key = format!(
-                "{namespace}/{}",
-                b["metadata"]["name"].as_str().unwrap_or("")
+                "{}/{}",
+                pdb.metadata.namespace.as_deref().unwrap_or(""),
+                pdb.metadata.name.as_deref().unwrap_or("")
             );
-            ensure!(
-                b["spec"]["selector"].get("matchExpressions").is_none(),
-                "budget {key} selects with matchExpressions, which the benchmark does not read"
-            );
-            let labels: BTreeMap<String, String> =
-                serde_json::from_value(b["spec"]["selector"]["matchLabels"].clone())
-                    .unwrap_or_default();
-            selectors.push((namespace, labels));
-            let status = &b["status"];
+            let status = pdb.status.as_ref();
             budgets.insert(
                 key,
                 (
-                    status["expectedPods"].as_i64().unwrap_or(0),
-                    status["disruptionsAllowed"].as_i64().unwrap_or(0),
+                    status.map_or(0, |s| i64::from(s.expected_pods)),
+                    status.map_or(0, |s| i64::from(s.disruptions_allowed)),
                 ),
             );
+            let selector = eviction_selector(&pdb);
+            covering.push((pdb, selector));
         }
         let pods = sim.get("/api/v1/pods")?;
         let default_shutdown = scenario.timing.pod_shutdown;
@@ -910,13 +905,9 @@ impl Snapshot {
                 Some(_) => Some(0.0),
                 None => None, // nobody replaces a bare pod; the gate does not wait for it
             };
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
-            let budgeted = selectors.iter().any(|(ns, sel)| {
-                ns == namespace
-                    && !sel.is_empty()
-                    && sel.iter().all(|(k, v)| labels.get(k) == Some(v))
-            });
+            let budgeted = covering
+                .iter()
+                .any(|(pdb, selector)| covers(pdb, selector.as_ref(), &pod));
             if let Some(n) = nodes.get_mut(node) {
                 n.longest_shutdown = n.longest_shutdown.max(shutdown);
                 if let Some(created_after) = created_after {

@@ -285,14 +285,7 @@ async fn given_running_watchers_when_a_pod_is_created_and_a_node_patched_then_bo
     .await;
     assert_eq!(seen.labels()["app"], "probe");
 
-    let node = sim
-        .nodes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items[0]
-        .name_any()
-        .to_string();
+    let node = sim.any_node().await;
     let patch = json!({"metadata": {"labels": {"rotor.test/touched": "yes"}}});
     sim.nodes()
         .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
@@ -392,13 +385,7 @@ async fn given_expired_watch_history_when_resuming_from_an_old_version_then_410_
         .resource_version
         .unwrap();
     // A write elsewhere moves the cluster past old_rv; then the history is dropped.
-    let node = sim
-        .nodes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items[0]
-        .name_any();
+    let node = sim.any_node().await;
     let patch = json!({"metadata": {"labels": {"rotor.test/epoch": "2"}}});
     sim.nodes()
         .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))

@@ -69,17 +69,6 @@ fn node_ready(n: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-async fn node_names(sim: &TestSim) -> BTreeSet<String> {
-    sim.nodes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|n| n.name_any())
-        .collect()
-}
-
 async fn pods_on(sim: &TestSim, node: &str) -> Vec<Pod> {
     let all: Api<Pod> = Api::all(sim.client.clone());
     all.list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
@@ -244,13 +233,7 @@ async fn given_a_bare_pod_when_it_is_deleted_then_nothing_recreates_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_pod_created_bound_to_a_node_then_its_kubelet_runs_it_and_it_turns_ready() {
     let sim = TestSim::start(WORKLOADS).await;
-    let node = sim
-        .nodes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items[0]
-        .name_any();
+    let node = sim.any_node().await;
     let pods = sim.pods("default");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "pinned", "namespace": "default"},
@@ -519,7 +502,7 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
  {
     let sim = TestSim::start(FULL).await;
     sim.admin_post("stats/reset", None).await;
-    let originals = node_names(&sim).await;
+    let originals = sim.node_names().await;
     set_template_version(&sim, "general", "v1.34.1").await;
     let old = originals.iter().next().unwrap().clone();
     cordon(&sim, &old).await;
@@ -589,7 +572,7 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
     .await;
     assert_eq!(stats["nodesLaunched"], 1);
     assert_eq!(stats["nodesRemoved"], 1);
-    let names = node_names(&sim).await;
+    let names = sim.node_names().await;
     let expected: BTreeSet<String> = originals
         .iter()
         .filter(|n| **n != old)
@@ -615,7 +598,7 @@ workloads:
 async fn given_three_pods_that_each_need_a_node_when_they_become_unschedulable_then_one_scale_up_adds_three_nodes()
  {
     let sim = TestSim::start(ONE_POD_PER_NODE).await;
-    let nodes: Vec<String> = node_names(&sim).await.into_iter().collect();
+    let nodes: Vec<String> = sim.node_names().await.into_iter().collect();
     assert_eq!(nodes.len(), 4);
     for old in &nodes[..3] {
         cordon(&sim, old).await;

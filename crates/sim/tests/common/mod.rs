@@ -82,6 +82,23 @@ impl TestSim {
         self.api()
     }
 
+    /// The names of the cluster's nodes, sorted.
+    pub async fn node_names(&self) -> std::collections::BTreeSet<String> {
+        self.nodes()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|n| n.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    /// One node's name (the first in name order).
+    pub async fn any_node(&self) -> String {
+        self.node_names().await.pop_first().expect("a node")
+    }
+
     pub fn pdbs(&self, ns: &str) -> Api<PodDisruptionBudget> {
         self.ns(ns)
     }

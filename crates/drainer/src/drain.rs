@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::DrainerConfig;
 use crate::evict::{self, EvictionOutcome};
+use crate::gate::Owner;
 use crate::metrics::Metrics;
 use crate::pods::{Blocker, BudgetDemand, PodRef, plan_node};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
@@ -42,6 +43,8 @@ pub struct Ctx {
     pub budget_changes: watch::Receiver<u64>,
     /// What the running drains still need from the budgets, for choosing the next node.
     pub claims: BudgetClaims,
+    /// The gated workloads' pods the running drains have evicted, for the gate.
+    pub in_flight: InFlight,
 }
 
 impl Ctx {
@@ -85,12 +88,53 @@ impl BudgetClaims {
     }
 }
 
+/// The pods of each workload the gate follows that each running drain has evicted so far. The
+/// controller withdraws a drain's entry when its task ends (the gate then waits for that drain's
+/// workloads); until then the gate lets those pods be missing from their workloads (see
+/// [`crate::gate::workload_blockers`]).
+#[derive(Default)]
+pub struct InFlight(std::sync::Mutex<HashMap<String, BTreeMap<Owner, i32>>>);
+
+impl InFlight {
+    /// The drain of `node` evicted a pod of `owner`.
+    pub(crate) fn record(&self, node: &str, owner: &Owner) {
+        let mut map = self.lock();
+        *map.entry(node.to_string())
+            .or_default()
+            .entry(owner.clone())
+            .or_default() += 1;
+    }
+
+    /// Withdraws `node`'s evictions: its drain ended.
+    pub(crate) fn clear(&self, node: &str) {
+        self.lock().remove(node);
+    }
+
+    /// The running drains' evictions, summed per workload.
+    pub fn totals(&self) -> BTreeMap<Owner, i32> {
+        let mut totals = BTreeMap::new();
+        for evicted in self.lock().values() {
+            for (owner, n) in evicted {
+                *totals.entry(owner.clone()).or_default() += n;
+            }
+        }
+        totals
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeMap<Owner, i32>>> {
+        // Counters only: a panicking writer cannot leave them half-updated.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// How a drain task ended.
 #[derive(Debug)]
 pub enum DrainResult {
     /// Drained; the workloads whose pods were evicted (kind, namespace, name), for the gate.
     Drained {
-        owners: Vec<(String, String, String)>,
+        owners: Vec<Owner>,
     },
     Failed {
         error: String,
@@ -488,7 +532,7 @@ async fn evict_until_drained(
     let mut buffer: HashMap<String, Pod> = HashMap::new();
     let mut listed = false;
     let mut attempts = PodAttempts::default();
-    let mut owners: Vec<(String, String, String)> = Vec::new();
+    let mut owners: Vec<Owner> = Vec::new();
     let mut empty_since: Option<Timestamp> = None;
     let mut blocked_pods_reported: i64 = 0;
     let finish = |n: i64| ctx.metrics.budget_blocked_pods.dec_by(n);
@@ -551,9 +595,8 @@ async fn evict_until_drained(
                 }
                 // The gate waits for this pod's workload to be Ready again before the next node
                 // starts. With several drains at once, a workload a budget covers is left to its
-                // budget: the other drains keep evicting from it, so "fully Ready" might not come
-                // until the last drain ends, while the budget already refuses any eviction that
-                // would take it below what its owner declared it tolerates.
+                // budget, which already refuses any eviction that would take it below what its
+                // owner declared it tolerates, and paces the drains evicting from it.
                 let charged = plan.charged.get(&pod.uid);
                 let leave_to_budget = ctx.cfg.max_concurrent > 1 && charged.is_some();
                 let owner = pods
@@ -594,10 +637,11 @@ async fn evict_until_drained(
                         attempts.evicted.insert(pod.uid.clone());
                         attempts.refused.remove(&pod.uid);
                         attempts.fatal.remove(&pod.uid);
-                        if let Some(o) = owner
-                            && !owners.contains(&o)
-                        {
-                            owners.push(o);
+                        if let Some(o) = owner {
+                            ctx.in_flight.record(&name, &o);
+                            if !owners.contains(&o) {
+                                owners.push(o);
+                            }
                         }
                     }
                     EvictionOutcome::Gone => {

@@ -1,9 +1,9 @@
 //! The gate before the next node starts draining: the cluster must have absorbed the previous
 //! one. [`pending_pod_blockers`] names pods the scheduler has failed to place for longer than the
 //! grace period; [`workload_blockers`] names workloads evicted from the previous node that are
-//! not fully Ready again. The gate is open when both are empty.
+//! not Ready again. The gate is open when both are empty.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::pods::key_of;
-use crate::workloads::{WorkloadIndex, WorkloadKey, WorkloadKind};
+use crate::workloads::{WorkloadCounts, WorkloadIndex, WorkloadKey, WorkloadKind};
 
 /// What the gate checks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -34,12 +34,14 @@ pub enum GateBlocker {
         /// The scheduler's message, e.g. `0/5 nodes are available: ...`.
         reason: Option<String>,
     },
-    /// A workload evicted from the previous node that is not fully Ready.
+    /// A workload evicted from the previous node that is not Ready again.
     WorkloadNotReady {
         /// `Kind namespace/name`.
         workload: String,
         ready: i32,
         wanted: i32,
+        /// Its pods evicted by drains still running, which may be missing meanwhile.
+        in_flight: i32,
     },
 }
 
@@ -81,7 +83,14 @@ impl fmt::Display for GateBlocker {
                 workload,
                 ready,
                 wanted,
-            } => write!(f, "{workload} has {ready}/{wanted} replicas ready"),
+                in_flight,
+            } => {
+                write!(f, "{workload} has {ready}/{wanted} replicas ready")?;
+                if *in_flight > 0 {
+                    write!(f, " ({in_flight} evicted by drains still running)")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -137,33 +146,62 @@ pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> V
     blockers
 }
 
+/// A workload as `(kind, namespace, name)` of the controller of an evicted pod.
+pub type Owner = (String, String, String);
+
 /// Workloads evicted from the previous node that are not Ready again: each
 /// `(kind, namespace, name)` owner of an evicted pod must have `status.readyReplicas >=
-/// spec.replicas` (replicas default to 1). A ReplicaSet owned by a Deployment is judged by that
-/// Deployment (its own count changes during a rollout). Owners not in the index (deleted since)
-/// and other kinds (Jobs, DaemonSets, bare pods) do not hold the gate. Owners that no longer
-/// hold it leave `evicted_owners`, so they are not looked up again. Each workload is reported
-/// once, sorted.
+/// spec.replicas` (replicas default to 1), less the pods of it that drains still running have
+/// evicted (`in_flight`): with several drains at once those are the running drains' share of the
+/// disruption, which their own gates settle when they finish. So no workload is ever missing more
+/// pods than the running drains took from it, and with nothing running (always, at
+/// `--max-concurrent 1`) a workload must be fully Ready. A ReplicaSet owned by a Deployment is
+/// judged by that Deployment (its own count changes during a rollout), with the in-flight pods of
+/// all its ReplicaSets. Owners not in the index (deleted since) and other kinds (Jobs,
+/// DaemonSets, bare pods) do not hold the gate. Owners that no longer hold it leave
+/// `evicted_owners`, so they are not looked up again. Each workload is reported once, sorted.
 pub fn workload_blockers(
-    evicted_owners: &mut BTreeSet<(String, String, String)>,
+    evicted_owners: &mut BTreeSet<Owner>,
     index: &WorkloadIndex,
+    in_flight: &BTreeMap<Owner, i32>,
 ) -> Vec<GateBlocker> {
-    let mut seen: BTreeSet<GateBlocker> = BTreeSet::new();
-    evicted_owners.retain(|owner| match owner_blocker(owner, index) {
-        Some(blocker) => {
-            seen.insert(blocker);
-            true
+    let mut allowance: BTreeMap<(WorkloadKind, &str, &str), i32> = BTreeMap::new();
+    for (owner, n) in in_flight {
+        if let Some((kind, name, _)) = judged(owner, index) {
+            *allowance.entry((kind, owner.1.as_str(), name)).or_default() += n;
         }
-        None => false,
+    }
+    let mut seen: BTreeSet<GateBlocker> = BTreeSet::new();
+    evicted_owners.retain(|owner| {
+        let Some((kind, name, counts)) = judged(owner, index) else {
+            return false;
+        };
+        let namespace = owner.1.as_str();
+        let in_flight = allowance
+            .get(&(kind, namespace, name))
+            .copied()
+            .unwrap_or(0);
+        if counts.ready >= counts.wanted - in_flight {
+            return false;
+        }
+        seen.insert(GateBlocker::WorkloadNotReady {
+            workload: format!("{} {namespace}/{name}", kind.as_str()),
+            ready: counts.ready,
+            wanted: counts.wanted,
+            in_flight,
+        });
+        true
     });
     seen.into_iter().collect()
 }
 
-/// What holds the gate for one evicted pod's owner, if anything (see [`workload_blockers`]).
-fn owner_blocker(
-    (kind, namespace, name): &(String, String, String),
-    index: &WorkloadIndex,
-) -> Option<GateBlocker> {
+/// The workload the gate judges for an evicted pod's owner, with its counts: the owner itself,
+/// or the Deployment that controls a ReplicaSet. `None` for kinds the gate does not follow and
+/// owners not in the index.
+fn judged<'a>(
+    (kind, namespace, name): &'a Owner,
+    index: &'a WorkloadIndex,
+) -> Option<(WorkloadKind, &'a str, &'a WorkloadCounts)> {
     let kind = WorkloadKind::parse(kind)?;
     let own = index.get(kind, namespace, name)?;
     let parent = own.parent.as_deref().and_then(|deployment| {
@@ -171,12 +209,7 @@ fn owner_blocker(
             .get(WorkloadKind::Deployment, namespace, deployment)
             .map(|counts| (WorkloadKind::Deployment, deployment, counts))
     });
-    let (kind, name, counts) = parent.unwrap_or((kind, name, own));
-    (counts.ready < counts.wanted).then(|| GateBlocker::WorkloadNotReady {
-        workload: format!("{} {namespace}/{name}", kind.as_str()),
-        ready: counts.ready,
-        wanted: counts.wanted,
-    })
+    Some(parent.unwrap_or((kind, name.as_str(), own)))
 }
 
 /// Whether a change to the workloads `changed` can change the verdict on `owners`: one of them
@@ -206,7 +239,7 @@ pub fn concerns(
 
 /// The controller of a pod as `(kind, namespace, name)`, the form [`workload_blockers`] takes:
 /// what the runtime records for each pod it evicts. `None` for pods without a controller.
-pub fn owner_of(pod: &Pod) -> Option<(String, String, String)> {
+pub fn owner_of(pod: &Pod) -> Option<Owner> {
     let owner = pod
         .metadata
         .owner_references
@@ -391,8 +424,72 @@ mod tests {
         .unwrap()
     }
 
-    fn owner(kind: &str, name: &str) -> (String, String, String) {
+    fn owner(kind: &str, name: &str) -> Owner {
         (kind.into(), "shop".into(), name.into())
+    }
+
+    fn none() -> BTreeMap<Owner, i32> {
+        BTreeMap::new()
+    }
+
+    #[test]
+    fn pods_evicted_by_running_drains_may_be_missing_and_no_more() {
+        // web: 10 wanted. The finished drain evicted web pods; two drains still running have
+        // evicted 2 (one through each of its ReplicaSets, mid-rollout) and 1 more.
+        let replicasets = [
+            replicaset("web-old", Some("web"), 4, 4),
+            replicaset("web-new", Some("web"), 6, 5),
+        ];
+        let in_flight = BTreeMap::from([
+            (owner("ReplicaSet", "web-old"), 2),
+            (owner("ReplicaSet", "web-new"), 1),
+            (owner("StatefulSet", "db"), 1),
+        ]);
+        let judge = |ready: i32| {
+            let deployments = [deployment("web", 10, Some(ready))];
+            let statefulsets = [statefulset("db", 3, 3)];
+            let mut owners = BTreeSet::from([owner("ReplicaSet", "web-new")]);
+            workload_blockers(
+                &mut owners,
+                &index(&deployments, &statefulsets, &replicasets),
+                &in_flight,
+            )
+        };
+        // 3 missing, all the running drains' share: the finished drain's pods are back.
+        assert!(judge(7).is_empty());
+        // 4 missing, one more than the running drains took: the finished drain's pod is not.
+        let blockers = judge(6);
+        assert_eq!(
+            blockers,
+            [GateBlocker::WorkloadNotReady {
+                workload: "Deployment shop/web".into(),
+                ready: 6,
+                wanted: 10,
+                in_flight: 3,
+            }]
+        );
+        assert_eq!(
+            blockers[0].to_string(),
+            "Deployment shop/web has 6/10 replicas ready (3 evicted by drains still running)"
+        );
+        // Without running drains, the workload must be whole again.
+        let deployments = [deployment("web", 10, Some(9))];
+        let mut owners = BTreeSet::from([owner("ReplicaSet", "web-new")]);
+        let blockers = workload_blockers(
+            &mut owners,
+            &index(&deployments, &[], &replicasets),
+            &none(),
+        );
+        assert_eq!(blockers.len(), 1);
+        // In-flight pods of another workload lend nothing.
+        let other = BTreeMap::from([(owner("StatefulSet", "db"), 5)]);
+        let statefulsets = [statefulset("db", 3, 3)];
+        let blockers = workload_blockers(
+            &mut owners,
+            &index(&deployments, &statefulsets, &replicasets),
+            &other,
+        );
+        assert_eq!(blockers.len(), 1);
     }
 
     #[test]
@@ -404,13 +501,18 @@ mod tests {
             owner("ReplicaSet", "web-7d9f"),
             owner("ReplicaSet", "web-7d9f"),
         ]);
-        let blockers = workload_blockers(&mut owners, &index(&deployments, &[], &replicasets));
+        let blockers = workload_blockers(
+            &mut owners,
+            &index(&deployments, &[], &replicasets),
+            &none(),
+        );
         assert_eq!(
             blockers,
             [GateBlocker::WorkloadNotReady {
                 workload: "Deployment shop/web".into(),
                 ready: 2,
-                wanted: 3
+                wanted: 3,
+                in_flight: 0
             }]
         );
         assert_eq!(
@@ -420,7 +522,9 @@ mod tests {
 
         assert_eq!(owners.len(), 1, "an owner still holding the gate stays");
         let whole = [deployment("web", 3, Some(3))];
-        assert!(workload_blockers(&mut owners, &index(&whole, &[], &replicasets)).is_empty());
+        assert!(
+            workload_blockers(&mut owners, &index(&whole, &[], &replicasets), &none()).is_empty()
+        );
         assert!(owners.is_empty(), "an owner Ready again leaves");
     }
 
@@ -435,19 +539,25 @@ mod tests {
             owner("Job", "nightly"),
             owner("StatefulSet", "deleted-since"),
         ]);
-        let blockers = workload_blockers(&mut owners, &index(&[], &statefulsets, &replicasets));
+        let blockers = workload_blockers(
+            &mut owners,
+            &index(&[], &statefulsets, &replicasets),
+            &none(),
+        );
         assert_eq!(
             blockers,
             [
                 GateBlocker::WorkloadNotReady {
                     workload: "ReplicaSet shop/legacy".into(),
                     ready: 1,
-                    wanted: 2
+                    wanted: 2,
+                    in_flight: 0
                 },
                 GateBlocker::WorkloadNotReady {
                     workload: "StatefulSet shop/cache".into(),
                     ready: 0,
-                    wanted: 2
+                    wanted: 2,
+                    in_flight: 0
                 },
             ]
         );
@@ -459,6 +569,7 @@ mod tests {
         let blockers = workload_blockers(
             &mut BTreeSet::from([owner("Deployment", "web")]),
             &index(&deployments, &[], &[]),
+            &none(),
         );
         assert_eq!(blockers.len(), 1);
         let mut elsewhere = BTreeSet::from([(
@@ -466,7 +577,9 @@ mod tests {
             "other".to_string(),
             "web".to_string(),
         )]);
-        assert!(workload_blockers(&mut elsewhere, &index(&deployments, &[], &[])).is_empty());
+        assert!(
+            workload_blockers(&mut elsewhere, &index(&deployments, &[], &[]), &none()).is_empty()
+        );
     }
 
     #[test]

@@ -114,6 +114,7 @@ pub async fn run(
         budgets,
         budget_changes,
         claims: Default::default(),
+        in_flight: Default::default(),
     });
 
     // Acting stops when we shut down or lose the lease.

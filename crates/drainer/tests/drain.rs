@@ -4,6 +4,8 @@
 mod common;
 
 use common::{TestCluster, TestDrainer, WAIT, is_daemon_or_mirror, wait_until};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
 
 const CLUSTER: &str = r#"
 timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s}
@@ -834,6 +836,87 @@ async fn given_every_watch_is_cut_and_its_history_compacted_mid_rotation_then_th
 /// all), c a pod under budget y (none required). Scored all at once, a and b tie and are the
 /// oldest; picked in turn, a claims x's one disruption, so the second slot goes to c rather than
 /// to b, whose pod would queue behind a's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_several_drains_at_once_then_the_gate_waits_for_a_finished_drains_pods_not_a_running_ones()
+ {
+    let yaml = r#"
+timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s}
+namespaces: [rotor-system, shop]
+nodeGroups:
+  - {name: g, size: 4, max: 6, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
+workloads:
+  - {kind: Deployment, name: web, namespace: shop, replicas: 2, requests: {cpu: 100m}, startup: 8s, shutdown: 200ms, spreadMaxSkew: 1}
+"#;
+    let cluster = TestCluster::start(yaml).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "shop");
+    let web_ready = || async {
+        let d = deployments.get("web").await.unwrap();
+        d.status.and_then(|s| s.ready_replicas).unwrap_or(0)
+    };
+    wait_until("web to be Ready", WAIT, || async {
+        (web_ready().await == 2).then_some(())
+    })
+    .await;
+    // web (no budget) has one pod on a and one on b; c holds none.
+    let hosts = cluster.nodes_hosting("web-").await;
+    assert_eq!(hosts.len(), 2, "{hosts:?}");
+    let (a, b) = (hosts[0].clone(), hosts[1].clone());
+    let names = cluster.node_names().await;
+    let others: Vec<&String> = names.iter().filter(|n| !hosts.contains(n)).collect();
+    let c = others[0].clone();
+    // Replacements go to the fourth node only, so the nodes drained here keep the pods they
+    // have.
+    for node in [&a, &b, &c] {
+        cluster.add_taint(node, "example.com/hold", "test").await;
+    }
+    // Slow pods keep a's drain going until after b's starts, and b's long after.
+    let stop_in = |secs: &str| serde_json::json!({"sim.rotor.dev/shutdown": secs});
+    cluster
+        .create_bare_pod_with("shop", "slow-a", "slow", &a, stop_in("6s"))
+        .await;
+    cluster
+        .create_bare_pod_with("shop", "slow-b", "slow", &b, stop_in("20s"))
+        .await;
+    let drainer = TestDrainer::start(
+        &cluster,
+        "d",
+        &["--max-concurrent", "2", "--max-unavailable", "3"],
+    );
+    // a's web pod is evicted first, b's 3 s later: their replacements are Ready 8 s after each.
+    cluster.taint(&a, "manual").await;
+    wait_until("a to start", WAIT, || async {
+        cluster.annotation(&a, "rotor.dev/phase").await
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    cluster.taint(&b, "manual").await;
+    cluster.wait_phase(&a, "drained").await;
+    assert_eq!(
+        cluster.annotation(&b, "rotor.dev/phase").await.as_deref(),
+        Some("evicting"),
+        "b is still draining when a is done"
+    );
+    cluster.taint(&c, "manual").await;
+    // c starts once a's replacement is Ready, and does not wait for b's: b, still draining,
+    // accounts for that one.
+    let ready_at_start = wait_until("c to start", WAIT, || async {
+        let started = cluster.annotation(&c, "rotor.dev/phase").await.is_some();
+        let ready = web_ready().await;
+        started.then_some(ready)
+    })
+    .await;
+    assert_eq!(
+        ready_at_start, 1,
+        "c started with web {ready_at_start}/2 Ready; it should start once a's replacement is back and b's is not yet"
+    );
+    assert_eq!(
+        cluster.annotation(&b, "rotor.dev/phase").await.as_deref(),
+        Some("evicting")
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_two_free_slots_then_the_second_start_does_not_queue_on_the_first_ones_budget() {
     let yaml = r#"

@@ -110,6 +110,7 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             Some(done) = tasks.join_next() => {
                 let (name, outcome) = done?;
                 ctx.claims.clear(&name);
+                ctx.in_flight.clear(&name);
                 running.remove(&name);
                 cleaning.remove(&name);
                 // The watch has not necessarily delivered the task's last write yet; without

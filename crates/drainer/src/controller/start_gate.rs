@@ -150,7 +150,7 @@ async fn gate_blockers(
     if let Some(why) = workloads.unusable(Instant::now()) {
         return Err(why);
     }
-    let blockers = workload_blockers(&mut gate.owners, workloads);
+    let blockers = workload_blockers(&mut gate.owners, workloads, &ctx.in_flight.totals());
     if !blockers.is_empty() {
         return Ok(blockers);
     }
@@ -180,6 +180,7 @@ mod tests {
             workload: "Deployment shop/web".into(),
             ready,
             wanted: 3,
+            in_flight: 0,
         };
         let pod = GateBlocker::PendingPod {
             pod: "shop/web-1".into(),

@@ -86,8 +86,23 @@ impl TestCluster {
     /// Creates a pod labelled `app=<app>` bound to `node` that no controller owns (nothing
     /// recreates it once evicted).
     pub async fn create_bare_pod(&self, namespace: &str, name: &str, app: &str, node: &str) {
+        self.create_bare_pod_with(namespace, name, app, node, Value::Null)
+            .await
+    }
+
+    /// [`TestCluster::create_bare_pod`] with these annotations (e.g. the simulator's
+    /// `sim.rotor.dev/shutdown`).
+    pub async fn create_bare_pod_with(
+        &self,
+        namespace: &str,
+        name: &str,
+        app: &str,
+        node: &str,
+        annotations: Value,
+    ) {
         let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}},
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": app},
+                         "annotations": annotations},
             "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]}
         }))
         .unwrap();
@@ -122,11 +137,16 @@ impl TestCluster {
     }
 
     pub async fn taint(&self, node: &str, reason: &str) {
+        self.add_taint(node, "rotor.dev/drain", reason).await
+    }
+
+    /// Adds a NoSchedule taint `key=value` to the node.
+    pub async fn add_taint(&self, node: &str, key: &str, value: &str) {
         let n = self.node(node).await;
         let mut taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
         taints.push(k8s_openapi::api::core::v1::Taint {
-            key: "rotor.dev/drain".into(),
-            value: Some(reason.into()),
+            key: key.into(),
+            value: Some(value.into()),
             effect: "NoSchedule".into(),
             time_added: None,
         });

@@ -475,7 +475,7 @@ fn run_contestant(
                     SETTLE_FLAG,
                 ],
             )?;
-            d.wait_leading(Duration::from_secs(60))?;
+            d.wait_standing_by(Duration::from_secs(60))?;
             // Leading, then its budget and node watches open (the monitor holds one node watch).
             wait_for_requests(
                 &sim,
@@ -1265,7 +1265,7 @@ struct MemoryResult {
     build: f64,
     nodes: u64,
     pods: u64,
-    leading_after: f64,
+    standing_by_after: f64,
     listed_after: f64,
     idle_rss: f64,
     startup_hwm: f64,
@@ -1333,8 +1333,8 @@ fn memory(args: &Args, bins: &Bins, dir: &Path) -> anyhow::Result<MemoryResult> 
             SETTLE_FLAG,
         ],
     )?;
-    drainer.wait_leading(Duration::from_secs(120))?;
-    let leading_after = t_drainer.elapsed().as_secs_f64();
+    drainer.wait_standing_by(Duration::from_secs(120))?;
+    let standing_by_after = t_drainer.elapsed().as_secs_f64();
     // The drainer's node watch opens once its initial list (5,000 nodes in pages) is read; the
     // benchmark's own watch is the other one.
     wait_for_requests(
@@ -1344,7 +1344,7 @@ fn memory(args: &Args, bins: &Bins, dir: &Path) -> anyhow::Result<MemoryResult> 
     )?;
     let listed_after = t_drainer.elapsed().as_secs_f64();
     eprintln!(
-        "drain_bench: memory: leading after {leading_after:.1} s, nodes listed after {listed_after:.1} s; idle for {} s",
+        "drain_bench: memory: standing by after {standing_by_after:.1} s, nodes listed after {listed_after:.1} s; idle for {} s",
         IDLE_WAIT.as_secs()
     );
     std::thread::sleep(IDLE_WAIT);
@@ -1417,7 +1417,7 @@ fn memory(args: &Args, bins: &Bins, dir: &Path) -> anyhow::Result<MemoryResult> 
         build,
         nodes,
         pods,
-        leading_after,
+        standing_by_after,
         listed_after,
         idle_rss: mib(idle_rss),
         startup_hwm: mib(startup_hwm),
@@ -1451,8 +1451,8 @@ impl MemoryResult {
             self.build
         );
         println!(
-            "rotor-drainer run --lease-namespace kube-system --settle {SETTLE_FLAG}: leading after {:.1} s, node list read after {:.1} s, then left idle {} s",
-            self.leading_after,
+            "rotor-drainer run --lease-namespace kube-system --settle {SETTLE_FLAG}: standing by after {:.1} s, node list read after {:.1} s, then left idle {} s",
+            self.standing_by_after,
             self.listed_after,
             IDLE_WAIT.as_secs()
         );
@@ -1781,22 +1781,24 @@ impl Drainer {
         }
     }
 
-    fn wait_leading(&mut self, timeout: Duration) -> anyhow::Result<()> {
+    /// Waits until the drainer has listed the cluster and stands by: it contends for the lease
+    /// only once a node needs it, so that is when it is ready for the taints.
+    fn wait_standing_by(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
-            if self.log_count("leading: starting to drain") > 0 {
+            if self.log_count("standing by") > 0 {
                 return Ok(());
             }
             if let Some(s) = self.exited() {
                 bail!(
-                    "rotor-drainer exited ({s}) before leading; its log {}:\n{}",
+                    "rotor-drainer exited ({s}) before standing by; its log {}:\n{}",
                     self.log.display(),
                     tail(&self.log, 30)
                 );
             }
             ensure!(
                 Instant::now() < deadline,
-                "rotor-drainer did not lead within {} s; its log {}:\n{}",
+                "rotor-drainer did not stand by within {} s; its log {}:\n{}",
                 timeout.as_secs(),
                 self.log.display(),
                 tail(&self.log, 30)

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use rotor_e2e::{
     SimProcess, TestDir, binary, describe_output, kubectl_json, kubectl_ok, kubectl_path,
-    run_with_timeout, scenario, wait_until, workspace_root,
+    run_with_timeout, scenario, taint_first_node, wait_until, workspace_root,
 };
 use serde_json::Value;
 
@@ -659,6 +659,8 @@ fn the_drainer_with_the_rendered_args_serves_its_probes_and_takes_the_lease() {
             },
         );
     }
+    // Replicas contend for the Lease only while a node needs rotor.
+    taint_first_node(&sim);
     wait_until(
         &format!("{pod_name} to hold Lease {NAMESPACE}/{lease}"),
         Duration::from_secs(30),

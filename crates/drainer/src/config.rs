@@ -112,6 +112,13 @@ pub struct LeaderArgs {
     /// How long a leader's lease lasts without renewal.
     #[arg(long, env = "ROTOR_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
+
+    /// How long the leader keeps the lease once no node needs rotor (none carries the drain
+    /// taint without being drained, and none has rotor's state to undo). Then it releases the
+    /// lease and, like every other replica, only watches until a node does: replicas contend for
+    /// the lease only while there is work, so an idle drainer sends no request but its watches.
+    #[arg(long, env = "ROTOR_RELEASE_LEASE_AFTER", default_value = "30s", value_parser = parse_duration)]
+    pub release_lease_after: Duration,
 }
 
 /// Validated settings the runtime uses.

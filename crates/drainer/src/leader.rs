@@ -1,5 +1,7 @@
 //! Leader election on a coordination.k8s.io/v1 Lease, so that of several drainer replicas only
-//! one acts. The algorithm is the one client-go uses: the holder renews `renewTime` every
+//! one acts. Replicas contend only while a node needs rotor, and the leader releases the lease
+//! when none has for a while ([`Election`]), so an idle drainer writes nothing. While
+//! contending, the algorithm is the one client-go uses: the holder renews `renewTime` every
 //! `renew_every`; another replica takes the lease over only when the record it observed has not
 //! changed for a whole `lease_duration` by its own clock (no trust in other clocks). Every write
 //! is an update guarded by resourceVersion, so two candidates can never both win. (The
@@ -11,7 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
@@ -152,63 +154,177 @@ async fn try_hold(
     }
 }
 
-/// Keeps trying to hold the lease until cancelled, publishing whether we lead. Leadership is
-/// reported lost as soon as a renewal has not succeeded for a whole lease duration.
-pub fn run(
+/// What the controller asks of the election task.
+enum Request {
+    /// Start contending for the lease (a node needs rotor).
+    Contend,
+    /// Stop contending and release the lease if held; answered once released.
+    StandDown(oneshot::Sender<()>),
+}
+
+/// One replica's part in the election. A replica contends for the lease only while a node needs
+/// rotor ([`Election::contend`]), and the leader hands it back once none has for a while
+/// ([`Election::stand_down`]): an idle fleet of replicas sends no request but their watches, and
+/// a new leader is chosen the moment there is work again. While contending, the rules are
+/// client-go's (see the module comment).
+pub struct Election {
+    /// Whether this replica leads now. It may act only while this is true.
+    pub leading: watch::Receiver<bool>,
+    /// Cancelled when a lease this replica held was lost rather than released (a renewal failed
+    /// for a whole lease duration, or another replica took it): whatever it is doing must stop.
+    pub lost: CancellationToken,
+    requests: mpsc::UnboundedSender<Request>,
+    contending: bool,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Election {
+    /// Starts the election task, not contending. It ends when `cancel` is cancelled, releasing
+    /// the lease if it holds it.
+    pub fn start(client: kube::Client, cfg: LeaderConfig, cancel: CancellationToken) -> Election {
+        let (tx, leading) = watch::channel(false);
+        let (requests, rx) = mpsc::unbounded_channel();
+        let lost = CancellationToken::new();
+        let task = tokio::spawn(elect(client, cfg, cancel, tx, rx, lost.clone()));
+        Election {
+            leading,
+            lost,
+            requests,
+            contending: false,
+            task,
+        }
+    }
+
+    /// Whether this replica leads now.
+    pub fn is_leading(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Whether this replica contends for the lease (or holds it).
+    pub fn is_contending(&self) -> bool {
+        self.contending
+    }
+
+    /// Contends for the lease from now on; nothing if it already does.
+    pub fn contend(&mut self) {
+        if !self.contending {
+            self.contending = self.requests.send(Request::Contend).is_ok();
+        }
+    }
+
+    /// Stops contending. If this replica leads, it stops leading (`leading` turns false) and
+    /// releases the lease before this returns, so no other replica can act while it still does.
+    pub async fn stand_down(&mut self) {
+        self.contending = false;
+        let (ack, done) = oneshot::channel();
+        if self.requests.send(Request::StandDown(ack)).is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    /// Waits for the election task to end (after its `cancel` was cancelled).
+    pub async fn join(self) {
+        let _ = self.task.await;
+    }
+}
+
+async fn elect(
     client: kube::Client,
     cfg: LeaderConfig,
     cancel: CancellationToken,
-) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(false);
-    let handle = tokio::spawn(async move {
-        let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-        let mut seen = Observed::default();
-        let mut last_success: Option<Instant> = None;
-        loop {
+    tx: watch::Sender<bool>,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+    lost: CancellationToken,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let mut seen = Observed::default();
+    let mut contending = false;
+    let mut last_success: Option<Instant> = None;
+    let mut next_try = tokio::time::Instant::now();
+    // A held lease that is lost is reported once; this replica then leads no more (the
+    // runtime exits and a restart rejoins the election).
+    let lose = |tx: &watch::Sender<bool>| {
+        if tx.send_if_modified(|v| std::mem::replace(v, false)) {
+            lost.cancel();
+        }
+    };
+    loop {
+        if contending && tokio::time::Instant::now() >= next_try {
             match try_hold(&api, &cfg, &mut seen).await {
                 Ok(true) => {
                     last_success = Some(Instant::now());
-                    tx.send_if_modified(|v| !std::mem::replace(v, true));
+                    if !lost.is_cancelled() {
+                        tx.send_if_modified(|v| !std::mem::replace(v, true));
+                    }
                 }
                 Ok(false) => {
                     last_success = None;
-                    tx.send_if_modified(|v| std::mem::replace(v, false));
+                    lose(&tx);
                 }
                 Err(e) => {
                     tracing::warn!(lease = %cfg.name, error = %e, "could not read or renew the leader lease; will retry");
                     if last_success.is_none_or(|t| t.elapsed() >= cfg.lease_duration) {
-                        tx.send_if_modified(|v| std::mem::replace(v, false));
+                        lose(&tx);
                     }
                 }
             }
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(cfg.renew_every) => {}
-            }
+            next_try = tokio::time::Instant::now() + cfg.renew_every;
         }
-        // Hand the lease over at once on shutdown instead of making the next leader wait.
-        if *tx.borrow()
-            && let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await
-            && lease
-                .spec
-                .as_ref()
-                .and_then(|s| s.holder_identity.as_deref())
-                == Some(cfg.identity.as_str())
-        {
-            if let Some(s) = lease.spec.as_mut() {
-                s.holder_identity = None;
-                s.lease_duration_seconds = Some(1);
-            }
-            match api.replace(&cfg.name, &PostParams::default(), &lease).await {
-                Ok(_) => tracing::info!(lease = %cfg.name, "released the leader lease"),
-                Err(e) => {
-                    tracing::warn!(lease = %cfg.name, error = %e, "could not release the leader lease")
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep_until(next_try), if contending => {}
+            request = requests.recv() => match request {
+                None => break,
+                Some(Request::Contend) => {
+                    if !contending {
+                        contending = true;
+                        // A lease seen before standing down says nothing of its holder now.
+                        seen = Observed::default();
+                        next_try = tokio::time::Instant::now();
+                    }
                 }
-            }
+                Some(Request::StandDown(ack)) => {
+                    contending = false;
+                    if tx.send_if_modified(|v| std::mem::replace(v, false)) {
+                        release(&api, &cfg).await;
+                    }
+                    last_success = None;
+                    let _ = ack.send(());
+                }
+            },
         }
-        let _ = tx.send(false);
-    });
-    (rx, handle)
+    }
+    // Hand the lease over at once on shutdown instead of making the next leader wait.
+    if tx.send_if_modified(|v| std::mem::replace(v, false)) {
+        release(&api, &cfg).await;
+    }
+}
+
+/// Gives up the lease if this replica still holds it: no holder, and a one-second duration for
+/// readers that only look at the times.
+async fn release(api: &Api<Lease>, cfg: &LeaderConfig) {
+    let mut lease = match api.get_opt(&cfg.name).await {
+        Ok(Some(lease)) => lease,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(lease = %cfg.name, error = %e, "could not release the leader lease; the next leader waits for it to expire");
+            return;
+        }
+    };
+    let Some(spec) = lease.spec.as_mut() else {
+        return;
+    };
+    if spec.holder_identity.as_deref() != Some(cfg.identity.as_str()) {
+        return;
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+        Ok(_) => tracing::info!(lease = %cfg.name, "released the leader lease"),
+        Err(e) => {
+            tracing::warn!(lease = %cfg.name, error = %e, "could not release the leader lease; the next leader waits for it to expire")
+        }
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{DrainerConfig, LeaderArgs};
 use crate::drain::Ctx;
-use crate::leader::{self, LeaderConfig};
+use crate::leader::{Election, LeaderConfig};
 use crate::metrics::Metrics;
 
 /// Runs the drainer until `stop` is cancelled (Ok) or the lease is lost (Err).
@@ -54,26 +54,15 @@ pub async fn run(
         lease_duration: leader_args.lease_duration,
         renew_every: (leader_args.lease_duration / 3).max(Duration::from_millis(500)),
     };
-    let leader_stop = stop.child_token();
-    let (mut leading, leader_task) = leader::run(kube_client.clone(), lease, leader_stop.clone());
+    // Ended by us once the control loop has stopped, not by `stop` directly: the loop must not
+    // see the election end before it sees the shutdown.
+    let election_stop = CancellationToken::new();
+    let mut election = Election::start(kube_client.clone(), lease, election_stop.clone());
     readiness.set_ready(true);
-    tracing::info!(%identity, lease = %leader_args.lease_name, namespace = %leader_args.lease_namespace, "waiting to lead");
-    loop {
-        if *leading.borrow_and_update() {
-            break;
-        }
-        tokio::select! {
-            _ = stop.cancelled() => {
-                leader_stop.cancel();
-                let _ = leader_task.await;
-                let _ = admin_task.await;
-                return Ok(());
-            }
-            r = leading.changed() => if r.is_err() { anyhow::bail!("leader election stopped") },
-        }
-    }
-    tracing::info!(%identity, "leading: starting to drain tainted nodes");
+    tracing::info!(%identity, lease = %leader_args.lease_name, namespace = %leader_args.lease_namespace, "watching the cluster; contending for the leader lease only while a node needs rotor");
 
+    // Every replica keeps the same watches, leading or not: the node watch tells it when to
+    // contend, and a new leader starts with its caches warm.
     // Budgets are cached cluster-wide; every change wakes drains waiting on a refusal.
     let (budgets, writer) = reflector::store::<PodDisruptionBudget>();
     let (changes_tx, budget_changes) = tokio::sync::watch::channel(0u64);
@@ -97,7 +86,6 @@ pub async fn run(
             }
         }
     });
-    budgets.wait_until_ready().await?;
     let recorder = Recorder::new(
         kube_client.clone(),
         Reporter {
@@ -117,26 +105,37 @@ pub async fn run(
         in_flight: Default::default(),
     });
 
-    // Acting stops when we shut down or lose the lease.
+    // Acting stops when we shut down or lose the lease (not when we release it: the controller
+    // does that itself, once nothing is running).
     let acting = stop.child_token();
-    let acting2 = acting.clone();
-    let mut leading2 = leading.clone();
-    let lost = tokio::spawn(async move {
-        while leading2.changed().await.is_ok() {
-            if !*leading2.borrow() {
-                acting2.cancel();
-                return true;
+    let lost = {
+        let (acting, lost) = (acting.clone(), election.lost.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = lost.cancelled() => { acting.cancel(); true }
+                _ = acting.cancelled() => false,
             }
+        })
+    };
+    let result = async {
+        tokio::select! {
+            ready = ctx.budgets.wait_until_ready() => ready?,
+            _ = acting.cancelled() => return Ok(()),
         }
-        acting2.cancel();
-        false
-    });
-    let result = crate::controller::run(ctx, acting.clone()).await;
+        crate::controller::run(
+            ctx.clone(),
+            &mut election,
+            leader_args.release_lease_after,
+            acting.clone(),
+        )
+        .await
+    }
+    .await;
     acting.cancel();
     budget_task.abort();
-    leader_stop.cancel();
-    let _ = leader_task.await;
-    let lost_lease = !stop.is_cancelled() && lost.await.unwrap_or(false);
+    election_stop.cancel();
+    election.join().await;
+    let lost_lease = lost.await.unwrap_or(false);
     let _ = admin_task.await;
     result?;
     if lost_lease {

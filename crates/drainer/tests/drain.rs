@@ -5,7 +5,9 @@ mod common;
 
 use common::{TestCluster, TestDrainer, WAIT, is_daemon_or_mirror, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams};
 
 const CLUSTER: &str = r#"
 timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s}
@@ -193,39 +195,82 @@ async fn given_a_do_not_disrupt_pod_then_the_node_blocks_and_names_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_two_replicas_then_only_the_leader_acts_and_the_other_takes_over() {
-    let cluster = TestCluster::start(CLUSTER).await;
-    let a = TestDrainer::start(&cluster, "replica-a", &[]);
-    let holder = wait_until("a leader", WAIT, || async {
-        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-            kube::Api::namespaced(cluster.client.clone(), "rotor-system");
+async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_other_takes_over() {
+    // web's budget allows no eviction, so a node hosting web stays blocked: work that lasts.
+    let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
+    let cluster = TestCluster::start(&yaml).await;
+    let flags = ["--release-lease-after", "1s"];
+    let a = TestDrainer::start(&cluster, "replica-a", &flags);
+    let b = TestDrainer::start(&cluster, "replica-b", &flags);
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "rotor-system");
+    let holder = || async {
         leases
             .get_opt("rotor-drainer")
             .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec.and_then(|s| s.holder_identity))
+            .unwrap()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    let lease_requests = || {
+        let requests = &cluster.stats()["requests"];
+        ["get leases", "create leases", "update leases"]
+            .iter()
+            .map(|k| requests[k].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    // Idle: both replicas watch, neither asks for the lease.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(lease_requests(), 0, "idle replicas touched the Lease");
+    assert_eq!(holder().await, None);
+
+    // A node needs rotor: both contend, one wins and drains, the other follows.
+    let node = wait_until("a node hosting web pods", WAIT, || async {
+        cluster.nodes_hosting("web-").await.into_iter().next()
     })
     .await;
-    assert_eq!(holder, "replica-a");
-    let b = TestDrainer::start(&cluster, "replica-b", &[]);
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(cluster.client.clone(), "rotor-system");
-    let spec = leases.get("rotor-drainer").await.unwrap().spec.unwrap();
-    assert_eq!(
-        spec.holder_identity.as_deref(),
-        Some("replica-a"),
-        "the second replica follows"
-    );
-    // The leader stops: it hands the lease over and the follower drains.
-    a.stop().await.unwrap();
-    let node = cluster.node_names().await[1].clone();
     cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "blocked").await;
+    let first = holder().await.expect("a leader while the node is blocked");
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        holder().await.as_deref(),
+        Some(first.as_str()),
+        "one leader"
+    );
+    let (leader, follower, next) = if first == "replica-a" {
+        (a, b, "replica-b")
+    } else {
+        (b, a, "replica-a")
+    };
+
+    // The leader stops: it hands the lease over, and the follower resumes the drain and
+    // finishes it once the budget allows.
+    leader.stop().await.unwrap();
+    wait_until("the follower to take the lease", WAIT, || async {
+        (holder().await.as_deref() == Some(next)).then_some(())
+    })
+    .await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(cluster.client.clone(), "shop");
+    let relax = serde_json::json!({"spec": {"minAvailable": 3}});
+    pdbs.patch("web", &PatchParams::default(), &Patch::Merge(&relax))
+        .await
+        .unwrap();
     cluster.wait_phase(&node, "drained").await;
-    let spec = leases.get("rotor-drainer").await.unwrap().spec.unwrap();
-    assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
-    b.stop().await.unwrap();
+    assert_eq!(holder().await.as_deref(), Some(next));
+
+    // Nothing left to do: after --release-lease-after the leader lets the lease go, and then
+    // touches it no more.
+    wait_until("the lease to be released", WAIT, || async {
+        holder().await.is_none().then_some(())
+    })
+    .await;
+    let released = lease_requests();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        lease_requests(),
+        released,
+        "Lease requests after the release"
+    );
+    follower.stop().await.unwrap();
     cluster.stop().await;
 }
 

@@ -2,7 +2,9 @@
 //! object), and on every change or tick decide what runs. Drains that were recorded as started
 //! resume; drains whose taint disappeared are stopped and undone; new drains start only inside a
 //! maintenance window, when the gate is open, and within the fleet limits the `fleet` module
-//! computes. While nothing happens it makes no API request besides its watches.
+//! computes. Every replica runs the loop; it contends for the leader lease while some node needs
+//! rotor and acts only while it leads. While no node needs rotor it makes no API request besides
+//! its watches, leader or not: the leader releases the lease after `--release-lease-after`.
 //!
 //! `start_gate` holds the next start until the cluster has absorbed the last drains; `choice`
 //! orders the candidates by what their pods' budgets allow now.
@@ -22,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
 use crate::fleet::{FleetLimits, Limit, NodeView, choose_nodes_to_start, held_by_limit};
+use crate::leader::Election;
 use crate::metrics::PhaseLabel;
 use crate::state::{Intent, retry_backoff};
 use crate::window::any_open;
@@ -36,7 +39,15 @@ struct Running {
     abort: CancellationToken,
 }
 
-pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
+/// Runs the control loop until `stop`. Every replica runs it: it watches, contends for the lease
+/// in `election` while some node needs rotor, acts only while it leads, and releases the lease
+/// once no node has needed rotor for `release_after` and nothing it started is still running.
+pub async fn run(
+    ctx: Arc<Ctx>,
+    election: &mut Election,
+    release_after: Duration,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
     let nodes_api: Api<Node> = Api::all(ctx.client.clone());
     // Small pages: each listed Node is summarised and dropped at once, so the page is the
     // peak (500 full Nodes with their image lists are several MiB at 5,000 nodes).
@@ -59,6 +70,10 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     let mut held_log = HeldLog::default();
     let mut burst = TaintBurst::default();
     let mut demand_cache = choice::DemandCache::default();
+    let mut leading_changes = election.leading.clone();
+    let mut was_leading = false;
+    let mut idle_since: Option<Instant> = None;
+    let mut standing_by = false;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_tick = Instant::now();
@@ -67,6 +82,9 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tick.tick() => {}
+            changed = leading_changes.changed() => if changed.is_err() {
+                anyhow::bail!("the leader election task ended");
+            },
             _ = tokio::time::sleep_until(burst_over.unwrap_or_else(Instant::now).into()), if burst_over.is_some() => {}
             Some(update) = workload_events.next() => {
                 if let WorkloadUpdate::Failed { kind, error, .. } = &update {
@@ -133,6 +151,53 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
             }
         }
         if !listed {
+            continue;
+        }
+        let leading = election.is_leading();
+        if leading && !was_leading {
+            tracing::info!("leading: starting to drain tainted nodes");
+            // What this replica knew from an earlier term (another replica may have led since)
+            // is stale: like any new leader, its first start passes the gate.
+            gate = Gate::default();
+            gate.arm([]);
+            demand_cache = choice::DemandCache::default();
+        }
+        was_leading = leading;
+        let needed = nodes
+            .values()
+            .find_map(|n| needs_rotor(n).map(|why| (n.name.as_str(), why)));
+        match needed {
+            Some((node, why)) => {
+                idle_since = None;
+                if !election.is_contending() {
+                    tracing::info!(%node, why, "a node needs rotor: contending for the leader lease");
+                    election.contend();
+                    standing_by = false;
+                }
+            }
+            None if tasks.is_empty() => {
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                let release = !leading || since.elapsed() >= release_after;
+                if release && (election.is_contending() || leading) {
+                    election.stand_down().await;
+                    was_leading = false;
+                    if leading {
+                        tracing::info!(
+                            idle_secs = since.elapsed().as_secs(),
+                            "no node needs rotor: released the leader lease"
+                        );
+                    }
+                }
+                if !standing_by && !election.is_contending() {
+                    tracing::info!(
+                        "no node needs rotor: standing by without the leader lease, watching for drain taints"
+                    );
+                    standing_by = true;
+                }
+            }
+            None => idle_since = None,
+        }
+        if !election.is_leading() {
             continue;
         }
         let elapsed = last_tick.elapsed();
@@ -255,6 +320,24 @@ pub async fn run(ctx: Arc<Ctx>, stop: CancellationToken) -> anyhow::Result<()> {
     // Shutdown: let running drains stop where they are; their state stays on the nodes.
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Why `node` needs a leading drainer, if it does: it carries the drain taint and is not drained
+/// yet (a node opted out with `rotor.dev/do-not-disrupt` waits for that to go, which the watch
+/// shows, unless its drain already started), or it has rotor's drain state without the taint, to
+/// undo. Drained nodes wait for the autoscaler or the selector to retire them: nothing to do.
+fn needs_rotor(node: &NodeView) -> Option<&'static str> {
+    if node.tainted {
+        if node.record.phase == Some(DrainPhase::Drained) {
+            return None;
+        }
+        if node.opted_out && !node.record.is_active() {
+            return None;
+        }
+        return Some("it carries the drain taint");
+    }
+    (node.record.phase.is_some() || node.record.cordoned_by_rotor)
+        .then_some("it has rotor's drain state but no drain taint, to undo")
 }
 
 /// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)
@@ -429,6 +512,44 @@ mod tests {
             .iter()
             .map(|n| (n.to_string(), why.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_node_needs_rotor_until_drained_or_while_its_state_is_left_without_the_taint() {
+        let node = |tainted: bool, phase: Option<DrainPhase>| {
+            let mut n = NodeView {
+                name: "n".into(),
+                tainted,
+                ..NodeView::default()
+            };
+            n.record.phase = phase;
+            n
+        };
+        // Nothing to do: untouched nodes, and drained ones waiting to be retired.
+        assert_eq!(needs_rotor(&node(false, None)), None);
+        assert_eq!(needs_rotor(&node(true, Some(DrainPhase::Drained))), None);
+        // Tainted and not drained: to start, resume, or retry after a failure.
+        for phase in [
+            None,
+            Some(DrainPhase::Queued),
+            Some(DrainPhase::Evicting),
+            Some(DrainPhase::Blocked),
+            Some(DrainPhase::Failed),
+        ] {
+            assert!(needs_rotor(&node(true, phase)).is_some(), "{phase:?}");
+        }
+        // Opted out before its drain started: it waits for the opt-out to go (a node event).
+        let mut opted_out = node(true, None);
+        opted_out.opted_out = true;
+        assert_eq!(needs_rotor(&opted_out), None);
+        opted_out.record.phase = Some(DrainPhase::Evicting);
+        assert!(needs_rotor(&opted_out).is_some());
+        // The taint went away: rotor's state (even a drained record, or only its cordon) is
+        // undone.
+        assert!(needs_rotor(&node(false, Some(DrainPhase::Drained))).is_some());
+        let mut cordoned = node(false, None);
+        cordoned.record.cordoned_by_rotor = true;
+        assert!(needs_rotor(&cordoned).is_some());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams};
+use serde_json::Value;
 
 const CLUSTER: &str = r#"
 timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s}
@@ -295,6 +296,15 @@ async fn given_a_closed_maintenance_window_then_no_drain_starts() {
             .as_object()
             .is_none_or(|e| e.is_empty())
     );
+    // A node that can only wait for a window does not need a leader: nobody contends.
+    let requests = &cluster.stats()["requests"];
+    for verb in ["get", "create", "update"] {
+        assert_eq!(
+            requests[format!("{verb} leases")],
+            Value::Null,
+            "{requests}"
+        );
+    }
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }

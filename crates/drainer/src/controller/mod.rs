@@ -163,9 +163,11 @@ pub async fn run(
             demand_cache = choice::DemandCache::default();
         }
         was_leading = leading;
+        let now = Timestamp::now();
+        let window_open = any_open(&ctx.cfg.windows, now);
         let needed = nodes
             .values()
-            .find_map(|n| needs_rotor(n).map(|why| (n.name.as_str(), why)));
+            .find_map(|n| needs_rotor(n, now, window_open).map(|why| (n.name.as_str(), why)));
         match needed {
             Some((node, why)) => {
                 idle_since = None;
@@ -197,6 +199,9 @@ pub async fn run(
             }
             None => idle_since = None,
         }
+        // Every replica reports the phases it sees on the nodes, so the figures survive a
+        // release of the lease (a view of the cluster: the same from each replica).
+        publish_phases(&ctx, &nodes);
         if !election.is_leading() {
             continue;
         }
@@ -240,7 +245,6 @@ pub async fn run(
                 );
             }
         }
-        publish_phases(&ctx, &nodes);
         // Start new drains.
         let mut view: Vec<NodeView> = nodes
             .values()
@@ -322,22 +326,25 @@ pub async fn run(
     Ok(())
 }
 
-/// Why `node` needs a leading drainer, if it does: it carries the drain taint and is not drained
-/// yet (a node opted out with `rotor.dev/do-not-disrupt` waits for that to go, which the watch
-/// shows, unless its drain already started), or it has rotor's drain state without the taint, to
-/// undo. Drained nodes wait for the autoscaler or the selector to retire them: nothing to do.
-fn needs_rotor(node: &NodeView) -> Option<&'static str> {
-    if node.tainted {
-        if node.record.phase == Some(DrainPhase::Drained) {
-            return None;
-        }
-        if node.opted_out && !node.record.is_active() {
-            return None;
-        }
-        return Some("it carries the drain taint");
+/// Why `node` needs a leading drainer now, if it does: its drain is under way (to resume, after
+/// a failover), it has rotor's drain state without the taint (to undo), or it carries the taint
+/// and may start now: not drained, not opted out with `rotor.dev/do-not-disrupt`, not backing off
+/// after a failure, and inside a maintenance window (`window_open`). A node that only waits (to
+/// be retired, for its opt-out to go, for its retry time or for a window) needs nothing yet: the
+/// node watch shows the first two change, and the once-a-second pass notices the others.
+fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'static str> {
+    if !node.tainted {
+        return (node.record.phase.is_some() || node.record.cordoned_by_rotor)
+            .then_some("it has rotor's drain state but no drain taint, to undo");
     }
-    (node.record.phase.is_some() || node.record.cordoned_by_rotor)
-        .then_some("it has rotor's drain state but no drain taint, to undo")
+    if node.record.is_active() {
+        return Some("its drain is under way");
+    }
+    let waits = node.opted_out
+        || node.record.phase == Some(DrainPhase::Drained)
+        || node.record.backing_off_until(now, retry_backoff).is_some()
+        || !window_open;
+    (!waits).then_some("it carries the drain taint")
 }
 
 /// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)
@@ -515,7 +522,8 @@ mod tests {
     }
 
     #[test]
-    fn a_node_needs_rotor_until_drained_or_while_its_state_is_left_without_the_taint() {
+    fn a_node_needs_rotor_while_it_can_start_or_runs_or_has_state_to_undo() {
+        let now: Timestamp = "2025-03-01T12:00:00Z".parse().unwrap();
         let node = |tainted: bool, phase: Option<DrainPhase>| {
             let mut n = NodeView {
                 name: "n".into(),
@@ -525,31 +533,41 @@ mod tests {
             n.record.phase = phase;
             n
         };
+        let needs = |n: &NodeView| needs_rotor(n, now, true).is_some();
         // Nothing to do: untouched nodes, and drained ones waiting to be retired.
-        assert_eq!(needs_rotor(&node(false, None)), None);
-        assert_eq!(needs_rotor(&node(true, Some(DrainPhase::Drained))), None);
-        // Tainted and not drained: to start, resume, or retry after a failure.
+        assert!(!needs(&node(false, None)));
+        assert!(!needs(&node(true, Some(DrainPhase::Drained))));
+        // Tainted and not drained: to start, or to resume.
         for phase in [
             None,
             Some(DrainPhase::Queued),
             Some(DrainPhase::Evicting),
             Some(DrainPhase::Blocked),
-            Some(DrainPhase::Failed),
         ] {
-            assert!(needs_rotor(&node(true, phase)).is_some(), "{phase:?}");
+            assert!(needs(&node(true, phase)), "{phase:?}");
         }
+        // Outside every window only a drain under way needs the leader; a new start waits.
+        assert_eq!(needs_rotor(&node(true, None), now, false), None);
+        assert!(needs_rotor(&node(true, Some(DrainPhase::Evicting)), now, false).is_some());
+        // Failed: nothing until its retry is due.
+        let mut failed = node(true, Some(DrainPhase::Failed));
+        failed.record.attempts = 1;
+        failed.record.deadline = Some(now - jiff::SignedDuration::from_secs(10));
+        assert!(!needs(&failed), "backing off");
+        failed.record.deadline = Some(now - jiff::SignedDuration::from_hours(24));
+        assert!(needs(&failed), "retry due");
         // Opted out before its drain started: it waits for the opt-out to go (a node event).
         let mut opted_out = node(true, None);
         opted_out.opted_out = true;
-        assert_eq!(needs_rotor(&opted_out), None);
+        assert!(!needs(&opted_out));
         opted_out.record.phase = Some(DrainPhase::Evicting);
-        assert!(needs_rotor(&opted_out).is_some());
+        assert!(needs(&opted_out));
         // The taint went away: rotor's state (even a drained record, or only its cordon) is
         // undone.
-        assert!(needs_rotor(&node(false, Some(DrainPhase::Drained))).is_some());
+        assert!(needs(&node(false, Some(DrainPhase::Drained))));
         let mut cordoned = node(false, None);
         cordoned.record.cordoned_by_rotor = true;
-        assert!(needs_rotor(&cordoned).is_some());
+        assert!(needs(&cordoned));
     }
 
     #[test]

@@ -191,9 +191,25 @@ pub async fn run(
                     }
                 }
                 if !standing_by && !election.is_contending() {
-                    tracing::info!(
-                        "no node needs rotor: standing by without the leader lease, watching for drain taints"
-                    );
+                    // Tainted nodes that only wait (for a window, a retry or an opt-out to go)
+                    // are named, so that the quiet is not mistaken for "nothing tainted".
+                    let waiting: Vec<&str> = nodes
+                        .values()
+                        .filter(|n| n.tainted && n.record.phase != Some(DrainPhase::Drained))
+                        .map(|n| n.name.as_str())
+                        .collect();
+                    if waiting.is_empty() {
+                        tracing::info!(
+                            "no node needs rotor: standing by without the leader lease, watching for drain taints"
+                        );
+                    } else {
+                        let shown: Vec<&str> = waiting.iter().take(5).copied().collect();
+                        tracing::info!(
+                            waiting = waiting.len(),
+                            nodes = %shown.join(", "),
+                            "no tainted node can start now: standing by without the leader lease until one can (a window opens, a retry falls due, an opt-out goes)"
+                        );
+                    }
                     standing_by = true;
                 }
             }

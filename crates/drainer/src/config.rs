@@ -113,8 +113,9 @@ pub struct LeaderArgs {
     #[arg(long, env = "ROTOR_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
 
-    /// How long the leader keeps the lease once no node needs rotor (none carries the drain
-    /// taint without being drained, and none has rotor's state to undo). Then it releases the
+    /// How long the leader keeps the lease once no node needs rotor: no drain is under way, no
+    /// tainted node may start now (drained, opted out, backing off after a failure or outside
+    /// every window do not count), and no node has rotor's state to undo. Then it releases the
     /// lease and, like every other replica, only watches until a node does: replicas contend for
     /// the lease only while there is work, so an idle drainer sends no request but its watches.
     #[arg(long, env = "ROTOR_RELEASE_LEASE_AFTER", default_value = "30s", value_parser = parse_duration)]

@@ -105,9 +105,12 @@ impl InFlight {
             .or_default() += 1;
     }
 
-    /// Withdraws `node`'s evictions: its drain ended.
-    pub(crate) fn clear(&self, node: &str) {
-        self.lock().remove(node);
+    /// Withdraws `node`'s evictions (its drain ended), returning the workloads they were from.
+    pub(crate) fn take(&self, node: &str) -> Vec<Owner> {
+        self.lock()
+            .remove(node)
+            .map(|evicted| evicted.into_keys().collect())
+            .unwrap_or_default()
     }
 
     /// The running drains' evictions, summed per workload.

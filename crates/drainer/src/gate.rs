@@ -157,9 +157,14 @@ pub type Owner = (String, String, String);
 /// pods than the running drains took from it, and with nothing running (always, at
 /// `--max-concurrent 1`) a workload must be fully Ready. A ReplicaSet owned by a Deployment is
 /// judged by that Deployment (its own count changes during a rollout), with the in-flight pods of
-/// all its ReplicaSets. Owners not in the index (deleted since) and other kinds (Jobs,
-/// DaemonSets, bare pods) do not hold the gate. Owners that no longer hold it leave
-/// `evicted_owners`, so they are not looked up again. Each workload is reported once, sorted.
+/// all its ReplicaSets. The allowance is a count, not the pods themselves: a running drain's
+/// replacement that is Ready already lends its place to a finished drain's pod that is not (and a
+/// pod replaced and then evicted again by a second drain counts twice). That is why workloads
+/// short within the allowance stay in `evicted_owners`, to be judged again at the next start and
+/// once those drains end, when the allowance shrinks. Owners not in the index (deleted since) and
+/// other kinds (Jobs, DaemonSets, bare pods) do not hold the gate; those and the workloads Ready
+/// again leave `evicted_owners`, so they are not looked up again. Each workload is reported once,
+/// sorted.
 pub fn workload_blockers(
     evicted_owners: &mut BTreeSet<Owner>,
     index: &WorkloadIndex,
@@ -181,8 +186,12 @@ pub fn workload_blockers(
             .get(&(kind, namespace, name))
             .copied()
             .unwrap_or(0);
-        if counts.ready >= counts.wanted - in_flight {
+        if counts.ready >= counts.wanted {
             return false;
+        }
+        if counts.ready >= counts.wanted - in_flight {
+            // Short, but within what the running drains took: judged again later.
+            return true;
         }
         seen.insert(GateBlocker::WorkloadNotReady {
             workload: format!("{} {namespace}/{name}", kind.as_str()),
@@ -455,8 +464,18 @@ mod tests {
                 &in_flight,
             )
         };
-        // 3 missing, all the running drains' share: the finished drain's pods are back.
-        assert!(judge(7).is_empty());
+        // 3 missing, all the running drains' share: the finished drain's pods are back, as far
+        // as a count can tell. The workload is still short, so it stays to be judged again.
+        let deployments = [deployment("web", 10, Some(7))];
+        let mut owners = BTreeSet::from([owner("ReplicaSet", "web-new")]);
+        let statefulsets = [statefulset("db", 3, 3)];
+        let index_7 = index(&deployments, &statefulsets, &replicasets);
+        assert!(workload_blockers(&mut owners, &index_7, &in_flight).is_empty());
+        assert_eq!(
+            owners.len(),
+            1,
+            "a workload short within the allowance stays"
+        );
         // 4 missing, one more than the running drains took: the finished drain's pod is not.
         let blockers = judge(6);
         assert_eq!(

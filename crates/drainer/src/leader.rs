@@ -195,9 +195,9 @@ impl Election {
         }
     }
 
-    /// Whether this replica leads now.
+    /// Whether this replica leads now (never once the election task has ended).
     pub fn is_leading(&self) -> bool {
-        *self.leading.borrow()
+        *self.leading.borrow() && self.leading.has_changed().is_ok()
     }
 
     /// Whether this replica contends for the lease (or holds it).
@@ -241,32 +241,41 @@ async fn elect(
     let mut contending = false;
     let mut last_success: Option<Instant> = None;
     let mut next_try = tokio::time::Instant::now();
-    // A held lease that is lost is reported once; this replica then leads no more (the
-    // runtime exits and a restart rejoins the election).
-    let lose = |tx: &watch::Sender<bool>| {
-        if tx.send_if_modified(|v| std::mem::replace(v, false)) {
-            lost.cancel();
-        }
-    };
+    // As client-go's renewDeadline: a leader that has not renewed for two thirds of the lease
+    // stops leading, before any other replica may take the lease over (a whole lease duration
+    // after it last saw a change). Each request is bounded so that this is checked in time even
+    // when the API server hangs or kube's retry keeps a request going.
+    let renew_deadline = cfg.lease_duration.mul_f64(2.0 / 3.0);
+    let attempt_timeout = cfg.renew_every;
     loop {
         if contending && tokio::time::Instant::now() >= next_try {
-            match try_hold(&api, &cfg, &mut seen).await {
-                Ok(true) => {
+            let attempt = tokio::time::timeout(attempt_timeout, try_hold(&api, &cfg, &mut seen));
+            let lose = match attempt.await {
+                Ok(Ok(true)) => {
                     last_success = Some(Instant::now());
-                    if !lost.is_cancelled() {
-                        tx.send_if_modified(|v| !std::mem::replace(v, true));
-                    }
+                    tx.send_if_modified(|v| !std::mem::replace(v, true));
+                    false
                 }
-                Ok(false) => {
+                Ok(Ok(false)) => {
                     last_success = None;
-                    lose(&tx);
+                    true
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::warn!(lease = %cfg.name, error = %e, "could not read or renew the leader lease; will retry");
-                    if last_success.is_none_or(|t| t.elapsed() >= cfg.lease_duration) {
-                        lose(&tx);
-                    }
+                    last_success.is_none_or(|t| t.elapsed() >= renew_deadline)
                 }
+                Err(_) => {
+                    tracing::warn!(lease = %cfg.name, timeout = ?attempt_timeout, "reading or renewing the leader lease timed out; will retry");
+                    // The request may or may not have been applied: read afresh next time.
+                    seen = Observed::default();
+                    last_success.is_none_or(|t| t.elapsed() >= renew_deadline)
+                }
+            };
+            // A held lease that is lost is reported once, and this replica stops contending:
+            // the runtime exits, and a restart rejoins the election.
+            if lose && tx.send_if_modified(|v| std::mem::replace(v, false)) {
+                lost.cancel();
+                contending = false;
             }
             next_try = tokio::time::Instant::now() + cfg.renew_every;
         }
@@ -276,7 +285,7 @@ async fn elect(
             request = requests.recv() => match request {
                 None => break,
                 Some(Request::Contend) => {
-                    if !contending {
+                    if !contending && !lost.is_cancelled() {
                         contending = true;
                         // A lease seen before standing down says nothing of its holder now.
                         seen = Observed::default();
@@ -286,7 +295,7 @@ async fn elect(
                 Some(Request::StandDown(ack)) => {
                     contending = false;
                     if tx.send_if_modified(|v| std::mem::replace(v, false)) {
-                        release(&api, &cfg).await;
+                        release(&api, &cfg, attempt_timeout).await;
                     }
                     last_success = None;
                     let _ = ack.send(());
@@ -296,13 +305,23 @@ async fn elect(
     }
     // Hand the lease over at once on shutdown instead of making the next leader wait.
     if tx.send_if_modified(|v| std::mem::replace(v, false)) {
-        release(&api, &cfg).await;
+        release(&api, &cfg, attempt_timeout).await;
     }
 }
 
-/// Gives up the lease if this replica still holds it: no holder, and a one-second duration for
-/// readers that only look at the times.
-async fn release(api: &Api<Lease>, cfg: &LeaderConfig) {
+/// Gives up the lease if this replica still holds it (no holder, and a one-second duration for
+/// readers that only look at the times), within `timeout`; otherwise the next leader waits for
+/// the lease to expire.
+async fn release(api: &Api<Lease>, cfg: &LeaderConfig, timeout: Duration) {
+    if tokio::time::timeout(timeout, write_release(api, cfg))
+        .await
+        .is_err()
+    {
+        tracing::warn!(lease = %cfg.name, ?timeout, "releasing the leader lease timed out; the next leader waits for it to expire");
+    }
+}
+
+async fn write_release(api: &Api<Lease>, cfg: &LeaderConfig) {
     let mut lease = match api.get_opt(&cfg.name).await {
         Ok(Some(lease)) => lease,
         Ok(None) => return,

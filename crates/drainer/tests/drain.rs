@@ -271,6 +271,17 @@ async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_oth
         released,
         "Lease requests after the release"
     );
+
+    // New work: the replica that stood down contends again, leads a new term and drains.
+    let other = cluster
+        .node_names()
+        .await
+        .into_iter()
+        .find(|n| *n != node)
+        .unwrap();
+    cluster.taint(&other, "manual").await;
+    cluster.wait_phase(&other, "drained").await;
+    assert_eq!(holder().await.as_deref(), Some(next));
     follower.stop().await.unwrap();
     cluster.stop().await;
 }
@@ -886,11 +897,9 @@ async fn given_every_watch_is_cut_and_its_history_compacted_mid_rotation_then_th
     cluster.stop().await;
 }
 
-/// Two drain slots and three candidates, oldest first: a and b each host a pod under budget x
-/// (at least one of the two available; nothing recreates the pods, so it allows one eviction in
-/// all), c a pod under budget y (none required). Scored all at once, a and b tie and are the
-/// oldest; picked in turn, a claims x's one disruption, so the second slot goes to c rather than
-/// to b, whose pod would queue behind a's.
+/// Two drain slots and a workload without a budget on a and b. a's drain evicts its pod first
+/// and finishes while b's is still running: the next start (c) waits for a's replacement, and not
+/// for b's, which b's own gate will wait for when it ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_several_drains_at_once_then_the_gate_waits_for_a_finished_drains_pods_not_a_running_ones()
  {
@@ -900,7 +909,7 @@ namespaces: [rotor-system, shop]
 nodeGroups:
   - {name: g, size: 4, max: 6, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
 workloads:
-  - {kind: Deployment, name: web, namespace: shop, replicas: 2, requests: {cpu: 100m}, startup: 8s, shutdown: 200ms, spreadMaxSkew: 1}
+  - {kind: Deployment, name: web, namespace: shop, replicas: 2, requests: {cpu: 100m}, startup: 9s, shutdown: 200ms, spreadMaxSkew: 1}
 "#;
     let cluster = TestCluster::start(yaml).await;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "shop");
@@ -930,20 +939,20 @@ workloads:
         .create_bare_pod_with("shop", "slow-a", "slow", &a, stop_in("6s"))
         .await;
     cluster
-        .create_bare_pod_with("shop", "slow-b", "slow", &b, stop_in("20s"))
+        .create_bare_pod_with("shop", "slow-b", "slow", &b, stop_in("25s"))
         .await;
     let drainer = TestDrainer::start(
         &cluster,
         "d",
         &["--max-concurrent", "2", "--max-unavailable", "3"],
     );
-    // a's web pod is evicted first, b's 3 s later: their replacements are Ready 8 s after each.
+    // a's web pod is evicted first, b's 4 s later: their replacements are Ready 9 s after each.
     cluster.taint(&a, "manual").await;
     wait_until("a to start", WAIT, || async {
         cluster.annotation(&a, "rotor.dev/phase").await
     })
     .await;
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
     cluster.taint(&b, "manual").await;
     cluster.wait_phase(&a, "drained").await;
     assert_eq!(
@@ -972,6 +981,11 @@ workloads:
     cluster.stop().await;
 }
 
+/// Two drain slots and three candidates, oldest first: a and b each host a pod under budget x
+/// (at least one of the two available; nothing recreates the pods, so it allows one eviction in
+/// all), c a pod under budget y (none required). Scored all at once, a and b tie and are the
+/// oldest; picked in turn, a claims x's one disruption, so the second slot goes to c rather than
+/// to b, whose pod would queue behind a's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_two_free_slots_then_the_second_start_does_not_queue_on_the_first_ones_budget() {
     let yaml = r#"

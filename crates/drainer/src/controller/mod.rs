@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
 use crate::fleet::{FleetLimits, Limit, NodeView, choose_nodes_to_start, held_by_limit};
+use crate::gate::Owner;
 use crate::leader::Election;
 use crate::metrics::PhaseLabel;
 use crate::state::{Intent, retry_backoff};
@@ -128,7 +129,9 @@ pub async fn run(
             Some(done) = tasks.join_next() => {
                 let (name, outcome) = done?;
                 ctx.claims.clear(&name);
-                ctx.in_flight.clear(&name);
+                // Whatever the end, what the drain evicted must be Ready again before the next
+                // start: its share of the disruption no longer counts as in flight.
+                let evicted = ctx.in_flight.take(&name);
                 running.remove(&name);
                 cleaning.remove(&name);
                 // The watch has not necessarily delivered the task's last write yet; without
@@ -138,31 +141,21 @@ pub async fn run(
                 {
                     view.record = record;
                 }
-                match outcome.result {
-                    DrainResult::Drained { owners } => {
-                        ctx.metrics.drain_finished("drained");
-                        gate.arm(owners);
-                    }
+                match &outcome.result {
+                    DrainResult::Drained { .. } => ctx.metrics.drain_finished("drained"),
                     DrainResult::Failed { .. } => ctx.metrics.drain_finished("failed"),
                     DrainResult::Cancelled => ctx.metrics.drain_finished("cancelled"),
-                    DrainResult::NodeGone | DrainResult::Interrupted => {}
                     DrainResult::Skipped { why } => tracing::debug!(node = %name, why, "drain task skipped"),
+                    DrainResult::NodeGone | DrainResult::Interrupted => {}
+                }
+                if let Some(owners) = gate_after(outcome.result, evicted) {
+                    gate.arm(owners);
                 }
             }
         }
         if !listed {
             continue;
         }
-        let leading = election.is_leading();
-        if leading && !was_leading {
-            tracing::info!("leading: starting to drain tainted nodes");
-            // What this replica knew from an earlier term (another replica may have led since)
-            // is stale: like any new leader, its first start passes the gate.
-            gate = Gate::default();
-            gate.arm([]);
-            demand_cache = choice::DemandCache::default();
-        }
-        was_leading = leading;
         let now = Timestamp::now();
         let window_open = any_open(&ctx.cfg.windows, now);
         let needed = nodes
@@ -179,16 +172,17 @@ pub async fn run(
             }
             None if tasks.is_empty() => {
                 let since = *idle_since.get_or_insert_with(Instant::now);
+                let leading = election.is_leading();
                 let release = !leading || since.elapsed() >= release_after;
-                if release && (election.is_contending() || leading) {
-                    election.stand_down().await;
-                    was_leading = false;
+                if release && election.is_contending() {
                     if leading {
                         tracing::info!(
                             idle_secs = since.elapsed().as_secs(),
-                            "no node needs rotor: released the leader lease"
+                            "no node needs rotor: standing down, giving the leader lease back"
                         );
                     }
+                    // Returns once this replica no longer leads and the lease is released.
+                    election.stand_down().await;
                 }
                 if !standing_by && !election.is_contending() {
                     // Tainted nodes that only wait (for a window, a retry or an opt-out to go)
@@ -218,8 +212,21 @@ pub async fn run(
         // Every replica reports the phases it sees on the nodes, so the figures survive a
         // release of the lease (a view of the cluster: the same from each replica).
         publish_phases(&ctx, &nodes);
-        if !election.is_leading() {
+        // The one reading of the election that decides whether this pass acts.
+        let leading = election.is_leading();
+        let new_term = leading && !was_leading;
+        was_leading = leading;
+        if !leading {
             continue;
+        }
+        if new_term {
+            tracing::info!("leading: starting to drain tainted nodes");
+            // What this replica knew from an earlier term (another replica may have led since)
+            // is stale: like any new leader, its first start passes the gate.
+            gate = Gate::default();
+            gate.arm([]);
+            demand_cache = choice::DemandCache::default();
+            last_tick = Instant::now();
         }
         let elapsed = last_tick.elapsed();
         last_tick = Instant::now();
@@ -280,10 +287,11 @@ pub async fn run(
         let decision = choose_nodes_to_start(&view, &limits, Timestamp::now(), retry_backoff);
         let unavailable_room = decision.unavailable < decision.allowed_unavailable;
         let mut held = decision.held.clone();
+        // A node whose clean-up is still running (untainted, then tainted again) waits for it.
         let mut start: Vec<String> = decision
             .start
             .into_iter()
-            .filter(|n| !running.contains_key(n))
+            .filter(|n| !running.contains_key(n) && !cleaning.contains(n))
             .collect();
         if !start.is_empty() && !any_open(&ctx.cfg.windows, Timestamp::now()) {
             hold_starts(
@@ -324,10 +332,14 @@ pub async fn run(
             start = decision
                 .start
                 .into_iter()
-                .filter(|n| !running.contains_key(n))
+                .filter(|n| !running.contains_key(n) && !cleaning.contains(n))
                 .collect();
         }
         held_log.update(held, Instant::now());
+        // The gate and the choice may have waited on the API: act only if still leading.
+        if stop.is_cancelled() || !election.is_leading() {
+            continue;
+        }
         for name in start {
             // Until the drain publishes its own claims (after listing its pods), the demand it
             // was chosen with stands for them, so the next choice does not overlook it.
@@ -340,6 +352,18 @@ pub async fn run(
     // Shutdown: let running drains stop where they are; their state stays on the nodes.
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// What the next start waits for once a drain task ends (`None`: nothing new). A drained node
+/// always arms the gate, with the workloads it evicted; a drain that ended otherwise (failed,
+/// stopped, its node gone) arms it only if it evicted something, whose workloads must be Ready
+/// again just the same.
+fn gate_after(result: DrainResult, evicted: Vec<Owner>) -> Option<Vec<Owner>> {
+    match result {
+        DrainResult::Drained { owners } => Some(owners),
+        _ if evicted.is_empty() => None,
+        _ => Some(evicted),
+    }
 }
 
 /// Why `node` needs a leading drainer now, if it does: its drain is under way (to resume, after
@@ -367,7 +391,7 @@ fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'s
 /// come as one watch event per node. Choosing at the first one would pick among the few seen so
 /// far, and with several slots, often neighbours that queue on the same budgets; so new starts
 /// wait until no new taint has arrived for [`TAINT_QUIET`], at most [`TAINT_BURST_MAX`] after the
-/// first. Resumed drains and a new leader's first pass (the full list) do not wait.
+/// first. Resumed drains and the taints found by the initial node list do not wait.
 #[derive(Default)]
 struct TaintBurst {
     first: Option<Instant>,
@@ -535,6 +559,33 @@ mod tests {
             .iter()
             .map(|n| (n.to_string(), why.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_drain_that_evicted_arms_the_gate_however_it_ends() {
+        let web = || {
+            vec![(
+                "ReplicaSet".to_string(),
+                "shop".to_string(),
+                "web-1".to_string(),
+            )]
+        };
+        let drained = DrainResult::Drained { owners: web() };
+        assert_eq!(gate_after(drained, web()), Some(web()));
+        // A drained node with nothing evicted still arms it (pending pods are checked).
+        let empty = DrainResult::Drained { owners: vec![] };
+        assert_eq!(gate_after(empty, vec![]), Some(vec![]));
+        for ended in [
+            DrainResult::Failed {
+                error: "deadline".into(),
+            },
+            DrainResult::Cancelled,
+            DrainResult::NodeGone,
+            DrainResult::Interrupted,
+        ] {
+            assert_eq!(gate_after(ended, web()), Some(web()));
+        }
+        assert_eq!(gate_after(DrainResult::Cancelled, vec![]), None);
     }
 
     #[test]

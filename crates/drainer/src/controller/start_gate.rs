@@ -68,7 +68,13 @@ impl Gate {
         if let Ok(blockers) = &checked
             && blockers.is_empty()
         {
+            // Open. Workloads still short within what running drains evicted stay, and the
+            // gate stays armed for them: the next start judges them again.
+            let still_short = std::mem::take(&mut self.owners);
             *self = Gate::default();
+            if !still_short.is_empty() {
+                self.arm(still_short);
+            }
             return Ok(());
         }
         let since = *self.held_since.get_or_insert_with(Instant::now);

@@ -364,6 +364,13 @@ pub async fn drain_node(
             record: Some(before),
         };
     };
+    // Shut down or lost the lease while the node was read: another replica may be acting now.
+    if stop.is_cancelled() {
+        return DrainOutcome {
+            result: DrainResult::Interrupted,
+            record: Some(before),
+        };
+    }
     if let Some(why) = begin_check(intent, &before, now, retry_backoff) {
         tracing::debug!(node = %name, why, "not draining: the node's record changed since the cache saw it");
         return DrainOutcome {

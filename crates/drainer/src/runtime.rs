@@ -41,7 +41,9 @@ pub async fn run(
     )
     .await?;
     tracing::info!(addr = %server.local_addr(), "serving /metrics, /healthz and /readyz");
-    let admin_task = tokio::spawn(server.run(stop.clone()));
+    // Stopped at the end of `run`, however it ends: a lost lease must end the process too.
+    let admin_stop = stop.child_token();
+    let admin_task = tokio::spawn(server.run(admin_stop.clone()));
 
     let identity = leader_args.identity.clone().unwrap_or_else(|| {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "rotor-drainer".into());
@@ -136,6 +138,7 @@ pub async fn run(
     election_stop.cancel();
     election.join().await;
     let lost_lease = lost.await.unwrap_or(false);
+    admin_stop.cancel();
     let _ = admin_task.await;
     result?;
     if lost_lease {

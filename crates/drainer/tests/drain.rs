@@ -286,6 +286,43 @@ async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_oth
     cluster.stop().await;
 }
 
+/// A leader whose renewals fail (the API server answers 503, which kube's client retries) stops
+/// acting and exits on its own, within a few lease durations, rather than hanging in retries
+/// while another replica could take the lease over. Its drain stays recorded for the next leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
+    let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
+    let cluster = TestCluster::start(&yaml).await;
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    let node = wait_until("a node hosting web pods", WAIT, || async {
+        cluster.nodes_hosting("web-").await.into_iter().next()
+    })
+    .await;
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "blocked").await;
+    cluster.sim.sim.faults.lock().unwrap().rules = vec![rotor_sim::server::ErrorRule {
+        verb: Some("update".into()),
+        resource: Some("leases".into()),
+        rate: 1.0,
+        code: 503,
+    }];
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), drainer.handle)
+        .await
+        .expect("the drainer exits once it cannot renew (lease 2 s)")
+        .expect("drainer task");
+    let error = ended.expect_err("losing the lease is an error").to_string();
+    assert!(error.contains("lost the leader lease"), "{error}");
+    cluster.sim.sim.faults.lock().unwrap().rules.clear();
+    assert_eq!(
+        cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref(),
+        Some("blocked")
+    );
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_closed_maintenance_window_then_no_drain_starts() {
     let cluster = TestCluster::start(CLUSTER).await;

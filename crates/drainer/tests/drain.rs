@@ -22,6 +22,24 @@ workloads:
   - {kind: DaemonSet, name: agent, namespace: kube-system}
 "#;
 
+/// [`CLUSTER`] with web's budget allowing no eviction: a drain that reaches a web pod blocks until
+/// the budget is relaxed or the taint removed.
+fn stuck_cluster() -> String {
+    CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}")
+}
+
+/// Taints a node hosting web pods of a [`stuck_cluster`] and waits until its drain blocks on
+/// web's budget; returns the node.
+async fn block_a_web_node(cluster: &TestCluster) -> String {
+    let node = wait_until("a node hosting web pods", WAIT, || async {
+        cluster.nodes_hosting("web-").await.into_iter().next()
+    })
+    .await;
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "blocked").await;
+    node
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_tainted_node_when_the_drainer_runs_then_it_is_drained_within_budgets_and_recorded()
 {
@@ -78,16 +96,10 @@ async fn given_a_tainted_node_when_the_drainer_runs_then_it_is_drained_within_bu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_taint_is_removed_mid_drain_then_rotor_uncordons_only_what_it_cordoned() {
     // A budget that allows nothing keeps the drain going until the taint is removed.
-    let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = TestCluster::start(&stuck_cluster()).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let names = cluster.node_names().await;
-    let busy = wait_until("a node hosting web pods", WAIT, || async {
-        cluster.nodes_hosting("web-").await.into_iter().next()
-    })
-    .await;
-    cluster.taint(&busy, "manual").await;
-    cluster.wait_phase(&busy, "blocked").await;
+    let busy = block_a_web_node(&cluster).await;
     let blocker = cluster
         .annotation(&busy, "rotor.dev/blocker")
         .await
@@ -198,8 +210,7 @@ async fn given_a_do_not_disrupt_pod_then_the_node_blocks_and_names_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_other_takes_over() {
     // web's budget allows no eviction, so a node hosting web stays blocked: work that lasts.
-    let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = TestCluster::start(&stuck_cluster()).await;
     let flags = ["--release-lease-after", "1s"];
     let a = TestDrainer::start(&cluster, "replica-a", &flags);
     let b = TestDrainer::start(&cluster, "replica-b", &flags);
@@ -224,12 +235,7 @@ async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_oth
     assert_eq!(holder().await, None);
 
     // A node needs rotor: both contend, one wins and drains, the other follows.
-    let node = wait_until("a node hosting web pods", WAIT, || async {
-        cluster.nodes_hosting("web-").await.into_iter().next()
-    })
-    .await;
-    cluster.taint(&node, "manual").await;
-    cluster.wait_phase(&node, "blocked").await;
+    let node = block_a_web_node(&cluster).await;
     let first = holder().await.expect("a leader while the node is blocked");
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert_eq!(
@@ -291,15 +297,9 @@ async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_oth
 /// while another replica could take the lease over. Its drain stays recorded for the next leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
-    let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = TestCluster::start(&stuck_cluster()).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
-    let node = wait_until("a node hosting web pods", WAIT, || async {
-        cluster.nodes_hosting("web-").await.into_iter().next()
-    })
-    .await;
-    cluster.taint(&node, "manual").await;
-    cluster.wait_phase(&node, "blocked").await;
+    let node = block_a_web_node(&cluster).await;
     cluster.sim.sim.faults.lock().unwrap().rules = vec![rotor_sim::server::ErrorRule {
         verb: Some("update".into()),
         resource: Some("leases".into()),
@@ -413,15 +413,9 @@ async fn given_a_budget_that_refuses_then_allows_then_the_drain_retries_as_soon_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_drainer_restarts_mid_drain_then_it_resumes_with_the_same_deadline() {
-    let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = TestCluster::start(&stuck_cluster()).await;
     let first = TestDrainer::start(&cluster, "a", &["--drain-timeout", "1h"]);
-    let node = wait_until("a node hosting web pods", WAIT, || async {
-        cluster.nodes_hosting("web-").await.into_iter().next()
-    })
-    .await;
-    cluster.taint(&node, "manual").await;
-    cluster.wait_phase(&node, "blocked").await;
+    let node = block_a_web_node(&cluster).await;
     let deadline = cluster
         .annotation(&node, "rotor.dev/deadline")
         .await
@@ -475,8 +469,7 @@ async fn given_the_drainer_restarts_mid_drain_then_it_resumes_with_the_same_dead
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_budget_that_never_allows_when_the_deadline_passes_then_the_node_fails_or_is_forced()
  {
-    let yaml = CLUSTER.replace("pdb: {minAvailable: 3}", "pdb: {minAvailable: 4}");
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = TestCluster::start(&stuck_cluster()).await;
     let web_nodes = cluster.nodes_hosting("web-").await;
     let node = web_nodes[0].clone();
 

@@ -54,23 +54,40 @@ impl Ctx {
     }
 }
 
-/// What each running drain still needs from the disruption budgets: the pods it has yet to
-/// evict, per budget. Drain tasks publish it at every plan, and the controller withdraws it when
-/// a task ends, however it ends. The controller subtracts it from what the budgets allow when it
-/// weighs the next candidates, so that it does not start a node whose pods would queue behind a
-/// running drain's.
-#[derive(Default)]
-pub struct BudgetClaims(std::sync::Mutex<HashMap<String, BudgetDemand>>);
+/// What each running drain publishes for the controller, by node. Drain tasks write their own
+/// entry; the controller withdraws it when the task ends, however it ends.
+pub struct PerDrain<T>(std::sync::Mutex<HashMap<String, T>>);
 
-impl BudgetClaims {
+impl<T> Default for PerDrain<T> {
+    fn default() -> Self {
+        PerDrain(Default::default())
+    }
+}
+
+impl<T> PerDrain<T> {
+    /// Withdraws `node`'s entry (its drain ended) and returns it.
+    pub(crate) fn take(&self, node: &str) -> Option<T> {
+        self.lock().remove(node)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, T>> {
+        // Entries are replaced or counted whole: a panicking writer cannot leave one half-made.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What each running drain still needs from the disruption budgets: the pods it has yet to
+/// evict, per budget, published at every plan. The controller subtracts it from what the budgets
+/// allow when it weighs the next candidates, so that it does not start a node whose pods would
+/// queue behind a running drain's.
+pub type BudgetClaims = PerDrain<BudgetDemand>;
+
+impl PerDrain<BudgetDemand> {
     /// Publishes what the drain of `node` still needs (replacing what it published before).
     pub(crate) fn set(&self, node: &str, demand: BudgetDemand) {
         self.lock().insert(node.to_string(), demand);
-    }
-
-    /// Withdraws `node`'s claims: its drain ended.
-    pub(crate) fn clear(&self, node: &str) {
-        self.lock().remove(node);
     }
 
     /// Claims every running drain's demand from `allowed`.
@@ -79,23 +96,14 @@ impl BudgetClaims {
             demand.claim(allowed);
         }
     }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, BudgetDemand>> {
-        // The map holds no invariant a panicking writer could break half-way.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
 }
 
-/// The pods of each workload the gate follows that each running drain has evicted so far. The
-/// controller withdraws a drain's entry when its task ends (the gate then waits for that drain's
-/// workloads); until then the gate lets those pods be missing from their workloads (see
-/// [`crate::gate::workload_blockers`]).
-#[derive(Default)]
-pub struct InFlight(std::sync::Mutex<HashMap<String, BTreeMap<Owner, i32>>>);
+/// The pods of each workload the gate follows that each running drain has evicted so far. When
+/// the task ends, the gate waits for the workloads in its entry; until then it lets those pods be
+/// missing from their workloads (see [`crate::gate::workload_blockers`]).
+pub type InFlight = PerDrain<BTreeMap<Owner, i32>>;
 
-impl InFlight {
+impl PerDrain<BTreeMap<Owner, i32>> {
     /// The drain of `node` evicted a pod of `owner`.
     pub(crate) fn record(&self, node: &str, owner: &Owner) {
         let mut map = self.lock();
@@ -103,14 +111,6 @@ impl InFlight {
             .or_default()
             .entry(owner.clone())
             .or_default() += 1;
-    }
-
-    /// Withdraws `node`'s evictions (its drain ended), returning the workloads they were from.
-    pub(crate) fn take(&self, node: &str) -> Vec<Owner> {
-        self.lock()
-            .remove(node)
-            .map(|evicted| evicted.into_keys().collect())
-            .unwrap_or_default()
     }
 
     /// The running drains' evictions, summed per workload.
@@ -123,22 +123,13 @@ impl InFlight {
         }
         totals
     }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeMap<Owner, i32>>> {
-        // Counters only: a panicking writer cannot leave them half-updated.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
 }
 
 /// How a drain task ended.
 #[derive(Debug)]
 pub enum DrainResult {
-    /// Drained; the workloads whose pods were evicted (kind, namespace, name), for the gate.
-    Drained {
-        owners: Vec<Owner>,
-    },
+    /// Drained (the workloads its evictions touched are in [`Ctx::in_flight`], for the gate).
+    Drained,
     Failed {
         error: String,
     },
@@ -474,7 +465,7 @@ async fn drain_fresh(
     )
     .await;
     match &result {
-        DrainResult::Drained { .. } => {
+        DrainResult::Drained => {
             let done = apply(
                 &record,
                 Transition::Drained {
@@ -542,7 +533,6 @@ async fn evict_until_drained(
     let mut buffer: HashMap<String, Pod> = HashMap::new();
     let mut listed = false;
     let mut attempts = PodAttempts::default();
-    let mut owners: Vec<Owner> = Vec::new();
     let mut empty_since: Option<Timestamp> = None;
     let mut blocked_pods_reported: i64 = 0;
     let finish = |n: i64| ctx.metrics.budget_blocked_pods.dec_by(n);
@@ -569,7 +559,7 @@ async fn evict_until_drained(
                 let ready_at = later(since, ctx.cfg.settle);
                 if now >= ready_at {
                     finish(blocked_pods_reported);
-                    return DrainResult::Drained { owners };
+                    return DrainResult::Drained;
                 }
                 wake = wake.min(ready_at);
             } else {
@@ -649,9 +639,6 @@ async fn evict_until_drained(
                         attempts.fatal.remove(&pod.uid);
                         if let Some(o) = owner {
                             ctx.in_flight.record(&name, &o);
-                            if !owners.contains(&o) {
-                                owners.push(o);
-                            }
                         }
                     }
                     EvictionOutcome::Gone => {

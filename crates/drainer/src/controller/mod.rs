@@ -128,10 +128,14 @@ pub async fn run(
             },
             Some(done) = tasks.join_next() => {
                 let (name, outcome) = done?;
-                ctx.claims.clear(&name);
+                ctx.claims.take(&name);
                 // Whatever the end, what the drain evicted must be Ready again before the next
                 // start: its share of the disruption no longer counts as in flight.
-                let evicted = ctx.in_flight.take(&name);
+                let evicted: Vec<Owner> = ctx
+                    .in_flight
+                    .take(&name)
+                    .map(|counts| counts.into_keys().collect())
+                    .unwrap_or_default();
                 running.remove(&name);
                 cleaning.remove(&name);
                 // The watch has not necessarily delivered the task's last write yet; without
@@ -142,13 +146,13 @@ pub async fn run(
                     view.record = record;
                 }
                 match &outcome.result {
-                    DrainResult::Drained { .. } => ctx.metrics.drain_finished("drained"),
+                    DrainResult::Drained => ctx.metrics.drain_finished("drained"),
                     DrainResult::Failed { .. } => ctx.metrics.drain_finished("failed"),
                     DrainResult::Cancelled => ctx.metrics.drain_finished("cancelled"),
                     DrainResult::Skipped { why } => tracing::debug!(node = %name, why, "drain task skipped"),
                     DrainResult::NodeGone | DrainResult::Interrupted => {}
                 }
-                if let Some(owners) = gate_after(outcome.result, evicted) {
+                if let Some(owners) = gate_after(&outcome.result, evicted) {
                     gate.arm(owners);
                 }
             }
@@ -354,16 +358,12 @@ pub async fn run(
     Ok(())
 }
 
-/// What the next start waits for once a drain task ends (`None`: nothing new). A drained node
-/// always arms the gate, with the workloads it evicted; a drain that ended otherwise (failed,
-/// stopped, its node gone) arms it only if it evicted something, whose workloads must be Ready
-/// again just the same.
-fn gate_after(result: DrainResult, evicted: Vec<Owner>) -> Option<Vec<Owner>> {
-    match result {
-        DrainResult::Drained { owners } => Some(owners),
-        _ if evicted.is_empty() => None,
-        _ => Some(evicted),
-    }
+/// What the next start waits for once a drain task ends (`None`: nothing new), given the
+/// workloads it `evicted` from. A drained node always arms the gate; a drain that ended otherwise
+/// (failed, stopped, its node gone) arms it only if it evicted something, whose workloads must be
+/// Ready again just the same.
+fn gate_after(result: &DrainResult, evicted: Vec<Owner>) -> Option<Vec<Owner>> {
+    (matches!(result, DrainResult::Drained) || !evicted.is_empty()).then_some(evicted)
 }
 
 /// Why `node` needs a leading drainer now, if it does: its drain is under way (to resume, after
@@ -570,11 +570,9 @@ mod tests {
                 "web-1".to_string(),
             )]
         };
-        let drained = DrainResult::Drained { owners: web() };
-        assert_eq!(gate_after(drained, web()), Some(web()));
+        assert_eq!(gate_after(&DrainResult::Drained, web()), Some(web()));
         // A drained node with nothing evicted still arms it (pending pods are checked).
-        let empty = DrainResult::Drained { owners: vec![] };
-        assert_eq!(gate_after(empty, vec![]), Some(vec![]));
+        assert_eq!(gate_after(&DrainResult::Drained, vec![]), Some(vec![]));
         for ended in [
             DrainResult::Failed {
                 error: "deadline".into(),
@@ -583,9 +581,9 @@ mod tests {
             DrainResult::NodeGone,
             DrainResult::Interrupted,
         ] {
-            assert_eq!(gate_after(ended, web()), Some(web()));
+            assert_eq!(gate_after(&ended, web()), Some(web()));
         }
-        assert_eq!(gate_after(DrainResult::Cancelled, vec![]), None);
+        assert_eq!(gate_after(&DrainResult::Cancelled, vec![]), None);
     }
 
     #[test]

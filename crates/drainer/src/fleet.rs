@@ -287,6 +287,41 @@ pub fn candidate_names(
         .collect()
 }
 
+/// What keeps a tainted node from starting to drain now, whatever the fleet limits say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartBlock {
+    /// The node carries `rotor.dev/do-not-disrupt`.
+    OptedOut,
+    /// Its drain is under way.
+    Draining,
+    /// It is drained, waiting to be retired.
+    Drained,
+    /// Its last attempt failed; the next may start at this time.
+    BackingOff(Timestamp),
+}
+
+/// What keeps the tainted `node` from starting now (see [`StartBlock`]); `None` when it may.
+pub fn start_block(
+    node: &NodeView,
+    now: Timestamp,
+    retry_backoff: impl Fn(u32) -> Duration,
+) -> Option<StartBlock> {
+    if node.opted_out {
+        return Some(StartBlock::OptedOut);
+    }
+    if node.is_active() {
+        return Some(StartBlock::Draining);
+    }
+    match node.record.phase {
+        Some(DrainPhase::Drained) => Some(StartBlock::Drained),
+        Some(DrainPhase::Failed) => node
+            .record
+            .backing_off_until(now, retry_backoff)
+            .map(StartBlock::BackingOff),
+        _ => None,
+    }
+}
+
 /// Tainted nodes that may start (not opted out, not draining or drained, not backing off), in
 /// the order they are taken; those held for their own sake go to `held`.
 fn candidates<'a>(
@@ -302,32 +337,22 @@ fn candidates<'a>(
     };
     let mut candidates = Vec::new();
     for node in nodes.iter().filter(|n| n.tainted) {
-        if node.opted_out {
-            hold(
+        match start_block(node, now, retry_backoff) {
+            None => candidates.push(node),
+            Some(StartBlock::OptedOut) => hold(
                 &node.name,
                 format!("node has {DO_NOT_DISRUPT_ANNOTATION}=true"),
-            );
-            continue;
+            ),
+            Some(StartBlock::BackingOff(retry_at)) => hold(
+                &node.name,
+                format!(
+                    "failed after {} attempt(s); retrying at {}",
+                    node.record.attempts,
+                    format_timestamp(retry_at)
+                ),
+            ),
+            Some(StartBlock::Draining | StartBlock::Drained) => {}
         }
-        match node.record.phase {
-            _ if node.is_active() => continue,
-            Some(DrainPhase::Drained) => continue,
-            Some(DrainPhase::Failed) => {
-                if let Some(retry_at) = node.record.backing_off_until(now, retry_backoff) {
-                    hold(
-                        &node.name,
-                        format!(
-                            "failed after {} attempt(s); retrying at {}",
-                            node.record.attempts,
-                            format_timestamp(retry_at)
-                        ),
-                    );
-                    continue;
-                }
-            }
-            _ => {}
-        }
-        candidates.push(node);
     }
     // Cordoned first (they cost no budget), then those whose pods' budgets let their drain
     // proceed now, then the oldest.

@@ -23,7 +23,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
-use crate::fleet::{FleetLimits, Limit, NodeView, choose_nodes_to_start, held_by_limit};
+use crate::fleet::{
+    FleetLimits, Limit, NodeView, choose_nodes_to_start, held_by_limit, start_block,
+};
 use crate::gate::Owner;
 use crate::leader::Election;
 use crate::metrics::PhaseLabel;
@@ -380,11 +382,9 @@ fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'s
     if node.record.is_active() {
         return Some("its drain is under way");
     }
-    let waits = node.opted_out
-        || node.record.phase == Some(DrainPhase::Drained)
-        || node.record.backing_off_until(now, retry_backoff).is_some()
-        || !window_open;
-    (!waits).then_some("it carries the drain taint")
+    // The fleet's own test of whether a tainted node may start, so the two cannot drift apart.
+    (window_open && start_block(node, now, retry_backoff).is_none())
+        .then_some("it carries the drain taint")
 }
 
 /// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)

@@ -89,8 +89,10 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_BUDGET_RECHECK", default_value = "30s", value_parser = parse_duration)]
     pub budget_recheck: Duration,
 
-    /// How long a node must stay empty before it is declared drained (catches pods bound just
-    /// before the cordon).
+    /// How long the drain taint must have been in place (counted from when this drainer first
+    /// saw it) before an empty node is declared drained: a pod the scheduler bound from a stale
+    /// cache just before the taint arrived shows up within it. A node tainted longer ago is
+    /// declared drained as soon as it is empty.
     #[arg(long, env = "ROTOR_SETTLE", default_value = "3s", value_parser = parse_duration)]
     pub settle: Duration,
 }

@@ -321,11 +321,13 @@ fn later(now: Timestamp, d: Duration) -> Timestamp {
 }
 
 /// Drains one node until it is drained, fails, loses its taint (`abort`) or the drainer stops
-/// (`stop`).
+/// (`stop`). `tainted_since` is when this drainer first saw the node carry the drain taint,
+/// continuously since (see [`settled_at`]); `None` counts from now.
 pub async fn drain_node(
     ctx: Arc<Ctx>,
     name: String,
     intent: Intent,
+    tainted_since: Option<Timestamp>,
     abort: CancellationToken,
     stop: CancellationToken,
 ) -> DrainOutcome {
@@ -369,14 +371,28 @@ pub async fn drain_node(
             record: Some(before),
         };
     }
+    let settled = settled_at(tainted_since, now, ctx.cfg.settle);
     let (result, record) = drain_fresh(
-        &ctx, &nodes, &node, &name, taint, before, now, &abort, &stop,
+        &ctx, &nodes, &node, &name, taint, before, now, settled, &abort, &stop,
     )
     .await;
     DrainOutcome {
         result,
         record: Some(record),
     }
+}
+
+/// The earliest time an empty node may be declared drained: `--settle` after the drain taint
+/// was first seen (`tainted_since`, or `now` when unknown, e.g. just after a restart).
+///
+/// The settle time is there for a pod the scheduler bound from a stale cache just before the
+/// node became unschedulable, which the drain's pod watch may not have shown yet. Such a
+/// binding can only land shortly after the taint, so what matters is how long the taint has
+/// been in place, not how long the node has been empty: a node tainted long before its drain
+/// (a selector run, then a queue of nodes waiting their turn) is drained as soon as it is
+/// empty, and one tainted just now still waits the full settle time.
+pub fn settled_at(tainted_since: Option<Timestamp>, now: Timestamp, settle: Duration) -> Timestamp {
+    later(tainted_since.map_or(now, |t| t.min(now)), settle)
 }
 
 /// [`drain_node`] once the node is read and due: records the start, cordons, evicts, and
@@ -390,6 +406,7 @@ async fn drain_fresh(
     taint: Taint,
     before: DrainRecord,
     now: Timestamp,
+    settled: Timestamp,
     abort: &CancellationToken,
     stop: &CancellationToken,
 ) -> (DrainResult, DrainRecord) {
@@ -460,6 +477,7 @@ async fn drain_fresh(
         &mut record,
         deadline,
         started,
+        settled,
         abort,
         stop,
     )
@@ -521,6 +539,7 @@ async fn evict_until_drained(
     record: &mut DrainRecord,
     deadline: Timestamp,
     started: Timestamp,
+    settled: Timestamp,
     abort: &CancellationToken,
     stop: &CancellationToken,
 ) -> DrainResult {
@@ -533,7 +552,6 @@ async fn evict_until_drained(
     let mut buffer: HashMap<String, Pod> = HashMap::new();
     let mut listed = false;
     let mut attempts = PodAttempts::default();
-    let mut empty_since: Option<Timestamp> = None;
     let mut blocked_pods_reported: i64 = 0;
     let finish = |n: i64| ctx.metrics.budget_blocked_pods.dec_by(n);
     let force_at = ctx.cfg.force_after.map(|f| later(started, f));
@@ -555,15 +573,11 @@ async fn evict_until_drained(
             let pod_list: Vec<Pod> = pods.values().cloned().collect();
             let plan = plan_node(&pod_list, &ctx.budgets_now(), taint, &ctx.cfg.options);
             if plan.is_drained() && attempts.fatal.is_empty() {
-                let since = *empty_since.get_or_insert(now);
-                let ready_at = later(since, ctx.cfg.settle);
-                if now >= ready_at {
+                if now >= settled {
                     finish(blocked_pods_reported);
                     return DrainResult::Drained;
                 }
-                wake = wake.min(ready_at);
-            } else {
-                empty_since = None;
+                wake = wake.min(settled);
             }
             // Evict what the plan allows now; past --force-after, also delete what budgets hold.
             let forcing = force_at.is_some_and(|t| now >= t);
@@ -778,6 +792,32 @@ async fn evict_until_drained(
                     return DrainResult::Failed { error: format!("the pod watch for node {name} ended") };
                 }
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn settle_counts_from_when_the_taint_was_first_seen() {
+        let settle = Duration::from_secs(3);
+        let now = at("2026-11-22T10:00:00Z");
+        // Tainted an hour ago: an empty node is drained at once.
+        assert!(settled_at(Some(at("2026-11-22T09:00:00Z")), now, settle) <= now);
+        // Tainted a second ago: two more seconds.
+        assert_eq!(
+            settled_at(Some(at("2026-11-22T09:59:59Z")), now, settle),
+            at("2026-11-22T10:00:02Z")
+        );
+        // Not known (e.g. just restarted), or reported later than now: the full settle time.
+        for since in [None, Some(at("2026-11-22T10:00:05Z"))] {
+            assert_eq!(settled_at(since, now, settle), at("2026-11-22T10:00:03Z"));
         }
     }
 }

@@ -8,7 +8,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::Value;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
 
 const CLUSTER: &str = r#"
 timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s}
@@ -88,6 +89,60 @@ async fn given_a_tainted_node_when_the_drainer_runs_then_it_is_drained_within_bu
     assert!(
         stats["requests"].get("delete pods").is_none(),
         "pods are evicted, never deleted: {stats}"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_node_tainted_longer_ago_than_the_settle_time_then_it_is_drained_once_empty() {
+    const SETTLE: Duration = Duration::from_secs(5);
+    let cluster = TestCluster::start(CLUSTER).await;
+    let drainer = TestDrainer::start(&cluster, "a", &["--settle", "5s"]);
+    let names = cluster.node_names().await;
+    let (old, fresh) = (names[0].clone(), names[1].clone());
+
+    // Tainted while opted out: the taint grows older than --settle while the node waits.
+    let opt_out =
+        |value: Value| json!({"metadata": {"annotations": {"rotor.dev/do-not-disrupt": value}}});
+    cluster
+        .nodes()
+        .patch(
+            &old,
+            &PatchParams::default(),
+            &Patch::Merge(&opt_out(json!("true"))),
+        )
+        .await
+        .unwrap();
+    cluster.taint(&old, "manual").await;
+    tokio::time::sleep(SETTLE + Duration::from_secs(1)).await;
+    assert_eq!(cluster.annotation(&old, "rotor.dev/phase").await, None);
+    let released = Instant::now();
+    cluster
+        .nodes()
+        .patch(
+            &old,
+            &PatchParams::default(),
+            &Patch::Merge(&opt_out(Value::Null)),
+        )
+        .await
+        .unwrap();
+    cluster.wait_phase(&old, "drained").await;
+    let took = released.elapsed();
+    // Waiting --settle with the node empty would take at least SETTLE from here.
+    assert!(
+        took < SETTLE - Duration::from_secs(1),
+        "a node whose taint is older than --settle is drained once empty, took {took:?}"
+    );
+
+    // A taint that has just arrived still holds the drained mark for the full settle time.
+    let tainted = Instant::now();
+    cluster.taint(&fresh, "manual").await;
+    cluster.wait_phase(&fresh, "drained").await;
+    let took = tainted.elapsed();
+    assert!(
+        took >= SETTLE,
+        "a freshly tainted node waits --settle after its taint, took {took:?}"
     );
     drainer.stop().await.unwrap();
     cluster.stop().await;

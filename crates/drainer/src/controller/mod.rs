@@ -72,6 +72,7 @@ pub async fn run(
     let mut workloads = WorkloadIndex::default();
     let mut held_log = HeldLog::default();
     let mut burst = TaintBurst::default();
+    let mut taint_clock = TaintClock::default();
     let mut demand_cache = choice::DemandCache::default();
     let mut leading_changes = election.leading.clone();
     let mut was_leading = false;
@@ -107,6 +108,7 @@ pub async fn run(
                     for v in fresh.values_mut() {
                         carry_ever_ready(&nodes, v);
                     }
+                    taint_clock.relisted(fresh.values(), Timestamp::now());
                     nodes = fresh;
                     listed = true;
                 }
@@ -118,11 +120,13 @@ pub async fn run(
                         // Pods may have arrived while it was untainted: read them afresh.
                         demand_cache.forget(&v.name);
                     }
+                    taint_clock.observe(&v, Timestamp::now());
                     nodes.insert(v.name.clone(), v);
                 }
                 Some(Ok(watcher::Event::Delete(n))) => {
                     let name = n.metadata.name.as_deref().unwrap_or("");
                     demand_cache.forget(name);
+                    taint_clock.forget(name);
                     nodes.remove(name);
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "node watch failed; it restarts with back-off"),
@@ -270,6 +274,7 @@ pub async fn run(
                     &mut running,
                     &n.name,
                     Intent::Resume,
+                    taint_clock.since(&n.name),
                     &stop,
                 );
             }
@@ -352,7 +357,16 @@ pub async fn run(
             if let Some(demand) = demand_cache.take(&name) {
                 ctx.claims.set(&name, demand);
             }
-            spawn_drain(&ctx, &mut tasks, &mut running, &name, Intent::Start, &stop);
+            let since = taint_clock.since(&name);
+            spawn_drain(
+                &ctx,
+                &mut tasks,
+                &mut running,
+                &name,
+                Intent::Start,
+                since,
+                &stop,
+            );
         }
     }
     // Shutdown: let running drains stop where they are; their state stays on the nodes.
@@ -385,6 +399,42 @@ fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'s
     // The fleet's own test of whether a tainted node may start, so the two cannot drift apart.
     (window_open && start_block(node, now, retry_backoff).is_none())
         .then_some("it carries the drain taint")
+}
+
+/// When this process first saw each node carry the drain taint, continuously since: what
+/// `--settle` counts from (see [`crate::drain::settled_at`]). Only what this process watched
+/// counts: after a start or a re-list of the nodes, a tainted node counts from then, so a taint
+/// that went and came back while nobody watched is never taken for an old one.
+#[derive(Default)]
+struct TaintClock {
+    since: HashMap<String, Timestamp>,
+}
+
+impl TaintClock {
+    /// Records a node's new state, seen at `now`.
+    fn observe(&mut self, node: &NodeView, now: Timestamp) {
+        if node.tainted {
+            self.since.entry(node.name.clone()).or_insert(now);
+        } else {
+            self.since.remove(&node.name);
+        }
+    }
+
+    /// After a (re-)list: every tainted node counts from `now`.
+    fn relisted<'a>(&mut self, nodes: impl Iterator<Item = &'a NodeView>, now: Timestamp) {
+        self.since = nodes
+            .filter(|n| n.tainted)
+            .map(|n| (n.name.clone(), now))
+            .collect();
+    }
+
+    fn forget(&mut self, name: &str) {
+        self.since.remove(name);
+    }
+
+    fn since(&self, name: &str) -> Option<Timestamp> {
+        self.since.get(name).copied()
+    }
 }
 
 /// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)
@@ -460,6 +510,7 @@ fn spawn_drain(
     running: &mut HashMap<String, Running>,
     name: &str,
     intent: Intent,
+    tainted_since: Option<Timestamp>,
     stop: &CancellationToken,
 ) {
     let abort = CancellationToken::new();
@@ -471,7 +522,7 @@ fn spawn_drain(
     );
     let (ctx, name, stop) = (ctx.clone(), name.to_string(), stop.clone());
     tasks.spawn(async move {
-        let r = drain_node(ctx, name.clone(), intent, abort, stop).await;
+        let r = drain_node(ctx, name.clone(), intent, tainted_since, abort, stop).await;
         (name, r)
     });
 }
@@ -559,6 +610,45 @@ mod tests {
             .iter()
             .map(|n| (n.to_string(), why.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn the_taint_clock_keeps_the_first_sighting_until_the_taint_goes() {
+        let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let view = |name: &str, tainted: bool| NodeView {
+            tainted,
+            ..NodeView::of(&Node {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+        };
+        let mut clock = TaintClock::default();
+        clock.observe(&view("a", false), t(0));
+        assert_eq!(clock.since("a"), None);
+        clock.observe(&view("a", true), t(1));
+        clock.observe(&view("a", true), t(5));
+        assert_eq!(
+            clock.since("a"),
+            Some(t(1)),
+            "later events keep the first sighting"
+        );
+        // Removed and added again: counts from the new taint.
+        clock.observe(&view("a", false), t(6));
+        assert_eq!(clock.since("a"), None);
+        clock.observe(&view("a", true), t(7));
+        assert_eq!(clock.since("a"), Some(t(7)));
+        // A re-list cannot tell whether the taint stayed while nobody watched: from the list.
+        clock.observe(&view("b", true), t(7));
+        clock.relisted([view("a", true), view("c", false)].iter(), t(9));
+        assert_eq!(
+            (clock.since("a"), clock.since("b"), clock.since("c")),
+            (Some(t(9)), None, None)
+        );
+        clock.forget("a");
+        assert_eq!(clock.since("a"), None);
     }
 
     #[test]

@@ -238,7 +238,8 @@ pub struct TestDrainer {
 }
 
 impl TestDrainer {
-    /// Starts the drainer with these flags (plus a unique identity and a fast lease).
+    /// Starts the drainer with these flags (plus a unique identity, a fast lease and, unless the
+    /// flags set one, a short settle time).
     pub fn start(cluster: &TestCluster, identity: &str, flags: &[&str]) -> TestDrainer {
         let mut args = vec![
             "rotor-drainer",
@@ -246,9 +247,10 @@ impl TestDrainer {
             identity,
             "--lease-duration",
             "2s",
-            "--settle",
-            "300ms",
         ];
+        if !flags.contains(&"--settle") {
+            args.extend_from_slice(&["--settle", "300ms"]);
+        }
         args.extend_from_slice(flags);
         let cli = DrainerCli::try_parse_from(args).expect("test flags parse");
         let cfg = cli.drain.validate().expect("test flags are valid");

@@ -37,9 +37,9 @@
 //!
 //! The lower bound (derived in [`LowerBound`]) is what no drainer that follows issue 4's rules
 //! can beat on the scenario at concurrency C: the largest of a per-node bound (every node needs
-//! its longest pod shutdown plus the settle time, C nodes at a time), one bound per
-//! PodDisruptionBudget (only `allowed` pods can be down at once, and each needs a new node and
-//! its start-up time to come back) and the gate's (the workloads evicted from a drained node
+//! its longest pod shutdown, C nodes at a time), one bound per PodDisruptionBudget (only
+//! `allowed` pods can be down at once, and each needs a new node and its start-up time, plus
+//! one simulator tick, to come back) and the gate's (the workloads evicted from a drained node
 //! must be Ready again before the next start). The bound without the gate is printed too.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -64,9 +64,13 @@ use rotor_sim::cluster::pdb::{covers, eviction_selector};
 use rotor_sim::scenario::{Scenario, WorkloadKind};
 use serde_json::{Value, json};
 
-/// rotor-drainer's `--settle`: how long a node must stay empty before it is marked drained.
+/// rotor-drainer's `--settle`: how long the drain taint must have been in place before an empty
+/// node is marked drained. Every node is tainted at t=0, so it only matters in the first second.
 const SETTLE: Duration = Duration::from_secs(1);
 const SETTLE_FLAG: &str = "1s";
+/// How far off its tick grid the lower bound allows one step of the simulator's control loop
+/// to run (see [`LowerBound`], 2.).
+const STEP_JITTER: Duration = Duration::from_millis(20);
 /// The kubectl loop's per-node `--timeout`, and how long before a hung kubectl is killed.
 const KUBECTL_DRAIN_TIMEOUT: &str = "10m";
 const KUBECTL_KILL_AFTER: Duration = Duration::from_secs(11 * 60);
@@ -932,26 +936,36 @@ impl Snapshot {
 /// whoever drains. It is the largest of:
 ///
 /// 1. **Nodes.** A node is drained only once its last pod has exited, which takes that pod's
-///    shutdown time after its eviction (at most its grace period), and then rotor waits
-///    `--settle` with the node empty. So node i occupies one of the C drain slots for at least
-///    d_i = (longest shutdown among its pods) + settle, and the makespan is at least
-///    max(max_i d_i, sum_i d_i / C) (the classic bound for C parallel machines).
+///    shutdown time after its eviction (at most its grace period); rotor also waits until the
+///    drain taint is `--settle` old, which every node is after the first second. So node i
+///    occupies one of the C drain slots for at least d_i = (longest shutdown among its pods),
+///    and the makespan is at least max(settle, max_i d_i, sum_i d_i / C) (the classic bound for
+///    C parallel machines).
 ///
 /// 2. **Budgets.** A PodDisruptionBudget whose workload has R pods and allows a disruptions
 ///    (a = R - desiredHealthy when all are healthy) lets an eviction through only while fewer
 ///    than a of its pods are unhealthy. An evicted pod's slot is given back only when a
-///    replacement becomes Ready: a Deployment's replacement is created at the eviction, a
+///    replacement becomes Ready: a Deployment's replacement is created after the eviction, a
 ///    StatefulSet's only once the old pod has exited (shutdown h later), and either then needs
 ///    a node and its start-up time s. At t=0 every node carries the drain taint, so the first
 ///    replacement can only run on a new node, which is Ready at the earliest at
 ///    T_cap = nodeStartup + min(scaleUpDelay, shortest node emptying + scaleDownDelay): the
 ///    autoscaler adds a node for a pod pending scaleUpDelay, or replaces a removed node, and a
-///    node is removed scaleDownDelay after it is empty. So the first slot comes back at
-///    F = max(T_cap, 0 for a Deployment | h for a StatefulSet) + s, and each later cycle takes
-///    c = s (Deployment) or h + s (StatefulSet). Evictions by time t are at most a (t < F) and
-///    at most a + evictions by t - c afterwards, so the last of the R evictions cannot happen
-///    before F + (m - 2) c with m = ceil(R / a) (when m >= 2), and its node is drained h + settle
-///    later: bound = F + (m - 2) c + h + settle (h + settle when m = 1).
+///    node is removed scaleDownDelay after it is empty. So no slot comes back before
+///    F = max(T_cap, 0 for a Deployment | h for a StatefulSet) + s, and the evictions of wave
+///    w >= 2 (the (w-1)a+1-th to the wa-th) each need one of the wave before to have been
+///    replaced: they come at least c later, where c = h + s for a StatefulSet and s + tick for
+///    a Deployment. The tick: a client can reach the simulator only through the Kubernetes API
+///    (the benchmark never calls its `/sim/v1/step`), and the simulator creates replacements,
+///    and finds them Ready, only in its control loop's steps, one per `tick`. A budget gives a
+///    slot back at a step that finds a replacement Ready; the eviction that takes the slot is
+///    served after that step, so its replacement is created at a later step, a tick on at
+///    least, and is Ready s after that (start-up times are whole ticks in the scenarios).
+///    Steps may run a little off the tick grid (tokio's 5 ms timer tolerance, and the cluster
+///    lock, which requests hold for milliseconds at this size), so c is taken as
+///    s + tick - [`STEP_JITTER`]. The last of the R evictions is in wave m = ceil(R / a), so it
+///    cannot happen before F + (m - 2) c (when m >= 2), and its node is drained h later:
+///    bound = F + (m - 2) c + h (h when m = 1).
 ///
 /// 3. **The gate.** Issue 4 requires a drainer to wait, before it starts the next node, until
 ///    the workloads evicted from the nodes drained since are Ready again (rotor-drainer does;
@@ -969,8 +983,9 @@ impl Snapshot {
 /// The bound is the largest of the three. It ignores, so a real run is always above it: how
 /// much room the autoscaler adds after the first node (it sizes each scale-up for the pods
 /// pending then, so a later eviction may wait scaleUpDelay + nodeStartup again), the
-/// scheduler's tick and API latencies, the interplay of budgets and node slots (a node waiting
-/// on one budget holds its slot), and the time to retire drained nodes.
+/// simulator's tick outside the budgets' cycles and API latencies, the interplay of budgets and
+/// node slots (a node waiting on one budget holds its slot), and the time to retire drained
+/// nodes.
 struct LowerBound {
     settle: f64,
     /// Each node's d_i and its gated workloads' Ready times, for [`LowerBound::gated`].
@@ -1013,11 +1028,12 @@ impl LowerBound {
     fn derive(scenario: &Scenario, snap: &Snapshot) -> anyhow::Result<LowerBound> {
         let t = &scenario.timing;
         let settle = SETTLE.as_secs_f64();
+        let tick = t.tick.as_secs_f64();
         let mut node_costs: BTreeMap<String, usize> = BTreeMap::new();
         let (mut node_sum, mut node_max) = (0.0f64, 0.0f64);
         let mut shortest_emptying = f64::INFINITY;
         for n in &snap.nodes {
-            let d = n.longest_shutdown + settle;
+            let d = n.longest_shutdown;
             node_sum += d;
             node_max = node_max.max(d);
             shortest_emptying = shortest_emptying.min(n.longest_shutdown);
@@ -1031,7 +1047,7 @@ impl LowerBound {
             .nodes
             .iter()
             .map(|n| {
-                let d = n.longest_shutdown + settle;
+                let d = n.longest_shutdown;
                 let ready = |only_unbudgeted: bool| {
                     let gated = n
                         .replaced
@@ -1083,7 +1099,10 @@ impl LowerBound {
                 .min(grace);
             let (first, cycle) = match w.kind {
                 WorkloadKind::StatefulSet => (t_cap.max(shutdown) + startup, shutdown + startup),
-                _ => (t_cap + startup, startup),
+                _ => (
+                    t_cap + startup,
+                    whole_ticks(startup, tick) + tick - STEP_JITTER.as_secs_f64(),
+                ),
             };
             let waves = (pods + allowed - 1) / allowed;
             let last_eviction = if waves >= 2 {
@@ -1091,7 +1110,7 @@ impl LowerBound {
             } else {
                 0.0
             };
-            let seconds = last_eviction + shutdown + settle;
+            let seconds = (last_eviction + shutdown).max(settle);
             let key = format!("{:?}|{pods}|{allowed}|{startup}|{shutdown}", w.kind);
             let b = groups.entry(key).or_insert(BudgetBound {
                 names: Vec::new(),
@@ -1122,7 +1141,9 @@ impl LowerBound {
     }
 
     fn nodes_bound(&self, c: usize) -> f64 {
-        (self.node_sum / c as f64).max(self.node_max)
+        (self.node_sum / c as f64)
+            .max(self.node_max)
+            .max(self.settle)
     }
 
     /// The gate's bound at concurrency C (see 3. above), with the figures it came from:
@@ -1161,7 +1182,7 @@ impl LowerBound {
         (bound, first_gate, rest, last_slack)
     }
 
-    /// The bound for any drainer with the settle time, without the gate.
+    /// The bound without the gate.
     fn without_gate(&self, c: usize) -> f64 {
         self.budgets
             .iter()
@@ -1185,10 +1206,10 @@ impl LowerBound {
             .map(|(d, n)| format!("{d} on {n}"))
             .collect();
         println!(
-            "  nodes:   each needs its longest pod shutdown + settle {} ({}); {} nodes, C={c} at a time: max({}, {} / {c}) = {}",
-            secs_f(self.settle),
+            "  nodes:   each needs its longest pod shutdown ({}); {} nodes, C={c} at a time: max(settle {}, {}, {} / {c}) = {}",
             costs.join(", "),
             self.nodes,
+            secs_f(self.settle),
             secs_f(self.node_max),
             secs_f(self.node_sum),
             secs_f(self.nodes_bound(c))
@@ -1212,18 +1233,21 @@ impl LowerBound {
             };
             let formula = if b.waves >= 2 {
                 format!(
-                    "{} + {} x {} + {} + {}",
+                    "{} + {} x {} + {}",
                     secs_f(b.first),
                     b.waves - 2,
                     secs_f(b.cycle),
                     secs_f(b.shutdown),
-                    secs_f(self.settle)
                 )
             } else {
-                format!("{} + {}", secs_f(b.shutdown), secs_f(self.settle))
+                secs_f(b.shutdown)
+            };
+            let cycle = match b.kind {
+                WorkloadKind::StatefulSet => "cycle shutdown + start-up".to_string(),
+                _ => format!("cycle start-up + one tick - {} ms", STEP_JITTER.as_millis()),
             };
             println!(
-                "           {who}: {kind}, {} pods, {} at a time, start-up {}, shutdown {}: {} waves, {formula} = {}",
+                "           {who}: {kind}, {} pods, {} at a time, start-up {}, shutdown {}: {} waves, {cycle}: {formula} = {}",
                 b.pods,
                 b.allowed,
                 secs_f(b.startup),
@@ -1246,12 +1270,13 @@ impl LowerBound {
             secs_f(gated)
         );
         println!(
-            "  ignores: the room the autoscaler adds after its first node, scheduling ticks and API latency, \
+            "  ignores: the room the autoscaler adds after its first node, the tick (every {}) outside budget cycles and API latency, \
 nodes held by one budget while others wait, retiring drained nodes (scaleDownDelay {})",
+            secs(t.tick),
             secs(t.scale_down_delay)
         );
         println!(
-            "  without the gate (any drainer with the settle time; information): {}",
+            "  without the gate (information): {}",
             secs_f(self.without_gate(c))
         );
     }
@@ -2065,6 +2090,15 @@ fn http(
 /// `2s`, `500ms` as seconds with one decimal.
 fn secs(d: Duration) -> String {
     secs_f(d.as_secs_f64())
+}
+
+/// `s` rounded up to whole ticks (a time the simulator can only reach at a tick).
+fn whole_ticks(s: f64, tick: f64) -> f64 {
+    if tick <= 0.0 {
+        return s;
+    }
+    // The small margin keeps 2.0 s at 0.1 s ticks from rounding up to 2.1 s.
+    (s / tick - 1e-9).ceil() * tick
 }
 
 fn secs_f(s: f64) -> String {

@@ -26,7 +26,8 @@ use crate::config::DrainerConfig;
 use crate::evict::{self, EvictionOutcome};
 use crate::gate::Owner;
 use crate::metrics::Metrics;
-use crate::pods::{Blocker, BudgetDemand, PodRef, plan_node};
+use crate::pace::BudgetPace;
+use crate::pods::{Blocker, BudgetDemand, PodRef, budget_paces, plan_node};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 
 /// Everything a drain task needs, shared by all of them.
@@ -45,6 +46,8 @@ pub struct Ctx {
     pub claims: BudgetClaims,
     /// The gated workloads' pods the running drains have evicted, for the gate.
     pub in_flight: InFlight,
+    /// When rotor's evictions took each budget's disruptions, for choosing the next node.
+    pub pace: BudgetPace,
 }
 
 impl Ctx {
@@ -571,7 +574,9 @@ async fn evict_until_drained(
                 };
             }
             let pod_list: Vec<Pod> = pods.values().cloned().collect();
-            let plan = plan_node(&pod_list, &ctx.budgets_now(), taint, &ctx.cfg.options);
+            let budgets = ctx.budgets_now();
+            let plan = plan_node(&pod_list, &budgets, taint, &ctx.cfg.options);
+            let paces = budget_paces(&budgets);
             if plan.is_drained() && attempts.fatal.is_empty() {
                 if now >= settled {
                     finish(blocked_pods_reported);
@@ -649,6 +654,19 @@ async fn evict_until_drained(
                         }
                         tracing::info!(node = %name, pod = %pod, "evicted");
                         attempts.evicted.insert(pod.uid.clone());
+                        if let Some((budget, _)) = charged
+                            && !forced
+                        {
+                            let per_round =
+                                paces.get(budget).map_or(1, |(_, per_round)| *per_round);
+                            let waited = attempts.refused.contains_key(&pod.uid);
+                            ctx.pace.evicted(
+                                budget,
+                                usize::try_from(per_round).unwrap_or(1),
+                                std::time::Instant::now(),
+                                waited,
+                            );
+                        }
                         attempts.refused.remove(&pod.uid);
                         attempts.fatal.remove(&pod.uid);
                         if let Some(o) = owner {

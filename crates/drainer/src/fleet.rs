@@ -119,10 +119,11 @@ pub struct NodeView {
     /// ([`crate::pods::BudgetDemand::waits`]); the controller fills it in for the first few candidates
     /// when there is a choice to make, `None` elsewhere.
     pub budget_waits: Option<u32>,
-    /// How many more rounds of evictions the busiest budget among this node's pods still has
-    /// ahead of it across the fleet (see `controller::choice`); among nodes with equal
-    /// `budget_waits`, the one with the largest goes first, so that the budget that will take
-    /// longest is never left idle. 0 when not known.
+    /// How many more rounds of evictions (in hundredths) the busiest budget among this node's
+    /// pods still has ahead of it across the fleet, counting how far it is into its current one
+    /// (see `controller::choice`); among nodes with equal `budget_waits`, the one with the
+    /// largest goes first, so that the budget that will take longest is never left idle. 0 when
+    /// not known.
     pub budget_urgency: u32,
 }
 

@@ -4,7 +4,8 @@
 //! clock reads): `pods` (what to do with each pod), `state` (the per-node record kept in
 //! annotations), `fleet` (which nodes may start), `window` (maintenance windows), `gate` (may
 //! the next node start), `workloads` (the replica counts the gate reads, as an index the watches
-//! update). The I/O sits at the edges: `evict` (the Eviction API), `drain` (one
+//! update), `pace` (how fast each budget gives disruptions back, from rotor's own evictions). The
+//! I/O sits at the edges: `evict` (the Eviction API), `drain` (one
 //! node's drain task), `controller` (the loop over nodes), `leader` (the Lease), `runtime`
 //! (wiring), `status` (the `status` subcommand), `metrics`, `config` (flags).
 
@@ -16,6 +17,7 @@ pub mod fleet;
 pub mod gate;
 pub mod leader;
 pub mod metrics;
+pub mod pace;
 pub mod pods;
 pub mod runtime;
 pub mod state;

@@ -105,6 +105,7 @@ pub async fn run(
         budget_changes,
         claims: Default::default(),
         in_flight: Default::default(),
+        pace: Default::default(),
     });
 
     // Acting stops when we shut down or lose the lease (not when we release it: the controller

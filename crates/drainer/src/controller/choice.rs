@@ -2,8 +2,10 @@
 //! proceed now, found by listing the candidates' pods (a few per pass, each node about once per
 //! rotation) and weighing what each would ask of its budgets ([`BudgetDemand`]) against what the
 //! budgets allow, less what running drains and earlier picks of the same pass have claimed.
-//! Among nodes that would wait equally, the one whose busiest budget has the most rounds of
-//! evictions left goes first, so that the budget that takes longest never sits idle.
+//! Among nodes that would wait equally, the one whose busiest budget will finish last goes
+//! first (the most rounds of evictions left, counting how far into its current round each
+//! budget is, as [`crate::pace`] measures it), so that the budget that takes longest never sits
+//! idle.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -107,34 +109,43 @@ pub(super) async fn rechoose(
     for demand in demands.values().filter(|d| !d.blocks) {
         demand.claim(&mut left);
     }
+    let delays = crate::pace::delays(&ctx.pace.lanes(), &allowed, &paces, clock);
     for v in view.iter_mut() {
         v.budget_urgency = demands
             .get(&v.name)
-            .map_or(0, |d| urgency(d, &left, &paces));
+            .map_or(0, |d| urgency(d, &left, &paces, &delays));
     }
     let decision = choose_in_turn(view, limits, now, &demands, allowed);
     tracing::debug!(listed = to_list.len(), known = demands.len(), chosen = ?decision.start, "candidates weighed by what their pods' budgets allow");
     Some(decision)
 }
 
-/// How many rounds the busiest budget among a node's pods still has ahead of it: the pods left
-/// to evict under that budget across the known candidates and running drains (`left`, as
-/// negative counts claimed from zero), divided by how many it lets through per round.
+/// How many rounds the busiest budget among a node's pods still has ahead of it, in hundredths:
+/// the pods left to evict under that budget across the known candidates and running drains
+/// (`left`, as negative counts claimed from zero) divided by how many it lets through per round,
+/// plus how far it is from giving back its next disruption (`delays`, in rounds, from
+/// [`crate::pace::delays`]). A budget with nothing left counts 0.
 fn urgency(
     demand: &BudgetDemand,
     left: &BTreeMap<String, i64>,
     paces: &BTreeMap<String, (i64, i64)>,
+    delays: &BTreeMap<String, f64>,
 ) -> u32 {
     demand
         .pods
         .keys()
         .map(|budget| {
             let pods = (-left.get(budget).copied().unwrap_or(0)).max(0) as u64;
+            if pods == 0 {
+                return 0;
+            }
             let per_round = paces
                 .get(budget)
                 .map_or(1, |(_, per_round)| *per_round)
                 .max(1) as u64;
-            u32::try_from(pods.div_ceil(per_round)).unwrap_or(u32::MAX)
+            let rounds =
+                pods.div_ceil(per_round) as f64 + delays.get(budget).copied().unwrap_or(0.0);
+            (rounds * 100.0).round().min(f64::from(u32::MAX)) as u32
         })
         .max()
         .unwrap_or(0)
@@ -336,6 +347,7 @@ mod tests {
 
     #[test]
     fn urgency_is_the_rounds_left_on_the_busiest_budget() {
+        let no_delays = BTreeMap::new();
         // 20 checkout pods left at one per round, 50 catalog pods at five per round.
         let mut left = BTreeMap::new();
         for _ in 0..20 {
@@ -348,14 +360,37 @@ mod tests {
             ("checkout".to_string(), (1, 1)),
             ("catalog".to_string(), (5, 5)),
         ]);
-        assert_eq!(urgency(&demand(&["catalog"]), &left, &paces), 10);
         assert_eq!(
-            urgency(&demand(&["catalog", "checkout"]), &left, &paces),
-            20
+            urgency(&demand(&["catalog"]), &left, &paces, &no_delays),
+            1_000
+        );
+        assert_eq!(
+            urgency(&demand(&["catalog", "checkout"]), &left, &paces, &no_delays),
+            2_000
         );
         // A budget nobody else needs, or none at all: nothing urgent.
-        assert_eq!(urgency(&demand(&["search"]), &left, &paces), 0);
-        assert_eq!(urgency(&demand(&[]), &left, &paces), 0);
+        assert_eq!(urgency(&demand(&["search"]), &left, &paces, &no_delays), 0);
+        assert_eq!(urgency(&demand(&[]), &left, &paces, &no_delays), 0);
+        // Equal rounds left, but checkout took its disruption a moment ago while cart is about
+        // to give its back: checkout will finish last, so its nodes go first.
+        demand(&["cart"]).claim(&mut left);
+        let paces = BTreeMap::from([
+            ("checkout".to_string(), (0, 1)),
+            ("cart".to_string(), (0, 1)),
+        ]);
+        let mut cart_left = left.clone();
+        for _ in 0..19 {
+            demand(&["cart"]).claim(&mut cart_left);
+        }
+        let delays = BTreeMap::from([("checkout".to_string(), 0.9), ("cart".to_string(), 0.1)]);
+        assert_eq!(
+            urgency(&demand(&["checkout"]), &cart_left, &paces, &delays),
+            2_090
+        );
+        assert_eq!(
+            urgency(&demand(&["cart"]), &cart_left, &paces, &delays),
+            2_010
+        );
     }
 
     #[test]

@@ -1236,7 +1236,7 @@ impl LowerBound {
                     "{} + {} x {} + {}",
                     secs_f(b.first),
                     b.waves - 2,
-                    secs_f(b.cycle),
+                    format!("{:.2} s", b.cycle),
                     secs_f(b.shutdown),
                 )
             } else {

@@ -89,10 +89,11 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_BUDGET_RECHECK", default_value = "30s", value_parser = parse_duration)]
     pub budget_recheck: Duration,
 
-    /// How long the drain taint must have been in place (counted from when this drainer first
-    /// saw it) before an empty node is declared drained: a pod the scheduler bound from a stale
-    /// cache just before the taint arrived shows up within it. A node tainted longer ago is
-    /// declared drained as soon as it is empty.
+    /// How long a node must have been unschedulable before it may be declared drained: a pod
+    /// the scheduler bound from a stale cache just before shows up within it. Counted from when
+    /// this drainer first saw a NoSchedule drain taint on the node (since its start or the last
+    /// re-list of nodes at the earliest), or from its own cordon for PreferNoSchedule. The node
+    /// must also stay empty for a quarter of this time.
     #[arg(long, env = "ROTOR_SETTLE", default_value = "3s", value_parser = parse_duration)]
     pub settle: Duration,
 }

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::DrainerConfig;
 use crate::evict::{self, EvictionOutcome};
+use crate::fleet::taint_keeps_pods_off;
 use crate::gate::Owner;
 use crate::metrics::Metrics;
 use crate::pace::BudgetPace;
@@ -324,13 +325,13 @@ fn later(now: Timestamp, d: Duration) -> Timestamp {
 }
 
 /// Drains one node until it is drained, fails, loses its taint (`abort`) or the drainer stops
-/// (`stop`). `tainted_since` is when this drainer first saw the node carry the drain taint,
-/// continuously since (see [`settled_at`]); `None` counts from now.
+/// (`stop`). `tainted_since` is when this drainer first saw the node carry a drain taint that
+/// keeps pods off, continuously since (see [`settled_at`]); `None` counts from the cordon.
 pub async fn drain_node(
     ctx: Arc<Ctx>,
     name: String,
     intent: Intent,
-    tainted_since: Option<Timestamp>,
+    tainted_since: Option<std::time::Instant>,
     abort: CancellationToken,
     stop: CancellationToken,
 ) -> DrainOutcome {
@@ -374,9 +375,17 @@ pub async fn drain_node(
             record: Some(before),
         };
     }
-    let settled = settled_at(tainted_since, now, ctx.cfg.settle);
     let (result, record) = drain_fresh(
-        &ctx, &nodes, &node, &name, taint, before, now, settled, &abort, &stop,
+        &ctx,
+        &nodes,
+        &node,
+        &name,
+        taint,
+        before,
+        now,
+        tainted_since,
+        &abort,
+        &stop,
     )
     .await;
     DrainOutcome {
@@ -385,17 +394,31 @@ pub async fn drain_node(
     }
 }
 
-/// The earliest time an empty node may be declared drained: `--settle` after the drain taint
-/// was first seen (`tainted_since`, or `now` when unknown, e.g. just after a restart).
+/// The earliest time an empty node may be declared drained: `--settle` after the node became
+/// unschedulable, given how long ago that was (`protected_for`: the age of a drain taint that
+/// keeps pods off; `None` when only the cordon written at `now` does).
 ///
 /// The settle time is there for a pod the scheduler bound from a stale cache just before the
 /// node became unschedulable, which the drain's pod watch may not have shown yet. Such a
-/// binding can only land shortly after the taint, so what matters is how long the taint has
-/// been in place, not how long the node has been empty: a node tainted long before its drain
-/// (a selector run, then a queue of nodes waiting their turn) is drained as soon as it is
-/// empty, and one tainted just now still waits the full settle time.
-pub fn settled_at(tainted_since: Option<Timestamp>, now: Timestamp, settle: Duration) -> Timestamp {
-    later(tainted_since.map_or(now, |t| t.min(now)), settle)
+/// binding can only land shortly after that moment, so what matters is how long the node has
+/// been unschedulable, not how long it has been empty: a node tainted long before its drain
+/// (a selector run, then a queue of nodes waiting their turn) is not kept waiting, and one
+/// tainted just now, or with `PreferNoSchedule` (which keeps no pod off), still waits the full
+/// settle time. A pod created with `spec.nodeName` set skips the scheduler and every taint; for
+/// one that its controller puts back at once, the node must also stay empty for [`quiet`].
+pub fn settled_at(protected_for: Option<Duration>, now: Timestamp, settle: Duration) -> Timestamp {
+    later(
+        now,
+        settle.saturating_sub(protected_for.unwrap_or_default()),
+    )
+}
+
+/// How long an empty node must stay empty before it is declared drained: a quarter of
+/// `--settle`. Long enough to see a pod that a controller binding pods itself (`spec.nodeName`)
+/// puts back as soon as the last one is gone, which takes a watch event and a create; the
+/// scheduler's race is covered by [`settled_at`].
+pub fn quiet(settle: Duration) -> Duration {
+    settle / 4
 }
 
 /// [`drain_node`] once the node is read and due: records the start, cordons, evicts, and
@@ -409,7 +432,7 @@ async fn drain_fresh(
     taint: Taint,
     before: DrainRecord,
     now: Timestamp,
-    settled: Timestamp,
+    tainted_since: Option<std::time::Instant>,
     abort: &CancellationToken,
     stop: &CancellationToken,
 ) -> (DrainResult, DrainRecord) {
@@ -472,6 +495,12 @@ async fn drain_fresh(
         tracing::warn!(node = %name, error = %e, "could not record the cordon");
     }
     let started = record.started_at.unwrap_or(now);
+    // The taint's age counts only if the taint as read now keeps pods off; otherwise only the
+    // cordon just written does, from now.
+    let protected_for = tainted_since
+        .filter(|_| taint_keeps_pods_off(&taint))
+        .map(|since| since.elapsed());
+    let settled = settled_at(protected_for, Timestamp::now(), ctx.cfg.settle);
     let result = evict_until_drained(
         ctx,
         nodes,
@@ -555,6 +584,7 @@ async fn evict_until_drained(
     let mut buffer: HashMap<String, Pod> = HashMap::new();
     let mut listed = false;
     let mut attempts = PodAttempts::default();
+    let mut empty_since: Option<Timestamp> = None;
     let mut blocked_pods_reported: i64 = 0;
     let finish = |n: i64| ctx.metrics.budget_blocked_pods.dec_by(n);
     let force_at = ctx.cfg.force_after.map(|f| later(started, f));
@@ -578,11 +608,15 @@ async fn evict_until_drained(
             let plan = plan_node(&pod_list, &budgets, taint, &ctx.cfg.options);
             let paces = budget_paces(&budgets);
             if plan.is_drained() && attempts.fatal.is_empty() {
-                if now >= settled {
+                let since = *empty_since.get_or_insert(now);
+                let ready_at = settled.max(later(since, quiet(ctx.cfg.settle)));
+                if now >= ready_at {
                     finish(blocked_pods_reported);
                     return DrainResult::Drained;
                 }
-                wake = wake.min(settled);
+                wake = wake.min(ready_at);
+            } else {
+                empty_since = None;
             }
             // Evict what the plan allows now; past --force-after, also delete what budgets hold.
             let forcing = force_at.is_some_and(|t| now >= t);
@@ -823,19 +857,21 @@ mod tests {
     }
 
     #[test]
-    fn settle_counts_from_when_the_taint_was_first_seen() {
+    fn settle_counts_from_when_the_node_became_unschedulable() {
         let settle = Duration::from_secs(3);
         let now = at("2026-11-22T10:00:00Z");
         // Tainted an hour ago: an empty node is drained at once.
-        assert!(settled_at(Some(at("2026-11-22T09:00:00Z")), now, settle) <= now);
+        assert_eq!(
+            settled_at(Some(Duration::from_secs(3_600)), now, settle),
+            now
+        );
         // Tainted a second ago: two more seconds.
         assert_eq!(
-            settled_at(Some(at("2026-11-22T09:59:59Z")), now, settle),
+            settled_at(Some(Duration::from_secs(1)), now, settle),
             at("2026-11-22T10:00:02Z")
         );
-        // Not known (e.g. just restarted), or reported later than now: the full settle time.
-        for since in [None, Some(at("2026-11-22T10:00:05Z"))] {
-            assert_eq!(settled_at(since, now, settle), at("2026-11-22T10:00:03Z"));
-        }
+        // Only the cordon, written now: the full settle time.
+        assert_eq!(settled_at(None, now, settle), at("2026-11-22T10:00:03Z"));
+        assert_eq!(quiet(settle), Duration::from_millis(750));
     }
 }

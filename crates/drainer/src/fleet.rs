@@ -16,7 +16,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use rotor_core::contract::{
     DO_NOT_DISRUPT_ANNOTATION, DrainPhase, find_drain_taint, format_timestamp, node_opted_out,
 };
@@ -100,6 +100,9 @@ pub struct NodeView {
     pub name: String,
     /// Carries the drain taint.
     pub tainted: bool,
+    /// The drain taint's effect keeps pods off the node (`NoSchedule` or `NoExecute`, not
+    /// `PreferNoSchedule`): from then on only a scheduler with a stale cache can still bind one.
+    pub taint_keeps_pods_off: bool,
     /// The drainer's record on the node.
     pub record: DrainRecord,
     /// Condition `Ready` is `True`.
@@ -142,6 +145,7 @@ impl NodeView {
         NodeView {
             name: node.metadata.name.clone().unwrap_or_default(),
             tainted: find_drain_taint(node).is_some(),
+            taint_keeps_pods_off: find_drain_taint(node).is_some_and(taint_keeps_pods_off),
             record: DrainRecord::from_annotations(node.metadata.annotations.as_ref()),
             ready,
             ever_ready: ready,
@@ -198,6 +202,12 @@ impl NodeView {
             && !self.deleting
             && !self.tainted
     }
+}
+
+/// Whether a taint keeps pods that do not tolerate it off the node: `NoSchedule` and `NoExecute`
+/// do, `PreferNoSchedule` only asks the scheduler to avoid the node.
+pub fn taint_keeps_pods_off(taint: &Taint) -> bool {
+    matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
 }
 
 /// A fleet limit that holds a node (rather than something about the node itself).
@@ -556,6 +566,7 @@ mod tests {
             NodeView {
                 name: "ip-10-0-0-1".into(),
                 tainted: true,
+                taint_keeps_pods_off: true,
                 record: DrainRecord {
                     phase: Some(DrainPhase::Evicting),
                     ..DrainRecord::default()
@@ -570,6 +581,14 @@ mod tests {
                 budget_urgency: 0,
             }
         );
+        // PreferNoSchedule only asks the scheduler to avoid the node.
+        let preferred: Node = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"taints": [{"key": "rotor.dev/drain", "value": "ami", "effect": "PreferNoSchedule"}]}
+        }))
+        .unwrap();
+        let view = NodeView::of(&preferred);
+        assert!(view.tainted && !view.taint_keeps_pods_off);
         let bare: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
         let view = NodeView::of(&bare);
         assert!(!view.ready && !view.tainted && !view.unschedulable);

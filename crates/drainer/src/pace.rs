@@ -9,8 +9,17 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How many of a budget's latest evictions are kept: enough for any budget's round.
+/// How many of a budget's latest evictions are kept. A budget that lets more through at once is
+/// never measured (its delay counts 0, as for an unknown pace).
 const KEPT: usize = 64;
+
+/// A budget rotor has not evicted under for this long is forgotten (budgets come and go with
+/// their workloads).
+const FORGET_AFTER: Duration = Duration::from_secs(3_600);
+
+/// A sample this many times the current estimate is not a cycle: the pod waited for something
+/// else (a budget that allowed nothing for a while, the slow recheck backstop).
+const OUTLIER: f64 = 3.0;
 
 /// Weight of the newest sample in a budget's cycle estimate.
 const NEWEST_WEIGHT: f64 = 0.5;
@@ -37,10 +46,11 @@ impl BudgetPace {
         if waited && lane.evictions.len() >= per_round {
             let freed_by = lane.evictions[lane.evictions.len() - per_round];
             let sample = at.saturating_duration_since(freed_by);
-            lane.cycle = Some(match lane.cycle {
-                Some(old) => old.mul_f64(1.0 - NEWEST_WEIGHT) + sample.mul_f64(NEWEST_WEIGHT),
-                None => sample,
-            });
+            lane.cycle = match lane.cycle {
+                Some(old) if sample.as_secs_f64() > old.as_secs_f64() * OUTLIER => Some(old),
+                Some(old) => Some(old.mul_f64(1.0 - NEWEST_WEIGHT) + sample.mul_f64(NEWEST_WEIGHT)),
+                None => Some(sample),
+            };
         }
         lane.evictions.push_back(at);
         while lane.evictions.len() > KEPT {
@@ -48,9 +58,15 @@ impl BudgetPace {
         }
     }
 
-    /// A copy of every lane, for one choice.
-    pub fn lanes(&self) -> HashMap<String, Lane> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    /// A copy of every lane, for one choice at `now`; lanes idle for [`FORGET_AFTER`] go.
+    pub fn lanes(&self, now: Instant) -> HashMap<String, Lane> {
+        let mut lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        lanes.retain(|_, lane| {
+            lane.evictions
+                .back()
+                .is_some_and(|last| now.saturating_duration_since(*last) < FORGET_AFTER)
+        });
+        lanes.clone()
     }
 }
 
@@ -75,7 +91,9 @@ pub fn rounds_until_free(lane: Option<&Lane>, left_now: i64, per_round: i64, now
     else {
         return 0.0;
     };
-    let free_at = oldest + cycle;
+    let Some(free_at) = oldest.checked_add(cycle) else {
+        return 0.0;
+    };
     (free_at.saturating_duration_since(now).as_secs_f64() / cycle.as_secs_f64()).min(1.0)
 }
 
@@ -113,27 +131,38 @@ mod tests {
         pace.evicted("shop/checkout", 1, t0, false);
         // Went at once (the budget had room): not a cycle.
         pace.evicted("shop/checkout", 1, t0 + ms(500), false);
-        assert_eq!(pace.lanes()["shop/checkout"].cycle, None);
+        assert_eq!(pace.lanes(t0)["shop/checkout"].cycle, None);
         // Waited for the budget: 2 s since the eviction whose slot it took.
         pace.evicted("shop/checkout", 1, t0 + ms(2_500), true);
-        assert_eq!(pace.lanes()["shop/checkout"].cycle, Some(ms(2_000)));
+        assert_eq!(pace.lanes(t0)["shop/checkout"].cycle, Some(ms(2_000)));
         // The estimate follows new samples halfway.
         pace.evicted("shop/checkout", 1, t0 + ms(5_500), true);
-        assert_eq!(pace.lanes()["shop/checkout"].cycle, Some(ms(2_500)));
+        assert_eq!(pace.lanes(t0)["shop/checkout"].cycle, Some(ms(2_500)));
         // With 3 at a time, the slot came from the eviction three back.
         for i in 0..3 {
             pace.evicted("shop/catalog", 3, t0 + ms(i * 10), false);
         }
         pace.evicted("shop/catalog", 3, t0 + ms(2_000), true);
-        assert_eq!(pace.lanes()["shop/catalog"].cycle, Some(ms(2_000)));
+        assert_eq!(pace.lanes(t0)["shop/catalog"].cycle, Some(ms(2_000)));
         // A first eviction that waited has nothing to measure against.
         pace.evicted("data/db", 1, t0, true);
-        assert_eq!(pace.lanes()["data/db"].cycle, None);
+        assert_eq!(pace.lanes(t0)["data/db"].cycle, None);
+        // A wait far longer than the cycle is not a cycle.
+        pace.evicted("shop/checkout", 1, t0 + ms(30_000), true);
+        assert_eq!(pace.lanes(t0)["shop/checkout"].cycle, Some(ms(2_500)));
+        // Budgets rotor has not evicted under for an hour are forgotten.
+        let later = t0 + FORGET_AFTER + ms(30_001);
+        pace.evicted("shop/catalog", 3, later, false);
+        assert_eq!(
+            pace.lanes(later).keys().collect::<Vec<_>>(),
+            ["shop/catalog"]
+        );
     }
 
     #[test]
     fn a_budget_that_just_took_a_disruption_is_a_round_away_and_one_about_to_give_it_back_is_not() {
-        let now = Instant::now();
+        // Far enough from the process's start that subtracting stays in range.
+        let now = Instant::now() + ms(60_000);
         let lane = |ago: u64| Lane {
             evictions: [now - ms(ago)].into(),
             cycle: Some(ms(2_000)),

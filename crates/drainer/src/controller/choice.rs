@@ -109,7 +109,7 @@ pub(super) async fn rechoose(
     for demand in demands.values().filter(|d| !d.blocks) {
         demand.claim(&mut left);
     }
-    let delays = crate::pace::delays(&ctx.pace.lanes(), &allowed, &paces, clock);
+    let delays = crate::pace::delays(&ctx.pace.lanes(clock), &allowed, &paces, clock);
     for v in view.iter_mut() {
         v.budget_urgency = demands
             .get(&v.name)

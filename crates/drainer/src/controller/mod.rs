@@ -108,7 +108,7 @@ pub async fn run(
                     for v in fresh.values_mut() {
                         carry_ever_ready(&nodes, v);
                     }
-                    taint_clock.relisted(fresh.values(), Timestamp::now());
+                    taint_clock.relisted(fresh.values(), Instant::now());
                     nodes = fresh;
                     listed = true;
                 }
@@ -120,7 +120,7 @@ pub async fn run(
                         // Pods may have arrived while it was untainted: read them afresh.
                         demand_cache.forget(&v.name);
                     }
-                    taint_clock.observe(&v, Timestamp::now());
+                    taint_clock.observe(&v, Instant::now());
                     nodes.insert(v.name.clone(), v);
                 }
                 Some(Ok(watcher::Event::Delete(n))) => {
@@ -401,19 +401,21 @@ fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'s
         .then_some("it carries the drain taint")
 }
 
-/// When this process first saw each node carry the drain taint, continuously since: what
-/// `--settle` counts from (see [`crate::drain::settled_at`]). Only what this process watched
-/// counts: after a start or a re-list of the nodes, a tainted node counts from then, so a taint
-/// that went and came back while nobody watched is never taken for an old one.
+/// When this process first saw each node carry a drain taint that keeps pods off it (see
+/// [`crate::fleet::taint_keeps_pods_off`]), continuously since: what `--settle` counts from (see
+/// [`crate::drain::settled_at`]). Only what this process watched counts: after a start or a
+/// re-list of the nodes, a tainted node counts from then, so a taint that went and came back
+/// while nobody watched is never taken for an old one. A monotonic clock, so that a step of the
+/// wall clock cannot make a new taint look old.
 #[derive(Default)]
 struct TaintClock {
-    since: HashMap<String, Timestamp>,
+    since: HashMap<String, Instant>,
 }
 
 impl TaintClock {
     /// Records a node's new state, seen at `now`.
-    fn observe(&mut self, node: &NodeView, now: Timestamp) {
-        if node.tainted {
+    fn observe(&mut self, node: &NodeView, now: Instant) {
+        if node.tainted && node.taint_keeps_pods_off {
             self.since.entry(node.name.clone()).or_insert(now);
         } else {
             self.since.remove(&node.name);
@@ -421,9 +423,9 @@ impl TaintClock {
     }
 
     /// After a (re-)list: every tainted node counts from `now`.
-    fn relisted<'a>(&mut self, nodes: impl Iterator<Item = &'a NodeView>, now: Timestamp) {
+    fn relisted<'a>(&mut self, nodes: impl Iterator<Item = &'a NodeView>, now: Instant) {
         self.since = nodes
-            .filter(|n| n.tainted)
+            .filter(|n| n.tainted && n.taint_keeps_pods_off)
             .map(|n| (n.name.clone(), now))
             .collect();
     }
@@ -432,7 +434,7 @@ impl TaintClock {
         self.since.remove(name);
     }
 
-    fn since(&self, name: &str) -> Option<Timestamp> {
+    fn since(&self, name: &str) -> Option<Instant> {
         self.since.get(name).copied()
     }
 }
@@ -510,7 +512,7 @@ fn spawn_drain(
     running: &mut HashMap<String, Running>,
     name: &str,
     intent: Intent,
-    tainted_since: Option<Timestamp>,
+    tainted_since: Option<Instant>,
     stop: &CancellationToken,
 ) {
     let abort = CancellationToken::new();
@@ -614,16 +616,13 @@ mod tests {
 
     #[test]
     fn the_taint_clock_keeps_the_first_sighting_until_the_taint_goes() {
-        let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let t0 = Instant::now();
+        let t = |s: u64| t0 + Duration::from_secs(s);
         let view = |name: &str, tainted: bool| NodeView {
+            name: name.into(),
             tainted,
-            ..NodeView::of(&Node {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(name.into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            })
+            taint_keeps_pods_off: tainted,
+            ..NodeView::default()
         };
         let mut clock = TaintClock::default();
         clock.observe(&view("a", false), t(0));
@@ -640,6 +639,15 @@ mod tests {
         assert_eq!(clock.since("a"), None);
         clock.observe(&view("a", true), t(7));
         assert_eq!(clock.since("a"), Some(t(7)));
+        // PreferNoSchedule keeps no pod off: no sighting, until it becomes NoSchedule.
+        let preferred = NodeView {
+            taint_keeps_pods_off: false,
+            ..view("p", true)
+        };
+        clock.observe(&preferred, t(7));
+        assert_eq!(clock.since("p"), None);
+        clock.observe(&view("p", true), t(8));
+        assert_eq!(clock.since("p"), Some(t(8)));
         // A re-list cannot tell whether the taint stayed while nobody watched: from the list.
         clock.observe(&view("b", true), t(7));
         clock.relisted([view("a", true), view("c", false)].iter(), t(9));

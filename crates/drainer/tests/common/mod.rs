@@ -248,7 +248,7 @@ impl TestDrainer {
             "--lease-duration",
             "2s",
         ];
-        if !flags.contains(&"--settle") {
+        if !flags.iter().any(|f| f.starts_with("--settle")) {
             args.extend_from_slice(&["--settle", "300ms"]);
         }
         args.extend_from_slice(flags);

@@ -64,8 +64,9 @@ use rotor_sim::cluster::pdb::{covers, eviction_selector};
 use rotor_sim::scenario::{Scenario, WorkloadKind};
 use serde_json::{Value, json};
 
-/// rotor-drainer's `--settle`: how long the drain taint must have been in place before an empty
-/// node is marked drained. Every node is tainted at t=0, so it only matters in the first second.
+/// rotor-drainer's `--settle`: how long a node must have been unschedulable before it is marked
+/// drained (every node is tainted at t=0, so this only matters in the first second); it must also
+/// stay empty for a quarter of it, which the lower bound leaves out (a bound for any drainer).
 const SETTLE: Duration = Duration::from_secs(1);
 const SETTLE_FLAG: &str = "1s";
 /// How far off its tick grid the lower bound allows one step of the simulator's control loop
@@ -937,7 +938,8 @@ impl Snapshot {
 ///
 /// 1. **Nodes.** A node is drained only once its last pod has exited, which takes that pod's
 ///    shutdown time after its eviction (at most its grace period); rotor also waits until the
-///    drain taint is `--settle` old, which every node is after the first second. So node i
+///    drain taint is `--settle` old, which every node is after the first second (and a short
+///    quiet time with the node empty, its own choice, left out here). So node i
 ///    occupies one of the C drain slots for at least d_i = (longest shutdown among its pods),
 ///    and the makespan is at least max(settle, max_i d_i, sum_i d_i / C) (the classic bound for
 ///    C parallel machines).

@@ -1235,10 +1235,10 @@ impl LowerBound {
             };
             let formula = if b.waves >= 2 {
                 format!(
-                    "{} + {} x {} + {}",
+                    "{} + {} x {:.2} s + {}",
                     secs_f(b.first),
                     b.waves - 2,
-                    format!("{:.2} s", b.cycle),
+                    b.cycle,
                     secs_f(b.shutdown),
                 )
             } else {

@@ -103,6 +103,10 @@ pub struct NodeView {
     /// The drain taint's effect keeps pods off the node (`NoSchedule` or `NoExecute`, not
     /// `PreferNoSchedule`): from then on only a scheduler with a stale cache can still bind one.
     pub taint_keeps_pods_off: bool,
+    /// When this process first saw the drain taint keep pods off the node, continuously since
+    /// (the controller carries it from one view of the node to the next, and starts it afresh
+    /// at a re-list); what `--settle` counts from (see `drain::settled_at`). `None` otherwise.
+    pub tainted_since: Option<std::time::Instant>,
     /// The drainer's record on the node.
     pub record: DrainRecord,
     /// Condition `Ready` is `True`.
@@ -146,6 +150,7 @@ impl NodeView {
             name: node.metadata.name.clone().unwrap_or_default(),
             tainted: find_drain_taint(node).is_some(),
             taint_keeps_pods_off: find_drain_taint(node).is_some_and(taint_keeps_pods_off),
+            tainted_since: None,
             record: DrainRecord::from_annotations(node.metadata.annotations.as_ref()),
             ready,
             ever_ready: ready,
@@ -567,6 +572,7 @@ mod tests {
                 name: "ip-10-0-0-1".into(),
                 tainted: true,
                 taint_keeps_pods_off: true,
+                tainted_since: None,
                 record: DrainRecord {
                     phase: Some(DrainPhase::Evicting),
                     ..DrainRecord::default()

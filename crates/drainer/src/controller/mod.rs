@@ -72,7 +72,6 @@ pub async fn run(
     let mut workloads = WorkloadIndex::default();
     let mut held_log = HeldLog::default();
     let mut burst = TaintBurst::default();
-    let mut taint_clock = TaintClock::default();
     let mut demand_cache = choice::DemandCache::default();
     let mut leading_changes = election.leading.clone();
     let mut was_leading = false;
@@ -105,28 +104,29 @@ pub async fn run(
                 Some(Ok(watcher::Event::InitApply(n))) => { let v = NodeView::of(&n); buffer.insert(v.name.clone(), v); }
                 Some(Ok(watcher::Event::InitDone)) => {
                     let mut fresh = std::mem::take(&mut buffer);
+                    let now = Instant::now();
                     for v in fresh.values_mut() {
                         carry_ever_ready(&nodes, v);
+                        // Whether the taint stayed while nobody watched is unknown: from now.
+                        sight_taint(None, v, now);
                     }
-                    taint_clock.relisted(fresh.values(), Instant::now());
                     nodes = fresh;
                     listed = true;
                 }
                 Some(Ok(watcher::Event::Apply(n))) => {
                     let mut v = NodeView::of(&n);
                     carry_ever_ready(&nodes, &mut v);
+                    sight_taint(nodes.get(&v.name), &mut v, Instant::now());
                     if v.tainted && nodes.get(&v.name).is_none_or(|old| !old.tainted) {
                         burst.taint_arrived(Instant::now());
                         // Pods may have arrived while it was untainted: read them afresh.
                         demand_cache.forget(&v.name);
                     }
-                    taint_clock.observe(&v, Instant::now());
                     nodes.insert(v.name.clone(), v);
                 }
                 Some(Ok(watcher::Event::Delete(n))) => {
                     let name = n.metadata.name.as_deref().unwrap_or("");
                     demand_cache.forget(name);
-                    taint_clock.forget(name);
                     nodes.remove(name);
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "node watch failed; it restarts with back-off"),
@@ -274,7 +274,7 @@ pub async fn run(
                     &mut running,
                     &n.name,
                     Intent::Resume,
-                    taint_clock.since(&n.name),
+                    n.tainted_since,
                     &stop,
                 );
             }
@@ -357,7 +357,7 @@ pub async fn run(
             if let Some(demand) = demand_cache.take(&name) {
                 ctx.claims.set(&name, demand);
             }
-            let since = taint_clock.since(&name);
+            let since = nodes.get(&name).and_then(|n| n.tainted_since);
             spawn_drain(
                 &ctx,
                 &mut tasks,
@@ -399,44 +399,6 @@ fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'s
     // The fleet's own test of whether a tainted node may start, so the two cannot drift apart.
     (window_open && start_block(node, now, retry_backoff).is_none())
         .then_some("it carries the drain taint")
-}
-
-/// When this process first saw each node carry a drain taint that keeps pods off it (see
-/// [`crate::fleet::taint_keeps_pods_off`]), continuously since: what `--settle` counts from (see
-/// [`crate::drain::settled_at`]). Only what this process watched counts: after a start or a
-/// re-list of the nodes, a tainted node counts from then, so a taint that went and came back
-/// while nobody watched is never taken for an old one. A monotonic clock, so that a step of the
-/// wall clock cannot make a new taint look old.
-#[derive(Default)]
-struct TaintClock {
-    since: HashMap<String, Instant>,
-}
-
-impl TaintClock {
-    /// Records a node's new state, seen at `now`.
-    fn observe(&mut self, node: &NodeView, now: Instant) {
-        if node.tainted && node.taint_keeps_pods_off {
-            self.since.entry(node.name.clone()).or_insert(now);
-        } else {
-            self.since.remove(&node.name);
-        }
-    }
-
-    /// After a (re-)list: every tainted node counts from `now`.
-    fn relisted<'a>(&mut self, nodes: impl Iterator<Item = &'a NodeView>, now: Instant) {
-        self.since = nodes
-            .filter(|n| n.tainted && n.taint_keeps_pods_off)
-            .map(|n| (n.name.clone(), now))
-            .collect();
-    }
-
-    fn forget(&mut self, name: &str) {
-        self.since.remove(name);
-    }
-
-    fn since(&self, name: &str) -> Option<Instant> {
-        self.since.get(name).copied()
-    }
 }
 
 /// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)
@@ -497,6 +459,15 @@ fn hold_starts(
 /// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
 /// makes it unavailable rather than "still starting" (see [`NodeView::is_starting`]). Only for
 /// the same node: a new one that reuses the name (IP-based names are reused) starts afresh.
+/// Sets `view.tainted_since` (see [`NodeView`]): kept from `old`, the last view of the node, while
+/// its drain taint keeps pods off; `now` when that has just begun or nothing earlier is known;
+/// `None` otherwise. So a taint that went and came back counts from its return, and the
+/// monotonic clock keeps a step of the wall clock from making a new taint look old.
+fn sight_taint(old: Option<&NodeView>, view: &mut NodeView, now: Instant) {
+    view.tainted_since = (view.tainted && view.taint_keeps_pods_off)
+        .then(|| old.and_then(|o| o.tainted_since).unwrap_or(now));
+}
+
 fn carry_ever_ready(known: &BTreeMap<String, NodeView>, view: &mut NodeView) {
     if known
         .get(&view.name)
@@ -615,48 +586,43 @@ mod tests {
     }
 
     #[test]
-    fn the_taint_clock_keeps_the_first_sighting_until_the_taint_goes() {
+    fn a_taint_sighting_is_kept_until_the_taint_goes() {
         let t0 = Instant::now();
         let t = |s: u64| t0 + Duration::from_secs(s);
-        let view = |name: &str, tainted: bool| NodeView {
-            name: name.into(),
+        let view = |tainted: bool| NodeView {
+            name: "a".into(),
             tainted,
             taint_keeps_pods_off: tainted,
             ..NodeView::default()
         };
-        let mut clock = TaintClock::default();
-        clock.observe(&view("a", false), t(0));
-        assert_eq!(clock.since("a"), None);
-        clock.observe(&view("a", true), t(1));
-        clock.observe(&view("a", true), t(5));
+        // Each event's view of the node, sighted against the one before it.
+        let mut last: Option<NodeView> = None;
+        let mut seen = |mut v: NodeView, now: Instant| {
+            sight_taint(last.as_ref(), &mut v, now);
+            last = Some(v.clone());
+            v.tainted_since
+        };
+        assert_eq!(seen(view(false), t(0)), None);
+        assert_eq!(seen(view(true), t(1)), Some(t(1)));
         assert_eq!(
-            clock.since("a"),
+            seen(view(true), t(5)),
             Some(t(1)),
             "later events keep the first sighting"
         );
         // Removed and added again: counts from the new taint.
-        clock.observe(&view("a", false), t(6));
-        assert_eq!(clock.since("a"), None);
-        clock.observe(&view("a", true), t(7));
-        assert_eq!(clock.since("a"), Some(t(7)));
+        assert_eq!(seen(view(false), t(6)), None);
+        assert_eq!(seen(view(true), t(7)), Some(t(7)));
         // PreferNoSchedule keeps no pod off: no sighting, until it becomes NoSchedule.
         let preferred = NodeView {
             taint_keeps_pods_off: false,
-            ..view("p", true)
+            ..view(true)
         };
-        clock.observe(&preferred, t(7));
-        assert_eq!(clock.since("p"), None);
-        clock.observe(&view("p", true), t(8));
-        assert_eq!(clock.since("p"), Some(t(8)));
+        assert_eq!(seen(preferred, t(8)), None);
+        assert_eq!(seen(view(true), t(9)), Some(t(9)));
         // A re-list cannot tell whether the taint stayed while nobody watched: from the list.
-        clock.observe(&view("b", true), t(7));
-        clock.relisted([view("a", true), view("c", false)].iter(), t(9));
-        assert_eq!(
-            (clock.since("a"), clock.since("b"), clock.since("c")),
-            (Some(t(9)), None, None)
-        );
-        clock.forget("a");
-        assert_eq!(clock.since("a"), None);
+        let mut relisted = view(true);
+        sight_taint(None, &mut relisted, t(10));
+        assert_eq!(relisted.tainted_since, Some(t(10)));
     }
 
     #[test]

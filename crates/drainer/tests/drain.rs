@@ -8,7 +8,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::time::{Duration, Instant};
 
 const CLUSTER: &str = r#"
@@ -103,30 +103,13 @@ async fn given_a_node_tainted_longer_ago_than_the_settle_time_then_it_is_drained
     let (old, fresh) = (names[0].clone(), names[1].clone());
 
     // Tainted while opted out: the taint grows older than --settle while the node waits.
-    let opt_out =
-        |value: Value| json!({"metadata": {"annotations": {"rotor.dev/do-not-disrupt": value}}});
-    cluster
-        .nodes()
-        .patch(
-            &old,
-            &PatchParams::default(),
-            &Patch::Merge(&opt_out(json!("true"))),
-        )
-        .await
-        .unwrap();
+    const OPT_OUT: &str = "rotor.dev/do-not-disrupt";
+    cluster.annotate(&old, OPT_OUT, Some("true")).await;
     cluster.taint(&old, "manual").await;
     tokio::time::sleep(SETTLE + Duration::from_secs(1)).await;
     assert_eq!(cluster.annotation(&old, "rotor.dev/phase").await, None);
     let released = Instant::now();
-    cluster
-        .nodes()
-        .patch(
-            &old,
-            &PatchParams::default(),
-            &Patch::Merge(&opt_out(Value::Null)),
-        )
-        .await
-        .unwrap();
+    cluster.annotate(&old, OPT_OUT, None).await;
     cluster.wait_phase(&old, "drained").await;
     let took = released.elapsed();
     // Waiting --settle with the node empty would take at least SETTLE from here.

@@ -181,6 +181,15 @@ impl TestCluster {
             .unwrap();
     }
 
+    /// Sets the node's annotation `key` to `value`, or removes it (`None`).
+    pub async fn annotate(&self, node: &str, key: &str, value: Option<&str>) {
+        let patch = json!({"metadata": {"annotations": {key: value}}});
+        self.nodes()
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
     pub async fn annotation(&self, node: &str, key: &str) -> Option<String> {
         self.node(node)
             .await

@@ -34,6 +34,72 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod budget_watch;
+pub mod real_cluster;
+pub use budget_watch::{BudgetWatch, WatchedBudget};
+pub use real_cluster::{FakeNode, RealCluster, RealClusterOptions};
+
+/// A long-running child (a rotor binary under test) whose stderr goes to a log file; killed on
+/// drop, its log printed when the test is failing.
+pub struct Background {
+    child: Child,
+    log: PathBuf,
+    name: String,
+}
+
+impl Background {
+    /// Spawns `cmd` with stdin and stdout closed and stderr to `log`; `NO_COLOR` is set.
+    pub fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Background {
+        let file =
+            File::create(&log).unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
+        cmd.env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file);
+        real_cluster::die_with_parent(cmd);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Background {
+            child,
+            log,
+            name: name.to_string(),
+        }
+    }
+
+    /// Everything the process has logged so far.
+    pub fn log(&self) -> String {
+        read_lossy(&self.log)
+    }
+
+    /// Kills the process at once (SIGKILL, as a node failure or an OOM kill would).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether it is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "rotor-e2e: {} logged to {} (last lines):\n{}",
+                self.name,
+                self.log.display(),
+                lines[lines.len().saturating_sub(60)..].join("\n")
+            );
+        }
+    }
+}
+
 /// How long `rotor-sim serve` may take to print its `listening on` line.
 pub const SIM_START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -112,6 +178,17 @@ impl TestDir {
         std::fs::create_dir_all(&path)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
         TestDir { path }
+    }
+
+    /// Takes `path` as the scratch directory (emptied first), with the same drop rules as
+    /// [`TestDir::new`]: for a directory a person chose, e.g. `examples/local-cluster.sh`'s.
+    pub fn at(path: &Path) -> TestDir {
+        let _ = std::fs::remove_dir_all(path);
+        std::fs::create_dir_all(path)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        TestDir {
+            path: path.to_path_buf(),
+        }
     }
 
     pub fn path(&self) -> &Path {

@@ -1,0 +1,670 @@
+//! A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler and kwok (playing the kubelets), each a child process on free ports.
+//!
+//! The binaries come from the Go modules pinned in `tools/` and built by `tools/build.sh` into a
+//! cache outside the clone; [`control_plane_bin`] finds them (`ROTOR_KUBE_BIN`, or the cache) and
+//! fails, saying how to build them, when they are missing. Nothing here stands in for a
+//! component: every request is served by the real apiserver, its admission chain, its RBAC
+//! authorizer (`--authorization-mode=Node,RBAC`) and the real controllers (the disruption
+//! controller keeps each PodDisruptionBudget's `disruptionsAllowed`, which the Eviction API
+//! answers from).
+//!
+//! - TLS: the apiserver generates its own serving certificate (`--cert-dir`); clients trust it.
+//! - Identities: an admin token (group `system:masters`) from `--token-auth-file`; rotor's
+//!   components run as ServiceAccounts with tokens from the TokenRequest API
+//!   ([`RealCluster::service_account_kubeconfig`]), signed with an RSA key made at start.
+//! - The audit log (`audit.log`, level Metadata) is the server's own record of who evicted,
+//!   deleted or patched what ([`RealCluster::audit_events`]).
+//! - kwok manages only nodes annotated `kwok.x-k8s.io/node=fake` ([`RealCluster::add_nodes`]),
+//!   with our stages: a pod turns Ready after [`RealClusterOptions::pod_startup`] (or its
+//!   `e2e.rotor.dev/startup` annotation) and, once deleted, goes away when its grace period
+//!   (`metadata.deletionTimestamp`) runs out, as a kubelet whose containers use their whole
+//!   `terminationGracePeriodSeconds` would.
+//!
+//! Every process is killed and the directory removed on drop (kept when the thread panics), and
+//! each child gets SIGKILL if the test process itself dies.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::{TestDir, describe_output, run_with_timeout, workspace_root};
+
+/// The Kubernetes release `tools/kube` pins; the servers report it.
+pub const KUBERNETES_VERSION: &str = "v1.36.3";
+
+/// How long the whole control plane may take to come up (etcd, apiserver with its bootstrap
+/// RBAC, the controllers' ServiceAccounts).
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The stages kwok runs every pod and node through (see the module docs).
+const KWOK_STAGES: &str = include_str!("../kwok/stages.yaml");
+
+/// The audit policy: one Metadata-level record per request, leases and events excepted (they
+/// would drown the log and prove nothing about disruption).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  resources:
+  - group: coordination.k8s.io
+    resources: [leases]
+  - group: ''
+    resources: [events]
+  - group: events.k8s.io
+    resources: [events]
+- level: None
+  nonResourceURLs: ['/readyz*', '/livez*', '/healthz*', '/version', '/api*', '/openapi*']
+- level: Metadata
+";
+
+/// The directory holding the control plane binaries, or a panic saying how to build them.
+///
+/// `ROTOR_KUBE_BIN` wins; otherwise `tools/build.sh --print` names the cache entry for the
+/// pinned modules, if it has been built.
+pub fn control_plane_bin() -> PathBuf {
+    const NEEDED: [&str; 6] = [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubectl",
+        "kwok",
+    ];
+    let how = "build them with `tools/build.sh` (Go >= 1.26 and the Go module proxy; 20-30 \
+               minutes cold on 2 cores, seconds once cached), or point ROTOR_KUBE_BIN at a \
+               directory holding them";
+    let dir = match std::env::var_os("ROTOR_KUBE_BIN") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let script = workspace_root().join("tools/build.sh");
+            let out = Command::new("bash")
+                .arg(&script)
+                .arg("--print")
+                .stderr(Stdio::null())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+            assert!(
+                out.status.success(),
+                "the real control plane's binaries (etcd, kube-apiserver, \
+                 kube-controller-manager, kube-scheduler, kubectl, kwok) are not built: {how}"
+            );
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
+    for name in NEEDED {
+        assert!(
+            dir.join(name).is_file(),
+            "{name} is missing from {}: {how}",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// What a [`RealCluster`] is started with.
+#[derive(Clone, Debug)]
+pub struct RealClusterOptions {
+    /// How long a scheduled pod takes to turn Ready (kwok's start-up stage).
+    pub pod_startup: Duration,
+    /// Where to keep the cluster's files; a fresh [`TestDir`] when `None`.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for RealClusterOptions {
+    fn default() -> Self {
+        RealClusterOptions {
+            pod_startup: Duration::from_secs(1),
+            dir: None,
+        }
+    }
+}
+
+/// One fake node for [`RealCluster::add_nodes`].
+#[derive(Clone, Debug)]
+pub struct FakeNode {
+    pub name: String,
+    pub labels: Value,
+    pub kubelet_version: String,
+    pub provider_id: Option<String>,
+    pub cpu: String,
+    pub memory: String,
+    pub pods: u32,
+}
+
+impl FakeNode {
+    /// A node with room for 110 pods, 16 CPUs and 64 GiB, on the control plane's version.
+    pub fn new(name: &str) -> FakeNode {
+        FakeNode {
+            name: name.to_string(),
+            labels: json!({}),
+            kubelet_version: KUBERNETES_VERSION.to_string(),
+            provider_id: None,
+            cpu: "16".into(),
+            memory: "64Gi".into(),
+            pods: 110,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        let mut labels = json!({
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+        });
+        if let (Some(extra), Some(all)) = (self.labels.as_object(), labels.as_object_mut()) {
+            all.extend(extra.clone());
+        }
+        let capacity =
+            json!({"cpu": self.cpu, "memory": self.memory, "pods": self.pods.to_string()});
+        json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": labels,
+                // kwok manages only the nodes carrying this annotation.
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+            },
+            "spec": {"providerID": self.provider_id},
+            "status": {
+                "capacity": capacity,
+                "allocatable": capacity,
+                "nodeInfo": {
+                    "kubeletVersion": self.kubelet_version,
+                    "kubeProxyVersion": "",
+                    "architecture": "amd64",
+                    "operatingSystem": "linux",
+                    "osImage": "kwok",
+                    "kernelVersion": "kwok",
+                    "containerRuntimeVersion": "kwok",
+                    "machineID": self.name,
+                    "systemUUID": self.name,
+                    "bootID": self.name,
+                },
+            },
+        })
+    }
+}
+
+struct Component {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+/// A running control plane (see the module docs). Killed and cleaned up on drop.
+pub struct RealCluster {
+    // Dropped in reverse start order by `Drop`, then the directory.
+    components: Vec<Component>,
+    server: String,
+    admin_kubeconfig: PathBuf,
+    ca: PathBuf,
+    audit_log: PathBuf,
+    bin: PathBuf,
+    dir: TestDir,
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the component to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+fn random_token() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{:x}{:x}", nanos, std::process::id())
+}
+
+impl RealCluster {
+    /// Starts the whole control plane with default options and waits until it serves.
+    pub fn start() -> RealCluster {
+        RealCluster::start_with(RealClusterOptions::default())
+    }
+
+    /// Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, in that
+    /// order, each waited for before the next. Panics with the failing component's log.
+    pub fn start_with(options: RealClusterOptions) -> RealCluster {
+        let bin = control_plane_bin();
+        let dir = match &options.dir {
+            Some(path) => TestDir::at(path),
+            None => TestDir::new("real-cluster"),
+        };
+        let pki = dir.join("pki");
+        std::fs::create_dir_all(&pki).expect("create pki dir");
+        let sa_key = pki.join("service-account.key");
+        let out = run_with_timeout(
+            Command::new("openssl")
+                .args(["genrsa", "-out"])
+                .arg(&sa_key)
+                .arg("2048"),
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.status.success(),
+            "{} (the service-account signing key is made with openssl: install it, e.g. \
+             `apt-get install openssl`)",
+            describe_output("openssl genrsa", &out)
+        );
+        let token = random_token();
+        let tokens = dir.join("tokens.csv");
+        std::fs::write(
+            &tokens,
+            format!("{token},rotor-e2e-admin,admin,system:masters\n"),
+        )
+        .expect("write token file");
+        let audit_policy = dir.join("audit-policy.yaml");
+        std::fs::write(&audit_policy, AUDIT_POLICY).expect("write audit policy");
+        let audit_log = dir.join("audit.log");
+        let stages = dir.join("kwok-stages.yaml");
+        std::fs::write(
+            &stages,
+            KWOK_STAGES.replace(
+                "ROTOR_E2E_STARTUP_MS",
+                &options.pod_startup.as_millis().to_string(),
+            ),
+        )
+        .expect("write kwok stages");
+
+        let mut cluster = RealCluster {
+            components: Vec::new(),
+            server: String::new(),
+            admin_kubeconfig: dir.join("admin.kubeconfig"),
+            ca: pki.join("apiserver.crt"),
+            audit_log,
+            bin,
+            dir,
+        };
+
+        // etcd: one member, no fsync (the data dir is thrown away).
+        let etcd_client = free_port();
+        let etcd_peer = free_port();
+        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        cluster.spawn(
+            "etcd",
+            &[
+                "--name=rotor-e2e".into(),
+                format!("--data-dir={}", cluster.dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-cluster=rotor-e2e=http://127.0.0.1:{etcd_peer}"),
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ],
+        );
+        cluster.wait_for("etcd to serve /health", |_| {
+            crate::http_get(&format!("127.0.0.1:{etcd_client}"), "/health")
+                .is_ok_and(|r| r.status == 200 && r.body.contains("true"))
+        });
+
+        let api_port = free_port();
+        cluster.server = format!("https://127.0.0.1:{api_port}");
+        cluster.spawn(
+            "kube-apiserver",
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", pki.display()),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", sa_key.display()),
+                format!("--service-account-signing-key-file={}", sa_key.display()),
+                "--authorization-mode=Node,RBAC".into(),
+                format!("--token-auth-file={}", tokens.display()),
+                format!("--audit-policy-file={}", audit_policy.display()),
+                format!("--audit-log-path={}", cluster.audit_log.display()),
+                "--audit-log-format=json".into(),
+                "--audit-log-mode=blocking".into(),
+                "--enable-priority-and-fairness=false".into(),
+            ],
+        );
+        cluster.write_kubeconfig(&cluster.admin_kubeconfig, "rotor-e2e-admin", &token);
+        cluster.wait_for("kube-apiserver to answer /readyz", |c| {
+            c.ca.is_file() && c.kubectl(&["get", "--raw", "/readyz"]).status.success()
+        });
+
+        let admin = cluster.admin_kubeconfig.display().to_string();
+        let kcm_port = free_port();
+        cluster.spawn(
+            "kube-controller-manager",
+            &[
+                format!("--kubeconfig={admin}"),
+                format!("--authentication-kubeconfig={admin}"),
+                format!("--authorization-kubeconfig={admin}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={kcm_port}"),
+                "--leader-elect=false".into(),
+                "--controllers=*".into(),
+                "--use-service-account-credentials=true".into(),
+                format!("--service-account-private-key-file={}", sa_key.display()),
+                format!("--root-ca-file={}", cluster.ca.display()),
+                "--kube-api-qps=200".into(),
+                "--kube-api-burst=400".into(),
+            ],
+        );
+        let sched_port = free_port();
+        cluster.spawn(
+            "kube-scheduler",
+            &[
+                format!("--kubeconfig={admin}"),
+                format!("--authentication-kubeconfig={admin}"),
+                format!("--authorization-kubeconfig={admin}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={sched_port}"),
+                "--leader-elect=false".into(),
+                "--kube-api-qps=200".into(),
+                "--kube-api-burst=400".into(),
+            ],
+        );
+        let kwok_port = free_port();
+        cluster.spawn(
+            "kwok",
+            &[
+                format!("--kubeconfig={admin}"),
+                format!("--config={}", stages.display()),
+                "--manage-all-nodes=false".into(),
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
+                format!("--server-address=127.0.0.1:{kwok_port}"),
+                "--node-lease-duration-seconds=40".into(),
+                "--cidr=10.244.0.0/16".into(),
+                "--node-ip=10.244.255.254".into(),
+            ],
+        );
+        // The serviceaccount controller has made `default` accounts: controllers are running,
+        // and pods can be admitted (the ServiceAccount admission plugin needs that account).
+        cluster.wait_for(
+            "kube-controller-manager to create the default ServiceAccount",
+            |c| {
+                c.kubectl(&["get", "serviceaccount", "default", "-n", "default"])
+                    .status
+                    .success()
+            },
+        );
+        cluster
+    }
+
+    fn spawn(&mut self, name: &'static str, args: &[String]) {
+        let log = self.dir.join(format!("{name}.log"));
+        let file = File::create(&log).expect("create component log");
+        let mut cmd = Command::new(self.bin.join(name));
+        cmd.args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("clone log handle"))
+            .stderr(file);
+        die_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        self.components.push(Component { name, child, log });
+    }
+
+    /// Polls `ready` every 200 ms; panics with every component's state and the log of the last
+    /// one started after [`START_TIMEOUT`], or at once when a component has exited.
+    fn wait_for(&mut self, what: &str, mut ready: impl FnMut(&RealCluster) -> bool) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !ready(self) {
+            for c in &mut self.components {
+                if let Ok(Some(status)) = c.child.try_wait() {
+                    panic!(
+                        "{} exited ({status}) while waiting for {what}; its log {}:\n{}",
+                        c.name,
+                        c.log.display(),
+                        tail(&c.log, 60)
+                    );
+                }
+            }
+            if Instant::now() > deadline {
+                let last = self.components.last().expect("a component was started");
+                panic!(
+                    "timed out after {START_TIMEOUT:?} waiting for {what}; {} log {}:\n{}",
+                    last.name,
+                    last.log.display(),
+                    tail(&last.log, 60)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn write_kubeconfig(&self, path: &Path, user: &str, token: &str) {
+        let text = format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: rotor-e2e
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: {user}
+  user:
+    token: {token}
+contexts:
+- name: {user}
+  context:
+    cluster: rotor-e2e
+    user: {user}
+current-context: {user}
+",
+            server = self.server,
+            ca = self.ca.display(),
+        );
+        std::fs::write(path, text).expect("write kubeconfig");
+    }
+
+    /// The apiserver's URL, `https://127.0.0.1:<port>`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// A kubeconfig for the cluster admin (group `system:masters`).
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.admin_kubeconfig
+    }
+
+    /// This cluster's directory: component logs, the audit log, kubeconfigs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The kubectl built with the control plane (same release as the server).
+    pub fn kubectl_bin(&self) -> PathBuf {
+        self.bin.join("kubectl")
+    }
+
+    /// Runs the control plane's kubectl as the admin; returns its output whatever its status.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_as(&self.admin_kubeconfig, args)
+    }
+
+    /// Runs the control plane's kubectl with `kubeconfig`.
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Output {
+        let mut cmd = Command::new(self.kubectl_bin());
+        cmd.arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--request-timeout=20s")
+            .arg("--cache-dir")
+            .arg(self.dir.join("kube-cache"))
+            .args(args)
+            .env_remove("KUBECONFIG");
+        run_with_timeout(&mut cmd, crate::KUBECTL_TIMEOUT)
+    }
+
+    /// [`RealCluster::kubectl`] that must succeed; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            describe_output(&format!("kubectl {}", args.join(" ")), &out)
+        );
+        String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
+    }
+
+    /// [`RealCluster::kubectl_ok`] with `-o json`, parsed.
+    pub fn kubectl_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let text = self.kubectl_ok(&all);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("kubectl printed bad JSON ({e})"))
+    }
+
+    /// Applies YAML or JSON objects as the admin, server-side (`rotor-e2e` as field manager).
+    pub fn apply(&self, objects: &str) {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = self.dir.join(format!("apply-{n}.yaml"));
+        std::fs::write(&path, objects).expect("write objects to apply");
+        let path = path.display().to_string();
+        self.kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=rotor-e2e",
+            "-f",
+            &path,
+        ]);
+    }
+
+    /// Creates kwok nodes and waits until every one reports Ready.
+    pub fn add_nodes(&self, nodes: &[FakeNode]) {
+        let list = json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": nodes.iter().map(FakeNode::to_json).collect::<Vec<_>>(),
+        });
+        let path = self.dir.join(format!("nodes-{}.json", nodes.len()));
+        std::fs::write(&path, list.to_string()).expect("write nodes");
+        self.kubectl_ok(&["create", "-f", &path.display().to_string()]);
+        crate::wait_until("kwok to make the new nodes Ready", START_TIMEOUT, || {
+            let all = self.kubectl_json(&["get", "nodes"]);
+            let ready = all["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|n| is_ready(n))
+                .filter_map(|n| n["metadata"]["name"].as_str())
+                .collect::<Vec<_>>();
+            nodes
+                .iter()
+                .all(|n| ready.contains(&n.name.as_str()))
+                .then_some(())
+        });
+    }
+
+    /// A kubeconfig authenticating as ServiceAccount `namespace/name` with a token from the
+    /// TokenRequest API (valid for an hour), written into the cluster's directory.
+    pub fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
+        let token = self.kubectl_ok(&["create", "token", name, "-n", namespace, "--duration=1h"]);
+        let user = format!("system:serviceaccount:{namespace}:{name}");
+        let path = self.dir.join(format!("{namespace}.{name}.kubeconfig"));
+        self.write_kubeconfig(&path, &user, token.trim());
+        path
+    }
+
+    /// Every audit record so far (the server writes them as it answers: `blocking` mode).
+    pub fn audit_events(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.audit_log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Audit records of requests made by `user` (e.g.
+    /// `system:serviceaccount:rotor-system:rotor-drainer`) at the `ResponseComplete` stage.
+    pub fn audit_by(&self, user: &str) -> Vec<Value> {
+        self.audit_events()
+            .into_iter()
+            .filter(|e| e["user"]["username"] == user && e["stage"] == "ResponseComplete")
+            .collect()
+    }
+
+    /// A description of the component processes, for failure messages.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "control plane at {} (files in {})",
+            self.server,
+            self.dir.path().display()
+        );
+        for c in &self.components {
+            let _ = write!(
+                s,
+                "\n  {}: pid {}, log {}",
+                c.name,
+                c.child.id(),
+                c.log.display()
+            );
+        }
+        s
+    }
+}
+
+/// Whether a Node (as JSON) has condition Ready=True.
+pub fn is_ready(node: &Value) -> bool {
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// The last `n` lines of a log file.
+pub(crate) fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Asks the kernel to SIGKILL the child when the process that started it dies, so that a test
+/// binary killed mid-run (a CI timeout, ^C) never leaves an apiserver or etcd behind.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe; the closure touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+impl Drop for RealCluster {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        // Reverse order: kwok and the controllers before the apiserver, etcd last.
+        while let Some(mut c) = self.components.pop() {
+            let _ = c.child.kill();
+            let _ = c.child.wait();
+            if panicking {
+                eprintln!(
+                    "rotor-e2e: {} logged to {} (last lines):\n{}",
+                    c.name,
+                    c.log.display(),
+                    tail(&c.log, 15)
+                );
+            }
+        }
+        // `self.dir` is dropped next: kept if panicking.
+    }
+}

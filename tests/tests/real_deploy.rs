@@ -1,0 +1,173 @@
+//! The shipped `deploy/` and rotor-selector on a real Kubernetes control plane: every overlay is
+//! accepted by the real apiserver (`--dry-run=server`, with its admission and schema
+//! validation), the base applies for real, and the selector's `kubernetes` provider, running
+//! as its own ServiceAccount under the real RBAC authorizer, taints exactly the nodes whose
+//! kubelet is behind the server's version.
+//!
+//! The control plane's binaries come from `tools/build.sh`; without them every test here fails
+//! and says how to build them.
+
+use std::process::Command;
+use std::time::Duration;
+
+use rotor_e2e::real_cluster::KUBERNETES_VERSION;
+use rotor_e2e::{FakeNode, RealCluster, binary, describe_output, run_with_timeout, workspace_root};
+use serde_json::Value;
+
+const NS: &str = "rotor-system";
+
+fn dir(path: &str) -> String {
+    workspace_root().join(path).display().to_string()
+}
+
+#[test]
+fn every_overlay_passes_server_side_dry_run_and_the_base_applies_for_real() {
+    let cluster = RealCluster::start();
+    // A server-side dry run creates nothing, so namespaced objects cannot be checked before
+    // their namespace exists: the real apiserver answers NotFound for each. The namespace is
+    // made first, as `kubectl create namespace` would be in a fresh install.
+    cluster.kubectl_ok(&["create", "namespace", NS]);
+    for overlay in [
+        "deploy/base",
+        "deploy/overlays/kubernetes",
+        "deploy/overlays/aws",
+        "deploy/overlays/dry-run",
+    ] {
+        let out = cluster.kubectl(&[
+            "apply",
+            "--server-side",
+            "--field-manager=rotor-e2e",
+            "--dry-run=server",
+            "-k",
+            &dir(overlay),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            describe_output(
+                &format!("kubectl apply --dry-run=server -k {overlay}"),
+                &out
+            )
+        );
+    }
+    // Nothing was created by the dry runs.
+    assert!(
+        !cluster
+            .kubectl(&["get", "deployment", "rotor-drainer", "-n", NS])
+            .status
+            .success()
+    );
+    assert!(
+        !cluster
+            .kubectl(&["get", "clusterrole", "rotor-drainer"])
+            .status
+            .success()
+    );
+
+    cluster.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=rotor-e2e",
+        "-k",
+        &dir("deploy/base"),
+    ]);
+    for (kind, name) in [
+        ("deployment", "rotor-drainer"),
+        ("cronjob", "rotor-selector"),
+        ("poddisruptionbudget", "rotor-drainer"),
+        ("serviceaccount", "rotor-drainer"),
+        ("serviceaccount", "rotor-selector"),
+        ("role", "rotor-drainer-leader-election"),
+    ] {
+        cluster.kubectl_ok(&["get", kind, name, "-n", NS]);
+    }
+    for kind in ["clusterrole", "clusterrolebinding"] {
+        for name in ["rotor-drainer", "rotor-selector"] {
+            cluster.kubectl_ok(&["get", kind, name]);
+        }
+    }
+    // Applying again changes nothing and conflicts with nothing.
+    cluster.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=rotor-e2e",
+        "-k",
+        &dir("deploy/base"),
+    ]);
+}
+
+#[test]
+fn the_selectors_kubernetes_provider_taints_exactly_the_nodes_behind_the_server() {
+    let cluster = RealCluster::start();
+    let version: Value =
+        serde_json::from_str(&cluster.kubectl_ok(&["get", "--raw", "/version"])).unwrap();
+    assert_eq!(
+        version["gitVersion"], KUBERNETES_VERSION,
+        "the apiserver reports the release it was built from"
+    );
+    cluster.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=rotor-e2e",
+        "-k",
+        &dir("deploy/overlays/kubernetes"),
+    ]);
+    let mut nodes = Vec::new();
+    for (name, kubelet) in [
+        ("behind-1", "v1.35.2"),
+        ("behind-2", "v1.35.2"),
+        ("current-1", KUBERNETES_VERSION),
+    ] {
+        let mut node = FakeNode::new(name);
+        node.kubelet_version = kubelet.into();
+        nodes.push(node);
+    }
+    cluster.add_nodes(&nodes);
+
+    let kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-selector");
+    let out = run_with_timeout(
+        Command::new(binary("rotor-selector"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--provider", "kubernetes", "--max-tainted", "100%"])
+            .env("NO_COLOR", "1"),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output("rotor-selector", &out)
+    );
+    let taint_of = |name: &str| -> Option<String> {
+        let node = cluster.kubectl_json(&["get", "node", name]);
+        node["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| t["key"] == "rotor.dev/drain")
+            .map(|t| {
+                format!(
+                    "{}:{}",
+                    t["value"].as_str().unwrap_or(""),
+                    t["effect"].as_str().unwrap_or("")
+                )
+            })
+    };
+    assert_eq!(
+        taint_of("behind-1").as_deref(),
+        Some("kubelet-version:NoSchedule")
+    );
+    assert_eq!(
+        taint_of("behind-2").as_deref(),
+        Some("kubelet-version:NoSchedule")
+    );
+    assert_eq!(taint_of("current-1"), None);
+
+    // The selector's RBAC was enough: the server refused none of its requests.
+    let refused: Vec<Value> = cluster
+        .audit_by("system:serviceaccount:rotor-system:rotor-selector")
+        .into_iter()
+        .filter(|e| e["responseStatus"]["code"] == 403)
+        .collect();
+    assert!(refused.is_empty(), "{refused:#?}");
+}

@@ -1,0 +1,546 @@
+//! rotor-drainer on a real Kubernetes control plane (etcd, kube-apiserver, controller-manager,
+//! scheduler; kwok for the kubelets), running as the ServiceAccount `deploy/` ships under the
+//! real RBAC authorizer. "No budget violated" is judged by an independent pod watch
+//! ([`BudgetWatch`]) and "no pod deleted" by the apiserver's audit log.
+//!
+//! The control plane's binaries come from `tools/build.sh`; without them every test here fails
+//! and says how to build them.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rotor_e2e::budget_watch::BudgetVerdict;
+use rotor_e2e::{
+    Background, BudgetWatch, FakeNode, RealCluster, WatchedBudget, binary, wait_until,
+    workspace_root,
+};
+use serde_json::Value;
+
+const NS: &str = "rotor-system";
+const DRAINER: &str = "system:serviceaccount:rotor-system:rotor-drainer";
+const WAIT: Duration = Duration::from_secs(180);
+
+/// Pods of tests/manifests/shop.yaml, the DaemonSet's excepted.
+const SHOP_PODS: usize = 6 + 4 + 3;
+
+/// The budgets of tests/manifests/shop.yaml as the independent watch judges them.
+fn shop_budgets() -> Vec<WatchedBudget> {
+    vec![
+        // maxUnavailable 1 of 6 replicas.
+        WatchedBudget::app("shop", "web", 5),
+        WatchedBudget::app("shop", "api", 3),
+        // minAvailable 66% of 3, rounded up.
+        WatchedBudget::app("shop", "db", 2),
+    ]
+}
+
+/// A real cluster with rotor's kubernetes overlay applied (server-side), the shop workload
+/// Running and Ready on `old` nodes, then as many `new` nodes to move to.
+struct Shop {
+    cluster: RealCluster,
+    old: Vec<String>,
+}
+
+impl Shop {
+    fn start(old: usize) -> Shop {
+        Shop::start_with(old, "")
+    }
+
+    /// With `extra` YAML applied beside the shop workload.
+    fn start_with(old: usize, extra: &str) -> Shop {
+        let cluster = RealCluster::start();
+        cluster.kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=rotor-e2e",
+            "-k",
+            &workspace_root()
+                .join("deploy/overlays/kubernetes")
+                .display()
+                .to_string(),
+        ]);
+        let old: Vec<String> = (1..=old).map(|i| format!("old-{i}")).collect();
+        let nodes: Vec<FakeNode> = old
+            .iter()
+            .map(|n| {
+                let mut node = FakeNode::new(n);
+                node.kubelet_version = "v1.35.2".into();
+                node
+            })
+            .collect();
+        cluster.add_nodes(&nodes);
+        let shop = std::fs::read_to_string(workspace_root().join("tests/manifests/shop.yaml"))
+            .expect("read shop.yaml");
+        cluster.apply(&format!("{shop}\n---\n{extra}"));
+        let expected = SHOP_PODS + old.len() + extra.matches("kind: Pod\n").count();
+        wait_until("the shop's pods to be Ready", WAIT, || {
+            (ready_pods(&cluster, "shop") >= expected).then_some(())
+        });
+        let new: Vec<FakeNode> = (1..=old.len())
+            .map(|i| FakeNode::new(&format!("new-{i}")))
+            .collect();
+        cluster.add_nodes(&new);
+        Shop { cluster, old }
+    }
+
+    fn drainer(&self, identity: &str, flags: &[&str]) -> Background {
+        start_drainer(&self.cluster, identity, flags)
+    }
+
+    fn taint(&self, node: &str) {
+        self.cluster
+            .kubectl_ok(&["taint", "node", node, "rotor.dev/drain=manual:NoSchedule"]);
+    }
+
+    fn watch(&self) -> BudgetWatch {
+        BudgetWatch::start(
+            &self.cluster.kubectl_bin(),
+            self.cluster.admin_kubeconfig(),
+            shop_budgets(),
+        )
+    }
+}
+
+fn ready_pods(cluster: &RealCluster, ns: &str) -> usize {
+    cluster.kubectl_json(&["get", "pods", "-n", ns])["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["metadata"]["deletionTimestamp"].is_null()
+                && p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        .count()
+}
+
+/// rotor-drainer as the shipped Deployment runs it, with the rotor-drainer ServiceAccount's
+/// token: `--lease-name` must match the Role's resourceNames.
+fn start_drainer(cluster: &RealCluster, identity: &str, flags: &[&str]) -> Background {
+    let kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-drainer");
+    let log = cluster.dir().join(format!("rotor-drainer-{identity}.log"));
+    let mut cmd = Command::new(binary("rotor-drainer"));
+    cmd.arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["run", "--admin-listen", "127.0.0.1:0"])
+        .args(["--lease-namespace", NS, "--lease-name", "rotor-drainer"])
+        .args(["--identity", identity, "--settle", "1s"])
+        .args(flags);
+    Background::spawn(&format!("rotor-drainer {identity}"), &mut cmd, log)
+}
+
+fn node(cluster: &RealCluster, name: &str) -> Value {
+    cluster.kubectl_json(&["get", "node", name])
+}
+
+fn annotation(cluster: &RealCluster, node_name: &str, key: &str) -> Option<String> {
+    node(cluster, node_name)["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
+}
+
+fn wait_phase(cluster: &RealCluster, node_name: &str, phase: &str, timeout: Duration) {
+    wait_until(
+        &format!("{node_name} to reach phase {phase}"),
+        timeout,
+        || {
+            (annotation(cluster, node_name, "rotor.dev/phase").as_deref() == Some(phase))
+                .then_some(())
+        },
+    );
+}
+
+/// Pods on `node_name` other than DaemonSet pods.
+fn movable_pods_on(cluster: &RealCluster, node_name: &str) -> Vec<String> {
+    cluster.kubectl_json(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector",
+        &format!("spec.nodeName={node_name}"),
+    ])["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            !p["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["kind"] == "DaemonSet")
+        })
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p["metadata"]["namespace"].as_str().unwrap_or("?"),
+                p["metadata"]["name"].as_str().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
+/// What the drainer's identity did, from the audit log: (evictions answered 201, pod deletes,
+/// requests answered 403).
+fn drainer_audit(cluster: &RealCluster) -> (usize, usize, Vec<String>) {
+    let records = cluster.audit_by(DRAINER);
+    let is = |e: &Value, verb: &str, sub: Option<&str>| {
+        e["verb"] == verb
+            && e["objectRef"]["resource"] == "pods"
+            && e["objectRef"]["subresource"].as_str() == sub
+    };
+    let evictions = records
+        .iter()
+        .filter(|e| is(e, "create", Some("eviction")) && e["responseStatus"]["code"] == 201)
+        .count();
+    let deletes = records.iter().filter(|e| is(e, "delete", None)).count();
+    let forbidden = records
+        .iter()
+        .filter(|e| e["responseStatus"]["code"] == 403)
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    (evictions, deletes, forbidden)
+}
+
+fn assert_no_violation(verdict: &BudgetVerdict) {
+    assert!(
+        verdict.never_armed.is_empty(),
+        "budgets never met before the drain (set-up error): {:?}",
+        verdict.never_armed
+    );
+    assert!(
+        verdict.violations.is_empty(),
+        "budgets violated: {:#?}",
+        verdict.violations
+    );
+}
+
+#[test]
+fn given_every_old_node_tainted_then_rotor_drains_them_all_within_every_budget_without_deleting_a_pod()
+ {
+    let shop = Shop::start(3);
+    let cluster = &shop.cluster;
+    let db_uids_before = pod_uids(cluster, "app=db");
+    let watch = shop.watch();
+    let drainer = shop.drainer("e2e-a", &["--max-concurrent", "2"]);
+    let started = Instant::now();
+    for n in &shop.old {
+        shop.taint(n);
+    }
+    for n in &shop.old {
+        wait_phase(cluster, n, "drained", WAIT);
+    }
+    let took = started.elapsed();
+    let verdict = watch.finish();
+    assert_no_violation(&verdict);
+
+    for n in &shop.old {
+        assert_eq!(
+            movable_pods_on(cluster, n),
+            Vec::<String>::new(),
+            "{n} is empty"
+        );
+        let spec = &node(cluster, n)["spec"];
+        assert_eq!(
+            spec["unschedulable"], true,
+            "{n} stays cordoned while tainted"
+        );
+    }
+    // Every workload is whole again, on the new nodes.
+    wait_until("the shop to be Ready again", WAIT, || {
+        (ready_pods(cluster, "shop") >= SHOP_PODS + 2 * shop.old.len()).then_some(())
+    });
+    // The StatefulSet's pods came back under their own names, with new UIDs: rotor evicted
+    // each once and did not chase the namesake.
+    let db_uids_after = pod_uids(cluster, "app=db");
+    let names = |v: &[(String, String)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&db_uids_before), names(&db_uids_after));
+    assert!(
+        db_uids_before
+            .iter()
+            .zip(&db_uids_after)
+            .all(|(a, b)| a.1 != b.1),
+        "every db pod was replaced: {db_uids_before:?} -> {db_uids_after:?}"
+    );
+
+    let (evictions, deletes, forbidden) = drainer_audit(cluster);
+    assert!(
+        evictions >= SHOP_PODS,
+        "the audit log shows {evictions} evictions by rotor-drainer"
+    );
+    assert_eq!(
+        deletes, 0,
+        "rotor-drainer deleted pods outside the Eviction API"
+    );
+    assert_eq!(
+        forbidden,
+        Vec::<String>::new(),
+        "the shipped RBAC refused requests"
+    );
+    assert!(drainer.log().contains("drained"), "{}", drainer.log());
+    eprintln!(
+        "real control plane: {} nodes drained in {:.1}s, {evictions} evictions, 0 violations \
+         ({} watch events, lowest healthy {:?})",
+        shop.old.len(),
+        took.as_secs_f64(),
+        verdict.events,
+        verdict.lowest
+    );
+}
+
+fn pod_uids(cluster: &RealCluster, selector: &str) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = cluster
+        .kubectl_json(&["get", "pods", "-n", "shop", "-l", selector])["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                p["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A pod named `name` on `node` that no controller owns, with `annotations`.
+fn bare_pod(name: &str, node: &str, annotations: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: shop
+  labels: {{app: {name}}}
+  annotations: {annotations}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  containers: [{{name: app, image: app:1}}]
+"
+    )
+}
+
+#[test]
+fn given_a_do_not_disrupt_pod_then_the_node_blocks_naming_it_until_the_opt_out_goes() {
+    let shop = Shop::start_with(
+        1,
+        &bare_pod(
+            "precious",
+            "old-1",
+            "{karpenter.sh/do-not-disrupt: \"true\"}",
+        ),
+    );
+    let cluster = &shop.cluster;
+    let _drainer = shop.drainer("e2e-a", &[]);
+    shop.taint("old-1");
+    let blocker = wait_until("old-1 to block on the precious pod", WAIT, || {
+        let phase = annotation(cluster, "old-1", "rotor.dev/phase");
+        let left = movable_pods_on(cluster, "old-1");
+        (phase.as_deref() == Some("blocked") && left == ["shop/precious"])
+            .then(|| annotation(cluster, "old-1", "rotor.dev/blocker"))
+            .flatten()
+    });
+    assert!(
+        blocker.contains("shop/precious") && blocker.contains("karpenter.sh/do-not-disrupt"),
+        "{blocker}"
+    );
+    let pod = cluster.kubectl_json(&["get", "pod", "precious", "-n", "shop"]);
+    assert!(
+        pod["metadata"]["deletionTimestamp"].is_null(),
+        "a do-not-disrupt pod is never evicted"
+    );
+
+    // The opt-out is taken away: an unowned pod is then evicted like any other (nothing
+    // recreates it, which is what the operator accepted by removing the annotation).
+    cluster.kubectl_ok(&[
+        "annotate",
+        "pod",
+        "precious",
+        "-n",
+        "shop",
+        "karpenter.sh/do-not-disrupt-",
+    ]);
+    wait_phase(cluster, "old-1", "drained", WAIT);
+    let (_, deletes, forbidden) = drainer_audit(cluster);
+    assert_eq!((deletes, forbidden), (0, Vec::new()));
+}
+
+#[test]
+fn given_a_budget_that_never_allows_then_the_node_reports_it_and_fails_at_the_deadline() {
+    // minAvailable 1 over one pod: no eviction can ever pass.
+    let frozen = "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: frozen, namespace: shop}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: frozen}}
+";
+    let shop = Shop::start_with(
+        1,
+        &format!("{}---\n{frozen}", bare_pod("frozen", "old-1", "{}")),
+    );
+    let cluster = &shop.cluster;
+    let _drainer = shop.drainer("e2e-a", &["--drain-timeout", "20s"]);
+    shop.taint("old-1");
+    let blocker = wait_until("old-1 to name the frozen budget", WAIT, || {
+        annotation(cluster, "old-1", "rotor.dev/blocker").filter(|b| b.contains("shop/frozen"))
+    });
+    assert!(blocker.contains("frozen"), "{blocker}");
+    wait_phase(cluster, "old-1", "failed", Duration::from_secs(90));
+    let error = annotation(cluster, "old-1", "rotor.dev/last-error").unwrap_or_default();
+    assert!(error.contains("deadline"), "{error}");
+    let pod = cluster.kubectl_json(&["get", "pod", "frozen", "-n", "shop"]);
+    assert!(
+        pod["metadata"]["deletionTimestamp"].is_null(),
+        "the budget held"
+    );
+    let (_, deletes, _) = drainer_audit(cluster);
+    assert_eq!(deletes, 0, "nothing deleted without --force-after");
+}
+
+#[test]
+fn given_the_drainer_is_killed_mid_drain_then_a_new_one_resumes_with_the_same_deadline() {
+    let shop = Shop::start(2);
+    let cluster = &shop.cluster;
+    let watch = shop.watch();
+    let mut first = shop.drainer("e2e-a", &["--lease-duration", "3s"]);
+    for n in &shop.old {
+        shop.taint(n);
+    }
+    let (node_name, deadline) = wait_until("a drain to be under way", WAIT, || {
+        shop.old.iter().find_map(|n| {
+            let phase = annotation(cluster, n, "rotor.dev/phase");
+            matches!(phase.as_deref(), Some("cordoned" | "evicting"))
+                .then(|| annotation(cluster, n, "rotor.dev/deadline").map(|d| (n.clone(), d)))
+                .flatten()
+        })
+    });
+    first.kill();
+    let _second = shop.drainer("e2e-b", &["--lease-duration", "3s"]);
+    for n in &shop.old {
+        wait_phase(cluster, n, "drained", WAIT);
+    }
+    assert_eq!(
+        annotation(cluster, &node_name, "rotor.dev/deadline"),
+        Some(deadline),
+        "the resumed drain kept its deadline"
+    );
+    let lease = cluster.kubectl_json(&["get", "lease", "rotor-drainer", "-n", NS]);
+    assert_eq!(lease["spec"]["holderIdentity"], "e2e-b", "{lease}");
+    assert_no_violation(&watch.finish());
+}
+
+#[test]
+fn given_two_replicas_then_one_leads_and_the_other_takes_over_when_it_dies() {
+    let shop = Shop::start(2);
+    let cluster = &shop.cluster;
+    let watch = shop.watch();
+    let mut a = shop.drainer("e2e-a", &["--lease-duration", "3s"]);
+    let mut b = shop.drainer("e2e-b", &["--lease-duration", "3s"]);
+    shop.taint(&shop.old[0]);
+    let holder = wait_until("a leader", WAIT, || {
+        let lease = cluster.kubectl(&["get", "lease", "rotor-drainer", "-n", NS, "-o", "json"]);
+        let lease: Value = serde_json::from_slice(&lease.stdout).ok()?;
+        lease["spec"]["holderIdentity"].as_str().map(str::to_string)
+    });
+    wait_phase(cluster, &shop.old[0], "drained", WAIT);
+    let (leader, standby, survivor) = if holder == "e2e-a" {
+        (&mut a, &mut b, "e2e-b")
+    } else {
+        (&mut b, &mut a, "e2e-a")
+    };
+    leader.kill();
+    shop.taint(&shop.old[1]);
+    wait_phase(cluster, &shop.old[1], "drained", WAIT);
+    let lease = cluster.kubectl_json(&["get", "lease", "rotor-drainer", "-n", NS]);
+    assert_eq!(lease["spec"]["holderIdentity"], survivor, "{lease}");
+    assert!(standby.is_running());
+    assert_no_violation(&watch.finish());
+}
+
+#[test]
+fn given_someone_elses_cordon_then_rotor_leaves_it_and_undoes_only_its_own() {
+    let shop = Shop::start(2);
+    let cluster = &shop.cluster;
+    let _drainer = shop.drainer("e2e-a", &[]);
+    // old-1: cordoned by an operator before rotor came; old-2: cordoned by rotor.
+    cluster.kubectl_ok(&["cordon", "old-1"]);
+    shop.taint("old-1");
+    shop.taint("old-2");
+    wait_phase(cluster, "old-1", "drained", WAIT);
+    wait_phase(cluster, "old-2", "drained", WAIT);
+    assert_eq!(
+        annotation(cluster, "old-2", "rotor.dev/cordoned-by-rotor").as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        annotation(cluster, "old-1", "rotor.dev/cordoned-by-rotor"),
+        None
+    );
+    // The selector (here, a person) takes the taint back: rotor clears its state and undoes its
+    // own cordon only.
+    for n in ["old-1", "old-2"] {
+        cluster.kubectl_ok(&["taint", "node", n, "rotor.dev/drain-"]);
+    }
+    wait_until("rotor to clear its state", WAIT, || {
+        ["old-1", "old-2"]
+            .iter()
+            .all(|n| annotation(cluster, n, "rotor.dev/phase").is_none())
+            .then_some(())
+    });
+    wait_until("old-2 to be uncordoned", WAIT, || {
+        node(cluster, "old-2")["spec"]["unschedulable"]
+            .as_bool()
+            .is_none_or(|u| !u)
+            .then_some(())
+    });
+    assert_eq!(
+        node(cluster, "old-1")["spec"]["unschedulable"],
+        true,
+        "the operator's cordon stays"
+    );
+}
+
+#[test]
+fn kubectl_drain_on_the_same_workload_for_comparison() {
+    let shop = Shop::start(3);
+    let cluster = &shop.cluster;
+    let watch = shop.watch();
+    let started = Instant::now();
+    for n in &shop.old {
+        let out = cluster.kubectl(&[
+            "drain",
+            n,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=170s",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            rotor_e2e::describe_output("kubectl drain", &out)
+        );
+    }
+    let took = started.elapsed();
+    let verdict = watch.finish();
+    assert_no_violation(&verdict);
+    for n in &shop.old {
+        assert_eq!(movable_pods_on(cluster, n), Vec::<String>::new());
+    }
+    eprintln!(
+        "real control plane: kubectl drain, one node after another, {} nodes in {:.1}s, 0 violations",
+        shop.old.len(),
+        took.as_secs_f64()
+    );
+}

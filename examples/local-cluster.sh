@@ -26,8 +26,8 @@ case "${1:-}" in
     fi
     ROTOR_KUBE_BIN="$("$root/tools/build.sh" | tail -n 1)"
     export ROTOR_KUBE_BIN
-    (cd "$root" && cargo build -q -p rotor-e2e --bin rotor-local-cluster \
-      -p rotor-drainer -p rotor-selector --bins)
+    # The whole workspace, as `cargo test --workspace` builds it: one feature set, one cache.
+    (cd "$root" && cargo build -q --workspace --bins)
     target="$(cd "$root" && cargo metadata --format-version 1 --no-deps \
       | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
     nohup "$target/debug/rotor-local-cluster" --dir "$state" "$@" >"$log" 2>&1 &

@@ -1,0 +1,259 @@
+//! The RBAC `deploy/` ships is minimal on the real RBAC authorizer: for each rule of rotor's
+//! roles, a cluster where only that rule is missing refuses the step that needs it (the
+//! apiserver's audit log shows the 403 for the rule's resource), and rotor's own output names
+//! the missing permission. (That it is sufficient is shown by every other real-cluster test:
+//! they all run rotor under these roles and assert no 403.)
+//!
+//! One control plane serves every case: the role is re-applied without the rule, rotor runs
+//! against a fresh node until the refusal shows, then the role is put back.
+
+use std::process::Command;
+use std::time::Duration;
+
+use rotor_e2e::{
+    Background, FakeNode, RealCluster, binary, describe_output, kustomize, run_with_timeout,
+    wait_until, workspace_root,
+};
+use serde_json::{Value, json};
+
+const NS: &str = "rotor-system";
+
+/// The rendered kubernetes overlay's object of `kind` named `name`.
+fn rendered(kind: &str, name: &str) -> Value {
+    let objects: Vec<Value> = serde_saphyr::from_multiple(&kustomize("deploy/overlays/kubernetes"))
+        .expect("the rendered overlay parses");
+    objects
+        .into_iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the overlay"))
+}
+
+/// `role` with rule `i` removed, applied server-side (the rules list is atomic: replaced whole).
+fn apply_role(cluster: &RealCluster, role: &Value) {
+    cluster.apply(&role.to_string());
+}
+
+fn without_rule(role: &Value, i: usize) -> Value {
+    let mut edited = role.clone();
+    edited["rules"]
+        .as_array_mut()
+        .expect("a role has rules")
+        .remove(i);
+    edited
+}
+
+/// 403s in the audit log for `user` since record `from`, as "verb resource[/sub]" or "verb URI".
+fn refusals(cluster: &RealCluster, user: &str, from: usize) -> Vec<String> {
+    cluster
+        .audit_by(user)
+        .into_iter()
+        .skip(from)
+        .filter(|e| e["responseStatus"]["code"] == 403)
+        .map(|e| {
+            let r = &e["objectRef"];
+            match r["resource"].as_str() {
+                Some(res) => match r["subresource"].as_str() {
+                    Some(sub) => format!("{} {res}/{sub}", e["verb"].as_str().unwrap_or("")),
+                    None => format!("{} {res}", e["verb"].as_str().unwrap_or("")),
+                },
+                None => format!(
+                    "{} {}",
+                    e["verb"].as_str().unwrap_or(""),
+                    e["requestURI"].as_str().unwrap_or("")
+                ),
+            }
+        })
+        .collect()
+}
+
+/// What a rule grants, as its refusal names it: a resource (`pods/eviction` with its
+/// subresource) or a non-resource URL.
+fn rule_resources(rule: &Value) -> Vec<String> {
+    if let Some(urls) = rule["nonResourceURLs"].as_array() {
+        return urls
+            .iter()
+            .filter_map(|u| u.as_str().map(String::from))
+            .collect();
+    }
+    rule["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_str().map(String::from))
+        .collect()
+}
+
+/// Whether rotor's output names `resource` the way the apiserver's refusal does
+/// (`cannot list resource "nodes"`), quoted plainly or escaped inside a debug-printed error.
+fn names(text: &str, resource: &str) -> bool {
+    text.contains(&format!("\"{resource}\"")) || text.contains(&format!("\\\"{resource}\\\""))
+}
+
+/// A fresh kwok node with one pod that nothing protects, so the drainer walks every step it
+/// needs a permission for: watch, lease, cordon, evict, record.
+fn node_with_a_pod(cluster: &RealCluster, n: usize) -> String {
+    let node = format!("case-{n}");
+    let mut fake = FakeNode::new(&node);
+    fake.kubelet_version = "v1.35.2".into();
+    cluster.add_nodes(&[fake]);
+    cluster.apply(
+        &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("pod-{n}"), "namespace": "default"},
+                "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "app", "image": "app:1"}]}})
+        .to_string(),
+    );
+    node
+}
+
+#[test]
+fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail_naming_it() {
+    let cluster = RealCluster::start();
+    cluster.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=rotor-e2e",
+        "-k",
+        &workspace_root()
+            .join("deploy/overlays/kubernetes")
+            .display()
+            .to_string(),
+    ]);
+    // The drainer's pods of the shipped Deployment must not wander onto the test nodes.
+    cluster.kubectl_ok(&[
+        "scale",
+        "deployment",
+        "rotor-drainer",
+        "-n",
+        NS,
+        "--replicas=0",
+    ]);
+    let user = "system:serviceaccount:rotor-system:rotor-drainer";
+    let kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-drainer");
+    // The Lease Role first: `create leases` is only needed while the Lease does not exist.
+    let roles = [
+        rendered("Role", "rotor-drainer-leader-election"),
+        rendered("ClusterRole", "rotor-drainer"),
+    ];
+    let mut case = 0;
+    let mut report = Vec::new();
+    for role in &roles {
+        let rules = role["rules"].as_array().expect("rules").len();
+        for i in 0..rules {
+            case += 1;
+            let rule = &role["rules"][i];
+            apply_role(&cluster, &without_rule(role, i));
+            // The authorizer reads roles through an informer: give it a moment.
+            std::thread::sleep(Duration::from_secs(2));
+            let node = node_with_a_pod(&cluster, case);
+            let from = cluster.audit_by(user).len();
+            let log = cluster.dir().join(format!("drainer-case-{case}.log"));
+            let mut cmd = Command::new(binary("rotor-drainer"));
+            cmd.arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["run", "--admin-listen", "127.0.0.1:0"])
+                .args(["--lease-namespace", NS, "--lease-name", "rotor-drainer"])
+                .args([
+                    "--identity",
+                    &format!("case-{case}"),
+                    "--lease-duration",
+                    "2s",
+                ])
+                .args(["--settle", "1s", "--drain-timeout", "1m"]);
+            let drainer = Background::spawn(&format!("rotor-drainer case {case}"), &mut cmd, log);
+            cluster.kubectl_ok(&["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"]);
+            let resources = rule_resources(rule);
+            let (refused, named) = wait_until(
+                &format!("a refusal of {rule} to show in the audit log and the drainer's log"),
+                Duration::from_secs(60),
+                || {
+                    let refused: Vec<String> = refusals(&cluster, user, from)
+                        .into_iter()
+                        .filter(|r| resources.iter().any(|res| r.ends_with(res.as_str())))
+                        .collect();
+                    let text = drainer.log();
+                    let named = resources.iter().find(|res| names(&text, res));
+                    (!refused.is_empty() && named.is_some())
+                        .then(|| (refused, named.cloned().unwrap_or_default()))
+                },
+            );
+            drop(drainer);
+            apply_role(&cluster, role);
+            cluster.kubectl_ok(&["taint", "node", &node, "rotor.dev/drain-"]);
+            report.push(format!(
+                "without {rule}: refused {refused:?}; log names {named}"
+            ));
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+#[test]
+fn removing_any_one_rule_of_the_selectors_role_makes_its_run_fail_naming_it() {
+    let cluster = RealCluster::start();
+    cluster.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=rotor-e2e",
+        "-k",
+        &workspace_root()
+            .join("deploy/overlays/kubernetes")
+            .display()
+            .to_string(),
+    ]);
+    let user = "system:serviceaccount:rotor-system:rotor-selector";
+    let kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-selector");
+    let role = rendered("ClusterRole", "rotor-selector");
+    let rules = role["rules"].as_array().expect("rules").len();
+    let mut report = Vec::new();
+    for i in 0..rules {
+        let rule = &role["rules"][i];
+        apply_role(&cluster, &without_rule(&role, i));
+        std::thread::sleep(Duration::from_secs(2));
+        // A node behind the server, so that the run has something to taint and record.
+        let mut fake = FakeNode::new(&format!("behind-{i}"));
+        fake.kubelet_version = "v1.35.2".into();
+        cluster.add_nodes(&[fake]);
+        let from = cluster.audit_by(user).len();
+        let out = run_with_timeout(
+            Command::new(binary("rotor-selector"))
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["--provider", "kubernetes", "--max-tainted", "100%"])
+                .env("NO_COLOR", "1"),
+            Duration::from_secs(60),
+        );
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let resources = rule_resources(rule);
+        let refused: Vec<String> = refusals(&cluster, user, from)
+            .into_iter()
+            .filter(|r| resources.iter().any(|res| r.ends_with(res.as_str())))
+            .collect();
+        assert!(
+            !refused.is_empty(),
+            "without {rule} the server refused nothing of it: {}",
+            describe_output("rotor-selector", &out)
+        );
+        assert!(
+            resources.iter().any(|res| names(&text, res)),
+            "without {rule} the selector's output does not name {resources:?}:\n{}",
+            describe_output("rotor-selector", &out)
+        );
+        report.push(format!(
+            "without {rule}: {} , refused {refused:?}",
+            out.status
+        ));
+        apply_role(&cluster, &role);
+        // Start the next case from untainted nodes.
+        let nodes = cluster.kubectl_json(&["get", "nodes"]);
+        for n in nodes["items"].as_array().into_iter().flatten() {
+            let name = n["metadata"]["name"].as_str().unwrap_or_default();
+            let _ = cluster.kubectl(&["taint", "node", name, "rotor.dev/drain-"]);
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}

@@ -1,0 +1,169 @@
+//! The AWS provider end to end on a real Kubernetes control plane: kwok nodes whose
+//! `providerID`s name moto's instances, the selector and the drainer running as the
+//! ServiceAccounts of `deploy/overlays/aws` under the real RBAC authorizer. Image drift (a new
+//! default template version with a new AMI) taints the old instances' nodes, rotor-drainer
+//! drains them, and `--retire-drained` terminates their instances in their group, which
+//! launches replacements.
+//!
+//! Needs moto (`python3 -m pip install 'moto[server]'`) and the control plane's binaries
+//! (`tools/build.sh`); each missing one fails the test with how to get it (in CI moto must run).
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::moto::{
+    create_group, create_template, group_instances, instance_ids, new_default_version, start_moto,
+    two_images,
+};
+use common::run_bare;
+use rotor_e2e::{Background, FakeNode, RealCluster, wait_until, workspace_root};
+
+const NS: &str = "rotor-system";
+const GROUP: &str = "workers-asg";
+const CLUSTER: &str = "real";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_drift_on_kwok_nodes_is_tainted_drained_and_retired_through_the_group() {
+    let Some(moto) = start_moto().await else {
+        return;
+    };
+    let aws = moto.clients().await;
+    let (ami_old, ami_new) = two_images(&aws).await;
+    let template = create_template(&aws, "workers", &ami_old).await;
+    create_group(&aws, GROUP, &template, "$Latest", 2, CLUSTER).await;
+    let old = instance_ids(&aws, GROUP).await;
+    assert_eq!(old.len(), 2);
+    new_default_version(&aws, &template, &ami_new).await;
+
+    let cluster = RealCluster::start();
+    cluster.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=rotor-e2e",
+        "-k",
+        &workspace_root()
+            .join("deploy/overlays/aws")
+            .display()
+            .to_string(),
+    ]);
+    // The shipped Deployment's pods are fakes here; the drainer under test runs below.
+    cluster.kubectl_ok(&[
+        "scale",
+        "deployment",
+        "rotor-drainer",
+        "-n",
+        NS,
+        "--replicas=0",
+    ]);
+    let nodes: Vec<FakeNode> = old
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut node = FakeNode::new(&format!("ip-10-0-0-{}", i + 1));
+            node.provider_id = Some(format!("aws:///us-east-1a/{id}"));
+            node
+        })
+        .collect();
+    cluster.add_nodes(&nodes);
+
+    let drainer_kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-drainer");
+    let mut cmd = Command::new(rotor_e2e::binary("rotor-drainer"));
+    cmd.arg("--kubeconfig")
+        .arg(&drainer_kubeconfig)
+        .args(["run", "--admin-listen", "127.0.0.1:0"])
+        .args([
+            "--lease-namespace",
+            NS,
+            "--identity",
+            "e2e",
+            "--settle",
+            "1s",
+        ])
+        .args(["--max-concurrent", "2"]);
+    let _drainer = Background::spawn(
+        "rotor-drainer",
+        &mut cmd,
+        cluster.dir().join("rotor-drainer.log"),
+    );
+
+    let selector_kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-selector");
+    let kubeconfig = selector_kubeconfig.display().to_string();
+    let env = moto.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let select = |extra: &'static [&'static str]| {
+        let kubeconfig = kubeconfig.clone();
+        let env = env.clone();
+        async move {
+            let mut flags = vec![
+                "--kubeconfig",
+                kubeconfig.as_str(),
+                "--provider",
+                "aws",
+                "--cluster-name",
+                CLUSTER,
+                "--image-drift",
+                "--max-tainted",
+                "100%",
+                "--output",
+                "json",
+            ];
+            flags.extend_from_slice(extra);
+            let run = run_bare(&flags, &env).await;
+            assert_eq!(
+                run.code, 0,
+                "stdout:\n{}\nstderr:\n{}",
+                run.stdout, run.stderr
+            );
+            run
+        }
+    };
+
+    let taint = select(&[]).await;
+    for node in &nodes {
+        let entry = taint.node(&node.name);
+        assert_eq!(entry["action"], "taint", "{entry}");
+        assert_eq!(entry["reason"], "image", "{entry}");
+    }
+    for node in &nodes {
+        wait_until(
+            &format!("{} to be drained", node.name),
+            Duration::from_secs(120),
+            || {
+                let n = cluster.kubectl_json(&["get", "node", &node.name]);
+                (n["metadata"]["annotations"]["rotor.dev/phase"] == "drained").then_some(())
+            },
+        );
+    }
+
+    let retire = select(&["--retire-drained"]).await;
+    for node in &nodes {
+        let entry = retire.node(&node.name);
+        assert_eq!(entry["action"], "retire", "{entry}");
+        assert_eq!(entry["result"]["outcome"], "applied", "{entry}");
+    }
+    let after = group_instances(&aws, GROUP).await;
+    for id in &old {
+        assert!(
+            after
+                .iter()
+                .all(|(i, state)| i != id || state.starts_with("Terminating")),
+            "{id} was not terminated: {after:?}"
+        );
+    }
+    assert_eq!(
+        after.iter().filter(|(_, s)| s == "InService").count(),
+        2,
+        "the group launched replacements: {after:?}"
+    );
+    // The selector's and the drainer's identities were refused nothing.
+    for user in ["rotor-selector", "rotor-drainer"] {
+        let refused: Vec<_> = cluster
+            .audit_by(&format!("system:serviceaccount:{NS}:{user}"))
+            .into_iter()
+            .filter(|e| e["responseStatus"]["code"] == 403)
+            .collect();
+        assert!(refused.is_empty(), "{user}: {refused:#?}");
+    }
+}

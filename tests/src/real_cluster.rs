@@ -46,22 +46,14 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// The stages kwok runs every pod and node through (see the module docs).
 const KWOK_STAGES: &str = include_str!("../kwok/stages.yaml");
 
-/// The audit policy: one Metadata-level record per request, leases and events excepted (they
-/// would drown the log and prove nothing about disruption).
+/// The audit policy: one Metadata-level record per request (who, verb, object, response code),
+/// health probes and discovery excepted.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: None
-  resources:
-  - group: coordination.k8s.io
-    resources: [leases]
-  - group: ''
-    resources: [events]
-  - group: events.k8s.io
-    resources: [events]
-- level: None
-  nonResourceURLs: ['/readyz*', '/livez*', '/healthz*', '/version', '/api*', '/openapi*']
+  nonResourceURLs: ['/readyz*', '/livez*', '/healthz*', '/api', '/api/*', '/apis', '/apis/*', '/openapi/*']
 - level: Metadata
 ";
 

@@ -39,6 +39,9 @@ use crate::{TestDir, describe_output, run_with_timeout, workspace_root};
 /// The Kubernetes release `tools/kube` pins; the servers report it.
 pub const KUBERNETES_VERSION: &str = "v1.36.3";
 
+/// The namespace `deploy/` installs rotor into.
+pub const ROTOR_NAMESPACE: &str = "rotor-system";
+
 /// How long the whole control plane may take to come up (etcd, apiserver with its bootstrap
 /// RBAC, the controllers' ServiceAccounts).
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -533,6 +536,62 @@ current-context: {user}
             "-f",
             &path,
         ]);
+    }
+
+    /// `kubectl apply --server-side -k <dir>` (relative to the workspace root, e.g.
+    /// `deploy/overlays/kubernetes`) as the admin, field manager `rotor-e2e`; `extra` flags such
+    /// as `--dry-run=server` go before `-k`. Returns the output whatever its status.
+    pub fn apply_kustomize(&self, dir: &str, extra: &[&str]) -> Output {
+        let path = workspace_root().join(dir).display().to_string();
+        let mut args = vec!["apply", "--server-side", "--field-manager=rotor-e2e"];
+        args.extend_from_slice(extra);
+        args.extend(["-k", path.as_str()]);
+        self.kubectl(&args)
+    }
+
+    /// [`RealCluster::apply_kustomize`] that must succeed.
+    pub fn apply_kustomize_ok(&self, dir: &str) {
+        let out = self.apply_kustomize(dir, &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            describe_output(&format!("kubectl apply --server-side -k {dir}"), &out)
+        );
+    }
+
+    /// Starts `rotor-drainer run` as the shipped Deployment runs it, authenticated as the
+    /// `rotor-system/rotor-drainer` ServiceAccount (`--lease-name` matches the Lease Role's
+    /// resourceNames), with `--settle 1s` and `flags`; logs to `rotor-drainer-<identity>.log`.
+    pub fn start_rotor_drainer(&self, identity: &str, flags: &[&str]) -> crate::Background {
+        let kubeconfig = self.service_account_kubeconfig(ROTOR_NAMESPACE, "rotor-drainer");
+        let log = self.dir.join(format!("rotor-drainer-{identity}.log"));
+        let mut cmd = Command::new(crate::binary("rotor-drainer"));
+        cmd.arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["run", "--admin-listen", "127.0.0.1:0"])
+            .args([
+                "--lease-namespace",
+                ROTOR_NAMESPACE,
+                "--lease-name",
+                "rotor-drainer",
+            ])
+            .args(["--identity", identity, "--settle", "1s"])
+            .args(flags);
+        crate::Background::spawn(&format!("rotor-drainer {identity}"), &mut cmd, log)
+    }
+
+    /// One run of `rotor-selector` as its CronJob would make it, authenticated as the
+    /// `rotor-system/rotor-selector` ServiceAccount, with `flags`; killed after a minute.
+    pub fn run_rotor_selector(&self, flags: &[&str]) -> Output {
+        let kubeconfig = self.service_account_kubeconfig(ROTOR_NAMESPACE, "rotor-selector");
+        run_with_timeout(
+            Command::new(crate::binary("rotor-selector"))
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(flags)
+                .env("NO_COLOR", "1"),
+            Duration::from_secs(60),
+        )
     }
 
     /// Creates kwok nodes and waits until every one reports Ready.

@@ -7,18 +7,11 @@
 //! The control plane's binaries come from `tools/build.sh`; without them every test here fails
 //! and says how to build them.
 
-use std::process::Command;
-use std::time::Duration;
-
 use rotor_e2e::real_cluster::KUBERNETES_VERSION;
-use rotor_e2e::{FakeNode, RealCluster, binary, describe_output, run_with_timeout, workspace_root};
+use rotor_e2e::{FakeNode, RealCluster, describe_output};
 use serde_json::Value;
 
-const NS: &str = "rotor-system";
-
-fn dir(path: &str) -> String {
-    workspace_root().join(path).display().to_string()
-}
+use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;
 
 #[test]
 fn every_overlay_passes_server_side_dry_run_and_the_base_applies_for_real() {
@@ -33,14 +26,7 @@ fn every_overlay_passes_server_side_dry_run_and_the_base_applies_for_real() {
         "deploy/overlays/aws",
         "deploy/overlays/dry-run",
     ] {
-        let out = cluster.kubectl(&[
-            "apply",
-            "--server-side",
-            "--field-manager=rotor-e2e",
-            "--dry-run=server",
-            "-k",
-            &dir(overlay),
-        ]);
+        let out = cluster.apply_kustomize(overlay, &["--dry-run=server"]);
         assert!(
             out.status.success(),
             "{}",
@@ -64,13 +50,7 @@ fn every_overlay_passes_server_side_dry_run_and_the_base_applies_for_real() {
             .success()
     );
 
-    cluster.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--field-manager=rotor-e2e",
-        "-k",
-        &dir("deploy/base"),
-    ]);
+    cluster.apply_kustomize_ok("deploy/base");
     for (kind, name) in [
         ("deployment", "rotor-drainer"),
         ("cronjob", "rotor-selector"),
@@ -87,17 +67,12 @@ fn every_overlay_passes_server_side_dry_run_and_the_base_applies_for_real() {
         }
     }
     // Applying again changes nothing and conflicts with nothing.
-    cluster.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--field-manager=rotor-e2e",
-        "-k",
-        &dir("deploy/base"),
-    ]);
+    cluster.apply_kustomize_ok("deploy/base");
 }
 
 #[test]
-fn the_selectors_kubernetes_provider_taints_exactly_the_nodes_behind_the_server() {
+fn the_selectors_kubernetes_provider_taints_exactly_the_nodes_behind_the_server_and_rolls_back_only_its_own()
+ {
     let cluster = RealCluster::start();
     let version: Value =
         serde_json::from_str(&cluster.kubectl_ok(&["get", "--raw", "/version"])).unwrap();
@@ -105,13 +80,7 @@ fn the_selectors_kubernetes_provider_taints_exactly_the_nodes_behind_the_server(
         version["gitVersion"], KUBERNETES_VERSION,
         "the apiserver reports the release it was built from"
     );
-    cluster.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--field-manager=rotor-e2e",
-        "-k",
-        &dir("deploy/overlays/kubernetes"),
-    ]);
+    cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
     let mut nodes = Vec::new();
     for (name, kubelet) in [
         ("behind-1", "v1.35.2"),
@@ -124,15 +93,7 @@ fn the_selectors_kubernetes_provider_taints_exactly_the_nodes_behind_the_server(
     }
     cluster.add_nodes(&nodes);
 
-    let kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-selector");
-    let out = run_with_timeout(
-        Command::new(binary("rotor-selector"))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--provider", "kubernetes", "--max-tainted", "100%"])
-            .env("NO_COLOR", "1"),
-        Duration::from_secs(60),
-    );
+    let out = cluster.run_rotor_selector(&["--provider", "kubernetes", "--max-tainted", "100%"]);
     assert!(
         out.status.success(),
         "{}",
@@ -162,6 +123,42 @@ fn the_selectors_kubernetes_provider_taints_exactly_the_nodes_behind_the_server(
         Some("kubelet-version:NoSchedule")
     );
     assert_eq!(taint_of("current-1"), None);
+
+    // Rollback touches only the selector's own taints: a person drains current-1 by hand, and
+    // behind-1 gets an up-to-date kubelet before any drain began. The next run takes its own
+    // taint off behind-1 and leaves the person's on current-1.
+    cluster.kubectl_ok(&[
+        "taint",
+        "node",
+        "current-1",
+        "rotor.dev/drain=manual:NoSchedule",
+    ]);
+    cluster.kubectl_ok(&[
+        "patch",
+        "node",
+        "behind-1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"status":{{"nodeInfo":{{"kubeletVersion":"{KUBERNETES_VERSION}"}}}}}}"#),
+    ]);
+    let out = cluster.run_rotor_selector(&["--provider", "kubernetes", "--max-tainted", "100%"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output("rotor-selector", &out)
+    );
+    assert_eq!(
+        taint_of("behind-1"),
+        None,
+        "{}",
+        describe_output("rotor-selector", &out)
+    );
+    assert_eq!(
+        taint_of("behind-2").as_deref(),
+        Some("kubelet-version:NoSchedule")
+    );
+    assert_eq!(taint_of("current-1").as_deref(), Some("manual:NoSchedule"));
 
     // The selector's RBAC was enough: the server refused none of its requests.
     let refused: Vec<Value> = cluster

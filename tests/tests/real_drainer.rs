@@ -6,17 +6,15 @@
 //! The control plane's binaries come from `tools/build.sh`; without them every test here fails
 //! and says how to build them.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rotor_e2e::budget_watch::BudgetVerdict;
 use rotor_e2e::{
-    Background, BudgetWatch, FakeNode, RealCluster, WatchedBudget, binary, wait_until,
-    workspace_root,
+    Background, BudgetWatch, FakeNode, RealCluster, WatchedBudget, wait_until, workspace_root,
 };
 use serde_json::Value;
 
-const NS: &str = "rotor-system";
+use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;
 const DRAINER: &str = "system:serviceaccount:rotor-system:rotor-drainer";
 const WAIT: Duration = Duration::from_secs(180);
 
@@ -49,16 +47,7 @@ impl Shop {
     /// With `extra` YAML applied beside the shop workload.
     fn start_with(old: usize, extra: &str) -> Shop {
         let cluster = RealCluster::start();
-        cluster.kubectl_ok(&[
-            "apply",
-            "--server-side",
-            "--field-manager=rotor-e2e",
-            "-k",
-            &workspace_root()
-                .join("deploy/overlays/kubernetes")
-                .display()
-                .to_string(),
-        ]);
+        cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
         let old: Vec<String> = (1..=old).map(|i| format!("old-{i}")).collect();
         let nodes: Vec<FakeNode> = old
             .iter()
@@ -84,7 +73,7 @@ impl Shop {
     }
 
     fn drainer(&self, identity: &str, flags: &[&str]) -> Background {
-        start_drainer(&self.cluster, identity, flags)
+        self.cluster.start_rotor_drainer(identity, flags)
     }
 
     fn taint(&self, node: &str) {
@@ -115,21 +104,6 @@ fn ready_pods(cluster: &RealCluster, ns: &str) -> usize {
                     .any(|c| c["type"] == "Ready" && c["status"] == "True")
         })
         .count()
-}
-
-/// rotor-drainer as the shipped Deployment runs it, with the rotor-drainer ServiceAccount's
-/// token: `--lease-name` must match the Role's resourceNames.
-fn start_drainer(cluster: &RealCluster, identity: &str, flags: &[&str]) -> Background {
-    let kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-drainer");
-    let log = cluster.dir().join(format!("rotor-drainer-{identity}.log"));
-    let mut cmd = Command::new(binary("rotor-drainer"));
-    cmd.arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["run", "--admin-listen", "127.0.0.1:0"])
-        .args(["--lease-namespace", NS, "--lease-name", "rotor-drainer"])
-        .args(["--identity", identity, "--settle", "1s"])
-        .args(flags);
-    Background::spawn(&format!("rotor-drainer {identity}"), &mut cmd, log)
 }
 
 fn node(cluster: &RealCluster, name: &str) -> Value {

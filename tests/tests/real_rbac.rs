@@ -7,16 +7,12 @@
 //! One control plane serves every case: the role is re-applied without the rule, rotor runs
 //! against a fresh node until the refusal shows, then the role is put back.
 
-use std::process::Command;
 use std::time::Duration;
 
-use rotor_e2e::{
-    Background, FakeNode, RealCluster, binary, describe_output, kustomize, run_with_timeout,
-    wait_until, workspace_root,
-};
+use rotor_e2e::{FakeNode, RealCluster, describe_output, kustomize, wait_until};
 use serde_json::{Value, json};
 
-const NS: &str = "rotor-system";
+use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;
 
 /// The rendered kubernetes overlay's object of `kind` named `name`.
 fn rendered(kind: &str, name: &str) -> Value {
@@ -109,16 +105,7 @@ fn node_with_a_pod(cluster: &RealCluster, n: usize) -> String {
 #[test]
 fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail_naming_it() {
     let cluster = RealCluster::start();
-    cluster.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--field-manager=rotor-e2e",
-        "-k",
-        &workspace_root()
-            .join("deploy/overlays/kubernetes")
-            .display()
-            .to_string(),
-    ]);
+    cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
     // The drainer's pods of the shipped Deployment must not wander onto the test nodes.
     cluster.kubectl_ok(&[
         "scale",
@@ -129,7 +116,6 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
         "--replicas=0",
     ]);
     let user = "system:serviceaccount:rotor-system:rotor-drainer";
-    let kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-drainer");
     // The Lease Role first: `create leases` is only needed while the Lease does not exist.
     let roles = [
         rendered("Role", "rotor-drainer-leader-election"),
@@ -147,20 +133,10 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
             std::thread::sleep(Duration::from_secs(2));
             let node = node_with_a_pod(&cluster, case);
             let from = cluster.audit_by(user).len();
-            let log = cluster.dir().join(format!("drainer-case-{case}.log"));
-            let mut cmd = Command::new(binary("rotor-drainer"));
-            cmd.arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .args(["run", "--admin-listen", "127.0.0.1:0"])
-                .args(["--lease-namespace", NS, "--lease-name", "rotor-drainer"])
-                .args([
-                    "--identity",
-                    &format!("case-{case}"),
-                    "--lease-duration",
-                    "2s",
-                ])
-                .args(["--settle", "1s", "--drain-timeout", "1m"]);
-            let drainer = Background::spawn(&format!("rotor-drainer case {case}"), &mut cmd, log);
+            let drainer = cluster.start_rotor_drainer(
+                &format!("case-{case}"),
+                &["--lease-duration", "2s", "--drain-timeout", "1m"],
+            );
             cluster.kubectl_ok(&["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"]);
             let resources = rule_resources(rule);
             let (refused, named) = wait_until(
@@ -191,18 +167,8 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
 #[test]
 fn removing_any_one_rule_of_the_selectors_role_makes_its_run_fail_naming_it() {
     let cluster = RealCluster::start();
-    cluster.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--field-manager=rotor-e2e",
-        "-k",
-        &workspace_root()
-            .join("deploy/overlays/kubernetes")
-            .display()
-            .to_string(),
-    ]);
+    cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
     let user = "system:serviceaccount:rotor-system:rotor-selector";
-    let kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-selector");
     let role = rendered("ClusterRole", "rotor-selector");
     let rules = role["rules"].as_array().expect("rules").len();
     let mut report = Vec::new();
@@ -215,14 +181,8 @@ fn removing_any_one_rule_of_the_selectors_role_makes_its_run_fail_naming_it() {
         fake.kubelet_version = "v1.35.2".into();
         cluster.add_nodes(&[fake]);
         let from = cluster.audit_by(user).len();
-        let out = run_with_timeout(
-            Command::new(binary("rotor-selector"))
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .args(["--provider", "kubernetes", "--max-tainted", "100%"])
-                .env("NO_COLOR", "1"),
-            Duration::from_secs(60),
-        );
+        let out =
+            cluster.run_rotor_selector(&["--provider", "kubernetes", "--max-tainted", "100%"]);
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),

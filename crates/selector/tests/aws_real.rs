@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::moto::{
@@ -18,9 +17,9 @@ use common::moto::{
     two_images,
 };
 use common::run_bare;
-use rotor_e2e::{Background, FakeNode, RealCluster, wait_until, workspace_root};
+use rotor_e2e::{FakeNode, RealCluster, wait_until};
 
-const NS: &str = "rotor-system";
+use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;
 const GROUP: &str = "workers-asg";
 const CLUSTER: &str = "real";
 
@@ -38,16 +37,7 @@ async fn image_drift_on_kwok_nodes_is_tainted_drained_and_retired_through_the_gr
     new_default_version(&aws, &template, &ami_new).await;
 
     let cluster = RealCluster::start();
-    cluster.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--field-manager=rotor-e2e",
-        "-k",
-        &workspace_root()
-            .join("deploy/overlays/aws")
-            .display()
-            .to_string(),
-    ]);
+    cluster.apply_kustomize_ok("deploy/overlays/aws");
     // The shipped Deployment's pods are fakes here; the drainer under test runs below.
     cluster.kubectl_ok(&[
         "scale",
@@ -68,25 +58,7 @@ async fn image_drift_on_kwok_nodes_is_tainted_drained_and_retired_through_the_gr
         .collect();
     cluster.add_nodes(&nodes);
 
-    let drainer_kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-drainer");
-    let mut cmd = Command::new(rotor_e2e::binary("rotor-drainer"));
-    cmd.arg("--kubeconfig")
-        .arg(&drainer_kubeconfig)
-        .args(["run", "--admin-listen", "127.0.0.1:0"])
-        .args([
-            "--lease-namespace",
-            NS,
-            "--identity",
-            "e2e",
-            "--settle",
-            "1s",
-        ])
-        .args(["--max-concurrent", "2"]);
-    let _drainer = Background::spawn(
-        "rotor-drainer",
-        &mut cmd,
-        cluster.dir().join("rotor-drainer.log"),
-    );
+    let _drainer = cluster.start_rotor_drainer("e2e", &["--max-concurrent", "2"]);
 
     let selector_kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-selector");
     let kubeconfig = selector_kubeconfig.display().to_string();

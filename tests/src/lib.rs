@@ -1,10 +1,16 @@
 //! rotor-e2e: the harness for rotor's end-to-end tests.
 //!
-//! End-to-end tests run rotor's real binaries (`rotor-sim` today; `rotor-selector` and
-//! `rotor-drainer` later) as child processes and talk to them the way users and scripts do:
-//! over HTTP, through real `kubectl`, and through their exit status and output. This crate holds
-//! what those tests share:
+//! End-to-end tests run rotor's real binaries (`rotor-drainer`, `rotor-selector`, `rotor-sim`)
+//! as child processes and talk to them the way users and scripts do: over HTTP, through real
+//! `kubectl`, and through their exit status and output, against two backends: a real Kubernetes
+//! control plane and the simulator. This crate holds what those tests share:
 //!
+//! - [`RealCluster`] (`real_cluster`): etcd, kube-apiserver, kube-controller-manager,
+//!   kube-scheduler and kwok on loopback, built by `tools/build.sh`; rotor run under the
+//!   ServiceAccounts `deploy/` ships ([`RealCluster::start_rotor_drainer`],
+//!   [`RealCluster::run_rotor_selector`]); the audit log.
+//! - [`BudgetWatch`] (`budget_watch`): "no budget violated", judged from a pod watch alone.
+//! - [`Background`]: a rotor binary running in the background, its log kept.
 //! - [`binary`]: the path of a workspace binary built next to the test executable.
 //! - [`SimProcess`]: a `rotor-sim serve` child on a free port, with its kubeconfig, its log, the
 //!   `/sim/v1` admin API ([`SimProcess::stats`], [`SimProcess::post`]), killed on drop; with

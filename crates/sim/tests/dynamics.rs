@@ -600,10 +600,15 @@ async fn given_three_pods_that_each_need_a_node_when_they_become_unschedulable_t
     let sim = TestSim::start(ONE_POD_PER_NODE).await;
     let nodes: Vec<String> = sim.node_names().await.into_iter().collect();
     assert_eq!(nodes.len(), 4);
+    // Paused, so that the three pods turn unschedulable in the same step however slowly this
+    // loop runs on a loaded machine (unpaused, a tick between two drains let the autoscaler
+    // size a growth for one pod).
+    sim.pause(true).await;
     for old in &nodes[..3] {
         cordon(&sim, old).await;
         drain(&sim, old).await;
     }
+    sim.pause(false).await;
     // The group's first growth is sized for all three pods at once (cluster-autoscaler's
     // estimate), not one node that must boot before the next is asked for.
     let desired = wait_until("the group to grow", WAIT, || async {

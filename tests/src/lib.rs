@@ -94,13 +94,11 @@ impl Drop for Background {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().collect();
             eprintln!(
                 "rotor-e2e: {} logged to {} (last lines):\n{}",
                 self.name,
                 self.log.display(),
-                lines[lines.len().saturating_sub(60)..].join("\n")
+                tail(&self.log, 60)
             );
         }
     }
@@ -512,6 +510,13 @@ fn read_lossy(path: &Path) -> String {
     std::fs::read(path)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()))
+}
+
+/// The last `n` lines of a log file (or why it cannot be read).
+fn tail(path: &Path, n: usize) -> String {
+    let text = read_lossy(path);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 fn wait_for_exit(child: &mut Child, timeout: Duration) -> String {

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::{TestDir, describe_output, run_with_timeout, workspace_root};
+use crate::{TestDir, describe_output, run_with_timeout, tail, workspace_root};
 
 /// The Kubernetes release `tools/kube` pins; the servers report it.
 pub const KUBERNETES_VERSION: &str = "v1.36.3";
@@ -648,6 +648,25 @@ current-context: {user}
             .collect()
     }
 
+    /// The requests of `user` the server refused (403), from its `from`-th audit record on
+    /// ([`RealCluster::audit_by`] order), each as `verb resource[/subresource]` or `verb /path`.
+    pub fn refusals(&self, user: &str, from: usize) -> Vec<String> {
+        self.audit_by(user)
+            .into_iter()
+            .skip(from)
+            .filter(|e| e["responseStatus"]["code"] == 403)
+            .map(|e| {
+                let verb = e["verb"].as_str().unwrap_or_default();
+                let r = &e["objectRef"];
+                match (r["resource"].as_str(), r["subresource"].as_str()) {
+                    (Some(res), Some(sub)) => format!("{verb} {res}/{sub}"),
+                    (Some(res), None) => format!("{verb} {res}"),
+                    (None, _) => format!("{verb} {}", e["requestURI"].as_str().unwrap_or("")),
+                }
+            })
+            .collect()
+    }
+
     /// A description of the component processes, for failure messages.
     pub fn describe(&self) -> String {
         let mut s = format!(
@@ -675,15 +694,6 @@ pub fn is_ready(node: &Value) -> bool {
         .into_iter()
         .flatten()
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
-
-/// The last `n` lines of a log file.
-pub(crate) fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read(path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()));
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Asks the kernel to SIGKILL the child when the process that started it dies, so that a test

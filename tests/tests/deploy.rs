@@ -6,11 +6,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use rotor_e2e::real_cluster::free_port;
 use rotor_e2e::{
     SimProcess, TestDir, binary, describe_output, kubectl_json, kubectl_ok, kubectl_path,
     run_with_timeout, scenario, taint_first_node, wait_until, workspace_root,
@@ -581,13 +582,6 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     response.split(' ').nth(1)?.parse().ok()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 #[test]

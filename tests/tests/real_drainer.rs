@@ -170,11 +170,7 @@ fn drainer_audit(cluster: &RealCluster) -> (usize, usize, Vec<String>) {
         .filter(|e| is(e, "create", Some("eviction")) && e["responseStatus"]["code"] == 201)
         .count();
     let deletes = records.iter().filter(|e| is(e, "delete", None)).count();
-    let forbidden = records
-        .iter()
-        .filter(|e| e["responseStatus"]["code"] == 403)
-        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
-        .collect();
+    let forbidden = cluster.refusals(DRAINER, 0);
     (evictions, deletes, forbidden)
 }
 

@@ -38,30 +38,6 @@ fn without_rule(role: &Value, i: usize) -> Value {
     edited
 }
 
-/// 403s in the audit log for `user` since record `from`, as "verb resource[/sub]" or "verb URI".
-fn refusals(cluster: &RealCluster, user: &str, from: usize) -> Vec<String> {
-    cluster
-        .audit_by(user)
-        .into_iter()
-        .skip(from)
-        .filter(|e| e["responseStatus"]["code"] == 403)
-        .map(|e| {
-            let r = &e["objectRef"];
-            match r["resource"].as_str() {
-                Some(res) => match r["subresource"].as_str() {
-                    Some(sub) => format!("{} {res}/{sub}", e["verb"].as_str().unwrap_or("")),
-                    None => format!("{} {res}", e["verb"].as_str().unwrap_or("")),
-                },
-                None => format!(
-                    "{} {}",
-                    e["verb"].as_str().unwrap_or(""),
-                    e["requestURI"].as_str().unwrap_or("")
-                ),
-            }
-        })
-        .collect()
-}
-
 /// What a rule grants, as its refusal names it: a resource (`pods/eviction` with its
 /// subresource) or a non-resource URL.
 fn rule_resources(rule: &Value) -> Vec<String> {
@@ -143,7 +119,8 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
                 &format!("a refusal of {rule} to show in the audit log and the drainer's log"),
                 Duration::from_secs(60),
                 || {
-                    let refused: Vec<String> = refusals(&cluster, user, from)
+                    let refused: Vec<String> = cluster
+                        .refusals(user, from)
                         .into_iter()
                         .filter(|r| resources.iter().any(|res| r.ends_with(res.as_str())))
                         .collect();
@@ -189,7 +166,8 @@ fn removing_any_one_rule_of_the_selectors_role_makes_its_run_fail_naming_it() {
             String::from_utf8_lossy(&out.stderr)
         );
         let resources = rule_resources(rule);
-        let refused: Vec<String> = refusals(&cluster, user, from)
+        let refused: Vec<String> = cluster
+            .refusals(user, from)
             .into_iter()
             .filter(|r| resources.iter().any(|res| r.ends_with(res.as_str())))
             .collect();

@@ -222,16 +222,91 @@ pub enum Limit {
     MaxUnavailable,
 }
 
-/// Which fleet limit a held node's reason from [`choose_nodes_to_start`] names, if any.
-pub fn held_by_limit(why: &str) -> Option<Limit> {
-    if why.starts_with("max-concurrent ") {
-        Some(Limit::MaxConcurrent)
-    } else if why.starts_with("max-unavailable ") {
-        Some(Limit::MaxUnavailable)
-    } else {
-        None
+/// Why a tainted node does not start draining now. Shown to operators (logs, `status`) through
+/// its `Display`, one line each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeldReason {
+    /// The node carries `rotor.dev/do-not-disrupt=true`.
+    OptedOut,
+    /// Its last attempt failed; the next starts at `retry_at`.
+    BackingOff { attempts: u32, retry_at: Timestamp },
+    /// `--max-unavailable` resolves to zero for a fleet of `total` nodes (fail closed).
+    NoneAllowed {
+        max_unavailable: Budget,
+        total: usize,
+    },
+    /// Every `--max-concurrent` slot is taken.
+    MaxConcurrent {
+        max_concurrent: usize,
+        draining: usize,
+    },
+    /// Starting it would take more nodes out than `--max-unavailable` allows.
+    MaxUnavailable {
+        max_unavailable: Budget,
+        unavailable: usize,
+        total: usize,
+    },
+    /// No `--maintenance-window` is open.
+    OutsideWindows,
+    /// Drain taints are still arriving (see the controller's taint burst).
+    TaintsArriving,
+    /// The start gate holds: the cluster has not absorbed the last drains; the gate's words.
+    Gate(String),
+}
+
+impl HeldReason {
+    /// The fleet limit this reason names, if it is one.
+    pub fn limit(&self) -> Option<Limit> {
+        match self {
+            HeldReason::MaxConcurrent { .. } => Some(Limit::MaxConcurrent),
+            HeldReason::MaxUnavailable { .. } => Some(Limit::MaxUnavailable),
+            _ => None,
+        }
     }
 }
+
+impl fmt::Display for HeldReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HeldReason::OptedOut => write!(f, "node has {DO_NOT_DISRUPT_ANNOTATION}=true"),
+            HeldReason::BackingOff { attempts, retry_at } => write!(
+                f,
+                "failed after {attempts} attempt(s); retrying at {}",
+                format_timestamp(*retry_at)
+            ),
+            HeldReason::NoneAllowed {
+                max_unavailable,
+                total,
+            } => write!(
+                f,
+                "max-unavailable {max_unavailable} allows no node of {total} to be disrupted"
+            ),
+            HeldReason::MaxConcurrent {
+                max_concurrent,
+                draining,
+            } => write!(
+                f,
+                "max-concurrent {max_concurrent} reached ({draining} draining)"
+            ),
+            HeldReason::MaxUnavailable {
+                max_unavailable,
+                unavailable,
+                total,
+            } => write!(
+                f,
+                "max-unavailable {max_unavailable} reached ({unavailable} of {total} nodes unavailable)"
+            ),
+            HeldReason::OutsideWindows => f.write_str("outside every maintenance window"),
+            HeldReason::TaintsArriving => {
+                f.write_str("drain taints are still arriving; choosing once they settle")
+            }
+            HeldReason::Gate(why) => write!(f, "gate: {why}"),
+        }
+    }
+}
+
+/// A tainted node that does not start now, and why.
+pub type Held = (String, HeldReason);
 
 /// The fleet-wide limits on draining.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -251,7 +326,7 @@ pub struct FleetDecision {
     /// Node names to start, in the order chosen.
     pub start: Vec<String>,
     /// Tainted nodes that do not start now, with why (one line each, for logs and Events).
-    pub held: Vec<(String, String)>,
+    pub held: Vec<Held>,
     /// Drains under way before this decision.
     pub active: usize,
     /// New nodes still starting, left out of `total` and `unavailable`.
@@ -344,9 +419,9 @@ fn candidates<'a>(
     nodes: &'a [NodeView],
     now: Timestamp,
     retry_backoff: &impl Fn(u32) -> Duration,
-    mut held: Option<&mut Vec<(String, String)>>,
+    mut held: Option<&mut Vec<Held>>,
 ) -> Vec<&'a NodeView> {
-    let mut hold = |name: &str, why: String| {
+    let mut hold = |name: &str, why: HeldReason| {
         if let Some(held) = held.as_mut() {
             held.push((name.to_string(), why));
         }
@@ -355,17 +430,13 @@ fn candidates<'a>(
     for node in nodes.iter().filter(|n| n.tainted) {
         match start_block(node, now, retry_backoff) {
             None => candidates.push(node),
-            Some(StartBlock::OptedOut) => hold(
-                &node.name,
-                format!("node has {DO_NOT_DISRUPT_ANNOTATION}=true"),
-            ),
+            Some(StartBlock::OptedOut) => hold(&node.name, HeldReason::OptedOut),
             Some(StartBlock::BackingOff(retry_at)) => hold(
                 &node.name,
-                format!(
-                    "failed after {} attempt(s); retrying at {}",
-                    node.record.attempts,
-                    format_timestamp(retry_at)
-                ),
+                HeldReason::BackingOff {
+                    attempts: node.record.attempts,
+                    retry_at,
+                },
             ),
             Some(StartBlock::Draining | StartBlock::Drained) => {}
         }
@@ -436,20 +507,21 @@ pub fn choose_nodes_to_start(
         let draining = active + started;
         let unavailable_now = unavailable + newly_unavailable;
         let why = if allowed_unavailable == 0 {
-            Some(format!(
-                "max-unavailable {} allows no node of {total} to be disrupted",
-                limits.max_unavailable
-            ))
+            Some(HeldReason::NoneAllowed {
+                max_unavailable: limits.max_unavailable,
+                total,
+            })
         } else if draining >= limits.max_concurrent {
-            Some(format!(
-                "max-concurrent {} reached ({draining} draining)",
-                limits.max_concurrent
-            ))
+            Some(HeldReason::MaxConcurrent {
+                max_concurrent: limits.max_concurrent,
+                draining,
+            })
         } else if !already_unavailable && unavailable_now >= allowed_unavailable {
-            Some(format!(
-                "max-unavailable {} reached ({unavailable_now} of {total} nodes unavailable)",
-                limits.max_unavailable
-            ))
+            Some(HeldReason::MaxUnavailable {
+                max_unavailable: limits.max_unavailable,
+                unavailable: unavailable_now,
+                total,
+            })
         } else {
             None
         };
@@ -513,6 +585,13 @@ mod tests {
             max_unavailable: max_unavailable.parse().unwrap(),
             startup_grace: Duration::from_secs(600),
         }
+    }
+
+    fn held_text(d: &FleetDecision) -> Vec<(String, String)> {
+        d.held
+            .iter()
+            .map(|(n, why)| (n.clone(), why.to_string()))
+            .collect()
     }
 
     fn held_names(d: &FleetDecision) -> Vec<&str> {
@@ -611,7 +690,7 @@ mod tests {
         let d = choose_nodes_to_start(&nodes, &limits(1, "100%"), now(), retry_backoff);
         assert!(d.start.is_empty());
         assert_eq!(
-            d.held,
+            held_text(&d),
             [
                 (
                     "b".to_string(),
@@ -627,8 +706,11 @@ mod tests {
 
         let d = choose_nodes_to_start(&nodes, &limits(2, "100%"), now(), retry_backoff);
         assert_eq!(d.start, ["b"]);
-        assert_eq!(d.held[0].1, "max-concurrent 2 reached (2 draining)");
-        assert_eq!(held_by_limit(&d.held[0].1), Some(Limit::MaxConcurrent));
+        assert_eq!(
+            d.held[0].1.to_string(),
+            "max-concurrent 2 reached (2 draining)"
+        );
+        assert_eq!(d.held[0].1.limit(), Some(Limit::MaxConcurrent));
     }
 
     #[test]
@@ -642,7 +724,10 @@ mod tests {
         assert_eq!(d.start, ["x"]);
         assert_eq!(held_names(&d), ["f"]);
         assert!(
-            d.held[0].1.contains("retrying at 2025-03-01T12:00:30Z"),
+            d.held[0]
+                .1
+                .to_string()
+                .contains("retrying at 2025-03-01T12:00:30Z"),
             "{}",
             d.held[0].1
         );
@@ -732,17 +817,14 @@ mod tests {
         assert_eq!(d.allowed_unavailable, 4);
         assert_eq!(d.start, ["t1"]);
         assert_eq!(
-            d.held,
+            held_text(&d),
             [(
                 "t2".to_string(),
                 "max-unavailable 40% reached (4 of 10 nodes unavailable)".to_string()
             )]
         );
-        assert_eq!(held_by_limit(&d.held[0].1), Some(Limit::MaxUnavailable));
-        assert_eq!(
-            held_by_limit("node has rotor.dev/do-not-disrupt=true"),
-            None
-        );
+        assert_eq!(d.held[0].1.limit(), Some(Limit::MaxUnavailable));
+        assert_eq!(HeldReason::OptedOut.limit(), None);
         let d = choose_nodes_to_start(&nodes, &limits(5, "3"), now(), retry_backoff);
         assert!(d.start.is_empty());
     }
@@ -781,7 +863,7 @@ mod tests {
         assert_eq!((d.unavailable, d.starting), (2, 0));
         assert!(d.start.is_empty());
         assert_eq!(
-            d.held[0].1,
+            d.held[0].1.to_string(),
             "max-unavailable 2 reached (2 of 4 nodes unavailable)"
         );
 
@@ -1005,7 +1087,7 @@ mod tests {
         }
         let d = choose_nodes_to_start(&nodes, &limits(3, "0"), now(), retry_backoff);
         assert_eq!(
-            d.held[0].1,
+            d.held[0].1.to_string(),
             "max-unavailable 0 allows no node of 2 to be disrupted"
         );
     }
@@ -1026,7 +1108,7 @@ mod tests {
         let d = choose_nodes_to_start(&nodes, &limits(5, "100%"), now(), retry_backoff);
         assert!(d.start.is_empty());
         assert_eq!(
-            d.held,
+            held_text(&d),
             [(
                 "pinned".to_string(),
                 "node has rotor.dev/do-not-disrupt=true".to_string()

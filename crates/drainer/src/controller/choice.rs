@@ -320,7 +320,7 @@ mod tests {
             decision
                 .held
                 .iter()
-                .any(|(n, why)| n == "b" && why.contains("max-concurrent"))
+                .any(|(n, why)| n == "b" && why.to_string().contains("max-concurrent"))
         );
         assert_eq!(decision.active, 0, "counts are those before the picks");
         // A third slot: d waits for one pod (checkout-0, claimed by a), b for two.

@@ -39,6 +39,14 @@ pub(super) struct Gate {
 }
 
 impl Gate {
+    /// The gate of a new leader: armed with nothing, so the first start still waits for the
+    /// workload index and for pending pods.
+    pub(super) fn new_term() -> Gate {
+        let mut gate = Gate::default();
+        gate.arm([]);
+        gate
+    }
+
     /// A drain finished: the workloads it evicted join those the next start waits for.
     pub(super) fn arm(&mut self, owners: impl IntoIterator<Item = (String, String, String)>) {
         self.owners.extend(owners);

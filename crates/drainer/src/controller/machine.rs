@@ -1,0 +1,515 @@
+//! The control loop's decisions, as a state machine with no I/O: events in (the node watch's
+//! list and changes, a drain task's end, a wake-up), commands out (contend for the lease or
+//! stand down, publish the phases, undo, resume or start a drain). The shell in
+//! [`super::run`] only carries events in and runs the commands; the order of a pass is here:
+//!
+//! 1. [`Machine::lease_step`]: contend while some node needs rotor; give the lease back once
+//!    none has for `--release-lease-after` and nothing rotor started still runs.
+//! 2. [`Machine::act`] (every replica publishes; only the leader goes on): a new term forgets
+//!    what an earlier one knew; drains whose taint went are stopped; rotor's state on untainted
+//!    nodes is undone; drains recorded as started resume; then the fleet limits, the maintenance
+//!    windows and the taint burst decide which candidates may start ([`StartRound`]).
+//! 3. The shell asks the start gate and the budget-aware choice about the round (both read the
+//!    cluster), then [`Machine::start`] turns what is left into drains.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use rotor_core::contract::DrainPhase;
+
+use crate::drain::DrainResult;
+use crate::fleet::{
+    FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, choose_nodes_to_start,
+    start_block,
+};
+use crate::gate::Owner;
+use crate::state::{DrainRecord, Intent, retry_backoff};
+use crate::window::{MaintenanceWindow, any_open};
+
+/// What the machine is told.
+#[derive(Debug)]
+pub(super) enum Event {
+    /// The node watch listed every node (at start, or a re-list after the watch lost its place).
+    NodesListed(Vec<NodeView>),
+    /// A node was added or changed.
+    NodeApplied(NodeView),
+    /// A node was deleted.
+    NodeDeleted(String),
+    /// A drain or clean-up task ended. `record` is what the task last wrote on the node (the
+    /// watch may not have delivered it yet); `evicted` the gated workloads it evicted from.
+    TaskEnded {
+        node: String,
+        result: DrainResult,
+        record: Option<DrainRecord>,
+        evicted: Vec<Owner>,
+    },
+}
+
+/// What the machine asks the shell to do.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Command {
+    /// Forget the budget demand known for this node (its pods may have changed).
+    ForgetDemand(String),
+    /// Count a drain's end in the metrics, by how it ended.
+    CountDrainEnd(&'static str),
+    /// The next start waits for these workloads to be Ready again (and pending pods to clear).
+    ArmGate(Vec<Owner>),
+    /// Publish how many nodes are in each drain phase.
+    PublishPhases(BTreeMap<&'static str, i64>),
+    /// This replica has just become the leader: what it knew from an earlier term is stale
+    /// (the start gate and the demand cache start afresh).
+    NewTerm,
+    /// Stop the drain of this node: its taint went away or the node is gone.
+    Abort(String),
+    /// Undo rotor's state on this untainted node (nobody is draining it).
+    CleanUp(String),
+    /// Run this node's drain.
+    Drain {
+        node: String,
+        intent: Intent,
+        tainted_since: Option<Instant>,
+    },
+}
+
+/// What the lease step asks of the shell.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum LeaseCommand {
+    /// Contend for the leader lease: `node` needs rotor, for `why`.
+    Contend { node: String, why: &'static str },
+    /// Stop contending and release the lease (the shell waits until it is released); `idle` is
+    /// how long no node has needed rotor.
+    StandDown { leading: bool, idle: Duration },
+    /// Log that this replica stands by without the lease; `waiting` names tainted nodes that
+    /// only wait (empty: nothing is tainted).
+    StandBy { waiting: Vec<String> },
+}
+
+/// The starts a pass proposes, before the start gate and the budget-aware choice have their say.
+#[derive(Debug)]
+pub(super) struct StartRound {
+    /// Nodes to start, in order.
+    pub start: Vec<String>,
+    /// Tainted nodes that do not start, and why.
+    pub held: Vec<Held>,
+    /// The fleet as the choice sees it: nodes with a drain task that has not yet recorded its
+    /// start count as queued.
+    pub view: Vec<NodeView>,
+    /// Time since the last pass while leading (counts towards the gate's blocked-seconds).
+    pub elapsed: Duration,
+    /// Whether the nodes unavailable before this round left room under `--max-unavailable`.
+    unavailable_room: bool,
+}
+
+impl StartRound {
+    /// Holds this round's starts for `why` (see [`hold_starts`]).
+    pub(super) fn hold(&mut self, why: HeldReason) {
+        hold_starts(&mut self.held, &mut self.start, why, self.unavailable_room);
+    }
+}
+
+/// The fleet's configuration, as far as the machine decides with it.
+#[derive(Clone, Debug)]
+pub(super) struct MachineConfig {
+    pub limits: FleetLimits,
+    pub windows: Vec<MaintenanceWindow>,
+    /// `--release-lease-after`.
+    pub release_after: Duration,
+}
+
+/// What the control loop knows between events.
+pub(super) struct Machine {
+    cfg: MachineConfig,
+    /// Every node, summarised; empty until the node watch has listed them.
+    nodes: BTreeMap<String, NodeView>,
+    listed: bool,
+    /// Nodes with a drain task; nodes with a clean-up task.
+    running: BTreeSet<String>,
+    cleaning: BTreeSet<String>,
+    burst: TaintBurst,
+    was_leading: bool,
+    idle_since: Option<Instant>,
+    standing_by: bool,
+    last_pass: Option<Instant>,
+}
+
+impl Machine {
+    pub(super) fn new(cfg: MachineConfig) -> Self {
+        Machine {
+            cfg,
+            nodes: BTreeMap::new(),
+            listed: false,
+            running: BTreeSet::new(),
+            cleaning: BTreeSet::new(),
+            burst: TaintBurst::default(),
+            was_leading: false,
+            idle_since: None,
+            standing_by: false,
+            last_pass: None,
+        }
+    }
+
+    /// Whether the node watch has listed the nodes: no pass runs before.
+    pub(super) fn listed(&self) -> bool {
+        self.listed
+    }
+
+    /// When the taint burst under way settles, for the shell to wake then.
+    pub(super) fn burst_settles_at(&self, now: Instant) -> Option<Instant> {
+        self.burst.settles_at(now)
+    }
+
+    /// Takes in one event.
+    pub(super) fn apply(&mut self, event: Event, now: Instant) -> Vec<Command> {
+        match event {
+            Event::NodesListed(listed) => {
+                let mut fresh = BTreeMap::new();
+                for mut view in listed {
+                    carry_ever_ready(&self.nodes, &mut view);
+                    // Whether the taint stayed while nobody watched is unknown: from now.
+                    sight_taint(None, &mut view, now);
+                    fresh.insert(view.name.clone(), view);
+                }
+                self.nodes = fresh;
+                self.listed = true;
+                Vec::new()
+            }
+            Event::NodeApplied(mut view) => {
+                let old = self.nodes.get(&view.name);
+                carry_ever_ready(&self.nodes, &mut view);
+                sight_taint(old, &mut view, now);
+                let mut commands = Vec::new();
+                if view.tainted && old.is_none_or(|old| !old.tainted) {
+                    self.burst.taint_arrived(now);
+                    // Pods may have arrived while it was untainted: read them afresh.
+                    commands.push(Command::ForgetDemand(view.name.clone()));
+                }
+                self.nodes.insert(view.name.clone(), view);
+                commands
+            }
+            Event::NodeDeleted(name) => {
+                self.nodes.remove(&name);
+                vec![Command::ForgetDemand(name)]
+            }
+            Event::TaskEnded {
+                node,
+                result,
+                record,
+                evicted,
+            } => {
+                self.running.remove(&node);
+                self.cleaning.remove(&node);
+                // The watch has not necessarily delivered the task's last write yet; without
+                // this the next pass would see the old phase and resume a finished drain.
+                if let Some(record) = record
+                    && let Some(view) = self.nodes.get_mut(&node)
+                {
+                    view.record = record;
+                }
+                let mut commands = Vec::new();
+                match &result {
+                    DrainResult::Drained => commands.push(Command::CountDrainEnd("drained")),
+                    DrainResult::Failed { .. } => commands.push(Command::CountDrainEnd("failed")),
+                    DrainResult::Cancelled => commands.push(Command::CountDrainEnd("cancelled")),
+                    DrainResult::Skipped { .. }
+                    | DrainResult::NodeGone
+                    | DrainResult::Interrupted => {}
+                }
+                if let Some(owners) = gate_after(&result, evicted) {
+                    commands.push(Command::ArmGate(owners));
+                }
+                commands
+            }
+        }
+    }
+
+    /// The lease half of a pass. `contending` and `leading` are the election's state now. The
+    /// shell runs the commands (a stand-down returns once the lease is released) before
+    /// [`Machine::act`].
+    pub(super) fn lease_step(
+        &mut self,
+        now: Instant,
+        wall: Timestamp,
+        contending: bool,
+        leading: bool,
+    ) -> Vec<LeaseCommand> {
+        let window_open = any_open(&self.cfg.windows, wall);
+        let needed = self
+            .nodes
+            .values()
+            .find_map(|n| needs_rotor(n, wall, window_open).map(|why| (n.name.clone(), why)));
+        let mut commands = Vec::new();
+        match needed {
+            Some((node, why)) => {
+                self.idle_since = None;
+                if !contending {
+                    commands.push(LeaseCommand::Contend { node, why });
+                    self.standing_by = false;
+                }
+            }
+            None if self.running.is_empty() && self.cleaning.is_empty() => {
+                let idle = now.duration_since(*self.idle_since.get_or_insert(now));
+                let release = !leading || idle >= self.cfg.release_after;
+                let mut still_contending = contending;
+                if release && contending {
+                    commands.push(LeaseCommand::StandDown { leading, idle });
+                    still_contending = false;
+                }
+                if !self.standing_by && !still_contending {
+                    // Tainted nodes that only wait (for a window, a retry or an opt-out to go)
+                    // are named, so that the quiet is not mistaken for "nothing tainted".
+                    let waiting = self
+                        .nodes
+                        .values()
+                        .filter(|n| n.tainted && n.record.phase != Some(DrainPhase::Drained))
+                        .map(|n| n.name.clone())
+                        .collect();
+                    commands.push(LeaseCommand::StandBy { waiting });
+                    self.standing_by = true;
+                }
+            }
+            None => self.idle_since = None,
+        }
+        commands
+    }
+
+    /// The acting half of a pass, given whether this replica leads now (read once, after the
+    /// lease step). Returns the commands to run at once and, while leading, the round of starts.
+    pub(super) fn act(
+        &mut self,
+        now: Instant,
+        wall: Timestamp,
+        leading: bool,
+    ) -> (Vec<Command>, Option<StartRound>) {
+        // Every replica reports the phases it sees on the nodes, so the figures survive a
+        // release of the lease (a view of the cluster: the same from each replica).
+        let mut commands = vec![Command::PublishPhases(phase_counts(&self.nodes))];
+        let new_term = leading && !self.was_leading;
+        self.was_leading = leading;
+        if !leading {
+            return (commands, None);
+        }
+        if new_term {
+            // What this replica knew from an earlier term (another replica may have led since)
+            // is stale: like any new leader, its first start passes the gate.
+            commands.push(Command::NewTerm);
+            self.last_pass = None;
+        }
+        let elapsed = self
+            .last_pass
+            .map_or(Duration::ZERO, |at| now.duration_since(at));
+        self.last_pass = Some(now);
+        // Stop drains whose taint went away or whose node is gone.
+        for name in &self.running {
+            if self.nodes.get(name).is_none_or(|n| !n.tainted) {
+                commands.push(Command::Abort(name.clone()));
+            }
+        }
+        // Undo rotor's state on untainted nodes nobody is draining (e.g. while we were down).
+        for n in self.nodes.values() {
+            let ours = n.record.phase.is_some() || n.record.cordoned_by_rotor;
+            if !n.tainted && ours && !self.busy(&n.name) {
+                commands.push(Command::CleanUp(n.name.clone()));
+            }
+        }
+        // Resume drains recorded as started (a restart or a failover).
+        for n in self.nodes.values() {
+            if n.tainted && n.record.is_active() && !self.busy(&n.name) {
+                commands.push(Command::Drain {
+                    node: n.name.clone(),
+                    intent: Intent::Resume,
+                    tainted_since: n.tainted_since,
+                });
+            }
+        }
+        for command in &commands {
+            match command {
+                Command::CleanUp(name) => self.cleaning.insert(name.clone()),
+                Command::Drain { node, .. } => self.running.insert(node.clone()),
+                _ => false,
+            };
+        }
+        let round = self.propose_starts(now, wall, elapsed);
+        (commands, Some(round))
+    }
+
+    /// The fleet limits' choice among the candidates, then the holds that apply to every start:
+    /// the maintenance windows and a burst of taints still arriving.
+    fn propose_starts(&self, now: Instant, wall: Timestamp, elapsed: Duration) -> StartRound {
+        let view: Vec<NodeView> = self
+            .nodes
+            .values()
+            .map(|n| {
+                let mut v = n.clone();
+                if self.running.contains(&n.name) && !v.record.is_active() {
+                    v.record.phase = Some(DrainPhase::Queued);
+                }
+                v
+            })
+            .collect();
+        let decision = choose_nodes_to_start(&view, &self.cfg.limits, wall, retry_backoff);
+        let mut round = StartRound {
+            unavailable_room: decision.unavailable < decision.allowed_unavailable,
+            start: Vec::new(),
+            held: Vec::new(),
+            view,
+            elapsed,
+        };
+        self.take_decision(&mut round, decision);
+        if !round.start.is_empty() && !any_open(&self.cfg.windows, wall) {
+            round.hold(HeldReason::OutsideWindows);
+        }
+        if !round.start.is_empty() && self.burst.settles_at(now).is_some() {
+            round.hold(HeldReason::TaintsArriving);
+        }
+        round
+    }
+
+    /// Puts a fleet decision (the first, or the budget-aware choice's) into `round`. A node
+    /// whose clean-up is still running (untainted, then tainted again) waits for it.
+    pub(super) fn take_decision(&self, round: &mut StartRound, decision: FleetDecision) {
+        round.held = decision.held;
+        round.start = decision
+            .start
+            .into_iter()
+            .filter(|n| !self.busy(n))
+            .collect();
+    }
+
+    /// The round's starts, as drains to run; the shell calls it only while it still leads.
+    pub(super) fn start(&mut self, round: StartRound) -> Vec<Command> {
+        round
+            .start
+            .into_iter()
+            .map(|node| {
+                self.running.insert(node.clone());
+                Command::Drain {
+                    tainted_since: self.nodes.get(&node).and_then(|n| n.tainted_since),
+                    node,
+                    intent: Intent::Start,
+                }
+            })
+            .collect()
+    }
+
+    fn busy(&self, name: &str) -> bool {
+        self.running.contains(name) || self.cleaning.contains(name)
+    }
+}
+
+fn phase_counts(nodes: &BTreeMap<String, NodeView>) -> BTreeMap<&'static str, i64> {
+    let mut counts: BTreeMap<&'static str, i64> =
+        DrainPhase::ALL.iter().map(|p| (p.slug(), 0)).collect();
+    for n in nodes.values() {
+        if let Some(p) = n.record.phase {
+            *counts.entry(p.slug()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// What the next start waits for once a drain task ends (`None`: nothing new), given the
+/// workloads it `evicted` from. A drained node always arms the gate; a drain that ended otherwise
+/// (failed, stopped, its node gone) arms it only if it evicted something, whose workloads must be
+/// Ready again just the same.
+fn gate_after(result: &DrainResult, evicted: Vec<Owner>) -> Option<Vec<Owner>> {
+    (matches!(result, DrainResult::Drained) || !evicted.is_empty()).then_some(evicted)
+}
+
+/// Why `node` needs a leading drainer now, if it does: its drain is under way (to resume, after
+/// a failover), it has rotor's drain state without the taint (to undo), or it carries the taint
+/// and may start now: not drained, not opted out with `rotor.dev/do-not-disrupt`, not backing off
+/// after a failure, and inside a maintenance window (`window_open`). A node that only waits (to
+/// be retired, for its opt-out to go, for its retry time or for a window) needs nothing yet: the
+/// node watch shows the first two change, and the once-a-second pass notices the others.
+fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'static str> {
+    if !node.tainted {
+        return (node.record.phase.is_some() || node.record.cordoned_by_rotor)
+            .then_some("it has rotor's drain state but no drain taint, to undo");
+    }
+    if node.record.is_active() {
+        return Some("its drain is under way");
+    }
+    // The fleet's own test of whether a tainted node may start, so the two cannot drift apart.
+    (window_open && start_block(node, now, retry_backoff).is_none())
+        .then_some("it carries the drain taint")
+}
+
+/// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)
+/// come as one watch event per node. Choosing at the first one would pick among the few seen so
+/// far, and with several slots, often neighbours that queue on the same budgets; so new starts
+/// wait until no new taint has arrived for [`TAINT_QUIET`], at most [`TAINT_BURST_MAX`] after the
+/// first. Resumed drains and the taints found by the initial node list do not wait.
+#[derive(Default)]
+struct TaintBurst {
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+const TAINT_QUIET: Duration = Duration::from_millis(250);
+const TAINT_BURST_MAX: Duration = Duration::from_secs(2);
+
+impl TaintBurst {
+    fn taint_arrived(&mut self, now: Instant) {
+        if self.settles_at(now).is_none() {
+            self.first = Some(now);
+        }
+        self.last = Some(now);
+    }
+
+    /// When the burst under way at `now` is over; `None` when none is.
+    fn settles_at(&self, now: Instant) -> Option<Instant> {
+        let (first, last) = (self.first?, self.last?);
+        let over = (last + TAINT_QUIET).min(first + TAINT_BURST_MAX);
+        (over > now).then_some(over)
+    }
+}
+
+/// Holds this round's starts for `why`. The nodes the fleet limits held were held counting those
+/// starts as drains ("max-concurrent 3 reached (3 draining)" while none is); with the starts
+/// held, those that only the starts kept out wait for `why` first, and say so. There was a free
+/// slot (something was starting), so that is every node held by max-concurrent, and those held
+/// by max-unavailable when the nodes unavailable before the starts left room
+/// (`unavailable_room`); otherwise that limit holds them whatever starts.
+fn hold_starts(
+    held: &mut Vec<Held>,
+    start: &mut Vec<String>,
+    why: HeldReason,
+    unavailable_room: bool,
+) {
+    for (_, reason) in held.iter_mut() {
+        let only_the_starts = match reason.limit() {
+            Some(Limit::MaxConcurrent) => true,
+            Some(Limit::MaxUnavailable) => unavailable_room,
+            None => false,
+        };
+        if only_the_starts {
+            *reason = why.clone();
+        }
+    }
+    held.extend(start.drain(..).map(|n| (n, why.clone())));
+}
+
+/// Sets `view.tainted_since` (see [`NodeView`]): kept from `old`, the last view of the node, while
+/// its drain taint keeps pods off; `now` when that has just begun or nothing earlier is known;
+/// `None` otherwise. So a taint that went and came back counts from its return, and the
+/// monotonic clock keeps a step of the wall clock from making a new taint look old.
+fn sight_taint(old: Option<&NodeView>, view: &mut NodeView, now: Instant) {
+    view.tainted_since = (view.tainted && view.taint_keeps_pods_off)
+        .then(|| old.and_then(|o| o.tainted_since).unwrap_or(now));
+}
+
+/// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
+/// makes it unavailable rather than "still starting" (see [`NodeView::is_starting`]). Only for
+/// the same node: a new one that reuses the name (IP-based names are reused) starts afresh.
+fn carry_ever_ready(known: &BTreeMap<String, NodeView>, view: &mut NodeView) {
+    if known
+        .get(&view.name)
+        .is_some_and(|old| old.ever_ready && old.created == view.created)
+    {
+        view.ever_ready = true;
+    }
+}
+
+#[cfg(test)]
+mod tests;

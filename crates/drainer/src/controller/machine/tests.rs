@@ -1,0 +1,526 @@
+use std::str::FromStr;
+
+use super::*;
+use crate::fleet::Budget;
+
+fn wall() -> Timestamp {
+    "2025-03-01T12:00:00Z".parse().unwrap()
+}
+
+fn config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
+    MachineConfig {
+        limits: FleetLimits {
+            max_concurrent,
+            max_unavailable: Budget::Count(max_concurrent as u32),
+            startup_grace: Duration::from_secs(600),
+        },
+        windows: windows
+            .iter()
+            .map(|w| MaintenanceWindow::from_str(w).unwrap())
+            .collect(),
+        release_after: Duration::from_secs(30),
+    }
+}
+
+/// A Ready node, created `age_days` before [`wall`].
+fn node(name: &str, age_days: i64) -> NodeView {
+    NodeView {
+        name: name.into(),
+        ready: true,
+        ever_ready: true,
+        created: Some(wall() - jiff::SignedDuration::from_hours(24 * age_days)),
+        ..NodeView::default()
+    }
+}
+
+fn tainted(name: &str, age_days: i64) -> NodeView {
+    NodeView {
+        tainted: true,
+        taint_keeps_pods_off: true,
+        ..node(name, age_days)
+    }
+}
+
+fn with_phase(mut view: NodeView, phase: DrainPhase) -> NodeView {
+    view.record.phase = Some(phase);
+    view
+}
+
+fn drain(node: &str, intent: Intent) -> (String, Intent) {
+    (node.to_string(), intent)
+}
+
+/// The drains among `commands`, without their taint sighting.
+fn drains(commands: &[Command]) -> Vec<(String, Intent)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Drain { node, intent, .. } => Some((node.clone(), *intent)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn others(commands: &[Command]) -> Vec<Command> {
+    commands
+        .iter()
+        .filter(|c| !matches!(c, Command::Drain { .. } | Command::PublishPhases(_)))
+        .cloned()
+        .collect()
+}
+
+fn listed(cfg: MachineConfig, nodes: Vec<NodeView>, now: Instant) -> Machine {
+    let mut machine = Machine::new(cfg);
+    assert!(!machine.listed());
+    assert!(machine.apply(Event::NodesListed(nodes), now).is_empty());
+    assert!(machine.listed());
+    machine
+}
+
+/// One leading pass: the lease step (ignored), the act, and the starts as the shell would take
+/// them when the gate is open and the choice keeps the first decision.
+fn leading_pass(machine: &mut Machine, now: Instant) -> (Vec<Command>, Vec<Held>) {
+    machine.lease_step(now, wall(), true, true);
+    let (mut commands, round) = machine.act(now, wall(), true);
+    let round = round.expect("a leading pass proposes starts");
+    let held = round.held.clone();
+    commands.extend(machine.start(round));
+    (commands, held)
+}
+
+#[test]
+fn a_new_leader_undoes_resumes_then_starts_within_the_limits() {
+    let t0 = Instant::now();
+    let nodes = vec![
+        // Rotor's cordon without the taint: undone.
+        {
+            let mut n = node("untainted-cordoned", 9);
+            n.record.cordoned_by_rotor = true;
+            n
+        },
+        // A drain recorded as started: resumed, and it takes the one slot.
+        with_phase(tainted("evicting", 8), DrainPhase::Evicting),
+        tainted("old", 7),
+        tainted("young", 1),
+        with_phase(tainted("drained", 10), DrainPhase::Drained),
+    ];
+    let mut machine = listed(config(2, &[]), nodes, t0);
+
+    let (commands, held) = leading_pass(&mut machine, t0);
+    assert_eq!(
+        others(&commands),
+        [
+            Command::NewTerm,
+            Command::CleanUp("untainted-cordoned".into())
+        ]
+    );
+    assert_eq!(
+        drains(&commands),
+        [
+            drain("evicting", Intent::Resume),
+            drain("old", Intent::Start)
+        ]
+    );
+    assert_eq!(
+        held,
+        [(
+            "young".to_string(),
+            HeldReason::MaxConcurrent {
+                max_concurrent: 2,
+                draining: 2
+            }
+        )]
+    );
+
+    // The next pass starts nothing twice: the tasks are still running.
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(1));
+    assert_eq!(others(&commands), []);
+    assert_eq!(drains(&commands), []);
+
+    // The resumed drain ends drained: its slot frees, and the gate is armed with what it
+    // evicted; the record it wrote stands even before the watch delivers it.
+    let ended = machine.apply(
+        Event::TaskEnded {
+            node: "evicting".into(),
+            result: DrainResult::Drained,
+            record: Some(DrainRecord {
+                phase: Some(DrainPhase::Drained),
+                ..DrainRecord::default()
+            }),
+            evicted: vec![],
+        },
+        t0 + Duration::from_secs(2),
+    );
+    assert_eq!(
+        ended,
+        [Command::CountDrainEnd("drained"), Command::ArmGate(vec![])]
+    );
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(3));
+    assert_eq!(drains(&commands), [drain("young", Intent::Start)]);
+}
+
+#[test]
+fn a_follower_publishes_and_does_nothing_else() {
+    let t0 = Instant::now();
+    let nodes = vec![
+        with_phase(tainted("evicting", 8), DrainPhase::Evicting),
+        tainted("old", 7),
+    ];
+    let mut machine = listed(config(2, &[]), nodes, t0);
+    let (commands, round) = machine.act(t0, wall(), false);
+    assert!(round.is_none());
+    assert!(
+        matches!(commands.as_slice(), [Command::PublishPhases(counts)] if counts["evicting"] == 1)
+    );
+}
+
+#[test]
+fn a_taint_removed_stops_the_drain_and_one_gone_for_good_is_forgotten() {
+    let t0 = Instant::now();
+    let mut machine = listed(config(1, &[]), vec![tainted("a", 3)], t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+
+    let untainted = node("a", 3);
+    assert!(machine.apply(Event::NodeApplied(untainted), t0).is_empty());
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(1));
+    assert_eq!(others(&commands), [Command::Abort("a".into())]);
+
+    assert_eq!(
+        machine.apply(Event::NodeDeleted("a".into()), t0),
+        [Command::ForgetDemand("a".into())]
+    );
+    assert!(!machine.nodes.contains_key("a"));
+}
+
+#[test]
+fn starts_wait_for_a_burst_of_taints_and_for_a_window() {
+    let t0 = Instant::now();
+    let mut machine = listed(config(1, &[]), vec![node("a", 3), node("b", 2)], t0);
+    // The first taint of a burst: forget what was known of the node's pods, hold the start.
+    assert_eq!(
+        machine.apply(Event::NodeApplied(tainted("a", 3)), t0),
+        [Command::ForgetDemand("a".into())]
+    );
+    let (commands, held) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), []);
+    assert_eq!(held, [("a".to_string(), HeldReason::TaintsArriving)]);
+    assert_eq!(
+        machine.burst_settles_at(t0),
+        Some(t0 + Duration::from_millis(250))
+    );
+    // Settled: the oldest tainted node starts.
+    let later = t0 + Duration::from_millis(300);
+    let (commands, _) = leading_pass(&mut machine, later);
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+
+    // Outside every window a tainted node does not start, nor does it make this replica
+    // contend.
+    let closed = config(1, &["0 3 * * * for 1h"]);
+    let mut machine = listed(closed, vec![tainted("c", 1)], t0);
+    assert_eq!(
+        machine.lease_step(t0, wall(), false, false),
+        [LeaseCommand::StandBy {
+            waiting: vec!["c".into()]
+        }]
+    );
+    let (commands, held) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), []);
+    assert_eq!(held, [("c".to_string(), HeldReason::OutsideWindows)]);
+}
+
+#[test]
+fn the_lease_is_sought_while_a_node_needs_rotor_and_given_back_once_idle() {
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let stand_down = |leading, idle| LeaseCommand::StandDown {
+        leading,
+        idle: Duration::from_secs(idle),
+    };
+    let mut machine = listed(config(1, &[]), vec![node("a", 3)], t0);
+    // (when, contending, leading, an event before the step, the expected commands)
+    type Step = (u64, bool, bool, Option<Event>, Vec<LeaseCommand>);
+    let steps: Vec<Step> = vec![
+        // Nothing tainted, not contending: stand by, said once.
+        (
+            0,
+            false,
+            false,
+            None,
+            vec![LeaseCommand::StandBy { waiting: vec![] }],
+        ),
+        (1, false, false, None, vec![]),
+        // A taint: contend (once; the election keeps contending).
+        (
+            2,
+            false,
+            false,
+            Some(Event::NodeApplied(tainted("a", 3))),
+            vec![LeaseCommand::Contend {
+                node: "a".into(),
+                why: "it carries the drain taint",
+            }],
+        ),
+        (3, true, false, None, vec![]),
+    ];
+    for (s, contending, leading, event, expected) in steps {
+        if let Some(event) = event {
+            machine.apply(event, at(s));
+        }
+        assert_eq!(
+            machine.lease_step(at(s), wall(), contending, leading),
+            expected,
+            "at {s}s"
+        );
+    }
+    // Leading, it drains a; while the task runs, the lease is kept even with no node needing
+    // rotor.
+    let (commands, _) = leading_pass(&mut machine, at(4));
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+    machine.apply(
+        Event::NodeApplied(with_phase(tainted("a", 3), DrainPhase::Drained)),
+        at(5),
+    );
+    assert_eq!(machine.lease_step(at(5), wall(), true, true), []);
+    machine.apply(
+        Event::TaskEnded {
+            node: "a".into(),
+            result: DrainResult::Drained,
+            record: None,
+            evicted: vec![],
+        },
+        at(6),
+    );
+    // Idle from here: the leader keeps the lease for --release-lease-after (30 s), then stands
+    // down and stands by.
+    assert_eq!(machine.lease_step(at(6), wall(), true, true), []);
+    assert_eq!(machine.lease_step(at(35), wall(), true, true), []);
+    assert_eq!(
+        machine.lease_step(at(36), wall(), true, true),
+        [
+            stand_down(true, 30),
+            LeaseCommand::StandBy { waiting: vec![] },
+        ]
+    );
+    // A contender that never led gives up at once when no node needs rotor.
+    let mut follower = listed(config(1, &[]), vec![node("b", 1)], t0);
+    assert_eq!(
+        follower.lease_step(at(0), wall(), true, false),
+        [
+            stand_down(false, 0),
+            LeaseCommand::StandBy { waiting: vec![] },
+        ]
+    );
+}
+
+#[test]
+fn a_second_term_starts_afresh_and_a_drain_ending_arms_the_gate() {
+    let t0 = Instant::now();
+    let mut machine = listed(config(1, &[]), vec![], t0);
+    let terms: Vec<bool> = [true, true, false, true]
+        .into_iter()
+        .map(|leading| {
+            let (commands, _) = machine.act(t0, wall(), leading);
+            commands.contains(&Command::NewTerm)
+        })
+        .collect();
+    assert_eq!(terms, [true, false, false, true]);
+
+    let web = || {
+        vec![(
+            "ReplicaSet".to_string(),
+            "shop".to_string(),
+            "web-1".to_string(),
+        )]
+    };
+    let end = |result| Event::TaskEnded {
+        node: "x".into(),
+        result,
+        record: None,
+        evicted: web(),
+    };
+    assert_eq!(
+        machine.apply(end(DrainResult::Cancelled), t0),
+        [Command::CountDrainEnd("cancelled"), Command::ArmGate(web())]
+    );
+    assert_eq!(
+        machine.apply(end(DrainResult::Interrupted), t0),
+        [Command::ArmGate(web())]
+    );
+}
+
+#[test]
+fn a_taint_sighting_is_kept_until_the_taint_goes() {
+    let t0 = Instant::now();
+    let t = |s: u64| t0 + Duration::from_secs(s);
+    let view = |tainted: bool| NodeView {
+        name: "a".into(),
+        tainted,
+        taint_keeps_pods_off: tainted,
+        ..NodeView::default()
+    };
+    // Each event's view of the node, sighted against the one before it.
+    let mut last: Option<NodeView> = None;
+    let mut seen = |mut v: NodeView, now: Instant| {
+        sight_taint(last.as_ref(), &mut v, now);
+        last = Some(v.clone());
+        v.tainted_since
+    };
+    assert_eq!(seen(view(false), t(0)), None);
+    assert_eq!(seen(view(true), t(1)), Some(t(1)));
+    assert_eq!(
+        seen(view(true), t(5)),
+        Some(t(1)),
+        "later events keep the first sighting"
+    );
+    // Removed and added again: counts from the new taint.
+    assert_eq!(seen(view(false), t(6)), None);
+    assert_eq!(seen(view(true), t(7)), Some(t(7)));
+    // PreferNoSchedule keeps no pod off: no sighting, until it becomes NoSchedule.
+    let preferred = NodeView {
+        taint_keeps_pods_off: false,
+        ..view(true)
+    };
+    assert_eq!(seen(preferred, t(8)), None);
+    assert_eq!(seen(view(true), t(9)), Some(t(9)));
+    // A re-list cannot tell whether the taint stayed while nobody watched: from the list.
+    let mut relisted = view(true);
+    sight_taint(None, &mut relisted, t(10));
+    assert_eq!(relisted.tainted_since, Some(t(10)));
+}
+
+#[test]
+fn a_drain_that_evicted_arms_the_gate_however_it_ends() {
+    let web = || {
+        vec![(
+            "ReplicaSet".to_string(),
+            "shop".to_string(),
+            "web-1".to_string(),
+        )]
+    };
+    assert_eq!(gate_after(&DrainResult::Drained, web()), Some(web()));
+    // A drained node with nothing evicted still arms it (pending pods are checked).
+    assert_eq!(gate_after(&DrainResult::Drained, vec![]), Some(vec![]));
+    for ended in [
+        DrainResult::Failed {
+            error: "deadline".into(),
+        },
+        DrainResult::Cancelled,
+        DrainResult::NodeGone,
+        DrainResult::Interrupted,
+    ] {
+        assert_eq!(gate_after(&ended, web()), Some(web()));
+    }
+    assert_eq!(gate_after(&DrainResult::Cancelled, vec![]), None);
+}
+
+#[test]
+fn a_node_needs_rotor_while_it_can_start_or_runs_or_has_state_to_undo() {
+    let now: Timestamp = "2025-03-01T12:00:00Z".parse().unwrap();
+    let node = |tainted: bool, phase: Option<DrainPhase>| {
+        let mut n = NodeView {
+            name: "n".into(),
+            tainted,
+            ..NodeView::default()
+        };
+        n.record.phase = phase;
+        n
+    };
+    let needs = |n: &NodeView| needs_rotor(n, now, true).is_some();
+    // Nothing to do: untouched nodes, and drained ones waiting to be retired.
+    assert!(!needs(&node(false, None)));
+    assert!(!needs(&node(true, Some(DrainPhase::Drained))));
+    // Tainted and not drained: to start, or to resume.
+    for phase in [
+        None,
+        Some(DrainPhase::Queued),
+        Some(DrainPhase::Evicting),
+        Some(DrainPhase::Blocked),
+    ] {
+        assert!(needs(&node(true, phase)), "{phase:?}");
+    }
+    // Outside every window only a drain under way needs the leader; a new start waits.
+    assert_eq!(needs_rotor(&node(true, None), now, false), None);
+    assert!(needs_rotor(&node(true, Some(DrainPhase::Evicting)), now, false).is_some());
+    // Failed: nothing until its retry is due.
+    let mut failed = node(true, Some(DrainPhase::Failed));
+    failed.record.attempts = 1;
+    failed.record.deadline = Some(now - jiff::SignedDuration::from_secs(10));
+    assert!(!needs(&failed), "backing off");
+    failed.record.deadline = Some(now - jiff::SignedDuration::from_hours(24));
+    assert!(needs(&failed), "retry due");
+    // Opted out before its drain started: it waits for the opt-out to go (a node event).
+    let mut opted_out = node(true, None);
+    opted_out.opted_out = true;
+    assert!(!needs(&opted_out));
+    opted_out.record.phase = Some(DrainPhase::Evicting);
+    assert!(needs(&opted_out));
+    // The taint went away: rotor's state (even a drained record, or only its cordon) is
+    // undone.
+    assert!(needs(&node(false, Some(DrainPhase::Drained))));
+    let mut cordoned = node(false, None);
+    cordoned.record.cordoned_by_rotor = true;
+    assert!(needs(&cordoned));
+}
+
+#[test]
+fn a_burst_of_taints_settles_after_a_quiet_spell_or_at_most_the_cap() {
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let mut burst = TaintBurst::default();
+    assert_eq!(burst.settles_at(t0), None);
+    burst.taint_arrived(t0);
+    assert_eq!(burst.settles_at(t0), Some(ms(250)));
+    // Each taint within the quiet spell extends it...
+    burst.taint_arrived(ms(200));
+    assert_eq!(burst.settles_at(ms(200)), Some(ms(450)));
+    assert_eq!(burst.settles_at(ms(449)), Some(ms(450)));
+    assert_eq!(burst.settles_at(ms(450)), None);
+    // ...up to the cap, so a steady trickle does not hold starts for ever.
+    let mut trickle = TaintBurst::default();
+    for i in 0..10 {
+        trickle.taint_arrived(ms(i * 200));
+    }
+    assert_eq!(trickle.settles_at(ms(1_800)), Some(ms(2_000)));
+    assert_eq!(trickle.settles_at(ms(2_000)), None);
+    // A taint after the burst is over starts a new one.
+    trickle.taint_arrived(ms(5_000));
+    assert_eq!(trickle.settles_at(ms(5_000)), Some(ms(5_250)));
+}
+
+#[test]
+fn held_starts_take_the_nodes_held_by_the_limits_with_them() {
+    let max_unavailable = HeldReason::MaxUnavailable {
+        max_unavailable: Budget::Count(2),
+        unavailable: 2,
+        total: 9,
+    };
+    let mut held = vec![
+        (
+            "c".to_string(),
+            HeldReason::MaxConcurrent {
+                max_concurrent: 2,
+                draining: 2,
+            },
+        ),
+        ("d".to_string(), HeldReason::OptedOut),
+        ("e".to_string(), max_unavailable.clone()),
+    ];
+    let original = held.clone();
+    let mut start = vec!["a".to_string(), "b".to_string()];
+    hold_starts(&mut held, &mut start, HeldReason::OutsideWindows, true);
+    assert!(start.is_empty());
+    let why = |held: &[Held], n: &str| held.iter().find(|(h, _)| h == n).unwrap().1.clone();
+    assert_eq!(why(&held, "a"), HeldReason::OutsideWindows);
+    assert_eq!(why(&held, "c"), HeldReason::OutsideWindows);
+    assert_eq!(why(&held, "e"), HeldReason::OutsideWindows);
+    // A node held for its own sake keeps its reason.
+    assert_eq!(why(&held, "d"), HeldReason::OptedOut);
+    // When the nodes unavailable already fill max-unavailable (the start was a cordoned
+    // node), that limit holds e whatever starts: it keeps its reason.
+    let mut held = original;
+    let mut start = vec!["cordoned".to_string()];
+    hold_starts(&mut held, &mut start, HeldReason::OutsideWindows, false);
+    assert_eq!(why(&held, "c"), HeldReason::OutsideWindows);
+    assert_eq!(why(&held, "e"), max_unavailable);
+}

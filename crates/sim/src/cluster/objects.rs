@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use rotor_apimachinery::quantity::parse_quantity;
 use serde_json::json;
 
-use crate::scenario::{NodeGroupSpec, parse_duration};
+use crate::scenario::{NodeGroupSpec, NodeTemplate, parse_duration};
 
 /// Pod annotation: time from start to Ready in the simulation (e.g. `3s`).
 pub const STARTUP_ANNOTATION: &str = "sim.rotor.dev/startup";
@@ -237,18 +237,80 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
         .replace("{zone}", zone)
         .replace("{instance}", &instance);
     let region = zone.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let labels = node_labels(group, &name, zone, region);
+    let (capacity, allocatable) = node_resources(t);
+    let taints = registration_taints(t, ready);
+    let managed_fields = node_managed_fields(&labels, now);
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            uid: Some(uuid::Uuid::new_v4().to_string()),
+            creation_timestamp: Some(Time(now)),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([
+                ("alpha.kubernetes.io/provided-node-ip".into(), ip.clone()),
+                ("node.alpha.kubernetes.io/ttl".into(), "0".into()),
+                (
+                    "volumes.kubernetes.io/controller-managed-attach-detach".into(),
+                    "true".into(),
+                ),
+            ])),
+            managed_fields: Some(managed_fields),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some(provider_id),
+            taints: (!taints.is_empty()).then_some(taints),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            capacity: Some(capacity),
+            allocatable: Some(allocatable),
+            conditions: Some(node_conditions(ready, now)),
+            addresses: Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: ip.clone(),
+                },
+                NodeAddress {
+                    type_: "InternalDNS".into(),
+                    address: name.clone(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: name.clone(),
+                },
+            ]),
+            daemon_endpoints: Some(k8s_openapi::api::core::v1::NodeDaemonEndpoints {
+                kubelet_endpoint: Some(k8s_openapi::api::core::v1::DaemonEndpoint { port: 10250 }),
+            }),
+            node_info: Some(node_info(&t.kubelet_version, &name, &instance)),
+            images: Some(node_images(t.status_images, region)),
+            ..Default::default()
+        }),
+    }
+}
 
+/// The well-known labels a kubelet and the AWS cloud controller set, the group's own, and the
+/// template's image label.
+fn node_labels(
+    group: &NodeGroupSpec,
+    name: &str,
+    zone: &str,
+    region: &str,
+) -> BTreeMap<String, String> {
+    let t = &group.template;
     let mut labels: BTreeMap<String, String> = BTreeMap::from([
-        ("kubernetes.io/hostname".into(), name.clone()),
+        ("kubernetes.io/hostname".into(), name.to_string()),
         ("kubernetes.io/os".into(), "linux".into()),
         ("kubernetes.io/arch".into(), "amd64".into()),
         ("beta.kubernetes.io/os".into(), "linux".into()),
         ("beta.kubernetes.io/arch".into(), "amd64".into()),
-        ("topology.kubernetes.io/zone".into(), zone.clone()),
+        ("topology.kubernetes.io/zone".into(), zone.to_string()),
         ("topology.kubernetes.io/region".into(), region.to_string()),
         (
             "failure-domain.beta.kubernetes.io/zone".into(),
-            zone.clone(),
+            zone.to_string(),
         ),
         (
             "node.kubernetes.io/instance-type".into(),
@@ -263,6 +325,11 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
     ]);
     labels.extend(t.labels.clone());
 
+    labels
+}
+
+/// Capacity and allocatable, as the kubelet reports them.
+fn node_resources(t: &NodeTemplate) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
     let cpu_m = parse_quantity(&t.cpu).map(|q| q.to_milli()).unwrap_or(4000);
     let mem = parse_quantity(&t.memory)
         .map(|q| q.to_milli() / 1000)
@@ -284,7 +351,12 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
     allocatable.insert("memory".into(), q(format!("{}Ki", alloc_mem / 1024)));
     allocatable.insert("ephemeral-storage".into(), q("76224326324".into()));
 
-    let images = (0..t.status_images)
+    (capacity, allocatable)
+}
+
+/// The image list a busy node reports (it is most of a Node's size).
+fn node_images(count: u32, region: &str) -> Vec<ContainerImage> {
+    (0..count)
         .map(|i| ContainerImage {
             names: Some(vec![
                 format!("602401143452.dkr.ecr.{region}.amazonaws.com/eks/workload-{i:02}@sha256:{:064x}", fnv(&format!("{i}")) as u128 * 0x1f3d5b79),
@@ -292,7 +364,30 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
             ]),
             size_bytes: Some(20_000_000 + (i as i64) * 3_000_017),
         })
-        .collect();
+        .collect()
+}
+
+/// The template's taints, and `not-ready` while the node boots.
+fn registration_taints(t: &NodeTemplate, ready: bool) -> Vec<Taint> {
+    t.taints
+        .iter()
+        .map(|s| Taint {
+            key: s.key.clone(),
+            value: s.value.clone(),
+            effect: s.effect.clone(),
+            time_added: None,
+        })
+        .chain((!ready).then(|| Taint {
+            key: "node.kubernetes.io/not-ready".into(),
+            value: None,
+            effect: "NoSchedule".into(),
+            time_added: None,
+        }))
+        .collect()
+}
+
+/// The pressure conditions (all clear) and Ready.
+fn node_conditions(ready: bool, now: Timestamp) -> Vec<NodeCondition> {
     let cond = |type_: &str, status: &str, reason: &str, message: &str| NodeCondition {
         type_: type_.into(),
         status: status.into(),
@@ -316,23 +411,36 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
             "container runtime network not ready: NetworkReady=false",
         )
     };
-    let taints = t
-        .taints
-        .iter()
-        .map(|s| Taint {
-            key: s.key.clone(),
-            value: s.value.clone(),
-            effect: s.effect.clone(),
-            time_added: None,
-        })
-        .chain((!ready).then(|| Taint {
-            key: "node.kubernetes.io/not-ready".into(),
-            value: None,
-            effect: "NoSchedule".into(),
-            time_added: None,
-        }))
-        .collect::<Vec<_>>();
-    let mf = vec![
+    vec![
+        cond(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
+        cond(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure",
+        ),
+        cond(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+        ),
+        ready_cond,
+    ]
+}
+
+/// Who wrote which fields at registration: the kubelet (metadata, then status) and the cloud
+/// controller (the topology labels).
+fn node_managed_fields(
+    labels: &BTreeMap<String, String>,
+    now: Timestamp,
+) -> Vec<ManagedFieldsEntry> {
+    vec![
         managed(
             "kubelet",
             "Update",
@@ -354,87 +462,22 @@ pub fn build_node(group: &NodeGroupSpec, index: u64, now: Timestamp, ready: bool
             json!({"f:metadata": {"f:labels": {"f:topology.kubernetes.io/region": {}, "f:topology.kubernetes.io/zone": {}}}}),
             now,
         ),
-    ];
-    let kubelet = t.kubelet_version.clone();
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            uid: Some(uuid::Uuid::new_v4().to_string()),
-            creation_timestamp: Some(Time(now)),
-            labels: Some(labels),
-            annotations: Some(BTreeMap::from([
-                ("alpha.kubernetes.io/provided-node-ip".into(), ip.clone()),
-                ("node.alpha.kubernetes.io/ttl".into(), "0".into()),
-                (
-                    "volumes.kubernetes.io/controller-managed-attach-detach".into(),
-                    "true".into(),
-                ),
-            ])),
-            managed_fields: Some(mf),
-            ..Default::default()
-        },
-        spec: Some(NodeSpec {
-            provider_id: Some(provider_id),
-            taints: (!taints.is_empty()).then_some(taints),
-            ..Default::default()
-        }),
-        status: Some(NodeStatus {
-            capacity: Some(capacity),
-            allocatable: Some(allocatable),
-            conditions: Some(vec![
-                cond(
-                    "MemoryPressure",
-                    "False",
-                    "KubeletHasSufficientMemory",
-                    "kubelet has sufficient memory available",
-                ),
-                cond(
-                    "DiskPressure",
-                    "False",
-                    "KubeletHasNoDiskPressure",
-                    "kubelet has no disk pressure",
-                ),
-                cond(
-                    "PIDPressure",
-                    "False",
-                    "KubeletHasSufficientPID",
-                    "kubelet has sufficient PID available",
-                ),
-                ready_cond,
-            ]),
-            addresses: Some(vec![
-                NodeAddress {
-                    type_: "InternalIP".into(),
-                    address: ip.clone(),
-                },
-                NodeAddress {
-                    type_: "InternalDNS".into(),
-                    address: name.clone(),
-                },
-                NodeAddress {
-                    type_: "Hostname".into(),
-                    address: name.clone(),
-                },
-            ]),
-            daemon_endpoints: Some(k8s_openapi::api::core::v1::NodeDaemonEndpoints {
-                kubelet_endpoint: Some(k8s_openapi::api::core::v1::DaemonEndpoint { port: 10250 }),
-            }),
-            node_info: Some(NodeSystemInfo {
-                architecture: "amd64".into(),
-                boot_id: uuid::Uuid::new_v4().to_string(),
-                container_runtime_version: "containerd://1.7.27".into(),
-                kernel_version: "6.1.132-147.221.amzn2023.x86_64".into(),
-                kube_proxy_version: kubelet.clone(),
-                kubelet_version: kubelet,
-                machine_id: format!("{:032x}", fnv(&name) as u128 * 31),
-                operating_system: "linux".into(),
-                os_image: "Amazon Linux 2023.7.20250512".into(),
-                system_uuid: format!("ec2{:029x}", fnv(&instance) as u128),
-                swap: None,
-            }),
-            images: Some(images),
-            ..Default::default()
-        }),
+    ]
+}
+
+fn node_info(kubelet: &str, name: &str, instance: &str) -> NodeSystemInfo {
+    NodeSystemInfo {
+        architecture: "amd64".into(),
+        boot_id: uuid::Uuid::new_v4().to_string(),
+        container_runtime_version: "containerd://1.7.27".into(),
+        kernel_version: "6.1.132-147.221.amzn2023.x86_64".into(),
+        kube_proxy_version: kubelet.to_string(),
+        kubelet_version: kubelet.to_string(),
+        machine_id: format!("{:032x}", fnv(name) as u128 * 31),
+        operating_system: "linux".into(),
+        os_image: "Amazon Linux 2023.7.20250512".into(),
+        system_uuid: format!("ec2{:029x}", fnv(instance) as u128),
+        swap: None,
     }
 }
 

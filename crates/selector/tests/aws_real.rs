@@ -12,11 +12,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::moto::{
+use common::run_bare;
+use rotor_e2e::moto::{
     create_group, create_template, group_instances, instance_ids, new_default_version, start_moto,
     two_images,
 };
-use common::run_bare;
 use rotor_e2e::{FakeNode, RealCluster, wait_until};
 
 use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;

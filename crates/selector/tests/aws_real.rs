@@ -38,15 +38,7 @@ async fn image_drift_on_kwok_nodes_is_tainted_drained_and_retired_through_the_gr
 
     let cluster = RealCluster::start();
     cluster.apply_kustomize_ok("deploy/overlays/aws");
-    // The shipped Deployment's pods are fakes here; the drainer under test runs below.
-    cluster.kubectl_ok(&[
-        "scale",
-        "deployment",
-        "rotor-drainer",
-        "-n",
-        NS,
-        "--replicas=0",
-    ]);
+    cluster.stop_shipped_drainer();
     let nodes: Vec<FakeNode> = old
         .iter()
         .enumerate()

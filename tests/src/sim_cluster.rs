@@ -340,10 +340,17 @@ impl SimCluster {
         self.add_taint(node, DRAIN_TAINT, reason).await
     }
 
+    async fn node_taints(&self, node: &str) -> Vec<Taint> {
+        self.node(node)
+            .await
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+    }
+
     /// Adds a NoSchedule taint `key=value` to the node.
     pub async fn add_taint(&self, node: &str, key: &str, value: &str) {
-        let n = self.node(node).await;
-        let mut taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+        let mut taints = self.node_taints(node).await;
         taints.push(Taint {
             key: key.into(),
             value: Some(value.into()),
@@ -357,11 +364,8 @@ impl SimCluster {
     /// Removes the drain taint from the node.
     pub async fn untaint(&self, node: &str) {
         let taints: Vec<_> = self
-            .node(node)
+            .node_taints(node)
             .await
-            .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default()
             .into_iter()
             .filter(|t| t.key != DRAIN_TAINT)
             .collect();
@@ -425,11 +429,8 @@ impl SimCluster {
 
     /// The node's drain taint as `value:effect`.
     pub async fn drain_taint(&self, name: &str) -> Option<String> {
-        self.node(name)
+        self.node_taints(name)
             .await
-            .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default()
             .into_iter()
             .find(|t| t.key == DRAIN_TAINT)
             .map(|t| format!("{}:{}", t.value.unwrap_or_default(), t.effect))
@@ -437,11 +438,8 @@ impl SimCluster {
 
     /// Every taint of the node as `key=value:effect`.
     pub async fn taints(&self, name: &str) -> Vec<String> {
-        self.node(name)
+        self.node_taints(name)
             .await
-            .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default()
             .into_iter()
             .map(|t| format!("{}={}:{}", t.key, t.value.unwrap_or_default(), t.effect))
             .collect()

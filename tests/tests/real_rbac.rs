@@ -12,7 +12,6 @@ use std::time::Duration;
 use rotor_e2e::{FakeNode, RealCluster, describe_output, kustomize, wait_until};
 use serde_json::{Value, json};
 
-
 /// The rendered kubernetes overlay's object of `kind` named `name`.
 fn rendered(kind: &str, name: &str) -> Value {
     let objects: Vec<Value> = serde_saphyr::from_multiple(&kustomize("deploy/overlays/kubernetes"))

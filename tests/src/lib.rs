@@ -10,8 +10,12 @@
 //!   ServiceAccounts `deploy/` ships ([`RealCluster::start_rotor_drainer`],
 //!   [`RealCluster::run_rotor_selector`]); the audit log.
 //! - [`BudgetWatch`] (`budget_watch`): "no budget violated", judged from a pod watch alone.
+//! - [`SimCluster`] (`sim_cluster`): the simulator in the test's own process, a `kube::Client`
+//!   and a kubeconfig for it, its counters and admin API, and the node and pod reads and writes
+//!   the crates' integration tests repeat.
+//! - [`moto`]: the AWS emulator, its SDK clients, and the AWS set-up steps tests repeat.
 //! - [`Background`]: a rotor binary running in the background, its log kept.
-//! - [`binary`]: the path of a workspace binary built next to the test executable.
+//! - [`binary`]: the path of a workspace binary built next to the test executable (or example).
 //! - [`SimProcess`]: a `rotor-sim serve` child on a free port, with its kubeconfig, its log, the
 //!   `/sim/v1` admin API ([`SimProcess::stats`], [`SimProcess::post`]), killed on drop; with
 //!   [`SimOptions`], enforcing RBAC with a kubeconfig per ServiceAccount.
@@ -19,7 +23,8 @@
 //! - [`kubectl`], [`kubectl_ok`], [`kubectl_json`]: real `kubectl` pointed at a simulator.
 //! - [`run_with_timeout`]: run any command, killing it if it hangs.
 //! - [`TestDir`]: a unique scratch directory, kept when a test fails.
-//! - [`parse_table`], [`wait_until`], [`scenario`], [`workspace_root`]: small helpers.
+//! - [`parse_table`], [`wait_until`], [`scenario`], [`workspace_root`], [`tail`],
+//!   [`resident_memory`]: small helpers.
 //!
 //! The binaries are not built by `cargo test -p rotor-e2e` (a test cannot depend on another
 //! package's binaries on stable Cargo): build them first with `cargo build --workspace --bins`,
@@ -41,9 +46,12 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod budget_watch;
+pub mod moto;
 pub mod real_cluster;
+pub mod sim_cluster;
 pub use budget_watch::{BudgetWatch, WatchedBudget};
 pub use real_cluster::{FakeNode, RealCluster, RealClusterOptions};
+pub use sim_cluster::SimCluster;
 
 /// A long-running child (a rotor binary under test) whose stderr goes to a log file; killed on
 /// drop, its log printed when the test is failing.
@@ -87,6 +95,25 @@ impl Background {
     /// Whether it is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// How it ended, once it has (`None` while it runs).
+    pub fn exit_status(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(s)) => Some(s.to_string()),
+            Ok(None) => None,
+            Err(e) => Some(format!("cannot wait: {e}")),
+        }
+    }
+
+    /// The file that receives its stderr.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
@@ -132,21 +159,28 @@ pub fn scenario(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The path of the workspace binary `name` (e.g. `rotor-sim`), built in the same target
-/// directory and profile as the running test.
+/// The directory of the workspace's binaries built in the same target directory and profile as
+/// the running test or example, `target/<profile>/`.
 ///
-/// A test executable lives in `target/<profile>/deps/`; binaries are in `target/<profile>/`.
-/// Panics, saying how to build it, when the binary is not there.
-pub fn binary(name: &str) -> PathBuf {
+/// A test executable lives in `target/<profile>/deps/`, an example in
+/// `target/<profile>/examples/`.
+pub fn binary_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     let mut dir = exe
         .parent()
         .expect("the test executable is in a directory")
         .to_path_buf();
-    if dir.ends_with("deps") {
+    if dir.ends_with("deps") || dir.ends_with("examples") {
         dir.pop();
     }
-    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    dir
+}
+
+/// The path of the workspace binary `name` (e.g. `rotor-sim`) in [`binary_dir`].
+///
+/// Panics, saying how to build it, when the binary is not there.
+pub fn binary(name: &str) -> PathBuf {
+    let path = binary_dir().join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
         path.is_file(),
         "binary {name} not found at {}: end-to-end tests run the workspace's binaries but \
@@ -235,17 +269,20 @@ impl HttpResponse {
 
 /// A running `rotor-sim serve` child process on a free port of 127.0.0.1.
 ///
-/// It gets its own [`TestDir`] holding the kubeconfig it writes (`kubeconfig`), its stderr
-/// (`rotor-sim.log`, the tracing log), its stdout after start-up (`rotor-sim.stdout`) and
-/// kubectl's cache. The child is killed on drop; when the test is failing, the log's path and
-/// its last lines are printed.
+/// It gets its own [`TestDir`] (or [`SimOptions::dir`]) holding the kubeconfig it writes
+/// (`kubeconfig`), its stderr (`rotor-sim.log`, the tracing log), its stdout after start-up
+/// (`rotor-sim.stdout`) and kubectl's cache. The child is killed on drop; when the test is
+/// failing, the log's path and its last lines are printed.
 pub struct SimProcess {
     child: Child,
     url: String,
     host_port: String,
     kubeconfig: PathBuf,
     log: PathBuf,
-    dir: TestDir,
+    dir: PathBuf,
+    /// The scratch directory the harness made (none with [`SimOptions::dir`]); dropped after
+    /// the child.
+    _scratch: Option<TestDir>,
     kubeconfig_dir: Option<PathBuf>,
 }
 
@@ -256,6 +293,12 @@ pub struct SimOptions {
     /// output), with `--kubeconfig-dir <dir>/kubeconfigs` for
     /// [`SimProcess::service_account_kubeconfig`].
     pub authorization: Option<PathBuf>,
+    /// How long it may take to print `listening on` (a large scenario takes minutes to build);
+    /// [`SIM_START_TIMEOUT`] when `None`.
+    pub start_timeout: Option<Duration>,
+    /// The caller's directory for the simulator's files, created if missing and left in place;
+    /// a fresh [`TestDir`] when `None`.
+    pub dir: Option<PathBuf>,
 }
 
 /// `kubectl kustomize <dir>` (a directory relative to the workspace root, e.g.
@@ -293,7 +336,18 @@ impl SimProcess {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "sim".into());
-        let dir = TestDir::new(&format!("sim-{label}"));
+        let (dir, scratch) = match &options.dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+                (dir.clone(), None)
+            }
+            None => {
+                let scratch = TestDir::new(&format!("sim-{label}"));
+                (scratch.path().to_path_buf(), Some(scratch))
+            }
+        };
+        let start_timeout = options.start_timeout.unwrap_or(SIM_START_TIMEOUT);
         let kubeconfig = dir.join("kubeconfig");
         let log = dir.join("rotor-sim.log");
         let stderr =
@@ -340,7 +394,7 @@ impl SimProcess {
             }
         });
 
-        let deadline = Instant::now() + SIM_START_TIMEOUT;
+        let deadline = Instant::now() + start_timeout;
         let url = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
@@ -365,7 +419,7 @@ impl SimProcess {
                     panic!(
                         "rotor-sim serve --scenario {} did not print `listening on` within {:?}; its log {}:\n{}",
                         scenario.display(),
-                        SIM_START_TIMEOUT,
+                        start_timeout,
                         log.display(),
                         read_lossy(&log)
                     );
@@ -389,6 +443,7 @@ impl SimProcess {
             kubeconfig,
             log,
             dir,
+            _scratch: scratch,
             kubeconfig_dir,
         }
     }
@@ -427,7 +482,7 @@ impl SimProcess {
 
     /// This simulator's scratch directory.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 
     /// The child's process id.
@@ -502,7 +557,7 @@ impl Drop for SimProcess {
                 tail.join("\n")
             );
         }
-        // `self.dir` is dropped next: kept if panicking.
+        // `self._scratch` is dropped next: kept if panicking.
     }
 }
 
@@ -513,7 +568,7 @@ fn read_lossy(path: &Path) -> String {
 }
 
 /// The last `n` lines of a log file (or why it cannot be read).
-fn tail(path: &Path, n: usize) -> String {
+pub fn tail(path: &Path, n: usize) -> String {
     let text = read_lossy(path);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
@@ -682,19 +737,51 @@ pub fn kubectl_path() -> PathBuf {
     }
 }
 
-/// Runs `kubectl --kubeconfig <sim's> --request-timeout 10s --cache-dir <sim dir> <args>` and
-/// returns its output, whatever its exit status. `KUBECONFIG` from the environment is ignored.
-/// Killed after [`KUBECTL_TIMEOUT`].
-pub fn kubectl(sim: &SimProcess, args: &[&str]) -> Output {
+/// `kubectl --kubeconfig <sim's> --cache-dir <sim dir>/kube-cache`, ready for more arguments;
+/// `KUBECONFIG` from the environment is ignored.
+pub fn kubectl_command(sim: &SimProcess) -> Command {
     let mut cmd = Command::new(kubectl_path());
     cmd.arg("--kubeconfig")
         .arg(sim.kubeconfig())
-        .arg(format!("--request-timeout={KUBECTL_REQUEST_TIMEOUT}"))
         .arg("--cache-dir")
         .arg(sim.dir().join("kube-cache"))
-        .args(args)
         .env_remove("KUBECONFIG");
+    cmd
+}
+
+/// Runs [`kubectl_command`] with `--request-timeout 10s <args>` and returns its output, whatever
+/// its exit status. Killed after [`KUBECTL_TIMEOUT`].
+pub fn kubectl(sim: &SimProcess, args: &[&str]) -> Output {
+    let mut cmd = kubectl_command(sim);
+    cmd.arg(format!("--request-timeout={KUBECTL_REQUEST_TIMEOUT}"))
+        .args(args);
     run_with_timeout(&mut cmd, KUBECTL_TIMEOUT)
+}
+
+/// A process's resident memory as Linux reports it in `/proc/<pid>/status`, in KiB.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ResidentMemory {
+    /// `VmRSS`: resident now.
+    pub current_kib: u64,
+    /// `VmHWM`: the peak so far (reset by writing 5 to `/proc/<pid>/clear_refs`).
+    pub peak_kib: u64,
+}
+
+/// The resident memory of process `pid`.
+pub fn resident_memory(pid: u32) -> std::io::Result<ResidentMemory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(ResidentMemory {
+        current_kib: field("VmRSS:"),
+        peak_kib: field("VmHWM:"),
+    })
 }
 
 /// Describes a finished command for assertion messages.

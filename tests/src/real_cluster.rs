@@ -559,6 +559,20 @@ current-context: {user}
         );
     }
 
+    /// Scales the shipped `rotor-drainer` Deployment to zero, for a test that runs the drainer
+    /// under test itself ([`RealCluster::start_rotor_drainer`]): the shipped Deployment's pods
+    /// are fakes that must not wander onto the test's nodes.
+    pub fn stop_shipped_drainer(&self) {
+        self.kubectl_ok(&[
+            "scale",
+            "deployment",
+            "rotor-drainer",
+            "-n",
+            ROTOR_NAMESPACE,
+            "--replicas=0",
+        ]);
+    }
+
     /// Starts `rotor-drainer run` as the shipped Deployment runs it, authenticated as the
     /// `rotor-system/rotor-drainer` ServiceAccount (`--lease-name` matches the Lease Role's
     /// resourceNames), with `--settle 1s` and `flags`; logs to `rotor-drainer-<identity>.log`.

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use rotor_e2e::moto::skip_without_moto;
 use rotor_e2e::{TestDir, binary, describe_output, run_with_timeout, workspace_root};
 use rotor_sim::scenario::{Scenario, parse_duration};
 use serde_json::Value;
@@ -162,17 +163,7 @@ fn the_demo_rotates_every_node_without_a_budget_violation() {
 
 #[test]
 fn the_aws_demo_rotates_on_image_drift_in_moto() {
-    if rotor_sim::moto::command().is_none() {
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "moto is not installed ({}); the AWS demo test must run in CI",
-                rotor_sim::moto::INSTALL_HINT
-            );
-        }
-        eprintln!(
-            "NOTICE: skipping the AWS demo test: moto is not installed ({})",
-            rotor_sim::moto::INSTALL_HINT
-        );
+    if skip_without_moto("the AWS demo test") {
         return;
     }
     let dir = TestDir::new("demo-aws");

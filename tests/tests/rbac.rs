@@ -62,6 +62,7 @@ fn start_sim(policy: PathBuf) -> SimProcess {
         workspace_root().join(SCENARIO),
         SimOptions {
             authorization: Some(policy),
+            ..SimOptions::default()
         },
     )
 }

@@ -12,8 +12,6 @@ use std::time::Duration;
 use rotor_e2e::{FakeNode, RealCluster, describe_output, kustomize, wait_until};
 use serde_json::{Value, json};
 
-use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;
-
 /// The rendered kubernetes overlay's object of `kind` named `name`.
 fn rendered(kind: &str, name: &str) -> Value {
     let objects: Vec<Value> = serde_saphyr::from_multiple(&kustomize("deploy/overlays/kubernetes"))
@@ -82,15 +80,7 @@ fn node_with_a_pod(cluster: &RealCluster, n: usize) -> String {
 fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail_naming_it() {
     let cluster = RealCluster::start();
     cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
-    // The drainer's pods of the shipped Deployment must not wander onto the test nodes.
-    cluster.kubectl_ok(&[
-        "scale",
-        "deployment",
-        "rotor-drainer",
-        "-n",
-        NS,
-        "--replicas=0",
-    ]);
+    cluster.stop_shipped_drainer();
     let user = "system:serviceaccount:rotor-system:rotor-drainer";
     // The Lease Role first: `create leases` is only needed while the Lease does not exist.
     let roles = [

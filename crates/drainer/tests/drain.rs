@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TestCluster, TestDrainer, WAIT, is_daemon_or_mirror, wait_until};
+use common::{SimCluster, TestDrainer, WAIT, is_daemon_or_mirror, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -31,7 +31,7 @@ fn stuck_cluster() -> String {
 
 /// Taints a node hosting web pods of a [`stuck_cluster`] and waits until its drain blocks on
 /// web's budget; returns the node.
-async fn block_a_web_node(cluster: &TestCluster) -> String {
+async fn block_a_web_node(cluster: &SimCluster) -> String {
     let node = wait_until("a node hosting web pods", WAIT, || async {
         cluster.nodes_hosting("web-").await.into_iter().next()
     })
@@ -44,7 +44,7 @@ async fn block_a_web_node(cluster: &TestCluster) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_tainted_node_when_the_drainer_runs_then_it_is_drained_within_budgets_and_recorded()
 {
-    let cluster = TestCluster::start(CLUSTER).await;
+    let cluster = SimCluster::start(CLUSTER).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let node = cluster.node_names().await[0].clone();
     cluster.taint(&node, "manual").await;
@@ -97,7 +97,7 @@ async fn given_a_tainted_node_when_the_drainer_runs_then_it_is_drained_within_bu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_node_tainted_longer_ago_than_the_settle_time_then_it_is_drained_once_empty() {
     const SETTLE: Duration = Duration::from_secs(5);
-    let cluster = TestCluster::start(CLUSTER).await;
+    let cluster = SimCluster::start(CLUSTER).await;
     let drainer = TestDrainer::start(&cluster, "a", &["--settle", "5s"]);
     let names = cluster.node_names().await;
     let (old, fresh) = (names[0].clone(), names[1].clone());
@@ -134,7 +134,7 @@ async fn given_a_node_tainted_longer_ago_than_the_settle_time_then_it_is_drained
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_taint_is_removed_mid_drain_then_rotor_uncordons_only_what_it_cordoned() {
     // A budget that allows nothing keeps the drain going until the taint is removed.
-    let cluster = TestCluster::start(&stuck_cluster()).await;
+    let cluster = SimCluster::start(&stuck_cluster()).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let names = cluster.node_names().await;
     let busy = block_a_web_node(&cluster).await;
@@ -200,7 +200,7 @@ async fn given_a_do_not_disrupt_pod_then_the_node_blocks_and_names_it() {
     let yaml = format!(
         "{CLUSTER}  - {{kind: Pod, name: precious, namespace: shop, annotations: {{karpenter.sh/do-not-disrupt: \"true\"}}}}\n"
     );
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = SimCluster::start(&yaml).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let node = wait_until("the precious pod to run", WAIT, || async {
         let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
@@ -248,7 +248,7 @@ async fn given_a_do_not_disrupt_pod_then_the_node_blocks_and_names_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_other_takes_over() {
     // web's budget allows no eviction, so a node hosting web stays blocked: work that lasts.
-    let cluster = TestCluster::start(&stuck_cluster()).await;
+    let cluster = SimCluster::start(&stuck_cluster()).await;
     let flags = ["--release-lease-after", "1s"];
     let a = TestDrainer::start(&cluster, "replica-a", &flags);
     let b = TestDrainer::start(&cluster, "replica-b", &flags);
@@ -335,7 +335,7 @@ async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_oth
 /// while another replica could take the lease over. Its drain stays recorded for the next leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
-    let cluster = TestCluster::start(&stuck_cluster()).await;
+    let cluster = SimCluster::start(&stuck_cluster()).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let node = block_a_web_node(&cluster).await;
     cluster.sim.sim.faults.lock().unwrap().rules = vec![rotor_sim::server::ErrorRule {
@@ -363,7 +363,7 @@ async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_closed_maintenance_window_then_no_drain_starts() {
-    let cluster = TestCluster::start(CLUSTER).await;
+    let cluster = SimCluster::start(CLUSTER).await;
     // A window that opens once a year, for a minute, on a date that is not today.
     let now = jiff::Zoned::now().with_time_zone(jiff::tz::TimeZone::UTC);
     let other_month = if now.month() == 1 { 6 } else { 1 };
@@ -405,7 +405,7 @@ workloads:
   - {kind: Deployment, name: web, namespace: shop, replicas: 6, requests: {cpu: 100m}, startup: 1s, shutdown: 200ms, pdb: {minAvailable: 5}}
 "#;
 
-async fn node_with_most_web_pods(cluster: &TestCluster) -> (String, usize) {
+async fn node_with_most_web_pods(cluster: &SimCluster) -> (String, usize) {
     let mut best = (String::new(), 0);
     for n in cluster.node_names().await {
         let c = cluster
@@ -423,7 +423,7 @@ async fn node_with_most_web_pods(cluster: &TestCluster) -> (String, usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_budget_that_refuses_then_allows_then_the_drain_retries_as_soon_as_it_allows() {
-    let cluster = TestCluster::start(TIGHT).await;
+    let cluster = SimCluster::start(TIGHT).await;
     // The slow backstop is a minute: finishing in seconds proves the retry follows the budget.
     let drainer = TestDrainer::start(&cluster, "a", &["--budget-recheck", "60s"]);
     let (node, web) = node_with_most_web_pods(&cluster).await;
@@ -451,7 +451,7 @@ async fn given_a_budget_that_refuses_then_allows_then_the_drain_retries_as_soon_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_drainer_restarts_mid_drain_then_it_resumes_with_the_same_deadline() {
-    let cluster = TestCluster::start(&stuck_cluster()).await;
+    let cluster = SimCluster::start(&stuck_cluster()).await;
     let first = TestDrainer::start(&cluster, "a", &["--drain-timeout", "1h"]);
     let node = block_a_web_node(&cluster).await;
     let deadline = cluster
@@ -507,7 +507,7 @@ async fn given_the_drainer_restarts_mid_drain_then_it_resumes_with_the_same_dead
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_budget_that_never_allows_when_the_deadline_passes_then_the_node_fails_or_is_forced()
  {
-    let cluster = TestCluster::start(&stuck_cluster()).await;
+    let cluster = SimCluster::start(&stuck_cluster()).await;
     let web_nodes = cluster.nodes_hosting("web-").await;
     let node = web_nodes[0].clone();
 
@@ -577,7 +577,7 @@ nodeGroups:
 workloads:
   - {kind: StatefulSet, name: db, namespace: shop, replicas: 2, startup: 300ms, shutdown: 200ms, pdb: {maxUnavailable: 1}}
 "#;
-    let cluster = TestCluster::start(yaml).await;
+    let cluster = SimCluster::start(yaml).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(cluster.client.clone(), "shop");
@@ -611,7 +611,7 @@ async fn given_a_pod_under_two_budgets_then_the_node_blocks_naming_both() {
     let yaml = format!(
         "{CLUSTER}  - {{kind: Deployment, name: api, namespace: shop, replicas: 1, labels: {{tier: front}}, pdb: {{maxUnavailable: 1}}}}\n"
     );
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = SimCluster::start(&yaml).await;
     // A second budget over the same pod, by a shared label.
     let extra: k8s_openapi::api::policy::v1::PodDisruptionBudget =
         serde_json::from_value(serde_json::json!({
@@ -629,7 +629,7 @@ async fn given_a_pod_under_two_budgets_then_the_node_blocks_naming_both() {
     .unwrap();
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let node = wait_until("the api pod to run", WAIT, || async {
-        let pods = cluster.pods_on_label("shop", "app=api").await;
+        let pods = cluster.pods_labelled("shop", "app=api").await;
         pods.first()
             .and_then(|p| p.spec.as_ref()?.node_name.clone())
     })
@@ -655,7 +655,7 @@ async fn given_a_pod_under_two_budgets_then_the_node_blocks_naming_both() {
             .as_deref(),
         Some("blocked")
     );
-    let api = cluster.pods_on_label("shop", "app=api").await;
+    let api = cluster.pods_labelled("shop", "app=api").await;
     assert!(
         api[0].metadata.deletion_timestamp.is_none(),
         "a pod under two budgets is not evicted"
@@ -669,10 +669,10 @@ async fn given_refuse_emptydir_then_a_pod_with_scratch_data_blocks_the_node() {
     let yaml = format!(
         "{CLUSTER}  - {{kind: Deployment, name: cache, namespace: shop, replicas: 1, volumes: [emptyDir]}}\n"
     );
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = SimCluster::start(&yaml).await;
     let drainer = TestDrainer::start(&cluster, "a", &["--refuse-emptydir"]);
     let node = wait_until("the cache pod to run", WAIT, || async {
-        let pods = cluster.pods_on_label("shop", "app=cache").await;
+        let pods = cluster.pods_labelled("shop", "app=cache").await;
         pods.first()
             .and_then(|p| p.spec.as_ref()?.node_name.clone())
     })
@@ -700,7 +700,7 @@ async fn given_a_pod_pending_past_the_grace_then_the_next_drain_waits_for_it() {
         "namespaces: [rotor-system]",
         "namespaces: [rotor-system, batch]",
     );
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = SimCluster::start(&yaml).await;
     let drainer = TestDrainer::start(
         &cluster,
         "a",
@@ -781,7 +781,7 @@ async fn given_a_pod_pending_past_the_grace_when_the_drainer_starts_then_even_it
         "{}  - {{kind: Pod, name: too-big, namespace: batch, requests: {{cpu: \"64\"}}}}\n",
         CLUSTER
     );
-    let cluster = TestCluster::start(&yaml).await;
+    let cluster = SimCluster::start(&yaml).await;
     let node = cluster.node_names().await[0].clone();
     cluster.taint(&node, "manual").await;
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
@@ -815,7 +815,7 @@ workloads:
   - {kind: Deployment, name: web, namespace: shop, replicas: 4, requests: {cpu: 100m}, startup: 8s, shutdown: 200ms, spreadMaxSkew: 1, pdb: {maxUnavailable: 2}}
 "#;
     for (concurrency, waits) in [("1", true), ("2", false)] {
-        let cluster = TestCluster::start(yaml).await;
+        let cluster = SimCluster::start(yaml).await;
         let drainer = TestDrainer::start(
             &cluster,
             "a",
@@ -860,7 +860,7 @@ async fn given_several_candidates_then_one_whose_budgets_let_it_drain_now_starts
     use k8s_openapi::api::core::v1::Node;
     use kube::api::ListParams;
 
-    let cluster = TestCluster::start(CLUSTER).await;
+    let cluster = SimCluster::start(CLUSTER).await;
     // The drainer's default order: oldest first, then by name.
     let mut nodes: Vec<Node> = cluster
         .nodes()
@@ -914,7 +914,7 @@ async fn given_several_candidates_then_one_whose_budgets_let_it_drain_now_starts
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_every_watch_is_cut_and_its_history_compacted_mid_rotation_then_the_drainer_recovers()
 {
-    let cluster = TestCluster::start(CLUSTER).await;
+    let cluster = SimCluster::start(CLUSTER).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let names = cluster.node_names().await;
     let (a, b) = (names[0].clone(), names[1].clone());
@@ -979,7 +979,7 @@ nodeGroups:
 workloads:
   - {kind: Deployment, name: web, namespace: shop, replicas: 2, requests: {cpu: 100m}, startup: 9s, shutdown: 200ms, spreadMaxSkew: 1}
 "#;
-    let cluster = TestCluster::start(yaml).await;
+    let cluster = SimCluster::start(yaml).await;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "shop");
     let web_ready = || async {
         let d = deployments.get("web").await.unwrap();
@@ -1062,7 +1062,7 @@ namespaces: [rotor-system, shop]
 nodeGroups:
   - {name: g, size: 3, max: 3, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
 "#;
-    let cluster = TestCluster::start(yaml).await;
+    let cluster = SimCluster::start(yaml).await;
     // The drainer's default order among nodes created together: by name.
     let names = cluster.node_names().await;
     let mut sorted = names.clone();

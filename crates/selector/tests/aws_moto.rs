@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::TestCluster;
-use common::moto::{
+use rotor_e2e::moto::{
     Moto, create_group, create_template, group_instances, instance_ids, new_default_version,
     set_default_version, start_moto, two_images,
 };

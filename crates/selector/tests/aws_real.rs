@@ -12,11 +12,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::moto::{
+use common::run_bare;
+use rotor_e2e::moto::{
     create_group, create_template, group_instances, instance_ids, new_default_version, start_moto,
     two_images,
 };
-use common::run_bare;
 use rotor_e2e::{FakeNode, RealCluster, wait_until};
 
 use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;
@@ -38,15 +38,7 @@ async fn image_drift_on_kwok_nodes_is_tainted_drained_and_retired_through_the_gr
 
     let cluster = RealCluster::start();
     cluster.apply_kustomize_ok("deploy/overlays/aws");
-    // The shipped Deployment's pods are fakes here; the drainer under test runs below.
-    cluster.kubectl_ok(&[
-        "scale",
-        "deployment",
-        "rotor-drainer",
-        "-n",
-        NS,
-        "--replicas=0",
-    ]);
+    cluster.stop_shipped_drainer();
     let nodes: Vec<FakeNode> = old
         .iter()
         .enumerate()

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::TestCluster;
-use common::moto::{
+use rotor_e2e::moto::{
     create_group, create_template, instance_ids, new_default_version, start_moto, two_images,
 };
 use serde_json::json;

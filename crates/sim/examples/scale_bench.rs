@@ -5,24 +5,16 @@
 //! cargo build --release -p rotor-sim --bins --examples
 //! target/release/examples/scale_bench examples/scenarios/scale-5k.yaml
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
+use rotor_e2e::{SimOptions, SimProcess, resident_memory};
 
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+/// (VmRSS, VmHWM) of the simulator in KiB, zero when unreadable.
+fn rss_kib(sim: &SimProcess) -> (u64, u64) {
+    let m = resident_memory(sim.pid()).unwrap_or_default();
+    (m.current_kib, m.peak_kib)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -37,43 +29,19 @@ async fn main() -> anyhow::Result<()> {
     let scenario = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "examples/scenarios/scale-5k.yaml".into());
-    let exe = std::env::current_exe()?;
-    let bin = exe
-        .parent()
-        .and_then(|p| p.parent())
-        .map(|p| p.join("rotor-sim"))
-        .expect("target dir");
-    anyhow::ensure!(
-        bin.exists(),
-        "{} not found: run cargo build --release -p rotor-sim --bins --examples",
-        bin.display()
-    );
-    let dir = std::env::temp_dir().join(format!("rotor-scale-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join("kubeconfig");
-
     let started = Instant::now();
-    let mut child = Command::new(&bin)
-        .args(["serve", "--scenario", &scenario, "--kubeconfig-out"])
-        .arg(&kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let pid = child.id();
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .ok_or_else(|| anyhow::anyhow!("rotor-sim exited before listening"))??;
-        if let Some(u) = line.strip_prefix("listening on ") {
-            break u.to_string();
-        }
-    };
+    // rotor-e2e finds rotor-sim next to this example (`target/<profile>/`).
+    let sim = SimProcess::start_with(
+        &scenario,
+        SimOptions {
+            start_timeout: Some(Duration::from_secs(600)),
+            ..SimOptions::default()
+        },
+    );
     let build = started.elapsed();
-    let (rss_ready, hwm_ready) = rss_kib(pid);
+    let (rss_ready, hwm_ready) = rss_kib(&sim);
 
-    let config = kube::Config::new(url.parse()?);
-    let client = kube::Client::try_from(config)?;
+    let client = kube::Client::try_from(kube::Config::new(sim.url().parse()?))?;
     let pods: Api<Pod> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
 
@@ -121,9 +89,8 @@ async fn main() -> anyhow::Result<()> {
     by_node_times.sort();
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (rss_after, hwm_after) = rss_kib(pid);
-    let _ = child.kill();
-    let _ = child.wait();
+    let (rss_after, hwm_after) = rss_kib(&sim);
+    drop(sim);
 
     println!("scenario                     {scenario}");
     println!("nodes                        {}", node_list.items.len());
@@ -162,6 +129,5 @@ async fn main() -> anyhow::Result<()> {
             * 1e3,
         by_node.first().map(|x| x.1).unwrap_or(0)
     );
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -7,21 +7,19 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{FAST_TIMING, WAIT, api_error, client_for, name, wait_until};
+use common::{FAST_TIMING, SimCluster, WAIT, api_error, name, wait_until};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::Status;
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
+use rotor_e2e::sim_cluster::client_from_kubeconfig_yaml;
 use rotor_sim::authz::{Authz, Policy, service_account_kubeconfig};
-use rotor_sim::scenario::Scenario;
-use rotor_sim::server::{RunningSim, StartOptions};
-use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+use rotor_sim::server::StartOptions;
+use serde_json::json;
 
 const CLUSTER: &str = r#"
 namespaces: [ops]
@@ -112,31 +110,27 @@ subjects:
 "#;
 
 struct AuthzSim {
-    running: RunningSim,
+    cluster: SimCluster,
     authz: Arc<Authz>,
+    /// The simulator's own kubeconfig: every request allowed.
     admin: Client,
 }
 
 impl AuthzSim {
     async fn start() -> AuthzSim {
-        let scenario =
-            Scenario::from_yaml(&format!("{FAST_TIMING}{CLUSTER}"), "test").expect("scenario");
         let authz = Arc::new(Authz::new(
             Policy::from_yaml(POLICY, "test").expect("policy"),
         ));
-        let running = rotor_sim::server::start_with(
-            &scenario,
-            "127.0.0.1:0".parse().expect("listen address"),
-            CancellationToken::new(),
+        let cluster = SimCluster::start_with(
+            &format!("{FAST_TIMING}{CLUSTER}"),
             StartOptions {
                 authorization: Some(authz.clone()),
             },
         )
-        .await
-        .expect("simulator starts");
-        let admin = client_for(&running.url()).await;
+        .await;
+        let admin = cluster.client.clone();
         AuthzSim {
-            running,
+            cluster,
             authz,
             admin,
         }
@@ -150,37 +144,18 @@ impl AuthzSim {
             .iter()
             .find(|s| s.namespace == namespace && s.name == name)
             .unwrap_or_else(|| panic!("no service account {namespace}/{name} in the policy"));
-        client_from_yaml(&service_account_kubeconfig(&self.running.url(), sa)).await
+        client_from_kubeconfig_yaml(&service_account_kubeconfig(&self.cluster.url(), sa)).await
     }
 
     async fn forbidden_count(&self) -> u64 {
-        let text = self
-            .admin
-            .request_text(
-                axum::http::Request::get("/sim/v1/stats")
-                    .body(Vec::new())
-                    .expect("stats request"),
-            )
-            .await
-            .expect("stats");
-        let v: Value = serde_json::from_str(&text).expect("stats are JSON");
-        v["authorization"]["forbidden"]
+        self.cluster.admin_get("stats").await["authorization"]["forbidden"]
             .as_u64()
             .expect("stats carry authorization.forbidden when a policy is enforced")
     }
 
     async fn stop(self) {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.running.stop()).await;
+        self.cluster.stop().await;
     }
-}
-
-async fn client_from_yaml(yaml: &str) -> Client {
-    let kubeconfig = Kubeconfig::from_yaml(yaml).expect("kubeconfig parses");
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig is usable");
-    config.default_retry = false;
-    Client::try_from(config).expect("client builds")
 }
 
 async fn first_node(admin: &Client) -> String {
@@ -396,7 +371,8 @@ async fn given_an_unknown_token_then_401_and_without_a_policy_every_token_is_ser
         name: "not-in-the-policy".into(),
         token: "made-up-token".into(),
     };
-    let stranger = client_from_yaml(&service_account_kubeconfig(&sim.running.url(), &sa)).await;
+    let stranger =
+        client_from_kubeconfig_yaml(&service_account_kubeconfig(&sim.cluster.url(), &sa)).await;
     let e = api_error(
         Api::<Node>::all(stranger.clone())
             .list(&ListParams::default())
@@ -406,20 +382,13 @@ async fn given_an_unknown_token_then_401_and_without_a_policy_every_token_is_ser
     sim.stop().await;
 
     // Off by default: the same client is served by a simulator started without a policy.
-    let scenario =
-        Scenario::from_yaml(&format!("{FAST_TIMING}{CLUSTER}"), "test").expect("scenario");
-    let plain = rotor_sim::server::start(
-        &scenario,
-        "127.0.0.1:0".parse().expect("listen address"),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("simulator starts");
-    let stranger = client_from_yaml(&service_account_kubeconfig(&plain.url(), &sa)).await;
+    let plain = SimCluster::start(&format!("{FAST_TIMING}{CLUSTER}")).await;
+    let stranger =
+        client_from_kubeconfig_yaml(&service_account_kubeconfig(&plain.url(), &sa)).await;
     let nodes = Api::<Node>::all(stranger)
         .list(&ListParams::default())
         .await
         .expect("served");
     assert_eq!(nodes.items.len(), 2);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), plain.stop()).await;
+    plain.stop().await;
 }

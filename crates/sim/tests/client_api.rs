@@ -375,7 +375,9 @@ async fn given_expired_watch_history_when_resuming_from_an_old_version_then_410_
         matches!(e, Ok(watcher::Event::InitDone)).then_some(())
     })
     .await;
-    let lists_before = sim.stats().await["requests"]["list pods"].as_u64().unwrap();
+    let lists_before = sim.admin_get("stats").await["requests"]["list pods"]
+        .as_u64()
+        .unwrap();
 
     let old_rv = pods
         .list(&ListParams::default())
@@ -437,7 +439,9 @@ async fn given_expired_watch_history_when_resuming_from_an_old_version_then_410_
         matches!(e, Ok(watcher::Event::InitDone)).then_some(())
     })
     .await;
-    let lists_after = sim.stats().await["requests"]["list pods"].as_u64().unwrap();
+    let lists_after = sim.admin_get("stats").await["requests"]["list pods"]
+        .as_u64()
+        .unwrap();
     // This test listed pods twice itself; anything beyond is the watcher's relist.
     assert!(
         lists_after >= lists_before + 3,

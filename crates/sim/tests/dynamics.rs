@@ -214,7 +214,9 @@ async fn given_a_bare_pod_when_it_is_deleted_then_nothing_recreates_it() {
     .await;
     // Run the control plane through several full passes while nothing else moves.
     sim.pause(true).await;
-    let created = sim.stats().await["podsCreated"].as_u64().unwrap();
+    let created = sim.admin_get("stats").await["podsCreated"]
+        .as_u64()
+        .unwrap();
     for _ in 0..5 {
         sim.step().await;
     }
@@ -226,7 +228,12 @@ async fn given_a_bare_pod_when_it_is_deleted_then_nothing_recreates_it() {
             .items
             .is_empty()
     );
-    assert_eq!(sim.stats().await["podsCreated"].as_u64().unwrap(), created);
+    assert_eq!(
+        sim.admin_get("stats").await["podsCreated"]
+            .as_u64()
+            .unwrap(),
+        created
+    );
     sim.stop().await;
 }
 
@@ -392,7 +399,7 @@ async fn given_a_new_template_when_a_node_is_cordoned_and_drained_then_it_is_rep
     assert_eq!(originals.len(), 3);
     assert!(originals.iter().all(|n| kubelet_version(n) == "v1.32.9"));
     set_template_version(&sim, "general", "v1.34.1").await;
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["nodeGroups"]["general"]["fromCurrentTemplate"], 0);
 
     let web = sim.pods_labelled("shop", "app=web").await;
@@ -467,7 +474,7 @@ async fn given_a_new_template_when_a_node_is_cordoned_and_drained_then_it_is_rep
     })
     .await;
 
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["nodesRemoved"], 1);
     assert_eq!(stats["nodesLaunched"], 1);
     assert_eq!(stats["nodeGroups"]["general"]["desired"], 3);
@@ -504,7 +511,7 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
     sim.admin_post("stats/reset", None).await;
     let originals = sim.node_names().await;
     set_template_version(&sim, "general", "v1.34.1").await;
-    let old = originals.iter().next().unwrap().clone();
+    let old = originals[0].clone();
     cordon(&sim, &old).await;
     let victims = drain(&sim, &old).await;
     assert_eq!(victims.len(), 2);
@@ -535,7 +542,7 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
             .iter()
             .all(|p| phase(p) == "Pending" && node_of(p).is_none())
     );
-    assert_eq!(sim.stats().await["unschedulablePods"], 2);
+    assert_eq!(sim.admin_get("stats").await["unschedulablePods"], 2);
 
     // ... until the group grows by one node from the new template, where they run.
     let added = wait_until("a scale-up node", WAIT, || async {
@@ -555,7 +562,7 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
         (on_new.len() == 2 && on_new.iter().all(is_ready)).then_some(())
     })
     .await;
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["unschedulablePods"], 0);
 
     // The drained node goes and the group returns to its size instead of replacing it.
@@ -565,14 +572,14 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
     })
     .await;
     let stats = wait_until("the group back at size 2", WAIT, || async {
-        let s = sim.stats().await;
+        let s = sim.admin_get("stats").await;
         (s["nodeGroups"]["general"]["desired"] == 2 && s["nodeGroups"]["general"]["nodes"] == 2)
             .then_some(s)
     })
     .await;
     assert_eq!(stats["nodesLaunched"], 1);
     assert_eq!(stats["nodesRemoved"], 1);
-    let names = sim.node_names().await;
+    let names: BTreeSet<String> = sim.node_names().await.into_iter().collect();
     let expected: BTreeSet<String> = originals
         .iter()
         .filter(|n| **n != old)
@@ -598,7 +605,7 @@ workloads:
 async fn given_three_pods_that_each_need_a_node_when_they_become_unschedulable_then_one_scale_up_adds_three_nodes()
  {
     let sim = TestSim::start(ONE_POD_PER_NODE).await;
-    let nodes: Vec<String> = sim.node_names().await.into_iter().collect();
+    let nodes = sim.node_names().await;
     assert_eq!(nodes.len(), 4);
     // Paused, so that the three pods turn unschedulable in the same step however slowly this
     // loop runs on a loaded machine (unpaused, a tick between two drains let the autoscaler
@@ -612,7 +619,7 @@ async fn given_three_pods_that_each_need_a_node_when_they_become_unschedulable_t
     // The group's first growth is sized for all three pods at once (cluster-autoscaler's
     // estimate), not one node that must boot before the next is asked for.
     let desired = wait_until("the group to grow", WAIT, || async {
-        let d = sim.stats().await["nodeGroups"]["general"]["desired"]
+        let d = sim.admin_get("stats").await["nodeGroups"]["general"]["desired"]
             .as_u64()
             .unwrap();
         (d > 4).then_some(d)

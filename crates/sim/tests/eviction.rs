@@ -130,7 +130,7 @@ async fn given_a_budget_allowing_one_when_a_pod_is_evicted_then_it_terminates_th
     .await;
     assert_eq!(pdb_counts(&after), (4, 3, 4, 1));
     assert!(disrupted_pods(&after).is_empty());
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["evictions"]["success"], 1);
     assert_eq!(stats["evictions"]["budget"], 1);
     assert_eq!(budget_violations(&stats), 0);
@@ -173,7 +173,7 @@ async fn given_a_budget_allowing_zero_when_evicting_then_429_disruption_budget_w
     assert_eq!(pod.resource_version(), pods[0].resource_version());
     let again = sim.pdbs("shop").get("web").await.unwrap();
     assert_eq!(again.resource_version(), budget.resource_version());
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["evictions"]["budget"], 2);
     assert_eq!(budget_violations(&stats), 0);
     sim.stop().await;
@@ -226,7 +226,7 @@ async fn given_a_budget_spec_change_not_yet_observed_when_evicting_then_429_with
     assert_eq!(pdb_counts(&b), (3, 2, 3, 1));
     let st = sim.evict("shop", &victim).await.expect("eviction allowed");
     assert_eq!(st.status, Some(StatusSummary::Success));
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["evictions"]["budget-unprocessed"], 2);
     assert_eq!(stats["evictions"]["success"], 1);
     sim.stop().await;
@@ -269,7 +269,10 @@ async fn given_two_budgets_covering_a_pod_when_evicting_then_500_and_the_pod_sta
     }
     let pod = sim.pods("shop").get(&name(&pods[0])).await.unwrap();
     assert!(!is_terminating(&pod));
-    assert_eq!(sim.stats().await["evictions"]["multiple-pdbs"], 2);
+    assert_eq!(
+        sim.admin_get("stats").await["evictions"]["multiple-pdbs"],
+        2
+    );
     sim.stop().await;
 }
 
@@ -329,7 +332,7 @@ async fn given_a_missing_pod_or_a_stale_uid_when_evicting_then_404_or_409_only_a
     ));
     sim.pause(false).await;
 
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["evictions"]["not-found"], 1);
     assert_eq!(stats["evictions"]["conflict"], 1);
     assert_eq!(stats["evictions"]["success"], 1);
@@ -393,7 +396,7 @@ async fn given_a_pending_pod_whose_budget_allows_zero_when_evicting_then_it_is_d
     assert_eq!(st.status, Some(StatusSummary::Success));
     // Never scheduled: no grace period, gone immediately.
     assert!(pod_gone(&sim.pods("shop"), "hog").await);
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["evictions"]["bypass"], 1);
     assert_eq!(budget_violations(&stats), 0);
     sim.stop().await;
@@ -526,7 +529,7 @@ async fn given_a_running_pod_that_is_not_ready_when_evicting_then_always_allow_o
         })
         .await;
     }
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["evictions"]["unhealthy-allowed"], 2);
     assert_eq!(stats["evictions"]["budget"], 1);
     assert_eq!(stats["evictions"]["budget-unprocessed"], 1);
@@ -589,7 +592,7 @@ async fn given_a_budget_allowing_one_when_every_pod_is_evicted_in_turn_with_retr
     );
     let b = wait_budget(&sim, "shop", "web", "full health", |b| pdb_counts(b).0 == 4).await;
     assert_eq!(pdb_counts(&b), (4, 3, 4, 1));
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["evictions"]["success"], 4);
     assert_eq!(stats["evictions"]["budget"], refusals.get());
     assert_eq!(budget_violations(&stats), 0);
@@ -610,14 +613,14 @@ async fn given_a_budget_allowing_zero_when_a_healthy_pod_is_deleted_directly_the
     // Evictions are refused and never count.
     let err = api_error(sim.evict("shop", &name(&pods[0])).await);
     assert_eq!(err.code, 429);
-    assert_eq!(budget_violations(&sim.stats().await), 0);
+    assert_eq!(budget_violations(&sim.admin_get("stats").await), 0);
 
     // A direct DELETE bypasses the budget: counted once, naming the budget and the pod.
     sim.pods("shop")
         .delete(&name(&pods[1]), &DeleteParams::default())
         .await
         .unwrap();
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(budget_violations(&stats), 1);
     let v = &stats["budgetViolationList"][0];
     assert_eq!(v["namespace"], "shop");
@@ -632,7 +635,7 @@ async fn given_a_budget_allowing_zero_when_a_healthy_pod_is_deleted_directly_the
         .pods("shop")
         .delete(&name(&pods[1]), &DeleteParams::default())
         .await;
-    assert_eq!(budget_violations(&sim.stats().await), 1);
+    assert_eq!(budget_violations(&sim.admin_get("stats").await), 1);
 
     // Once the replacement is Ready, the budget is back at 3 healthy and still allows nothing.
     wait_ready_pods(&sim, "shop", "web", 3).await;
@@ -640,7 +643,7 @@ async fn given_a_budget_allowing_zero_when_a_healthy_pod_is_deleted_directly_the
     assert_eq!(pdb_counts(&b), (3, 3, 3, 0));
     let err = api_error(sim.evict("shop", &name(&pods[2])).await);
     assert_eq!(err.code, 429);
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(budget_violations(&stats), 1);
     assert_eq!(stats["evictions"]["budget"], 2);
     sim.stop().await;
@@ -703,7 +706,7 @@ async fn given_a_budget_with_an_empty_selector_when_evicting_then_its_status_cou
         .await
         .expect("no budget covers api");
     assert_eq!(st.status, Some(StatusSummary::Success));
-    let stats = sim.stats().await;
+    let stats = sim.admin_get("stats").await;
     assert_eq!(stats["evictions"]["bypass"], 2);
     assert!(stats["evictions"].get("budget").is_none());
     // The live count of "everything" fell to 2 of 3: the simulator reports the violation.

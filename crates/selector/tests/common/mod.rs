@@ -1,27 +1,19 @@
-//! Harness for the selector's tests against the simulator over real HTTP: start a simulated
-//! cluster in-process, run the real `rotor-selector` binary against it through a kubeconfig, and
-//! look at what it printed, what it wrote and which requests the simulator counted.
+//! The selector's own part of its tests' harness: the built `rotor-selector` run against a
+//! simulated cluster (rotor-e2e's [`SimCluster`]) through a kubeconfig, what it printed, and the
+//! Events it wrote; the fleet most tests start from.
 
 #![allow(dead_code)]
 
-pub mod moto;
-
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::ops::Deref;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Client;
 use kube::api::{Api, ListParams};
-use rotor_sim::scenario::Scenario;
-use rotor_sim::server::RunningSim;
-use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
+use rotor_e2e::SimCluster;
+use serde_json::Value;
 
 /// Two node groups: `old` (4 nodes, kubelet v1.33.2, zones a/b alternating, each with a
 /// `dedicated=batch:NoSchedule` taint of its own) and `new` (2 nodes, kubelet v1.34.1, zone a),
@@ -62,10 +54,18 @@ pub const AGES: [(&str, i64); 6] = [
     ("old-3", 10),
 ];
 
+/// A simulated cluster (rotor-e2e's [`SimCluster`], which this derefs to) that the built
+/// `rotor-selector` runs against.
 pub struct TestCluster {
-    pub sim: RunningSim,
-    pub client: Client,
-    kubeconfig: PathBuf,
+    cluster: SimCluster,
+}
+
+impl Deref for TestCluster {
+    type Target = SimCluster;
+
+    fn deref(&self) -> &SimCluster {
+        &self.cluster
+    }
 }
 
 /// What one run of the binary did.
@@ -116,26 +116,8 @@ impl SelectorRun {
 
 impl TestCluster {
     pub async fn start(yaml: &str) -> TestCluster {
-        let scenario = Scenario::from_yaml(yaml, "test").expect("test scenario");
-        let sim = rotor_sim::server::start(
-            &scenario,
-            "127.0.0.1:0".parse().unwrap(),
-            CancellationToken::new(),
-        )
-        .await
-        .expect("simulator starts");
-        let client = Client::try_from(kube::Config::new(sim.url().parse().unwrap())).unwrap();
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let kubeconfig = std::env::temp_dir().join(format!(
-            "rotor-selector-test-{}-{}.kubeconfig",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        rotor_sim::server::write_kubeconfig(&kubeconfig, &sim.url()).expect("kubeconfig");
         TestCluster {
-            sim,
-            client,
-            kubeconfig,
+            cluster: SimCluster::start(yaml).await,
         }
     }
 
@@ -150,18 +132,6 @@ impl TestCluster {
             });
         }
         cluster
-    }
-
-    /// Changes a node in the simulator's store directly (no HTTP request, so no counter moves);
-    /// its resourceVersion changes as with any write.
-    pub fn modify_node(&self, name: &str, change: impl FnOnce(&mut Node)) {
-        let mut cluster = self.sim.sim.cluster.lock().unwrap();
-        let node = cluster
-            .nodes
-            .get("", name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no node {name}"));
-        cluster.nodes.modify(&node, change);
     }
 
     /// Sets a node's `spec.providerID` to the AWS form for `instance` in us-east-1a, directly in
@@ -194,59 +164,6 @@ impl TestCluster {
         });
     }
 
-    /// The simulator's counters.
-    pub fn stats(&self) -> Value {
-        rotor_sim::admin::snapshot(&self.sim.sim.cluster.lock().unwrap())
-    }
-
-    /// Requests counted so far for `verb resource` (e.g. `patch nodes`).
-    pub fn requests(&self, key: &str) -> u64 {
-        self.stats()["requests"][key].as_u64().unwrap_or(0)
-    }
-
-    /// Every request counted so far.
-    pub fn requests_total(&self) -> u64 {
-        self.stats()["requestsTotal"].as_u64().unwrap()
-    }
-
-    /// `POST /sim/v1/<path>` with a JSON body, over HTTP; panics unless the answer is 200.
-    pub async fn admin_post(&self, path: &str, body: Value) {
-        let body = body.to_string();
-        let mut stream = tokio::net::TcpStream::connect(self.sim.addr).await.unwrap();
-        let request = format!(
-            "POST /sim/v1/{path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.sim.addr,
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        assert!(
-            response.starts_with("HTTP/1.1 200"),
-            "POST /sim/v1/{path}: {response}"
-        );
-    }
-
-    /// Makes every `verb resource` request fail with `code`, through the admin API (replacing
-    /// the faults set before).
-    pub async fn fail_requests(&self, verb: &str, resource: &str, code: u16) {
-        self.faults(
-            json!({"errors": [{"verb": verb, "resource": resource, "rate": 1.0, "code": code}]}),
-        )
-        .await;
-    }
-
-    /// Sets what `/version` reports, through the admin API.
-    pub async fn set_control_plane(&self, version: &str) {
-        self.admin_post("control-plane-version", json!({ "version": version }))
-            .await;
-    }
-
-    /// Injects faults through the admin API.
-    pub async fn faults(&self, faults: Value) {
-        self.admin_post("faults", faults).await;
-    }
-
     /// Runs the built `rotor-selector` against this cluster with these flags.
     pub async fn run(&self, flags: &[&str]) -> SelectorRun {
         let output = self
@@ -261,7 +178,7 @@ impl TestCluster {
     /// environment variables (e.g. `AWS_ENDPOINT_URL`).
     pub async fn run_env(&self, flags: &[&str], env: &[(&str, &str)]) -> SelectorRun {
         let mut command = bare_command(flags, env);
-        command.arg("--kubeconfig").arg(&self.kubeconfig);
+        command.arg("--kubeconfig").arg(self.kubeconfig());
         finished(command.output().await.expect("rotor-selector runs"))
     }
 
@@ -272,71 +189,8 @@ impl TestCluster {
 
     fn command(&self, flags: &[&str]) -> tokio::process::Command {
         let mut command = bare_command(flags, &[]);
-        command.arg("--kubeconfig").arg(&self.kubeconfig);
+        command.arg("--kubeconfig").arg(self.kubeconfig());
         command
-    }
-
-    pub async fn node(&self, name: &str) -> Node {
-        Api::<Node>::all(self.client.clone())
-            .get(name)
-            .await
-            .unwrap()
-    }
-
-    /// The node's `rotor.dev/drain` taint as `value:effect`.
-    pub async fn drain_taint(&self, name: &str) -> Option<String> {
-        self.node(name)
-            .await
-            .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|t| t.key == "rotor.dev/drain")
-            .map(|t| format!("{}:{}", t.value.unwrap_or_default(), t.effect))
-    }
-
-    /// Every taint of the node as `key=value:effect`.
-    pub async fn taints(&self, name: &str) -> Vec<String> {
-        self.node(name)
-            .await
-            .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|t| format!("{}={}:{}", t.key, t.value.unwrap_or_default(), t.effect))
-            .collect()
-    }
-
-    /// The node's annotations under `rotor.dev/`.
-    pub async fn rotor_annotations(&self, name: &str) -> BTreeMap<String, String> {
-        self.node(name)
-            .await
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(k, _)| k.starts_with("rotor.dev/"))
-            .collect()
-    }
-
-    /// Names of the nodes carrying the drain taint, sorted.
-    pub async fn tainted(&self) -> Vec<String> {
-        let mut names: Vec<String> = Api::<Node>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|n| {
-                n.spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|t| t.iter().any(|t| t.key == "rotor.dev/drain"))
-            })
-            .filter_map(|n| n.metadata.name)
-            .collect();
-        names.sort();
-        names
     }
 
     /// (reason, action, reporting controller, note) of the events.k8s.io/v1 Events about a node.
@@ -363,8 +217,7 @@ impl TestCluster {
     }
 
     pub async fn stop(self) {
-        let _ = std::fs::remove_file(&self.kubeconfig);
-        self.sim.stop().await;
+        self.cluster.stop().await;
     }
 }
 

@@ -1,25 +1,20 @@
-//! Shared harness for the simulator's integration tests: start `rotor-sim` in-process on a free
-//! port, talk to it with a real `kube::Client` over HTTP (built from the kubeconfig the simulator
-//! writes), call the `/sim/v1` admin API over the same client, and wait for conditions by
-//! polling with a deadline.
+//! The simulator's own part of its tests' harness: rotor-e2e's [`SimCluster`] on fast timings,
+//! evictions as a client sends them, and readers of pod and budget state.
 
 #![allow(dead_code)]
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::ops::Deref;
+use std::time::Duration;
 
 use axum::http::{Method, Request};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
-use kube::api::{ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::Api;
+use kube::api::PostParams;
 use kube::core::Status;
-use kube::{Api, Client, Config};
-use rotor_sim::scenario::Scenario;
-use rotor_sim::server::RunningSim;
+pub use rotor_e2e::sim_cluster::{SimCluster, wait_until};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 /// Timings that keep every test fast: a 20 ms control loop, pods that start and stop in about
 /// 100 ms, nodes that boot in 300 ms.
@@ -37,116 +32,30 @@ timing:
 /// How long any single wait may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// A [`SimCluster`] (which this derefs to) on [`FAST_TIMING`].
 pub struct TestSim {
-    pub running: RunningSim,
-    pub client: Client,
+    cluster: SimCluster,
+}
+
+impl Deref for TestSim {
+    type Target = SimCluster;
+
+    fn deref(&self) -> &SimCluster {
+        &self.cluster
+    }
 }
 
 impl TestSim {
     /// Starts a simulator for `FAST_TIMING` plus `body` (node groups, workloads, ...).
     pub async fn start(body: &str) -> TestSim {
-        let yaml = format!("{FAST_TIMING}{body}");
-        let scenario = Scenario::from_yaml(&yaml, "test").expect("test scenario is valid");
-        let running = rotor_sim::server::start(
-            &scenario,
-            "127.0.0.1:0".parse().expect("listen address"),
-            CancellationToken::new(),
-        )
-        .await
-        .expect("simulator starts");
-        let client = client_for(&running.url()).await;
-        TestSim { running, client }
-    }
-
-    pub fn api<K>(&self) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        Api::all(self.client.clone())
-    }
-
-    pub fn ns<K>(&self, ns: &str) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), ns)
-    }
-
-    pub fn pods(&self, ns: &str) -> Api<Pod> {
-        self.ns(ns)
-    }
-
-    pub fn nodes(&self) -> Api<Node> {
-        self.api()
-    }
-
-    /// The names of the cluster's nodes, sorted.
-    pub async fn node_names(&self) -> std::collections::BTreeSet<String> {
-        self.nodes()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|n| n.metadata.name.clone().unwrap_or_default())
-            .collect()
+        TestSim {
+            cluster: SimCluster::start(&format!("{FAST_TIMING}{body}")).await,
+        }
     }
 
     /// One node's name (the first in name order).
     pub async fn any_node(&self) -> String {
-        self.node_names().await.pop_first().expect("a node")
-    }
-
-    pub fn pdbs(&self, ns: &str) -> Api<PodDisruptionBudget> {
-        self.ns(ns)
-    }
-
-    /// `GET /sim/v1/<path>` as JSON.
-    pub async fn admin_get(&self, path: &str) -> Value {
-        let text = self.admin(Method::GET, path, None).await;
-        serde_json::from_str(&text).expect("admin answer is JSON")
-    }
-
-    /// `POST /sim/v1/<path>` with a JSON body (or none); returns the body text.
-    pub async fn admin_post(&self, path: &str, body: Option<Value>) -> String {
-        self.admin(Method::POST, path, body).await
-    }
-
-    async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> String {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(format!("/sim/v1/{path}"));
-        let bytes = match body {
-            Some(b) => {
-                req = req.header("content-type", "application/json");
-                serde_json::to_vec(&b).expect("body serialises")
-            }
-            None => Vec::new(),
-        };
-        self.client
-            .request_text(req.body(bytes).expect("admin request"))
-            .await
-            .unwrap_or_else(|e| panic!("admin call /sim/v1/{path} failed: {e}"))
-    }
-
-    pub async fn stats(&self) -> Value {
-        self.admin_get("stats").await
-    }
-
-    /// Stops (or resumes) the simulated control plane; the API keeps serving.
-    pub async fn pause(&self, paused: bool) {
-        let out = self
-            .admin_post("pause", Some(json!({ "paused": paused })))
-            .await;
-        let v: Value = serde_json::from_str(&out).expect("pause answer");
-        assert_eq!(v["paused"], paused);
-    }
-
-    /// Runs the control plane once (useful while paused).
-    pub async fn step(&self) {
-        self.admin_post("step", None).await;
+        self.node_names().await.swap_remove(0)
     }
 
     /// Evicts a pod through the eviction subresource with a typed policy/v1 Eviction.
@@ -207,53 +116,8 @@ impl TestSim {
         axum::http::Response::from_parts(parts, v)
     }
 
-    /// Pods matching a label selector in a namespace, sorted by name.
-    pub async fn pods_labelled(&self, ns: &str, selector: &str) -> Vec<Pod> {
-        let mut pods = self
-            .pods(ns)
-            .list(&ListParams::default().labels(selector))
-            .await
-            .expect("list pods")
-            .items;
-        pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        pods
-    }
-
     pub async fn stop(self) {
-        let stop = self.running.stop();
-        let _ = tokio::time::timeout(Duration::from_secs(5), stop).await;
-    }
-}
-
-/// A client built from the simulator's own kubeconfig, with kube's default retry of 429/503/504
-/// turned off so every answer reaches the test as the server gave it.
-pub async fn client_for(url: &str) -> Client {
-    let yaml = rotor_sim::server::kubeconfig_yaml(url);
-    let kubeconfig = Kubeconfig::from_yaml(&yaml).expect("kubeconfig parses");
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig is usable");
-    assert_eq!(config.cluster_url.to_string().trim_end_matches('/'), url);
-    config.default_retry = false;
-    Client::try_from(config).expect("client builds")
-}
-
-/// Polls `check` every 20 ms until it yields a value; panics naming `what` after `timeout`.
-pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.cluster.stop().await;
     }
 }
 

@@ -1,11 +1,12 @@
-//! moto (the AWS emulator) for the selector's tests: started on 127.0.0.1 with a free port and
-//! killed on drop, SDK clients for it, and the few AWS set-up steps the tests repeat (a launch
-//! template, a new default version, a cluster-tagged group).
+//! moto (the AWS emulator) for tests: started on 127.0.0.1 with a free port and killed on drop,
+//! SDK clients for it, the one rule for a machine without moto (skip with a notice, except in
+//! CI, where it must run), and the few AWS set-up steps the tests repeat (a launch template, a
+//! new default version, a cluster-tagged group).
 
 use aws_sdk_autoscaling::types as asg;
 use aws_sdk_ec2::types as ec2t;
 use rotor_selector::aws_provider::AwsClients;
-use rotor_sim::moto::{INSTALL_HINT, MotoError, MotoServer, REGION};
+use rotor_sim::moto::{INSTALL_HINT, MotoServer, REGION};
 
 /// moto's server (rotor-sim starts it for the demo too), killed on drop.
 pub struct Moto {
@@ -13,22 +14,32 @@ pub struct Moto {
     pub url: String,
 }
 
+/// Whether `test` (e.g. "the AWS demo test") must be skipped because moto is not installed: it
+/// says so on stderr. In CI (`CI` set) a missing moto is a failure instead.
+pub fn skip_without_moto(test: &str) -> bool {
+    if rotor_sim::moto::command().is_some() {
+        return false;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("moto is not installed ({INSTALL_HINT}); {test} must run in CI");
+    }
+    eprintln!("NOTICE: skipping {test}: moto is not installed ({INSTALL_HINT})");
+    true
+}
+
 /// Starts moto; `None` (with a notice) when it is not installed, unless `CI` is set: there it
 /// must run.
 pub async fn start_moto() -> Option<Moto> {
-    match MotoServer::start().await {
-        Ok(server) => Some(Moto {
-            url: server.url().to_string(),
-            server,
-        }),
-        Err(MotoError::NotInstalled) if std::env::var_os("CI").is_none() => {
-            eprintln!(
-                "NOTICE: skipping the moto end-to-end test: moto is not installed ({INSTALL_HINT})"
-            );
-            None
-        }
-        Err(e) => panic!("{e}; the AWS end-to-end tests must run in CI"),
+    if skip_without_moto("the moto end-to-end test") {
+        return None;
     }
+    let server = MotoServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}; the AWS end-to-end tests must run in CI"));
+    Some(Moto {
+        url: server.url().to_string(),
+        server,
+    })
 }
 
 impl Moto {

@@ -1,0 +1,159 @@
+//! The cluster at t=0, as the lower bound needs it: each node's longest pod shutdown and the
+//! pods a controller replaces, each budget's figures.
+
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::{Context, anyhow, bail, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use rotor_sim::cluster::objects::{
+    SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, annotation_duration, is_daemon, is_mirror, terminal,
+};
+use rotor_sim::cluster::pdb::{covers, eviction_selector};
+use rotor_sim::scenario::Scenario;
+use serde_json::Value;
+
+use crate::sim::BenchSim;
+
+pub struct OriginalNode {
+    pub name: String,
+    pub taints: Vec<Value>,
+    /// The longest shutdown among the pods a drain must remove from it (seconds).
+    pub longest_shutdown: f64,
+    /// The pods on it that a controller replaces, for the gate.
+    pub replaced: Vec<Replaced>,
+    pub pods: usize,
+}
+
+/// A pod a controller replaces once it is evicted: when its replacement can be Ready.
+pub struct Replaced {
+    /// How long after the eviction the replacement is created: 0 for a Deployment's, the old
+    /// pod's shutdown for a StatefulSet's (same name, so only once the old one is gone).
+    pub created_after: f64,
+    pub startup: f64,
+    /// A PodDisruptionBudget covers it.
+    pub budgeted: bool,
+}
+
+pub struct Snapshot {
+    pub resource_version: String,
+    pub nodes: Vec<OriginalNode>,
+    /// `namespace/name` of every PodDisruptionBudget: (status.expectedPods,
+    /// status.disruptionsAllowed) with every pod healthy.
+    pub budgets: HashMap<String, (i64, i64)>,
+}
+
+impl Snapshot {
+    /// Lists nodes and pods before t=0 (these requests are not counted: the counters are
+    /// zeroed afterwards).
+    pub fn take(sim: &BenchSim, scenario: &Scenario) -> anyhow::Result<Snapshot> {
+        let list = sim.get("/api/v1/nodes")?;
+        let resource_version = list["metadata"]["resourceVersion"]
+            .as_str()
+            .ok_or_else(|| anyhow!("node list without resourceVersion"))?
+            .to_string();
+        let mut nodes: BTreeMap<String, OriginalNode> = BTreeMap::new();
+        for n in list["items"].as_array().into_iter().flatten() {
+            let name = n["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let taints = n["spec"]["taints"].as_array().cloned().unwrap_or_default();
+            ensure!(
+                taints.iter().all(|t| t["key"] != "rotor.dev/drain"),
+                "node {name} is already tainted"
+            );
+            nodes.insert(
+                name.clone(),
+                OriginalNode {
+                    name,
+                    taints,
+                    longest_shutdown: 0.0,
+                    replaced: Vec::new(),
+                    pods: 0,
+                },
+            );
+        }
+        // Every budget: its figures, and its selector as the eviction subresource reads it, to
+        // tell which pods it covers (the simulator's own matching).
+        let mut budgets = HashMap::new();
+        let mut covering = Vec::new();
+        for b in sim.get("/apis/policy/v1/poddisruptionbudgets")?["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let pdb: PodDisruptionBudget =
+                serde_json::from_value(b.clone()).context("a budget from the list")?;
+            let key = format!(
+                "{}/{}",
+                pdb.metadata.namespace.as_deref().unwrap_or(""),
+                pdb.metadata.name.as_deref().unwrap_or("")
+            );
+            let status = pdb.status.as_ref();
+            budgets.insert(
+                key,
+                (
+                    status.map_or(0, |s| i64::from(s.expected_pods)),
+                    status.map_or(0, |s| i64::from(s.disruptions_allowed)),
+                ),
+            );
+            let selector = eviction_selector(&pdb);
+            covering.push((pdb, selector));
+        }
+        let pods = sim.get("/api/v1/pods")?;
+        let default_shutdown = scenario.timing.pod_shutdown;
+        for item in pods["items"].as_array().into_iter().flatten() {
+            let pod: Pod = serde_json::from_value(item.clone()).context("a pod from the list")?;
+            if is_daemon(&pod) || is_mirror(&pod) || terminal(&pod) {
+                continue;
+            }
+            let spec = pod.spec.as_ref();
+            let Some(node) = spec.and_then(|s| s.node_name.as_deref()) else {
+                bail!(
+                    "pod {:?} is not scheduled at t=0: the scenario should start settled",
+                    pod.metadata.name
+                );
+            };
+            let grace = spec
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30)
+                .max(0) as f64;
+            let shutdown = annotation_duration(&pod.metadata, SHUTDOWN_ANNOTATION)
+                .unwrap_or(default_shutdown)
+                .as_secs_f64()
+                .min(grace);
+            let startup = annotation_duration(&pod.metadata, STARTUP_ANNOTATION)
+                .unwrap_or(scenario.timing.pod_startup)
+                .as_secs_f64();
+            let controller = pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.kind.as_str());
+            let created_after = match controller {
+                Some("StatefulSet") => Some(shutdown),
+                Some(_) => Some(0.0),
+                None => None, // nobody replaces a bare pod; the gate does not wait for it
+            };
+            let budgeted = covering
+                .iter()
+                .any(|(pdb, selector)| covers(pdb, selector.as_ref(), &pod));
+            if let Some(n) = nodes.get_mut(node) {
+                n.longest_shutdown = n.longest_shutdown.max(shutdown);
+                if let Some(created_after) = created_after {
+                    n.replaced.push(Replaced {
+                        created_after,
+                        startup,
+                        budgeted,
+                    });
+                }
+                n.pods += 1;
+            }
+        }
+        Ok(Snapshot {
+            resource_version,
+            nodes: nodes.into_values().collect(),
+            budgets,
+        })
+    }
+}

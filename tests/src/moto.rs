@@ -1,6 +1,6 @@
 //! moto (the AWS emulator) for tests: started on 127.0.0.1 with a free port and killed on drop,
-//! SDK clients for it, the one rule for a machine without moto (skip with a notice, except in
-//! CI, where it must run), and the few AWS set-up steps the tests repeat (a launch template, a
+//! SDK clients for it, the one rule for a machine without moto (the test fails and says how to
+//! install it), and the few AWS set-up steps the tests repeat (a launch template, a
 //! new default version, a cluster-tagged group).
 
 use aws_sdk_autoscaling::types as asg;
@@ -14,32 +14,24 @@ pub struct Moto {
     pub url: String,
 }
 
-/// Whether `test` (e.g. "the AWS demo test") must be skipped because moto is not installed: it
-/// says so on stderr. In CI (`CI` set) a missing moto is a failure instead.
-pub fn skip_without_moto(test: &str) -> bool {
-    if rotor_sim::moto::command().is_some() {
-        return false;
+/// Fails `test` (e.g. "the AWS demo test") with how to install moto when it is missing: a test
+/// that needs moto never passes by skipping.
+pub fn require_moto(test: &str) {
+    if rotor_sim::moto::command().is_none() {
+        panic!("{test} needs moto, which is not installed: {INSTALL_HINT}");
     }
-    if std::env::var_os("CI").is_some() {
-        panic!("moto is not installed ({INSTALL_HINT}); {test} must run in CI");
-    }
-    eprintln!("NOTICE: skipping {test}: moto is not installed ({INSTALL_HINT})");
-    true
 }
 
-/// Starts moto; `None` (with a notice) when it is not installed, unless `CI` is set: there it
-/// must run.
-pub async fn start_moto() -> Option<Moto> {
-    if skip_without_moto("the moto end-to-end test") {
-        return None;
-    }
+/// Starts moto, or fails the test with how to install it.
+pub async fn start_moto() -> Moto {
+    require_moto("this AWS end-to-end test");
     let server = MotoServer::start()
         .await
-        .unwrap_or_else(|e| panic!("{e}; the AWS end-to-end tests must run in CI"));
-    Some(Moto {
+        .unwrap_or_else(|e| panic!("could not start moto: {e}"));
+    Moto {
         url: server.url().to_string(),
         server,
-    })
+    }
 }
 
 impl Moto {

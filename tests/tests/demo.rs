@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use rotor_e2e::moto::skip_without_moto;
+use rotor_e2e::moto::require_moto;
 use rotor_e2e::{TestDir, binary, describe_output, run_with_timeout, workspace_root};
 use rotor_sim::scenario::{Scenario, parse_duration};
 use serde_json::Value;
@@ -163,9 +163,7 @@ fn the_demo_rotates_every_node_without_a_budget_violation() {
 
 #[test]
 fn the_aws_demo_rotates_on_image_drift_in_moto() {
-    if skip_without_moto("the AWS demo test") {
-        return;
-    }
+    require_moto("the AWS demo test");
     let dir = TestDir::new("demo-aws");
     let (stdout, s) = run_demo(&dir, &["--provider", "aws", "--speed", "2"]);
     assert_eq!(s["provider"], "aws");
@@ -198,13 +196,9 @@ fn the_workload_example_validates_against_the_kubernetes_schemas() {
         .output()
     {
         Ok(out) => out,
-        Err(e) if std::env::var_os("CI").is_none() => {
-            eprintln!(
-                "NOTICE: skipping: kubernetes-validate cannot run ({e}); python3 -m pip install kubernetes-validate"
-            );
-            return;
-        }
-        Err(e) => panic!("kubernetes-validate cannot run in CI: {e}"),
+        Err(e) => panic!(
+            "kubernetes-validate cannot run ({e}); install it: python3 -m pip install kubernetes-validate"
+        ),
     };
     let text = format!(
         "{}{}",

@@ -86,9 +86,7 @@ async fn select(cluster: &TestCluster, moto: &Moto, flags: &[&str]) -> Timed {
 
 #[tokio::test]
 async fn image_drift_end_to_end_with_budgets_dry_run_and_retire() {
-    let Some(moto) = start_moto().await else {
-        return;
-    };
+    let moto = start_moto().await;
     let aws = moto.clients().await;
     let (ami_old, ami_new) = two_images(&aws).await;
 
@@ -235,9 +233,7 @@ async fn image_drift_end_to_end_with_budgets_dry_run_and_retire() {
 
 #[tokio::test]
 async fn unknown_groups_are_empty_and_an_unreachable_endpoint_fails_with_exit_1() {
-    let Some(moto) = start_moto().await else {
-        return;
-    };
+    let moto = start_moto().await;
     let cluster = TestCluster::start(SCENARIO).await;
     // A group name moto does not know is not an error (an empty answer); an unreachable endpoint
     // is: the run fails before writing, exit 1, naming the operation.
@@ -288,9 +284,7 @@ fn place(cluster: &TestCluster, instances: &[String]) {
 
 #[tokio::test]
 async fn rollback_untaints_the_nodes_whose_drain_has_not_started() {
-    let Some(moto) = start_moto().await else {
-        return;
-    };
+    let moto = start_moto().await;
     let aws = moto.clients().await;
     let (ami_old, ami_new) = two_images(&aws).await;
     // Four instances launched from v1; then v2 (a new image) becomes the default the group uses.
@@ -334,9 +328,7 @@ async fn rollback_untaints_the_nodes_whose_drain_has_not_started() {
 
 #[tokio::test]
 async fn budgets_hold_per_group_across_two_groups_and_as_a_percentage() {
-    let Some(moto) = start_moto().await else {
-        return;
-    };
+    let moto = start_moto().await;
     let aws = moto.clients().await;
     let (ami_old, ami_new) = two_images(&aws).await;
     // Two groups of two from v1; v2 (a new image) becomes the default both use.

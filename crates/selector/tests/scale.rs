@@ -126,7 +126,7 @@ async fn timed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "scale measurement with moto; run explicitly"]
 async fn aws_five_thousand_nodes_in_fifty_groups() {
-    let moto = start_moto().await.expect("this measurement needs moto");
+    let moto = start_moto().await;
     let aws = moto.clients().await;
     let (ami_old, ami_new) = two_images(&aws).await;
 

@@ -139,8 +139,8 @@ pub fn client(config: Config) -> Result<Client, ClientError> {
 /// Why: since kube 4, `Config::default_retry` is true and the client silently retries 429/503/504 up
 /// to 15 times with back-off growing towards 1000 s. A PodDisruptionBudget refusing an eviction
 /// answers 429, so with the default client that refusal would not reach the drainer for minutes, and
-/// the drainer could neither report the blocking budget nor apply its own retry policy (see
-/// `notes/kubernetes.md`, "kube-rs 5 pitfalls"). Use this client for evictions.
+/// the drainer could neither report the blocking budget nor apply its own retry policy (kube's
+/// `Config::default_retry` documentation on docs.rs). Use this client for evictions.
 ///
 /// Must be called inside a Tokio runtime (the client spawns a background task).
 pub fn client_without_retry(config: Config) -> Result<Client, ClientError> {

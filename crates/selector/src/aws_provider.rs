@@ -3,7 +3,8 @@
 //! Credentials, region and endpoint come from the SDK's standard chain
 //! (`aws_config::defaults(BehaviorVersion::latest())`: environment, shared config, IRSA web
 //! identity, EKS Pod Identity, IMDS; `AWS_ENDPOINT_URL` points it at moto), with the SDK's standard
-//! retry mode (`AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE` honoured). The call plan of `notes/aws.md`:
+//! retry mode (`AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE` honoured). The calls, as the Amazon EC2 Auto
+//! Scaling and Amazon EC2 API References define them, each at most once per run and paged:
 //! - `DescribeAutoScalingGroups` by tag filter (`tag-key` = `kubernetes.io/cluster/<name>` or
 //!   `k8s.io/cluster-autoscaler/<name>`) or by names (at most 100 per call), `MaxRecords=100`,
 //!   following `NextToken`;

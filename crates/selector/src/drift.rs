@@ -1,4 +1,5 @@
-//! The AWS drift rules of `notes/aws.md`, as pure functions over an AWS-shaped snapshot: skip rules
+//! The AWS drift rules, as pure functions over an AWS-shaped snapshot (shaped as the Amazon EC2
+//! Auto Scaling `DescribeAutoScalingGroups` and EC2 `DescribeLaunchTemplateVersions` answers): skip rules
 //! first (instance not InService, group deleting, group excluded, EKS managed), then the drift
 //! rules in order (launch configuration, launch template id, template version, instance type,
 //! image, max age); the first rule that matches is the reason written on the taint. Anything the
@@ -220,8 +221,8 @@ pub fn resolve_group_version(
     }
 }
 
-/// Judges one instance of `group`: the skip rules, then the drift rules of `notes/aws.md` in
-/// order, first match wins.
+/// Judges one instance of `group`: the skip rules, then the drift rules in the order of the
+/// module header, first match wins.
 pub fn instance_verdict(
     group: &AutoScalingGroup,
     inst: &GroupInstance,

@@ -2,7 +2,7 @@
 //!
 //! The decisions are pure functions over plain data, unit-tested without sockets or clocks:
 //! - [`aws_model`]: AWS-shaped snapshot types (what the Describe* calls return);
-//! - [`drift`]: the AWS drift and skip rules of `notes/aws.md`, in order, first match wins;
+//! - [`drift`]: the AWS drift and skip rules, in order, first match wins;
 //! - [`kube_rules`]: the Kubernetes-only rules (kubelet behind the control plane, node age);
 //! - [`verdict`]: what a rule concludes about a node ([`Verdict`], [`SkipReason`]);
 //! - [`plan`](mod@plan): from verdicts to taint / untaint / keep / skip / retire, within budgets.

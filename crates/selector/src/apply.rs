@@ -19,8 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
@@ -34,7 +32,8 @@ use serde_json::{Value, json};
 use crate::api_calls::ApiCalls;
 use crate::kube_retry::retry_transient;
 use crate::plan::{Action, Budget, Candidate, PlanLimits, PlannedNode, plan};
-use crate::provider::{Assessor, slim};
+use crate::provider::slim;
+use crate::providers::Assessor;
 
 /// Most writes attempted on one node (the first plus retries after conflicts).
 pub const MAX_ATTEMPTS: u32 = 5;
@@ -50,19 +49,6 @@ pub const UNTAINTED_REASON: &str = "DrainTaintRemoved";
 
 /// Event reason when the selector terminated a drained node's instance.
 pub const RETIRED_REASON: &str = "InstanceRetired";
-
-/// Retires (terminates) the instance behind a drained node. Only cloud providers have one
-/// ([`Assessor::retirer`]); the Kubernetes provider never retires.
-pub trait Retirer: Send + Sync {
-    /// (API, operation) counted in [`ApiCalls`] for each retire.
-    fn call(&self) -> (&'static str, &'static str);
-
-    /// Terminates `instance`; on success, a line saying what was done.
-    fn retire<'a>(
-        &'a self,
-        instance: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;
-}
 
 /// What became of one planned write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -281,7 +267,7 @@ impl<'a> Applier<'a> {
         results
     }
 
-    /// Terminates the instance of a drained node through the provider's [`Retirer`], then records
+    /// Terminates the instance of a drained node through the provider's [`Retirer`](crate::provider::Retirer), then records
     /// an Event on the node. Without a retirer (Kubernetes provider) it fails and does nothing.
     async fn retire(
         &self,

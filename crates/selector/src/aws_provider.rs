@@ -39,7 +39,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::api_calls::{AWS, ApiCalls};
-use crate::apply::Retirer;
 use crate::aws_model::{
     AutoScalingGroup, GroupInstance, InstanceDetails, LaunchTemplateInfo, LaunchTemplateSpec,
     MixedInstancesPolicy, Override, TemplateVersionImage, index_instance_details,
@@ -50,7 +49,8 @@ use crate::drift::{
     group_template_specs, node_verdict, resolve_group_version,
 };
 use crate::plan::Candidate;
-use crate::provider::{LookupFailure, ProviderError, node_candidate};
+pub use crate::provider::AwsSetupError;
+use crate::provider::{LookupFailure, ProviderError, Retirer, node_candidate};
 use crate::verdict::SkipReason;
 
 /// Most group names per `DescribeAutoScalingGroups` call (the API's limit).
@@ -115,16 +115,6 @@ impl AwsConfig {
 pub struct AwsClients {
     pub autoscaling: autoscaling::Client,
     pub ec2: ec2::Client,
-}
-
-/// The AWS settings cannot be used; a configuration error (exit 2), found before any call.
-#[derive(Debug, thiserror::Error)]
-pub enum AwsSetupError {
-    /// No region in the environment, the shared config profile or the instance metadata.
-    #[error(
-        "--provider aws needs an AWS region and none was found: set AWS_REGION (or a region in the AWS config profile; on EC2 the instance metadata provides it)"
-    )]
-    RegionMissing,
 }
 
 impl AwsClients {

@@ -10,8 +10,10 @@
 //! The I/O sits at the edges, one job per module:
 //! - [`cli`]: flags (each with a `ROTOR_*` variable) and their validation into a
 //!   [`SelectorConfig`](cli::SelectorConfig);
-//! - [`provider`]: the provider seam ([`Provider`](provider::Provider) looks up,
-//!   [`Assessor`](provider::Assessor) judges nodes into [`Candidate`]s) and node listing;
+//! - [`provider`]: the provider seam (errors, the node facts every provider reads alike,
+//!   retiring) and node listing;
+//! - [`providers`]: the configured provider ([`Provider`](providers::Provider) looks up,
+//!   [`Assessor`](providers::Assessor) judges nodes into [`Candidate`]s);
 //! - [`kube_provider`]: the Kubernetes provider (`GET /version`);
 //! - [`aws_provider`]: the AWS provider (Auto Scaling and EC2 Describe calls, retiring);
 //! - [`apply`]: resourceVersion-guarded merge patches, conflict re-checks, Events;
@@ -31,6 +33,7 @@ pub mod kube_rules;
 pub mod output;
 pub mod plan;
 pub mod provider;
+pub mod providers;
 pub mod run;
 pub mod verdict;
 

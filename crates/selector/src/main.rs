@@ -13,7 +13,7 @@ use rotor_core::client::{client_without_retry, load_config};
 use rotor_core::telemetry;
 use rotor_selector::cli::{Cli, OutputFormat, SelectorConfig};
 use rotor_selector::output;
-use rotor_selector::provider::Provider;
+use rotor_selector::providers::Provider;
 use rotor_selector::run::run_with;
 
 fn main() -> ExitCode {

@@ -1,10 +1,11 @@
 //! The provider seam. A run lists the nodes (restricted by `--node-selector`), then asks the
-//! configured [`Provider`] to look up what it needs once ([`Provider::assess`]: the Kubernetes
+//! configured [`Provider`](crate::providers::Provider) to look up what it needs once (the Kubernetes
 //! provider reads `/version`; the AWS provider describes groups and instances) and gets back
-//! an [`Assessor`]: everything the provider learned, able to judge any node of the cluster
-//! without further I/O ([`Assessor::candidate`]). The planner and the apply step only ever see
+//! an [`Assessor`](crate::providers::Assessor): everything the provider learned, able to judge
+//! any node of the cluster without further I/O. The planner and the apply step only ever see
 //! [`Candidate`]s, and when a write meets a conflict the apply step re-judges the re-read node
-//! with the same assessor, so a provider plugs in by adding a variant to both enums.
+//! with the same assessor. This module is what every provider implements against; which
+//! provider runs is decided in [`crate::providers`].
 //!
 //! What is read from the Node itself is the same for every provider and lives here
 //! ([`node_candidate`]): name, zone, group, creation time, the current drain taint, the drain
@@ -18,7 +19,9 @@
 //!   started, which only ever keeps a taint);
 //! - drained: phase `drained`, or `rotor.dev/drained-at` present.
 
-use jiff::Timestamp;
+use std::future::Future;
+use std::pin::Pin;
+
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, ListParams};
@@ -26,10 +29,6 @@ use rotor_core::contract::{DRAINED_AT_ANNOTATION, PHASE_ANNOTATION};
 use rotor_core::{DrainPhase, find_drain_taint, node_opted_out, parse_aws_provider_id};
 
 use crate::api_calls::ApiCalls;
-use crate::apply::Retirer;
-use crate::aws_provider::{AwsAssessor, AwsProvider};
-use crate::cli::ProviderConfig;
-use crate::kube_provider::{KubernetesAssessor, KubernetesProvider};
 use crate::kube_retry::retry_transient;
 use crate::plan::Candidate;
 use crate::verdict::Verdict;
@@ -43,13 +42,27 @@ pub const LEGACY_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
 /// Page size for listing nodes (what kubectl and kube's watchers use).
 pub const LIST_PAGE_SIZE: u32 = 500;
 
-/// A provider, configured.
-#[derive(Clone, Debug)]
-pub enum Provider {
-    /// Kubelet version and node age, from the Kubernetes API alone.
-    Kubernetes(KubernetesProvider),
-    /// Drift of instances from their Auto Scaling groups.
-    Aws(AwsProvider),
+/// The AWS settings cannot be used; a configuration error (exit 2), found before any call.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsSetupError {
+    /// No region in the environment, the shared config profile or the instance metadata.
+    #[error(
+        "--provider aws needs an AWS region and none was found: set AWS_REGION (or a region in the AWS config profile; on EC2 the instance metadata provides it)"
+    )]
+    RegionMissing,
+}
+
+/// Retires (terminates) the instance behind a drained node. Only cloud providers have one
+/// ([`crate::providers::Assessor::retirer`]); the Kubernetes provider never retires.
+pub trait Retirer: Send + Sync {
+    /// (API, operation) counted in [`ApiCalls`] for each retire.
+    fn call(&self) -> (&'static str, &'static str);
+
+    /// Terminates `instance`; on success, a line saying what was done.
+    fn retire<'a>(
+        &'a self,
+        instance: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;
 }
 
 /// Looking up what a provider needs failed; the run fails and nothing is written.
@@ -73,7 +86,7 @@ pub enum ProviderError {
     },
     /// The AWS clients cannot be built (the binary checks this before any call).
     #[error(transparent)]
-    AwsSetup(#[from] crate::aws_provider::AwsSetupError),
+    AwsSetup(#[from] AwsSetupError),
 }
 
 /// A look-up that failed for part of the fleet only: the groups it concerns were skipped (their
@@ -101,79 +114,6 @@ impl std::fmt::Display for LookupFailure {
             self.error,
             self.groups.join(", ")
         )
-    }
-}
-
-impl Provider {
-    /// The provider for a validated configuration.
-    pub fn new(config: &ProviderConfig, group_labels: Vec<String>) -> Provider {
-        match config {
-            ProviderConfig::Kubernetes { max_age } => {
-                Provider::Kubernetes(KubernetesProvider::new(*max_age, group_labels))
-            }
-            ProviderConfig::Aws(config) => Provider::Aws(AwsProvider::new(config.clone())),
-        }
-    }
-
-    /// `kubernetes` or `aws`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Provider::Kubernetes(_) => "kubernetes",
-            Provider::Aws(_) => "aws",
-        }
-    }
-
-    /// Does the provider's look-ups for these nodes (every call counted in `calls`) and returns
-    /// what it learned, ready to judge nodes at `now`.
-    pub async fn assess(
-        &self,
-        client: &Client,
-        _nodes: &[Node],
-        calls: &mut ApiCalls,
-        now: Timestamp,
-    ) -> Result<Assessor, ProviderError> {
-        match self {
-            Provider::Kubernetes(provider) => provider
-                .assess(client, calls, now)
-                .await
-                .map(Assessor::Kubernetes),
-            Provider::Aws(provider) => provider.assess(calls, now).await.map(Assessor::Aws),
-        }
-    }
-}
-
-/// What a provider learned in one run; judges nodes without I/O.
-#[derive(Clone, Debug)]
-pub enum Assessor {
-    /// See [`KubernetesAssessor`].
-    Kubernetes(KubernetesAssessor),
-    /// See [`AwsAssessor`].
-    Aws(AwsAssessor),
-}
-
-impl Assessor {
-    /// The node as the planner sees it, with the provider's verdict.
-    pub fn candidate(&self, node: &Node) -> Candidate {
-        match self {
-            Assessor::Kubernetes(assessor) => assessor.candidate(node),
-            Assessor::Aws(assessor) => assessor.candidate(node),
-        }
-    }
-
-    /// Look-ups that failed for part of the fleet (only the AWS provider has such).
-    pub fn lookup_failures(&self) -> &[LookupFailure] {
-        match self {
-            Assessor::Kubernetes(_) => &[],
-            Assessor::Aws(assessor) => &assessor.lookup_failures,
-        }
-    }
-
-    /// What retires drained nodes; `None` for providers that never retire (Kubernetes).
-    pub fn retirer(&self) -> Option<&dyn Retirer> {
-        match self {
-            Assessor::Kubernetes(_) => None,
-            Assessor::Aws(assessor) => Some(&assessor.retirer),
-        }
     }
 }
 

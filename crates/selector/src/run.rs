@@ -16,7 +16,8 @@ use crate::api_calls::ApiCalls;
 use crate::apply::{Applier, WriteOutcome, WriteResult, describe, writes};
 use crate::cli::SelectorConfig;
 use crate::plan::{Action, PlanSummary, PlannedNode, plan, summary};
-use crate::provider::{LookupFailure, Provider, ProviderError, list_nodes};
+use crate::provider::{LookupFailure, ProviderError, list_nodes};
+use crate::providers::Provider;
 use crate::verdict::Verdict;
 
 /// A look-up failed; nothing was written.

@@ -38,7 +38,8 @@ use rotor_selector::aws_provider::{
 };
 use rotor_selector::cli::{Cli, ProviderConfig, SelectorConfig};
 use rotor_selector::output;
-use rotor_selector::provider::{LookupFailure, Provider};
+use rotor_selector::provider::LookupFailure;
+use rotor_selector::providers::Provider;
 use rotor_selector::run::run_with;
 use rotor_selector::verdict::Verdict;
 

@@ -33,7 +33,7 @@ use crate::cluster::objects::{
     pod_ready, terminal, terminating,
 };
 use crate::scenario::{NodeTemplate, version_minor};
-use crate::server::{ErrorRule, Sim};
+use crate::state::{ErrorRule, Sim};
 
 pub fn router() -> Router<Arc<Sim>> {
     Router::new()

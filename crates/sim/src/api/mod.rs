@@ -4,6 +4,7 @@
 //! request is counted by verb and resource and may be delayed or failed by injected faults.
 
 pub mod collection;
+pub mod request;
 pub mod scale;
 pub mod status;
 pub mod table;
@@ -20,118 +21,15 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::cluster::pods::Removal;
-use crate::server::Sim;
+use crate::state::Sim;
 use collection::{
     DeleteOptions, Filter, ListQuery, PatchType, WatchContext, WatchQuery, WriteContext,
 };
+pub use request::{Route, Target, query_map, route, verb_of};
 use status::{ApiError, success_status};
-
-/// Where a request points once its path is parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub group: String,
-    pub version: String,
-    pub namespace: Option<String>,
-    pub plural: String,
-    pub name: Option<String>,
-    pub subresource: Option<String>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum Route {
-    Resource(Target),
-    /// `/api/v1` or `/apis/<g>/<v>`: the resource list.
-    ResourceList {
-        group: String,
-        version: String,
-    },
-    /// `/apis/<g>`
-    Group(String),
-    NotFound,
-}
-
-/// Parses an API path into what it addresses.
-pub fn route(path: &str) -> Route {
-    let segs: Vec<&str> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    let (group, version, rest) = match segs.as_slice() {
-        ["api", v, rest @ ..] => ("", *v, rest),
-        ["apis", g] => return Route::Group(g.to_string()),
-        ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Route::NotFound,
-    };
-    let t = |ns: Option<&str>, plural: &str, name: Option<&str>, sub: Option<&str>| {
-        Route::Resource(Target {
-            group: group.to_string(),
-            version: version.to_string(),
-            namespace: ns.map(str::to_string),
-            plural: plural.to_string(),
-            name: name.map(str::to_string),
-            subresource: sub.map(str::to_string),
-        })
-    };
-    match rest {
-        [] => Route::ResourceList {
-            group: group.to_string(),
-            version: version.to_string(),
-        },
-        ["namespaces", ns, "status" | "finalize"] if group.is_empty() => {
-            t(None, "namespaces", Some(ns), Some(rest[2]))
-        }
-        ["namespaces", ns, plural] => t(Some(ns), plural, None, None),
-        ["namespaces", ns, plural, name] => t(Some(ns), plural, Some(name), None),
-        ["namespaces", ns, plural, name, sub] => t(Some(ns), plural, Some(name), Some(sub)),
-        [plural] => t(None, plural, None, None),
-        [plural, name] => t(None, plural, Some(name), None),
-        [plural, name, sub] => t(None, plural, Some(name), Some(sub)),
-        _ => Route::NotFound,
-    }
-}
 
 fn json_response(code: StatusCode, body: Vec<u8>) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-pub(crate) fn query_map(uri: &Uri) -> HashMap<String, String> {
-    uri.query().map(url_decode_pairs).unwrap_or_default()
-}
-
-fn url_decode_pairs(q: &str) -> HashMap<String, String> {
-    fn decode(s: &str) -> String {
-        let bytes = s.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < bytes.len() => {
-                    match u8::from_str_radix(
-                        std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
-                        16,
-                    ) {
-                        Ok(b) => {
-                            out.push(b);
-                            i += 2;
-                        }
-                        Err(_) => out.push(b'%'),
-                    }
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .collect()
 }
 
 fn field_manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
@@ -145,22 +43,6 @@ fn field_manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
         .filter(|s| !s.is_empty())
         .unwrap_or("unknown")
         .to_string()
-}
-
-/// The verb the apiserver would log for a request.
-pub fn verb_of(method: &Method, t: &Target, q: &HashMap<String, String>) -> &'static str {
-    let watch = q.get("watch").is_some_and(|v| v == "true" || v == "1");
-    match (method.as_str(), &t.name) {
-        ("GET", None) if watch => "watch",
-        ("GET", None) => "list",
-        ("GET", Some(_)) => "get",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", None) => "deletecollection",
-        ("DELETE", Some(_)) => "delete",
-        _ => "unknown",
-    }
 }
 
 pub async fn dispatch(
@@ -685,9 +567,11 @@ mod tests {
 
     #[test]
     fn query_strings_decode() {
-        let q = url_decode_pairs(
-            "fieldSelector=spec.nodeName%3Dn1&labelSelector=app+in+(a%2Cb)&watch=1",
-        );
+        let uri: Uri =
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&labelSelector=app+in+(a%2Cb)&watch=1"
+                .parse()
+                .unwrap();
+        let q = query_map(&uri);
         assert_eq!(q["fieldSelector"], "spec.nodeName=n1");
         assert_eq!(q["labelSelector"], "app in (a,b)");
         assert_eq!(q["watch"], "1");

@@ -18,17 +18,14 @@ pub mod rules;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, Uri, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+
 use serde_json::{Value, json};
 
+use crate::api::request::{Route, query_map, route, verb_of};
 use crate::api::status::ApiError;
-use crate::api::{Route, query_map, route, verb_of};
-use crate::server::Sim;
 pub use policy::{Policy, PolicyError, ServiceAccount};
 use rules::{Attributes, Decision, ResourceAttributes, Target, authorize};
 
@@ -76,7 +73,7 @@ impl Authz {
     /// Authenticates and authorizes one request; the error is the answer to send instead.
     pub fn check(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
         let token = bearer_token(headers);
-        if token.is_none_or(|t| t == crate::server::ADMIN_TOKEN) {
+        if token.is_none_or(|t| t == crate::kubeconfig::ADMIN_TOKEN) {
             self.count_allowed(ADMIN_USER);
             return Ok(());
         }
@@ -141,7 +138,7 @@ impl Authz {
     pub fn write_kubeconfigs(&self, dir: &Path, url: &str) -> std::io::Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir)?;
         let admin = dir.join("admin.kubeconfig");
-        std::fs::write(&admin, crate::server::kubeconfig_yaml(url))?;
+        std::fs::write(&admin, crate::kubeconfig::kubeconfig_yaml(url))?;
         let mut written = vec![admin];
         for sa in self.service_accounts() {
             let path = dir.join(kubeconfig_file_name(&sa.namespace, &sa.name));
@@ -233,20 +230,6 @@ pub fn forbidden(user: &str, attrs: &Attributes) -> ApiError {
         message: rules::forbidden_message(user, attrs),
         details,
         retry_after: None,
-    }
-}
-
-/// Axum middleware in front of every route when a policy is loaded.
-pub async fn enforce(State(sim): State<Arc<Sim>>, req: Request, next: Next) -> Response {
-    let Some(authz) = sim.authz.as_deref() else {
-        return next.run(req).await;
-    };
-    if req.uri().path().starts_with("/sim/v1/") {
-        return next.run(req).await;
-    }
-    match authz.check(req.method(), req.uri(), req.headers()) {
-        Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
     }
 }
 
@@ -367,7 +350,7 @@ mod tests {
         assert_eq!(
             check(
                 &a,
-                Some(crate::server::ADMIN_TOKEN),
+                Some(crate::kubeconfig::ADMIN_TOKEN),
                 Method::DELETE,
                 "/api/v1/nodes/n1"
             ),
@@ -405,7 +388,7 @@ mod tests {
         );
         assert!(text.contains("namespace: ops"), "{text}");
         let admin = std::fs::read_to_string(&written[0]).unwrap();
-        assert!(admin.contains(crate::server::ADMIN_TOKEN), "{admin}");
+        assert!(admin.contains(crate::kubeconfig::ADMIN_TOKEN), "{admin}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -11,8 +11,6 @@ use std::fmt;
 use rotor_core::contract::DrainPhase;
 use serde::Serialize;
 
-use super::summary::tenths_opt;
-
 /// One node as the demo sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeView {
@@ -391,6 +389,19 @@ fn record(t: &mut NodeTimeline, n: &NodeView, at: f64) {
     if phase == DrainPhase::Drained {
         t.drained_at.get_or_insert(at);
     }
+}
+
+/// Seconds as the timeline and the summary show them: to a tenth.
+pub(super) fn tenths(seconds: f64) -> f64 {
+    (seconds * 10.0).round() / 10.0
+}
+
+/// Serializes optional seconds to a tenth (the per-node timeline's fields).
+pub(super) fn tenths_opt<S: serde::Serializer>(
+    seconds: &Option<f64>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    seconds.map(tenths).serialize(serializer)
 }
 
 #[cfg(test)]

@@ -147,7 +147,7 @@ pub fn summary_text(s: &Summary) -> Vec<String> {
         "NODE", "ZONE", "TAINTED", "DRAINING", "BLOCKED", "DRAINED", "REPLACED", "BLOCKER"
     ));
     let t = |v: Option<f64>| {
-        v.map(|v| format!("{:.1}", super::summary::tenths(v)))
+        v.map(|v| format!("{:.1}", super::progress::tenths(v)))
             .unwrap_or_else(|| "-".into())
     };
     for row in &s.timeline {

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::progress::{NodeTimeline, Progress};
+use super::progress::{NodeTimeline, Progress, tenths};
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -38,19 +38,6 @@ pub struct Summary {
 pub struct EventRow {
     pub at: f64,
     pub what: String,
-}
-
-/// Seconds as the summary shows them: to a tenth.
-pub(super) fn tenths(seconds: f64) -> f64 {
-    (seconds * 10.0).round() / 10.0
-}
-
-/// Serializes optional seconds to a tenth (the per-node timeline's fields).
-pub(super) fn tenths_opt<S: serde::Serializer>(
-    seconds: &Option<f64>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    seconds.map(tenths).serialize(serializer)
 }
 
 /// How the run ended, as far as the demo's loop knows.

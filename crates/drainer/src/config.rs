@@ -11,13 +11,9 @@ use crate::gate::GateConfig;
 use crate::pods::DrainOptions;
 use crate::window::MaintenanceWindow;
 
-/// A duration written as `90s`, `15m`, `1h30m` (or ISO 8601).
+/// A duration flag: `90s`, `15m`, `1h30m` (or ISO 8601); see [`rotor_core::duration`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d: jiff::SignedDuration = s
-        .trim()
-        .parse()
-        .map_err(|e| format!("invalid duration {s:?} (expected e.g. 30s, 15m, 2h): {e}"))?;
-    Duration::try_from(d).map_err(|_| format!("duration {s:?} must not be negative"))
+    rotor_core::parse_duration(s).map_err(|e| e.to_string())
 }
 
 #[derive(Args, Clone, Debug)]

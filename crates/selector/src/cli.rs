@@ -248,19 +248,14 @@ fn parse_node_selector(text: &str) -> Result<String, String> {
 }
 
 /// `--max-age`: a friendly (`30d`, `1w2d`, `36h`) or ISO 8601 (`P30D`) duration, days being 24
-/// hours; positive.
+/// hours ([`rotor_core::duration`]); positive.
 pub fn parse_max_age(text: &str) -> Result<Duration, String> {
-    let span: jiff::Span = text.trim().parse().map_err(|e| {
-        format!("invalid duration {text:?} (expected e.g. 30d, 2w, 36h or P30D): {e}")
-    })?;
-    let duration = span
-        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
-        .map_err(|_| {
-            format!("duration {text:?} uses months or years, whose length varies; use days or weeks (e.g. 30d)")
-        })?;
-    match Duration::try_from(duration) {
+    match rotor_core::parse_duration(text) {
         Ok(duration) if !duration.is_zero() => Ok(duration),
-        _ => Err(format!("duration {text:?} must be positive")),
+        Ok(_) | Err(rotor_core::DurationError::Negative { .. }) => {
+            Err(format!("duration {text:?} must be positive"))
+        }
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -22,13 +22,10 @@ pub enum ScenarioError {
     Invalid { path: String, message: String },
 }
 
-/// A duration written as `100ms`, `5s`, `2m`, `1h30m` (jiff's friendly format) or ISO 8601.
+/// A duration written as `100ms`, `5s`, `2m`, `1h30m` or ISO 8601: rotor's one duration syntax
+/// ([`rotor_core::duration`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d: jiff::SignedDuration = s
-        .trim()
-        .parse()
-        .map_err(|e| format!("invalid duration {s:?} (expected e.g. 500ms, 5s, 2m): {e}"))?;
-    Duration::try_from(d).map_err(|_| format!("duration {s:?} must not be negative"))
+    rotor_core::parse_duration(s).map_err(|e| e.to_string())
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

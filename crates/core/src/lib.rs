@@ -3,6 +3,7 @@
 //! - [`contract`]: the drain taint, reason slugs, drainer state annotations and opt-outs; the whole
 //!   interface between the selector and the drainer, defined once.
 //! - [`duration`]: the one duration syntax of every flag and scenario file.
+//! - [`node_budget`]: a count or a percentage of nodes, as both binaries' budgets are written.
 //! - [`provider_id`]: AWS `spec.providerID` parsing into an [`InstanceId`].
 //! - [`client`](mod@client): kube client construction from [`KubeArgs`], with and without kube's built-in retry.
 //! - [`telemetry`]: the tracing subscriber ([`LogArgs`]).
@@ -17,6 +18,7 @@ pub mod admin;
 pub mod client;
 pub mod contract;
 pub mod duration;
+pub mod node_budget;
 pub mod provider_id;
 pub mod shutdown;
 pub mod telemetry;
@@ -28,6 +30,7 @@ pub use contract::{
     find_drain_taint, node_opted_out, pod_opt_out,
 };
 pub use duration::{DurationError, parse_duration};
+pub use node_budget::{NodeBudget, ParseBudgetError};
 pub use provider_id::{InstanceId, ProviderIdError, parse_aws_provider_id};
 pub use shutdown::shutdown_token;
 pub use telemetry::{LogArgs, LogFormat};

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use clap::Args;
+use rotor_core::NodeBudget;
 
-use crate::fleet::Budget;
 use crate::gate::GateConfig;
 use crate::pods::DrainOptions;
 use crate::window::MaintenanceWindow;
@@ -26,7 +26,7 @@ pub struct DrainArgs {
     /// did it): a count or a percentage of all nodes, rounded up. No new drain starts above it.
     /// Nodes rotor has drained and that wait to be retired do not count: their pods run elsewhere.
     #[arg(long, env = "ROTOR_MAX_UNAVAILABLE", default_value = "1")]
-    pub max_unavailable: Budget,
+    pub max_unavailable: NodeBudget,
 
     /// A new node that has not been Ready yet (a replacement still booting) does not count
     /// against --max-unavailable, nor in the fleet's size, for this long after it joined; after
@@ -125,7 +125,7 @@ pub struct LeaderArgs {
 #[derive(Clone, Debug)]
 pub struct DrainerConfig {
     pub max_concurrent: usize,
-    pub max_unavailable: Budget,
+    pub max_unavailable: NodeBudget,
     pub node_startup_grace: Duration,
     pub drain_timeout: Duration,
     pub force_after: Option<Duration>,

@@ -12,7 +12,6 @@
 //! rotation.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -21,78 +20,9 @@ use rotor_core::contract::{
     DO_NOT_DISRUPT_ANNOTATION, DrainPhase, find_drain_taint, format_timestamp, node_opted_out,
 };
 
+use rotor_core::NodeBudget;
+
 use crate::state::DrainRecord;
-
-/// A number of nodes, absolute or as a share of the cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Budget {
-    /// At most this many nodes.
-    Count(u32),
-    /// At most this percentage (0–100) of the nodes, rounded up.
-    Percent(u32),
-}
-
-impl Budget {
-    /// The budget for a cluster of `total` nodes; percentages round up, as Karpenter's node
-    /// budgets do (10% of 3 nodes is 1).
-    pub fn resolve(&self, total: usize) -> usize {
-        match *self {
-            Budget::Count(n) => n as usize,
-            Budget::Percent(p) => (total.saturating_mul(p as usize)).div_ceil(100),
-        }
-    }
-}
-
-impl fmt::Display for Budget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Budget::Count(n) => write!(f, "{n}"),
-            Budget::Percent(p) => write!(f, "{p}%"),
-        }
-    }
-}
-
-/// A budget that is neither a count nor a percentage from 0 to 100.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid node budget {value:?}: {problem}; expected a node count such as \"3\" or a percentage of nodes from 0% to 100% such as \"25%\""
-)]
-pub struct ParseBudgetError {
-    /// The text that failed to parse.
-    pub value: String,
-    /// What is wrong with it.
-    pub problem: &'static str,
-}
-
-impl FromStr for Budget {
-    type Err = ParseBudgetError;
-
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        let error = |problem| ParseBudgetError {
-            value: value.to_owned(),
-            problem,
-        };
-        let text = value.trim();
-        let (digits, percent) = match text.strip_suffix('%') {
-            Some(digits) => (digits, true),
-            None => (text, false),
-        };
-        if digits.is_empty() {
-            return Err(error("no number"));
-        }
-        if !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(error("not a whole non-negative number"));
-        }
-        let number: u32 = digits.parse().map_err(|_| error("number too large"))?;
-        if !percent {
-            return Ok(Budget::Count(number));
-        }
-        if number > 100 {
-            return Err(error("a percentage cannot exceed 100%"));
-        }
-        Ok(Budget::Percent(number))
-    }
-}
 
 /// What the fleet decision needs to know about one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -232,7 +162,7 @@ pub enum HeldReason {
     BackingOff { attempts: u32, retry_at: Timestamp },
     /// `--max-unavailable` resolves to zero for a fleet of `total` nodes (fail closed).
     NoneAllowed {
-        max_unavailable: Budget,
+        max_unavailable: NodeBudget,
         total: usize,
     },
     /// Every `--max-concurrent` slot is taken.
@@ -242,7 +172,7 @@ pub enum HeldReason {
     },
     /// Starting it would take more nodes out than `--max-unavailable` allows.
     MaxUnavailable {
-        max_unavailable: Budget,
+        max_unavailable: NodeBudget,
         unavailable: usize,
         total: usize,
     },
@@ -314,7 +244,7 @@ pub struct FleetLimits {
     /// Drains under way at once.
     pub max_concurrent: usize,
     /// Nodes unavailable at once, drains included.
-    pub max_unavailable: Budget,
+    pub max_unavailable: NodeBudget,
     /// How long a new node that has not been Ready yet is left out of the count (see
     /// [`NodeView::is_starting`]).
     pub startup_grace: Duration,
@@ -596,39 +526,6 @@ mod tests {
 
     fn held_names(d: &FleetDecision) -> Vec<&str> {
         d.held.iter().map(|(n, _)| n.as_str()).collect()
-    }
-
-    #[test]
-    fn budgets_parse_display_and_resolve() {
-        assert_eq!("3".parse(), Ok(Budget::Count(3)));
-        assert_eq!(" 25% ".parse(), Ok(Budget::Percent(25)));
-        assert_eq!("0".parse(), Ok(Budget::Count(0)));
-        assert_eq!("100%".parse(), Ok(Budget::Percent(100)));
-        for b in [Budget::Count(7), Budget::Percent(10)] {
-            assert_eq!(b.to_string().parse(), Ok(b));
-        }
-        assert_eq!(Budget::Percent(10).resolve(3), 1);
-        assert_eq!(Budget::Percent(10).resolve(0), 0);
-        assert_eq!(Budget::Percent(25).resolve(10), 3);
-        assert_eq!(Budget::Percent(100).resolve(7), 7);
-        assert_eq!(Budget::Count(2).resolve(100), 2);
-    }
-
-    #[test]
-    fn bad_budgets_say_what_is_expected() {
-        for (text, problem) in [
-            ("", "no number"),
-            ("%", "no number"),
-            ("-1", "not a whole"),
-            ("1.5", "not a whole"),
-            ("ten", "not a whole"),
-            ("101%", "cannot exceed 100%"),
-            ("99999999999", "too large"),
-        ] {
-            let message = text.parse::<Budget>().unwrap_err().to_string();
-            assert!(message.contains(problem), "{text}: {message}");
-            assert!(message.contains("\"25%\""), "{message}");
-        }
     }
 
     #[test]

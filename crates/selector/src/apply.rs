@@ -31,7 +31,9 @@ use serde_json::{Value, json};
 
 use crate::api_calls::ApiCalls;
 use crate::kube_retry::retry_transient;
-use crate::plan::{Action, Budget, Candidate, PlanLimits, PlannedNode, plan};
+use rotor_core::NodeBudget;
+
+use crate::plan::{Action, Candidate, PlanLimits, PlannedNode, plan};
 use crate::provider::slim;
 use crate::providers::Assessor;
 
@@ -177,7 +179,7 @@ fn other_taints(node: &Node) -> Vec<Taint> {
 /// the whole plan was made, so the node keeps its slot.
 pub fn recheck(planned: &Action, fresh: Candidate, retire_drained: bool) -> Result<Action, String> {
     let limits = PlanLimits {
-        max_tainted: Budget::Count(1),
+        max_tainted: NodeBudget::Count(1),
         max_tainted_per_group: None,
         retire_drained,
     };

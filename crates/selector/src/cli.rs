@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, ValueEnum};
 use rotor_apimachinery::labels::{LabelSelector, Operator, Requirement};
-use rotor_core::{KubeArgs, LogArgs, TaintEffect};
+use rotor_core::{KubeArgs, LogArgs, NodeBudget, TaintEffect};
 
 use crate::aws_provider::{AwsConfig, GroupDiscovery};
 use crate::drift::TagExclusion;
-use crate::plan::{Budget, PlanLimits};
+use crate::plan::PlanLimits;
 
 /// Node labels that name a node's group, tried in this order (the first one present wins):
 /// EKS managed node groups, eksctl node groups, Karpenter node pools, GKE node pools, AKS agent
@@ -125,7 +125,7 @@ pub struct SelectArgs {
         default_value = "1",
         value_name = "COUNT|PERCENT"
     )]
-    pub max_tainted: Budget,
+    pub max_tainted: NodeBudget,
 
     /// Most tainted nodes at once within one group, on top of --max-tainted: a count, or a
     /// percentage of the group's nodes considered (rounded up). The group is the node's Auto
@@ -136,7 +136,7 @@ pub struct SelectArgs {
         env = "ROTOR_MAX_TAINTED_PER_GROUP",
         value_name = "COUNT|PERCENT"
     )]
-    pub max_tainted_per_group: Option<Budget>,
+    pub max_tainted_per_group: Option<NodeBudget>,
 
     /// Effect of the drain taint put on selected nodes. `NoSchedule` keeps new pods off at once;
     /// `PreferNoSchedule` lets an old node stay usable until the drainer starts on it.
@@ -461,7 +461,7 @@ mod tests {
         assert_eq!(
             c.limits,
             PlanLimits {
-                max_tainted: Budget::Count(1),
+                max_tainted: NodeBudget::Count(1),
                 max_tainted_per_group: None,
                 retire_drained: false,
             }
@@ -502,8 +502,8 @@ mod tests {
         );
         assert!(c.dry_run);
         assert_eq!(c.output, OutputFormat::Json);
-        assert_eq!(c.limits.max_tainted, Budget::Percent(25));
-        assert_eq!(c.limits.max_tainted_per_group, Some(Budget::Count(2)));
+        assert_eq!(c.limits.max_tainted, NodeBudget::Percent(25));
+        assert_eq!(c.limits.max_tainted_per_group, Some(NodeBudget::Count(2)));
         assert_eq!(c.taint_effect, TaintEffect::PreferNoSchedule);
         assert_eq!(
             c.node_selector.as_deref(),

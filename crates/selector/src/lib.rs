@@ -38,5 +38,5 @@ pub mod run;
 pub mod verdict;
 
 pub use drift::{DriftInputs, TagExclusion, instance_verdict, resolve_group_version};
-pub use plan::{Action, Budget, Candidate, PlanLimits, PlanSummary, PlannedNode, plan, summary};
+pub use plan::{Action, Candidate, PlanLimits, PlanSummary, PlannedNode, plan, summary};
 pub use verdict::{SkipReason, Verdict};

@@ -5,11 +5,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::str::FromStr;
 
 use jiff::Timestamp;
 use rotor_core::DrainReason;
 use rotor_core::contract::DO_NOT_DISRUPT_ANNOTATION;
+
+use rotor_core::NodeBudget;
 
 use crate::verdict::Verdict;
 
@@ -40,86 +41,14 @@ pub struct Candidate {
     pub drained: bool,
 }
 
-/// A budget: a count of nodes, or a percentage of the nodes considered (rounded up).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Budget {
-    /// At most this many nodes.
-    Count(u32),
-    /// At most this percentage (0 to 100) of the nodes considered, rounded up.
-    Percent(u32),
-}
-
-impl Budget {
-    /// The number of nodes this budget allows out of `total`.
-    pub fn resolve(self, total: usize) -> usize {
-        match self {
-            Budget::Count(count) => count as usize,
-            Budget::Percent(percent) => (total * percent as usize).div_ceil(100),
-        }
-    }
-
-    /// `5`, or `25% (3 of 12 nodes)`: the budget with what it came to.
-    fn describe(self, total: usize) -> String {
-        match self {
-            Budget::Count(count) => count.to_string(),
-            Budget::Percent(percent) => {
-                format!("{percent}% ({} of {total} nodes)", self.resolve(total))
-            }
-        }
-    }
-}
-
-impl fmt::Display for Budget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Budget::Count(count) => write!(f, "{count}"),
-            Budget::Percent(percent) => write!(f, "{percent}%"),
-        }
-    }
-}
-
-impl FromStr for Budget {
-    type Err = ParseBudgetError;
-
-    /// `3` (a count) or `25%` (a percentage, at most 100%).
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let error = || ParseBudgetError {
-            value: text.to_owned(),
-        };
-        let digits = |s: &str| -> Result<u32, ParseBudgetError> {
-            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(error());
-            }
-            s.parse().map_err(|_| error())
-        };
-        match text.strip_suffix('%') {
-            Some(percent) => match digits(percent)? {
-                percent @ 0..=100 => Ok(Budget::Percent(percent)),
-                _ => Err(error()),
-            },
-            None => Ok(Budget::Count(digits(text)?)),
-        }
-    }
-}
-
-/// A budget is not a count or a percentage.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "budget {value:?} is not a node count (e.g. 3) or a percentage of the nodes (e.g. 25%, at most 100%)"
-)]
-pub struct ParseBudgetError {
-    /// The text that failed to parse.
-    pub value: String,
-}
-
 /// The limits a plan stays within.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlanLimits {
     /// Tainted nodes at once, including those already tainted; a percentage is of all candidates.
-    pub max_tainted: Budget,
+    pub max_tainted: NodeBudget,
     /// Tainted nodes at once per group, on top of `max_tainted`; a percentage is of the group's
     /// candidates.
-    pub max_tainted_per_group: Option<Budget>,
+    pub max_tainted_per_group: Option<NodeBudget>,
     /// Retire (terminate in its group) drained nodes, at most `max_tainted` per run.
     pub retire_drained: bool,
 }
@@ -445,48 +374,6 @@ mod tests {
     }
 
     #[test]
-    fn budgets_parse_and_round_up() {
-        assert_eq!("3".parse(), Ok(Budget::Count(3)));
-        assert_eq!("0".parse(), Ok(Budget::Count(0)));
-        assert_eq!("25%".parse(), Ok(Budget::Percent(25)));
-        assert_eq!("100%".parse(), Ok(Budget::Percent(100)));
-        for bad in [
-            "",
-            "%",
-            "101%",
-            "-1",
-            "3.5",
-            " 3",
-            "3 ",
-            "25 %",
-            "x",
-            "4294967296",
-        ] {
-            assert_eq!(
-                bad.parse::<Budget>(),
-                Err(ParseBudgetError { value: bad.into() }),
-                "{bad:?}"
-            );
-        }
-        assert!(
-            "101%"
-                .parse::<Budget>()
-                .unwrap_err()
-                .to_string()
-                .contains("at most 100%")
-        );
-        assert_eq!(Budget::Count(3).resolve(1), 3);
-        assert_eq!(Budget::Percent(25).resolve(10), 3);
-        assert_eq!(Budget::Percent(25).resolve(12), 3);
-        assert_eq!(Budget::Percent(10).resolve(5), 1);
-        assert_eq!(Budget::Percent(1).resolve(0), 0);
-        assert_eq!(Budget::Percent(0).resolve(50), 0);
-        assert_eq!(Budget::Percent(100).resolve(7), 7);
-        assert_eq!(Budget::Percent(25).to_string(), "25%");
-        assert_eq!(Budget::Count(5).to_string(), "5");
-    }
-
-    #[test]
     fn oldest_first_within_count_budget() {
         let plan = plan(
             vec![
@@ -760,7 +647,7 @@ mod tests {
             node("ungrouped", "c", 7),
         ];
         let mut limits = limits("10");
-        limits.max_tainted_per_group = Some(Budget::Count(2));
+        limits.max_tainted_per_group = Some(NodeBudget::Count(2));
         // Zone a already has g1-tainted, so zones b and c come first: g1-b, g1-c (group full),
         // g1-a (group full), g2-b, g2-c, g2-a (group full), ungrouped.
         let planned = plan(candidates.clone(), &limits);
@@ -785,8 +672,8 @@ mod tests {
         );
 
         // 50% of g1's 4 nodes = 2, of g2's 3 nodes = 1.5 → 2; the global budget still applies.
-        limits.max_tainted = Budget::Count(3);
-        limits.max_tainted_per_group = Some(Budget::Percent(50));
+        limits.max_tainted = NodeBudget::Count(3);
+        limits.max_tainted_per_group = Some(NodeBudget::Percent(50));
         let planned = plan(candidates, &limits);
         assert_eq!(
             kinds(&planned),

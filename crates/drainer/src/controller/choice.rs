@@ -247,7 +247,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::fleet::Budget;
+    use rotor_core::NodeBudget;
 
     fn now() -> Timestamp {
         "2025-03-01T12:00:00Z".parse().unwrap()
@@ -268,7 +268,7 @@ mod tests {
     fn limits(slots: usize) -> FleetLimits {
         FleetLimits {
             max_concurrent: slots,
-            max_unavailable: Budget::Count(slots as u32),
+            max_unavailable: NodeBudget::Count(slots as u32),
             startup_grace: Duration::from_secs(600),
         }
     }

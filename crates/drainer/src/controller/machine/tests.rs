@@ -1,7 +1,7 @@
 use std::str::FromStr;
 
 use super::*;
-use crate::fleet::Budget;
+use rotor_core::NodeBudget;
 
 fn wall() -> Timestamp {
     "2025-03-01T12:00:00Z".parse().unwrap()
@@ -11,7 +11,7 @@ fn config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
     MachineConfig {
         limits: FleetLimits {
             max_concurrent,
-            max_unavailable: Budget::Count(max_concurrent as u32),
+            max_unavailable: NodeBudget::Count(max_concurrent as u32),
             startup_grace: Duration::from_secs(600),
         },
         windows: windows
@@ -491,7 +491,7 @@ fn a_burst_of_taints_settles_after_a_quiet_spell_or_at_most_the_cap() {
 #[test]
 fn held_starts_take_the_nodes_held_by_the_limits_with_them() {
     let max_unavailable = HeldReason::MaxUnavailable {
-        max_unavailable: Budget::Count(2),
+        max_unavailable: NodeBudget::Count(2),
         unavailable: 2,
         total: 9,
     };

@@ -12,6 +12,7 @@
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch, with the built-in
 //!   Kubernetes list-merge rules ([`KubeStrategy`]) and the HTTP status each failure maps to.
 //! - [`quantity`]: `resource.Quantity` parsing to exact milli-units.
+//! - [`taints`]: tolerations against taints, as the scheduler and `kubectl drain` match them.
 //!
 //! No I/O, no clocks, no global state: every function is deterministic in its arguments.
 
@@ -19,6 +20,7 @@ pub mod fields;
 pub mod labels;
 pub mod patch;
 pub mod quantity;
+pub mod taints;
 
 pub use fields::{FieldOp, FieldRequirement, FieldSelector, FieldSelectorError};
 pub use labels::{LabelSelector, LabelSelectorError, Operator, Requirement};

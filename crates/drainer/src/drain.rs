@@ -17,6 +17,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
+use rotor_apimachinery::taints::keeps_pods_off;
 use rotor_core::contract::{DrainPhase, FIELD_MANAGER, find_drain_taint};
 use serde_json::json;
 use tokio::sync::watch;
@@ -24,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::DrainerConfig;
 use crate::evict::{self, EvictionOutcome};
-use crate::fleet::taint_keeps_pods_off;
 use crate::gate::Owner;
 use crate::metrics::Metrics;
 use crate::pace::BudgetPace;
@@ -498,7 +498,7 @@ async fn drain_fresh(
     // The taint's age counts only if the taint as read now keeps pods off; otherwise only the
     // cordon just written does, from now.
     let protected_for = tainted_since
-        .filter(|_| taint_keeps_pods_off(&taint))
+        .filter(|_| keeps_pods_off(&taint))
         .map(|since| since.elapsed());
     let settled = settled_at(protected_for, Timestamp::now(), ctx.cfg.settle);
     let result = evict_until_drained(

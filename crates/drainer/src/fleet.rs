@@ -15,11 +15,12 @@ use std::fmt;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::Node;
 use rotor_core::contract::{
     DO_NOT_DISRUPT_ANNOTATION, DrainPhase, find_drain_taint, format_timestamp, node_opted_out,
 };
 
+use rotor_apimachinery::taints::keeps_pods_off;
 use rotor_core::NodeBudget;
 
 use crate::state::DrainRecord;
@@ -79,7 +80,7 @@ impl NodeView {
         NodeView {
             name: node.metadata.name.clone().unwrap_or_default(),
             tainted: find_drain_taint(node).is_some(),
-            taint_keeps_pods_off: find_drain_taint(node).is_some_and(taint_keeps_pods_off),
+            taint_keeps_pods_off: find_drain_taint(node).is_some_and(keeps_pods_off),
             tainted_since: None,
             record: DrainRecord::from_annotations(node.metadata.annotations.as_ref()),
             ready,
@@ -137,12 +138,6 @@ impl NodeView {
             && !self.deleting
             && !self.tainted
     }
-}
-
-/// Whether a taint keeps pods that do not tolerate it off the node: `NoSchedule` and `NoExecute`
-/// do, `PreferNoSchedule` only asks the scheduler to avoid the node.
-pub fn taint_keeps_pods_off(taint: &Taint) -> bool {
-    matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
 }
 
 /// A fleet limit that holds a node (rather than something about the node itself).

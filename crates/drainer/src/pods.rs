@@ -6,10 +6,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rotor_apimachinery::labels::LabelSelector;
+use rotor_apimachinery::taints::tolerated_by_any;
 use rotor_core::contract::pod_opt_out;
 
 /// Annotation the kubelet puts on mirror pods (static pods seen through the API).
@@ -238,33 +239,12 @@ pub fn uses_emptydir(pod: &Pod) -> bool {
         .is_some_and(|volumes| volumes.iter().any(|v| v.empty_dir.is_some()))
 }
 
-/// Kubernetes' `Toleration.ToleratesTaint`: effect empty or equal, key empty or equal, and then
-/// `Exists`, or `Equal` (the default operator) with the same value.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect = toleration.effect.as_deref().unwrap_or_default();
-    if !effect.is_empty() && effect != taint.effect {
-        return false;
-    }
-    let key = toleration.key.as_deref().unwrap_or_default();
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match toleration.operator.as_deref().unwrap_or_default() {
-        "" | "Equal" => {
-            toleration.value.as_deref().unwrap_or_default()
-                == taint.value.as_deref().unwrap_or_default()
-        }
-        "Exists" => true,
-        _ => false,
-    }
-}
-
 /// True when one of the pod's tolerations tolerates `taint`.
 pub fn tolerates_taint(pod: &Pod, taint: &Taint) -> bool {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.tolerations.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| tolerates(t, taint)))
+        .is_some_and(|ts| tolerated_by_any(ts, taint))
 }
 
 /// The pod's eviction tier (see [`EvictionTier::Critical`]).

@@ -48,32 +48,7 @@ impl NodeSlot {
     }
 }
 
-/// Whether one toleration tolerates one taint (operator Equal by default, Exists matches any
-/// value, an empty key with Exists matches every taint, an empty effect matches every effect).
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = t.effect.as_deref()
-        && !effect.is_empty()
-        && effect != taint.effect
-    {
-        return false;
-    }
-    let key = t.key.as_deref().unwrap_or("");
-    match t.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => key.is_empty() || key == taint.key,
-        _ => {
-            key == taint.key
-                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-    }
-}
-
-/// Taints with NoSchedule or NoExecute effect that no toleration covers.
-pub fn untolerated<'a>(tolerations: &[Toleration], taints: &'a [Taint]) -> Option<&'a Taint> {
-    taints
-        .iter()
-        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .find(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
-}
+pub use rotor_apimachinery::taints::untolerated;
 
 /// A hostname spread constraint a pod must keep.
 #[derive(Clone, Debug)]
@@ -329,37 +304,6 @@ mod tests {
             effect: effect.into(),
             time_added: None,
         }
-    }
-
-    #[test]
-    fn toleration_rules() {
-        let t = taint("rotor.dev/drain", "NoSchedule");
-        let exists_any = Toleration {
-            operator: Some("Exists".into()),
-            ..Default::default()
-        };
-        assert!(tolerates(&exists_any, &t));
-        let eq = Toleration {
-            key: Some("rotor.dev/drain".into()),
-            value: Some("x".into()),
-            ..Default::default()
-        };
-        assert!(tolerates(&eq, &t));
-        let wrong_value = Toleration {
-            key: Some("rotor.dev/drain".into()),
-            value: Some("y".into()),
-            ..Default::default()
-        };
-        assert!(!tolerates(&wrong_value, &t));
-        let wrong_effect = Toleration {
-            operator: Some("Exists".into()),
-            effect: Some("NoExecute".into()),
-            ..Default::default()
-        };
-        assert!(!tolerates(&wrong_effect, &t));
-        // PreferNoSchedule taints never block placement.
-        assert!(untolerated(&[], &[taint("a", "PreferNoSchedule")]).is_none());
-        assert!(untolerated(&[], std::slice::from_ref(&t)).is_some());
     }
 
     #[test]

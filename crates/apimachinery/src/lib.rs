@@ -5,6 +5,8 @@
 //! kube-rs clients talk to it), and what rotor's controllers use to evaluate selectors and
 //! quantities the way Kubernetes does.
 //!
+//! - [`disruption`]: which pods a PodDisruptionBudget covers, for its controller and for the
+//!   Eviction API.
 //! - [`labels`]: label selectors, string form (`?labelSelector=`, `kubectl -l`) and structured
 //!   form (`{matchLabels, matchExpressions}`).
 //! - [`fields`]: field selectors (`?fieldSelector=`), with the apiserver's "field label not
@@ -16,6 +18,7 @@
 //!
 //! No I/O, no clocks, no global state: every function is deterministic in its arguments.
 
+pub mod disruption;
 pub mod fields;
 pub mod labels;
 pub mod patch;

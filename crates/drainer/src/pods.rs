@@ -9,6 +9,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use rotor_apimachinery::disruption::{SelectorReader, budget_selector};
 use rotor_apimachinery::labels::LabelSelector;
 use rotor_apimachinery::taints::tolerated_by_any;
 use rotor_core::contract::pod_opt_out;
@@ -391,11 +392,7 @@ struct BudgetView<'a> {
 fn budget_views(pdbs: &[PodDisruptionBudget]) -> Vec<BudgetView<'_>> {
     pdbs.iter()
         .filter_map(|pdb| {
-            let selector = pdb.spec.as_ref().and_then(|spec| spec.selector.as_ref());
-            let selector = LabelSelector::from_k8s(selector).ok()?;
-            if selector.is_empty() || selector.is_nothing() {
-                return None;
-            }
+            let selector = budget_selector(pdb, SelectorReader::Eviction)?;
             Some(BudgetView {
                 key: key_of(&pdb.metadata),
                 namespace: pdb.metadata.namespace.as_deref().unwrap_or_default(),

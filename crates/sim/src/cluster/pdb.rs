@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use rotor_apimachinery::disruption::{SelectorReader, budget_covers, budget_selector};
 use rotor_apimachinery::labels::LabelSelector;
 
 use super::objects::{pod_ready, terminating};
@@ -16,29 +17,18 @@ use super::objects::{pod_ready, terminating};
 /// How long an evicted pod that has not started terminating is kept out of the healthy count.
 pub const DISRUPTED_POD_TIMEOUT_SECS: i64 = 120;
 
-/// The budget's selector as the disruption controller reads it: a null selector covers no pods,
-/// an empty one (`{}`) every pod in the budget's namespace (policy/v1), an invalid one nothing.
+/// The budget's selector as the disruption controller reads it.
 pub fn selector(pdb: &PodDisruptionBudget) -> Option<LabelSelector> {
-    let sel = pdb.spec.as_ref()?.selector.as_ref()?;
-    let v = serde_json::to_value(sel).ok()?;
-    LabelSelector::from_structured(&v).ok()
+    budget_selector(pdb, SelectorReader::DisruptionController)
 }
 
-/// The budget's selector as the eviction subresource reads it: like [`selector`], except that
-/// an empty selector covers nothing. `eviction.go` still skips empty selectors ("it should match
-/// nothing, not everything") although the controller counts every pod for them, so such a
-/// budget reports status but never refuses an eviction.
+/// The budget's selector as the eviction subresource reads it (empty selectors skipped).
 pub fn eviction_selector(pdb: &PodDisruptionBudget) -> Option<LabelSelector> {
-    selector(pdb).filter(|s| !s.is_empty())
+    budget_selector(pdb, SelectorReader::Eviction)
 }
 
 pub fn covers(pdb: &PodDisruptionBudget, sel: Option<&LabelSelector>, pod: &Pod) -> bool {
-    let Some(sel) = sel else { return false };
-    if pdb.metadata.namespace != pod.metadata.namespace {
-        return false;
-    }
-    let empty = BTreeMap::new();
-    sel.matches(pod.metadata.labels.as_ref().unwrap_or(&empty))
+    sel.is_some_and(|sel| budget_covers(pdb, sel, pod))
 }
 
 /// `ceil(pct * total / 100)` for "NN%" strings, or the integer itself.
@@ -302,21 +292,5 @@ mod tests {
             Timestamp::from_second(now.as_second() + DISRUPTED_POD_TIMEOUT_SECS + 1).unwrap();
         let s = compute_status(&p, &refs, &scale(2), later);
         assert_eq!((s.current_healthy, s.disruptions_allowed), (2, 1));
-    }
-
-    #[test]
-    fn null_selector_covers_nothing_and_empty_selector_covers_the_namespace_except_for_eviction() {
-        let mut p = pdb(Some(IntOrString::Int(1)), None);
-        p.spec.as_mut().unwrap().selector = None;
-        assert!(selector(&p).is_none());
-        assert!(!covers(&p, selector(&p).as_ref(), &pod("a", true)));
-        p.spec.as_mut().unwrap().selector = Some(K8sSel::default());
-        assert!(covers(&p, selector(&p).as_ref(), &pod("a", true)));
-        assert!(!covers(&p, eviction_selector(&p).as_ref(), &pod("a", true)));
-        let mut other_ns = pod("a", true);
-        other_ns.metadata.namespace = Some("elsewhere".into());
-        assert!(!covers(&p, selector(&p).as_ref(), &other_ns));
-        let p = pdb(Some(IntOrString::Int(1)), None);
-        assert!(covers(&p, selector(&p).as_ref(), &pod("a", true)));
     }
 }

@@ -75,6 +75,47 @@ mod tests {
         budget_selector(pdb, reader).is_some_and(|s| budget_covers(pdb, &s, pod))
     }
 
+    /// The shared case table (`tests/cases/semantics.json`), which rotor-sim and the real control
+    /// plane also answer (`tests/tests/semantics.rs`).
+    #[test]
+    fn the_shared_budget_cases() {
+        let table: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/cases/semantics.json")).unwrap();
+        let budgets = &table["budgets"];
+        let pods: Vec<Pod> = budgets["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                serde_json::from_value(json!({"metadata": {
+                    "name": p["name"], "namespace": p["namespace"], "labels": p["labels"]}}))
+                .unwrap()
+            })
+            .collect();
+        for case in budgets["cases"].as_array().unwrap() {
+            let budget: PodDisruptionBudget = serde_json::from_value(json!({
+                "metadata": {"name": case["name"], "namespace": budgets["namespace"]},
+                "spec": {"selector": case["selector"], "minAvailable": 0}
+            }))
+            .unwrap();
+            for (reader, field) in [(DisruptionController, "controller"), (Eviction, "eviction")] {
+                let mut covered: Vec<&str> = pods
+                    .iter()
+                    .filter(|p| covers(&budget, reader, p))
+                    .map(|p| p.metadata.name.as_deref().unwrap())
+                    .collect();
+                covered.sort();
+                let expected: Vec<&str> = case[field]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n.as_str().unwrap())
+                    .collect();
+                assert_eq!(covered, expected, "{} for the {field}", case["name"]);
+            }
+        }
+    }
+
     #[test]
     fn each_reader_sees_the_selector_as_kubernetes_does() {
         let web = || {

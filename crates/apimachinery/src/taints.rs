@@ -101,6 +101,29 @@ mod tests {
         ));
     }
 
+    /// The shared case table (`tests/cases/semantics.json`), which rotor-sim and the real control
+    /// plane also answer (`tests/tests/semantics.rs`).
+    #[test]
+    fn the_shared_toleration_cases() {
+        let table: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/cases/semantics.json")).unwrap();
+        let taint: Taint = serde_json::from_value(table["taint"].clone()).unwrap();
+        let cases = table["tolerations"].as_array().unwrap();
+        assert!(cases.len() >= 10);
+        for case in cases {
+            let tolerations: Vec<Toleration> = case["toleration"]
+                .as_object()
+                .map(|t| vec![serde_json::from_value(t.clone().into()).unwrap()])
+                .unwrap_or_default();
+            assert_eq!(
+                tolerated_by_any(&tolerations, &taint),
+                case["tolerates"].as_bool().unwrap(),
+                "{}",
+                case["name"]
+            );
+        }
+    }
+
     #[test]
     fn only_taints_that_keep_pods_off_can_be_untolerated() {
         let prefer = taint("a", None, "PreferNoSchedule");

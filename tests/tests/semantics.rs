@@ -1,0 +1,294 @@
+//! The shared semantics cases (`tests/cases/semantics.json`) answered by rotor-sim and by the
+//! real control plane, as black boxes: the real scheduler and rotor-sim's decide which pods
+//! tolerate the drain taint (by placing them or not), and the real disruption controller and
+//! rotor-sim's count the pods each PodDisruptionBudget covers (`status.expectedPods`). The same
+//! table is judged by rotor-apimachinery's functions in its unit tests, so rotor's logic, the
+//! simulator and Kubernetes are held to one set of answers.
+//!
+//! The control plane's binaries come from `tools/build.sh`; without them the real-cluster test
+//! fails and says how to build them.
+
+use std::time::Duration;
+
+use rotor_e2e::{
+    FakeNode, RealCluster, SimProcess, kubectl_json, kubectl_ok, scenario, wait_until,
+};
+use serde_json::{Value, json};
+
+fn cases() -> Value {
+    let path = rotor_e2e::workspace_root().join("tests/cases/semantics.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("read the case table"))
+        .expect("the case table is JSON")
+}
+
+/// kubectl against one backend: `args`, and whether it succeeded with its output.
+type Kubectl<'a> = &'a dyn Fn(&[&str], Option<&Value>) -> Result<String, String>;
+
+/// Creates a namespace from its JSON (rotor-sim reads JSON bodies only).
+fn create_namespace(kubectl: Kubectl, name: &str) {
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    kubectl(&["create", "-f", "-"], Some(&namespace)).unwrap();
+}
+
+/// Creates each case's pod (one container, the case's toleration) on a cluster whose only node
+/// carries the case table's taint, and checks that exactly the tolerating pods are placed.
+/// `refuses_invalid`: the backend validates tolerations at admission as the real apiserver does.
+fn tolerations_are_judged(backend: &str, kubectl: Kubectl, refuses_invalid: bool) {
+    let table = cases();
+    create_namespace(kubectl, "tolerations");
+    let mut expected = Vec::new();
+    for case in table["tolerations"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let tolerations: Vec<&Value> = case["toleration"]
+            .as_object()
+            .map(|_| &case["toleration"])
+            .into_iter()
+            .collect();
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "tolerations"},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                     "tolerations": tolerations}
+        });
+        let created = kubectl(&["create", "-f", "-"], Some(&pod));
+        if case["admitted"] == json!(false) {
+            if refuses_invalid {
+                assert!(
+                    created.is_err(),
+                    "{backend}: the apiserver admitted {name}: {created:?}"
+                );
+            }
+            continue;
+        }
+        created.unwrap_or_else(|e| panic!("{backend}: create pod {name}: {e}"));
+        expected.push((name.to_string(), case["tolerates"].as_bool().unwrap()));
+    }
+    let placed = |name: &str| -> bool {
+        let pod: Value = serde_json::from_str(
+            &kubectl(
+                &["get", "pod", name, "-n", "tolerations", "-o", "json"],
+                None,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        pod["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+    };
+    wait_until(
+        &format!("{backend}: the tolerating pods to be placed"),
+        Duration::from_secs(60),
+        || {
+            expected
+                .iter()
+                .filter(|(_, t)| *t)
+                .all(|(n, _)| placed(n))
+                .then_some(())
+        },
+    );
+    // The scheduler has had its chance at every pod: those left are those it refused.
+    std::thread::sleep(Duration::from_secs(3));
+    let answers: Vec<(String, bool)> = expected
+        .iter()
+        .map(|(n, _)| (n.clone(), placed(n)))
+        .collect();
+    assert_eq!(
+        answers, expected,
+        "{backend}: (pod, placed on the tainted node)"
+    );
+}
+
+/// Creates the table's pods and one budget per case (minAvailable 0, so the count is all that
+/// is judged), and checks each budget's `status.expectedPods` against the pods the disruption
+/// controller should count.
+fn budgets_count_their_pods(backend: &str, kubectl: Kubectl) {
+    let table = cases();
+    let budgets = &table["budgets"];
+    for namespace in ["shop", "other"] {
+        create_namespace(kubectl, namespace);
+    }
+    for pod in budgets["pods"].as_array().unwrap() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod["name"], "namespace": pod["namespace"], "labels": pod["labels"]},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                     "tolerations": [{"operator": "Exists"}]}
+        });
+        kubectl(&["create", "-f", "-"], Some(&pod)).unwrap();
+    }
+    let mut expected = Vec::new();
+    for case in budgets["cases"].as_array().unwrap() {
+        let mut spec = json!({"minAvailable": 0});
+        if !case["selector"].is_null() {
+            spec["selector"] = case["selector"].clone();
+        }
+        let budget = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": case["name"], "namespace": budgets["namespace"]},
+            "spec": spec
+        });
+        kubectl(&["create", "-f", "-"], Some(&budget)).unwrap();
+        expected.push((
+            case["name"].as_str().unwrap().to_string(),
+            case["controller"].as_array().unwrap().len() as i64,
+        ));
+    }
+    let counted = || -> Vec<(String, Option<i64>)> {
+        let list: Value = serde_json::from_str(
+            &kubectl(&["get", "pdb", "-n", "shop", "-o", "json"], None).unwrap(),
+        )
+        .unwrap();
+        let mut out: Vec<(String, Option<i64>)> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    b["metadata"]["name"].as_str().unwrap().to_string(),
+                    b["status"]["expectedPods"].as_i64(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    expected.sort();
+    let want: Vec<(String, Option<i64>)> = expected
+        .iter()
+        .map(|(n, c)| (n.clone(), Some(*c)))
+        .collect();
+    let seen = wait_until(
+        &format!("{backend}: every budget's status"),
+        Duration::from_secs(60),
+        || {
+            let now = counted();
+            now.iter().all(|(_, c)| c.is_some()).then_some(now)
+        },
+    );
+    // Counts settle as the controller sees each pod; give it a moment to agree.
+    let seen = if seen == want {
+        seen
+    } else {
+        std::thread::sleep(Duration::from_secs(5));
+        counted()
+    };
+    assert_eq!(seen, want, "{backend}: (budget, status.expectedPods)");
+}
+
+fn real_kubectl(
+    cluster: &RealCluster,
+) -> impl Fn(&[&str], Option<&Value>) -> Result<String, String> + '_ {
+    move |args, stdin| {
+        run(
+            cluster.kubectl_bin(),
+            &[
+                "--kubeconfig",
+                &cluster.admin_kubeconfig().display().to_string(),
+            ],
+            args,
+            stdin,
+        )
+    }
+}
+
+fn sim_kubectl(
+    sim: &SimProcess,
+) -> impl Fn(&[&str], Option<&Value>) -> Result<String, String> + '_ {
+    move |args, stdin| match stdin {
+        None => {
+            let out = rotor_e2e::kubectl(sim, args);
+            if out.status.success() {
+                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            }
+        }
+        Some(body) => {
+            let file = sim.dir().join(format!(
+                "stdin-{}.json",
+                body["metadata"]["name"].as_str().unwrap_or("x")
+            ));
+            std::fs::write(&file, body.to_string()).unwrap();
+            let f = file.display().to_string();
+            // rotor-sim serves no OpenAPI document for kubectl's client-side validation.
+            let mut args: Vec<&str> = args
+                .iter()
+                .map(|a| if *a == "-" { f.as_str() } else { a })
+                .collect();
+            args.push("--validate=false");
+            let out = rotor_e2e::kubectl(sim, &args);
+            if out.status.success() {
+                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            }
+        }
+    }
+}
+
+fn run(
+    bin: std::path::PathBuf,
+    base: &[&str],
+    args: &[&str],
+    stdin: Option<&Value>,
+) -> Result<String, String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(bin)
+        .args(base)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kubectl");
+    if let Some(body) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.to_string().as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("kubectl output");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[test]
+fn the_real_control_plane_answers_the_shared_cases() {
+    let cluster = RealCluster::start();
+    cluster.add_nodes(&[FakeNode::new("tainted")]);
+    let taint = &cases()["taint"];
+    cluster.kubectl_ok(&[
+        "taint",
+        "nodes",
+        "tainted",
+        &format!(
+            "{}={}:{}",
+            taint["key"].as_str().unwrap(),
+            taint["value"].as_str().unwrap(),
+            taint["effect"].as_str().unwrap()
+        ),
+    ]);
+    let kubectl = real_kubectl(&cluster);
+    tolerations_are_judged("real control plane", &kubectl, true);
+    budgets_count_their_pods("real control plane", &kubectl);
+}
+
+#[test]
+fn rotor_sim_answers_the_shared_cases() {
+    let sim = SimProcess::start(scenario("semantics.yaml"));
+    // The scenario's only node carries the case table's taint.
+    let node = kubectl_json(&sim, &["get", "nodes"]);
+    let taints = &node["items"][0]["spec"]["taints"];
+    assert_eq!(taints[0]["key"], cases()["taint"]["key"], "{taints}");
+    let kubectl = sim_kubectl(&sim);
+    tolerations_are_judged("rotor-sim", &kubectl, false);
+    budgets_count_their_pods("rotor-sim", &kubectl);
+}

@@ -10,9 +10,7 @@
 
 use std::time::Duration;
 
-use rotor_e2e::{
-    FakeNode, RealCluster, SimProcess, kubectl_json, kubectl_ok, scenario, wait_until,
-};
+use rotor_e2e::{FakeNode, RealCluster, SimProcess, kubectl_json, scenario, wait_until};
 use serde_json::{Value, json};
 
 fn cases() -> Value {

@@ -9,6 +9,7 @@
 //! node's drain task), `controller` (the loop over nodes), `leader` (the Lease), `runtime`
 //! (wiring), `status` (the `status` subcommand), `metrics`, `config` (flags).
 
+pub mod budgets;
 pub mod config;
 pub mod controller;
 pub mod drain;

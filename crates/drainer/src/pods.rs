@@ -2,17 +2,18 @@
 //! gives one pod's [`PodVerdict`]; [`plan_node`] turns a node's pods and the cluster's
 //! PodDisruptionBudgets into a [`NodePlan`]: what to evict now (one tier at a time, ordinary pods
 //! before critical ones), what is already going, and what blocks the drain, named for an operator.
+//! The budget arithmetic it uses is in [`crate::budgets`].
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use rotor_apimachinery::disruption::{SelectorReader, budget_selector};
-use rotor_apimachinery::labels::LabelSelector;
 use rotor_apimachinery::taints::tolerated_by_any;
 use rotor_core::contract::pod_opt_out;
+
+pub use crate::budgets::{BudgetDemand, WOULD_BLOCK, budget_never_allows, budget_paces};
+use crate::budgets::{Consulted, budget_blocker, budget_views, consulted_budgets};
 
 /// Annotation the kubelet puts on mirror pods (static pods seen through the API).
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -379,30 +380,6 @@ impl NodePlan {
     }
 }
 
-/// A budget as the eviction API sees it: its key and its selector, if that selects anything.
-struct BudgetView<'a> {
-    key: String,
-    namespace: &'a str,
-    selector: LabelSelector,
-    pdb: &'a PodDisruptionBudget,
-}
-
-/// The budgets the eviction API would consult for a pod: same namespace, selector valid and not
-/// empty (an empty or null selector matches no pod in policy/v1 eviction).
-fn budget_views(pdbs: &[PodDisruptionBudget]) -> Vec<BudgetView<'_>> {
-    pdbs.iter()
-        .filter_map(|pdb| {
-            let selector = budget_selector(pdb, SelectorReader::Eviction)?;
-            Some(BudgetView {
-                key: key_of(&pdb.metadata),
-                namespace: pdb.metadata.namespace.as_deref().unwrap_or_default(),
-                selector,
-                pdb,
-            })
-        })
-        .collect()
-}
-
 /// Plans the drain of one node from its pods and the PodDisruptionBudgets of the namespaces
 /// involved (budgets of other namespaces are ignored).
 ///
@@ -475,143 +452,9 @@ pub fn plan_node(
     plan
 }
 
-/// What [`BudgetDemand::waits`] says of a node whose drain would block (several budgets, a budget that
-/// never allows, a do-not-disrupt pod, a refused kind of pod): start it after the others.
-pub const WOULD_BLOCK: u32 = 1_000;
-
-/// What a node's drain asks of the disruption budgets: for each budget (`namespace/name`), how
-/// many of its pods that budget would be charged for; or that the drain would block (several
-/// budgets, a budget that never allows, a do-not-disrupt pod, a refused kind of pod). The
-/// controller weighs candidates with it, and running drains publish what they still need, so
-/// that several starts do not all queue on the same budget.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BudgetDemand {
-    pub blocks: bool,
-    pub pods: BTreeMap<String, u32>,
-}
-
-impl BudgetDemand {
-    /// The demand of a plan, counting only the charged pods `keep` says are still to evict.
-    pub fn of(plan: &NodePlan, keep: impl Fn(&str) -> bool) -> BudgetDemand {
-        let mut pods: BTreeMap<String, u32> = BTreeMap::new();
-        for (uid, (budget, _)) in &plan.charged {
-            if keep(uid) {
-                *pods.entry(budget.clone()).or_default() += 1;
-            }
-        }
-        BudgetDemand {
-            blocks: !plan.blockers.is_empty(),
-            pods,
-        }
-    }
-
-    /// How long these pods would queue on their budgets, in evictions: for each budget, its
-    /// pods here beyond what it has left to give (`allowed`: the disruptions it allows now, less
-    /// what running drains and earlier picks claimed; negative when pods elsewhere already
-    /// queue on it, and they go first). Budgets not in `allowed` give nothing. A drain that would
-    /// block scores [`WOULD_BLOCK`].
-    pub fn waits(&self, allowed: &BTreeMap<String, i64>) -> u32 {
-        if self.blocks {
-            return WOULD_BLOCK;
-        }
-        let waits: i64 = self
-            .pods
-            .iter()
-            .map(|(budget, pods)| {
-                let left = allowed.get(budget).copied().unwrap_or(0);
-                (i64::from(*pods) - left).max(0)
-            })
-            .sum();
-        u32::try_from(waits)
-            .unwrap_or(u32::MAX)
-            .min(WOULD_BLOCK - 1)
-    }
-
-    /// Claims these pods' disruptions from `allowed`, for the next choice to see.
-    pub fn claim(&self, allowed: &mut BTreeMap<String, i64>) {
-        for (budget, pods) in &self.pods {
-            *allowed.entry(budget.clone()).or_default() -= i64::from(*pods);
-        }
-    }
-}
-
-/// Each budget's pace, by `namespace/name`: what it allows now (`status.disruptionsAllowed`) and
-/// how many disruptions it allows at once when every pod is healthy (`expectedPods -
-/// desiredHealthy`, at least 1): how many evictions one round of replacements lets through.
-pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, (i64, i64)> {
-    pdbs.iter()
-        .map(|pdb| {
-            let status = pdb.status.as_ref();
-            let allowed = status.map_or(0, |s| i64::from(s.disruptions_allowed));
-            let per_round = status.map_or(1, |s| {
-                i64::from(s.expected_pods) - i64::from(s.desired_healthy)
-            });
-            (key_of(&pdb.metadata), (allowed, per_round.max(1)))
-        })
-        .collect()
-}
-
 fn push_unique(blockers: &mut Vec<Blocker>, blocker: Blocker) {
     if !blockers.contains(&blocker) {
         blockers.push(blocker);
-    }
-}
-
-/// The budgets the eviction subresource consults for a pod, as it decides.
-enum Consulted<'a> {
-    /// None: no budget covers the pod, it is `Pending` (deleted without consulting budgets), or
-    /// it is not Ready under a single budget that lets such pods through without consuming a
-    /// disruption (`unhealthyPodEvictionPolicy: AlwaysAllow`, or the budget is healthy:
-    /// `currentHealthy >= desiredHealthy > 0`).
-    Nothing,
-    /// Exactly one budget, charged one disruption.
-    One(&'a BudgetView<'a>),
-    /// Several budgets: the API refuses with a 500.
-    Several(Vec<&'a BudgetView<'a>>),
-}
-
-fn consulted_budgets<'a>(
-    pod: &Pod,
-    pod_ref: &PodRef,
-    budgets: &'a [BudgetView<'a>],
-) -> Consulted<'a> {
-    if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
-        return Consulted::Nothing;
-    }
-    let empty = BTreeMap::new();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    let mut matching: Vec<&BudgetView<'_>> = budgets
-        .iter()
-        .filter(|b| b.namespace == pod_ref.namespace && b.selector.matches(labels))
-        .collect();
-    match matching.len() {
-        0 => Consulted::Nothing,
-        1 if !is_ready(pod) && unready_pod_passes(matching[0].pdb) => Consulted::Nothing,
-        1 => Consulted::One(matching.remove(0)),
-        _ => Consulted::Several(matching),
-    }
-}
-
-/// The budget problem that stops a pod from being evicted, if any: several budgets, or a single
-/// one that can never allow an eviction (so neither a Pending pod nor a not-Ready pod a budget
-/// lets through is ever blocked by one).
-fn budget_blocker(pod_ref: &PodRef, consulted: &Consulted<'_>) -> Option<Blocker> {
-    match consulted {
-        Consulted::Nothing => None,
-        Consulted::One(budget) => {
-            budget_never_allows(budget.pdb, None).map(|reason| Blocker::BudgetNeverAllows {
-                budget: budget.key.clone(),
-                reason,
-            })
-        }
-        Consulted::Several(several) => {
-            let mut names: Vec<String> = several.iter().map(|b| b.key.clone()).collect();
-            names.sort();
-            Some(Blocker::MultipleBudgets {
-                pod: pod_ref.to_string(),
-                budgets: names,
-            })
-        }
     }
 }
 
@@ -621,82 +464,6 @@ pub fn is_ready(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// The eviction API lets a not-Ready pod through this budget without consuming it.
-fn unready_pod_passes(pdb: &PodDisruptionBudget) -> bool {
-    let always_allow = pdb
-        .spec
-        .as_ref()
-        .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
-        == Some("AlwaysAllow");
-    let healthy = pdb
-        .status
-        .as_ref()
-        .is_some_and(|s| s.desired_healthy > 0 && s.current_healthy >= s.desired_healthy);
-    always_allow || healthy
-}
-
-/// Why `pdb` can never allow an eviction, or `None` when it may.
-///
-/// Never: `maxUnavailable` 0 or `"0%"`; `minAvailable` `"100%"` (or more); `minAvailable` that,
-/// scaled to the expected pod count, reaches that count. The expected count is `replicas_hint`
-/// when given (e.g. the owning workload's `spec.replicas`), else the budget's
-/// `status.expectedPods` when it is positive and the status is current (`observedGeneration` not
-/// behind `metadata.generation`). A budget whose status currently allows disruptions is never
-/// reported, whatever its spec says. Values the disruption controller cannot use (a string that
-/// is not a percentage) are not judged.
-pub fn budget_never_allows(
-    pdb: &PodDisruptionBudget,
-    replicas_hint: Option<i32>,
-) -> Option<String> {
-    let spec = pdb.spec.as_ref()?;
-    let status = pdb.status.as_ref();
-    if status.is_some_and(|s| s.disruptions_allowed > 0) {
-        return None;
-    }
-    let status_current = status.is_some_and(|s| {
-        s.observed_generation.unwrap_or(0) >= pdb.metadata.generation.unwrap_or(0)
-    });
-    let expected = replicas_hint
-        .or_else(|| status.filter(|_| status_current).map(|s| s.expected_pods))
-        .filter(|n| *n > 0);
-
-    if let Some(max_unavailable) = &spec.max_unavailable {
-        return match max_unavailable {
-            IntOrString::Int(0) => Some("maxUnavailable is 0".to_owned()),
-            IntOrString::String(s) if parse_percent(s) == Some(0) => {
-                Some(format!("maxUnavailable is {s}"))
-            }
-            _ => None,
-        };
-    }
-    match spec.min_available.as_ref()? {
-        IntOrString::Int(min) => {
-            let expected = expected?;
-            (*min >= expected).then(|| {
-                format!("minAvailable {min} leaves no pod to spare out of {expected} expected")
-            })
-        }
-        IntOrString::String(s) => {
-            let percent = parse_percent(s)?;
-            if percent >= 100 {
-                return Some(format!("minAvailable is {s}"));
-            }
-            let expected = expected?;
-            // The disruption controller rounds minAvailable percentages up.
-            let expected_count = u64::from(expected.unsigned_abs());
-            let desired = (u64::from(percent) * expected_count).div_ceil(100);
-            (desired >= expected_count).then(|| {
-                format!("minAvailable {s} of {expected} expected pods is {desired}: none to spare")
-            })
-        }
-    }
-}
-
-/// `"25%"` as 25; `None` for anything else.
-fn parse_percent(value: &str) -> Option<u32> {
-    value.strip_suffix('%')?.parse().ok()
 }
 
 #[cfg(test)]
@@ -709,6 +476,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn taint() -> Taint {
         drain_taint(DrainReason::Manual, TaintEffect::NoSchedule)

@@ -6,7 +6,7 @@
 //! rotor and acts only while it leads. While no node needs rotor it makes no API request besides
 //! its watches, leader or not: the leader releases the lease after `--release-lease-after`.
 //!
-//! The decisions are in [`machine`] (a state machine, no I/O); this module only carries the
+//! The decisions are in `machine.rs` (a state machine, no I/O); this module only carries the
 //! watches' events to it and runs its commands. `start_gate` holds the next start until the
 //! cluster has absorbed the last drains; `choice` orders the candidates by what their pods'
 //! budgets allow now; both read the cluster, so the shell asks them between the machine's steps.

@@ -4,7 +4,7 @@
 //! when the taint goes away (uncordoning only if rotor cordoned). Progress lives on the node
 //! as annotations and is announced as Events, so a restarted drainer picks up where this left.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use rotor_apimachinery::taints::keeps_pods_off;
 use rotor_core::contract::{DrainPhase, FIELD_MANAGER, find_drain_taint};
 use serde_json::json;
@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::DrainerConfig;
 use crate::evict::{self, EvictionOutcome};
+use crate::eviction_queue::{EvictionQueue, QueuePolicy, Step, later};
 use crate::gate::Owner;
 use crate::metrics::Metrics;
 use crate::pace::BudgetPace;
@@ -305,25 +306,6 @@ pub async fn clean_up(ctx: &Ctx, name: &str) -> Result<(), kube::Error> {
     Ok(())
 }
 
-/// Per-pod retry bookkeeping inside one drain.
-#[derive(Default)]
-struct PodAttempts {
-    /// Pods whose eviction was accepted (their deletion is awaited through the watch).
-    evicted: HashSet<String>,
-    /// Earliest next attempt per pod uid.
-    next_try: HashMap<String, Timestamp>,
-    /// Budget refusals per pod uid (the blocker text).
-    refused: BTreeMap<String, String>,
-    failures: HashMap<String, u32>,
-    /// Blockers that only the operator can clear (several budgets).
-    fatal: BTreeMap<String, String>,
-}
-
-fn later(now: Timestamp, d: Duration) -> Timestamp {
-    now.checked_add(jiff::SignedDuration::try_from(d).unwrap_or_default())
-        .unwrap_or(now)
-}
-
 /// Drains one node until it is drained, fails, loses its taint (`abort`) or the drainer stops
 /// (`stop`). `tainted_since` is when this drainer first saw the node carry a drain taint that
 /// keeps pods off, continuously since (see [`settled_at`]); `None` counts from the cordon.
@@ -501,19 +483,17 @@ async fn drain_fresh(
         .filter(|_| keeps_pods_off(&taint))
         .map(|since| since.elapsed());
     let settled = settled_at(protected_for, Timestamp::now(), ctx.cfg.settle);
-    let result = evict_until_drained(
+    let task = Evicting {
         ctx,
         nodes,
         node,
-        &taint,
-        &mut record,
+        name: name.to_string(),
+        taint: &taint,
         deadline,
         started,
         settled,
-        abort,
-        stop,
-    )
-    .await;
+    };
+    let result = evict_until_drained(&task, &mut record, abort, stop).await;
     match &result {
         DrainResult::Drained => {
             let done = apply(
@@ -562,289 +542,322 @@ async fn drain_fresh(
     (result, record)
 }
 
+/// One drain's evictions, until the node is empty: what the node's eviction needs besides its
+/// record (which it updates as the drain goes).
+struct Evicting<'a> {
+    ctx: &'a Ctx,
+    nodes: &'a Api<Node>,
+    node: &'a Node,
+    name: String,
+    taint: &'a Taint,
+    /// The drain fails at this time.
+    deadline: Timestamp,
+    /// When the drain (this attempt) started: `--force-after` counts from it.
+    started: Timestamp,
+    /// The node is drained no earlier than this (see [`settled_at`]).
+    settled: Timestamp,
+}
+
+/// What one pass over the node's pods concluded.
+struct Pass {
+    /// Drained, or failed at the deadline.
+    ended: Option<DrainResult>,
+    /// When the next pass is due unless a pod or a budget changes first.
+    wake: Timestamp,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn evict_until_drained(
-    ctx: &Ctx,
-    nodes: &Api<Node>,
-    node: &Node,
-    taint: &Taint,
+    task: &Evicting<'_>,
     record: &mut DrainRecord,
-    deadline: Timestamp,
-    started: Timestamp,
-    settled: Timestamp,
     abort: &CancellationToken,
     stop: &CancellationToken,
 ) -> DrainResult {
-    let name = node.metadata.name.clone().unwrap_or_default();
+    let ctx = task.ctx;
     let pods_api: Api<Pod> = Api::all(ctx.client.clone());
-    let selector = format!("spec.nodeName={name}");
-    let mut pod_events = watcher(pods_api, watcher::Config::default().fields(&selector)).boxed();
+    let selector = format!("spec.nodeName={}", task.name);
+    // kube-runtime's watcher, with its default back-off between failed attempts.
+    let mut pod_events = watcher(pods_api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
     let mut budget_changes = ctx.budget_changes.clone();
     let mut pods: HashMap<String, Pod> = HashMap::new();
-    let mut buffer: HashMap<String, Pod> = HashMap::new();
+    let mut listing: HashMap<String, Pod> = HashMap::new();
     let mut listed = false;
-    let mut attempts = PodAttempts::default();
+    let mut queue = EvictionQueue::default();
     let mut empty_since: Option<Timestamp> = None;
-    let mut blocked_pods_reported: i64 = 0;
-    let finish = |n: i64| ctx.metrics.budget_blocked_pods.dec_by(n);
-    let force_at = ctx.cfg.force_after.map(|f| later(started, f));
+    let mut reported = BlockedPodsGauge { ctx, reported: 0 };
     loop {
-        let now = Timestamp::now();
-        let mut wake = deadline;
+        let mut wake = task.deadline;
         if listed {
-            if now >= deadline {
-                finish(blocked_pods_reported);
-                let left: Vec<String> = pods.values().map(|p| PodRef::of(p).to_string()).collect();
-                return DrainResult::Failed {
-                    error: format!(
-                        "drain deadline {deadline} passed with {} pod(s) left: {}",
-                        left.len(),
-                        left.join(", ")
-                    ),
-                };
+            let pass = evict_pass(task, record, &pods, &mut queue, &mut empty_since).await;
+            reported.set(queue.refused() as i64);
+            if let Some(ended) = pass.ended {
+                return ended;
             }
-            let pod_list: Vec<Pod> = pods.values().cloned().collect();
-            let budgets = ctx.budgets_now();
-            let plan = plan_node(&pod_list, &budgets, taint, &ctx.cfg.options);
-            let paces = budget_paces(&budgets);
-            if plan.is_drained() && attempts.fatal.is_empty() {
-                let since = *empty_since.get_or_insert(now);
-                let ready_at = settled.max(later(since, quiet(ctx.cfg.settle)));
-                if now >= ready_at {
-                    finish(blocked_pods_reported);
-                    return DrainResult::Drained;
-                }
-                wake = wake.min(ready_at);
-            } else {
-                empty_since = None;
-            }
-            // Evict what the plan allows now; past --force-after, also delete what budgets hold.
-            let forcing = force_at.is_some_and(|t| now >= t);
-            // Published before the evictions too: the requests below take a while, and a start
-            // chosen meanwhile must see that these pods are about to take their disruptions.
-            ctx.claims.set(
-                &name,
-                BudgetDemand::of(&plan, |uid| !attempts.evicted.contains(uid)),
-            );
-            let mut targets: Vec<(PodRef, Option<i64>)> = plan.evict_now.clone();
-            if forcing {
-                for (pod, grace) in &plan.budget_blocked {
-                    attempts
-                        .refused
-                        .entry(pod.uid.clone())
-                        .or_insert_with(|| format!("{pod}: held by its budget"));
-                    targets.push((pod.clone(), *grace));
-                }
-            }
-            for (pod, grace) in &targets {
-                if attempts.evicted.contains(&pod.uid) {
-                    continue;
-                }
-                if let Some(t) = attempts.next_try.get(&pod.uid)
-                    && *t > now
-                {
-                    wake = wake.min(*t);
-                    continue;
-                }
-                // The gate waits for this pod's workload to be Ready again before the next node
-                // starts. With several drains at once, a workload a budget covers is left to its
-                // budget, which already refuses any eviction that would take it below what its
-                // owner declared it tolerates, and paces the drains evicting from it.
-                let charged = plan.charged.get(&pod.uid);
-                let leave_to_budget = ctx.cfg.max_concurrent > 1 && charged.is_some();
-                let owner = pods
-                    .get(&pod.uid)
-                    .and_then(crate::gate::owner_of)
-                    .filter(|_| !leave_to_budget);
-                let forced = forcing && attempts.refused.contains_key(&pod.uid);
-                // The budget watch says this eviction would be refused: wait for the budget to
-                // move (or the slow backstop) rather than spend a request on a certain 429.
-                if !forced && let Some((budget, 0)) = charged {
-                    // A refusal already on record (the API's own words) stays as it is.
-                    attempts.refused.entry(pod.uid.clone()).or_insert_with(|| {
-                        tracing::info!(node = %name, pod = %pod, %budget, "its disruption budget allows no eviction now; waiting for it to allow one");
-                        format!("{pod}: disruption budget {budget} allows no eviction now")
-                    });
-                    let t = later(now, ctx.cfg.budget_recheck);
-                    attempts.next_try.insert(pod.uid.clone(), t);
-                    wake = wake.min(t);
-                    continue;
-                }
-                let outcome = if forced {
-                    let o = evict::force_delete(&ctx.evict_client, pod, *grace).await;
-                    if o == EvictionOutcome::Evicted {
-                        ctx.metrics.eviction("forced");
-                        tracing::warn!(node = %name, pod = %pod, "deleted the pod past --force-after, against its disruption budget");
-                        announce(ctx, node, true, "PodForced", format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
-                    }
-                    o
-                } else {
-                    evict::evict(&ctx.evict_client, pod, *grace).await
-                };
-                match outcome {
-                    EvictionOutcome::Evicted => {
-                        if !forced {
-                            ctx.metrics.eviction("evicted");
-                        }
-                        tracing::info!(node = %name, pod = %pod, "evicted");
-                        attempts.evicted.insert(pod.uid.clone());
-                        if let Some((budget, _)) = charged
-                            && !forced
-                        {
-                            let per_round =
-                                paces.get(budget).map_or(1, |(_, per_round)| *per_round);
-                            let waited = attempts.refused.contains_key(&pod.uid);
-                            ctx.pace.evicted(
-                                budget,
-                                usize::try_from(per_round).unwrap_or(1),
-                                std::time::Instant::now(),
-                                waited,
-                            );
-                        }
-                        attempts.refused.remove(&pod.uid);
-                        attempts.fatal.remove(&pod.uid);
-                        if let Some(o) = owner {
-                            ctx.in_flight.record(&name, &o);
-                        }
-                    }
-                    EvictionOutcome::Gone => {
-                        ctx.metrics.eviction("gone");
-                        attempts.evicted.insert(pod.uid.clone());
-                        attempts.refused.remove(&pod.uid);
-                        attempts.fatal.remove(&pod.uid);
-                    }
-                    EvictionOutcome::BudgetRefused { message } => {
-                        ctx.metrics.eviction("budget");
-                        if !attempts.refused.contains_key(&pod.uid) {
-                            tracing::info!(node = %name, pod = %pod, %message, "disruption budget refuses the eviction; waiting for it to allow one");
-                        }
-                        attempts
-                            .refused
-                            .insert(pod.uid.clone(), format!("{pod}: {message}"));
-                        let t = later(now, ctx.cfg.budget_recheck);
-                        attempts.next_try.insert(pod.uid.clone(), t);
-                        wake = wake.min(t);
-                    }
-                    EvictionOutcome::RetryLater { after, message } => {
-                        ctx.metrics.eviction("retry");
-                        tracing::info!(node = %name, pod = %pod, %message, retry_in_s = after.as_secs(), "eviction asked to retry later");
-                        let t = later(now, after);
-                        attempts.next_try.insert(pod.uid.clone(), t);
-                        wake = wake.min(t);
-                    }
-                    EvictionOutcome::MultipleBudgets { message } => {
-                        ctx.metrics.eviction("multiple_budgets");
-                        attempts.fatal.insert(
-                            pod.uid.clone(),
-                            format!("{pod}: {message} Remove the overlap between the budgets."),
-                        );
-                        let t = later(now, ctx.cfg.budget_recheck);
-                        attempts.next_try.insert(pod.uid.clone(), t);
-                    }
-                    EvictionOutcome::Failed { code, message } => {
-                        ctx.metrics.eviction("failed");
-                        // Only an operator can fix a denial: say so on the node at once instead
-                        // of retrying silently until the deadline.
-                        if matches!(code, Some(401 | 403)) {
-                            attempts.fatal.insert(
-                                pod.uid.clone(),
-                                format!("{pod}: the API server denied the eviction ({message}); grant rotor-drainer's ServiceAccount create on pods/eviction (deploy/base/drainer-rbac.yaml)"),
-                            );
-                        }
-                        let n = attempts.failures.entry(pod.uid.clone()).or_insert(0);
-                        *n += 1;
-                        let backoff = Duration::from_secs((1u64 << (*n).min(5)).min(30));
-                        tracing::warn!(node = %name, pod = %pod, ?code, %message, retry_in_s = backoff.as_secs(), "eviction failed");
-                        let t = later(now, backoff);
-                        attempts.next_try.insert(pod.uid.clone(), t);
-                        wake = wake.min(t);
-                    }
-                }
-            }
-            if let Some(t) = force_at
-                && t > now
-                && (!attempts.refused.is_empty() || !plan.budget_blocked.is_empty())
-            {
-                wake = wake.min(t);
-            }
-            ctx.claims.set(
-                &name,
-                BudgetDemand::of(&plan, |uid| !attempts.evicted.contains(uid)),
-            );
-            // Report what blocks the node, if anything.
-            let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
-            blockers.extend(attempts.fatal.values().cloned());
-            blockers.extend(attempts.refused.values().cloned());
-            let refused_now = attempts.refused.len() as i64;
-            if refused_now != blocked_pods_reported {
-                ctx.metrics
-                    .budget_blocked_pods
-                    .inc_by(refused_now - blocked_pods_reported);
-                blocked_pods_reported = refused_now;
-            }
-            let next = match blockers.first() {
-                Some(b) => apply(record, Transition::Blocked(b.clone())),
-                None => apply(record, Transition::Evicting),
-            };
-            if next != *record {
-                if next.phase == Some(DrainPhase::Blocked) && next.blocker != record.blocker {
-                    tracing::info!(node = %name, blocker = ?next.blocker, "drain blocked");
-                    announce(
-                        ctx,
-                        node,
-                        true,
-                        "DrainBlocked",
-                        next.blocker.clone().unwrap_or_default(),
-                    )
-                    .await;
-                }
-                if let Err(e) = save(nodes, &name, &next, record).await {
-                    tracing::warn!(node = %name, error = %e, "could not record drain progress");
-                } else {
-                    *record = next;
-                }
-            }
+            wake = pass.wake;
         }
         let sleep_for = wake
             .duration_since(Timestamp::now())
             .unsigned_abs()
             .max(Duration::from_millis(50));
         tokio::select! {
-            _ = stop.cancelled() => { finish(blocked_pods_reported); return DrainResult::Interrupted; }
-            _ = abort.cancelled() => { finish(blocked_pods_reported); return DrainResult::Cancelled; }
+            _ = stop.cancelled() => return DrainResult::Interrupted,
+            _ = abort.cancelled() => return DrainResult::Cancelled,
             _ = tokio::time::sleep(sleep_for) => {}
-            changed = budget_changes.changed() => {
-                if changed.is_ok() {
-                    // A budget moved: the next pass reconsiders every refused pod against the
-                    // budgets as they are now, and sends an eviction only for the pods whose
-                    // budget allows one (the check before each eviction above).
-                    for uid in attempts.refused.keys() {
-                        attempts.next_try.remove(uid);
-                    }
-                }
-            }
+            changed = budget_changes.changed() => if changed.is_ok() {
+                queue.budget_moved();
+            },
             ev = pod_events.next() => match ev {
-                Some(Ok(watcher::Event::Init)) => buffer.clear(),
-                Some(Ok(watcher::Event::InitApply(p))) => { buffer.insert(p.metadata.uid.clone().unwrap_or_default(), p); }
-                Some(Ok(watcher::Event::InitDone)) => { pods = std::mem::take(&mut buffer); listed = true; }
+                Some(Ok(watcher::Event::Init)) => listing.clear(),
+                Some(Ok(watcher::Event::InitApply(p))) => { listing.insert(p.metadata.uid.clone().unwrap_or_default(), p); }
+                Some(Ok(watcher::Event::InitDone)) => { pods = std::mem::take(&mut listing); listed = true; }
                 Some(Ok(watcher::Event::Apply(p))) => { pods.insert(p.metadata.uid.clone().unwrap_or_default(), p); }
                 Some(Ok(watcher::Event::Delete(p))) => {
                     let uid = p.metadata.uid.clone().unwrap_or_default();
                     pods.remove(&uid);
-                    attempts.next_try.remove(&uid);
-                    attempts.refused.remove(&uid);
-                    attempts.fatal.remove(&uid);
+                    queue.pod_gone(&uid);
                 }
-                Some(Err(e)) => {
-                    tracing::warn!(node = %name, error = %e, "watching the node's pods failed; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                None => {
-                    finish(blocked_pods_reported);
-                    return DrainResult::Failed { error: format!("the pod watch for node {name} ended") };
-                }
+                Some(Err(e)) => tracing::warn!(node = %task.name, error = %e, "watching the node's pods failed; it restarts with back-off"),
+                None => return DrainResult::Failed { error: format!("the pod watch for node {} ended", task.name) },
             },
         }
+    }
+}
+
+/// The `budget_blocked_pods` gauge's share of one drain: kept equal to its refused pods, and
+/// given back whole when the drain ends, however it ends.
+struct BlockedPodsGauge<'a> {
+    ctx: &'a Ctx,
+    reported: i64,
+}
+
+impl BlockedPodsGauge<'_> {
+    fn set(&mut self, refused: i64) {
+        if refused != self.reported {
+            self.ctx
+                .metrics
+                .budget_blocked_pods
+                .inc_by(refused - self.reported);
+            self.reported = refused;
+        }
+    }
+}
+
+impl Drop for BlockedPodsGauge<'_> {
+    fn drop(&mut self) {
+        self.ctx.metrics.budget_blocked_pods.dec_by(self.reported);
+    }
+}
+
+/// One pass over the node's pods: fail at the deadline, finish once empty and settled, else
+/// plan, ask the queue about each pod, evict, and record what blocks the node.
+async fn evict_pass(
+    task: &Evicting<'_>,
+    record: &mut DrainRecord,
+    pods: &HashMap<String, Pod>,
+    queue: &mut EvictionQueue,
+    empty_since: &mut Option<Timestamp>,
+) -> Pass {
+    let (ctx, name) = (task.ctx, task.name.as_str());
+    let now = Timestamp::now();
+    if now >= task.deadline {
+        let left: Vec<String> = pods.values().map(|p| PodRef::of(p).to_string()).collect();
+        let error = format!(
+            "drain deadline {} passed with {} pod(s) left: {}",
+            task.deadline,
+            left.len(),
+            left.join(", ")
+        );
+        return Pass {
+            ended: Some(DrainResult::Failed { error }),
+            wake: now,
+        };
+    }
+    let mut wake = task.deadline;
+    let pod_list: Vec<Pod> = pods.values().cloned().collect();
+    let budgets = ctx.budgets_now();
+    let plan = plan_node(&pod_list, &budgets, task.taint, &ctx.cfg.options);
+    if plan.is_drained() && !queue.has_fatal() {
+        let since = *empty_since.get_or_insert(now);
+        let ready_at = task.settled.max(later(since, quiet(ctx.cfg.settle)));
+        if now >= ready_at {
+            return Pass {
+                ended: Some(DrainResult::Drained),
+                wake: now,
+            };
+        }
+        wake = wake.min(ready_at);
+    } else {
+        *empty_since = None;
+    }
+    let force_at = ctx.cfg.force_after.map(|f| later(task.started, f));
+    let policy = QueuePolicy {
+        budget_recheck: ctx.cfg.budget_recheck,
+        forcing: force_at.is_some_and(|t| now >= t),
+    };
+    // Published before the evictions too: the requests below take a while, and a start chosen
+    // meanwhile must see that these pods are about to take their disruptions.
+    ctx.claims
+        .set(name, BudgetDemand::of(&plan, |uid| !queue.evicted(uid)));
+    // Evict what the plan allows now; past --force-after, also delete what budgets hold.
+    let mut targets: Vec<(PodRef, Option<i64>)> = plan.evict_now.clone();
+    if policy.forcing {
+        for (pod, grace) in &plan.budget_blocked {
+            queue.held_by_budget(pod);
+            targets.push((pod.clone(), *grace));
+        }
+    }
+    let paces = budget_paces(&budgets);
+    for (pod, grace) in &targets {
+        let charged = plan.charged.get(&pod.uid);
+        let step = queue.next_step(
+            pod,
+            charged.map(|(budget, allowed)| (budget.as_str(), *allowed)),
+            policy,
+            now,
+        );
+        let at = match step {
+            Step::Skip(at) => at,
+            Step::WaitForBudget { at, first } => {
+                if first {
+                    let budget = charged.map(|(b, _)| b.as_str()).unwrap_or_default();
+                    tracing::info!(node = %name, pod = %pod, %budget, "its disruption budget allows no eviction now; waiting for it to allow one");
+                }
+                Some(at)
+            }
+            Step::Evict | Step::Force => {
+                let forced = step == Step::Force;
+                let attempt = Attempt {
+                    pod,
+                    grace: *grace,
+                    forced,
+                    charged,
+                };
+                evict_one(task, pods, queue, &paces, attempt, policy, now).await
+            }
+        };
+        if let Some(at) = at {
+            wake = wake.min(at);
+        }
+    }
+    if let Some(t) = force_at
+        && t > now
+        && (queue.refused() > 0 || !plan.budget_blocked.is_empty())
+    {
+        wake = wake.min(t);
+    }
+    ctx.claims
+        .set(name, BudgetDemand::of(&plan, |uid| !queue.evicted(uid)));
+    let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
+    blockers.extend(queue.blockers().cloned());
+    record_blockers(task, record, blockers.first()).await;
+    Pass { ended: None, wake }
+}
+
+/// One eviction (or forced deletion) to make.
+struct Attempt<'a> {
+    pod: &'a PodRef,
+    grace: Option<i64>,
+    forced: bool,
+    /// The budget the eviction is charged to, and what the budget cache says it allows now.
+    charged: Option<&'a (String, i32)>,
+}
+
+/// Makes one eviction or forced deletion, feeds the answer to the queue, and counts it in the
+/// metrics, the budget's pace and the gate's in-flight workloads. Returns when to try the pod
+/// again, if the task should wake for it.
+async fn evict_one(
+    task: &Evicting<'_>,
+    pods: &HashMap<String, Pod>,
+    queue: &mut EvictionQueue,
+    paces: &BTreeMap<String, (i64, i64)>,
+    attempt: Attempt<'_>,
+    policy: QueuePolicy,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let (ctx, name, pod) = (task.ctx, task.name.as_str(), attempt.pod);
+    let outcome = if attempt.forced {
+        let outcome = evict::force_delete(&ctx.evict_client, pod, attempt.grace).await;
+        if outcome == EvictionOutcome::Evicted {
+            ctx.metrics.eviction("forced");
+            tracing::warn!(node = %name, pod = %pod, "deleted the pod past --force-after, against its disruption budget");
+            announce(ctx, task.node, true, "PodForced", format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
+        }
+        outcome
+    } else {
+        evict::evict(&ctx.evict_client, pod, attempt.grace).await
+    };
+    let recorded = queue.record(pod, &outcome, policy, now);
+    match &outcome {
+        EvictionOutcome::Evicted => {
+            if !attempt.forced {
+                ctx.metrics.eviction("evicted");
+            }
+            tracing::info!(node = %name, pod = %pod, "evicted");
+            if let Some((budget, _)) = attempt.charged
+                && !attempt.forced
+            {
+                let per_round = paces.get(budget).map_or(1, |(_, per_round)| *per_round);
+                ctx.pace.evicted(
+                    budget,
+                    usize::try_from(per_round).unwrap_or(1),
+                    std::time::Instant::now(),
+                    recorded.waited,
+                );
+            }
+            // The gate waits for this pod's workload to be Ready again before the next node
+            // starts. With several drains at once, a workload a budget covers is left to its
+            // budget, which already refuses any eviction that would take it below what its
+            // owner declared it tolerates, and paces the drains evicting from it.
+            let leave_to_budget = ctx.cfg.max_concurrent > 1 && attempt.charged.is_some();
+            if let Some(owner) = pods
+                .get(&pod.uid)
+                .and_then(crate::gate::owner_of)
+                .filter(|_| !leave_to_budget)
+            {
+                ctx.in_flight.record(name, &owner);
+            }
+        }
+        EvictionOutcome::Gone => ctx.metrics.eviction("gone"),
+        EvictionOutcome::BudgetRefused { message } => {
+            ctx.metrics.eviction("budget");
+            if recorded.first_refusal {
+                tracing::info!(node = %name, pod = %pod, %message, "disruption budget refuses the eviction; waiting for it to allow one");
+            }
+        }
+        EvictionOutcome::RetryLater { after, message } => {
+            ctx.metrics.eviction("retry");
+            tracing::info!(node = %name, pod = %pod, %message, retry_in_s = after.as_secs(), "eviction asked to retry later");
+        }
+        EvictionOutcome::MultipleBudgets { .. } => ctx.metrics.eviction("multiple_budgets"),
+        EvictionOutcome::Failed { code, message } => {
+            ctx.metrics.eviction("failed");
+            let retry_in_s = recorded.backoff.unwrap_or_default().as_secs();
+            tracing::warn!(node = %name, pod = %pod, ?code, %message, retry_in_s, "eviction failed");
+        }
+    }
+    recorded.wake
+}
+
+/// Records on the node what blocks its drain (the first blocker), or that it is evicting again;
+/// a new blocker is also announced as a Warning Event.
+async fn record_blockers(task: &Evicting<'_>, record: &mut DrainRecord, blocker: Option<&String>) {
+    let next = match blocker {
+        Some(b) => apply(record, Transition::Blocked(b.clone())),
+        None => apply(record, Transition::Evicting),
+    };
+    if next == *record {
+        return;
+    }
+    if next.phase == Some(DrainPhase::Blocked) && next.blocker != record.blocker {
+        tracing::info!(node = %task.name, blocker = ?next.blocker, "drain blocked");
+        let note = next.blocker.clone().unwrap_or_default();
+        announce(task.ctx, task.node, true, "DrainBlocked", note).await;
+    }
+    match save(task.nodes, &task.name, &next, record).await {
+        Ok(()) => *record = next,
+        Err(e) => tracing::warn!(node = %task.name, error = %e, "could not record drain progress"),
     }
 }
 

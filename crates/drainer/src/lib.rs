@@ -14,6 +14,7 @@ pub mod config;
 pub mod controller;
 pub mod drain;
 pub mod evict;
+pub mod eviction_queue;
 pub mod fleet;
 pub mod gate;
 pub mod leader;

@@ -196,11 +196,7 @@ fn sim_kubectl(
     move |args, stdin| match stdin {
         None => {
             let out = rotor_e2e::kubectl(sim, args);
-            if out.status.success() {
-                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-            } else {
-                Err(String::from_utf8_lossy(&out.stderr).into_owned())
-            }
+            result_of(out)
         }
         Some(body) => {
             let file = sim.dir().join(format!(
@@ -216,11 +212,7 @@ fn sim_kubectl(
                 .collect();
             args.push("--validate=false");
             let out = rotor_e2e::kubectl(sim, &args);
-            if out.status.success() {
-                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-            } else {
-                Err(String::from_utf8_lossy(&out.stderr).into_owned())
-            }
+            result_of(out)
         }
     }
 }
@@ -251,6 +243,11 @@ fn run(
     }
     drop(child.stdin.take());
     let out = child.wait_with_output().expect("kubectl output");
+    result_of(out)
+}
+
+/// kubectl's stdout when it succeeded, its stderr when it did not.
+fn result_of(out: std::process::Output) -> Result<String, String> {
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {

@@ -57,9 +57,9 @@ impl BudgetDemand {
     /// The demand of a plan, counting only the charged pods `keep` says are still to evict.
     pub fn of(plan: &NodePlan, keep: impl Fn(&str) -> bool) -> BudgetDemand {
         let mut pods: BTreeMap<String, u32> = BTreeMap::new();
-        for (uid, (budget, _)) in &plan.charged {
+        for (uid, charge) in &plan.charged {
             if keep(uid) {
-                *pods.entry(budget.clone()).or_default() += 1;
+                *pods.entry(charge.budget.clone()).or_default() += 1;
             }
         }
         BudgetDemand {
@@ -98,10 +98,18 @@ impl BudgetDemand {
     }
 }
 
-/// Each budget's pace, by `namespace/name`: what it allows now (`status.disruptionsAllowed`) and
-/// how many disruptions it allows at once when every pod is healthy (`expectedPods -
-/// desiredHealthy`, at least 1): how many evictions one round of replacements lets through.
-pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, (i64, i64)> {
+/// How fast a budget lets evictions through, read from its status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DisruptionPace {
+    /// What it allows now (`status.disruptionsAllowed`).
+    pub allowed_now: i64,
+    /// How many disruptions it allows at once when every pod is healthy (`expectedPods -
+    /// desiredHealthy`, at least 1): how many evictions one round of replacements lets through.
+    pub per_round: i64,
+}
+
+/// Each budget's [`DisruptionPace`], by `namespace/name`.
+pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, DisruptionPace> {
     pdbs.iter()
         .map(|pdb| {
             let status = pdb.status.as_ref();
@@ -109,7 +117,11 @@ pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, (i64, i64)
             let per_round = status.map_or(1, |s| {
                 i64::from(s.expected_pods) - i64::from(s.desired_healthy)
             });
-            (key_of(&pdb.metadata), (allowed, per_round.max(1)))
+            let pace = DisruptionPace {
+                allowed_now: allowed,
+                per_round: per_round.max(1),
+            };
+            (key_of(&pdb.metadata), pace)
         })
         .collect()
 }

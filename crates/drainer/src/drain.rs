@@ -26,10 +26,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::DrainerConfig;
 use crate::evict::{self, EvictionOutcome};
 use crate::eviction_queue::{EvictionQueue, QueuePolicy, Step, later};
-use crate::gate::Owner;
+use crate::gate::WorkloadRef;
 use crate::metrics::Metrics;
 use crate::pace::BudgetPace;
-use crate::pods::{Blocker, BudgetDemand, PodRef, budget_paces, plan_node};
+use crate::pods::{Blocker, BudgetDemand, Charge, DisruptionPace, PodRef, budget_paces, plan_node};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 
 /// Everything a drain task needs, shared by all of them.
@@ -106,11 +106,11 @@ impl PerDrain<BudgetDemand> {
 /// The pods of each workload the gate follows that each running drain has evicted so far. When
 /// the task ends, the gate waits for the workloads in its entry; until then it lets those pods be
 /// missing from their workloads (see [`crate::gate::workload_blockers`]).
-pub type InFlight = PerDrain<BTreeMap<Owner, i32>>;
+pub type InFlight = PerDrain<BTreeMap<WorkloadRef, i32>>;
 
-impl PerDrain<BTreeMap<Owner, i32>> {
+impl PerDrain<BTreeMap<WorkloadRef, i32>> {
     /// The drain of `node` evicted a pod of `owner`.
-    pub(crate) fn record(&self, node: &str, owner: &Owner) {
+    pub(crate) fn record(&self, node: &str, owner: &WorkloadRef) {
         let mut map = self.lock();
         *map.entry(node.to_string())
             .or_default()
@@ -119,7 +119,7 @@ impl PerDrain<BTreeMap<Owner, i32>> {
     }
 
     /// The running drains' evictions, summed per workload.
-    pub fn totals(&self) -> BTreeMap<Owner, i32> {
+    pub fn totals(&self) -> BTreeMap<WorkloadRef, i32> {
         let mut totals = BTreeMap::new();
         for evicted in self.lock().values() {
             for (owner, n) in evicted {
@@ -713,7 +713,7 @@ async fn evict_pass(
         let charged = plan.charged.get(&pod.uid);
         let step = queue.next_step(
             pod,
-            charged.map(|(budget, allowed)| (budget.as_str(), *allowed)),
+            charged.map(|c| (c.budget.as_str(), c.allowed_now)),
             policy,
             now,
         );
@@ -721,7 +721,7 @@ async fn evict_pass(
             Step::Skip(at) => at,
             Step::WaitForBudget { at, first } => {
                 if first {
-                    let budget = charged.map(|(b, _)| b.as_str()).unwrap_or_default();
+                    let budget = charged.map(|c| c.budget.as_str()).unwrap_or_default();
                     tracing::info!(node = %name, pod = %pod, %budget, "its disruption budget allows no eviction now; waiting for it to allow one");
                 }
                 Some(at)
@@ -761,7 +761,7 @@ struct Attempt<'a> {
     grace: Option<i64>,
     forced: bool,
     /// The budget the eviction is charged to, and what the budget cache says it allows now.
-    charged: Option<&'a (String, i32)>,
+    charged: Option<&'a Charge>,
 }
 
 /// Makes one eviction or forced deletion, feeds the answer to the queue, and counts it in the
@@ -771,7 +771,7 @@ async fn evict_one(
     task: &Evicting<'_>,
     pods: &HashMap<String, Pod>,
     queue: &mut EvictionQueue,
-    paces: &BTreeMap<String, (i64, i64)>,
+    paces: &BTreeMap<String, DisruptionPace>,
     attempt: Attempt<'_>,
     policy: QueuePolicy,
     now: Timestamp,
@@ -795,10 +795,10 @@ async fn evict_one(
                 ctx.metrics.eviction("evicted");
             }
             tracing::info!(node = %name, pod = %pod, "evicted");
-            if let Some((budget, _)) = attempt.charged
+            if let Some(Charge { budget, .. }) = attempt.charged
                 && !attempt.forced
             {
-                let per_round = paces.get(budget).map_or(1, |(_, per_round)| *per_round);
+                let per_round = paces.get(budget).map_or(1, |pace| pace.per_round);
                 ctx.pace.evicted(
                     budget,
                     usize::try_from(per_round).unwrap_or(1),

@@ -146,8 +146,14 @@ pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> V
     blockers
 }
 
-/// A workload as `(kind, namespace, name)` of the controller of an evicted pod.
-pub type Owner = (String, String, String);
+/// The workload that controls an evicted pod: its kind (as the owner reference names it),
+/// namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkloadRef {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
 
 /// Workloads evicted from the previous node that are not Ready again: each
 /// `(kind, namespace, name)` owner of an evicted pod must have `status.readyReplicas >=
@@ -166,14 +172,16 @@ pub type Owner = (String, String, String);
 /// again leave `evicted_owners`, so they are not looked up again. Each workload is reported once,
 /// sorted.
 pub fn workload_blockers(
-    evicted_owners: &mut BTreeSet<Owner>,
+    evicted_owners: &mut BTreeSet<WorkloadRef>,
     index: &WorkloadIndex,
-    in_flight: &BTreeMap<Owner, i32>,
+    in_flight: &BTreeMap<WorkloadRef, i32>,
 ) -> Vec<GateBlocker> {
     let mut allowance: BTreeMap<(WorkloadKind, &str, &str), i32> = BTreeMap::new();
     for (owner, n) in in_flight {
         if let Some((kind, name, _)) = judged(owner, index) {
-            *allowance.entry((kind, owner.1.as_str(), name)).or_default() += n;
+            *allowance
+                .entry((kind, owner.namespace.as_str(), name))
+                .or_default() += n;
         }
     }
     let mut seen: BTreeSet<GateBlocker> = BTreeSet::new();
@@ -181,7 +189,7 @@ pub fn workload_blockers(
         let Some((kind, name, counts)) = judged(owner, index) else {
             return false;
         };
-        let namespace = owner.1.as_str();
+        let namespace = owner.namespace.as_str();
         let in_flight = allowance
             .get(&(kind, namespace, name))
             .copied()
@@ -208,7 +216,11 @@ pub fn workload_blockers(
 /// or the Deployment that controls a ReplicaSet. `None` for kinds the gate does not follow and
 /// owners not in the index.
 fn judged<'a>(
-    (kind, namespace, name): &'a Owner,
+    WorkloadRef {
+        kind,
+        namespace,
+        name,
+    }: &'a WorkloadRef,
     index: &'a WorkloadIndex,
 ) -> Option<(WorkloadKind, &'a str, &'a WorkloadCounts)> {
     let kind = WorkloadKind::parse(kind)?;
@@ -224,12 +236,13 @@ fn judged<'a>(
 /// Whether a change to the workloads `changed` can change the verdict on `owners`: one of them
 /// changed, or the Deployment that owns one of them (a ReplicaSet).
 pub fn concerns(
-    owners: &BTreeSet<(String, String, String)>,
+    owners: &BTreeSet<WorkloadRef>,
     changed: &[WorkloadKey],
     index: &WorkloadIndex,
 ) -> bool {
     changed.iter().any(|(kind, namespace, name)| {
-        owners.iter().any(|(owner_kind, owner_ns, owner_name)| {
+        owners.iter().any(|owner| {
+            let (owner_kind, owner_ns, owner_name) = (&owner.kind, &owner.namespace, &owner.name);
             if owner_ns != namespace {
                 return false;
             }
@@ -246,20 +259,20 @@ pub fn concerns(
     })
 }
 
-/// The controller of a pod as `(kind, namespace, name)`, the form [`workload_blockers`] takes:
+/// The controller of a pod, the form [`workload_blockers`] takes:
 /// what the runtime records for each pod it evicts. `None` for pods without a controller.
-pub fn owner_of(pod: &Pod) -> Option<Owner> {
+pub fn owner_of(pod: &Pod) -> Option<WorkloadRef> {
     let owner = pod
         .metadata
         .owner_references
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true))?;
-    Some((
-        owner.kind.clone(),
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        owner.name.clone(),
-    ))
+    Some(WorkloadRef {
+        kind: owner.kind.clone(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: owner.name.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -433,11 +446,15 @@ mod tests {
         .unwrap()
     }
 
-    fn owner(kind: &str, name: &str) -> Owner {
-        (kind.into(), "shop".into(), name.into())
+    fn owner(kind: &str, name: &str) -> WorkloadRef {
+        WorkloadRef {
+            kind: kind.into(),
+            namespace: "shop".into(),
+            name: name.into(),
+        }
     }
 
-    fn none() -> BTreeMap<Owner, i32> {
+    fn none() -> BTreeMap<WorkloadRef, i32> {
         BTreeMap::new()
     }
 
@@ -591,11 +608,10 @@ mod tests {
             &none(),
         );
         assert_eq!(blockers.len(), 1);
-        let mut elsewhere = BTreeSet::from([(
-            "Deployment".to_string(),
-            "other".to_string(),
-            "web".to_string(),
-        )]);
+        let mut elsewhere = BTreeSet::from([WorkloadRef {
+            namespace: "other".into(),
+            ..owner("Deployment", "web")
+        }]);
         assert!(
             workload_blockers(&mut elsewhere, &index(&deployments, &[], &[]), &none()).is_empty()
         );

@@ -97,20 +97,20 @@ pub fn rounds_until_free(lane: Option<&Lane>, left_now: i64, per_round: i64, now
     (free_at.saturating_duration_since(now).as_secs_f64() / cycle.as_secs_f64()).min(1.0)
 }
 
-/// [`rounds_until_free`] for every budget in `paces` (`namespace/name` to what it allows now and
-/// its disruptions per round, as [`crate::pods::budget_paces`] gives them), with `left_now`
+/// [`rounds_until_free`] for every budget in `paces` (`namespace/name` to its
+/// [`crate::budgets::DisruptionPace`], as [`crate::pods::budget_paces`] gives them), with `left_now`
 /// what each has left after the claims of running drains and earlier picks.
 pub fn delays(
     lanes: &HashMap<String, Lane>,
     left_now: &BTreeMap<String, i64>,
-    paces: &BTreeMap<String, (i64, i64)>,
+    paces: &BTreeMap<String, crate::budgets::DisruptionPace>,
     now: Instant,
 ) -> BTreeMap<String, f64> {
     paces
         .iter()
-        .map(|(budget, (_, per_round))| {
+        .map(|(budget, pace)| {
             let left = left_now.get(budget).copied().unwrap_or(0);
-            let d = rounds_until_free(lanes.get(budget), left, *per_round, now);
+            let d = rounds_until_free(lanes.get(budget), left, pace.per_round, now);
             (budget.clone(), d)
         })
         .collect()

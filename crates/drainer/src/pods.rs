@@ -12,7 +12,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rotor_apimachinery::taints::tolerated_by_any;
 use rotor_core::contract::pod_opt_out;
 
-pub use crate::budgets::{BudgetDemand, WOULD_BLOCK, budget_never_allows, budget_paces};
+pub use crate::budgets::{
+    BudgetDemand, DisruptionPace, WOULD_BLOCK, budget_never_allows, budget_paces,
+};
 use crate::budgets::{Consulted, budget_blocker, budget_views, consulted_budgets};
 
 /// Annotation the kubelet puts on mirror pods (static pods seen through the API).
@@ -364,10 +366,19 @@ pub struct NodePlan {
     /// `--force-after` deletes. Never do-not-disrupt pods.
     pub budget_blocked: Vec<(PodRef, Option<i64>)>,
     /// For evictable pods (keyed by uid) that exactly one budget would be charged for: that
-    /// budget (`namespace/name`) and the disruptions its status allows now. The drainer waits
-    /// on the budget watch instead of sending an eviction it knows would be refused, and with
-    /// several drains at once leaves such pods' workloads to their budget rather than the gate.
-    pub charged: BTreeMap<String, (String, i32)>,
+    /// budget and the disruptions its status allows now. The drainer waits on the budget watch
+    /// instead of sending an eviction it knows would be refused, and with several drains at once
+    /// leaves such pods' workloads to their budget rather than the gate.
+    pub charged: BTreeMap<String, Charge>,
+}
+
+/// The one budget an eviction would be charged to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Charge {
+    /// The budget, as `namespace/name`.
+    pub budget: String,
+    /// The disruptions its status allows now (`status.disruptionsAllowed`).
+    pub allowed_now: i32,
 }
 
 impl NodePlan {
@@ -429,8 +440,11 @@ pub fn plan_node(
                                 .status
                                 .as_ref()
                                 .map_or(0, |s| s.disruptions_allowed);
-                            plan.charged
-                                .insert(pod_ref.uid.clone(), (budget.key.clone(), allowed));
+                            let charge = Charge {
+                                budget: budget.key.clone(),
+                                allowed_now: allowed,
+                            };
+                            plan.charged.insert(pod_ref.uid.clone(), charge);
                         }
                         evictable.push((tier, pod_ref, grace_period_seconds));
                     }
@@ -1240,7 +1254,11 @@ mod tests {
             plan_node(pods, pdbs, &taint(), &DrainOptions::default()).charged
         };
         let one = |budget: &str, allowed: i32| {
-            BTreeMap::from([("uid-web-1".to_string(), (budget.to_string(), allowed))])
+            let charge = Charge {
+                budget: budget.to_string(),
+                allowed_now: allowed,
+            };
+            BTreeMap::from([("uid-web-1".to_string(), charge)])
         };
         let web = pdb(
             "web",
@@ -1282,7 +1300,7 @@ mod tests {
     fn allowed_now(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, i64> {
         budget_paces(pdbs)
             .into_iter()
-            .map(|(key, (allowed, _))| (key, allowed))
+            .map(|(key, pace)| (key, pace.allowed_now))
             .collect()
     }
 
@@ -1381,7 +1399,16 @@ mod tests {
         );
         assert_eq!(a.pods, BTreeMap::from([("shop/web".to_string(), 2)]));
         let paces = budget_paces(std::slice::from_ref(&web));
-        assert_eq!(paces, BTreeMap::from([("shop/web".to_string(), (2, 2))]));
+        assert_eq!(
+            paces,
+            BTreeMap::from([(
+                "shop/web".to_string(),
+                DisruptionPace {
+                    allowed_now: 2,
+                    per_round: 2
+                }
+            )])
+        );
         let mut allowed = allowed_now(std::slice::from_ref(&web));
         assert_eq!(b.waits(&allowed), 0);
         // Once node a has claimed both disruptions, b's pod queues behind them; a third claim

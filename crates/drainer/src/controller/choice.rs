@@ -21,7 +21,7 @@ use crate::fleet::{
     FleetDecision, FleetLimits, NodeView, candidate_names, candidates_to_score,
     choose_nodes_to_start,
 };
-use crate::pods::{BudgetDemand, budget_paces, plan_node};
+use crate::pods::{BudgetDemand, DisruptionPace, budget_paces, plan_node};
 use crate::state::retry_backoff;
 
 /// What candidates' drains would ask of the budgets, kept between passes. While a node carries
@@ -100,7 +100,7 @@ pub(super) async fn rechoose(
     let paces = budget_paces(&ctx.budgets_now());
     let mut allowed: BTreeMap<String, i64> = paces
         .iter()
-        .map(|(key, (now, _))| (key.clone(), *now))
+        .map(|(key, pace)| (key.clone(), pace.allowed_now))
         .collect();
     ctx.claims.claim_from(&mut allowed);
     let mut left = BTreeMap::new();
@@ -128,7 +128,7 @@ pub(super) async fn rechoose(
 fn urgency(
     demand: &BudgetDemand,
     left: &BTreeMap<String, i64>,
-    paces: &BTreeMap<String, (i64, i64)>,
+    paces: &BTreeMap<String, DisruptionPace>,
     delays: &BTreeMap<String, f64>,
 ) -> u32 {
     demand
@@ -139,10 +139,7 @@ fn urgency(
             if pods == 0 {
                 return 0;
             }
-            let per_round = paces
-                .get(budget)
-                .map_or(1, |(_, per_round)| *per_round)
-                .max(1) as u64;
+            let per_round = paces.get(budget).map_or(1, |pace| pace.per_round).max(1) as u64;
             let rounds =
                 pods.div_ceil(per_round) as f64 + delays.get(budget).copied().unwrap_or(0.0);
             (rounds * 100.0).round().min(f64::from(u32::MAX)) as u32
@@ -356,9 +353,13 @@ mod tests {
         for _ in 0..50 {
             demand(&["catalog"]).claim(&mut left);
         }
+        let pace = |n| DisruptionPace {
+            allowed_now: n,
+            per_round: n,
+        };
         let paces = BTreeMap::from([
-            ("checkout".to_string(), (1, 1)),
-            ("catalog".to_string(), (5, 5)),
+            ("checkout".to_string(), pace(1)),
+            ("catalog".to_string(), pace(5)),
         ]);
         assert_eq!(
             urgency(&demand(&["catalog"]), &left, &paces, &no_delays),
@@ -374,9 +375,13 @@ mod tests {
         // Equal rounds left, but checkout took its disruption a moment ago while cart is about
         // to give its back: checkout will finish last, so its nodes go first.
         demand(&["cart"]).claim(&mut left);
+        let none_now = DisruptionPace {
+            allowed_now: 0,
+            per_round: 1,
+        };
         let paces = BTreeMap::from([
-            ("checkout".to_string(), (0, 1)),
-            ("cart".to_string(), (0, 1)),
+            ("checkout".to_string(), none_now),
+            ("cart".to_string(), none_now),
         ]);
         let mut cart_left = left.clone();
         for _ in 0..19 {

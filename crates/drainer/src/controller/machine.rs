@@ -23,7 +23,7 @@ use crate::fleet::{
     FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, choose_nodes_to_start,
     start_block,
 };
-use crate::gate::Owner;
+use crate::gate::WorkloadRef;
 use crate::state::{DrainRecord, Intent, retry_backoff};
 use crate::window::{MaintenanceWindow, any_open};
 
@@ -42,7 +42,7 @@ pub(super) enum Event {
         node: String,
         result: DrainResult,
         record: Option<DrainRecord>,
-        evicted: Vec<Owner>,
+        evicted: Vec<WorkloadRef>,
     },
 }
 
@@ -54,7 +54,7 @@ pub(super) enum Command {
     /// Count a drain's end in the metrics, by how it ended.
     CountDrainEnd(&'static str),
     /// The next start waits for these workloads to be Ready again (and pending pods to clear).
-    ArmGate(Vec<Owner>),
+    ArmGate(Vec<WorkloadRef>),
     /// Publish how many nodes are in each drain phase.
     PublishPhases(BTreeMap<&'static str, i64>),
     /// This replica has just become the leader: what it knew from an earlier term is stale
@@ -412,7 +412,7 @@ fn phase_counts(nodes: &BTreeMap<String, NodeView>) -> BTreeMap<&'static str, i6
 /// workloads it `evicted` from. A drained node always arms the gate; a drain that ended otherwise
 /// (failed, stopped, its node gone) arms it only if it evicted something, whose workloads must be
 /// Ready again just the same.
-fn gate_after(result: &DrainResult, evicted: Vec<Owner>) -> Option<Vec<Owner>> {
+fn gate_after(result: &DrainResult, evicted: Vec<WorkloadRef>) -> Option<Vec<WorkloadRef>> {
     (matches!(result, DrainResult::Drained) || !evicted.is_empty()).then_some(evicted)
 }
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 use crate::drain::Ctx;
-use crate::gate::{GateBlocker, concerns, pending_pod_blockers, workload_blockers};
+use crate::gate::{GateBlocker, WorkloadRef, concerns, pending_pod_blockers, workload_blockers};
 use crate::workloads::{WorkloadIndex, WorkloadKey};
 
 /// The gate between one drained node and the next.
@@ -19,7 +19,7 @@ use crate::workloads::{WorkloadIndex, WorkloadKey};
 pub(super) struct Gate {
     /// Workloads evicted from drains finished since the last start and not yet seen Ready
     /// again; each leaves the set once it is, so it is not fetched again.
-    owners: BTreeSet<(String, String, String)>,
+    owners: BTreeSet<WorkloadRef>,
     /// When the gate first held the next start.
     held_since: Option<Instant>,
     /// What held it at the last check, one line per blocker.
@@ -48,7 +48,7 @@ impl Gate {
     }
 
     /// A drain finished: the workloads it evicted join those the next start waits for.
-    pub(super) fn arm(&mut self, owners: impl IntoIterator<Item = (String, String, String)>) {
+    pub(super) fn arm(&mut self, owners: impl IntoIterator<Item = WorkloadRef>) {
         self.owners.extend(owners);
         self.armed = true;
     }

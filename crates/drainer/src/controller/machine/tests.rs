@@ -1,6 +1,7 @@
 use std::str::FromStr;
 
 use super::*;
+use crate::gate::WorkloadRef;
 use rotor_core::NodeBudget;
 
 fn wall() -> Timestamp {
@@ -327,11 +328,11 @@ fn a_second_term_starts_afresh_and_a_drain_ending_arms_the_gate() {
     assert_eq!(terms, [true, false, false, true]);
 
     let web = || {
-        vec![(
-            "ReplicaSet".to_string(),
-            "shop".to_string(),
-            "web-1".to_string(),
-        )]
+        vec![WorkloadRef {
+            kind: "ReplicaSet".into(),
+            namespace: "shop".into(),
+            name: "web-1".into(),
+        }]
     };
     let end = |result| Event::TaskEnded {
         node: "x".into(),
@@ -392,11 +393,11 @@ fn a_taint_sighting_is_kept_until_the_taint_goes() {
 #[test]
 fn a_drain_that_evicted_arms_the_gate_however_it_ends() {
     let web = || {
-        vec![(
-            "ReplicaSet".to_string(),
-            "shop".to_string(),
-            "web-1".to_string(),
-        )]
+        vec![WorkloadRef {
+            kind: "ReplicaSet".into(),
+            namespace: "shop".into(),
+            name: "web-1".into(),
+        }]
     };
     assert_eq!(gate_after(&DrainResult::Drained, web()), Some(web()));
     // A drained node with nothing evicted still arms it (pending pods are checked).

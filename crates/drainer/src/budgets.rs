@@ -1,18 +1,16 @@
-//! The disruption-budget arithmetic of a drain: which budgets the Eviction API consults for each
-//! pod (and which pods it lets through without one), which budgets can never allow an eviction
-//! (read from their own status), what a node's drain asks of each budget ([`BudgetDemand`]) and
-//! how fast each budget gives disruptions back ([`budget_paces`]). Pure functions over the
-//! PodDisruptionBudgets and pods; the planner in [`crate::pods`] calls them.
+//! The disruption-budget arithmetic of a drain: the budgets as the Eviction API reads them, which
+//! let a not-Ready pod through without a disruption, which can never allow an eviction (read
+//! from their own status), what a node's drain asks of each budget ([`BudgetDemand`]) and how
+//! fast each budget gives disruptions back ([`budget_paces`]). Pure functions over the
+//! PodDisruptionBudgets; the planner in [`crate::pods`] calls them (and decides, per pod, which
+//! budgets the Eviction API consults).
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rotor_apimachinery::disruption::{SelectorReader, budget_selector};
 use rotor_apimachinery::labels::LabelSelector;
-
-use crate::pods::{Blocker, NodePlan, PodRef, is_ready, key_of};
 
 /// A budget as the eviction API sees it: its key and its selector, if that selects anything.
 pub(crate) struct BudgetView<'a> {
@@ -38,6 +36,15 @@ pub(crate) fn budget_views(pdbs: &[PodDisruptionBudget]) -> Vec<BudgetView<'_>> 
         .collect()
 }
 
+/// The `namespace/name` of an object's metadata: how budgets (and pods) are keyed.
+pub(crate) fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
 /// What [`BudgetDemand::waits`] says of a node whose drain would block (several budgets, a budget that
 /// never allows, a do-not-disrupt pod, a refused kind of pod): start it after the others.
 pub const WOULD_BLOCK: u32 = 1_000;
@@ -54,20 +61,6 @@ pub struct BudgetDemand {
 }
 
 impl BudgetDemand {
-    /// The demand of a plan, counting only the charged pods `keep` says are still to evict.
-    pub fn of(plan: &NodePlan, keep: impl Fn(&str) -> bool) -> BudgetDemand {
-        let mut pods: BTreeMap<String, u32> = BTreeMap::new();
-        for (uid, charge) in &plan.charged {
-            if keep(uid) {
-                *pods.entry(charge.budget.clone()).or_default() += 1;
-            }
-        }
-        BudgetDemand {
-            blocks: !plan.blockers.is_empty(),
-            pods,
-        }
-    }
-
     /// How long these pods would queue on their budgets, in evictions: for each budget, its
     /// pods here beyond what it has left to give (`allowed`: the disruptions it allows now, less
     /// what running drains and earlier picks claimed; negative when pods elsewhere already
@@ -126,66 +119,8 @@ pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, Disruption
         .collect()
 }
 
-/// The budgets the eviction subresource consults for a pod, as it decides.
-pub(crate) enum Consulted<'a> {
-    /// None: no budget covers the pod, it is `Pending` (deleted without consulting budgets), or
-    /// it is not Ready under a single budget that lets such pods through without consuming a
-    /// disruption (`unhealthyPodEvictionPolicy: AlwaysAllow`, or the budget is healthy:
-    /// `currentHealthy >= desiredHealthy > 0`).
-    Nothing,
-    /// Exactly one budget, charged one disruption.
-    One(&'a BudgetView<'a>),
-    /// Several budgets: the API refuses with a 500.
-    Several(Vec<&'a BudgetView<'a>>),
-}
-
-pub(crate) fn consulted_budgets<'a>(
-    pod: &Pod,
-    pod_ref: &PodRef,
-    budgets: &'a [BudgetView<'a>],
-) -> Consulted<'a> {
-    if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
-        return Consulted::Nothing;
-    }
-    let empty = BTreeMap::new();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    let mut matching: Vec<&BudgetView<'_>> = budgets
-        .iter()
-        .filter(|b| b.namespace == pod_ref.namespace && b.selector.matches(labels))
-        .collect();
-    match matching.len() {
-        0 => Consulted::Nothing,
-        1 if !is_ready(pod) && unready_pod_passes(matching[0].pdb) => Consulted::Nothing,
-        1 => Consulted::One(matching.remove(0)),
-        _ => Consulted::Several(matching),
-    }
-}
-
-/// The budget problem that stops a pod from being evicted, if any: several budgets, or a single
-/// one that can never allow an eviction (so neither a Pending pod nor a not-Ready pod a budget
-/// lets through is ever blocked by one).
-pub(crate) fn budget_blocker(pod_ref: &PodRef, consulted: &Consulted<'_>) -> Option<Blocker> {
-    match consulted {
-        Consulted::Nothing => None,
-        Consulted::One(budget) => {
-            budget_never_allows(budget.pdb, None).map(|reason| Blocker::BudgetNeverAllows {
-                budget: budget.key.clone(),
-                reason,
-            })
-        }
-        Consulted::Several(several) => {
-            let mut names: Vec<String> = several.iter().map(|b| b.key.clone()).collect();
-            names.sort();
-            Some(Blocker::MultipleBudgets {
-                pod: pod_ref.to_string(),
-                budgets: names,
-            })
-        }
-    }
-}
-
 /// The eviction API lets a not-Ready pod through this budget without consuming it.
-fn unready_pod_passes(pdb: &PodDisruptionBudget) -> bool {
+pub(crate) fn unready_pod_passes(pdb: &PodDisruptionBudget) -> bool {
     let always_allow = pdb
         .spec
         .as_ref()

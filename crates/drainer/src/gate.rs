@@ -10,7 +10,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::pods::key_of;
+use crate::budgets::key_of;
 use crate::workloads::{WorkloadCounts, WorkloadIndex, WorkloadKey, WorkloadKind};
 
 /// What the gate checks.

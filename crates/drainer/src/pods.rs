@@ -12,10 +12,11 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rotor_apimachinery::taints::tolerated_by_any;
 use rotor_core::contract::pod_opt_out;
 
+use crate::budgets::key_of;
 pub use crate::budgets::{
     BudgetDemand, DisruptionPace, WOULD_BLOCK, budget_never_allows, budget_paces,
 };
-use crate::budgets::{Consulted, budget_blocker, budget_views, consulted_budgets};
+use crate::budgets::{BudgetView, budget_views, unready_pod_passes};
 
 /// Annotation the kubelet puts on mirror pods (static pods seen through the API).
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -197,16 +198,6 @@ impl fmt::Display for Blocker {
             ),
         }
     }
-}
-
-/// The `namespace/name` of an object's metadata.
-/// `namespace/name` of an object.
-pub(crate) fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    format!(
-        "{}/{}",
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// The controlling owner reference's kind, if the pod has a controller.
@@ -478,6 +469,80 @@ pub fn is_ready(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl BudgetDemand {
+    /// The demand of a plan, counting only the charged pods `keep` says are still to evict.
+    pub fn of(plan: &NodePlan, keep: impl Fn(&str) -> bool) -> BudgetDemand {
+        let mut pods: BTreeMap<String, u32> = BTreeMap::new();
+        for (uid, charge) in &plan.charged {
+            if keep(uid) {
+                *pods.entry(charge.budget.clone()).or_default() += 1;
+            }
+        }
+        BudgetDemand {
+            blocks: !plan.blockers.is_empty(),
+            pods,
+        }
+    }
+}
+
+/// The budgets the eviction subresource consults for a pod, as it decides.
+enum Consulted<'a> {
+    /// None: no budget covers the pod, it is `Pending` (deleted without consulting budgets), or
+    /// it is not Ready under a single budget that lets such pods through without consuming a
+    /// disruption (`unhealthyPodEvictionPolicy: AlwaysAllow`, or the budget is healthy:
+    /// `currentHealthy >= desiredHealthy > 0`).
+    Nothing,
+    /// Exactly one budget, charged one disruption.
+    One(&'a BudgetView<'a>),
+    /// Several budgets: the API refuses with a 500.
+    Several(Vec<&'a BudgetView<'a>>),
+}
+
+fn consulted_budgets<'a>(
+    pod: &Pod,
+    pod_ref: &PodRef,
+    budgets: &'a [BudgetView<'a>],
+) -> Consulted<'a> {
+    if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
+        return Consulted::Nothing;
+    }
+    let empty = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let mut matching: Vec<&BudgetView<'_>> = budgets
+        .iter()
+        .filter(|b| b.namespace == pod_ref.namespace && b.selector.matches(labels))
+        .collect();
+    match matching.len() {
+        0 => Consulted::Nothing,
+        1 if !is_ready(pod) && unready_pod_passes(matching[0].pdb) => Consulted::Nothing,
+        1 => Consulted::One(matching.remove(0)),
+        _ => Consulted::Several(matching),
+    }
+}
+
+/// The budget problem that stops a pod from being evicted, if any: several budgets, or a single
+/// one that can never allow an eviction (so neither a Pending pod nor a not-Ready pod a budget
+/// lets through is ever blocked by one).
+fn budget_blocker(pod_ref: &PodRef, consulted: &Consulted<'_>) -> Option<Blocker> {
+    match consulted {
+        Consulted::Nothing => None,
+        Consulted::One(budget) => {
+            budget_never_allows(budget.pdb, None).map(|reason| Blocker::BudgetNeverAllows {
+                budget: budget.key.clone(),
+                reason,
+            })
+        }
+        Consulted::Several(several) => {
+            let mut names: Vec<String> = several.iter().map(|b| b.key.clone()).collect();
+            names.sort();
+            Some(Blocker::MultipleBudgets {
+                pod: pod_ref.to_string(),
+                budgets: names,
+            })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,26 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     rotor_core::parse_duration(s).map_err(|e| e.to_string())
 }
 
+/// Flags that parse one by one but not together. The binary exits with status 2 on each.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--max-concurrent must be at least 1")]
+    NoConcurrency,
+    #[error("--drain-timeout must be at least 1s")]
+    DrainTimeoutTooShort,
+    #[error(
+        "--force-after ({}s) must be shorter than --drain-timeout ({}s), or the drain fails before anything is forced",
+        force_after.as_secs(),
+        drain_timeout.as_secs()
+    )]
+    ForceAfterNotShorter {
+        force_after: Duration,
+        drain_timeout: Duration,
+    },
+    #[error("--budget-recheck must be at least 1s")]
+    BudgetRecheckTooShort,
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct DrainArgs {
     /// Nodes drained at the same time.
@@ -138,24 +158,23 @@ pub struct DrainerConfig {
 }
 
 impl DrainArgs {
-    pub fn validate(&self) -> Result<DrainerConfig, String> {
+    pub fn validate(&self) -> Result<DrainerConfig, ConfigError> {
         if self.max_concurrent == 0 {
-            return Err("--max-concurrent must be at least 1".into());
+            return Err(ConfigError::NoConcurrency);
         }
         if self.drain_timeout < Duration::from_secs(1) {
-            return Err("--drain-timeout must be at least 1s".into());
+            return Err(ConfigError::DrainTimeoutTooShort);
         }
-        if let Some(f) = self.force_after
-            && f >= self.drain_timeout
+        if let Some(force_after) = self.force_after
+            && force_after >= self.drain_timeout
         {
-            return Err(format!(
-                "--force-after ({}s) must be shorter than --drain-timeout ({}s), or the drain fails before anything is forced",
-                f.as_secs(),
-                self.drain_timeout.as_secs()
-            ));
+            return Err(ConfigError::ForceAfterNotShorter {
+                force_after,
+                drain_timeout: self.drain_timeout,
+            });
         }
         if self.budget_recheck < Duration::from_secs(1) {
-            return Err("--budget-recheck must be at least 1s".into());
+            return Err(ConfigError::BudgetRecheckTooShort);
         }
         Ok(DrainerConfig {
             max_concurrent: self.max_concurrent,
@@ -221,13 +240,14 @@ mod tests {
             .drain
             .validate()
             .unwrap_err();
-        assert!(err.contains("--max-concurrent"), "{err}");
+        assert_eq!(err, ConfigError::NoConcurrency);
+        assert!(err.to_string().contains("--max-concurrent"), "{err}");
         let err = Cli::try_parse_from(["x", "--drain-timeout", "10m", "--force-after", "20m"])
             .unwrap()
             .drain
             .validate()
             .unwrap_err();
-        assert!(err.contains("--force-after"), "{err}");
+        assert!(err.to_string().contains("--force-after (1200s)"), "{err}");
         assert!(Cli::try_parse_from(["x", "--drain-timeout", "soon"]).is_err());
         assert!(Cli::try_parse_from(["x", "--max-unavailable", "150%"]).is_err());
         assert!(Cli::try_parse_from(["x", "--window", "every night"]).is_err());

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::DrainerConfig;
+use crate::error::DrainError;
 use crate::evict::{self, EvictionOutcome};
 use crate::eviction_queue::{EvictionQueue, QueuePolicy, Step, later};
 use crate::gate::WorkloadRef;
@@ -136,7 +137,7 @@ pub enum DrainResult {
     /// Drained (the workloads its evictions touched are in [`Ctx::in_flight`], for the gate).
     Drained,
     Failed {
-        error: String,
+        error: DrainError,
     },
     /// The taint went away; rotor's cordon and annotations were undone.
     Cancelled,
@@ -329,7 +330,10 @@ pub async fn drain_node(
         Err(e) => {
             return DrainOutcome {
                 result: DrainResult::Failed {
-                    error: format!("cannot read node {name}: {e}"),
+                    error: DrainError::ReadNode {
+                        node: name,
+                        error: e,
+                    },
                 },
                 record: None,
             };
@@ -432,42 +436,24 @@ async fn drain_fresh(
     };
     let mut record = apply(&before, start);
     if let Err(e) = save(nodes, name, &record, &before).await {
-        let error = format!("cannot record the drain start on node {name}: {e}");
+        let error = DrainError::RecordStart {
+            node: name.to_string(),
+            error: e,
+        };
         return (DrainResult::Failed { error }, before);
     }
     let deadline = record
         .deadline
         .unwrap_or_else(|| later(now, ctx.cfg.drain_timeout));
-    if resumed {
-        tracing::info!(node = %name, %deadline, "resuming the recorded drain");
-        announce(
-            ctx,
-            node,
-            false,
-            "DrainResumed",
-            format!("rotor resumed draining this node (deadline {deadline})."),
-        )
-        .await;
-    } else {
-        tracing::info!(node = %name, reason = ?taint.value, %deadline, "starting to drain");
-        announce(
-            ctx,
-            node,
-            false,
-            "DrainStarted",
-            format!(
-                "rotor started draining this node (taint {}={}, deadline {deadline}).",
-                taint.key,
-                taint.value.clone().unwrap_or_default()
-            ),
-        )
-        .await;
-    }
+    announce_start(ctx, node, &taint, deadline, resumed).await;
     let saved = record.clone();
     record = match cordon(nodes, name, &record).await {
         Ok(r) => r,
         Err(e) => {
-            let error = format!("cannot cordon node {name}: {e}");
+            let error = DrainError::Cordon {
+                node: name.to_string(),
+                error: e,
+            };
             return (DrainResult::Failed { error }, record);
         }
     };
@@ -494,7 +480,56 @@ async fn drain_fresh(
         settled,
     };
     let result = evict_until_drained(&task, &mut record, abort, stop).await;
-    match &result {
+    let record = record_end(&task, &result, record).await;
+    (result, record)
+}
+
+/// Says that the drain starts (or resumes, after a restart or failover), in the log and as an
+/// Event on the node.
+async fn announce_start(ctx: &Ctx, node: &Node, taint: &Taint, deadline: Timestamp, resumed: bool) {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    if resumed {
+        tracing::info!(node = %name, %deadline, "resuming the recorded drain");
+        announce(
+            ctx,
+            node,
+            false,
+            "DrainResumed",
+            format!("rotor resumed draining this node (deadline {deadline})."),
+        )
+        .await;
+    } else {
+        tracing::info!(node = %name, reason = ?taint.value, %deadline, "starting to drain");
+        announce(
+            ctx,
+            node,
+            false,
+            "DrainStarted",
+            format!(
+                "rotor started draining this node (taint {}={}, deadline {deadline}).",
+                taint.key,
+                taint.value.clone().unwrap_or_default()
+            ),
+        )
+        .await;
+    }
+}
+
+/// Records how the drain ended on the node (drained, or failed with its reason) and says so;
+/// undoes rotor's state when the taint went away. Returns the record as last written.
+async fn record_end(
+    task: &Evicting<'_>,
+    result: &DrainResult,
+    mut record: DrainRecord,
+) -> DrainRecord {
+    let (ctx, nodes, node, name, started) = (
+        task.ctx,
+        task.nodes,
+        task.node,
+        task.name.as_str(),
+        task.started,
+    );
+    match result {
         DrainResult::Drained => {
             let done = apply(
                 &record,
@@ -520,7 +555,7 @@ async fn drain_fresh(
             let failed = apply(
                 &record,
                 Transition::Failed {
-                    error: error.clone(),
+                    error: error.to_string(),
                     now: Timestamp::now(),
                 },
             );
@@ -529,7 +564,7 @@ async fn drain_fresh(
                 Err(e) => tracing::warn!(node = %name, error = %e, "could not record the failure"),
             }
             tracing::warn!(node = %name, %error, "drain failed; it will be retried after a back-off");
-            announce(ctx, node, true, "DrainFailed", error.clone()).await;
+            announce(ctx, node, true, "DrainFailed", error.to_string()).await;
         }
         DrainResult::Cancelled => match clean_up(ctx, name).await {
             Ok(()) => record = DrainRecord::default(),
@@ -539,7 +574,7 @@ async fn drain_fresh(
         },
         DrainResult::NodeGone | DrainResult::Interrupted | DrainResult::Skipped { .. } => {}
     }
-    (result, record)
+    record
 }
 
 /// One drain's evictions, until the node is empty: what the node's eviction needs besides its
@@ -619,7 +654,7 @@ async fn evict_until_drained(
                     queue.pod_gone(&uid);
                 }
                 Some(Err(e)) => tracing::warn!(node = %task.name, error = %e, "watching the node's pods failed; it restarts with back-off"),
-                None => return DrainResult::Failed { error: format!("the pod watch for node {} ended", task.name) },
+                None => return DrainResult::Failed { error: DrainError::PodWatchEnded { node: task.name.clone() } },
             },
         }
     }
@@ -662,13 +697,10 @@ async fn evict_pass(
     let (ctx, name) = (task.ctx, task.name.as_str());
     let now = Timestamp::now();
     if now >= task.deadline {
-        let left: Vec<String> = pods.values().map(|p| PodRef::of(p).to_string()).collect();
-        let error = format!(
-            "drain deadline {} passed with {} pod(s) left: {}",
-            task.deadline,
-            left.len(),
-            left.join(", ")
-        );
+        let error = DrainError::DeadlinePassed {
+            deadline: task.deadline,
+            pods: pods.values().map(|p| PodRef::of(p).to_string()).collect(),
+        };
         return Pass {
             ended: Some(DrainResult::Failed { error }),
             wake: now,

@@ -7,12 +7,13 @@
 //! update), `pace` (how fast each budget gives disruptions back, from rotor's own evictions). The
 //! I/O sits at the edges: `evict` (the Eviction API), `drain` (one
 //! node's drain task), `controller` (the loop over nodes), `leader` (the Lease), `runtime`
-//! (wiring), `status` (the `status` subcommand), `metrics`, `config` (flags).
+//! (wiring), `error` (what can fail, in words an operator can act on), `status` (the `status` subcommand), `metrics`, `config` (flags).
 
 pub mod budgets;
 pub mod config;
 pub mod controller;
 pub mod drain;
+pub mod error;
 pub mod evict;
 pub mod eviction_queue;
 pub mod fleet;

@@ -102,7 +102,8 @@ async fn run(
 ) -> anyhow::Result<()> {
     let config = load_config(&kube_args).await?;
     let stop = rotor_core::shutdown::shutdown_token();
-    rotor_drainer::runtime::run(config, cfg, leader_args, admin.admin_listen, stop).await
+    rotor_drainer::runtime::run(config, cfg, leader_args, admin.admin_listen, stop).await?;
+    Ok(())
 }
 
 async fn status(kube_args: KubeArgs, output: Output) -> anyhow::Result<()> {

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use prometheus_client::registry::Registry;
 use rotor_core::admin::{AdminServer, AdminState, Readiness};
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{DrainerConfig, LeaderArgs};
 use crate::drain::Ctx;
+use crate::error::RunError;
 use crate::leader::{Election, LeaderConfig};
 use crate::metrics::Metrics;
 
@@ -28,7 +30,7 @@ pub async fn run(
     leader_args: LeaderArgs,
     admin_listen: SocketAddr,
     stop: CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<(), RunError> {
     let kube_client = client(config.clone())?;
     let evict_client = client_without_retry(config)?;
 
@@ -45,17 +47,8 @@ pub async fn run(
     let admin_stop = stop.child_token();
     let admin_task = tokio::spawn(server.run(admin_stop.clone()));
 
-    let identity = leader_args.identity.clone().unwrap_or_else(|| {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "rotor-drainer".into());
-        format!("{host}-{}", std::process::id())
-    });
-    let lease = LeaderConfig {
-        namespace: leader_args.lease_namespace.clone(),
-        name: leader_args.lease_name.clone(),
-        identity: identity.clone(),
-        lease_duration: leader_args.lease_duration,
-        renew_every: (leader_args.lease_duration / 3).max(Duration::from_millis(500)),
-    };
+    let lease = lease_config(&leader_args);
+    let identity = lease.identity.clone();
     // Ended by us once the control loop has stopped, not by `stop` directly: the loop must not
     // see the election end before it sees the shutdown.
     let election_stop = CancellationToken::new();
@@ -65,34 +58,12 @@ pub async fn run(
 
     // Every replica keeps the same watches, leading or not: the node watch tells it when to
     // contend, and a new leader starts with its caches warm.
-    // Budgets are cached cluster-wide; every change wakes drains waiting on a refusal.
-    let (budgets, writer) = reflector::store::<PodDisruptionBudget>();
-    let (changes_tx, budget_changes) = tokio::sync::watch::channel(0u64);
-    let budget_stream = reflector(
-        writer,
-        watcher(
-            Api::<PodDisruptionBudget>::all(kube_client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let budget_task = tokio::spawn(async move {
-        let mut s = budget_stream.boxed();
-        while let Some(ev) = s.next().await {
-            match ev {
-                Ok(_) => changes_tx.send_modify(|n| *n += 1),
-                Err(e) => {
-                    tracing::warn!(error = %e, "PodDisruptionBudget watch failed; it restarts with back-off")
-                }
-            }
-        }
-    });
+    let budgets = BudgetCache::start(kube_client.clone());
     let recorder = Recorder::new(
         kube_client.clone(),
         Reporter {
             controller: "rotor-drainer".into(),
-            instance: Some(identity.clone()),
+            instance: Some(identity),
         },
     );
     let ctx = Arc::new(Ctx {
@@ -101,8 +72,8 @@ pub async fn run(
         cfg,
         recorder,
         metrics,
-        budgets,
-        budget_changes,
+        budgets: budgets.store,
+        budget_changes: budgets.changes,
         claims: Default::default(),
         in_flight: Default::default(),
         pace: Default::default(),
@@ -122,7 +93,7 @@ pub async fn run(
     };
     let result = async {
         tokio::select! {
-            ready = ctx.budgets.wait_until_ready() => ready?,
+            ready = ctx.budgets.wait_until_ready() => ready.map_err(RunError::BudgetCache)?,
             _ = acting.cancelled() => return Ok(()),
         }
         crate::controller::run(
@@ -135,7 +106,7 @@ pub async fn run(
     }
     .await;
     acting.cancel();
-    budget_task.abort();
+    budgets.task.abort();
     election_stop.cancel();
     election.join().await;
     let lost_lease = lost.await.unwrap_or(false);
@@ -143,9 +114,63 @@ pub async fn run(
     let _ = admin_task.await;
     result?;
     if lost_lease {
-        anyhow::bail!(
-            "lost the leader lease; exiting so that a restart rejoins the election cleanly"
-        );
+        return Err(RunError::LostLease);
     }
     Ok(())
+}
+
+/// The lease this replica contends for; its identity is `--identity`, else the pod's host name
+/// and process id.
+fn lease_config(leader_args: &LeaderArgs) -> LeaderConfig {
+    let identity = leader_args.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "rotor-drainer".into());
+        format!("{host}-{}", std::process::id())
+    });
+    LeaderConfig {
+        namespace: leader_args.lease_namespace.clone(),
+        name: leader_args.lease_name.clone(),
+        identity,
+        lease_duration: leader_args.lease_duration,
+        renew_every: (leader_args.lease_duration / 3).max(Duration::from_millis(500)),
+    }
+}
+
+/// PodDisruptionBudgets cached cluster-wide, and a counter bumped on every change so that
+/// drains waiting on a refused eviction retry at once.
+struct BudgetCache {
+    store: Store<PodDisruptionBudget>,
+    changes: tokio::sync::watch::Receiver<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BudgetCache {
+    fn start(client: kube::Client) -> BudgetCache {
+        let (store, writer) = reflector::store::<PodDisruptionBudget>();
+        let (changes_tx, changes) = tokio::sync::watch::channel(0u64);
+        let stream = reflector(
+            writer,
+            watcher(
+                Api::<PodDisruptionBudget>::all(client),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff()
+        .touched_objects();
+        let task = tokio::spawn(async move {
+            let mut stream = stream.boxed();
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(_) => changes_tx.send_modify(|n| *n += 1),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "PodDisruptionBudget watch failed; it restarts with back-off")
+                    }
+                }
+            }
+        });
+        BudgetCache {
+            store,
+            changes,
+            task,
+        }
+    }
 }

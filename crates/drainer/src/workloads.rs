@@ -137,6 +137,17 @@ pub enum WorkloadUpdate {
 /// a minute without one means it is running again.
 pub const FAILURE_HOLD: Duration = Duration::from_secs(60);
 
+/// Why the index cannot be trusted now; the gate holds (fails closed) while it is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IndexUnusable {
+    /// The watch of `kind` failed less than [`FAILURE_HOLD`] ago.
+    #[error("the {} watch failed: {error}", kind.as_str())]
+    WatchFailed { kind: WorkloadKind, error: String },
+    /// The first list of `kind` has not completed.
+    #[error("the {}s are not listed yet", .0.as_str())]
+    NotListed(WorkloadKind),
+}
+
 /// Replica counts of every Deployment, ReplicaSet and StatefulSet, from their watches.
 #[derive(Debug, Default)]
 pub struct WorkloadIndex {
@@ -212,15 +223,18 @@ impl WorkloadIndex {
     /// Why the index cannot be trusted now, if it cannot: a kind not listed yet, or a watch
     /// that failed less than [`FAILURE_HOLD`] ago and has delivered nothing since. The gate
     /// holds (fails closed) while this is `Some`.
-    pub fn unusable(&self, now: Instant) -> Option<String> {
+    pub fn unusable(&self, now: Instant) -> Option<IndexUnusable> {
         for kind in WorkloadKind::ALL {
             if let Some((error, at)) = self.failing.get(&kind)
                 && now.saturating_duration_since(*at) < FAILURE_HOLD
             {
-                return Some(format!("the {} watch failed: {error}", kind.as_str()));
+                return Some(IndexUnusable::WatchFailed {
+                    kind,
+                    error: error.clone(),
+                });
             }
             if !self.listed.contains(&kind) {
-                return Some(format!("the {}s are not listed yet", kind.as_str()));
+                return Some(IndexUnusable::NotListed(kind));
             }
         }
         None
@@ -357,14 +371,15 @@ mod tests {
     fn the_index_is_unusable_until_every_kind_is_listed_and_while_a_watch_fails() {
         let t0 = Instant::now();
         let mut index = WorkloadIndex::default();
-        assert!(index.unusable(t0).unwrap().contains("not listed yet"));
+        assert_eq!(
+            index.unusable(t0),
+            Some(IndexUnusable::NotListed(WorkloadKind::Deployment))
+        );
         index.apply(WorkloadUpdate::Init(WorkloadKind::Deployment));
         index.apply(WorkloadUpdate::InitDone(WorkloadKind::Deployment));
-        assert!(
-            index
-                .unusable(t0)
-                .unwrap()
-                .contains("ReplicaSets are not listed")
+        assert_eq!(
+            index.unusable(t0).unwrap().to_string(),
+            "the ReplicaSets are not listed yet"
         );
         listed_all(&mut index);
         assert_eq!(index.unusable(t0), None);
@@ -376,7 +391,10 @@ mod tests {
         };
         index.apply(failed(t0));
         assert_eq!(
-            index.unusable(t0 + Duration::from_secs(1)).as_deref(),
+            index
+                .unusable(t0 + Duration::from_secs(1))
+                .map(|why| why.to_string())
+                .as_deref(),
             Some("the StatefulSet watch failed: connection refused")
         );
         // A re-list (or any event) shows the watch is back.

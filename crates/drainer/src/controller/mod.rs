@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
+use crate::error::RunError;
 use crate::fleet::{FleetLimits, HeldReason, NodeView};
 use crate::leader::Election;
 use crate::metrics::PhaseLabel;
@@ -46,7 +47,7 @@ pub async fn run(
     election: &mut Election,
     release_after: Duration,
     stop: CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<(), RunError> {
     let nodes_api: Api<Node> = Api::all(ctx.client.clone());
     // Small pages: each listed Node is summarised and dropped at once, so the page is the
     // peak (500 full Nodes with their image lists are several MiB at 5,000 nodes).
@@ -88,7 +89,7 @@ pub async fn run(
             _ = stop.cancelled() => break,
             _ = tick.tick() => None,
             changed = leading_changes.changed() => if changed.is_err() {
-                anyhow::bail!("the leader election task ended");
+                return Err(RunError::ElectionEnded);
             } else { None },
             _ = tokio::time::sleep_until(burst_over.unwrap_or_else(Instant::now).into()), if burst_over.is_some() => None,
             Some(update) = workload_events.next() => {
@@ -109,9 +110,9 @@ pub async fn run(
                 Some(Ok(watcher::Event::Apply(n))) => Some(Event::NodeApplied(NodeView::of(&n))),
                 Some(Ok(watcher::Event::Delete(n))) => Some(Event::NodeDeleted(n.metadata.name.unwrap_or_default())),
                 Some(Err(e)) => { tracing::warn!(error = %e, "node watch failed; it restarts with back-off"); None }
-                None => anyhow::bail!("the node watch ended"),
+                None => return Err(RunError::NodeWatchEnded),
             },
-            Some(done) = shell.tasks.join_next() => Some(shell.task_ended(done?)),
+            Some(done) = shell.tasks.join_next() => Some(shell.task_ended(done.map_err(RunError::TaskPanicked)?)),
         };
         if let Some(event) = event {
             for command in machine.apply(event, Instant::now()) {

@@ -12,7 +12,7 @@ use kube::api::{Api, ListParams};
 
 use crate::drain::Ctx;
 use crate::gate::{GateBlocker, WorkloadRef, concerns, pending_pod_blockers, workload_blockers};
-use crate::workloads::{WorkloadIndex, WorkloadKey};
+use crate::workloads::{IndexUnusable, WorkloadIndex, WorkloadKey};
 
 /// The gate between one drained node and the next.
 #[derive(Default)]
@@ -152,6 +152,15 @@ fn held_reason(blockers: &[GateBlocker]) -> String {
 /// be a cluster-wide pod cache), so a gate held by one is re-read on the tick.
 const PENDING_RECHECK: Duration = Duration::from_secs(1);
 
+/// Why the gate cannot tell whether the cluster has settled; it holds (fails closed) meanwhile.
+#[derive(Debug, thiserror::Error)]
+enum GateUnknown {
+    #[error("the workload index cannot be trusted: {0}")]
+    Index(IndexUnusable),
+    #[error("cannot list pending pods: {0}")]
+    ListPending(kube::Error),
+}
+
 /// What holds the gate now. Workloads come from the watched index, and those found Ready again
 /// (or gone) leave `gate.owners`; pending pods are read (one list, reused for
 /// [`PENDING_RECHECK`]) only once no workload holds it. An index that cannot be trusted is an
@@ -160,9 +169,9 @@ async fn gate_blockers(
     ctx: &Ctx,
     gate: &mut Gate,
     workloads: &WorkloadIndex,
-) -> Result<Vec<GateBlocker>, String> {
+) -> Result<Vec<GateBlocker>, GateUnknown> {
     if let Some(why) = workloads.unusable(Instant::now()) {
-        return Err(why);
+        return Err(GateUnknown::Index(why));
     }
     let blockers = workload_blockers(&mut gate.owners, workloads, &ctx.in_flight.totals());
     if !blockers.is_empty() {
@@ -177,7 +186,7 @@ async fn gate_blockers(
     let pending = pods
         .list(&ListParams::default().fields("status.phase=Pending"))
         .await
-        .map_err(|e| format!("cannot list pending pods: {e}"))?
+        .map_err(GateUnknown::ListPending)?
         .items;
     let blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, Timestamp::now());
     gate.pending = Some((Instant::now(), blockers.clone()));

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use rotor_drainer::config::{DrainArgs, LeaderArgs};
+use rotor_drainer::error::RunError;
 pub use rotor_e2e::sim_cluster::{SimCluster, wait_until};
 use tokio_util::sync::CancellationToken;
 
@@ -24,7 +25,7 @@ struct DrainerCli {
 /// A drainer running in-process against the test cluster.
 pub struct TestDrainer {
     pub stop: CancellationToken,
-    pub handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+    pub handle: tokio::task::JoinHandle<Result<(), RunError>>,
 }
 
 impl TestDrainer {
@@ -55,7 +56,7 @@ impl TestDrainer {
         TestDrainer { stop, handle }
     }
 
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(self) -> Result<(), RunError> {
         self.stop.cancel();
         self.handle.await.expect("drainer task")
     }

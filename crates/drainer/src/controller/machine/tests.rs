@@ -404,7 +404,7 @@ fn a_drain_that_evicted_arms_the_gate_however_it_ends() {
     assert_eq!(gate_after(&DrainResult::Drained, vec![]), Some(vec![]));
     for ended in [
         DrainResult::Failed {
-            error: "deadline".into(),
+            error: crate::error::DrainError::PodWatchEnded { node: "n1".into() },
         },
         DrainResult::Cancelled,
         DrainResult::NodeGone,

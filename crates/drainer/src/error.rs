@@ -1,0 +1,55 @@
+//! The drainer's errors. Each says what failed, on which object, and what happens next or what
+//! an operator can do. A failed drain's text is also what the node's record and its
+//! `DrainFailed` Event carry, so [`DrainError`] puts its cause in the message itself.
+
+use jiff::Timestamp;
+
+/// Why one node's drain attempt gave up. The drain is retried after a back-off (see
+/// [`crate::state::Transition::Retry`]); nothing here undoes the cordon or the taint.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    #[error("cannot read node {node}: {error}")]
+    ReadNode { node: String, error: kube::Error },
+    /// Nothing was evicted: the start is recorded before the cordon.
+    #[error(
+        "cannot record the drain start on node {node}: {error}; nothing was evicted (rotor-drainer needs patch on nodes)"
+    )]
+    RecordStart { node: String, error: kube::Error },
+    #[error("cannot cordon node {node}: {error}")]
+    Cordon { node: String, error: kube::Error },
+    /// The pod watch's stream ended, which kube-runtime's watcher does only when it is dropped.
+    #[error("the pod watch for node {node} ended")]
+    PodWatchEnded { node: String },
+    #[error(
+        "drain deadline {deadline} passed with {} pod(s) left: {}",
+        pods.len(),
+        pods.join(", ")
+    )]
+    DeadlinePassed {
+        deadline: Timestamp,
+        /// The pods still on the node, as `namespace/name`.
+        pods: Vec<String>,
+    },
+}
+
+/// Why a running drainer stopped other than by being asked to. The binary exits non-zero on
+/// each, so the Deployment restarts it.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Its message already names the kubeconfig or the cluster and what to check.
+    #[error(transparent)]
+    Client(#[from] rotor_core::client::ClientError),
+    /// Its message already names the address and the flag to change.
+    #[error(transparent)]
+    Admin(#[from] rotor_core::admin::AdminError),
+    #[error("the PodDisruptionBudget cache stopped before its first list completed")]
+    BudgetCache(#[source] kube::runtime::reflector::store::WriterDropped),
+    #[error("the leader election task ended")]
+    ElectionEnded,
+    #[error("the node watch ended")]
+    NodeWatchEnded,
+    #[error("a drain task panicked; this is a bug in rotor-drainer")]
+    TaskPanicked(#[source] tokio::task::JoinError),
+    #[error("lost the leader lease; exiting so that a restart rejoins the election cleanly")]
+    LostLease,
+}

@@ -4,10 +4,12 @@
 //! clock reads): `pods` (what to do with each pod), `state` (the per-node record kept in
 //! annotations), `fleet` (which nodes may start), `window` (maintenance windows), `gate` (may
 //! the next node start), `workloads` (the replica counts the gate reads, as an index the watches
-//! update), `pace` (how fast each budget gives disruptions back, from rotor's own evictions). The
-//! I/O sits at the edges: `evict` (the Eviction API), `drain` (one
-//! node's drain task), `controller` (the loop over nodes), `leader` (the Lease), `runtime`
-//! (wiring), `error` (what can fail, in words an operator can act on), `status` (the `status` subcommand), `metrics`, `config` (flags).
+//! update), `pace` (how fast each budget gives disruptions back, from rotor's own evictions).
+//!
+//! The I/O sits at the edges: `evict` (the Eviction API), `drain` (one node's drain task),
+//! `controller` (the loop over nodes), `leader` (the Lease), `runtime` (wiring), `status` (the
+//! `status` subcommand), `metrics`, `config` (flags). `error` holds what can fail, in words an
+//! operator can act on; `anyhow` is used only by the binary.
 
 pub mod budgets;
 pub mod config;

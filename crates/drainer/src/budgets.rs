@@ -12,9 +12,35 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rotor_apimachinery::disruption::{SelectorReader, budget_selector};
 use rotor_apimachinery::labels::LabelSelector;
 
+/// A PodDisruptionBudget's identity, shown as `namespace/name`: the key of every per-budget
+/// map (what a drain demands, what is left, how fast each budget paces), so that a budget is
+/// never looked up by a pod's or a node's name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BudgetKey(String);
+
+impl BudgetKey {
+    pub fn of(pdb: &PodDisruptionBudget) -> BudgetKey {
+        BudgetKey(key_of(&pdb.metadata))
+    }
+}
+
+impl std::fmt::Display for BudgetKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Tests name budgets as `namespace/name`.
+#[cfg(test)]
+impl From<&str> for BudgetKey {
+    fn from(key: &str) -> BudgetKey {
+        BudgetKey(key.to_owned())
+    }
+}
+
 /// A budget as the eviction API sees it: its key and its selector, if that selects anything.
 pub(crate) struct BudgetView<'a> {
-    pub(crate) key: String,
+    pub(crate) key: BudgetKey,
     pub(crate) namespace: &'a str,
     pub(crate) selector: LabelSelector,
     pub(crate) pdb: &'a PodDisruptionBudget,
@@ -27,7 +53,7 @@ pub(crate) fn budget_views(pdbs: &[PodDisruptionBudget]) -> Vec<BudgetView<'_>> 
         .filter_map(|pdb| {
             let selector = budget_selector(pdb, SelectorReader::Eviction)?;
             Some(BudgetView {
-                key: key_of(&pdb.metadata),
+                key: BudgetKey::of(pdb),
                 namespace: pdb.metadata.namespace.as_deref().unwrap_or_default(),
                 selector,
                 pdb,
@@ -36,7 +62,8 @@ pub(crate) fn budget_views(pdbs: &[PodDisruptionBudget]) -> Vec<BudgetView<'_>> 
         .collect()
 }
 
-/// The `namespace/name` of an object's metadata: how budgets (and pods) are keyed.
+/// The `namespace/name` of an object's metadata: how pods are named, and what a
+/// [`BudgetKey`] holds.
 pub(crate) fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     format!(
         "{}/{}",
@@ -49,7 +76,7 @@ pub(crate) fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
 /// never allows, a do-not-disrupt pod, a refused kind of pod): start it after the others.
 pub const WOULD_BLOCK: u32 = 1_000;
 
-/// What a node's drain asks of the disruption budgets: for each budget (`namespace/name`), how
+/// What a node's drain asks of the disruption budgets: for each budget, how
 /// many of its pods that budget would be charged for; or that the drain would block (several
 /// budgets, a budget that never allows, a do-not-disrupt pod, a refused kind of pod). The
 /// controller weighs candidates with it, and running drains publish what they still need, so
@@ -57,7 +84,7 @@ pub const WOULD_BLOCK: u32 = 1_000;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BudgetDemand {
     pub blocks: bool,
-    pub pods: BTreeMap<String, u32>,
+    pub pods: BTreeMap<BudgetKey, u32>,
 }
 
 impl BudgetDemand {
@@ -66,7 +93,7 @@ impl BudgetDemand {
     /// what running drains and earlier picks claimed; negative when pods elsewhere already
     /// queue on it, and they go first). Budgets not in `allowed` give nothing. A drain that would
     /// block scores [`WOULD_BLOCK`].
-    pub fn waits(&self, allowed: &BTreeMap<String, i64>) -> u32 {
+    pub fn waits(&self, allowed: &BTreeMap<BudgetKey, i64>) -> u32 {
         if self.blocks {
             return WOULD_BLOCK;
         }
@@ -84,7 +111,7 @@ impl BudgetDemand {
     }
 
     /// Claims these pods' disruptions from `allowed`, for the next choice to see.
-    pub fn claim(&self, allowed: &mut BTreeMap<String, i64>) {
+    pub fn claim(&self, allowed: &mut BTreeMap<BudgetKey, i64>) {
         for (budget, pods) in &self.pods {
             *allowed.entry(budget.clone()).or_default() -= i64::from(*pods);
         }
@@ -101,8 +128,8 @@ pub struct DisruptionPace {
     pub per_round: i64,
 }
 
-/// Each budget's [`DisruptionPace`], by `namespace/name`.
-pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, DisruptionPace> {
+/// Each budget's [`DisruptionPace`].
+pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<BudgetKey, DisruptionPace> {
     pdbs.iter()
         .map(|pdb| {
             let status = pdb.status.as_ref();
@@ -114,7 +141,7 @@ pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, Disruption
                 allowed_now: allowed,
                 per_round: per_round.max(1),
             };
-            (key_of(&pdb.metadata), pace)
+            (BudgetKey::of(pdb), pace)
         })
         .collect()
 }

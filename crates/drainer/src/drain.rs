@@ -30,7 +30,9 @@ use crate::eviction_queue::{EvictionQueue, QueuePolicy, Step, later};
 use crate::gate::WorkloadRef;
 use crate::metrics::Metrics;
 use crate::pace::BudgetPace;
-use crate::pods::{Blocker, BudgetDemand, Charge, DisruptionPace, PodRef, budget_paces, plan_node};
+use crate::pods::{
+    Blocker, BudgetDemand, BudgetKey, Charge, DisruptionPace, PodRef, budget_paces, plan_node,
+};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 
 /// Everything a drain task needs, shared by all of them.
@@ -97,7 +99,7 @@ impl PerDrain<BudgetDemand> {
     }
 
     /// Claims every running drain's demand from `allowed`.
-    pub fn claim_from(&self, allowed: &mut BTreeMap<String, i64>) {
+    pub fn claim_from(&self, allowed: &mut BTreeMap<BudgetKey, i64>) {
         for demand in self.lock().values() {
             demand.claim(allowed);
         }
@@ -743,18 +745,13 @@ async fn evict_pass(
     let paces = budget_paces(&budgets);
     for (pod, grace) in &targets {
         let charged = plan.charged.get(&pod.uid);
-        let step = queue.next_step(
-            pod,
-            charged.map(|c| (c.budget.as_str(), c.allowed_now)),
-            policy,
-            now,
-        );
+        let step = queue.next_step(pod, charged, policy, now);
         let at = match step {
             Step::Skip(at) => at,
             Step::WaitForBudget { at, first } => {
                 if first {
-                    let budget = charged.map(|c| c.budget.as_str()).unwrap_or_default();
-                    tracing::info!(node = %name, pod = %pod, %budget, "its disruption budget allows no eviction now; waiting for it to allow one");
+                    let budget = charged.map(|c| &c.budget);
+                    tracing::info!(node = %name, pod = %pod, budget = ?budget, "its disruption budget allows no eviction now; waiting for it to allow one");
                 }
                 Some(at)
             }
@@ -803,7 +800,7 @@ async fn evict_one(
     task: &Evicting<'_>,
     pods: &HashMap<String, Pod>,
     queue: &mut EvictionQueue,
-    paces: &BTreeMap<String, DisruptionPace>,
+    paces: &BTreeMap<BudgetKey, DisruptionPace>,
     attempt: Attempt<'_>,
     policy: QueuePolicy,
     now: Timestamp,

@@ -19,7 +19,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use jiff::Timestamp;
 
 use crate::evict::EvictionOutcome;
-use crate::pods::PodRef;
+use crate::pods::{Charge, PodRef};
 
 /// What to do about one pod now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl EvictionQueue {
     pub fn next_step(
         &mut self,
         pod: &PodRef,
-        charged: Option<(&str, i32)>,
+        charged: Option<&Charge>,
         policy: QueuePolicy,
         now: Timestamp,
     ) -> Step {
@@ -94,7 +94,11 @@ impl EvictionQueue {
         if forced {
             return Step::Force;
         }
-        if let Some((budget, 0)) = charged {
+        if let Some(Charge {
+            budget,
+            allowed_now: 0,
+        }) = charged
+        {
             // A refusal already on record (the API's own words) stays as it is.
             let first = !self.refused.contains_key(&pod.uid);
             self.refused.entry(pod.uid.clone()).or_insert_with(|| {
@@ -241,6 +245,13 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn charge(budget: &str, allowed_now: i32) -> Charge {
+        Charge {
+            budget: budget.into(),
+            allowed_now,
+        }
+    }
+
     fn pod(name: &str) -> PodRef {
         PodRef {
             namespace: "shop".into(),
@@ -332,7 +343,7 @@ mod tests {
         let t0 = at("2025-03-01T12:00:00Z");
         let mut queue = EvictionQueue::default();
         let web = pod("web-1");
-        let wait = queue.next_step(&web, Some(("shop/web", 0)), POLICY, t0);
+        let wait = queue.next_step(&web, Some(&charge("shop/web", 0)), POLICY, t0);
         assert_eq!(
             wait,
             Step::WaitForBudget {
@@ -348,7 +359,7 @@ mod tests {
         // The budget moved and now allows one: sent at once.
         queue.budget_moved();
         assert_eq!(
-            queue.next_step(&web, Some(("shop/web", 1)), POLICY, t0),
+            queue.next_step(&web, Some(&charge("shop/web", 1)), POLICY, t0),
             Step::Evict
         );
         let recorded = queue.record(&web, &EvictionOutcome::Evicted, POLICY, t0);
@@ -369,7 +380,7 @@ mod tests {
         assert_eq!(queue.next_step(&db, None, forcing, t0), Step::Evict);
         queue.held_by_budget(&db);
         assert_eq!(
-            queue.next_step(&db, Some(("shop/db", 0)), forcing, t0),
+            queue.next_step(&db, Some(&charge("shop/db", 0)), forcing, t0),
             Step::Force
         );
         queue.pod_gone(&db.uid);

@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::budgets::BudgetKey;
+
 /// How many of a budget's latest evictions are kept. A budget that lets more through at once is
 /// never measured (its delay counts 0, as for an unknown pace).
 const KEPT: usize = 64;
@@ -33,15 +35,15 @@ pub struct Lane {
 
 /// Every budget's [`Lane`], by `namespace/name`, shared by the drains and the controller.
 #[derive(Default)]
-pub struct BudgetPace(Mutex<HashMap<String, Lane>>);
+pub struct BudgetPace(Mutex<HashMap<BudgetKey, Lane>>);
 
 impl BudgetPace {
     /// Records an eviction charged to `budget` at `at`. `per_round` is how many disruptions
     /// the budget allows at once; `waited` says the pod had been held by the budget until now,
     /// so its slot came back just now from the eviction `per_round` evictions ago.
-    pub fn evicted(&self, budget: &str, per_round: usize, at: Instant, waited: bool) {
+    pub fn evicted(&self, budget: &BudgetKey, per_round: usize, at: Instant, waited: bool) {
         let mut lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let lane = lanes.entry(budget.to_string()).or_default();
+        let lane = lanes.entry(budget.clone()).or_default();
         let per_round = per_round.max(1);
         if waited && lane.evictions.len() >= per_round {
             let freed_by = lane.evictions[lane.evictions.len() - per_round];
@@ -59,7 +61,7 @@ impl BudgetPace {
     }
 
     /// A copy of every lane, for one choice at `now`; lanes idle for [`FORGET_AFTER`] go.
-    pub fn lanes(&self, now: Instant) -> HashMap<String, Lane> {
+    pub fn lanes(&self, now: Instant) -> HashMap<BudgetKey, Lane> {
         let mut lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
         lanes.retain(|_, lane| {
             lane.evictions
@@ -101,11 +103,11 @@ pub fn rounds_until_free(lane: Option<&Lane>, left_now: i64, per_round: i64, now
 /// [`crate::budgets::DisruptionPace`], as [`crate::pods::budget_paces`] gives them), with `left_now`
 /// what each has left after the claims of running drains and earlier picks.
 pub fn delays(
-    lanes: &HashMap<String, Lane>,
-    left_now: &BTreeMap<String, i64>,
-    paces: &BTreeMap<String, crate::budgets::DisruptionPace>,
+    lanes: &HashMap<BudgetKey, Lane>,
+    left_now: &BTreeMap<BudgetKey, i64>,
+    paces: &BTreeMap<BudgetKey, crate::budgets::DisruptionPace>,
     now: Instant,
-) -> BTreeMap<String, f64> {
+) -> BTreeMap<BudgetKey, f64> {
     paces
         .iter()
         .map(|(budget, pace)| {
@@ -128,34 +130,49 @@ mod tests {
     fn a_waiting_pods_eviction_measures_the_cycle_and_others_do_not() {
         let pace = BudgetPace::default();
         let t0 = Instant::now();
-        pace.evicted("shop/checkout", 1, t0, false);
+        pace.evicted(&"shop/checkout".into(), 1, t0, false);
         // Went at once (the budget had room): not a cycle.
-        pace.evicted("shop/checkout", 1, t0 + ms(500), false);
-        assert_eq!(pace.lanes(t0)["shop/checkout"].cycle, None);
+        pace.evicted(&"shop/checkout".into(), 1, t0 + ms(500), false);
+        assert_eq!(
+            pace.lanes(t0)[&BudgetKey::from("shop/checkout")].cycle,
+            None
+        );
         // Waited for the budget: 2 s since the eviction whose slot it took.
-        pace.evicted("shop/checkout", 1, t0 + ms(2_500), true);
-        assert_eq!(pace.lanes(t0)["shop/checkout"].cycle, Some(ms(2_000)));
+        pace.evicted(&"shop/checkout".into(), 1, t0 + ms(2_500), true);
+        assert_eq!(
+            pace.lanes(t0)[&BudgetKey::from("shop/checkout")].cycle,
+            Some(ms(2_000))
+        );
         // The estimate follows new samples halfway.
-        pace.evicted("shop/checkout", 1, t0 + ms(5_500), true);
-        assert_eq!(pace.lanes(t0)["shop/checkout"].cycle, Some(ms(2_500)));
+        pace.evicted(&"shop/checkout".into(), 1, t0 + ms(5_500), true);
+        assert_eq!(
+            pace.lanes(t0)[&BudgetKey::from("shop/checkout")].cycle,
+            Some(ms(2_500))
+        );
         // With 3 at a time, the slot came from the eviction three back.
         for i in 0..3 {
-            pace.evicted("shop/catalog", 3, t0 + ms(i * 10), false);
+            pace.evicted(&"shop/catalog".into(), 3, t0 + ms(i * 10), false);
         }
-        pace.evicted("shop/catalog", 3, t0 + ms(2_000), true);
-        assert_eq!(pace.lanes(t0)["shop/catalog"].cycle, Some(ms(2_000)));
+        pace.evicted(&"shop/catalog".into(), 3, t0 + ms(2_000), true);
+        assert_eq!(
+            pace.lanes(t0)[&BudgetKey::from("shop/catalog")].cycle,
+            Some(ms(2_000))
+        );
         // A first eviction that waited has nothing to measure against.
-        pace.evicted("data/db", 1, t0, true);
-        assert_eq!(pace.lanes(t0)["data/db"].cycle, None);
+        pace.evicted(&"data/db".into(), 1, t0, true);
+        assert_eq!(pace.lanes(t0)[&BudgetKey::from("data/db")].cycle, None);
         // A wait far longer than the cycle is not a cycle.
-        pace.evicted("shop/checkout", 1, t0 + ms(30_000), true);
-        assert_eq!(pace.lanes(t0)["shop/checkout"].cycle, Some(ms(2_500)));
+        pace.evicted(&"shop/checkout".into(), 1, t0 + ms(30_000), true);
+        assert_eq!(
+            pace.lanes(t0)[&BudgetKey::from("shop/checkout")].cycle,
+            Some(ms(2_500))
+        );
         // Budgets rotor has not evicted under for an hour are forgotten.
         let later = t0 + FORGET_AFTER + ms(30_001);
-        pace.evicted("shop/catalog", 3, later, false);
+        pace.evicted(&"shop/catalog".into(), 3, later, false);
         assert_eq!(
             pace.lanes(later).keys().collect::<Vec<_>>(),
-            ["shop/catalog"]
+            [&BudgetKey::from("shop/catalog")]
         );
     }
 

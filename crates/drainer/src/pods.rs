@@ -14,7 +14,7 @@ use rotor_core::contract::pod_opt_out;
 
 use crate::budgets::key_of;
 pub use crate::budgets::{
-    BudgetDemand, DisruptionPace, WOULD_BLOCK, budget_never_allows, budget_paces,
+    BudgetDemand, BudgetKey, DisruptionPace, WOULD_BLOCK, budget_never_allows, budget_paces,
 };
 use crate::budgets::{BudgetView, budget_views, unready_pod_passes};
 
@@ -125,19 +125,18 @@ pub enum Blocker {
     /// More than one budget covers the pod; the eviction API answers 500 for such pods.
     MultipleBudgets {
         pod: String,
-        /// The budgets, `namespace/name`, sorted.
-        budgets: Vec<String>,
+        /// The budgets, sorted.
+        budgets: Vec<BudgetKey>,
     },
     /// A budget covering a pod to evict can never allow an eviction.
     BudgetNeverAllows {
-        /// `namespace/name`.
-        budget: String,
+        budget: BudgetKey,
         /// Why, e.g. `maxUnavailable is 0`.
         reason: String,
     },
     /// The eviction API refused the pod for its budget (429); filled in by the runtime.
     BudgetRefusing {
-        budget: String,
+        budget: BudgetKey,
         pod: String,
         /// The API server's message.
         message: String,
@@ -182,7 +181,11 @@ impl fmt::Display for Blocker {
                 f,
                 "pod {pod} is covered by {} PodDisruptionBudgets ({}) and the eviction API refuses such pods: make the budgets' selectors disjoint",
                 budgets.len(),
-                budgets.join(", ")
+                budgets
+                    .iter()
+                    .map(BudgetKey::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             Blocker::BudgetNeverAllows { budget, reason } => write!(
                 f,
@@ -366,8 +369,7 @@ pub struct NodePlan {
 /// The one budget an eviction would be charged to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Charge {
-    /// The budget, as `namespace/name`.
-    pub budget: String,
+    pub budget: BudgetKey,
     /// The disruptions its status allows now (`status.disruptionsAllowed`).
     pub allowed_now: i32,
 }
@@ -474,7 +476,7 @@ pub fn is_ready(pod: &Pod) -> bool {
 impl BudgetDemand {
     /// The demand of a plan, counting only the charged pods `keep` says are still to evict.
     pub fn of(plan: &NodePlan, keep: impl Fn(&str) -> bool) -> BudgetDemand {
-        let mut pods: BTreeMap<String, u32> = BTreeMap::new();
+        let mut pods: BTreeMap<BudgetKey, u32> = BTreeMap::new();
         for (uid, charge) in &plan.charged {
             if keep(uid) {
                 *pods.entry(charge.budget.clone()).or_default() += 1;
@@ -535,7 +537,7 @@ fn budget_blocker(pod_ref: &PodRef, consulted: &Consulted<'_>) -> Option<Blocker
             })
         }
         Consulted::Several(several) => {
-            let mut names: Vec<String> = several.iter().map(|b| b.key.clone()).collect();
+            let mut names: Vec<BudgetKey> = several.iter().map(|b| b.key.clone()).collect();
             names.sort();
             Some(Blocker::MultipleBudgets {
                 pod: pod_ref.to_string(),
@@ -1320,7 +1322,7 @@ mod tests {
         };
         let one = |budget: &str, allowed: i32| {
             let charge = Charge {
-                budget: budget.to_string(),
+                budget: budget.into(),
                 allowed_now: allowed,
             };
             BTreeMap::from([("uid-web-1".to_string(), charge)])
@@ -1362,7 +1364,7 @@ mod tests {
         assert!(charged(&[pending], std::slice::from_ref(&web)).is_empty());
     }
 
-    fn allowed_now(pdbs: &[PodDisruptionBudget]) -> BTreeMap<String, i64> {
+    fn allowed_now(pdbs: &[PodDisruptionBudget]) -> BTreeMap<BudgetKey, i64> {
         budget_paces(pdbs)
             .into_iter()
             .map(|(key, pace)| (key, pace.allowed_now))
@@ -1462,12 +1464,12 @@ mod tests {
             BudgetDemand::of(&plan_a, |_| true),
             BudgetDemand::of(&plan_b, |_| true),
         );
-        assert_eq!(a.pods, BTreeMap::from([("shop/web".to_string(), 2)]));
+        assert_eq!(a.pods, BTreeMap::from([("shop/web".into(), 2)]));
         let paces = budget_paces(std::slice::from_ref(&web));
         assert_eq!(
             paces,
             BTreeMap::from([(
-                "shop/web".to_string(),
+                "shop/web".into(),
                 DisruptionPace {
                     allowed_now: 2,
                     per_round: 2
@@ -1485,6 +1487,6 @@ mod tests {
         // Pods already evicted are no longer demanded.
         let evicted = plan_a.evict_now[0].0.uid.clone();
         let rest = BudgetDemand::of(&plan_a, |uid| uid != evicted);
-        assert_eq!(rest.pods, BTreeMap::from([("shop/web".to_string(), 1)]));
+        assert_eq!(rest.pods, BTreeMap::from([("shop/web".into(), 1)]));
     }
 }

@@ -21,7 +21,7 @@ use crate::fleet::{
     FleetDecision, FleetLimits, NodeView, candidate_names, candidates_to_score,
     choose_nodes_to_start,
 };
-use crate::pods::{BudgetDemand, DisruptionPace, budget_paces, plan_node};
+use crate::pods::{BudgetDemand, BudgetKey, DisruptionPace, budget_paces, plan_node};
 use crate::state::retry_backoff;
 
 /// What candidates' drains would ask of the budgets, kept between passes. While a node carries
@@ -98,7 +98,7 @@ pub(super) async fn rechoose(
         return None;
     }
     let paces = budget_paces(&ctx.budgets_now());
-    let mut allowed: BTreeMap<String, i64> = paces
+    let mut allowed: BTreeMap<BudgetKey, i64> = paces
         .iter()
         .map(|(key, pace)| (key.clone(), pace.allowed_now))
         .collect();
@@ -127,9 +127,9 @@ pub(super) async fn rechoose(
 /// [`crate::pace::delays`]). A budget with nothing left counts 0.
 fn urgency(
     demand: &BudgetDemand,
-    left: &BTreeMap<String, i64>,
-    paces: &BTreeMap<String, DisruptionPace>,
-    delays: &BTreeMap<String, f64>,
+    left: &BTreeMap<BudgetKey, i64>,
+    paces: &BTreeMap<BudgetKey, DisruptionPace>,
+    delays: &BTreeMap<BudgetKey, f64>,
 ) -> u32 {
     demand
         .pods
@@ -159,7 +159,7 @@ pub(super) fn choose_in_turn(
     limits: &FleetLimits,
     now: Timestamp,
     demands: &HashMap<String, BudgetDemand>,
-    mut allowed: BTreeMap<String, i64>,
+    mut allowed: BTreeMap<BudgetKey, i64>,
 ) -> FleetDecision {
     let mut picked: Vec<String> = Vec::new();
     let mut first: Option<FleetDecision> = None;
@@ -273,12 +273,12 @@ mod tests {
     fn demand(budgets: &[&str]) -> BudgetDemand {
         BudgetDemand {
             blocks: false,
-            pods: budgets.iter().map(|b| (b.to_string(), 1)).collect(),
+            pods: budgets.iter().map(|b| (BudgetKey::from(*b), 1)).collect(),
         }
     }
 
-    fn one_each(budgets: &[&str]) -> BTreeMap<String, i64> {
-        budgets.iter().map(|b| (b.to_string(), 1)).collect()
+    fn one_each(budgets: &[&str]) -> BTreeMap<BudgetKey, i64> {
+        budgets.iter().map(|b| (BudgetKey::from(*b), 1)).collect()
     }
 
     #[test]
@@ -357,10 +357,7 @@ mod tests {
             allowed_now: n,
             per_round: n,
         };
-        let paces = BTreeMap::from([
-            ("checkout".to_string(), pace(1)),
-            ("catalog".to_string(), pace(5)),
-        ]);
+        let paces = BTreeMap::from([("checkout".into(), pace(1)), ("catalog".into(), pace(5))]);
         assert_eq!(
             urgency(&demand(&["catalog"]), &left, &paces, &no_delays),
             1_000
@@ -379,15 +376,12 @@ mod tests {
             allowed_now: 0,
             per_round: 1,
         };
-        let paces = BTreeMap::from([
-            ("checkout".to_string(), none_now),
-            ("cart".to_string(), none_now),
-        ]);
+        let paces = BTreeMap::from([("checkout".into(), none_now), ("cart".into(), none_now)]);
         let mut cart_left = left.clone();
         for _ in 0..19 {
             demand(&["cart"]).claim(&mut cart_left);
         }
-        let delays = BTreeMap::from([("checkout".to_string(), 0.9), ("cart".to_string(), 0.1)]);
+        let delays = BTreeMap::from([("checkout".into(), 0.9), ("cart".into(), 0.1)]);
         assert_eq!(
             urgency(&demand(&["checkout"]), &cart_left, &paces, &delays),
             2_090

@@ -20,6 +20,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::cluster::Cluster;
 use crate::cluster::pods::Removal;
 use crate::state::Sim;
 use collection::{
@@ -104,6 +105,45 @@ fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
     })
 }
 
+/// One request to a resource path, as [`dispatch`] read it.
+struct Call<'a> {
+    method: &'a Method,
+    target: &'a Target,
+    verb: &'a str,
+    query: &'a HashMap<String, String>,
+    headers: &'a HeaderMap,
+    body: &'a Bytes,
+}
+
+impl Call<'_> {
+    fn namespace(&self) -> String {
+        self.target.namespace.clone().unwrap_or_default()
+    }
+
+    fn name(&self) -> String {
+        self.target.name.clone().unwrap_or_default()
+    }
+
+    fn subresource(&self) -> Option<&str> {
+        self.target.subresource.as_deref()
+    }
+
+    fn header(&self, name: header::HeaderName) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    fn filter(&self) -> Result<Filter, ApiError> {
+        Filter::parse(
+            self.target.namespace.clone(),
+            self.query.get("labelSelector").map(String::as_str),
+            self.query.get("fieldSelector").map(String::as_str),
+        )
+    }
+}
+
 async fn handle(
     sim: &Arc<Sim>,
     method: &Method,
@@ -113,116 +153,34 @@ async fn handle(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<Response, ApiError> {
-    // A dry run must change nothing; the simulator does not implement one, so it refuses
-    // rather than act for real (in the query for writes, in DeleteOptions for deletes and
-    // evictions).
-    let body_dry_run = matches!(*method, Method::DELETE | Method::POST)
-        && serde_json::from_slice::<Value>(body).is_ok_and(|v| {
-            DeleteOptions::dry_run(&v) || DeleteOptions::dry_run(&v["deleteOptions"])
-        });
-    if q.get("dryRun").is_some_and(|v| !v.is_empty()) || body_dry_run {
-        return Err(ApiError::bad_request(
-            "dryRun is not supported by the simulator; nothing was changed",
-        ));
-    }
+    let call = Call {
+        method,
+        target: t,
+        verb,
+        query: q,
+        headers,
+        body,
+    };
+    refuse_dry_run(&call)?;
     let now = jiff::Timestamp::now();
     let manager = field_manager(q, headers);
-    let ns = t.namespace.clone().unwrap_or_default();
-    let name = t.name.clone().unwrap_or_default();
-    let sub = t.subresource.as_deref();
+    let (ns, name, sub) = (call.namespace(), call.name(), call.subresource());
     let mut guard = sim.cluster.lock().expect("cluster lock");
     let cluster = &mut *guard;
-    let current_rv = cluster.rev.current();
-    let (namespaced, kind) = crate::kinds::all()
-        .iter()
-        .find(|r| r.group == t.group && r.version == t.version && r.plural == t.plural)
-        .map(|r| (r.namespaced, r.kind))
-        .ok_or_else(|| ApiError {
-            code: 404,
-            reason: "NotFound",
-            message: format!(
-                "the server could not find the requested resource ({verb} {})",
-                t.plural
-            ),
-            details: None,
-            retry_after: None,
-        })?;
-    if !namespaced && t.namespace.is_some() {
-        return Err(ApiError::bad_request(format!(
-            "{} is not a namespaced resource",
-            t.plural
-        )));
-    }
-    if let Some(s) = sub
-        && !matches!(s, "status")
-        && !(t.plural == "pods" && s == "eviction")
-        && !(s == "scale" && scale::serves_scale(&t.group, &t.plural))
-    {
-        return Err(ApiError {
-            code: 404,
-            reason: "NotFound",
-            message: format!("the simulator does not serve {}/{s}", t.plural),
-            details: None,
-            retry_after: None,
-        });
-    }
-    // Namespaced writes need their namespace to exist.
-    if namespaced
-        && matches!(verb, "create")
-        && cluster.namespaces.get("", &ns).is_none()
-        && !(t.plural == "pods" && sub == Some("eviction"))
-    {
-        return Err(ApiError::not_found("", "namespaces", &ns));
-    }
+    let kind = check_target(cluster, &call)?;
     let ctx = WriteContext {
         now,
         manager: &manager,
     };
-    // Kind-specific verbs first.
-    if t.group.is_empty() && t.plural == "pods" {
-        match (method.as_str(), sub) {
-            ("POST", Some("eviction")) => {
-                let v = parse_body(body)?;
-                if v.get("kind")
-                    .and_then(Value::as_str)
-                    .is_some_and(|k| k != "Eviction")
-                {
-                    return Err(ApiError::bad_request(
-                        "the eviction body must be a policy/v1 Eviction",
-                    ));
-                }
-                let out = cluster.evict_pod(&ns, &name, &v, now)?;
-                return Ok(json_response(
-                    StatusCode::CREATED,
-                    serde_json::to_vec(&out).unwrap_or_default(),
-                ));
-            }
-            ("DELETE", None) if t.name.is_some() => {
-                let mut opts = DeleteOptions::from_value(&parse_body(body)?);
-                if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
-                    opts.grace_period_seconds = Some(g);
-                }
-                let pod = cluster.delete_pod(&ns, &name, &opts, Removal::ApiDelete, now)?;
-                return Ok(json_response(
-                    StatusCode::OK,
-                    serde_json::to_vec(pod.as_ref()).unwrap_or_default(),
-                ));
-            }
-            _ => {}
-        }
+    if let Some(response) = serve_pod_verb(cluster, &call, now)? {
+        return Ok(response);
     }
     if t.group.is_empty() && t.plural == "namespaces" && method == Method::DELETE {
         return Err(ApiError::method_not_allowed(
             "deleting namespaces is not simulated",
         ));
     }
-    let filter = |q: &HashMap<String, String>| {
-        Filter::parse(
-            t.namespace.clone(),
-            q.get("labelSelector").map(String::as_str),
-            q.get("fieldSelector").map(String::as_str),
-        )
-    };
+    let current_rv = cluster.rev.current();
     let coll = cluster
         .api_collection(&t.group, &t.version, &t.plural)
         .ok_or_else(|| ApiError::not_found(&t.group, &t.plural, &name))?;
@@ -236,61 +194,16 @@ async fn handle(
     let body_out = match (verb, sub) {
         ("list", None) => {
             let query = ListQuery {
-                filter: filter(q)?,
+                filter: call.filter()?,
                 limit: q.get("limit").and_then(|l| l.parse().ok()),
                 continue_token: q.get("continue").cloned(),
             };
             coll.list(&query, current_rv)?
         }
         ("watch", None) => {
-            let rv = q
-                .get("resourceVersion")
-                .filter(|v| !v.is_empty() && v.as_str() != "0")
-                .map(|v| {
-                    v.parse::<u64>().map_err(|_| {
-                        ApiError::bad_request(format!("invalid resourceVersion {v:?}"))
-                    })
-                })
-                .transpose()?;
-            let wq = WatchQuery {
-                filter: filter(q)?,
-                resource_version: rv,
-                bookmarks: q.get("allowWatchBookmarks").is_some_and(|v| v == "true"),
-                timeout: Duration::from_secs(
-                    q.get("timeoutSeconds")
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(1800),
-                ),
-            };
-            let accept = headers
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let wctx = WatchContext {
-                bookmark_interval: cluster_timing_bookmark(sim),
-                drop_signal: sim.drop_rx.clone(),
-                as_table: table::wants_table(accept),
-            };
-            let rx = match coll.watch(wq, wctx) {
-                Ok(rx) => rx,
-                Err(e) if e.code == 410 => {
-                    let line = collection::watch_error_line(&e);
-                    let (tx, rx) = tokio::sync::mpsc::channel(1);
-                    let _ = tx.try_send(line);
-                    rx
-                }
-                Err(e) => return Err(e),
-            };
+            let rx = open_watch(sim, coll, &call)?;
             drop(guard);
-            let stream = futures::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
-            });
-            return Ok(Response::builder()
-                .status(StatusCode::OK)
-                .header(header::CONTENT_TYPE, "application/json")
-                .header(header::CACHE_CONTROL, "no-cache, private")
-                .body(Body::from_stream(stream))
-                .expect("static response parts"));
+            return Ok(watch_response(rx));
         }
         ("get", _) => coll.get_json(&ns, &name)?,
         ("create", None) => {
@@ -299,11 +212,7 @@ async fn handle(
         }
         ("update", _) => coll.update_json(&ns, &name, parse_body(body)?, sub, &ctx)?,
         ("patch", _) => {
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let pt = PatchType::from_content_type(ct)?;
+            let pt = PatchType::from_content_type(call.header(header::CONTENT_TYPE))?;
             coll.patch_json(&ns, &name, pt, &parse_body(body)?, sub, &ctx)?
         }
         ("delete", None) => {
@@ -318,11 +227,7 @@ async fn handle(
         }
     };
     drop(guard);
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if matches!(verb, "list" | "get") && table::wants_table(accept) {
+    if matches!(verb, "list" | "get") && table::wants_table(call.header(header::ACCEPT)) {
         let doc: Value =
             serde_json::from_slice(&body_out).map_err(|e| ApiError::internal(e.to_string()))?;
         let t = table::to_table(kind, &doc, now);
@@ -332,6 +237,174 @@ async fn handle(
         ));
     }
     Ok(json_response(StatusCode::OK, body_out))
+}
+
+/// A dry run must change nothing; the simulator does not implement one, so it refuses rather
+/// than act for real (in the query for writes, in DeleteOptions for deletes and evictions).
+fn refuse_dry_run(call: &Call) -> Result<(), ApiError> {
+    let body_dry_run = matches!(*call.method, Method::DELETE | Method::POST)
+        && serde_json::from_slice::<Value>(call.body).is_ok_and(|v| {
+            DeleteOptions::dry_run(&v) || DeleteOptions::dry_run(&v["deleteOptions"])
+        });
+    if call.query.get("dryRun").is_some_and(|v| !v.is_empty()) || body_dry_run {
+        return Err(ApiError::bad_request(
+            "dryRun is not supported by the simulator; nothing was changed",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that the simulator serves the resource and subresource addressed, and that a
+/// namespaced create has its namespace; returns the resource's kind.
+fn check_target(cluster: &Cluster, call: &Call) -> Result<&'static str, ApiError> {
+    let t = call.target;
+    let (namespaced, kind) = crate::kinds::all()
+        .iter()
+        .find(|r| r.group == t.group && r.version == t.version && r.plural == t.plural)
+        .map(|r| (r.namespaced, r.kind))
+        .ok_or_else(|| ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!(
+                "the server could not find the requested resource ({} {})",
+                call.verb, t.plural
+            ),
+            details: None,
+            retry_after: None,
+        })?;
+    if !namespaced && t.namespace.is_some() {
+        return Err(ApiError::bad_request(format!(
+            "{} is not a namespaced resource",
+            t.plural
+        )));
+    }
+    let sub = call.subresource();
+    if let Some(s) = sub
+        && !matches!(s, "status")
+        && !(t.plural == "pods" && s == "eviction")
+        && !(s == "scale" && scale::serves_scale(&t.group, &t.plural))
+    {
+        return Err(ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("the simulator does not serve {}/{s}", t.plural),
+            details: None,
+            retry_after: None,
+        });
+    }
+    let ns = call.namespace();
+    if namespaced
+        && call.verb == "create"
+        && cluster.namespaces.get("", &ns).is_none()
+        && !(t.plural == "pods" && sub == Some("eviction"))
+    {
+        return Err(ApiError::not_found("", "namespaces", &ns));
+    }
+    Ok(kind)
+}
+
+/// The pod verbs with semantics of their own: an eviction (through the disruption budgets)
+/// and a delete (with a grace period). `None` for any other request.
+fn serve_pod_verb(
+    cluster: &mut Cluster,
+    call: &Call,
+    now: jiff::Timestamp,
+) -> Result<Option<Response>, ApiError> {
+    let t = call.target;
+    if !(t.group.is_empty() && t.plural == "pods") {
+        return Ok(None);
+    }
+    let (ns, name) = (call.namespace(), call.name());
+    match (call.method.as_str(), call.subresource()) {
+        ("POST", Some("eviction")) => {
+            let v = parse_body(call.body)?;
+            if v.get("kind")
+                .and_then(Value::as_str)
+                .is_some_and(|k| k != "Eviction")
+            {
+                return Err(ApiError::bad_request(
+                    "the eviction body must be a policy/v1 Eviction",
+                ));
+            }
+            let out = cluster.evict_pod(&ns, &name, &v, now)?;
+            Ok(Some(json_response(
+                StatusCode::CREATED,
+                serde_json::to_vec(&out).unwrap_or_default(),
+            )))
+        }
+        ("DELETE", None) if t.name.is_some() => {
+            let mut opts = DeleteOptions::from_value(&parse_body(call.body)?);
+            if let Some(g) = call
+                .query
+                .get("gracePeriodSeconds")
+                .and_then(|g| g.parse().ok())
+            {
+                opts.grace_period_seconds = Some(g);
+            }
+            let pod = cluster.delete_pod(&ns, &name, &opts, Removal::ApiDelete, now)?;
+            Ok(Some(json_response(
+                StatusCode::OK,
+                serde_json::to_vec(pod.as_ref()).unwrap_or_default(),
+            )))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Opens a watch on `coll` from the request's resourceVersion. A version too old is answered
+/// as the real server does: a 200 whose only event is an ERROR with the 410 Status.
+fn open_watch(
+    sim: &Sim,
+    coll: &mut dyn collection::ApiCollection,
+    call: &Call,
+) -> Result<tokio::sync::mpsc::Receiver<Bytes>, ApiError> {
+    let q = call.query;
+    let rv = q
+        .get("resourceVersion")
+        .filter(|v| !v.is_empty() && v.as_str() != "0")
+        .map(|v| {
+            v.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}")))
+        })
+        .transpose()?;
+    let query = WatchQuery {
+        filter: call.filter()?,
+        resource_version: rv,
+        bookmarks: q.get("allowWatchBookmarks").is_some_and(|v| v == "true"),
+        timeout: Duration::from_secs(
+            q.get("timeoutSeconds")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1800),
+        ),
+    };
+    let context = WatchContext {
+        bookmark_interval: sim.bookmark_interval,
+        drop_signal: sim.drop_rx.clone(),
+        as_table: table::wants_table(call.header(header::ACCEPT)),
+    };
+    match coll.watch(query, context) {
+        Ok(rx) => Ok(rx),
+        Err(e) if e.code == 410 => {
+            let line = collection::watch_error_line(&e);
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            let _ = tx.try_send(line);
+            Ok(rx)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A watch's events as a streamed response, one JSON line each.
+fn watch_response(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .body(Body::from_stream(stream))
+        .expect("static response parts")
 }
 
 /// GET, PUT and PATCH of `<workload>/scale`: read or write `spec.replicas` through a Scale.
@@ -389,10 +462,6 @@ fn serve_scale(
         ctx,
     )?;
     Ok(scale::scale_of(&parse(out)?))
-}
-
-fn cluster_timing_bookmark(sim: &Sim) -> Duration {
-    sim.bookmark_interval
 }
 
 fn resource_list(group: &str, version: &str) -> Response {

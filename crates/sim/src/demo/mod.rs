@@ -10,6 +10,7 @@
 //! - [`progress`]: the pure model (snapshots in, counts, events and timelines out);
 //! - [`view`]: reads the in-process cluster into snapshots; [`actions`]: changes it;
 //! - [`children`]: the real binaries; [`aws`]: moto and the cloud glue;
+//! - [`rotation`]: the rotation's loop (selector schedule, jobs, progress) until it ends;
 //! - [`render`]: the terminal; [`summary`]: the result and the exit code.
 
 mod actions;
@@ -17,26 +18,22 @@ mod aws;
 mod children;
 mod progress;
 mod render;
+mod rotation;
 mod summary;
 mod view;
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use crate::demo::children::{Drainer, SelectorCommand, SelectorRun};
-use crate::demo::progress::Progress;
+use crate::demo::children::SelectorCommand;
 use crate::demo::render::Display;
-use crate::demo::summary::{Ending, Facts};
-use crate::demo::view::Shown;
 use rotor_sim::scenario::{Scenario, parse_duration, version_minor};
-use rotor_sim::server::Sim;
 
 /// How often the demo looks at the cluster and redraws.
 const POLL: Duration = Duration::from_millis(200);
@@ -320,7 +317,7 @@ async fn demo(cfg: Config) -> ExitCode {
         kubeconfig.display()
     ));
 
-    let outcome = rotate(&cfg, &sim, &dir, &kubeconfig, &token, &mut display).await;
+    let outcome = rotation::rotate(&cfg, &sim, &dir, &kubeconfig, &token, &mut display).await;
     running.stop().await;
 
     let summary = outcome.summary;
@@ -351,272 +348,6 @@ async fn demo(cfg: Config) -> ExitCode {
         ));
     }
     ExitCode::from(code)
-}
-
-struct Outcome {
-    summary: summary::Summary,
-    interrupted: bool,
-}
-
-/// The rotation itself: children, upgrade, the CronJob loop, until done, stuck or interrupted.
-async fn rotate(
-    cfg: &Config,
-    sim: &std::sync::Arc<Sim>,
-    dir: &Path,
-    kubeconfig: &Path,
-    token: &CancellationToken,
-    display: &mut Display,
-) -> Outcome {
-    let shown = match cfg.provider {
-        Provider::Kubernetes => Shown::KubeletVersion,
-        Provider::Aws => Shown::Image,
-    };
-    let facts = |elapsed: f64, runs: u32, failures: u32| {
-        let c = sim.cluster.lock().expect("cluster lock");
-        Facts {
-            provider: format!("{:?}", cfg.provider).to_lowercase(),
-            scenario: cfg.scenario_path.display().to_string(),
-            elapsed,
-            selector_runs: runs,
-            selector_failures: failures,
-            unschedulable_pod_seconds: c.stats.unschedulable_pod_seconds,
-            violations: c
-                .stats
-                .budget_violations
-                .iter()
-                .map(|v| {
-                    format!(
-                        "{} pod {}/{} by {}: budget {} left {} healthy of {} required",
-                        v.time,
-                        v.namespace,
-                        v.pod,
-                        v.via,
-                        v.pdb,
-                        v.healthy_after,
-                        v.desired_healthy
-                    )
-                })
-                .collect(),
-        }
-    };
-    let fail = |progress: Progress, why: String, t0: Option<Instant>| Outcome {
-        summary: summary::summarize(
-            &progress,
-            &Ending::Failed(why),
-            facts(t0.map(secs).unwrap_or(0.0), 0, 0),
-        ),
-        interrupted: false,
-    };
-    let current = || {
-        Progress::new(view::snapshot(
-            &sim.cluster.lock().expect("cluster lock"),
-            0.0,
-            shown,
-        ))
-    };
-
-    // The cloud, for the AWS variant: groups in moto, nodes bound to instances.
-    let mut world = None;
-    let mut selector_env = Vec::new();
-    if cfg.provider == Provider::Aws {
-        display.say("starting moto (the AWS emulator) and creating a launch template and an Auto Scaling group per node group ...");
-        let mut w = match aws::AwsWorld::start(sim).await {
-            Ok(w) => w,
-            Err(e) => return fail(current(), format!("{e:#}"), None),
-        };
-        for _ in 0..20 {
-            if let Err(e) = w.sync(sim).await {
-                return fail(current(), format!("{e:#}"), None);
-            }
-            if w.unbound(sim) == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        selector_env = w.selector_env();
-        world = Some(w);
-    }
-
-    let mut drainer = match Drainer::start(
-        &cfg.drainer,
-        kubeconfig,
-        dir.join("drainer.log"),
-        cfg.max_tainted,
-        Duration::from_secs(1).div_f64(cfg.speed),
-    ) {
-        Ok(d) => d,
-        Err(e) => return fail(current(), e, None),
-    };
-
-    // The upgrade: from here on, nodes built from the old template are out of date.
-    let t0 = Instant::now();
-    let mut notes = Vec::new();
-    match (&cfg.upgrade, world.as_mut()) {
-        (Some((from, to)), _) => {
-            let mut c = sim.cluster.lock().expect("cluster lock");
-            actions::set_control_plane_version(&mut c, to);
-            let groups = actions::set_templates(&mut c, Some(to), None);
-            notes.push(format!("control plane upgraded from {from} to {to}"));
-            notes.push(format!(
-                "node group(s) {} now launch nodes with kubelet {to}",
-                groups.join(", ")
-            ));
-        }
-        (None, Some(w)) => {
-            if let Err(e) = w.drift(sim).await {
-                let _ = drainer.stop().await;
-                return fail(current(), format!("{e:#}"), Some(t0));
-            }
-            notes.push(format!(
-                "launch templates: version 2 with image {} is the default (the fleet runs {})",
-                w.new_image, w.old_image
-            ));
-        }
-        (None, None) => unreachable!("the AWS provider always has a world"),
-    }
-    let mut progress = Progress::new(view::snapshot(
-        &sim.cluster.lock().expect("cluster lock"),
-        0.0,
-        shown,
-    ));
-    let title = format!(
-        "rotor demo ({} provider, {}; {} node(s) at once)",
-        format!("{:?}", cfg.provider).to_lowercase(),
-        cfg.scenario_path.display(),
-        cfg.max_tainted
-    );
-    let mut events: Vec<progress::Event> = notes
-        .iter()
-        .map(|n| progress.note(0.0, n.clone()))
-        .collect();
-    events.push(progress.note(
-        0.0,
-        format!(
-            "{} node(s) out of date; the selector runs every {:.1}s",
-            progress.initially_outdated(),
-            cfg.selector_interval.as_secs_f64()
-        ),
-    ));
-    if progress.initially_outdated() == 0 {
-        let _ = drainer.stop().await;
-        return fail(
-            progress,
-            "the upgrade left no node out of date: nothing to rotate".into(),
-            Some(t0),
-        );
-    }
-
-    let selector_log = dir.join("selector.log");
-    let mut inflight: Option<tokio::task::JoinHandle<SelectorRun>> = None;
-    let mut next_run = Instant::now();
-    let (mut runs, mut failures) = (0u32, 0u32);
-    let mut first_tainted: BTreeMap<String, f64> = BTreeMap::new();
-    let mut tick = tokio::time::interval(POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let ending = loop {
-        tokio::select! {
-            _ = token.cancelled() => break Ending::Interrupted,
-            _ = tick.tick() => {}
-        }
-        let at = secs(t0);
-        // The CronJob: one run per tick of the schedule, never two at once.
-        if let Some(h) = inflight.take_if(|h| h.is_finished()) {
-            runs += 1;
-            let run = h.await.unwrap_or_else(|e| SelectorRun {
-                ok: false,
-                said: format!("panicked: {e}"),
-            });
-            if !run.ok {
-                failures += 1;
-            }
-            let verdict = if run.ok { "" } else { "FAILED: " };
-            events.push(progress.note(at, format!("selector run {runs}: {verdict}{}", run.said)));
-        }
-        if Instant::now() >= next_run {
-            while next_run <= Instant::now() {
-                next_run += cfg.selector_interval;
-            }
-            if inflight.is_none() {
-                let (cmd, k, env, log) = (
-                    cfg.selector.clone(),
-                    kubeconfig.to_path_buf(),
-                    selector_env.clone(),
-                    selector_log.clone(),
-                );
-                inflight = Some(tokio::spawn(async move { cmd.run(&k, &env, &log).await }));
-            }
-        }
-        if let Some(w) = world.as_mut() {
-            match w.sync(sim).await {
-                Ok(said) => events.extend(said.into_iter().map(|s| progress.note(at, s))),
-                Err(e) => break Ending::Failed(format!("{e:#}")),
-            }
-        }
-        let snap = {
-            let mut c = sim.cluster.lock().expect("cluster lock");
-            // Jobs count their work in scenario time, so they speed up with the rest.
-            let scaled: BTreeMap<String, f64> = first_tainted
-                .iter()
-                .map(|(k, v)| (k.clone(), v * cfg.speed))
-                .collect();
-            let done = actions::finish_jobs(
-                &mut c,
-                actions::tainted_durations(&scaled, at * cfg.speed),
-                jiff::Timestamp::now(),
-            );
-            for pod in done {
-                let node = pod
-                    .split_once('/')
-                    .and_then(|(ns, name)| c.pods.get(ns, name))
-                    .and_then(|p| p.spec.as_ref()?.node_name.clone())
-                    .unwrap_or_default();
-                events.push(progress.note(
-                    at,
-                    format!(
-                        "job {pod} on {node} finished its work and exited; its node no longer waits for it"
-                    ),
-                ));
-            }
-            view::snapshot(&c, at, shown)
-        };
-        for n in snap.nodes.iter().filter(|n| n.taint.is_some()) {
-            first_tainted.entry(n.name.clone()).or_insert(at);
-        }
-        events.extend(progress.observe(snap));
-        display.update(&title, &progress, &events, at);
-        events.clear();
-        if let Some(status) = drainer.exited() {
-            // Ctrl-C in a terminal reaches the drainer too; that is an interruption, not a failure.
-            if token.is_cancelled() {
-                break Ending::Interrupted;
-            }
-            break Ending::Failed(format!(
-                "rotor-drainer exited ({status}); the end of its log:\n{}",
-                children::tail(&drainer.log, 15)
-            ));
-        }
-        if progress.complete() {
-            break Ending::Completed;
-        }
-        if t0.elapsed() >= cfg.timeout {
-            break Ending::TimedOut;
-        }
-    };
-    let elapsed = secs(t0);
-    if let Some(h) = inflight.take() {
-        // Dropping the run kills its child.
-        h.abort();
-    }
-    let stopped = drainer.stop().await;
-    if !stopped.starts_with("stopped") {
-        display.say(&format!("rotor-drainer {stopped}"));
-    }
-    drop(world);
-    let interrupted = ending == Ending::Interrupted;
-    Outcome {
-        summary: summary::summarize(&progress, &ending, facts(elapsed, runs, failures)),
-        interrupted,
-    }
 }
 
 #[cfg(test)]

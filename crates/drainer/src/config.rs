@@ -9,6 +9,7 @@ use rotor_core::NodeBudget;
 
 use crate::gate::GateConfig;
 use crate::pods::DrainOptions;
+use crate::surge::SurgeConfig;
 use crate::window::MaintenanceWindow;
 
 /// A duration flag: `90s`, `15m`, `1h30m` (or ISO 8601); see [`rotor_core::duration`].
@@ -34,6 +35,19 @@ pub enum ConfigError {
     },
     #[error("--budget-recheck must be at least 1s")]
     BudgetRecheckTooShort,
+    #[error(
+        "--surge-timeout ({}s) must be at least 1s and shorter than --drain-timeout ({}s), or the drain fails while it waits for room",
+        surge_timeout.as_secs(),
+        drain_timeout.as_secs()
+    )]
+    SurgeTimeout {
+        surge_timeout: Duration,
+        drain_timeout: Duration,
+    },
+    #[error("--max-surge 0 would never let a drain make room; leave --surge off instead")]
+    NoSurge,
+    #[error("{0} must not be empty")]
+    Empty(&'static str),
 }
 
 #[derive(Args, Clone, Debug)]
@@ -112,6 +126,47 @@ pub struct DrainArgs {
     /// must also stay empty for a quarter of this time.
     #[arg(long, env = "ROTOR_SETTLE", default_value = "3s", value_parser = parse_duration)]
     pub settle: Duration,
+
+    /// Make room before evicting: after the cordon, create a low-priority placeholder pod for
+    /// each pod a controller will recreate, requesting what that pod requests and allowed where
+    /// it is allowed; wait until the scheduler has placed them (a cluster autoscaler or Karpenter
+    /// adds nodes for them if it must), then evict. The replacements preempt the placeholders,
+    /// which are removed once the node is drained. Needs the PriorityClass named by
+    /// --surge-priority-class (deploy/ ships it).
+    #[arg(long, env = "ROTOR_SURGE")]
+    pub surge: bool,
+
+    /// With --surge: how long a drain waits for its placeholders to be scheduled (and for a
+    /// --max-surge slot); then it drains anyway and says so in an Event.
+    #[arg(long, env = "ROTOR_SURGE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub surge_timeout: Duration,
+
+    /// With --surge: most nodes whose placeholders may be outstanding at once, a count or a
+    /// percentage of all nodes (rounded up). By default every running drain may surge.
+    #[arg(long, env = "ROTOR_MAX_SURGE", requires = "surge")]
+    pub max_surge: Option<NodeBudget>,
+
+    /// With --surge: the namespace placeholders are created in (rotor's own).
+    #[arg(long, env = "ROTOR_SURGE_NAMESPACE", default_value = "rotor-system")]
+    pub surge_namespace: String,
+
+    /// With --surge: the placeholders' PriorityClass. Its value must be below every workload's
+    /// (so they are preempted) and not below -10 (a cluster autoscaler ignores pending pods
+    /// below that).
+    #[arg(
+        long,
+        env = "ROTOR_SURGE_PRIORITY_CLASS",
+        default_value = "rotor-surge"
+    )]
+    pub surge_priority_class: String,
+
+    /// With --surge: the placeholders' image; it only has to start and sleep.
+    #[arg(
+        long,
+        env = "ROTOR_SURGE_IMAGE",
+        default_value = "registry.k8s.io/pause:3.10"
+    )]
+    pub surge_image: String,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -155,6 +210,8 @@ pub struct DrainerConfig {
     pub gate_timeout: Duration,
     pub budget_recheck: Duration,
     pub settle: Duration,
+    /// Surge, when `--surge` is on.
+    pub surge: Option<SurgeConfig>,
 }
 
 impl DrainArgs {
@@ -176,6 +233,7 @@ impl DrainArgs {
         if self.budget_recheck < Duration::from_secs(1) {
             return Err(ConfigError::BudgetRecheckTooShort);
         }
+        let surge = self.surge_config()?;
         Ok(DrainerConfig {
             max_concurrent: self.max_concurrent,
             max_unavailable: self.max_unavailable,
@@ -195,7 +253,42 @@ impl DrainArgs {
             gate_timeout: self.gate_timeout,
             budget_recheck: self.budget_recheck,
             settle: self.settle,
+            surge,
         })
+    }
+
+    fn surge_config(&self) -> Result<Option<SurgeConfig>, ConfigError> {
+        if !self.surge {
+            return Ok(None);
+        }
+        if self.surge_timeout < Duration::from_secs(1) || self.surge_timeout >= self.drain_timeout {
+            return Err(ConfigError::SurgeTimeout {
+                surge_timeout: self.surge_timeout,
+                drain_timeout: self.drain_timeout,
+            });
+        }
+        if matches!(
+            self.max_surge,
+            Some(NodeBudget::Count(0) | NodeBudget::Percent(0))
+        ) {
+            return Err(ConfigError::NoSurge);
+        }
+        for (flag, value) in [
+            ("--surge-namespace", &self.surge_namespace),
+            ("--surge-priority-class", &self.surge_priority_class),
+            ("--surge-image", &self.surge_image),
+        ] {
+            if value.trim().is_empty() {
+                return Err(ConfigError::Empty(flag));
+            }
+        }
+        Ok(Some(SurgeConfig {
+            namespace: self.surge_namespace.clone(),
+            priority_class: self.surge_priority_class.clone(),
+            image: self.surge_image.clone(),
+            timeout: self.surge_timeout,
+            max_surge: self.max_surge,
+        }))
     }
 }
 

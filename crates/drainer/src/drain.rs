@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
@@ -33,7 +34,9 @@ use crate::pace::BudgetPace;
 use crate::pods::{
     Blocker, BudgetDemand, BudgetKey, Charge, DisruptionPace, PodRef, budget_paces, plan_node,
 };
+use crate::reserve::{SurgeOutcome, SurgeSlots, make_room};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
+use crate::surge::SurgeConfig;
 
 /// Everything a drain task needs, shared by all of them.
 pub struct Ctx {
@@ -53,9 +56,17 @@ pub struct Ctx {
     pub in_flight: InFlight,
     /// When rotor's evictions took each budget's disruptions, for choosing the next node.
     pub pace: BudgetPace,
+    /// The nodes holding placeholders, for `--max-surge`.
+    pub surge_slots: SurgeSlots,
+    /// How many nodes the cluster has, as the node watch last counted, for percentages.
+    pub fleet_size: AtomicUsize,
 }
 
 impl Ctx {
+    pub fn fleet_size(&self) -> usize {
+        self.fleet_size.load(Ordering::Relaxed)
+    }
+
     /// The PodDisruptionBudgets as the budget watch knows them now, for [`plan_node`].
     pub fn budgets_now(&self) -> Vec<PodDisruptionBudget> {
         self.budgets.state().iter().map(|b| (**b).clone()).collect()
@@ -376,6 +387,13 @@ pub async fn drain_node(
         &stop,
     )
     .await;
+    // The placeholders' work is done however the drain ended, except at a shutdown: the next
+    // leader resumes this drain and finds them (or its sweep removes them).
+    if let Some(surge) = &ctx.cfg.surge
+        && !matches!(result, DrainResult::Interrupted)
+    {
+        crate::reserve::release(&ctx, surge, &name).await;
+    }
     DrainOutcome {
         result,
         record: Some(record),
@@ -464,6 +482,18 @@ async fn drain_fresh(
     {
         tracing::warn!(node = %name, error = %e, "could not record the cordon");
     }
+    if let Some(surge) = &ctx.cfg.surge {
+        let outcome = make_room(ctx, surge, node, &taint, abort, stop).await;
+        announce_surge(ctx, node, surge, &outcome).await;
+        if outcome == SurgeOutcome::Interrupted {
+            let result = if stop.is_cancelled() {
+                DrainResult::Interrupted
+            } else {
+                DrainResult::Cancelled
+            };
+            return (result, record);
+        }
+    }
     let started = record.started_at.unwrap_or(now);
     // The taint's age counts only if the taint as read now keeps pods off; otherwise only the
     // cordon just written does, from now.
@@ -515,6 +545,71 @@ async fn announce_start(ctx: &Ctx, node: &Node, taint: &Taint, deadline: Timesta
         )
         .await;
     }
+}
+
+/// Says how the surge went, in the log, the metrics and an Event on the node.
+async fn announce_surge(ctx: &Ctx, node: &Node, surge: &SurgeConfig, outcome: &SurgeOutcome) {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let (metric, warning, reason, note) = match outcome {
+        SurgeOutcome::Ready {
+            placeholders,
+            waited,
+        } => (
+            "ready",
+            false,
+            "SurgeReady",
+            format!(
+                "rotor made room for this node's pods: {placeholders} placeholder(s) scheduled in {}s; evicting now.",
+                waited.as_secs()
+            ),
+        ),
+        SurgeOutcome::NothingToReserve => (
+            "nothing_to_reserve",
+            false,
+            "SurgeSkipped",
+            "No pod on this node needs room elsewhere (none is recreated by a controller, or none requests resources); evicting now.".to_string(),
+        ),
+        SurgeOutcome::TimedOut { scheduled, pending } => {
+            let first = pending
+                .first()
+                .map(|(pod, why)| format!("; e.g. {pod}: {}", why.as_deref().unwrap_or("no reason given yet")))
+                .unwrap_or_default();
+            (
+                "timed_out",
+                true,
+                "SurgeTimedOut",
+                format!(
+                    "{} of {} placeholder(s) were still unscheduled after --surge-timeout ({}s){first}. Evicting anyway: the pods may wait Pending. Check that a cluster autoscaler can add nodes for them (quotas, group maximum size).",
+                    pending.len(),
+                    pending.len() + scheduled,
+                    surge.timeout.as_secs()
+                ),
+            )
+        }
+        SurgeOutcome::NoSlot => (
+            "no_slot",
+            true,
+            "SurgeSkipped",
+            format!(
+                "--max-surge nodes held placeholders for all of --surge-timeout ({}s); evicting without making room.",
+                surge.timeout.as_secs()
+            ),
+        ),
+        SurgeOutcome::Failed(why) => (
+            "failed",
+            true,
+            "SurgeFailed",
+            format!("{why}. Evicting without making room."),
+        ),
+        SurgeOutcome::Interrupted => return,
+    };
+    ctx.metrics.surge(metric);
+    if warning {
+        tracing::warn!(node = %name, "{note}");
+    } else {
+        tracing::info!(node = %name, "{note}");
+    }
+    announce(ctx, node, warning, reason, note).await;
 }
 
 /// Records how the drain ended on the node (drained, or failed with its reason) and says so;

@@ -52,4 +52,12 @@ pub enum RunError {
     TaskPanicked(#[source] tokio::task::JoinError),
     #[error("lost the leader lease; exiting so that a restart rejoins the election cleanly")]
     LostLease,
+    #[error(
+        "--surge needs the PriorityClass {name}, which does not exist; apply deploy/ (it ships rotor-surge) or name another with --surge-priority-class"
+    )]
+    SurgePriorityClassMissing { name: String },
+    #[error(
+        "cannot read the PriorityClass {name} that --surge needs: {error} (rotor-drainer needs get on priorityclasses)"
+    )]
+    SurgePriorityClassUnreadable { name: String, error: kube::Error },
 }

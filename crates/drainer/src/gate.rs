@@ -112,6 +112,10 @@ pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> V
             if pod.metadata.deletion_timestamp.is_some() {
                 return None;
             }
+            // rotor's own placeholders wait for capacity on purpose; they are not workloads.
+            if crate::surge::is_placeholder(pod) {
+                return None;
+            }
             let bound = pod
                 .spec
                 .as_ref()

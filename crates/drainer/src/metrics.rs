@@ -31,6 +31,8 @@ pub struct Metrics {
     pub budget_blocked_pods: Gauge,
     pub gate_blocked_seconds: Counter<f64>,
     pub nodes_by_phase: Family<PhaseLabel, Gauge>,
+    pub surges: Family<OutcomeLabel, Counter>,
+    pub surge_nodes: Gauge,
 }
 
 impl Metrics {
@@ -45,6 +47,8 @@ impl Metrics {
             budget_blocked_pods: Gauge::default(),
             gate_blocked_seconds: Counter::default(),
             nodes_by_phase: Family::default(),
+            surges: Family::default(),
+            surge_nodes: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("rotor_drainer");
         r.register(
@@ -73,11 +77,29 @@ impl Metrics {
             m.gate_blocked_seconds.clone(),
         );
         r.register("nodes", "Nodes by drain phase", m.nodes_by_phase.clone());
+        r.register(
+            "surges",
+            "Surges (room made before a drain) by outcome (ready, timed_out, no_slot, failed, nothing_to_reserve)",
+            m.surges.clone(),
+        );
+        r.register(
+            "surge_nodes",
+            "Nodes whose placeholders are outstanding (what --max-surge caps)",
+            m.surge_nodes.clone(),
+        );
         m
     }
 
     pub fn eviction(&self, outcome: &str) {
         self.evictions
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn surge(&self, outcome: &str) {
+        self.surges
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_string(),
             })

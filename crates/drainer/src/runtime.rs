@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
@@ -22,6 +23,7 @@ use crate::drain::Ctx;
 use crate::error::RunError;
 use crate::leader::{Election, LeaderConfig};
 use crate::metrics::Metrics;
+use crate::surge::SurgeConfig;
 
 /// Runs the drainer until `stop` is cancelled (Ok) or the lease is lost (Err).
 pub async fn run(
@@ -33,6 +35,9 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let kube_client = client(config.clone())?;
     let evict_client = client_without_retry(config)?;
+    if let Some(surge) = &cfg.surge {
+        check_surge_priority_class(&kube_client, surge).await?;
+    }
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -77,6 +82,8 @@ pub async fn run(
         claims: Default::default(),
         in_flight: Default::default(),
         pace: Default::default(),
+        surge_slots: Default::default(),
+        fleet_size: Default::default(),
     });
 
     // Acting stops when we shut down or lose the lease (not when we release it: the controller
@@ -115,6 +122,30 @@ pub async fn run(
     result?;
     if lost_lease {
         return Err(RunError::LostLease);
+    }
+    Ok(())
+}
+
+/// Surge needs its PriorityClass; one whose value would keep placeholders from doing their job
+/// is named in a warning. Checked before anything else starts, so a missing class stops the
+/// drainer with a message that says how to add it.
+async fn check_surge_priority_class(
+    client: &kube::Client,
+    surge: &SurgeConfig,
+) -> Result<(), RunError> {
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    let class = classes
+        .get_opt(&surge.priority_class)
+        .await
+        .map_err(|error| RunError::SurgePriorityClassUnreadable {
+            name: surge.priority_class.clone(),
+            error,
+        })?
+        .ok_or_else(|| RunError::SurgePriorityClassMissing {
+            name: surge.priority_class.clone(),
+        })?;
+    if let Some(warning) = crate::surge::priority_warning(class.value) {
+        tracing::warn!(priority_class = %surge.priority_class, value = class.value, "{warning}");
     }
     Ok(())
 }

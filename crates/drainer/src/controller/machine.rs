@@ -149,6 +149,11 @@ impl Machine {
         }
     }
 
+    /// How many nodes the watch knows.
+    pub(super) fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// Whether the node watch has listed the nodes: no pass runs before.
     pub(super) fn listed(&self) -> bool {
         self.listed

@@ -118,6 +118,8 @@ pub async fn run(
             for command in machine.apply(event, Instant::now()) {
                 shell.run(command).await;
             }
+            ctx.fleet_size
+                .store(machine.node_count(), std::sync::atomic::Ordering::Relaxed);
         }
         if !machine.listed() {
             continue;
@@ -273,6 +275,12 @@ impl Shell {
                 tracing::info!("leading: starting to drain tainted nodes");
                 self.gate = Gate::new_term();
                 self.demand_cache = choice::DemandCache::default();
+                // A previous leader may have stopped between creating placeholders and
+                // removing them; those of nodes no longer draining go now.
+                if let Some(surge) = self.ctx.cfg.surge.clone() {
+                    let ctx = self.ctx.clone();
+                    tokio::spawn(async move { crate::reserve::sweep(&ctx, &surge).await });
+                }
             }
             Command::PublishPhases(counts) => {
                 for (phase, count) in counts {

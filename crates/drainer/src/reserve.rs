@@ -1,0 +1,262 @@
+//! The I/O of surge ([`crate::surge`] decides): create a node's placeholders, wait until the
+//! scheduler has placed them (an autoscaler adding nodes for them if it must), and remove them
+//! once the node is drained, when its drain is cancelled, or, for a previous leader's leftovers,
+//! when a new leader starts. A surge never stops a drain: whatever fails, the drain goes on
+//! without the room and says why.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio_util::sync::CancellationToken;
+
+use crate::drain::Ctx;
+use crate::state::DrainRecord;
+use crate::surge::{
+    Reservation, SurgeConfig, all_placeholders_selector, may_surge, orphaned, placeholder,
+    placeholder_node, placeholder_selector, pods_needing_room,
+};
+
+/// How often a waiting drain reads its placeholders (and, without a slot, the slots).
+const POLL: Duration = Duration::from_secs(1);
+
+/// The nodes whose placeholders are outstanding, for `--max-surge`.
+#[derive(Debug, Default)]
+pub struct SurgeSlots(Mutex<BTreeSet<String>>);
+
+impl SurgeSlots {
+    /// Takes a slot for `node` if it holds one already or one is free; `holding` shows how
+    /// many are held.
+    fn take(&self, node: &str, cfg: &SurgeConfig, fleet_size: usize, holding: &Gauge) -> bool {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if held.contains(node) {
+            return true;
+        }
+        let free = may_surge(cfg.max_surge, held.len(), fleet_size);
+        if free {
+            held.insert(node.to_string());
+            holding.set(held.len() as i64);
+        }
+        free
+    }
+
+    fn give_back(&self, node: &str, holding: &Gauge) {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(node);
+        holding.set(held.len() as i64);
+    }
+}
+
+/// How a node's surge went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SurgeOutcome {
+    /// Every placeholder has a node: there is room for the pods.
+    Ready {
+        placeholders: usize,
+        waited: Duration,
+    },
+    /// No pod on the node needs room (nothing a controller recreates, or nothing requested).
+    NothingToReserve,
+    /// `--surge-timeout` passed with placeholders still pending; they stay until the drain
+    /// ends, in case the capacity arrives late.
+    TimedOut {
+        scheduled: usize,
+        pending: Vec<(String, Option<String>)>,
+    },
+    /// `--max-surge` nodes held placeholders for all of `--surge-timeout`.
+    NoSlot,
+    /// The placeholders could not be created or read; those created were removed.
+    Failed(String),
+    /// The drain was cancelled or the drainer is stopping.
+    Interrupted,
+}
+
+/// Makes room for `node`'s pods before they are evicted: takes a `--max-surge` slot, creates a
+/// placeholder per pod that needs room, and waits until all are scheduled, for at most
+/// `--surge-timeout` in all.
+pub async fn make_room(
+    ctx: &Ctx,
+    cfg: &SurgeConfig,
+    node: &Node,
+    drain_taint: &Taint,
+    abort: &CancellationToken,
+    stop: &CancellationToken,
+) -> SurgeOutcome {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let started = Instant::now();
+    let give_up_at = started + cfg.timeout;
+    while !ctx
+        .surge_slots
+        .take(&name, cfg, ctx.fleet_size(), &ctx.metrics.surge_nodes)
+    {
+        if Instant::now() >= give_up_at {
+            return SurgeOutcome::NoSlot;
+        }
+        if !pause(abort, stop).await {
+            return SurgeOutcome::Interrupted;
+        }
+    }
+    let on_node: Api<Pod> = Api::all(ctx.client.clone());
+    let pods = match on_node
+        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            ctx.surge_slots.give_back(&name, &ctx.metrics.surge_nodes);
+            return SurgeOutcome::Failed(format!("cannot list the pods on node {name}: {e}"));
+        }
+    };
+    let wanted: Vec<Pod> = pods_needing_room(&pods, drain_taint, &ctx.cfg.options)
+        .into_iter()
+        .filter_map(|pod| placeholder(pod, node, drain_taint, cfg))
+        .collect();
+    if wanted.is_empty() {
+        ctx.surge_slots.give_back(&name, &ctx.metrics.surge_nodes);
+        return SurgeOutcome::NothingToReserve;
+    }
+    let placeholders: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
+    for pod in &wanted {
+        match placeholders.create(&PostParams::default(), pod).await {
+            Ok(_) => {}
+            // Made by this drain before a restart: the same name for the same pod.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => {
+                let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+                let why = format!(
+                    "cannot create placeholder {}/{pod_name}: {e} (rotor-drainer needs create on pods in {}, and the PriorityClass {} must exist)",
+                    cfg.namespace, cfg.namespace, cfg.priority_class
+                );
+                release(ctx, cfg, &name).await;
+                return SurgeOutcome::Failed(why);
+            }
+        }
+    }
+    tracing::info!(node = %name, placeholders = wanted.len(), "created placeholders; waiting for them to be scheduled");
+    let selector = placeholder_selector(&name);
+    loop {
+        let reservation = match placeholders
+            .list(&ListParams::default().labels(&selector))
+            .await
+        {
+            Ok(list) => Reservation::of(&list.items),
+            Err(e) => {
+                tracing::warn!(node = %name, error = %e, "could not read the placeholders; trying again");
+                Reservation {
+                    scheduled: 0,
+                    pending: vec![("(unread)".into(), Some(e.to_string()))],
+                }
+            }
+        };
+        if reservation.complete() {
+            return SurgeOutcome::Ready {
+                placeholders: wanted.len(),
+                waited: started.elapsed(),
+            };
+        }
+        if Instant::now() >= give_up_at {
+            return SurgeOutcome::TimedOut {
+                scheduled: reservation.scheduled,
+                pending: reservation.pending,
+            };
+        }
+        if !pause(abort, stop).await {
+            return SurgeOutcome::Interrupted;
+        }
+    }
+}
+
+/// Waits one poll; false when the drain is cancelled or the drainer stops.
+async fn pause(abort: &CancellationToken, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(POLL) => true,
+        _ = abort.cancelled() => false,
+        _ = stop.cancelled() => false,
+    }
+}
+
+/// Removes `node`'s placeholders and gives back its `--max-surge` slot. Errors are logged: the
+/// next leader's [`sweep`], or the garbage collector once the node is deleted, removes what is
+/// left.
+pub async fn release(ctx: &Ctx, cfg: &SurgeConfig, node: &str) {
+    ctx.surge_slots.give_back(node, &ctx.metrics.surge_nodes);
+    let placeholders: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
+    let listed = placeholders
+        .list(&ListParams::default().labels(&placeholder_selector(node)))
+        .await;
+    let pods = match listed {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(%node, error = %e, "could not list the node's placeholders to remove them");
+            return;
+        }
+    };
+    let removed = delete_all(ctx, cfg, pods.iter()).await;
+    if removed > 0 {
+        tracing::info!(%node, removed, "removed the node's placeholders");
+    }
+}
+
+/// Removes the placeholders whose drain is over (their node is gone, or not being drained): a
+/// previous leader's leftovers. A new leader runs it once.
+pub async fn sweep(ctx: &Ctx, cfg: &SurgeConfig) {
+    let placeholders: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
+    let pods = match placeholders
+        .list(&ListParams::default().labels(&all_placeholders_selector()))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(namespace = %cfg.namespace, error = %e, "could not list placeholders left by an earlier leader");
+            return;
+        }
+    };
+    if pods.is_empty() {
+        return;
+    }
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let mut draining: BTreeMap<String, bool> = BTreeMap::new();
+    for node in pods.iter().filter_map(placeholder_node) {
+        if draining.contains_key(node) {
+            continue;
+        }
+        let active = match nodes.get_opt(node).await {
+            Ok(Some(n)) => {
+                DrainRecord::from_annotations(n.metadata.annotations.as_ref()).is_active()
+            }
+            Ok(None) => false,
+            // Unknown: keep them; the next leader, or the node's deletion, removes them.
+            Err(_) => true,
+        };
+        draining.insert(node.to_string(), active);
+    }
+    let orphans = orphaned(&pods, |node| draining.get(node).copied().unwrap_or(false));
+    let removed = delete_all(ctx, cfg, orphans.into_iter()).await;
+    if removed > 0 {
+        tracing::info!(removed, "removed placeholders left by an earlier leader");
+    }
+}
+
+/// Deletes `pods` (placeholders, never workloads); returns how many went.
+async fn delete_all<'a>(
+    ctx: &Ctx,
+    cfg: &SurgeConfig,
+    pods: impl Iterator<Item = &'a Pod>,
+) -> usize {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
+    let mut removed = 0;
+    for pod in pods {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => removed += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(namespace = %cfg.namespace, pod = name, error = %e, "could not remove a placeholder")
+            }
+        }
+    }
+    removed
+}

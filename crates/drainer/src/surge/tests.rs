@@ -1,0 +1,339 @@
+use super::*;
+use serde_json::json;
+
+fn drain_taint() -> Taint {
+    Taint {
+        key: rotor_core::contract::DRAIN_TAINT_KEY.into(),
+        value: Some("image-drift".into()),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    }
+}
+
+fn node(name: &str) -> Node {
+    serde_json::from_value(json!({"metadata": {"name": name, "uid": "node-uid-1"}})).unwrap()
+}
+
+fn cfg() -> SurgeConfig {
+    SurgeConfig {
+        namespace: "rotor-system".into(),
+        priority_class: "rotor-surge".into(),
+        image: "registry.k8s.io/pause:3.10".into(),
+        timeout: Duration::from_secs(300),
+        max_surge: None,
+    }
+}
+
+/// A pod of `owner_kind` (none: a bare pod) on node n1, with `spec` merged in.
+fn pod(name: &str, owner_kind: Option<&str>, spec: serde_json::Value) -> Pod {
+    let mut v = json!({
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"name": "app", "image": "shop", "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}}]
+        },
+        "status": {"phase": "Running"}
+    });
+    if let Some(kind) = owner_kind {
+        v["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind, "name": "owner", "uid": "o", "controller": true}]);
+    }
+    if let (Some(into), Some(from)) = (v["spec"].as_object_mut(), spec.as_object()) {
+        into.extend(from.clone());
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+fn names(pods: &[&Pod]) -> Vec<String> {
+    pods.iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect()
+}
+
+#[test]
+fn room_is_made_only_for_pods_that_are_evicted_and_come_back() {
+    let placeholder = placeholder(
+        &pod("web-1", Some("ReplicaSet"), json!({})),
+        &node("n0"),
+        &drain_taint(),
+        &cfg(),
+    )
+    .unwrap();
+    let pods = vec![
+        pod("web-1", Some("ReplicaSet"), json!({})),
+        pod("db-0", Some("StatefulSet"), json!({})),
+        pod("agent", Some("DaemonSet"), json!({})),
+        pod("bare", None, json!({})),
+        pod(
+            "tolerant",
+            Some("ReplicaSet"),
+            json!({"tolerations": [{"operator": "Exists"}]}),
+        ),
+        placeholder,
+    ];
+    let mut opted_out = pod("batch", Some("Job"), json!({}));
+    opted_out.metadata.annotations =
+        Some([("rotor.dev/do-not-disrupt".to_string(), "true".to_string())].into());
+    let mut all = pods;
+    all.push(opted_out);
+    let needing = pods_needing_room(&all, &drain_taint(), &DrainOptions::default());
+    assert_eq!(names(&needing), ["web-1", "db-0"]);
+}
+
+#[test]
+fn effective_requests_follow_the_schedulers_sum() {
+    // Two containers add up; an ordinary init container larger than their sum sets the floor
+    // for that resource; a sidecar (init with restartPolicy Always) adds; overhead adds.
+    let p = pod(
+        "web-1",
+        Some("ReplicaSet"),
+        json!({
+            "initContainers": [
+                {"name": "migrate", "resources": {"requests": {"memory": "3Gi"}}},
+                {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}
+            ],
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "0.5", "memory": "512Mi", "nvidia.com/gpu": "1"}}}
+            ],
+            "overhead": {"cpu": "50m"}
+        }),
+    );
+    let r = effective_requests(&p);
+    assert_eq!(r["cpu"], 900, "250m + 500m + 100m sidecar + 50m overhead");
+    assert_eq!(
+        r["memory"],
+        3 * 1024 * 1024 * 1024 * 1000,
+        "the init container's 3Gi beats 1.5Gi"
+    );
+    assert_eq!(r["nvidia.com/gpu"], 1000);
+    assert!(
+        effective_requests(&pod(
+            "idle",
+            Some("ReplicaSet"),
+            json!({"containers": [{"name": "x"}]})
+        ))
+        .is_empty()
+    );
+}
+
+#[test]
+fn a_placeholder_reserves_the_pods_requests_at_rotors_priority_owned_by_the_node() {
+    let p = pod(
+        "web-1",
+        Some("ReplicaSet"),
+        json!({"nodeSelector": {"pool": "general"}}),
+    );
+    let ph = placeholder(&p, &node("n1"), &drain_taint(), &cfg()).unwrap();
+    let v = serde_json::to_value(&ph).unwrap();
+    assert_eq!(v["metadata"]["namespace"], "rotor-system");
+    assert_eq!(v["metadata"]["labels"][SURGE_FOR_LABEL], "n1");
+    assert_eq!(v["metadata"]["labels"][MANAGED_BY_LABEL], "rotor-drainer");
+    assert_eq!(v["metadata"]["annotations"][SURGE_NODE_ANNOTATION], "n1");
+    assert_eq!(
+        v["metadata"]["annotations"][SURGE_POD_ANNOTATION],
+        "shop/web-1"
+    );
+    assert_eq!(
+        v["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "node-uid-1", "controller": true}])
+    );
+    assert_eq!(v["spec"]["priorityClassName"], "rotor-surge");
+    assert_eq!(v["spec"]["terminationGracePeriodSeconds"], 0);
+    assert_eq!(v["spec"]["nodeSelector"], json!({"pool": "general"}));
+    assert_eq!(
+        v["spec"]["containers"][0]["resources"],
+        json!({"requests": {"cpu": "250m", "memory": "1073741824"}})
+    );
+    assert_eq!(
+        v["spec"]["containers"][0]["image"],
+        "registry.k8s.io/pause:3.10"
+    );
+    assert_eq!(
+        v["spec"]["containers"][0]["securityContext"]["runAsNonRoot"],
+        true
+    );
+    assert!(is_placeholder(&ph));
+    assert_eq!(placeholder_node(&ph), Some("n1"));
+    assert!(!is_placeholder(&p));
+    // Nothing requested, nothing to reserve.
+    let idle = pod(
+        "idle",
+        Some("ReplicaSet"),
+        json!({"containers": [{"name": "x"}]}),
+    );
+    assert_eq!(
+        placeholder(&idle, &node("n1"), &drain_taint(), &cfg()),
+        None
+    );
+}
+
+#[test]
+fn a_placeholder_may_go_where_the_pod_may_except_the_drained_node_and_cordoned_or_draining_nodes() {
+    let p = pod(
+        "web-1",
+        Some("ReplicaSet"),
+        json!({
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}
+                ]}},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"},
+                    {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone", "namespaces": ["data"]}
+                ]}
+            },
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"},
+                {"operator": "Exists"},
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},
+                {"key": "rotor.dev/drain", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]
+        }),
+    );
+    let v = serde_json::to_value(placeholder(&p, &node("n1"), &drain_taint(), &cfg()).unwrap())
+        .unwrap();
+    let not_n1 = json!([{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]);
+    let terms = &v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    assert_eq!(
+        terms.as_array().unwrap().len(),
+        2,
+        "the pod's terms stay alternatives"
+    );
+    for term in terms.as_array().unwrap() {
+        assert_eq!(
+            term["matchFields"], not_n1,
+            "each alternative excludes the drained node: {term}"
+        );
+    }
+    assert_eq!(terms[0]["matchExpressions"][0]["values"], json!(["a"]));
+    let anti =
+        &v["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(
+        anti[0]["namespaces"],
+        json!(["shop"]),
+        "a term without namespaces meant the pod's own"
+    );
+    assert_eq!(anti[1]["namespaces"], json!(["data"]));
+    assert_eq!(
+        v["spec"]["tolerations"],
+        json!([{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]),
+        "tolerations of rotor's taint or of a cordon (wildcards included) are dropped"
+    );
+    assert!(v["spec"].get("topologySpreadConstraints").is_none());
+
+    // A pod with no affinity at all still gets the exclusion.
+    let plain = placeholder(
+        &pod("api-1", Some("ReplicaSet"), json!({})),
+        &node("n1"),
+        &drain_taint(),
+        &cfg(),
+    )
+    .unwrap();
+    let v = serde_json::to_value(plain).unwrap();
+    assert_eq!(
+        v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([{"matchFields": not_n1}])
+    );
+    assert!(v["spec"].get("tolerations").is_none());
+}
+
+#[test]
+fn placeholder_names_and_labels_are_stable_and_valid_for_any_node_name() {
+    let a = placeholder_name("ip-10-0-1-23.ec2.internal", "uid-1");
+    assert_eq!(
+        a,
+        placeholder_name("ip-10-0-1-23.ec2.internal", "uid-1"),
+        "the same after a restart"
+    );
+    assert_ne!(a, placeholder_name("ip-10-0-1-23.ec2.internal", "uid-2"));
+    assert!(
+        a.starts_with("rotor-surge-ip-10-0-1-23.ec2.internal-"),
+        "{a}"
+    );
+    let long = format!("{}.compute.internal", "n".repeat(200));
+    let name = placeholder_name(&long, "uid-1");
+    assert!(name.len() <= 253, "{}", name.len());
+    assert!(
+        name.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))
+    );
+
+    assert_eq!(
+        surge_label_value("ip-10-0-1-23.ec2.internal"),
+        "ip-10-0-1-23.ec2.internal"
+    );
+    let hashed = surge_label_value(&long);
+    assert!(
+        hashed.len() <= 63 && hashed.starts_with("node-"),
+        "{hashed}"
+    );
+    assert_eq!(hashed, surge_label_value(&long));
+    assert_ne!(hashed, surge_label_value(&format!("{long}x")));
+    assert_eq!(
+        placeholder_selector("n1"),
+        "rotor.dev/surge-for=n1,app.kubernetes.io/managed-by=rotor-drainer"
+    );
+}
+
+#[test]
+fn a_reservation_is_complete_when_every_placeholder_left_has_a_node() {
+    let ph = |name: &str, node: Option<&str>, deleting: bool| -> Pod {
+        let mut v = json!({
+            "metadata": {"name": name, "namespace": "rotor-system"},
+            "spec": {"containers": []},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}]}
+        });
+        if let Some(n) = node {
+            v["spec"]["nodeName"] = json!(n);
+            v["status"] = json!({"phase": "Running"});
+        }
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(v).unwrap()
+    };
+    let r = Reservation::of(&[
+        ph("a", Some("new-1"), false),
+        ph("b", None, false),
+        ph("c", None, true),
+    ]);
+    assert_eq!(r.scheduled, 1);
+    assert_eq!(
+        r.pending,
+        [(
+            "rotor-system/b".to_string(),
+            Some("0/3 nodes are available: 3 Insufficient cpu.".to_string())
+        )]
+    );
+    assert!(!r.complete());
+    assert!(Reservation::of(&[ph("a", Some("new-1"), false), ph("c", None, true)]).complete());
+    assert!(
+        Reservation::of(&[]).complete(),
+        "preempted placeholders are not waited for"
+    );
+}
+
+#[test]
+fn placeholders_of_nodes_no_longer_draining_are_orphans() {
+    let p = pod("web-1", Some("ReplicaSet"), json!({}));
+    let of = |n: &str| placeholder(&p, &node(n), &drain_taint(), &cfg()).unwrap();
+    let mut unnamed = of("n3");
+    unnamed.metadata.annotations = None;
+    let all = [of("n1"), of("n2"), unnamed];
+    let orphans = orphaned(&all, |node| node == "n1");
+    let nodes: Vec<_> = orphans.iter().map(|p| placeholder_node(p)).collect();
+    assert_eq!(nodes, [Some("n2"), None]);
+}
+
+#[test]
+fn max_surge_caps_how_many_nodes_hold_placeholders() {
+    assert!(may_surge(None, 50, 10));
+    assert!(may_surge(Some(NodeBudget::Count(2)), 1, 10));
+    assert!(!may_surge(Some(NodeBudget::Count(2)), 2, 10));
+    // 10% of 30 nodes is 3.
+    assert!(may_surge(Some(NodeBudget::Percent(10)), 2, 30));
+    assert!(!may_surge(Some(NodeBudget::Percent(10)), 3, 30));
+}

@@ -10,6 +10,8 @@
 //!   ServiceAccounts `deploy/` ships ([`RealCluster::start_rotor_drainer`],
 //!   [`RealCluster::run_rotor_selector`]); the audit log.
 //! - [`BudgetWatch`] (`budget_watch`): "no budget violated", judged from a pod watch alone.
+//! - [`autoscaler::TestAutoscaler`]: adds kwok nodes for unschedulable pods, as a cluster
+//!   autoscaler would, for the surge tests.
 //! - [`SimCluster`] (`sim_cluster`): the simulator in the test's own process, a `kube::Client`
 //!   and a kubeconfig for it, its counters and admin API, and the node and pod reads and writes
 //!   the crates' integration tests repeat.
@@ -45,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod autoscaler;
 pub mod budget_watch;
 pub mod moto;
 pub mod real_cluster;

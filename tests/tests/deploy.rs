@@ -21,7 +21,12 @@ use serde_json::Value;
 const OVERLAYS: [&str; 3] = ["aws", "kubernetes", "dry-run"];
 const NAMESPACE: &str = "rotor-system";
 const IMAGE: &str = "ghcr.io/rotor-dev/rotor";
-const CLUSTER_SCOPED: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+const CLUSTER_SCOPED: [&str; 4] = [
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PriorityClass",
+];
 /// Kubernetes versions whose schemas the rendered manifests must satisfy: the kubectl on our
 /// machines (1.32) and the API version rotor is built against (k8s-openapi `v1_33`).
 const SCHEMA_VERSIONS: [&str; 2] = ["1.32.0", "1.33.0"];
@@ -31,7 +36,7 @@ const NONROOT_UID: i64 = 65532;
 
 /// The objects every overlay renders. The names are a contract: the simulator's RBAC enforcement
 /// and the end-to-end tests read these ServiceAccounts and roles.
-const OBJECTS: [(&str, &str); 12] = [
+const OBJECTS: [(&str, &str); 15] = [
     ("Namespace", "rotor-system"),
     ("ServiceAccount", "rotor-drainer"),
     ("ServiceAccount", "rotor-selector"),
@@ -41,6 +46,9 @@ const OBJECTS: [(&str, &str); 12] = [
     ("ClusterRoleBinding", "rotor-selector"),
     ("Role", "rotor-drainer-leader-election"),
     ("RoleBinding", "rotor-drainer-leader-election"),
+    ("Role", "rotor-drainer-surge"),
+    ("RoleBinding", "rotor-drainer-surge"),
+    ("PriorityClass", "rotor-surge"),
     ("Deployment", "rotor-drainer"),
     ("PodDisruptionBudget", "rotor-drainer"),
     ("CronJob", "rotor-selector"),
@@ -222,7 +230,8 @@ fn every_overlay_renders_the_same_objects_in_rotor_system() {
             bound["rotor-drainer"],
             roles(&[
                 "ClusterRole/rotor-drainer",
-                "Role/rotor-drainer-leader-election"
+                "Role/rotor-drainer-leader-election",
+                "Role/rotor-drainer-surge"
             ]),
             "overlay {overlay}"
         );

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, Node, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, ResourceRequirements, SecurityContext, Taint,
-    Toleration,
+    NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, ResourceRequirements, SeccompProfile,
+    SecurityContext, Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -244,9 +244,15 @@ pub fn placeholder(pod: &Pod, node: &Node, drain_taint: &Taint, cfg: &SurgeConfi
                     ),
                     ..ResourceRequirements::default()
                 }),
+                // What the Pod Security Standards' "restricted" level asks, which rotor's
+                // namespace enforces.
                 security_context: Some(SecurityContext {
                     run_as_non_root: Some(true),
                     run_as_user: Some(65_535),
+                    seccomp_profile: Some(SeccompProfile {
+                        type_: "RuntimeDefault".into(),
+                        ..SeccompProfile::default()
+                    }),
                     allow_privilege_escalation: Some(false),
                     read_only_root_filesystem: Some(true),
                     capabilities: Some(Capabilities {

@@ -304,6 +304,11 @@ impl Shell {
                     if let Err(e) = clean_up(&ctx, &node).await {
                         tracing::warn!(%node, error = %e, "could not undo rotor's drain state");
                     }
+                    // Placeholders are rotor's drain state too (a drain interrupted by a
+                    // restart leaves them until its node is cleaned up or drained).
+                    if let Some(surge) = &ctx.cfg.surge {
+                        crate::reserve::release(&ctx, surge, &node).await;
+                    }
                     let outcome = DrainOutcome {
                         result: DrainResult::NodeGone,
                         record: None,

@@ -1,0 +1,125 @@
+//! A small cluster autoscaler for the real control plane: it adds a kwok node when a pod has
+//! been found unschedulable, the way cluster-autoscaler or Karpenter would, so that tests can
+//! see what rotor's surge makes an autoscaler do. Like cluster-autoscaler, it ignores pods
+//! below the expendable priority cut-off (-10) and pods already nominated for a node by
+//! preemption (room is being made for them); a new node takes `boot` to appear.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::real_cluster::{FakeNode, RealCluster};
+
+/// cluster-autoscaler's default `--expendable-pods-priority-cutoff`.
+pub const EXPENDABLE_CUTOFF: i64 = -10;
+
+/// A node the autoscaler added, and when (after its boot delay, once it was Ready).
+#[derive(Clone, Debug)]
+pub struct Added {
+    pub node: String,
+    pub at: Instant,
+    /// The pods it was added for, `namespace/name`.
+    pub for_pods: Vec<String>,
+}
+
+/// Adds nodes shaped like `template` (named `<prefix>-1`, `-2`, ...) for unschedulable pods,
+/// at most `max` of them, until stopped.
+pub struct TestAutoscaler {
+    pub template: FakeNode,
+    pub prefix: String,
+    pub max: usize,
+    pub boot: Duration,
+    stop: AtomicBool,
+    added: Mutex<Vec<Added>>,
+}
+
+impl TestAutoscaler {
+    pub fn new(template: FakeNode, prefix: &str, max: usize, boot: Duration) -> TestAutoscaler {
+        TestAutoscaler {
+            template,
+            prefix: prefix.to_string(),
+            max,
+            boot,
+            stop: AtomicBool::new(false),
+            added: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs until [`TestAutoscaler::stop`]: call it on a scoped thread.
+    pub fn run(&self, cluster: &RealCluster) {
+        while !self.stop.load(Ordering::Relaxed) {
+            let waiting = unschedulable_pods(cluster);
+            let count = self.added().len();
+            if !waiting.is_empty() && count < self.max {
+                // The pods stay unschedulable while the node boots; ask once per node.
+                std::thread::sleep(self.boot);
+                let mut node = self.template.clone();
+                node.name = format!("{}-{}", self.prefix, count + 1);
+                cluster.add_nodes(std::slice::from_ref(&node));
+                self.added.lock().unwrap().push(Added {
+                    node: node.name,
+                    at: Instant::now(),
+                    for_pods: waiting,
+                });
+                // Give the scheduler a moment to place what fits before judging again.
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    pub fn added(&self) -> Vec<Added> {
+        self.added.lock().unwrap().clone()
+    }
+}
+
+/// Pods the scheduler found no room for, that an autoscaler would add a node for.
+pub fn unschedulable_pods(cluster: &RealCluster) -> Vec<String> {
+    let pods = cluster.kubectl_json(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector",
+        "status.phase=Pending",
+    ]);
+    pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| wants_a_node(p))
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p["metadata"]["namespace"].as_str().unwrap_or_default(),
+                p["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn wants_a_node(pod: &Value) -> bool {
+    let unbound = pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty();
+    let nominated = !pod["status"]["nominatedNodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty();
+    let deleting = !pod["metadata"]["deletionTimestamp"].is_null();
+    let priority = pod["spec"]["priority"].as_i64().unwrap_or(0);
+    let unschedulable = pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable"
+        });
+    unbound && unschedulable && !nominated && !deleting && priority >= EXPENDABLE_CUTOFF
+}

@@ -1,0 +1,400 @@
+//! `rotor-drainer --surge` on a real control plane (etcd, kube-apiserver, controller-manager,
+//! scheduler; kwok for the kubelets), under the RBAC `deploy/` ships, with the real scheduler's
+//! priorities and preemption and a small autoscaler ([`TestAutoscaler`]) that adds a kwok node
+//! for unschedulable pods. The cluster is full: a drained node's pods fit nowhere else.
+//!
+//! The control plane's binaries come from `tools/build.sh`; without them every test here fails
+//! and says how to build them.
+
+use std::time::{Duration, Instant};
+
+use rotor_e2e::autoscaler::TestAutoscaler;
+use rotor_e2e::{BudgetWatch, FakeNode, RealCluster, WatchedBudget, wait_until};
+use serde_json::Value;
+
+const DRAINER: &str = "system:serviceaccount:rotor-system:rotor-drainer";
+const WAIT: Duration = Duration::from_secs(180);
+const WEB_REPLICAS: usize = 8;
+const PLACEHOLDERS: &str = "rotor.dev/surge-for,app.kubernetes.io/managed-by=rotor-drainer";
+
+/// 2-CPU nodes: four `web` pods of 450m fill one (1.8 CPU), so two old nodes hold the eight
+/// replicas and a drained node's four pods fit nowhere else.
+fn small_node(name: &str) -> FakeNode {
+    let mut node = FakeNode::new(name);
+    node.cpu = "2".into();
+    node.memory = "8Gi".into();
+    node
+}
+
+const WEB: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 8
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{name: web, image: web:1, resources: {requests: {cpu: 450m, memory: 256Mi}}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: shop}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: web}}
+"#;
+
+/// Two full old nodes running `web`, rotor's kubernetes overlay applied (the shipped drainer
+/// scaled to zero: the tests run their own).
+fn full_cluster() -> RealCluster {
+    let cluster = RealCluster::start();
+    cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
+    cluster.stop_shipped_drainer();
+    cluster.add_nodes(&[small_node("old-1"), small_node("old-2")]);
+    cluster.apply(WEB);
+    wait_until("web's 8 pods to be Ready", WAIT, || {
+        (ready(&cluster, "shop", "app=web").len() == WEB_REPLICAS).then_some(())
+    });
+    cluster
+}
+
+/// Ready pods matching `selector` in `namespace`, with the node each runs on.
+fn ready(cluster: &RealCluster, namespace: &str, selector: &str) -> Vec<(String, String)> {
+    pods(cluster, namespace, selector)
+        .into_iter()
+        .filter(|p| {
+            p["metadata"]["deletionTimestamp"].is_null()
+                && conditions(p).any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        .map(|p| (text(&p["metadata"]["name"]), text(&p["spec"]["nodeName"])))
+        .collect()
+}
+
+fn pods(cluster: &RealCluster, namespace: &str, selector: &str) -> Vec<Value> {
+    let list = cluster.kubectl_json(&["get", "pods", "-n", namespace, "-l", selector]);
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn conditions(pod: &Value) -> impl Iterator<Item = &Value> {
+    pod["status"]["conditions"].as_array().into_iter().flatten()
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+fn taint(cluster: &RealCluster, node: &str) {
+    cluster.kubectl_ok(&["taint", "node", node, "rotor.dev/drain=manual:NoSchedule"]);
+}
+
+fn untaint(cluster: &RealCluster, node: &str) {
+    cluster.kubectl_ok(&["taint", "node", node, "rotor.dev/drain-"]);
+}
+
+fn phase(cluster: &RealCluster, node: &str) -> Option<String> {
+    cluster.kubectl_json(&["get", "node", node])["metadata"]["annotations"]["rotor.dev/phase"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The reasons of the Events rotor recorded on `node`, oldest first.
+fn event_reasons(cluster: &RealCluster, node: &str) -> Vec<String> {
+    let list = cluster.kubectl_json(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        &format!("involvedObject.name={node}"),
+    ]);
+    let mut events: Vec<(String, String)> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let at = e["eventTime"]
+                .as_str()
+                .or(e["lastTimestamp"].as_str())
+                .unwrap_or_default();
+            (at.to_string(), text(&e["reason"]))
+        })
+        .collect();
+    events.sort();
+    events.into_iter().map(|(_, reason)| reason).collect()
+}
+
+fn event_note(cluster: &RealCluster, node: &str, reason: &str) -> Option<String> {
+    let list = cluster.kubectl_json(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        &format!("involvedObject.name={node},reason={reason}"),
+    ]);
+    list["items"][0]["message"].as_str().map(str::to_string)
+}
+
+/// Audit records of `user`'s `verb` on pods (`subresource` or the pods themselves), with the
+/// namespace and the time the apiserver received each, in order.
+fn pod_requests(
+    cluster: &RealCluster,
+    user: &str,
+    verb: &str,
+    subresource: Option<&str>,
+) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = cluster
+        .audit_by(user)
+        .into_iter()
+        .filter(|e| {
+            e["verb"] == verb
+                && e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["subresource"].as_str() == subresource
+                && e["responseStatus"]["code"]
+                    .as_i64()
+                    .is_some_and(|c| c < 300)
+        })
+        .map(|e| {
+            (
+                text(&e["requestReceivedTimestamp"]),
+                text(&e["objectRef"]["namespace"]),
+                text(&e["objectRef"]["name"]),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacements_preempt_the_placeholders()
+ {
+    let cluster = full_cluster();
+    let watch = BudgetWatch::start(
+        &cluster.kubectl_bin(),
+        cluster.admin_kubeconfig(),
+        vec![WatchedBudget::app("shop", "web", WEB_REPLICAS - 1)],
+    );
+    let autoscaler =
+        TestAutoscaler::new(small_node("template"), "surge", 3, Duration::from_secs(3));
+    let (drained_in, added, replacements) = std::thread::scope(|s| {
+        s.spawn(|| autoscaler.run(&cluster));
+        let drainer = cluster.start_rotor_drainer("surge-a", &["--surge", "--surge-timeout", "2m"]);
+        let started = Instant::now();
+        taint(&cluster, "old-1");
+        wait_until("old-1 to be drained", WAIT, || {
+            (phase(&cluster, "old-1").as_deref() == Some("drained")).then_some(())
+        });
+        let drained_in = started.elapsed();
+        wait_until("web to be whole again", WAIT, || {
+            let ready = ready(&cluster, "shop", "app=web");
+            (ready.len() == WEB_REPLICAS).then_some(())
+        });
+        autoscaler.stop();
+        assert!(drainer.log().contains("placeholders"), "{}", drainer.log());
+        let replacements: Vec<(String, String)> = ready(&cluster, "shop", "app=web")
+            .into_iter()
+            .filter(|(_, node)| node != "old-2")
+            .collect();
+        (drained_in, autoscaler.added(), replacements)
+    });
+    let verdict = watch.finish();
+    assert!(
+        verdict.violations.is_empty(),
+        "budget violated: {:#?}",
+        verdict.violations
+    );
+
+    // One node was added, for the placeholders (four 450m placeholders fit one 2-CPU node),
+    // and none later for the evicted pods: they took the placeholders' room.
+    assert_eq!(added.len(), 1, "nodes the autoscaler added: {added:?}");
+    assert!(
+        added[0]
+            .for_pods
+            .iter()
+            .all(|p| p.starts_with("rotor-system/rotor-surge-old-1-")),
+        "the node was added for the placeholders: {:?}",
+        added[0].for_pods
+    );
+    let surge_node = &added[0].node;
+    assert_eq!(replacements.len(), 4, "{replacements:?}");
+    assert!(
+        replacements.iter().all(|(_, node)| node == surge_node),
+        "every replacement runs on the node added for the placeholders: {replacements:?}"
+    );
+
+    // The audit log: four placeholders created, then the first eviction only once the room was
+    // there, and the scheduler deleting placeholders to place the replacements (preemption).
+    let created = pod_requests(&cluster, DRAINER, "create", None);
+    assert_eq!(created.len(), 4, "placeholders created: {created:?}");
+    assert!(
+        created.iter().all(|(_, ns, _)| ns == "rotor-system"),
+        "{created:?}"
+    );
+    let evictions = pod_requests(&cluster, DRAINER, "create", Some("eviction"));
+    assert_eq!(evictions.len(), 4, "{evictions:?}");
+    let node_created =
+        text(&cluster.kubectl_json(&["get", "node", surge_node])["metadata"]["creationTimestamp"]);
+    // Audit times have microseconds, creation times whole seconds: compare to the second.
+    assert!(
+        evictions[0].0[..19] >= node_created[..19],
+        "first eviction at {} before the room came at {node_created}",
+        evictions[0].0
+    );
+    // The harness's scheduler shares the admin's identity; its user agent tells it apart.
+    let preempted: Vec<String> = cluster
+        .audit_events()
+        .into_iter()
+        .filter(|e| {
+            e["verb"] == "delete"
+                && e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["namespace"] == "rotor-system"
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("kube-scheduler/"))
+                && e["responseStatus"]["code"] == 200
+        })
+        .map(|e| text(&e["objectRef"]["name"]))
+        .collect();
+    assert_eq!(
+        preempted.len(),
+        4,
+        "the scheduler preempted every placeholder for a replacement: {preempted:?}"
+    );
+    let deleted_elsewhere: Vec<_> = pod_requests(&cluster, DRAINER, "delete", None)
+        .into_iter()
+        .filter(|(_, ns, _)| ns != "rotor-system")
+        .collect();
+    assert_eq!(
+        deleted_elsewhere,
+        Vec::new(),
+        "rotor-drainer deleted workload pods"
+    );
+    assert_eq!(
+        cluster.refusals(DRAINER, 0),
+        Vec::<String>::new(),
+        "the shipped RBAC refused requests"
+    );
+
+    let reasons = event_reasons(&cluster, "old-1");
+    let position = |r: &str| reasons.iter().position(|x| x == r);
+    assert!(
+        position("SurgeReady").is_some() && position("SurgeReady") < position("Drained"),
+        "events on old-1: {reasons:?}"
+    );
+    wait_until(
+        "the placeholders to be removed",
+        Duration::from_secs(30),
+        || {
+            pods(&cluster, "rotor-system", PLACEHOLDERS)
+                .is_empty()
+                .then_some(())
+        },
+    );
+    eprintln!(
+        "surge on the real control plane: old-1 drained in {:.1}s; placeholders {} ({} preempted by the scheduler); node {surge_node} added for them",
+        drained_in.as_secs_f64(),
+        created.len(),
+        preempted.len()
+    );
+}
+
+#[test]
+fn without_room_a_surge_times_out_the_drain_goes_on_and_no_placeholder_outlives_an_abort_or_a_crash()
+ {
+    let cluster = full_cluster();
+
+    // Without its PriorityClass, --surge stops the drainer at start, saying how to get it.
+    cluster.kubectl_ok(&["delete", "priorityclass", "rotor-surge"]);
+    let mut refused = cluster.start_rotor_drainer("surge-0", &["--surge"]);
+    let status = wait_until("the drainer to exit", Duration::from_secs(60), || {
+        refused.exit_status()
+    });
+    let log = refused.log();
+    assert!(!status.contains("exit status: 0"), "{status}\n{log}");
+    assert!(
+        log.contains(
+            "--surge needs the PriorityClass rotor-surge, which does not exist; apply deploy/"
+        ),
+        "{log}"
+    );
+    cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
+    cluster.stop_shipped_drainer();
+
+    let mut drainer = cluster.start_rotor_drainer("surge-b", &["--surge", "--surge-timeout", "5s"]);
+
+    // No autoscaler: the placeholders wait, the surge gives up after 5 s and says so, and the
+    // drain evicts anyway (as far as the budget lets it: the first replacement has no room).
+    taint(&cluster, "old-1");
+    let note = wait_until("a SurgeTimedOut Event on old-1", WAIT, || {
+        event_note(&cluster, "old-1", "SurgeTimedOut")
+    });
+    assert!(
+        note.contains("4 of 4 placeholder(s) were still unscheduled"),
+        "{note}"
+    );
+    assert!(
+        note.contains("Insufficient cpu"),
+        "the scheduler's reason is quoted: {note}"
+    );
+    assert_eq!(pods(&cluster, "rotor-system", PLACEHOLDERS).len(), 4);
+    wait_until("an eviction after the time-out", WAIT, || {
+        (!pod_requests(&cluster, DRAINER, "create", Some("eviction")).is_empty()).then_some(())
+    });
+
+    // Abort: the taint goes while the drain runs; the placeholders go with rotor's cordon.
+    untaint(&cluster, "old-1");
+    wait_until(
+        "old-1's placeholders to be removed after the abort",
+        WAIT,
+        || {
+            pods(&cluster, "rotor-system", PLACEHOLDERS)
+                .is_empty()
+                .then_some(())
+        },
+    );
+    wait_until("old-1 to be uncordoned", WAIT, || {
+        let node = cluster.kubectl_json(&["get", "node", "old-1"]);
+        (node["spec"]["unschedulable"] != true).then_some(())
+    });
+
+    // Crash: the drainer dies while old-2's placeholders wait; the taint is removed meanwhile.
+    // The next drainer undoes rotor's state on old-2, placeholders included.
+    taint(&cluster, "old-2");
+    wait_until("old-2's placeholders", WAIT, || {
+        (pods(&cluster, "rotor-system", PLACEHOLDERS).len() == 4).then_some(())
+    });
+    drainer.kill();
+    untaint(&cluster, "old-2");
+    let next = cluster.start_rotor_drainer("surge-c", &["--surge", "--surge-timeout", "5s"]);
+    wait_until(
+        "old-2's placeholders to be removed by the next drainer",
+        WAIT,
+        || {
+            pods(&cluster, "rotor-system", PLACEHOLDERS)
+                .is_empty()
+                .then_some(())
+        },
+    );
+    wait_until("old-2 to be uncordoned", WAIT, || {
+        let node = cluster.kubectl_json(&["get", "node", "old-2"]);
+        (node["spec"]["unschedulable"] != true).then_some(())
+    });
+    assert!(
+        next.log().contains("removed the node's placeholders"),
+        "{}",
+        next.log()
+    );
+    assert_eq!(
+        cluster.refusals(DRAINER, 0),
+        Vec::<String>::new(),
+        "the shipped RBAC refused requests"
+    );
+}

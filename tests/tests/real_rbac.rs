@@ -59,19 +59,38 @@ fn names(text: &str, resource: &str) -> bool {
     text.contains(&format!("\"{resource}\"")) || text.contains(&format!("\\\"{resource}\\\""))
 }
 
-/// A fresh kwok node with one pod that nothing protects, so the drainer walks every step it
-/// needs a permission for: watch, lease, cordon, evict, record.
+/// A fresh kwok node with one pod that nothing protects, so the drainer (with `--surge`) walks
+/// every step it needs a permission for: watch, lease, cordon, a placeholder for the pod,
+/// evict, record. The pod belongs to a ReplicaSet (surge makes room only for pods a controller
+/// recreates) pinned to the node, so its placeholder never fits and the surge times out.
 fn node_with_a_pod(cluster: &RealCluster, n: usize) -> String {
     let node = format!("case-{n}");
     let mut fake = FakeNode::new(&node);
     fake.kubelet_version = "v1.35.2".into();
     cluster.add_nodes(&[fake]);
+    let labels = json!({"case": n.to_string()});
     cluster.apply(
-        &json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("pod-{n}"), "namespace": "default"},
-                "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                         "containers": [{"name": "app", "image": "app:1"}]}})
+        &json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": format!("rs-{n}"), "namespace": "default"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels},
+                                      "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                                               "terminationGracePeriodSeconds": 0,
+                                               "containers": [{"name": "app", "image": "app:1",
+                                                               "resources": {"requests": {"cpu": "100m"}}}]}}}})
         .to_string(),
+    );
+    wait_until(
+        &format!("the pod of rs-{n} on {node}"),
+        Duration::from_secs(60),
+        || {
+            let pods =
+                cluster.kubectl_json(&["get", "pods", "-n", "default", "-l", &format!("case={n}")]);
+            pods["items"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["spec"]["nodeName"] == node.as_str()))
+                .then_some(())
+        },
     );
     node
 }
@@ -85,6 +104,7 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
     // The Lease Role first: `create leases` is only needed while the Lease does not exist.
     let roles = [
         rendered("Role", "rotor-drainer-leader-election"),
+        rendered("Role", "rotor-drainer-surge"),
         rendered("ClusterRole", "rotor-drainer"),
     ];
     let mut case = 0;
@@ -101,7 +121,15 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
             let from = cluster.audit_by(user).len();
             let drainer = cluster.start_rotor_drainer(
                 &format!("case-{case}"),
-                &["--lease-duration", "2s", "--drain-timeout", "1m"],
+                &[
+                    "--lease-duration",
+                    "2s",
+                    "--drain-timeout",
+                    "1m",
+                    "--surge",
+                    "--surge-timeout",
+                    "5s",
+                ],
             );
             cluster.kubectl_ok(&["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"]);
             let resources = rule_resources(rule);
@@ -123,6 +151,16 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
             drop(drainer);
             apply_role(&cluster, role);
             cluster.kubectl_ok(&["taint", "node", &node, "rotor.dev/drain-"]);
+            // Its evicted pod comes back pinned to a cordoned node: gone, so that it cannot
+            // hold the next case's gate as an unschedulable pod.
+            cluster.kubectl_ok(&[
+                "delete",
+                "rs",
+                &format!("rs-{case}"),
+                "-n",
+                "default",
+                "--wait=false",
+            ]);
             report.push(format!(
                 "without {rule}: refused {refused:?}; log names {named}"
             ));

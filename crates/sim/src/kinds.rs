@@ -7,6 +7,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 
 use crate::store::SimObject;
 
@@ -261,6 +262,14 @@ impl SimKind for Lease {
     const HAS_SPEC: bool = false;
 }
 
+impl SimKind for PriorityClass {
+    const NAMESPACED: bool = false;
+    const SINGULAR: &'static str = "priorityclass";
+    const SHORT_NAMES: &'static [&'static str] = &["pc"];
+    const HAS_STATUS: bool = false;
+    const HAS_SPEC: bool = false;
+}
+
 /// A served resource as discovery describes it.
 #[derive(Clone, Debug)]
 pub struct ResourceInfo {
@@ -301,6 +310,7 @@ pub fn all() -> Vec<ResourceInfo> {
         info::<DaemonSet>(),
         info::<Lease>(),
         info::<EventsV1Event>(),
+        info::<PriorityClass>(),
     ]
 }
 

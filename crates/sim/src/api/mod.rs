@@ -316,6 +316,16 @@ fn serve_pod_verb(
     }
     let (ns, name) = (call.namespace(), call.name());
     match (call.method.as_str(), call.subresource()) {
+        ("POST", None) => {
+            let mut v = parse_body(call.body)?;
+            cluster.admit_priority(&mut v)?;
+            let ctx = WriteContext {
+                now,
+                manager: &field_manager(call.query, call.headers),
+            };
+            let out = collection::ApiCollection::create_json(&mut cluster.pods, &ns, v, &ctx)?;
+            Ok(Some(json_response(StatusCode::CREATED, out)))
+        }
         ("POST", Some("eviction")) => {
             let v = parse_body(call.body)?;
             if v.get("kind")

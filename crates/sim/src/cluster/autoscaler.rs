@@ -214,7 +214,17 @@ impl Cluster {
             if due > now {
                 next = earliest(next, due);
             } else if let Some(pod) = self.pods.get(ns, name) {
-                waiting.push((**pod).clone());
+                // Like cluster-autoscaler: no node for expendable pods, nor for pods a
+                // preemption is already making room for.
+                let expendable =
+                    super::priority::priority(pod) < super::priority::EXPENDABLE_CUTOFF;
+                let nominated = pod
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.nominated_node_name.is_some());
+                if !expendable && !nominated {
+                    waiting.push((**pod).clone());
+                }
             }
         }
         for g in &groups {

@@ -15,8 +15,10 @@ use super::objects::{
     mark_pod_ready, node_name, node_ready, node_unschedulable, pod_ready, pod_requests,
     set_pod_condition, terminal, terminating,
 };
-use super::scheduler::{NodeSlot, Placement, Scheduler};
+use super::pods::Removal;
+use super::scheduler::{NodeSlot, Placement, Preemption, Scheduler};
 use super::{Cluster, add_secs, secs_between};
+use crate::api::collection::DeleteOptions;
 
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
@@ -30,7 +32,17 @@ impl Cluster {
     pub fn step(&mut self, now: Timestamp, settle: bool) {
         if let Some(last) = self.last_tick {
             let dt = secs_between(last, now).max(0.0);
-            self.stats.unschedulable_pod_seconds += dt * self.unschedulable_since.len() as f64;
+            // Placeholders (priority below 0) wait for room on purpose; workloads' pods count.
+            let waiting = self
+                .unschedulable_since
+                .keys()
+                .filter(|(ns, name)| {
+                    self.pods
+                        .get(ns, name)
+                        .is_some_and(|p| super::priority::counts_as_waiting(p))
+                })
+                .count();
+            self.stats.unschedulable_pod_seconds += dt * waiting as f64;
         }
         self.last_tick = Some(now);
         let changed = self.rev.current() != self.reconciled_rv;
@@ -238,7 +250,13 @@ impl Cluster {
                 .filter(|p| node_name(p).is_none() && !terminating(p) && !terminal(p))
                 .cloned()
                 .collect();
-            v.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+            // The scheduling queue: higher priority first, then oldest.
+            v.sort_by_key(|p| {
+                (
+                    std::cmp::Reverse(super::priority::priority(p)),
+                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                )
+            });
             v
         };
         self.unschedulable_since.retain(|k, _| {
@@ -271,10 +289,19 @@ impl Cluster {
             }
         }
         let mut decisions = Vec::new();
+        let mut preemptions = Vec::new();
         {
             let mut sched = Scheduler::new(slots, &placed);
             for pod in &pending {
-                decisions.push((pod.clone(), sched.place(pod)));
+                let placement = sched.place(pod);
+                // A pod already nominated waits for its victims to go rather than pick more.
+                if matches!(placement, Placement::Unschedulable(_))
+                    && nominated_node(pod).is_none()
+                    && let Some(p) = sched.preemption(pod)
+                {
+                    preemptions.push((pod.clone(), p));
+                }
+                decisions.push((pod.clone(), placement));
             }
         }
         for (pod, decision) in decisions {
@@ -288,6 +315,9 @@ impl Cluster {
                     let Some(n) = self.nodes.get("", &node).cloned() else {
                         continue;
                     };
+                    if let Some(status) = p.status.as_mut() {
+                        status.nominated_node_name = None;
+                    }
                     bind_and_start(&mut p, &n, now);
                     self.unschedulable_since.remove(&key);
                     self.pods.put(p);
@@ -318,5 +348,39 @@ impl Cluster {
                 }
             }
         }
+        for (pod, preemption) in preemptions {
+            self.preempt(&pod, preemption, now);
+        }
     }
+
+    /// Removes the victims (each with its own grace period) and nominates the node for the
+    /// pod, which is bound there once the room is free.
+    fn preempt(&mut self, pod: &Pod, preemption: Preemption, now: Timestamp) {
+        let (ns, name) = (
+            pod.metadata.namespace.clone().unwrap_or_default(),
+            pod.metadata.name.clone().unwrap_or_default(),
+        );
+        tracing::debug!(pod = %format!("{ns}/{name}"), node = %preemption.node, victims = ?preemption.victims, "preempting lower-priority pods");
+        for (vns, vname) in &preemption.victims {
+            let _ = self.delete_pod(
+                vns,
+                vname,
+                &DeleteOptions::default(),
+                Removal::Preempted,
+                now,
+            );
+        }
+        if let Some(current) = self.pods.get(&ns, &name) {
+            let mut p = (**current).clone();
+            p.status
+                .get_or_insert_with(Default::default)
+                .nominated_node_name = Some(preemption.node);
+            self.pods.put(p);
+        }
+    }
+}
+
+/// The node a preemption nominated for a pending pod.
+fn nominated_node(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.nominated_node_name.as_deref()
 }

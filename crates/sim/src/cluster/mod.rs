@@ -7,6 +7,7 @@ pub mod lifecycle;
 pub mod objects;
 pub mod pdb;
 pub mod pods;
+pub mod priority;
 pub mod scheduler;
 pub mod stats;
 pub mod workloads;
@@ -21,6 +22,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 
 use crate::api::collection::ApiCollection;
@@ -50,6 +52,7 @@ pub struct Cluster {
     pub statefulsets: Collection<StatefulSet>,
     pub daemonsets: Collection<DaemonSet>,
     pub leases: Collection<Lease>,
+    pub priority_classes: Collection<PriorityClass>,
 
     pub timing: Timing,
     pub control_plane_version: String,
@@ -91,6 +94,7 @@ impl Cluster {
             statefulsets: Collection::new(rev.clone(), cap),
             daemonsets: Collection::new(rev.clone(), cap),
             leases: Collection::new(rev.clone(), cap),
+            priority_classes: Collection::new(rev.clone(), cap),
             rev,
             timing,
             control_plane_version,
@@ -126,6 +130,7 @@ impl Cluster {
             ("apps", "v1", "statefulsets") => &mut self.statefulsets,
             ("apps", "v1", "daemonsets") => &mut self.daemonsets,
             ("coordination.k8s.io", "v1", "leases") => &mut self.leases,
+            ("scheduling.k8s.io", "v1", "priorityclasses") => &mut self.priority_classes,
             _ => return None,
         })
     }
@@ -143,6 +148,7 @@ impl Cluster {
         self.statefulsets.compact_all();
         self.daemonsets.compact_all();
         self.leases.compact_all();
+        self.priority_classes.compact_all();
     }
 
     pub fn ensure_namespace(&mut self, name: &str, now: Timestamp) {

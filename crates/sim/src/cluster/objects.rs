@@ -42,6 +42,12 @@ impl Resources {
     pub fn fits_within(&self, free: &Resources) -> bool {
         self.cpu <= free.cpu && self.memory <= free.memory
     }
+    pub fn plus(&self, o: &Resources) -> Resources {
+        Resources {
+            cpu: self.cpu + o.cpu,
+            memory: self.memory + o.memory,
+        }
+    }
     pub fn minus(&self, o: &Resources) -> Resources {
         Resources {
             cpu: self.cpu - o.cpu,

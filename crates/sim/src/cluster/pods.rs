@@ -28,6 +28,8 @@ pub enum Removal {
     ApiDelete,
     /// The simulator's own controllers (scale-down, node removal, replica reduction).
     System,
+    /// The scheduler, making room for a pod of higher priority.
+    Preempted,
 }
 
 impl Cluster {
@@ -113,6 +115,7 @@ impl Cluster {
                     pod: pod.metadata.name.clone().unwrap_or_default(),
                     via: match via {
                         Removal::Eviction => "eviction",
+                        Removal::Preempted => "preemption",
                         _ => "delete",
                     }
                     .into(),

@@ -237,6 +237,85 @@ impl<'a> Scheduler<'a> {
     }
 }
 
+/// Where a pod that fits nowhere could run if lower-priority pods made way: a node it may run
+/// on (Ready, schedulable, selector, taints) where removing pods of lower priority, lowest
+/// first, frees enough room. The node needing the fewest victims wins, then the one whose
+/// highest victim priority is lowest. Like the real scheduler's preemption, simplified: no
+/// PodDisruptionBudget preference, no topology spread.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Preemption {
+    pub node: String,
+    /// The pods to remove, `(namespace, name)`.
+    pub victims: Vec<(String, String)>,
+}
+
+impl Scheduler<'_> {
+    pub fn preemption(&self, pod: &Pod) -> Option<Preemption> {
+        if !super::priority::may_preempt(pod) {
+            return None;
+        }
+        let req = pod_requests(pod);
+        let own = super::priority::priority(pod);
+        let tolerations: Vec<Toleration> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.clone())
+            .unwrap_or_default();
+        let mut best: Option<(usize, i32, Preemption)> = None;
+        for slot in &self.slots {
+            if !slot.schedulable
+                || !Self::matches_selector(pod, slot)
+                || untolerated(&tolerations, &slot.taints).is_some()
+            {
+                continue;
+            }
+            let mut lower: Vec<&Pod> = self
+                .placed
+                .iter()
+                .copied()
+                .filter(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(slot.name.as_str())
+                        && p.metadata.deletion_timestamp.is_none()
+                        && super::priority::priority(p) < own
+                })
+                .collect();
+            lower.sort_by_key(|p| super::priority::priority(p));
+            let (mut free, mut free_pods) = (slot.free, slot.free_pods);
+            let mut victims = Vec::new();
+            let mut highest = i32::MIN;
+            for v in lower {
+                if free_pods > 0 && req.fits_within(&free) {
+                    break;
+                }
+                free = free.plus(&pod_requests(v));
+                free_pods += 1;
+                highest = highest.max(super::priority::priority(v));
+                victims.push((
+                    v.metadata.namespace.clone().unwrap_or_default(),
+                    v.metadata.name.clone().unwrap_or_default(),
+                ));
+            }
+            if victims.is_empty() || free_pods <= 0 || !req.fits_within(&free) {
+                continue;
+            }
+            let better = best
+                .as_ref()
+                .is_none_or(|(n, h, _)| (victims.len(), highest) < (*n, *h));
+            if better {
+                best = Some((
+                    victims.len(),
+                    highest,
+                    Preemption {
+                        node: slot.name.clone(),
+                        victims,
+                    },
+                ));
+            }
+        }
+        best.map(|(_, _, p)| p)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,5 +452,47 @@ mod tests {
             s.place(&pod("p2", "10m", None)),
             Placement::Unschedulable(_)
         ));
+    }
+
+    /// `pod` with a priority (and, for placeholders, `preemptionPolicy: Never`), bound to `node`
+    /// when given.
+    fn ranked(name: &str, cpu: &str, priority: i32, node: Option<&str>, never: bool) -> Pod {
+        let mut p = pod(name, cpu, None);
+        let spec = p.spec.as_mut().unwrap();
+        spec.priority = Some(priority);
+        spec.node_name = node.map(str::to_string);
+        spec.preemption_policy = never.then(|| "Never".to_string());
+        p
+    }
+
+    #[test]
+    fn preemption_takes_the_node_with_the_fewest_lower_priority_victims() {
+        // a: two 500m placeholders; b: one 1000m placeholder and a 0-priority pod; both full.
+        let placed_pods = [
+            ranked("ph-1", "500m", -5, Some("a"), true),
+            ranked("ph-2", "500m", -5, Some("a"), true),
+            ranked("ph-3", "1000m", -5, Some("b"), true),
+            ranked("web-0", "1000m", 0, Some("b"), false),
+        ];
+        let placed: Vec<&Pod> = placed_pods.iter().collect();
+        let mut a = slot("a", 1000, 10);
+        a.free.cpu = 0;
+        let mut b = slot("b", 2000, 10);
+        b.free.cpu = 0;
+        let s = Scheduler::new(vec![a, b], &placed);
+        let web = ranked("web-1", "900m", 0, None, false);
+        assert_eq!(
+            s.preemption(&web),
+            Some(Preemption {
+                node: "b".into(),
+                victims: vec![("ns".into(), "ph-3".into())],
+            }),
+            "one victim on b beats two on a; the equal-priority pod is never a victim"
+        );
+        // A placeholder never preempts, and nothing preempts pods of its own priority.
+        assert_eq!(s.preemption(&ranked("ph-4", "100m", -5, None, true)), None);
+        assert_eq!(s.preemption(&ranked("low", "100m", -5, None, false)), None);
+        // Too big even with every lower-priority pod gone.
+        assert_eq!(s.preemption(&ranked("huge", "1500m", 0, None, false)), None);
     }
 }

@@ -1,0 +1,129 @@
+//! rotor-drainer's `--surge` against the simulated cluster, whose scheduler honours pod priority
+//! and preempts, and whose autoscaler adds nodes for pending pods (not for pods below the
+//! expendable cut-off, nor for pods a preemption makes room for). The same behaviour on the
+//! real control plane is in `tests/tests/real_surge.rs`.
+
+mod common;
+
+use common::{SimCluster, TestDrainer, WAIT, wait_until};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::PostParams;
+use serde_json::json;
+
+/// Two 2-CPU nodes full of `web` (four 450m pods each): a drained node's pods fit nowhere else
+/// until the group scales up, which takes a second's delay and a second's boot.
+const FULL: &str = r#"
+timing: {tick: 50ms, nodeStartup: 1s, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 200ms, podShutdown: 100ms, bookmarkInterval: 1s}
+namespaces: [rotor-system]
+nodeGroups:
+  - {name: g, size: 2, max: 4, template: {cpu: "2", memory: 8Gi, kubeletVersion: v1.32.9}}
+workloads:
+  - {kind: Deployment, name: web, namespace: shop, replicas: 8, requests: {cpu: 450m}, startup: 200ms, shutdown: 100ms, pdb: {maxUnavailable: 1}}
+"#;
+
+const PLACEHOLDERS: &str = "rotor.dev/surge-for,app.kubernetes.io/managed-by=rotor-drainer";
+
+fn is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn create_surge_class(cluster: &SimCluster) {
+    let class: PriorityClass = serde_json::from_value(json!({
+        "metadata": {"name": "rotor-surge"},
+        "value": -5,
+        "preemptionPolicy": "Never",
+        "globalDefault": false
+    }))
+    .unwrap();
+    cluster
+        .api::<PriorityClass>()
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create the PriorityClass");
+}
+
+/// Drains one node of [`FULL`] with `flags`; returns the simulator's counters afterwards.
+async fn drain_one(flags: &[&str]) -> (serde_json::Value, SimCluster) {
+    let cluster = SimCluster::start(FULL).await;
+    create_surge_class(&cluster).await;
+    let drainer = TestDrainer::start(&cluster, "s", flags);
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "drained").await;
+    wait_until("web to be whole again", WAIT, || async {
+        let ready = cluster
+            .pods_labelled("shop", "app=web")
+            .await
+            .into_iter()
+            .filter(is_ready)
+            .count();
+        (ready == 8).then_some(())
+    })
+    .await;
+    drainer.stop().await.expect("the drainer stops cleanly");
+    (cluster.stats(), cluster)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_surge_the_evicted_pods_never_wait_for_a_node_and_no_placeholder_is_left() {
+    let (without, _) = drain_one(&[]).await;
+    let (with, cluster) = drain_one(&["--surge", "--surge-timeout", "30s"]).await;
+    eprintln!(
+        "unschedulable pod-seconds: without surge {}, with surge {}",
+        without["unschedulablePodSeconds"], with["unschedulablePodSeconds"]
+    );
+    // Without surge each evicted pod waits for the scale-up (its delay and the node's boot);
+    // with it the room is there before the first eviction.
+    let waited = |stats: &serde_json::Value| stats["unschedulablePodSeconds"].as_f64().unwrap();
+    assert!(waited(&without) >= 1.0, "{without}");
+    assert!(waited(&with) < 0.5, "{with}");
+    for stats in [&without, &with] {
+        assert_eq!(stats["budgetViolations"], 0, "{stats}");
+    }
+    // One node added in both cases: for the evicted pods, or for the placeholders.
+    for stats in [&without, &with] {
+        assert_eq!(stats["nodeGroups"]["g"]["desired"], 3, "{stats}");
+    }
+    wait_until("the placeholders to be gone", WAIT, || async {
+        cluster
+            .pods_labelled("rotor-system", PLACEHOLDERS)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placeholder_naming_an_unknown_priority_class_is_refused_and_the_drain_goes_on() {
+    let cluster = SimCluster::start(FULL).await;
+    // No PriorityClass: the drainer refuses to start with --surge.
+    let refused = TestDrainer::start(&cluster, "r", &["--surge"]);
+    let err = refused.handle.await.unwrap().expect_err("no PriorityClass");
+    assert!(
+        err.to_string()
+            .contains("--surge needs the PriorityClass rotor-surge"),
+        "{err}"
+    );
+    // The simulator refuses a pod naming an unknown class, as the Priority admission plugin does.
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "rotor-system"},
+        "spec": {"priorityClassName": "missing", "containers": [{"name": "c", "image": "x"}]}
+    }))
+    .unwrap();
+    let err = cluster
+        .pods("rotor-system")
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect_err("an unknown class is refused");
+    assert!(
+        err.to_string()
+            .contains("no PriorityClass with name missing was found"),
+        "{err}"
+    );
+}

@@ -26,6 +26,8 @@ const KUBECTL_KILL_AFTER: Duration = Duration::from_secs(11 * 60);
 /// Targets from issue 4.
 const TARGET_VS_KUBECTL: f64 = 0.7;
 const TARGET_VS_BOUND: f64 = 1.25;
+/// With `--surge`, at least this share fewer unschedulable pod-seconds than without.
+const SURGE_PENDING_CUT: f64 = 0.8;
 
 pub fn compare(
     args: &Args,
@@ -74,6 +76,19 @@ pub fn compare(
         } else {
             None
         };
+        let surged = if args.rotor && args.surge {
+            Some(run_contestant(
+                Contestant::RotorSurge,
+                c,
+                args,
+                bins,
+                runtime,
+                &scenario,
+                &scratch.join(format!("rotor-surge-c{c}")),
+            )?)
+        } else {
+            None
+        };
         let kubectl = if args.kubectl {
             Some(run_contestant(
                 Contestant::Kubectl,
@@ -98,8 +113,16 @@ pub fn compare(
             "{:<24} {:>10} {:>8} {:>11} {:>10} {:>10}  evictions by outcome",
             "", "makespan", "drained", "budget viol", "requests", "req/node"
         );
-        for r in rotor.iter().chain(kubectl.iter()) {
+        for r in rotor.iter().chain(surged.iter()).chain(kubectl.iter()) {
             r.print_row();
+        }
+        if let Some(s) = &surged {
+            for n in &s.notes {
+                println!("  rotor --surge: {n}");
+            }
+        }
+        if let (Some(r), Some(s)) = (&rotor, &surged) {
+            surge_lines(c, r, s, summary);
         }
         if let Some(r) = &rotor {
             for n in &r.notes {
@@ -170,9 +193,46 @@ pub fn compare(
     Ok(())
 }
 
+/// rotor with `--surge` against rotor without: the seconds workload pods spent unschedulable
+/// (the simulator leaves placeholders out) and the makespan.
+fn surge_lines(c: usize, rotor: &RunResult, surged: &RunResult, summary: &mut Vec<String>) {
+    let cut = if rotor.pending_seconds > 0.0 {
+        format!(
+            "{:.0} % less",
+            100.0 * (1.0 - surged.pending_seconds / rotor.pending_seconds)
+        )
+    } else {
+        "n/a (none without surge)".into()
+    };
+    let reached = rotor.pending_seconds > 0.0
+        && surged.pending_seconds <= rotor.pending_seconds * (1.0 - SURGE_PENDING_CUT);
+    let line = format!(
+        "C={c}: unschedulable pod-seconds, rotor {:.0} -> with --surge {:.0}: {cut}  (target >= {:.0} % less)  {}",
+        rotor.pending_seconds,
+        surged.pending_seconds,
+        SURGE_PENDING_CUT * 100.0,
+        if reached { "PASS" } else { "MISS" }
+    );
+    println!("{line}");
+    summary.push(line);
+    let line = match (rotor.makespan, surged.makespan) {
+        (Some(r), Some(s)) => format!(
+            "C={c}: makespan with --surge / without  {:.2}  ({} / {}; target <= 1.00)  {}",
+            s / r,
+            secs_f(s),
+            secs_f(r),
+            if s <= r { "PASS" } else { "MISS" }
+        ),
+        _ => format!("C={c}: makespan with --surge / without  n/a: a run did not finish  MISS"),
+    };
+    println!("{line}");
+    summary.push(line);
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Contestant {
     Rotor,
+    RotorSurge,
     Kubectl,
 }
 
@@ -186,6 +246,8 @@ struct RunResult {
     evictions: BTreeMap<String, u64>,
     notes: Vec<String>,
     bound: LowerBound,
+    /// Seconds workload pods spent unschedulable (placeholders left out).
+    pending_seconds: f64,
 }
 
 impl RunResult {
@@ -261,6 +323,7 @@ fn run_contestant(
             format!("rotor C={c} max-unav {max_unavailable}")
         }
         Contestant::Rotor => format!("rotor-drainer C={c}"),
+        Contestant::RotorSurge => format!("rotor --surge C={c}"),
         Contestant::Kubectl => format!("kubectl drain loop C={c}"),
     };
     eprintln!("drain_bench: {label}: starting rotor-sim");
@@ -272,20 +335,19 @@ fn run_contestant(
 
     // Before t=0: the contestant ready and idle, the counters zeroed.
     let mut drainer = match who {
-        Contestant::Rotor => {
+        Contestant::Rotor | Contestant::RotorSurge => {
             let cs = c.to_string();
-            let mut d = Drainer::run(
-                &bins.drainer,
-                &sim,
-                dir,
-                "rotor-system",
-                &[
-                    "--max-concurrent",
-                    &cs,
-                    "--max-unavailable",
-                    &max_unavailable,
-                ],
-            )?;
+            let mut flags = vec![
+                "--max-concurrent",
+                &cs,
+                "--max-unavailable",
+                &max_unavailable,
+            ];
+            if who == Contestant::RotorSurge {
+                create_surge_class(&sim, dir)?;
+                flags.push("--surge");
+            }
+            let mut d = Drainer::run(&bins.drainer, &sim, dir, "rotor-system", &flags)?;
             d.wait_standing_by(Duration::from_secs(60))?;
             // Leading, then its budget and node watches open (the monitor holds one node watch).
             sim.wait_for_requests(
@@ -414,7 +476,30 @@ fn run_contestant(
         evictions,
         notes,
         bound,
+        pending_seconds: stats["unschedulablePodSeconds"].as_f64().unwrap_or(0.0),
     })
+}
+
+/// The PriorityClass `deploy/` ships for `--surge`, created in the simulator.
+fn create_surge_class(sim: &BenchSim, dir: &Path) -> anyhow::Result<()> {
+    let path = dir.join("rotor-surge.json");
+    let class = serde_json::json!({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "rotor-surge"}, "value": -5, "preemptionPolicy": "Never"
+    });
+    std::fs::write(&path, class.to_string())?;
+    let out = run_with_timeout(
+        kubectl_command(&sim.process)
+            .args(["create", "--validate=false", "-f"])
+            .arg(&path),
+        Duration::from_secs(60),
+    );
+    ensure!(
+        out.status.success(),
+        "creating the PriorityClass rotor-surge failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
 }
 
 /// Waits until every original node is drained or gone, or the deadline.

@@ -13,7 +13,9 @@
 //! `examples/scenarios/scale-5k.yaml`), `--only rotor|kubectl`, `--skip-compare`,
 //! `--skip-memory`, `--run-timeout SECONDS` (default 1200, per contestant),
 //! `--rotor-max-unavailable N|P%` (default C; a diagnostic, e.g. `100%` shows what waiting for
-//! the autoscaler to retire drained nodes costs). Progress goes to
+//! the autoscaler to retire drained nodes costs), `--surge` (also runs `rotor-drainer --surge`,
+//! the PriorityClass `rotor-surge` created first, and compares its makespan and the seconds
+//! workload pods spent unschedulable with rotor's without surge). Progress goes to
 //! stderr, figures to stdout. A benchmark reports; it does not assert: targets missed are printed
 //! as MISS and the exit status stays 0 (it is non-zero only when something could not run).
 //!
@@ -88,11 +90,13 @@ struct Args {
     /// rotor's `--max-unavailable` when not C (a diagnostic: what the retirement of drained
     /// nodes costs).
     rotor_max_unavailable: Option<String>,
+    /// Also run rotor with `--surge`.
+    surge: bool,
 }
 
 const USAGE: &str = "usage: drain_bench [--concurrency 1,3] [--scenario FILE] [--scale-scenario FILE] \
 [--only rotor|kubectl] [--skip-compare] [--skip-memory] [--run-timeout SECONDS] \
-[--rotor-max-unavailable N|P%]";
+[--rotor-max-unavailable N|P%] [--surge]";
 
 fn parse_args() -> anyhow::Result<Args> {
     let root = workspace_root();
@@ -106,6 +110,7 @@ fn parse_args() -> anyhow::Result<Args> {
         memory: true,
         run_timeout: Duration::from_secs(1200),
         rotor_max_unavailable: None,
+        surge: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -134,6 +139,7 @@ fn parse_args() -> anyhow::Result<Args> {
             },
             "--rotor-max-unavailable" => a.rotor_max_unavailable = Some(value()?),
             "--skip-compare" => a.compare = false,
+            "--surge" => a.surge = true,
             "--skip-memory" => a.memory = false,
             "--run-timeout" => {
                 a.run_timeout = Duration::from_secs(

@@ -98,6 +98,27 @@ fn untaint(cluster: &RealCluster, node: &str) {
     cluster.kubectl_ok(&["taint", "node", node, "rotor.dev/drain-"]);
 }
 
+/// Waits until no placeholder is left and `node` is uncordoned, after `what`.
+fn wait_released(cluster: &RealCluster, node: &str, what: &str) {
+    wait_until(
+        &format!("{node}'s placeholders to be removed after {what}"),
+        WAIT,
+        || {
+            pods(cluster, "rotor-system", PLACEHOLDERS)
+                .is_empty()
+                .then_some(())
+        },
+    );
+    wait_until(
+        &format!("{node} to be uncordoned after {what}"),
+        WAIT,
+        || {
+            let n = cluster.kubectl_json(&["get", "node", node]);
+            (n["spec"]["unschedulable"] != true).then_some(())
+        },
+    );
+}
+
 fn phase(cluster: &RealCluster, node: &str) -> Option<String> {
     cluster.kubectl_json(&["get", "node", node])["metadata"]["annotations"]["rotor.dev/phase"]
         .as_str()
@@ -351,19 +372,7 @@ fn without_room_a_surge_times_out_the_drain_goes_on_and_no_placeholder_outlives_
 
     // Abort: the taint goes while the drain runs; the placeholders go with rotor's cordon.
     untaint(&cluster, "old-1");
-    wait_until(
-        "old-1's placeholders to be removed after the abort",
-        WAIT,
-        || {
-            pods(&cluster, "rotor-system", PLACEHOLDERS)
-                .is_empty()
-                .then_some(())
-        },
-    );
-    wait_until("old-1 to be uncordoned", WAIT, || {
-        let node = cluster.kubectl_json(&["get", "node", "old-1"]);
-        (node["spec"]["unschedulable"] != true).then_some(())
-    });
+    wait_released(&cluster, "old-1", "the abort");
 
     // Crash: the drainer dies while old-2's placeholders wait; the taint is removed meanwhile.
     // The next drainer undoes rotor's state on old-2, placeholders included.
@@ -374,19 +383,7 @@ fn without_room_a_surge_times_out_the_drain_goes_on_and_no_placeholder_outlives_
     drainer.kill();
     untaint(&cluster, "old-2");
     let next = cluster.start_rotor_drainer("surge-c", &["--surge", "--surge-timeout", "5s"]);
-    wait_until(
-        "old-2's placeholders to be removed by the next drainer",
-        WAIT,
-        || {
-            pods(&cluster, "rotor-system", PLACEHOLDERS)
-                .is_empty()
-                .then_some(())
-        },
-    );
-    wait_until("old-2 to be uncordoned", WAIT, || {
-        let node = cluster.kubectl_json(&["get", "node", "old-2"]);
-        (node["spec"]["unschedulable"] != true).then_some(())
-    });
+    wait_released(&cluster, "old-2", "the next drainer's clean-up");
     assert!(
         next.log().contains("removed the node's placeholders"),
         "{}",

@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, Node, NodeSelector, NodeSelectorRequirement,
     NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, ResourceRequirements, SeccompProfile,
-    SecurityContext, Taint, Toleration,
+    SecurityContext, Taint, Toleration, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -303,33 +303,41 @@ fn placeholder_affinity(affinity: Option<Affinity>, node: &str, pod_namespace: &
             .get_or_insert_with(Vec::new)
             .push(not_here.clone());
     }
+    if let Some(pa) = affinity.pod_affinity.as_mut() {
+        pin_terms(
+            &mut pa.required_during_scheduling_ignored_during_execution,
+            &mut pa.preferred_during_scheduling_ignored_during_execution,
+            pod_namespace,
+        );
+    }
+    if let Some(pa) = affinity.pod_anti_affinity.as_mut() {
+        pin_terms(
+            &mut pa.required_during_scheduling_ignored_during_execution,
+            &mut pa.preferred_during_scheduling_ignored_during_execution,
+            pod_namespace,
+        );
+    }
+    affinity
+}
+
+/// Gives each pod (anti-)affinity term without namespaces the pod's own namespace, which is
+/// what such a term meant for the pod.
+fn pin_terms(
+    required: &mut Option<Vec<PodAffinityTerm>>,
+    preferred: &mut Option<Vec<WeightedPodAffinityTerm>>,
+    pod_namespace: &str,
+) {
     let pin = |term: &mut PodAffinityTerm| {
         let has_namespaces = term.namespaces.as_ref().is_some_and(|n| !n.is_empty());
         if !has_namespaces && term.namespace_selector.is_none() {
             term.namespaces = Some(vec![pod_namespace.to_string()]);
         }
     };
-    if let Some(pa) = affinity.pod_affinity.as_mut() {
-        pa.required_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(pin);
-        pa.preferred_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(|w| pin(&mut w.pod_affinity_term));
-    }
-    if let Some(pa) = affinity.pod_anti_affinity.as_mut() {
-        pa.required_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(pin);
-        pa.preferred_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(|w| pin(&mut w.pod_affinity_term));
-    }
-    affinity
+    required.iter_mut().flatten().for_each(pin);
+    preferred
+        .iter_mut()
+        .flatten()
+        .for_each(|w| pin(&mut w.pod_affinity_term));
 }
 
 /// The pod's tolerations, less any that would let the placeholder onto a node being drained

@@ -394,4 +394,32 @@ fn without_room_a_surge_times_out_the_drain_goes_on_and_no_placeholder_outlives_
         Vec::<String>::new(),
         "the shipped RBAC refused requests"
     );
+
+    // A quota: rotor's namespace may hold 2 pods, so the third placeholder is refused. The
+    // surge fails, says why, removes the two it made, and the drain goes on.
+    cluster.apply(
+        r#"{"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "two-pods", "namespace": "rotor-system"},
+            "spec": {"hard": {"pods": "2"}}}"#,
+    );
+    wait_until("the quota to be counted", WAIT, || {
+        let q = cluster.kubectl_json(&["get", "resourcequota", "two-pods", "-n", "rotor-system"]);
+        (q["status"]["hard"]["pods"] == "2").then_some(())
+    });
+    let evictions_before = pod_requests(&cluster, DRAINER, "create", Some("eviction")).len();
+    taint(&cluster, "old-1");
+    let note = wait_until("a SurgeFailed Event on old-1", WAIT, || {
+        event_note(&cluster, "old-1", "SurgeFailed")
+    });
+    assert!(note.contains("exceeded quota"), "{note}");
+    assert!(note.contains("Evicting without making room"), "{note}");
+    wait_until("an eviction after the failed surge", WAIT, || {
+        (pod_requests(&cluster, DRAINER, "create", Some("eviction")).len() > evictions_before)
+            .then_some(())
+    });
+    assert_eq!(
+        pods(&cluster, "rotor-system", PLACEHOLDERS).len(),
+        0,
+        "the placeholders made before the refusal are removed"
+    );
 }

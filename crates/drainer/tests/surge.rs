@@ -127,3 +127,69 @@ async fn a_placeholder_naming_an_unknown_priority_class_is_refused_and_the_drain
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_surge_lets_only_that_many_nodes_hold_placeholders_at_once() {
+    let cluster = SimCluster::start(FULL).await;
+    create_surge_class(&cluster).await;
+    let drainer = TestDrainer::start(
+        &cluster,
+        "m",
+        &[
+            "--surge",
+            "--max-surge",
+            "1",
+            "--max-concurrent",
+            "2",
+            "--max-unavailable",
+            "2",
+        ],
+    );
+    let nodes = cluster.nodes_hosting("web-").await;
+    assert_eq!(nodes.len(), 2);
+    for node in &nodes {
+        cluster.taint(node, "manual").await;
+    }
+    // Sample which nodes hold placeholders until both are drained.
+    let mut most = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + WAIT * 2;
+    loop {
+        let holding: std::collections::BTreeSet<String> = cluster
+            .pods_labelled("rotor-system", PLACEHOLDERS)
+            .await
+            .iter()
+            .filter_map(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()?
+                    .get("rotor.dev/surge-for")
+                    .cloned()
+            })
+            .collect();
+        most = most.max(holding.len());
+        seen.extend(holding);
+        let mut drained = 0;
+        for n in &nodes {
+            if cluster.annotation(n, "rotor.dev/phase").await.as_deref() == Some("drained") {
+                drained += 1;
+            }
+        }
+        if drained == nodes.len() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "both nodes drained in time"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    drainer.stop().await.expect("the drainer stops cleanly");
+    assert_eq!(most, 1, "at most one node held placeholders at a time");
+    assert_eq!(
+        seen.len(),
+        2,
+        "both nodes surged, one after the other: {seen:?}"
+    );
+    assert_eq!(cluster.stats()["budgetViolations"], 0);
+}

@@ -299,6 +299,7 @@ impl Cluster {
                     && nominated_node(pod).is_none()
                     && let Some(p) = sched.preemption(pod)
                 {
+                    sched.reserve(&p, pod);
                     preemptions.push((pod.clone(), p));
                 }
                 decisions.push((pod.clone(), placement));
@@ -370,13 +371,29 @@ impl Cluster {
                 now,
             );
         }
-        if let Some(current) = self.pods.get(&ns, &name) {
-            let mut p = (**current).clone();
+        let Some(current) = self.pods.get(&ns, &name) else {
+            return;
+        };
+        let mut p = (**current).clone();
+        // Victims without a grace period are gone at once, and the real scheduler binds the
+        // pod in its next cycle, milliseconds later: bind now. Otherwise the pod waits,
+        // nominated, until the victims have terminated.
+        let gone = preemption
+            .victims
+            .iter()
+            .all(|(vns, vname)| self.pods.get(vns, vname).is_none());
+        if gone && let Some(node) = self.nodes.get("", &preemption.node).cloned() {
+            if let Some(status) = p.status.as_mut() {
+                status.nominated_node_name = None;
+            }
+            bind_and_start(&mut p, &node, now);
+            self.unschedulable_since.remove(&(ns, name));
+        } else {
             p.status
                 .get_or_insert_with(Default::default)
                 .nominated_node_name = Some(preemption.node);
-            self.pods.put(p);
         }
+        self.pods.put(p);
     }
 }
 

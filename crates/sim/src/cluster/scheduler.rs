@@ -250,6 +250,27 @@ pub struct Preemption {
 }
 
 impl Scheduler<'_> {
+    /// Counts a preemption's outcome on its node for the rest of this pass: the victims' room
+    /// freed, the preemptor's taken, so that no later pod takes what was made for it.
+    pub fn reserve(&mut self, preemption: &Preemption, pod: &Pod) {
+        let freed = preemption
+            .victims
+            .iter()
+            .fold(Resources::default(), |acc, (ns, name)| {
+                self.placed
+                    .iter()
+                    .find(|p| {
+                        p.metadata.namespace.as_deref() == Some(ns.as_str())
+                            && p.metadata.name.as_deref() == Some(name.as_str())
+                    })
+                    .map_or(acc, |p| acc.plus(&pod_requests(p)))
+            });
+        if let Some(slot) = self.slots.iter_mut().find(|s| s.name == preemption.node) {
+            slot.free = slot.free.plus(&freed).minus(&pod_requests(pod));
+            slot.free_pods += preemption.victims.len() as i64 - 1;
+        }
+    }
+
     pub fn preemption(&self, pod: &Pod) -> Option<Preemption> {
         if !super::priority::may_preempt(pod) {
             return None;

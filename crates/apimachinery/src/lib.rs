@@ -15,6 +15,7 @@
 //!   Kubernetes list-merge rules ([`KubeStrategy`]) and the HTTP status each failure maps to.
 //! - [`quantity`]: `resource.Quantity` parsing to exact milli-units.
 //! - [`taints`]: tolerations against taints, as the scheduler and `kubectl drain` match them.
+//! - [`scheduling`]: the built-in PriorityClasses and cluster-autoscaler's expendable cut-off.
 //!
 //! No I/O, no clocks, no global state: every function is deterministic in its arguments.
 
@@ -23,6 +24,7 @@ pub mod fields;
 pub mod labels;
 pub mod patch;
 pub mod quantity;
+pub mod scheduling;
 pub mod taints;
 
 pub use fields::{FieldOp, FieldRequirement, FieldSelector, FieldSelectorError};

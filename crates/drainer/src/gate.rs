@@ -116,12 +116,7 @@ pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> V
             if crate::surge::is_placeholder(pod) {
                 return None;
             }
-            let bound = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| !n.is_empty());
-            if bound {
+            if crate::pods::is_bound(pod) {
                 return None;
             }
             let status = pod.status.as_ref()?;

@@ -213,6 +213,14 @@ pub fn controller_kind(pod: &Pod) -> Option<&str> {
         .map(|owner| owner.kind.as_str())
 }
 
+/// True for a pod the scheduler (or its creator) has bound to a node.
+pub fn is_bound(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
+
 /// True for a pod the kubelet mirrors from a static manifest.
 pub fn is_mirror(pod: &Pod) -> bool {
     pod.metadata

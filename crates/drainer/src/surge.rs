@@ -19,10 +19,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use rotor_apimachinery::quantity::parse_quantity;
+use rotor_apimachinery::scheduling::AUTOSCALER_EXPENDABLE_CUTOFF;
 use rotor_apimachinery::taints::tolerates;
 use rotor_core::NodeBudget;
 
-use crate::pods::{DrainOptions, PodVerdict, classify, controller_kind};
+use crate::pods::{DrainOptions, PodVerdict, classify, controller_kind, is_bound};
 
 /// On every placeholder: which node's drain it makes room for (see [`surge_label_value`]).
 pub const SURGE_FOR_LABEL: &str = "rotor.dev/surge-for";
@@ -377,12 +378,7 @@ impl Reservation {
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
         {
-            let bound = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| !n.is_empty());
-            if bound {
+            if is_bound(p) {
                 r.scheduled += 1;
             } else {
                 let reason = p
@@ -428,10 +424,6 @@ pub fn orphaned(placeholders: &[Pod], draining: impl Fn(&str) -> bool) -> Vec<&P
 pub fn may_surge(max_surge: Option<NodeBudget>, holding: usize, fleet_size: usize) -> bool {
     max_surge.is_none_or(|cap| holding < cap.resolve(fleet_size).max(1))
 }
-
-/// The priority below which a cluster autoscaler treats pending pods as expendable and adds no
-/// node for them (cluster-autoscaler's `--expendable-pods-priority-cutoff` default).
-pub const AUTOSCALER_EXPENDABLE_CUTOFF: i32 = -10;
 
 /// What is wrong with a placeholder priority of `value`, if anything: placeholders must be
 /// preempted by ordinary pods (priority 0 by default) and must still make an autoscaler act.

@@ -10,6 +10,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use rotor_apimachinery::scheduling::AUTOSCALER_EXPENDABLE_CUTOFF;
 use rotor_core::contract::DRAIN_TAINT_KEY;
 
 use super::objects::{
@@ -216,12 +217,8 @@ impl Cluster {
             } else if let Some(pod) = self.pods.get(ns, name) {
                 // Like cluster-autoscaler: no node for expendable pods, nor for pods a
                 // preemption is already making room for.
-                let expendable =
-                    super::priority::priority(pod) < super::priority::EXPENDABLE_CUTOFF;
-                let nominated = pod
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| s.nominated_node_name.is_some());
+                let expendable = super::priority::priority(pod) < AUTOSCALER_EXPENDABLE_CUTOFF;
+                let nominated = super::priority::nominated_node(pod).is_some();
                 if !expendable && !nominated {
                     waiting.push((**pod).clone());
                 }

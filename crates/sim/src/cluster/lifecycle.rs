@@ -296,7 +296,7 @@ impl Cluster {
                 let placement = sched.place(pod);
                 // A pod already nominated waits for its victims to go rather than pick more.
                 if matches!(placement, Placement::Unschedulable(_))
-                    && nominated_node(pod).is_none()
+                    && super::priority::nominated_node(pod).is_none()
                     && let Some(p) = sched.preemption(pod)
                 {
                     sched.reserve(&p, pod);
@@ -316,9 +316,6 @@ impl Cluster {
                     let Some(n) = self.nodes.get("", &node).cloned() else {
                         continue;
                     };
-                    if let Some(status) = p.status.as_mut() {
-                        status.nominated_node_name = None;
-                    }
                     bind_and_start(&mut p, &n, now);
                     self.unschedulable_since.remove(&key);
                     self.pods.put(p);
@@ -383,9 +380,6 @@ impl Cluster {
             .iter()
             .all(|(vns, vname)| self.pods.get(vns, vname).is_none());
         if gone && let Some(node) = self.nodes.get("", &preemption.node).cloned() {
-            if let Some(status) = p.status.as_mut() {
-                status.nominated_node_name = None;
-            }
             bind_and_start(&mut p, &node, now);
             self.unschedulable_since.remove(&(ns, name));
         } else {
@@ -395,9 +389,4 @@ impl Cluster {
         }
         self.pods.put(p);
     }
-}
-
-/// The node a preemption nominated for a pending pod.
-fn nominated_node(pod: &Pod) -> Option<&str> {
-    pod.status.as_ref()?.nominated_node_name.as_deref()
 }

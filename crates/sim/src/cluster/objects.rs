@@ -573,6 +573,10 @@ pub fn bind_and_start(pod: &mut Pod, node: &Node, now: Timestamp) {
     if let Some(spec) = pod.spec.as_mut() {
         spec.node_name = node.metadata.name.clone();
     }
+    // Bound: a node a preemption nominated is no longer pending for it.
+    if let Some(status) = pod.status.as_mut() {
+        status.nominated_node_name = None;
+    }
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let h = fnv(&uid);
     let pod_ip = format!(

@@ -6,20 +6,17 @@
 //! simulated autoscaler.
 
 use k8s_openapi::api::core::v1::Pod;
+use rotor_apimachinery::scheduling::BUILT_IN_PRIORITY_CLASSES;
 use serde_json::{Value, json};
 
 use super::Cluster;
 use crate::api::status::ApiError;
 
-/// The classes every apiserver has without anyone creating them.
-const BUILT_IN: [(&str, i32); 2] = [
-    ("system-cluster-critical", 2_000_000_000),
-    ("system-node-critical", 2_000_001_000),
-];
-
-/// cluster-autoscaler's default `--expendable-pods-priority-cutoff`: it adds no node for a
-/// pending pod below it.
-pub const EXPENDABLE_CUTOFF: i32 = -10;
+/// The node a preemption nominated for a pending pod, which waits for it; an autoscaler adds
+/// no node for such a pod.
+pub fn nominated_node(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.nominated_node_name.as_deref()
+}
 
 /// A pod's priority (0 for one that names no class).
 pub fn priority(pod: &Pod) -> i32 {
@@ -51,20 +48,21 @@ impl Cluster {
         else {
             return Ok(());
         };
-        let (value, policy) = if let Some((_, v)) = BUILT_IN.iter().find(|(n, _)| *n == class) {
-            (*v, "PreemptLowerPriority".to_string())
-        } else if let Some(pc) = self.priority_classes.get("", &class) {
-            let policy = pc
-                .preemption_policy
-                .clone()
-                .unwrap_or_else(|| "PreemptLowerPriority".into());
-            (pc.value, policy)
-        } else {
-            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-            return Err(ApiError::forbidden(format!(
-                "pods \"{name}\" is forbidden: no PriorityClass with name {class} was found"
-            )));
-        };
+        let (value, policy) =
+            if let Some((_, v)) = BUILT_IN_PRIORITY_CLASSES.iter().find(|(n, _)| *n == class) {
+                (*v, "PreemptLowerPriority".to_string())
+            } else if let Some(pc) = self.priority_classes.get("", &class) {
+                let policy = pc
+                    .preemption_policy
+                    .clone()
+                    .unwrap_or_else(|| "PreemptLowerPriority".into());
+                (pc.value, policy)
+            } else {
+                let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                return Err(ApiError::forbidden(format!(
+                    "pods \"{name}\" is forbidden: no PriorityClass with name {class} was found"
+                )));
+            };
         pod["spec"]["priority"] = json!(value);
         pod["spec"]["preemptionPolicy"] = json!(policy);
         Ok(())

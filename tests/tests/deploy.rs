@@ -846,8 +846,28 @@ fn the_iam_policies_beside_the_aws_overlay_say_what_the_readme_says() {
             serde_json::json!(["autoscaling:TerminateInstanceInAutoScalingGroup"])
         );
     }
+    let surge = statements(&[read("iam-selector-group-surge-policy.json")]);
+    // --group-surge's policy changes capacity and rotor's own tag, nothing else.
+    for s in surge.values() {
+        let actions = s["Action"].to_string();
+        assert!(
+            actions.contains("SetDesiredCapacity") || actions.contains("Tags"),
+            "{s}"
+        );
+        assert!(!actions.contains("Terminate"), "{s}");
+    }
+    let tagging = surge
+        .values()
+        .find(|s| s["Action"].to_string().contains("CreateOrUpdateTags"))
+        .expect("a statement for the surge tag");
+    assert_eq!(
+        tagging["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
+        serde_json::json!([rotor_selector::group_surge::SURGE_BASE_TAG]),
+        "the tag statement allows only rotor's tag"
+    );
     let mut shipped = selector;
     shipped.extend(retire);
+    shipped.extend(surge);
     assert_eq!(
         shipped, documented,
         "deploy/overlays/aws/*.json and README.md disagree"

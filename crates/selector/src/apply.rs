@@ -107,7 +107,7 @@ pub struct WriteResult {
 pub fn writes(action: &Action) -> bool {
     matches!(
         action,
-        Action::Taint { .. } | Action::Untaint { .. } | Action::Retire
+        Action::Taint { .. } | Action::Untaint { .. } | Action::Retire { .. }
     )
 }
 
@@ -193,7 +193,7 @@ pub fn recheck(planned: &Action, fresh: Candidate, retire_drained: bool) -> Resu
     let why = match &action {
         Action::Keep { why } | Action::Skip { why } | Action::Untaint { why } => why.clone(),
         Action::Taint { reason, detail } => format!("{reason}: {detail}"),
-        Action::Retire => "drained".to_owned(),
+        Action::Retire { .. } => "drained".to_owned(),
     };
     Err(format!(
         "no longer applies after a concurrent change to the node (now {}: {why})",
@@ -252,10 +252,13 @@ impl<'a> Applier<'a> {
                 continue;
             }
             let result = match nodes.get(&planned.candidate.node) {
-                Some(node) if matches!(planned.action, Action::Retire) => {
-                    self.retire(node, &planned.candidate, calls).await
-                }
-                Some(node) => self.write(node, &planned.action, calls).await,
+                Some(node) => match planned.action {
+                    Action::Retire { shrink_group } => {
+                        self.retire(node, &planned.candidate, shrink_group, calls)
+                            .await
+                    }
+                    _ => self.write(node, &planned.action, calls).await,
+                },
                 None => WriteResult {
                     outcome: WriteOutcome::Failed {
                         error: "the node is not among the listed nodes".into(),
@@ -275,6 +278,7 @@ impl<'a> Applier<'a> {
         &self,
         node: &Node,
         candidate: &Candidate,
+        shrink_group: bool,
         calls: &mut ApiCalls,
     ) -> WriteResult {
         let failed = |error: String, attempts| WriteResult {
@@ -293,7 +297,7 @@ impl<'a> Applier<'a> {
         };
         let (api, operation) = retirer.call();
         calls.count(api, operation);
-        match retirer.retire(instance).await {
+        match retirer.retire(instance, shrink_group).await {
             Ok(note) => {
                 self.publish(node, RETIRED_REASON, "Retire", note, calls)
                     .await;
@@ -324,7 +328,7 @@ impl<'a> Applier<'a> {
                     taint_patch(&node, *reason, detail, self.effect, self.selected_at)
                 }
                 Action::Untaint { .. } => untaint_patch(&node),
-                Action::Retire => Err("a retire is not a patch".to_owned()),
+                Action::Retire { .. } => Err("a retire is not a patch".to_owned()),
                 Action::Keep { .. } | Action::Skip { .. } => {
                     Err("a keep or skip has nothing to write".to_owned())
                 }
@@ -677,7 +681,9 @@ mod tests {
             .to_string(),
             "failed: 500 InternalError: boom"
         );
-        assert!(writes(&Action::Retire));
+        assert!(writes(&Action::Retire {
+            shrink_group: false
+        }));
         assert!(!writes(&Action::Keep { why: String::new() }));
     }
 }

@@ -33,6 +33,12 @@ pub struct AutoScalingGroup {
     /// `Instances[]`.
     #[serde(default)]
     pub instances: Vec<GroupInstance>,
+    /// `DesiredCapacity`.
+    #[serde(default)]
+    pub desired_capacity: i32,
+    /// `MaxSize`.
+    #[serde(default)]
+    pub max_size: i32,
 }
 
 /// A launch template reference (`LaunchTemplateSpecification`), on a group, in a mixed instances
@@ -426,6 +432,8 @@ mod tests {
                     launch_configuration_name: None,
                     protected_from_scale_in: false,
                 }],
+                desired_capacity: 2,
+                max_size: 10,
             }
         );
     }

@@ -20,7 +20,9 @@
 //! about one launch template that failed with an error about that request (not throttling, not a
 //! 5xx, not a lost connection): that template is recorded in [`AwsSnapshot::failed_templates`] and
 //! only the groups naming it are skipped ([`concerns_only_the_request`]). Retiring a drained node
-//! is `TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=false)`.
+//! is `TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=false)`, or `=true` when
+//! it gives a group surge back; `--group-surge` also calls `CreateOrUpdateTags`,
+//! `SetDesiredCapacity` and `DeleteTags` ([`crate::group_surge`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -48,6 +50,7 @@ use crate::drift::{
     DriftInputs, FailedLookup, InstanceVerdict, TagExclusion, failed_lookup_skips, fleet_verdicts,
     group_template_specs, node_verdict, resolve_group_version,
 };
+use crate::group_surge::{GroupCapacity, GroupSurge, SURGE_BASE_TAG, SurgeStep};
 use crate::plan::Candidate;
 pub use crate::provider::AwsSetupError;
 use crate::provider::{LookupFailure, ProviderError, Retirer, node_candidate};
@@ -69,6 +72,9 @@ pub mod op {
     pub const DESCRIBE_TEMPLATE_VERSIONS: &str = "DescribeLaunchTemplateVersions";
     pub const DESCRIBE_INSTANCES: &str = "DescribeInstances";
     pub const TERMINATE: &str = "TerminateInstanceInAutoScalingGroup";
+    pub const CREATE_OR_UPDATE_TAGS: &str = "CreateOrUpdateTags";
+    pub const SET_DESIRED_CAPACITY: &str = "SetDesiredCapacity";
+    pub const DELETE_TAGS: &str = "DeleteTags";
 }
 
 /// How the groups are found.
@@ -224,7 +230,8 @@ impl AwsProvider {
         Ok(AwsAssessor {
             fleet: Arc::new(fleet),
             lookup_failures,
-            retirer: AwsRetirer {
+            capacities: snapshot.groups.iter().map(GroupCapacity::of).collect(),
+            groups: AwsGroupWriter {
                 autoscaling: clients.autoscaling,
             },
         })
@@ -740,6 +747,8 @@ pub fn convert_group(group: &autoscaling::types::AutoScalingGroup) -> AutoScalin
             .iter()
             .map(convert_group_instance)
             .collect(),
+        desired_capacity: group.desired_capacity().unwrap_or_default(),
+        max_size: group.max_size().unwrap_or_default(),
     }
 }
 
@@ -811,7 +820,10 @@ pub struct AwsAssessor {
     pub fleet: Arc<BTreeMap<String, InstanceVerdict>>,
     /// Look-ups that failed for some groups only (those groups' nodes are skipped).
     pub lookup_failures: Vec<LookupFailure>,
-    pub retirer: AwsRetirer,
+    /// Every described group's capacity, for `--group-surge`.
+    pub capacities: Vec<GroupCapacity>,
+    /// Retires instances and changes groups' capacity.
+    pub groups: AwsGroupWriter,
 }
 
 impl AwsAssessor {
@@ -827,13 +839,76 @@ impl AwsAssessor {
     }
 }
 
-/// Terminates instances in their group, the group replacing them.
+/// The Auto Scaling writes: terminating drained instances in their group, and the group
+/// surge's capacity changes.
 #[derive(Clone, Debug)]
-pub struct AwsRetirer {
+pub struct AwsGroupWriter {
     pub autoscaling: autoscaling::Client,
 }
 
-impl Retirer for AwsRetirer {
+impl AwsGroupWriter {
+    /// Carries out a [`SurgeStep`] that writes (every call counted in `calls`); on success, a
+    /// line saying what was done. The base tag is written before the capacity is raised, so a
+    /// run that stops in between leaves a tag the next run reads, never a raise without its base.
+    pub async fn apply_surge(
+        &self,
+        surge: &GroupSurge,
+        calls: &mut ApiCalls,
+    ) -> Result<String, String> {
+        let group = surge.group.as_str();
+        match surge.step {
+            SurgeStep::Raise { to } => {
+                count(calls, op::CREATE_OR_UPDATE_TAGS);
+                self.autoscaling
+                    .create_or_update_tags()
+                    .tags(surge_base_tag(group, Some(surge.base)))
+                    .send()
+                    .await
+                    .map_err(|e| aws_error(op::CREATE_OR_UPDATE_TAGS, e).to_string())?;
+                count(calls, op::SET_DESIRED_CAPACITY);
+                self.autoscaling
+                    .set_desired_capacity()
+                    .auto_scaling_group_name(group)
+                    .desired_capacity(to as i32)
+                    .honor_cooldown(false)
+                    .send()
+                    .await
+                    .map_err(|e| aws_error(op::SET_DESIRED_CAPACITY, e).to_string())?;
+                Ok(format!(
+                    "group {group}: desired capacity set to {to} (tag {SURGE_BASE_TAG}={})",
+                    surge.base
+                ))
+            }
+            SurgeStep::Finish => {
+                count(calls, op::DELETE_TAGS);
+                self.autoscaling
+                    .delete_tags()
+                    .tags(surge_base_tag(group, None))
+                    .send()
+                    .await
+                    .map_err(|e| aws_error(op::DELETE_TAGS, e).to_string())?;
+                Ok(format!("group {group}: removed tag {SURGE_BASE_TAG}"))
+            }
+            _ => Err(format!(
+                "group {group}: surge step {} writes nothing",
+                surge.step.kind()
+            )),
+        }
+    }
+}
+
+/// The group's [`SURGE_BASE_TAG`], with its value when writing it; never propagated to instances.
+fn surge_base_tag(group: &str, base: Option<u32>) -> autoscaling::types::Tag {
+    autoscaling::types::Tag::builder()
+        .resource_type("auto-scaling-group")
+        .resource_id(group)
+        .key(SURGE_BASE_TAG)
+        .set_value(base.map(|b| b.to_string()))
+        .propagate_at_launch(false)
+        .build()
+}
+
+impl Retirer for AwsGroupWriter {
     fn call(&self) -> (&'static str, &'static str) {
         (AWS, op::TERMINATE)
     }
@@ -841,13 +916,14 @@ impl Retirer for AwsRetirer {
     fn retire<'a>(
         &'a self,
         instance: &'a str,
+        shrink_group: bool,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>> {
         Box::pin(async move {
             let out = self
                 .autoscaling
                 .terminate_instance_in_auto_scaling_group()
                 .instance_id(instance)
-                .should_decrement_desired_capacity(false)
+                .should_decrement_desired_capacity(shrink_group)
                 .send()
                 .await
                 .map_err(|e| aws_error(op::TERMINATE, e).to_string())?;
@@ -855,8 +931,13 @@ impl Retirer for AwsRetirer {
                 .activity()
                 .and_then(|a| a.description())
                 .unwrap_or("termination started");
+            let how = if shrink_group {
+                "ShouldDecrementDesiredCapacity=true, its surge replacement already runs"
+            } else {
+                "ShouldDecrementDesiredCapacity=false, the group replaces it"
+            };
             Ok(format!(
-                "terminated instance {instance} in its Auto Scaling group (ShouldDecrementDesiredCapacity=false, the group replaces it): {activity}"
+                "terminated instance {instance} in its Auto Scaling group ({how}): {activity}"
             ))
         })
     }
@@ -893,6 +974,8 @@ mod tests {
                     .build(),
             )
             .status("Delete in progress")
+            .desired_capacity(2)
+            .max_size(5)
             .mixed_instances_policy(
                 asg::MixedInstancesPolicy::builder()
                     .launch_template(
@@ -937,6 +1020,7 @@ mod tests {
             "AutoScalingGroupName": "g1",
             "Tags": [{"Key": "team", "Value": "core"}, {"Key": "eks:nodegroup-name", "Value": ""}],
             "Status": "Delete in progress",
+            "DesiredCapacity": 2, "MaxSize": 5,
             "MixedInstancesPolicy": {"LaunchTemplate": {
                 "LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0abc", "LaunchTemplateName": "workers", "Version": "$Latest"},
                 "Overrides": [

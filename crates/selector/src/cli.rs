@@ -238,6 +238,15 @@ pub struct SelectArgs {
     /// replaces them), at most --max-tainted per run, each with an Event on the node.
     #[arg(long, env = "ROTOR_RETIRE_DRAINED")]
     pub retire_drained: bool,
+
+    /// AWS: launch replacements before draining. Before a group's out-of-date nodes are
+    /// tainted, its desired capacity is raised by as many (within MaxSize; the capacity before is
+    /// kept in the group's tag rotor.dev/surge-base), and the taints wait for a later run until the
+    /// group has that many InService instances. Drained nodes are then retired with
+    /// ShouldDecrementDesiredCapacity=true, which gives the capacity back. Needs --retire-drained.
+    /// For groups a cluster autoscaler or Karpenter sizes, prefer the drainer's --surge.
+    #[arg(long, env = "ROTOR_GROUP_SURGE")]
+    pub group_surge: bool,
 }
 
 /// `--node-selector`: a label selector in its string form, checked as the API server would check
@@ -286,6 +295,11 @@ pub enum ConfigError {
     /// An empty value where a name is needed.
     #[error("{flag} must not be empty")]
     Empty { flag: &'static str },
+    /// Group surge gives capacity back only through retiring drained nodes.
+    #[error(
+        "--group-surge needs --retire-drained: the surge is given back by retiring drained instances with the group's desired capacity decremented"
+    )]
+    GroupSurgeNeedsRetire,
 }
 
 /// The provider to use, with its own settings. Only providers this build has can be named here.
@@ -323,6 +337,8 @@ pub struct SelectorConfig {
     pub node_selector: Option<String>,
     /// Node labels naming a node's group, first present wins.
     pub group_labels: Vec<String>,
+    /// Surge at the Auto Scaling group level ([`crate::group_surge`]); AWS provider only.
+    pub group_surge: bool,
 }
 
 impl SelectArgs {
@@ -338,6 +354,7 @@ impl SelectArgs {
                     ("--include-eks-managed", self.include_eks_managed),
                     ("--image-drift", self.image_drift),
                     ("--retire-drained", self.retire_drained),
+                    ("--group-surge", self.group_surge),
                 ];
                 if let Some((flag, _)) = aws_only.iter().find(|(_, set)| *set) {
                     return Err(ConfigError::AwsOnly { flag });
@@ -348,6 +365,9 @@ impl SelectArgs {
             }
             ProviderKind::Aws => ProviderConfig::Aws(self.aws_config()?),
         };
+        if self.group_surge && !self.retire_drained {
+            return Err(ConfigError::GroupSurgeNeedsRetire);
+        }
         Ok(SelectorConfig {
             provider,
             dry_run: self.dry_run,
@@ -366,6 +386,7 @@ impl SelectArgs {
                 .filter(|key| !key.is_empty())
                 .cloned()
                 .collect(),
+            group_surge: self.group_surge,
         })
     }
 }
@@ -593,6 +614,24 @@ mod tests {
             config_error(&["--provider", "kubernetes", "--retire-drained"]),
             "--retire-drained is only used by --provider aws"
         );
+        assert_eq!(
+            config_error(&["--provider", "kubernetes", "--group-surge"]),
+            "--group-surge is only used by --provider aws"
+        );
+        assert!(
+            config_error(&["--provider", "aws", "--group", "g", "--group-surge"])
+                .starts_with("--group-surge needs --retire-drained")
+        );
+        assert!(!config(&["--provider", "aws", "--group", "g"]).group_surge);
+        let surge = config(&[
+            "--provider",
+            "aws",
+            "--group",
+            "g",
+            "--retire-drained",
+            "--group-surge",
+        ]);
+        assert!(surge.group_surge && surge.limits.retire_drained);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! - [`drift`]: the AWS drift and skip rules, in order, first match wins;
 //! - [`kube_rules`]: the Kubernetes-only rules (kubelet behind the control plane, node age);
 //! - [`verdict`]: what a rule concludes about a node ([`Verdict`], [`SkipReason`]);
-//! - [`plan`](mod@plan): from verdicts to taint / untaint / keep / skip / retire, within budgets.
+//! - [`plan`](mod@plan): from verdicts to taint / untaint / keep / skip / retire, within budgets;
+//! - [`group_surge`]: `--group-surge`, raising an Auto Scaling group's capacity ahead of its
+//!   drains and giving it back through retires.
 //!
 //! The I/O sits at the edges, one job per module:
 //! - [`cli`]: flags (each with a `ROTOR_*` variable) and their validation into a
@@ -27,6 +29,7 @@ pub mod aws_model;
 pub mod aws_provider;
 pub mod cli;
 pub mod drift;
+pub mod group_surge;
 pub mod kube_provider;
 pub mod kube_retry;
 pub mod kube_rules;

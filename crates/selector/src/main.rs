@@ -96,12 +96,17 @@ async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
         let summary = report.summary();
         let list: Vec<String> = failures
             .iter()
-            .map(|(node, action, error)| format!("{action} {node}: {error}"))
+            .map(|(subject, action, error)| format!("{action} {subject}: {error}"))
             .collect();
+        let group_writes = report
+            .group_surges
+            .iter()
+            .filter(|g| g.write.is_some())
+            .count();
         eprintln!(
             "rotor-selector: {} of {} writes failed ({}); the {} applied writes stay in place, the next run retries the rest",
             failures.len(),
-            summary.applied + summary.dropped + summary.failed,
+            summary.applied + summary.dropped + summary.failed + group_writes,
             list.join("; "),
             summary.applied,
         );

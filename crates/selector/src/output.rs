@@ -11,6 +11,7 @@
 
 use serde_json::{Value, json};
 
+use crate::apply::WriteResult;
 use crate::plan::{Action, PlannedNode};
 use crate::run::{NodeReport, Report};
 use crate::verdict::Verdict;
@@ -20,7 +21,7 @@ pub fn reason(planned: &PlannedNode) -> Option<String> {
     let candidate = &planned.candidate;
     match &planned.action {
         Action::Taint { reason, .. } => Some(reason.slug().to_owned()),
-        Action::Untaint { .. } | Action::Retire => candidate.current_taint.clone(),
+        Action::Untaint { .. } | Action::Retire { .. } => candidate.current_taint.clone(),
         Action::Keep { .. } => candidate
             .current_taint
             .clone()
@@ -40,7 +41,12 @@ pub fn detail(planned: &PlannedNode) -> String {
     match &planned.action {
         Action::Taint { detail, .. } => detail.clone(),
         Action::Untaint { why } | Action::Keep { why } | Action::Skip { why } => why.clone(),
-        Action::Retire => "drained: its instance is terminated in its group".to_owned(),
+        Action::Retire {
+            shrink_group: false,
+        } => "drained: its instance is terminated in its group".to_owned(),
+        Action::Retire { shrink_group: true } => {
+            "drained: its instance is terminated and the group's desired capacity decremented (its surge replacement runs)".to_owned()
+        }
     }
 }
 
@@ -73,7 +79,25 @@ pub fn to_json(report: &Report) -> Value {
             "error": f.error,
             "groups": f.groups,
         })).collect::<Vec<_>>(),
+        "groupSurge": report.group_surges.iter().map(|g| json!({
+            "group": g.surge.group,
+            "step": g.surge.step.kind(),
+            "base": g.surge.base,
+            "desired": g.surge.desired,
+            "maxSize": g.surge.max_size,
+            "outstanding": g.surge.outstanding,
+            "detail": g.surge.describe(),
+            "result": write_json(g.write.as_ref()),
+        })).collect::<Vec<_>>(),
     })
+}
+
+fn write_json(write: Option<&WriteResult>) -> Value {
+    json!(write.map(|write| json!({
+        "outcome": write.outcome.label(),
+        "attempts": write.attempts,
+        "message": write.outcome.message(),
+    })))
 }
 
 fn node_json(node: &NodeReport) -> Value {
@@ -87,11 +111,7 @@ fn node_json(node: &NodeReport) -> Value {
         "action": planned.action.kind(),
         "reason": reason(planned),
         "detail": detail(planned),
-        "result": node.write.as_ref().map(|write| json!({
-            "outcome": write.outcome.label(),
-            "attempts": write.attempts,
-            "message": write.outcome.message(),
-        })),
+        "result": write_json(node.write.as_ref()),
     })
 }
 
@@ -155,6 +175,14 @@ pub fn to_text(report: &Report) -> String {
     for failure in &report.lookup_failures {
         text.push_str(&format!("lookup failed: {failure}\n"));
     }
+    for group in &report.group_surges {
+        let result = group
+            .write
+            .as_ref()
+            .map(|write| format!(" [{}]", write.outcome))
+            .unwrap_or_default();
+        text.push_str(&format!("surge: {}{result}\n", group.surge.describe()));
+    }
     text
 }
 
@@ -164,7 +192,7 @@ mod tests {
 
     use super::*;
     use crate::api_calls::ApiCalls;
-    use crate::apply::{WriteOutcome, WriteResult};
+    use crate::apply::WriteOutcome;
     use crate::plan::Candidate;
     use crate::verdict::SkipReason;
 
@@ -257,6 +285,7 @@ mod tests {
             ],
             api_calls: calls,
             lookup_failures: Vec::new(),
+            group_surges: Vec::new(),
         }
     }
 

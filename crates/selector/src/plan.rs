@@ -64,8 +64,10 @@ pub enum Action {
     Keep { why: String },
     /// Not eligible (opted out, or the provider could not judge it); left as it is.
     Skip { why: String },
-    /// Terminate its instance in its group; the group replaces it.
-    Retire,
+    /// Terminate its instance in its group. The group replaces it, unless `shrink_group`: then
+    /// the desired capacity is decremented, the replacement having been launched ahead
+    /// ([`crate::group_surge`]).
+    Retire { shrink_group: bool },
 }
 
 impl Action {
@@ -76,7 +78,7 @@ impl Action {
             Action::Untaint { .. } => "untaint",
             Action::Keep { .. } => "keep",
             Action::Skip { .. } => "skip",
-            Action::Retire => "retire",
+            Action::Retire { .. } => "retire",
         }
     }
 }
@@ -142,7 +144,9 @@ pub fn plan(candidates: Vec<Candidate>, limits: &PlanLimits) -> Vec<PlannedNode>
     to_retire.sort_by(|&a, &b| age_key(&candidates[a]).cmp(&age_key(&candidates[b])));
     for (position, &index) in to_retire.iter().enumerate() {
         actions[index] = Some(if position < max_tainted {
-            Action::Retire
+            Action::Retire {
+                shrink_group: false,
+            }
         } else {
             keep(format!(
                 "budget: retire max-tainted {} reached",
@@ -293,7 +297,7 @@ pub fn summary(plan: &[PlannedNode]) -> PlanSummary {
             Action::Untaint { .. } => &mut summary.untaint,
             Action::Keep { .. } => &mut summary.keep,
             Action::Skip { .. } => &mut summary.skip,
-            Action::Retire => &mut summary.retire,
+            Action::Retire { .. } => &mut summary.retire,
         } += 1;
     }
     summary

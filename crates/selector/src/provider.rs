@@ -58,10 +58,12 @@ pub trait Retirer: Send + Sync {
     /// (API, operation) counted in [`ApiCalls`] for each retire.
     fn call(&self) -> (&'static str, &'static str);
 
-    /// Terminates `instance`; on success, a line saying what was done.
+    /// Terminates `instance`, decrementing its group's desired capacity when `shrink_group`
+    /// (a surge replacement already runs); on success, a line saying what was done.
     fn retire<'a>(
         &'a self,
         instance: &'a str,
+        shrink_group: bool,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;
 }
 

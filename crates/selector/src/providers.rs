@@ -92,7 +92,7 @@ impl Assessor {
     pub fn retirer(&self) -> Option<&dyn Retirer> {
         match self {
             Assessor::Kubernetes(_) => None,
-            Assessor::Aws(assessor) => Some(&assessor.retirer),
+            Assessor::Aws(assessor) => Some(&assessor.groups),
         }
     }
 }

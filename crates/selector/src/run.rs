@@ -15,9 +15,10 @@ use kube::Client;
 use crate::api_calls::ApiCalls;
 use crate::apply::{Applier, WriteOutcome, WriteResult, describe, writes};
 use crate::cli::SelectorConfig;
+use crate::group_surge::{GroupSurge, plan_group_surge};
 use crate::plan::{Action, PlanSummary, PlannedNode, plan, summary};
 use crate::provider::{LookupFailure, ProviderError, list_nodes};
-use crate::providers::Provider;
+use crate::providers::{Assessor, Provider};
 use crate::verdict::Verdict;
 
 /// A look-up failed; nothing was written.
@@ -47,6 +48,15 @@ pub struct Report {
     pub api_calls: ApiCalls,
     /// Look-ups that failed for some groups only; their nodes were skipped.
     pub lookup_failures: Vec<LookupFailure>,
+    /// `--group-surge`: one decision per group, with what became of its write.
+    pub group_surges: Vec<GroupSurgeReport>,
+}
+
+/// One group's surge decision and, for a step that writes, what became of it.
+#[derive(Clone, Debug)]
+pub struct GroupSurgeReport {
+    pub surge: GroupSurge,
+    pub write: Option<WriteResult>,
 }
 
 /// One node: the plan for it, and what became of its write when it has one.
@@ -86,22 +96,30 @@ impl Report {
         counts
     }
 
-    /// The writes that failed: (node, action kind, error).
+    /// The writes that failed: (node or group, action or surge step, error).
     pub fn failures(&self) -> Vec<(&str, &'static str, &str)> {
-        self.nodes
-            .iter()
-            .filter_map(|n| match &n.write {
+        fn failed(write: &Option<WriteResult>) -> Option<&str> {
+            match write {
                 Some(WriteResult {
                     outcome: WriteOutcome::Failed { error },
                     ..
-                }) => Some((
+                }) => Some(error.as_str()),
+                _ => None,
+            }
+        }
+        let nodes = self.nodes.iter().filter_map(|n| {
+            failed(&n.write).map(|error| {
+                (
                     n.planned.candidate.node.as_str(),
                     n.planned.action.kind(),
-                    error.as_str(),
-                )),
-                _ => None,
+                    error,
+                )
             })
-            .collect()
+        });
+        let groups = self.group_surges.iter().filter_map(|g| {
+            failed(&g.write).map(|error| (g.surge.group.as_str(), g.surge.step.kind(), error))
+        });
+        nodes.chain(groups).collect()
     }
 
     /// 0 when every group was judged and every planned write was applied or dropped (or it was
@@ -143,7 +161,11 @@ pub async fn run_with(
         tracing::warn!("{failure}; their nodes are skipped this run, the other groups are handled");
     }
     let candidates = nodes.iter().map(|node| assessor.candidate(node)).collect();
-    let planned = plan(candidates, &config.limits);
+    let mut planned = plan(candidates, &config.limits);
+    let surges = match &assessor {
+        Assessor::Aws(aws) if config.group_surge => plan_group_surge(&mut planned, &aws.capacities),
+        _ => Vec::new(),
+    };
     let plan_summary = summary(&planned);
     tracing::info!(
         provider = provider.name(),
@@ -154,6 +176,9 @@ pub async fn run_with(
     );
     for node in &planned {
         log_decision(node);
+    }
+    for surge in &surges {
+        tracing::info!(group = %surge.group, step = surge.step.kind(), "{}", surge.describe());
     }
 
     let writes_made = if config.dry_run {
@@ -182,6 +207,10 @@ pub async fn run_with(
         .await
     };
 
+    // After the node writes: a raise is computed on the capacity the retires leave (each
+    // decrements it), and the group's new taints wait for the surge anyway.
+    let surge_writes = write_surges(&assessor, config.dry_run, &surges, &mut calls).await;
+
     let report = Report {
         provider: provider.name(),
         dry_run: config.dry_run,
@@ -192,6 +221,11 @@ pub async fn run_with(
             .collect(),
         api_calls: calls,
         lookup_failures,
+        group_surges: surges
+            .into_iter()
+            .zip(surge_writes)
+            .map(|(surge, write)| GroupSurgeReport { surge, write })
+            .collect(),
     };
     let counts = report.summary();
     tracing::info!(
@@ -209,6 +243,50 @@ pub async fn run_with(
     Ok(report)
 }
 
+/// Carries out the surge steps that write; one result per decision (`None`: nothing to write).
+async fn write_surges(
+    assessor: &Assessor,
+    dry_run: bool,
+    surges: &[GroupSurge],
+    calls: &mut ApiCalls,
+) -> Vec<Option<WriteResult>> {
+    let mut results = Vec::with_capacity(surges.len());
+    for surge in surges {
+        if !surge.step.writes() {
+            results.push(None);
+            continue;
+        }
+        let written = match assessor {
+            _ if dry_run => WriteResult {
+                outcome: WriteOutcome::DryRun,
+                attempts: 0,
+            },
+            Assessor::Aws(aws) => match aws.groups.apply_surge(surge, calls).await {
+                Ok(done) => {
+                    tracing::info!(group = %surge.group, step = surge.step.kind(), "{done}");
+                    WriteResult {
+                        outcome: WriteOutcome::Applied,
+                        attempts: 1,
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(group = %surge.group, step = surge.step.kind(), "{error}; the group's new taints keep waiting, the next run tries again");
+                    WriteResult {
+                        outcome: WriteOutcome::Failed { error },
+                        attempts: 1,
+                    }
+                }
+            },
+            Assessor::Kubernetes(_) => {
+                results.push(None);
+                continue;
+            }
+        };
+        results.push(Some(written));
+    }
+    results
+}
+
 fn log_decision(planned: &PlannedNode) {
     let node = planned.candidate.node.as_str();
     match &planned.action {
@@ -216,7 +294,9 @@ fn log_decision(planned: &PlannedNode) {
             tracing::info!(node = %node, action = "taint", reason = %reason, "{detail}")
         }
         Action::Untaint { why } => tracing::info!(node = %node, action = "untaint", "{why}"),
-        Action::Retire => tracing::info!(node = %node, action = "retire", "drained"),
+        Action::Retire { shrink_group } => {
+            tracing::info!(node = %node, action = "retire", shrink_group, "drained")
+        }
         Action::Keep { why } => {
             // Budget holds on out-of-date nodes are worth seeing; the rest is noise.
             if matches!(planned.candidate.verdict, Verdict::Drifted { .. })

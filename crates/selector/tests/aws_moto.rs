@@ -374,3 +374,198 @@ async fn budgets_hold_per_group_across_two_groups_and_as_a_percentage() {
     assert_eq!(cluster.tainted().await.len(), 3);
     cluster.stop().await;
 }
+
+const SURGE_SCENARIO: &str = r#"
+controlPlaneVersion: v1.33.4
+timing:
+  tick: 50ms
+  nodeStartup: 200ms
+  scaleUpDelay: 1h
+  scaleDownDelay: 1h
+nodeGroups:
+  - name: workers
+    zones: [us-east-1a]
+    size: 3
+    template:
+      kubeletVersion: v1.33.4
+      nodeName: "n-{index}"
+"#;
+
+/// The group's desired capacity and its `rotor.dev/surge-base` tag.
+async fn capacity(aws: &AwsClients, group: &str) -> (i32, Option<String>) {
+    let out = aws
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(group)
+        .send()
+        .await
+        .unwrap();
+    let group = &out.auto_scaling_groups()[0];
+    let tag = group
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some(rotor_selector::group_surge::SURGE_BASE_TAG))
+        .and_then(|t| t.value().map(str::to_owned));
+    (group.desired_capacity().unwrap(), tag)
+}
+
+fn surge_step(run: &common::SelectorRun) -> Value {
+    let steps = run.json()["groupSurge"].clone();
+    let list = steps.as_array().unwrap();
+    assert!(list.len() <= 1, "{steps}");
+    list.first().cloned().unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn group_surge_launches_replacements_before_tainting_and_gives_them_back_through_retires() {
+    let moto = start_moto().await;
+    let aws = moto.clients().await;
+    let (ami_old, ami_new) = two_images(&aws).await;
+    let template_id = create_template(&aws, "workers", &ami_old).await;
+    // Three instances, MaxSize 6 (create_group allows twice the size).
+    create_group(&aws, GROUP, &template_id, "$Latest", 3, CLUSTER).await;
+    let old = instance_ids(&aws, GROUP).await;
+    new_default_version(&aws, &template_id, &ami_new).await;
+
+    let cluster = TestCluster::start(SURGE_SCENARIO).await;
+    for (node, instance) in ["n-0", "n-1", "n-2"].iter().zip(&old) {
+        cluster.set_instance(node, instance);
+    }
+    let flags = ["--max-tainted", "2", "--retire-drained", "--group-surge"];
+
+    // A dry run decides the raise and writes nothing.
+    let dry = select(
+        &cluster,
+        &moto,
+        &[
+            "--dry-run",
+            "--max-tainted",
+            "2",
+            "--retire-drained",
+            "--group-surge",
+        ],
+    )
+    .await;
+    let step = surge_step(&dry.run);
+    assert_eq!(step["step"], "raise", "{step}");
+    assert_eq!(step["result"]["outcome"], "dry-run", "{step}");
+    assert_eq!(capacity(&aws, GROUP).await, (3, None));
+
+    // Run 1: the budget would taint two nodes; instead the group is raised by two (base 3
+    // recorded in the tag) and no node is tainted.
+    let raise = select(&cluster, &moto, &flags).await;
+    let step = surge_step(&raise.run);
+    assert_eq!(step["step"], "raise", "{step}");
+    assert_eq!(step["result"]["outcome"], "applied", "{step}");
+    assert_eq!(raise.run.json()["summary"]["taint"], 0);
+    assert!(cluster.tainted().await.is_empty());
+    let held = raise.run.node("n-0");
+    assert!(
+        held["detail"]
+            .as_str()
+            .unwrap()
+            .contains("raising desired capacity to 5"),
+        "{held}"
+    );
+    assert_eq!(capacity(&aws, GROUP).await, (5, Some("3".into())));
+    let calls = &raise.run.json()["apiCalls"]["aws"];
+    assert_eq!(calls["CreateOrUpdateTags"], 1, "{calls}");
+    assert_eq!(calls["SetDesiredCapacity"], 1, "{calls}");
+    let launched = group_instances(&aws, GROUP).await;
+    assert_eq!(launched.len(), 5, "{launched:?}");
+    for (id, _) in launched.iter().filter(|(id, _)| !old.contains(id)) {
+        assert_eq!(
+            image_of(&aws, id).await,
+            ami_new,
+            "surge instances run the new image"
+        );
+    }
+
+    // Run 2 (the CronJob's next run, a new process): the tag is read back, the surge is
+    // InService, two nodes are tainted, and the group is not raised again.
+    let ready = select(&cluster, &moto, &flags).await;
+    assert_eq!(surge_step(&ready.run)["step"], "ready");
+    let tainted = cluster.tainted().await;
+    assert_eq!(tainted.len(), 2, "{tainted:?}");
+    assert_eq!(
+        ready.run.json()["apiCalls"]["aws"]["SetDesiredCapacity"],
+        Value::Null
+    );
+    assert_eq!(capacity(&aws, GROUP).await, (5, Some("3".into())));
+
+    // The drainer finishes both. Run 3 retires them with the capacity decremented (their
+    // replacements already run); the two retiring nodes still fill --max-tainted 2, so the last
+    // old node waits for the next run.
+    for node in &tainted {
+        cluster.mark(node, None, &[("rotor.dev/phase", "drained")]);
+    }
+    let give_back = select(&cluster, &moto, &flags).await;
+    for node in &tainted {
+        let entry = give_back.run.node(node);
+        assert_eq!(entry["action"], "retire", "{entry}");
+        assert_eq!(entry["result"]["outcome"], "applied", "{entry}");
+        assert!(
+            entry["detail"].as_str().unwrap().contains("decremented"),
+            "{entry}"
+        );
+    }
+    assert_eq!(surge_step(&give_back.run)["step"], "give-back");
+    assert_eq!(capacity(&aws, GROUP).await, (3, Some("3".into())));
+    let events = cluster.events(&tainted[0]).await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, _, _, note)| reason == "InstanceRetired"
+                && note.contains("ShouldDecrementDesiredCapacity=true")),
+        "{events:?}"
+    );
+    let last = ["n-0", "n-1", "n-2"]
+        .into_iter()
+        .find(|n| !tainted.iter().any(|t| t == n))
+        .unwrap();
+    // The cloud node controller deletes the Nodes of terminated instances; here the test does.
+    for node in &tainted {
+        cluster
+            .nodes()
+            .delete(node, &Default::default())
+            .await
+            .unwrap();
+    }
+
+    // Runs 4 and 5: the last one gets its own surge instance, then its taint.
+    let raise = select(&cluster, &moto, &flags).await;
+    assert_eq!(surge_step(&raise.run)["step"], "raise");
+    assert_eq!(raise.run.node(last)["action"], "keep");
+    assert_eq!(capacity(&aws, GROUP).await, (4, Some("3".into())));
+    let ready = select(&cluster, &moto, &flags).await;
+    assert_eq!(surge_step(&ready.run)["step"], "ready");
+    assert_eq!(
+        cluster.drain_taint(last).await.as_deref(),
+        Some("image:NoSchedule")
+    );
+
+    // Drained, run 6 retires it and gives the surge back.
+    cluster.mark(last, None, &[("rotor.dev/phase", "drained")]);
+    let done = select(&cluster, &moto, &flags).await;
+    assert_eq!(done.run.node(last)["action"], "retire");
+    assert_eq!(surge_step(&done.run)["step"], "give-back");
+    assert_eq!(capacity(&aws, GROUP).await, (3, Some("3".into())));
+
+    // Run 7 removes the tag; run 8 has nothing to say. The group is back to 3, all new.
+    let finish = select(&cluster, &moto, &flags).await;
+    assert_eq!(surge_step(&finish.run)["step"], "finish");
+    assert_eq!(capacity(&aws, GROUP).await, (3, None));
+    let idle = select(&cluster, &moto, &flags).await;
+    assert_eq!(surge_step(&idle.run), Value::Null);
+    let serving: Vec<(String, String)> = group_instances(&aws, GROUP)
+        .await
+        .into_iter()
+        .filter(|(_, state)| state == "InService")
+        .collect();
+    assert_eq!(serving.len(), 3, "{serving:?}");
+    for (id, _) in &serving {
+        assert!(!old.contains(id), "{id} is an old instance");
+        assert_eq!(image_of(&aws, id).await, ami_new);
+    }
+    cluster.stop().await;
+}

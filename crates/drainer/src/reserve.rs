@@ -13,6 +13,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
 
+use rotor_core::find_drain_taint;
+
 use crate::drain::Ctx;
 use crate::state::DrainRecord;
 use crate::surge::{
@@ -99,43 +101,19 @@ pub async fn make_room(
             return SurgeOutcome::Interrupted;
         }
     }
-    let on_node: Api<Pod> = Api::all(ctx.client.clone());
-    let pods = match on_node
-        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
-        .await
-    {
-        Ok(list) => list.items,
-        Err(e) => {
+    let wanted = match create_placeholders(ctx, cfg, node, drain_taint).await {
+        Ok(0) => {
             ctx.surge_slots.give_back(&name, &ctx.metrics.surge_nodes);
-            return SurgeOutcome::Failed(format!("cannot list the pods on node {name}: {e}"));
+            return SurgeOutcome::NothingToReserve;
+        }
+        Ok(count) => count,
+        Err(why) => {
+            release(ctx, cfg, &name).await;
+            return SurgeOutcome::Failed(why);
         }
     };
-    let wanted: Vec<Pod> = pods_needing_room(&pods, drain_taint, &ctx.cfg.options)
-        .into_iter()
-        .filter_map(|pod| placeholder(pod, node, drain_taint, cfg))
-        .collect();
-    if wanted.is_empty() {
-        ctx.surge_slots.give_back(&name, &ctx.metrics.surge_nodes);
-        return SurgeOutcome::NothingToReserve;
-    }
     let placeholders: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
-    for pod in &wanted {
-        match placeholders.create(&PostParams::default(), pod).await {
-            Ok(_) => {}
-            // Made by this drain before a restart: the same name for the same pod.
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => {
-                let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-                let why = format!(
-                    "cannot create placeholder {}/{pod_name}: {e} (rotor-drainer needs create on pods in {}, and the PriorityClass {} must exist)",
-                    cfg.namespace, cfg.namespace, cfg.priority_class
-                );
-                release(ctx, cfg, &name).await;
-                return SurgeOutcome::Failed(why);
-            }
-        }
-    }
-    tracing::info!(node = %name, placeholders = wanted.len(), "created placeholders; waiting for them to be scheduled");
+    tracing::info!(node = %name, placeholders = wanted, "placeholders in place; waiting for them to be scheduled");
     let selector = placeholder_selector(&name);
     loop {
         let reservation = match placeholders
@@ -153,7 +131,7 @@ pub async fn make_room(
         };
         if reservation.complete() {
             return SurgeOutcome::Ready {
-                placeholders: wanted.len(),
+                placeholders: wanted,
                 waited: started.elapsed(),
             };
         }
@@ -165,6 +143,83 @@ pub async fn make_room(
         }
         if !pause(abort, stop).await {
             return SurgeOutcome::Interrupted;
+        }
+    }
+}
+
+/// Creates a placeholder for each of `node`'s pods that needs room (one made earlier for the same
+/// pod, by this drain before a restart or ahead of it, is kept: the same name for the same pod).
+/// Returns how many the node needs; on an error, says what failed and what rotor needs.
+async fn create_placeholders(
+    ctx: &Ctx,
+    cfg: &SurgeConfig,
+    node: &Node,
+    drain_taint: &Taint,
+) -> Result<usize, String> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let on_node: Api<Pod> = Api::all(ctx.client.clone());
+    let pods = on_node
+        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+        .await
+        .map_err(|e| format!("cannot list the pods on node {name}: {e}"))?
+        .items;
+    let wanted: Vec<Pod> = pods_needing_room(&pods, drain_taint, &ctx.cfg.options)
+        .into_iter()
+        .filter_map(|pod| placeholder(pod, node, drain_taint, cfg))
+        .collect();
+    let placeholders: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
+    for pod in &wanted {
+        match placeholders.create(&PostParams::default(), pod).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => {
+                let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+                return Err(format!(
+                    "cannot create placeholder {}/{pod_name}: {e} (rotor-drainer needs create on pods in {}, and the PriorityClass {} must exist)",
+                    cfg.namespace, cfg.namespace, cfg.priority_class
+                ));
+            }
+        }
+    }
+    Ok(wanted.len())
+}
+
+/// Makes room ahead for `node`, next in line to drain: takes a `--max-surge` slot if one is free
+/// and creates its placeholders, without waiting for them. Its drain finds them (and the slot)
+/// when it starts; the machine releases them if the node leaves the line first.
+pub async fn reserve_ahead(ctx: &Ctx, cfg: &SurgeConfig, name: &str) {
+    if !ctx
+        .surge_slots
+        .take(name, cfg, ctx.fleet_size(), &ctx.metrics.surge_nodes)
+    {
+        tracing::debug!(node = %name, "no --max-surge slot free: no room made ahead");
+        return;
+    }
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let node = match nodes.get_opt(name).await {
+        Ok(Some(node)) => node,
+        Ok(None) => {
+            ctx.surge_slots.give_back(name, &ctx.metrics.surge_nodes);
+            return;
+        }
+        Err(e) => {
+            ctx.surge_slots.give_back(name, &ctx.metrics.surge_nodes);
+            tracing::warn!(node = %name, error = %e, "cannot read the node to make room ahead of its drain; its drain makes the room when it starts");
+            return;
+        }
+    };
+    let Some(taint) = find_drain_taint(&node).cloned() else {
+        ctx.surge_slots.give_back(name, &ctx.metrics.surge_nodes);
+        return;
+    };
+    match create_placeholders(ctx, cfg, &node, &taint).await {
+        Ok(0) => ctx.surge_slots.give_back(name, &ctx.metrics.surge_nodes),
+        Ok(count) => {
+            tracing::info!(node = %name, placeholders = count, "next in line: made room ahead of its drain")
+        }
+        Err(why) => {
+            tracing::warn!(node = %name, "could not make room ahead of the drain: {why}; its drain tries again when it starts");
+            release(ctx, cfg, name).await;
         }
     }
 }

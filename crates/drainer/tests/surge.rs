@@ -193,3 +193,64 @@ async fn max_surge_lets_only_that_many_nodes_hold_placeholders_at_once() {
     );
     assert_eq!(cluster.stats()["budgetViolations"], 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_node_in_line_gets_its_room_while_the_one_before_drains() {
+    let cluster = SimCluster::start(FULL).await;
+    create_surge_class(&cluster).await;
+    let drainer = TestDrainer::start(&cluster, "a", &["--surge", "--max-concurrent", "1"]);
+    let nodes = cluster.nodes_hosting("web-").await;
+    assert_eq!(nodes.len(), 2);
+    for node in &nodes {
+        cluster.taint(node, "manual").await;
+    }
+    // Sample: whose placeholders exist while that node's drain has not started yet.
+    let mut ahead = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + WAIT * 2;
+    loop {
+        let placeholders = cluster.pods_labelled("rotor-system", PLACEHOLDERS).await;
+        let mut drained = 0;
+        for n in &nodes {
+            let phase = cluster.annotation(n, "rotor.dev/phase").await;
+            let holds = placeholders.iter().any(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("rotor.dev/surge-for"))
+                    == Some(n)
+            });
+            if holds && phase.is_none() {
+                ahead.insert(n.clone());
+            }
+            drained += usize::from(phase.as_deref() == Some("drained"));
+        }
+        if drained == nodes.len() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "both nodes drained in time"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    drainer.stop().await.expect("the drainer stops cleanly");
+    assert_eq!(
+        ahead.len(),
+        1,
+        "the second node had placeholders before its drain started: {ahead:?}"
+    );
+    let stats = cluster.stats();
+    assert_eq!(stats["budgetViolations"], 0, "{stats}");
+    eprintln!(
+        "two nodes in line: unschedulable pod-seconds {}",
+        stats["unschedulablePodSeconds"]
+    );
+    wait_until("the placeholders to be gone", WAIT, || async {
+        cluster
+            .pods_labelled("rotor-system", PLACEHOLDERS)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}

@@ -20,8 +20,8 @@ use rotor_core::contract::DrainPhase;
 
 use crate::drain::DrainResult;
 use crate::fleet::{
-    FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, choose_nodes_to_start,
-    start_block,
+    FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, candidate_names,
+    choose_nodes_to_start, start_block,
 };
 use crate::gate::WorkloadRef;
 use crate::state::{DrainRecord, Intent, retry_backoff};
@@ -70,6 +70,10 @@ pub(super) enum Command {
         intent: Intent,
         tainted_since: Option<Instant>,
     },
+    /// Make room for this node's pods ahead of its drain (`--surge`): it is next in line.
+    ReserveAhead(String),
+    /// Remove the room made ahead for this node: it is no longer in line.
+    ReleaseAhead(String),
 }
 
 /// What the lease step asks of the shell.
@@ -99,6 +103,8 @@ pub(super) struct StartRound {
     pub elapsed: Duration,
     /// Whether the nodes unavailable before this round left room under `--max-unavailable`.
     unavailable_room: bool,
+    /// When the round was proposed.
+    wall: Timestamp,
 }
 
 impl StartRound {
@@ -115,6 +121,9 @@ pub(super) struct MachineConfig {
     pub windows: Vec<MaintenanceWindow>,
     /// `--release-lease-after`.
     pub release_after: Duration,
+    /// How many nodes next in line get room made ahead of their drain: `--max-concurrent` with
+    /// `--surge`, 0 without.
+    pub reserve_ahead: usize,
 }
 
 /// What the control loop knows between events.
@@ -126,6 +135,8 @@ pub(super) struct Machine {
     /// Nodes with a drain task; nodes with a clean-up task.
     running: BTreeSet<String>,
     cleaning: BTreeSet<String>,
+    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]).
+    reserved: BTreeSet<String>,
     burst: TaintBurst,
     was_leading: bool,
     idle_since: Option<Instant>,
@@ -141,6 +152,7 @@ impl Machine {
             listed: false,
             running: BTreeSet::new(),
             cleaning: BTreeSet::new(),
+            reserved: BTreeSet::new(),
             burst: TaintBurst::default(),
             was_leading: false,
             idle_since: None,
@@ -299,6 +311,9 @@ impl Machine {
             // is stale: like any new leader, its first start passes the gate.
             commands.push(Command::NewTerm);
             self.last_pass = None;
+            // The new term's sweep removes placeholders of nodes not draining, those made
+            // ahead included.
+            self.reserved.clear();
         }
         let elapsed = self
             .last_pass
@@ -315,6 +330,22 @@ impl Machine {
             let ours = n.record.phase.is_some() || n.record.cordoned_by_rotor;
             if !n.tainted && ours && !self.busy(&n.name) {
                 commands.push(Command::CleanUp(n.name.clone()));
+            }
+        }
+        // Room made ahead for a node that is no longer in line goes; a node that started its
+        // drain owns its room now.
+        let reserved = std::mem::take(&mut self.reserved);
+        for name in reserved {
+            let still_waiting = self
+                .nodes
+                .get(&name)
+                .is_some_and(|n| n.tainted && start_block(n, wall, retry_backoff).is_none());
+            if self.running.contains(&name) {
+                continue;
+            } else if still_waiting {
+                self.reserved.insert(name);
+            } else {
+                commands.push(Command::ReleaseAhead(name));
             }
         }
         // Resume drains recorded as started (a restart or a failover).
@@ -359,6 +390,7 @@ impl Machine {
             held: Vec::new(),
             view,
             elapsed,
+            wall,
         };
         self.take_decision(&mut round, decision);
         if !round.start.is_empty() && !any_open(&self.cfg.windows, wall) {
@@ -381,20 +413,47 @@ impl Machine {
             .collect();
     }
 
-    /// The round's starts, as drains to run; the shell calls it only while it still leads.
+    /// The round's starts, as drains to run, then room made ahead for the nodes next in line;
+    /// the shell calls it only while it still leads.
     pub(super) fn start(&mut self, round: StartRound) -> Vec<Command> {
-        round
+        let mut commands: Vec<Command> = round
             .start
-            .into_iter()
+            .iter()
             .map(|node| {
                 self.running.insert(node.clone());
+                // Its room, if made ahead, is its drain's now.
+                self.reserved.remove(node);
                 Command::Drain {
-                    tainted_since: self.nodes.get(&node).and_then(|n| n.tainted_since),
-                    node,
+                    tainted_since: self.nodes.get(node).and_then(|n| n.tainted_since),
+                    node: node.clone(),
                     intent: Intent::Start,
                 }
             })
-            .collect()
+            .collect();
+        commands.extend(self.reserve_ahead(&round));
+        commands
+    }
+
+    /// With `--surge`, the candidates that would start next (in the fleet's order, up to
+    /// `reserve_ahead` at once) get their room made while the drains before them run, so their
+    /// own drains need not wait for an autoscaler. Not outside the maintenance windows: room
+    /// that no drain may use yet only costs.
+    fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
+        if self.cfg.reserve_ahead == 0 || !any_open(&self.cfg.windows, round.wall) {
+            return Vec::new();
+        }
+        let mut commands = Vec::new();
+        for name in candidate_names(&round.view, round.wall, retry_backoff) {
+            if self.reserved.len() >= self.cfg.reserve_ahead {
+                break;
+            }
+            if self.busy(&name) || self.reserved.contains(&name) {
+                continue;
+            }
+            self.reserved.insert(name.clone());
+            commands.push(Command::ReserveAhead(name));
+        }
+        commands
     }
 
     fn busy(&self, name: &str) -> bool {

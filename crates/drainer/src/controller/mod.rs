@@ -67,6 +67,11 @@ pub async fn run(
         },
         windows: ctx.cfg.windows.clone(),
         release_after,
+        reserve_ahead: if ctx.cfg.surge.is_some() {
+            ctx.cfg.max_concurrent
+        } else {
+            0
+        },
     });
     let mut shell = Shell {
         ctx: ctx.clone(),
@@ -315,6 +320,22 @@ impl Shell {
                     };
                     (node, outcome)
                 });
+            }
+            // Best effort, beside the drains: a failure only means the node's own drain makes
+            // its room when it starts.
+            Command::ReserveAhead(node) => {
+                if let Some(surge) = self.ctx.cfg.surge.clone() {
+                    let ctx = self.ctx.clone();
+                    tokio::spawn(async move {
+                        crate::reserve::reserve_ahead(&ctx, &surge, &node).await
+                    });
+                }
+            }
+            Command::ReleaseAhead(node) => {
+                if let Some(surge) = self.ctx.cfg.surge.clone() {
+                    let ctx = self.ctx.clone();
+                    tokio::spawn(async move { crate::reserve::release(&ctx, &surge, &node).await });
+                }
             }
             Command::Drain {
                 node,

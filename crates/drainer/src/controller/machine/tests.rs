@@ -20,7 +20,24 @@ fn config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
             .map(|w| MaintenanceWindow::from_str(w).unwrap())
             .collect(),
         release_after: Duration::from_secs(30),
+        reserve_ahead: 0,
     }
+}
+
+/// `config` with `--surge`: room made ahead for as many nodes as may drain at once.
+fn surge_config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
+    MachineConfig {
+        reserve_ahead: max_concurrent,
+        ..config(max_concurrent, windows)
+    }
+}
+
+fn ahead(commands: &[Command]) -> Vec<Command> {
+    commands
+        .iter()
+        .filter(|c| matches!(c, Command::ReserveAhead(_) | Command::ReleaseAhead(_)))
+        .cloned()
+        .collect()
 }
 
 /// A Ready node, created `age_days` before [`wall`].
@@ -524,4 +541,79 @@ fn held_starts_take_the_nodes_held_by_the_limits_with_them() {
     hold_starts(&mut held, &mut start, HeldReason::OutsideWindows, false);
     assert_eq!(why(&held, "c"), HeldReason::OutsideWindows);
     assert_eq!(why(&held, "e"), max_unavailable);
+}
+
+#[test]
+fn with_surge_the_next_in_line_gets_room_ahead_and_keeps_it_into_its_drain() {
+    let t0 = Instant::now();
+    let nodes = vec![tainted("a", 9), tainted("b", 8), tainted("c", 7)];
+    let mut machine = listed(surge_config(1, &[]), nodes, t0);
+
+    // a starts; b is next in line and gets its room now; c waits without any.
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+    assert_eq!(ahead(&commands), [Command::ReserveAhead("b".into())]);
+    // Not asked twice.
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(1));
+    assert_eq!(ahead(&commands), []);
+
+    // a ends; b starts (its drain finds its room) and c becomes next in line.
+    machine.apply(
+        Event::TaskEnded {
+            node: "a".into(),
+            result: DrainResult::Drained,
+            record: Some(with_phase(node("a", 9), DrainPhase::Drained).record),
+            evicted: vec![],
+        },
+        t0 + Duration::from_secs(2),
+    );
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(3));
+    assert_eq!(drains(&commands), [drain("b", Intent::Start)]);
+    assert_eq!(ahead(&commands), [Command::ReserveAhead("c".into())]);
+    // b's room is its drain's now: never released as "out of line".
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(4));
+    assert_eq!(ahead(&commands), []);
+}
+
+#[test]
+fn room_made_ahead_goes_when_the_node_leaves_the_line() {
+    let t0 = Instant::now();
+    let nodes = vec![tainted("a", 9), tainted("b", 8)];
+    let mut machine = listed(surge_config(1, &[]), nodes, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(ahead(&commands), [Command::ReserveAhead("b".into())]);
+
+    // b's taint is removed (a rollback): its room goes.
+    machine.apply(Event::NodeApplied(node("b", 8)), t0);
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(1));
+    assert_eq!(ahead(&commands), [Command::ReleaseAhead("b".into())]);
+
+    // Opted out instead: the same.
+    let mut machine = listed(
+        surge_config(1, &[]),
+        vec![tainted("a", 9), tainted("b", 8)],
+        t0,
+    );
+    leading_pass(&mut machine, t0);
+    let mut opted = tainted("b", 8);
+    opted.opted_out = true;
+    machine.apply(Event::NodeApplied(opted), t0);
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(1));
+    assert_eq!(ahead(&commands), [Command::ReleaseAhead("b".into())]);
+}
+
+#[test]
+fn no_room_ahead_without_surge_or_outside_the_windows() {
+    let t0 = Instant::now();
+    let nodes = || vec![tainted("a", 9), tainted("b", 8)];
+    let mut machine = listed(config(1, &[]), nodes(), t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+    assert_eq!(ahead(&commands), []);
+
+    // A window that is closed at wall() (12:00 UTC).
+    let mut machine = listed(surge_config(1, &["0 3 * * * for 1h"]), nodes(), t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), []);
+    assert_eq!(ahead(&commands), []);
 }

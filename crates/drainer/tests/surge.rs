@@ -32,6 +32,22 @@ fn is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The nodes whose placeholders exist now.
+async fn holding_placeholders(cluster: &SimCluster) -> std::collections::BTreeSet<String> {
+    cluster
+        .pods_labelled("rotor-system", PLACEHOLDERS)
+        .await
+        .iter()
+        .filter_map(|p| {
+            p.metadata
+                .labels
+                .as_ref()?
+                .get("rotor.dev/surge-for")
+                .cloned()
+        })
+        .collect()
+}
+
 async fn create_surge_class(cluster: &SimCluster) {
     let class: PriorityClass = serde_json::from_value(json!({
         "metadata": {"name": "rotor-surge"},
@@ -155,18 +171,7 @@ async fn max_surge_lets_only_that_many_nodes_hold_placeholders_at_once() {
     let mut seen = std::collections::BTreeSet::new();
     let deadline = std::time::Instant::now() + WAIT * 2;
     loop {
-        let holding: std::collections::BTreeSet<String> = cluster
-            .pods_labelled("rotor-system", PLACEHOLDERS)
-            .await
-            .iter()
-            .filter_map(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()?
-                    .get("rotor.dev/surge-for")
-                    .cloned()
-            })
-            .collect();
+        let holding = holding_placeholders(&cluster).await;
         most = most.max(holding.len());
         seen.extend(holding);
         let mut drained = 0;
@@ -208,18 +213,11 @@ async fn the_next_node_in_line_gets_its_room_while_the_one_before_drains() {
     let mut ahead = std::collections::BTreeSet::new();
     let deadline = std::time::Instant::now() + WAIT * 2;
     loop {
-        let placeholders = cluster.pods_labelled("rotor-system", PLACEHOLDERS).await;
+        let holding = holding_placeholders(&cluster).await;
         let mut drained = 0;
         for n in &nodes {
             let phase = cluster.annotation(n, "rotor.dev/phase").await;
-            let holds = placeholders.iter().any(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("rotor.dev/surge-for"))
-                    == Some(n)
-            });
-            if holds && phase.is_none() {
+            if holding.contains(n) && phase.is_none() {
                 ahead.insert(n.clone());
             }
             drained += usize::from(phase.as_deref() == Some("drained"));

@@ -375,21 +375,10 @@ async fn budgets_hold_per_group_across_two_groups_and_as_a_percentage() {
     cluster.stop().await;
 }
 
-const SURGE_SCENARIO: &str = r#"
-controlPlaneVersion: v1.33.4
-timing:
-  tick: 50ms
-  nodeStartup: 200ms
-  scaleUpDelay: 1h
-  scaleDownDelay: 1h
-nodeGroups:
-  - name: workers
-    zones: [us-east-1a]
-    size: 3
-    template:
-      kubeletVersion: v1.33.4
-      nodeName: "n-{index}"
-"#;
+/// [`SCENARIO`] with three nodes.
+fn surge_scenario() -> String {
+    SCENARIO.replace("size: 4", "size: 3")
+}
 
 /// The group's desired capacity and its `rotor.dev/surge-base` tag.
 async fn capacity(aws: &AwsClients, group: &str) -> (i32, Option<String>) {
@@ -427,7 +416,7 @@ async fn group_surge_launches_replacements_before_tainting_and_gives_them_back_t
     let old = instance_ids(&aws, GROUP).await;
     new_default_version(&aws, &template_id, &ami_new).await;
 
-    let cluster = TestCluster::start(SURGE_SCENARIO).await;
+    let cluster = TestCluster::start(&surge_scenario()).await;
     for (node, instance) in ["n-0", "n-1", "n-2"].iter().zip(&old) {
         cluster.set_instance(node, instance);
     }

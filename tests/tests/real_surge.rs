@@ -375,7 +375,9 @@ fn without_room_a_surge_times_out_the_drain_goes_on_and_no_placeholder_outlives_
     wait_released(&cluster, "old-1", "the abort");
 
     // Crash: the drainer dies while old-2's placeholders wait; the taint is removed meanwhile.
-    // The next drainer undoes rotor's state on old-2, placeholders included.
+    // The next drainer removes them: with old-2's drain started, as it undoes rotor's state on
+    // old-2; with old-2 still held by the gate (its room made ahead, nothing on the node), in
+    // the sweep every drainer runs as it starts.
     taint(&cluster, "old-2");
     wait_until("old-2's placeholders", WAIT, || {
         (pods(&cluster, "rotor-system", PLACEHOLDERS).len() == 4).then_some(())
@@ -384,10 +386,11 @@ fn without_room_a_surge_times_out_the_drain_goes_on_and_no_placeholder_outlives_
     untaint(&cluster, "old-2");
     let next = cluster.start_rotor_drainer("surge-c", &["--surge", "--surge-timeout", "5s"]);
     wait_released(&cluster, "old-2", "the next drainer's clean-up");
+    let log = next.log();
     assert!(
-        next.log().contains("removed the node's placeholders"),
-        "{}",
-        next.log()
+        log.contains("removed the node's placeholders")
+            || log.contains("removed placeholders left by an earlier leader"),
+        "{log}"
     );
     assert_eq!(
         cluster.refusals(DRAINER, 0),

@@ -256,7 +256,8 @@ pub async fn release(ctx: &Ctx, cfg: &SurgeConfig, node: &str) {
 }
 
 /// Removes the placeholders whose drain is over (their node is gone, or not being drained): a
-/// previous leader's leftovers. A new leader runs it once.
+/// previous leader's leftovers. Every drainer runs it once as it starts, and a new leader once
+/// more.
 pub async fn sweep(ctx: &Ctx, cfg: &SurgeConfig) {
     let placeholders: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
     let pods = match placeholders

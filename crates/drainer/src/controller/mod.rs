@@ -86,6 +86,14 @@ pub async fn run(
         demand_cache: choice::DemandCache::default(),
         held_log: HeldLog::default(),
     };
+    // Room made ahead for a node records nothing on the node, so if the drainer stopped and the
+    // node's taint went meanwhile, no node needs rotor and no new term's sweep would come:
+    // every replica sweeps once as it starts. A live leader only loses room made ahead, which
+    // its drain makes again.
+    if let Some(surge) = ctx.cfg.surge.clone() {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { crate::reserve::sweep(&ctx, &surge).await });
+    }
     // The node watch's initial list, gathered until it is complete.
     let mut listing: Vec<NodeView> = Vec::new();
     loop {

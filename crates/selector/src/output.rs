@@ -317,6 +317,7 @@ mod tests {
                 ],
                 "apiCalls": {"kubernetes": {"list nodes": 1, "patch nodes": 1}},
                 "lookupFailures": [],
+                "groupSurge": [],
             })
         );
     }

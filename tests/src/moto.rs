@@ -159,8 +159,8 @@ pub async fn create_group(
         .unwrap();
 }
 
-/// The instances of a group: (id, lifecycle state), sorted by id.
-pub async fn group_instances(aws: &AwsClients, group: &str) -> Vec<(String, String)> {
+/// The group as `DescribeAutoScalingGroups` describes it.
+pub async fn describe_group(aws: &AwsClients, group: &str) -> asg::AutoScalingGroup {
     let out = aws
         .autoscaling
         .describe_auto_scaling_groups()
@@ -168,7 +168,13 @@ pub async fn group_instances(aws: &AwsClients, group: &str) -> Vec<(String, Stri
         .send()
         .await
         .unwrap();
-    let mut instances: Vec<(String, String)> = out.auto_scaling_groups()[0]
+    out.auto_scaling_groups()[0].clone()
+}
+
+/// The instances of a group: (id, lifecycle state), sorted by id.
+pub async fn group_instances(aws: &AwsClients, group: &str) -> Vec<(String, String)> {
+    let mut instances: Vec<(String, String)> = describe_group(aws, group)
+        .await
         .instances()
         .iter()
         .map(|i| {

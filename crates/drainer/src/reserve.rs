@@ -188,6 +188,18 @@ async fn create_placeholders(
 /// and creates its placeholders, without waiting for them. Its drain finds them (and the slot)
 /// when it starts; the machine releases them if the node leaves the line first.
 pub async fn reserve_ahead(ctx: &Ctx, cfg: &SurgeConfig, name: &str) {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let node = match nodes.get_opt(name).await {
+        Ok(Some(node)) => node,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(node = %name, error = %e, "cannot read the node to make room ahead of its drain; its drain makes the room when it starts");
+            return;
+        }
+    };
+    let Some(taint) = find_drain_taint(&node).cloned() else {
+        return;
+    };
     if !ctx
         .surge_slots
         .take(name, cfg, ctx.fleet_size(), &ctx.metrics.surge_nodes)
@@ -195,23 +207,6 @@ pub async fn reserve_ahead(ctx: &Ctx, cfg: &SurgeConfig, name: &str) {
         tracing::debug!(node = %name, "no --max-surge slot free: no room made ahead");
         return;
     }
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let node = match nodes.get_opt(name).await {
-        Ok(Some(node)) => node,
-        Ok(None) => {
-            ctx.surge_slots.give_back(name, &ctx.metrics.surge_nodes);
-            return;
-        }
-        Err(e) => {
-            ctx.surge_slots.give_back(name, &ctx.metrics.surge_nodes);
-            tracing::warn!(node = %name, error = %e, "cannot read the node to make room ahead of its drain; its drain makes the room when it starts");
-            return;
-        }
-    };
-    let Some(taint) = find_drain_taint(&node).cloned() else {
-        ctx.surge_slots.give_back(name, &ctx.metrics.surge_nodes);
-        return;
-    };
     match create_placeholders(ctx, cfg, &node, &taint).await {
         Ok(0) => ctx.surge_slots.give_back(name, &ctx.metrics.surge_nodes),
         Ok(count) => {

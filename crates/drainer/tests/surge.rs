@@ -48,6 +48,32 @@ async fn holding_placeholders(cluster: &SimCluster) -> std::collections::BTreeSe
         .collect()
 }
 
+/// Every 50 ms until all `nodes` are drained (at most twice [`WAIT`]), hands `sample` the nodes
+/// holding placeholders and each node's `rotor.dev/phase`.
+async fn sample_until_drained(
+    cluster: &SimCluster,
+    nodes: &[String],
+    mut sample: impl FnMut(&std::collections::BTreeSet<String>, &[Option<String>]),
+) {
+    let deadline = std::time::Instant::now() + WAIT * 2;
+    loop {
+        let holding = holding_placeholders(cluster).await;
+        let mut phases = Vec::new();
+        for n in nodes {
+            phases.push(cluster.annotation(n, "rotor.dev/phase").await);
+        }
+        sample(&holding, &phases);
+        if phases.iter().all(|p| p.as_deref() == Some("drained")) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "all nodes drained in time"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 async fn create_surge_class(cluster: &SimCluster) {
     let class: PriorityClass = serde_json::from_value(json!({
         "metadata": {"name": "rotor-surge"},
@@ -169,26 +195,11 @@ async fn max_surge_lets_only_that_many_nodes_hold_placeholders_at_once() {
     // Sample which nodes hold placeholders until both are drained.
     let mut most = 0;
     let mut seen = std::collections::BTreeSet::new();
-    let deadline = std::time::Instant::now() + WAIT * 2;
-    loop {
-        let holding = holding_placeholders(&cluster).await;
+    sample_until_drained(&cluster, &nodes, |holding, _| {
         most = most.max(holding.len());
-        seen.extend(holding);
-        let mut drained = 0;
-        for n in &nodes {
-            if cluster.annotation(n, "rotor.dev/phase").await.as_deref() == Some("drained") {
-                drained += 1;
-            }
-        }
-        if drained == nodes.len() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "both nodes drained in time"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        seen.extend(holding.iter().cloned());
+    })
+    .await;
     drainer.stop().await.expect("the drainer stops cleanly");
     assert_eq!(most, 1, "at most one node held placeholders at a time");
     assert_eq!(
@@ -211,26 +222,14 @@ async fn the_next_node_in_line_gets_its_room_while_the_one_before_drains() {
     }
     // Sample: whose placeholders exist while that node's drain has not started yet.
     let mut ahead = std::collections::BTreeSet::new();
-    let deadline = std::time::Instant::now() + WAIT * 2;
-    loop {
-        let holding = holding_placeholders(&cluster).await;
-        let mut drained = 0;
-        for n in &nodes {
-            let phase = cluster.annotation(n, "rotor.dev/phase").await;
+    sample_until_drained(&cluster, &nodes, |holding, phases| {
+        for (n, phase) in nodes.iter().zip(phases) {
             if holding.contains(n) && phase.is_none() {
                 ahead.insert(n.clone());
             }
-            drained += usize::from(phase.as_deref() == Some("drained"));
         }
-        if drained == nodes.len() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "both nodes drained in time"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     drainer.stop().await.expect("the drainer stops cleanly");
     assert_eq!(
         ahead.len(),

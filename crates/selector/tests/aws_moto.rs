@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::TestCluster;
 use rotor_e2e::moto::{
-    Moto, create_group, create_template, group_instances, instance_ids, new_default_version,
-    set_default_version, start_moto, two_images,
+    Moto, create_group, create_template, describe_group, group_instances, instance_ids,
+    new_default_version, set_default_version, start_moto, two_images,
 };
 use rotor_selector::aws_provider::AwsClients;
 use serde_json::Value;
@@ -382,14 +382,7 @@ fn surge_scenario() -> String {
 
 /// The group's desired capacity and its `rotor.dev/surge-base` tag.
 async fn capacity(aws: &AwsClients, group: &str) -> (i32, Option<String>) {
-    let out = aws
-        .autoscaling
-        .describe_auto_scaling_groups()
-        .auto_scaling_group_names(group)
-        .send()
-        .await
-        .unwrap();
-    let group = &out.auto_scaling_groups()[0];
+    let group = describe_group(aws, group).await;
     let tag = group
         .tags()
         .iter()
@@ -423,18 +416,7 @@ async fn group_surge_launches_replacements_before_tainting_and_gives_them_back_t
     let flags = ["--max-tainted", "2", "--retire-drained", "--group-surge"];
 
     // A dry run decides the raise and writes nothing.
-    let dry = select(
-        &cluster,
-        &moto,
-        &[
-            "--dry-run",
-            "--max-tainted",
-            "2",
-            "--retire-drained",
-            "--group-surge",
-        ],
-    )
-    .await;
+    let dry = select(&cluster, &moto, &[&["--dry-run"][..], &flags].concat()).await;
     let step = surge_step(&dry.run);
     assert_eq!(step["step"], "raise", "{step}");
     assert_eq!(step["result"]["outcome"], "dry-run", "{step}");

@@ -436,10 +436,15 @@ impl Machine {
 
     /// With `--surge`, the candidates that would start next (in the fleet's order, up to
     /// `reserve_ahead` at once) get their room made while the drains before them run, so their
-    /// own drains need not wait for an autoscaler. Not outside the maintenance windows: room
-    /// that no drain may use yet only costs.
+    /// own drains need not wait for an autoscaler. Only behind a running drain: with none, the
+    /// next candidate is held for moments at most (a burst of taints settling, the gate) and
+    /// makes its own room when it starts; reserving for it too would create every placeholder
+    /// twice. Not outside the maintenance windows: room that no drain may use yet only costs.
     fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
-        if self.cfg.reserve_ahead == 0 || !any_open(&self.cfg.windows, round.wall) {
+        if self.cfg.reserve_ahead == 0
+            || self.running.is_empty()
+            || !any_open(&self.cfg.windows, round.wall)
+        {
             return Vec::new();
         }
         let mut commands = Vec::new();

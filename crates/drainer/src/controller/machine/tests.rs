@@ -616,4 +616,15 @@ fn no_room_ahead_without_surge_or_outside_the_windows() {
     let (commands, _) = leading_pass(&mut machine, t0);
     assert_eq!(drains(&commands), []);
     assert_eq!(ahead(&commands), []);
+
+    // No drain running: a node held only while its burst of taints settles makes its own room
+    // when it starts, once.
+    let mut machine = listed(surge_config(1, &[]), vec![node("a", 3)], t0);
+    machine.apply(Event::NodeApplied(tainted("a", 3)), t0);
+    let (commands, held) = leading_pass(&mut machine, t0);
+    assert_eq!(held, [("a".to_string(), HeldReason::TaintsArriving)]);
+    assert_eq!(ahead(&commands), []);
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_millis(300));
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+    assert_eq!(ahead(&commands), []);
 }

@@ -8,8 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +25,7 @@ use crate::surge::{
     placeholder_node, placeholder_selector, pods_needing_room,
 };
 
-/// How often a waiting drain reads its placeholders (and, without a slot, the slots).
+/// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
 const POLL: Duration = Duration::from_secs(1);
 
 /// The nodes whose placeholders are outstanding, for `--max-surge`.
@@ -112,37 +115,86 @@ pub async fn make_room(
             return SurgeOutcome::Failed(why);
         }
     };
-    let placeholders: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
     tracing::info!(node = %name, placeholders = wanted, "placeholders in place; waiting for them to be scheduled");
-    let selector = placeholder_selector(&name);
+    match wait_until_scheduled(ctx, cfg, &name, give_up_at, abort, stop).await {
+        Waited::Scheduled => SurgeOutcome::Ready {
+            placeholders: wanted,
+            waited: started.elapsed(),
+        },
+        Waited::TimedOut(reservation) => SurgeOutcome::TimedOut {
+            scheduled: reservation.scheduled,
+            pending: reservation.pending,
+        },
+        Waited::Interrupted => SurgeOutcome::Interrupted,
+    }
+}
+
+/// How the wait for a node's placeholders ended.
+enum Waited {
+    Scheduled,
+    TimedOut(Reservation),
+    Interrupted,
+}
+
+/// Waits on a watch of `node`'s placeholders until every one is bound, so the drain evicts the
+/// moment the scheduler has placed the last (a poll would add up to its period to every drain).
+/// Until the watch has listed, and while it fails, nothing counts as scheduled.
+async fn wait_until_scheduled(
+    ctx: &Ctx,
+    cfg: &SurgeConfig,
+    node: &str,
+    give_up_at: Instant,
+    abort: &CancellationToken,
+    stop: &CancellationToken,
+) -> Waited {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
+    let selector = placeholder_selector(node);
+    // kube-runtime's watcher, with its default back-off between failed attempts.
+    let mut events = watcher(api, watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .boxed();
+    let mut placeholders: BTreeMap<String, Pod> = BTreeMap::new();
+    let mut listing: BTreeMap<String, Pod> = BTreeMap::new();
+    let mut listed = false;
+    let mut last_error: Option<String> = None;
+    let deadline = tokio::time::Instant::from_std(give_up_at);
     loop {
-        let reservation = match placeholders
-            .list(&ListParams::default().labels(&selector))
-            .await
-        {
-            Ok(list) => Reservation::of(&list.items),
-            Err(e) => {
-                tracing::warn!(node = %name, error = %e, "could not read the placeholders; trying again");
-                Reservation {
-                    scheduled: 0,
-                    pending: vec![("(unread)".into(), Some(e.to_string()))],
-                }
+        let reservation = if listed {
+            Reservation::of(placeholders.values())
+        } else {
+            Reservation {
+                scheduled: 0,
+                pending: vec![(
+                    "(not read yet)".into(),
+                    last_error
+                        .clone()
+                        .or_else(|| Some("the placeholders' watch has not listed".into())),
+                )],
             }
         };
         if reservation.complete() {
-            return SurgeOutcome::Ready {
-                placeholders: wanted,
-                waited: started.elapsed(),
-            };
+            return Waited::Scheduled;
         }
-        if Instant::now() >= give_up_at {
-            return SurgeOutcome::TimedOut {
-                scheduled: reservation.scheduled,
-                pending: reservation.pending,
-            };
-        }
-        if !pause(abort, stop).await {
-            return SurgeOutcome::Interrupted;
+        tokio::select! {
+            _ = stop.cancelled() => return Waited::Interrupted,
+            _ = abort.cancelled() => return Waited::Interrupted,
+            _ = tokio::time::sleep_until(deadline) => return Waited::TimedOut(reservation),
+            ev = events.next() => match ev {
+                Some(Ok(watcher::Event::Init)) => listing.clear(),
+                Some(Ok(watcher::Event::InitApply(p))) => { listing.insert(p.name_any(), p); }
+                Some(Ok(watcher::Event::InitDone)) => { placeholders = std::mem::take(&mut listing); listed = true; }
+                Some(Ok(watcher::Event::Apply(p))) => { placeholders.insert(p.name_any(), p); }
+                Some(Ok(watcher::Event::Delete(p))) => { placeholders.remove(&p.name_any()); }
+                Some(Err(e)) => {
+                    tracing::warn!(%node, error = %e, "watching the placeholders failed; it restarts with back-off");
+                    last_error = Some(e.to_string());
+                }
+                // The watcher's stream does not end; if it did, time out rather than spin.
+                None => {
+                    tokio::time::sleep_until(deadline).await;
+                    return Waited::TimedOut(reservation);
+                }
+            },
         }
     }
 }

@@ -372,10 +372,10 @@ pub struct Reservation {
 impl Reservation {
     /// Reads the placeholders of one node. One that is gone (preempted already, or deleted)
     /// no longer holds room and is not waited for.
-    pub fn of(placeholders: &[Pod]) -> Reservation {
+    pub fn of<'a>(placeholders: impl IntoIterator<Item = &'a Pod>) -> Reservation {
         let mut r = Reservation::default();
         for p in placeholders
-            .iter()
+            .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
         {
             if is_bound(p) {

@@ -21,6 +21,7 @@
 //! - [`SimProcess`]: a `rotor-sim serve` child on a free port, with its kubeconfig, its log, the
 //!   `/sim/v1` admin API ([`SimProcess::stats`], [`SimProcess::post`]), killed on drop; with
 //!   [`SimOptions`], enforcing RBAC with a kubeconfig per ServiceAccount.
+//! - [`doc_tables`]: the marked reference tables of README.md and docs/*.md, for the doc tests.
 //! - [`kustomize`]: `kubectl kustomize` of a `deploy/` directory.
 //! - [`kubectl`], [`kubectl_ok`], [`kubectl_json`]: real `kubectl` pointed at a simulator.
 //! - [`run_with_timeout`]: run any command, killing it if it hangs.
@@ -49,6 +50,7 @@ use serde_json::Value;
 
 pub mod autoscaler;
 pub mod budget_watch;
+pub mod doc_tables;
 pub mod moto;
 pub mod real_cluster;
 pub mod sim_cluster;

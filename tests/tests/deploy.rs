@@ -2,7 +2,7 @@
 //! manifests promise (namespace, locked-down pods, probes, budgets, one selector run at a time),
 //! runs the real binaries with exactly the rendered arguments, and validates against the
 //! Kubernetes schemas with `kubernetes-validate` (PyPI, offline). The IAM policies beside the AWS
-//! overlay are checked against the README, and the containers' commands against the Dockerfile.
+//! overlay are checked against docs/security.md, and the containers' commands against the Dockerfile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -811,19 +811,20 @@ fn statements(docs: &[Value]) -> BTreeMap<String, Value> {
 }
 
 #[test]
-fn the_iam_policies_beside_the_aws_overlay_say_what_the_readme_says() {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
-    let blocks: Vec<Value> = readme
+fn the_iam_policies_beside_the_aws_overlay_say_what_the_security_docs_say() {
+    let docs = std::fs::read_to_string(workspace_root().join("docs/security.md"))
+        .expect("docs/security.md");
+    let blocks: Vec<Value> = docs
         .split("```json\n")
         .skip(1)
         .filter_map(|rest| rest.split("\n```").next())
         .filter(|block| block.contains("RotorSelector"))
-        .map(|block| serde_json::from_str(block).expect("README's IAM JSON parses"))
+        .map(|block| serde_json::from_str(block).expect("the IAM JSON of docs/security.md parses"))
         .collect();
     let documented = statements(&blocks);
     assert!(
         documented.len() >= 3,
-        "the README's IAM section (```json blocks with RotorSelector statements) was not found"
+        "the IAM section of docs/security.md (```json blocks with RotorSelector statements) was not found"
     );
 
     let dir = workspace_root().join("deploy/overlays/aws");
@@ -870,7 +871,7 @@ fn the_iam_policies_beside_the_aws_overlay_say_what_the_readme_says() {
     shipped.extend(surge);
     assert_eq!(
         shipped, documented,
-        "deploy/overlays/aws/*.json and README.md disagree"
+        "deploy/overlays/aws/*.json and docs/security.md disagree"
     );
 }
 

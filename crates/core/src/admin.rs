@@ -23,6 +23,9 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 
 /// Admin server options.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+// A flattened group's doc comment would otherwise replace the binary's own description at
+// the top of `--help`; it is for rustdoc only.
+#[command(about = None, long_about = None)]
 pub struct AdminArgs {
     /// Address the admin server (/metrics, /healthz, /readyz) listens on.
     #[arg(

@@ -14,6 +14,9 @@ use kube::{Client, Config};
 /// own `ROTOR_KUBECONFIG` rather than `KUBECONFIG` for `--kubeconfig`, so that `KUBECONFIG` keeps its
 /// usual meaning (a list of files to merge) and is never silently turned into a single path.
 #[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+// A flattened group's doc comment would otherwise replace the binary's own description at
+// the top of `--help`; it is for rustdoc only.
+#[command(about = None, long_about = None)]
 pub struct KubeArgs {
     /// Kubeconfig file to use. When unset: the files in KUBECONFIG, then ~/.kube/config, then the
     /// in-cluster service account.

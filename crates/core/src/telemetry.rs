@@ -29,6 +29,9 @@ impl fmt::Display for LogFormat {
 /// Logging options. The level filter comes from `RUST_LOG` (tracing's `EnvFilter` syntax, e.g.
 /// `info,rotor_drainer=debug`); when unset or empty, `info`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+// A flattened group's doc comment would otherwise replace the binary's own description at
+// the top of `--help`; it is for rustdoc only.
+#[command(about = None, long_about = None)]
 pub struct LogArgs {
     /// Log format written to stderr.
     #[arg(long, env = "ROTOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::DrainerConfig;
 use crate::error::DrainError;
+use crate::events::NodeEvent;
 use crate::evict::{self, EvictionOutcome};
 use crate::eviction_queue::{EvictionQueue, QueuePolicy, Step, later};
 use crate::gate::WorkloadRef;
@@ -183,9 +184,10 @@ fn node_ref(node: &Node) -> ObjectReference {
     }
 }
 
-pub(crate) async fn announce(ctx: &Ctx, node: &Node, warning: bool, reason: &str, note: String) {
+pub(crate) async fn announce(ctx: &Ctx, node: &Node, event: NodeEvent, note: String) {
+    let reason = event.reason();
     let ev = Event {
-        type_: if warning {
+        type_: if event.is_warning() {
             EventType::Warning
         } else {
             EventType::Normal
@@ -311,8 +313,7 @@ pub async fn clean_up(ctx: &Ctx, name: &str) -> Result<(), kube::Error> {
         announce(
             ctx,
             &node,
-            false,
-            "DrainCancelled",
+            NodeEvent::Cancelled,
             format!("The drain taint was removed; rotor {what} its drain state."),
         )
         .await;
@@ -525,8 +526,7 @@ async fn announce_start(ctx: &Ctx, node: &Node, taint: &Taint, deadline: Timesta
         announce(
             ctx,
             node,
-            false,
-            "DrainResumed",
+            NodeEvent::Resumed,
             format!("rotor resumed draining this node (deadline {deadline})."),
         )
         .await;
@@ -535,8 +535,7 @@ async fn announce_start(ctx: &Ctx, node: &Node, taint: &Taint, deadline: Timesta
         announce(
             ctx,
             node,
-            false,
-            "DrainStarted",
+            NodeEvent::Started,
             format!(
                 "rotor started draining this node (taint {}={}, deadline {deadline}).",
                 taint.key,
@@ -550,14 +549,13 @@ async fn announce_start(ctx: &Ctx, node: &Node, taint: &Taint, deadline: Timesta
 /// Says how the surge went, in the log, the metrics and an Event on the node.
 async fn announce_surge(ctx: &Ctx, node: &Node, surge: &SurgeConfig, outcome: &SurgeOutcome) {
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    let (metric, warning, reason, note) = match outcome {
+    let (metric, event, note) = match outcome {
         SurgeOutcome::Ready {
             placeholders,
             waited,
         } => (
             "ready",
-            false,
-            "SurgeReady",
+            NodeEvent::SurgeReady,
             format!(
                 "rotor made room for this node's pods: {placeholders} placeholder(s) scheduled in {}s; evicting now.",
                 waited.as_secs()
@@ -565,8 +563,7 @@ async fn announce_surge(ctx: &Ctx, node: &Node, surge: &SurgeConfig, outcome: &S
         ),
         SurgeOutcome::NothingToReserve => (
             "nothing_to_reserve",
-            false,
-            "SurgeSkipped",
+            NodeEvent::SurgeNothingToReserve,
             "No pod on this node needs room elsewhere (none is recreated by a controller, or none requests resources); evicting now.".to_string(),
         ),
         SurgeOutcome::TimedOut { scheduled, pending } => {
@@ -576,8 +573,7 @@ async fn announce_surge(ctx: &Ctx, node: &Node, surge: &SurgeConfig, outcome: &S
                 .unwrap_or_default();
             (
                 "timed_out",
-                true,
-                "SurgeTimedOut",
+                NodeEvent::SurgeTimedOut,
                 format!(
                     "{} of {} placeholder(s) were still unscheduled after --surge-timeout ({}s){first}. Evicting anyway: the pods may wait Pending. Check that a cluster autoscaler can add nodes for them (quotas, group maximum size).",
                     pending.len(),
@@ -588,8 +584,7 @@ async fn announce_surge(ctx: &Ctx, node: &Node, surge: &SurgeConfig, outcome: &S
         }
         SurgeOutcome::NoSlot => (
             "no_slot",
-            true,
-            "SurgeSkipped",
+            NodeEvent::SurgeNoSlot,
             format!(
                 "--max-surge nodes held placeholders for all of --surge-timeout ({}s); evicting without making room.",
                 surge.timeout.as_secs()
@@ -597,19 +592,18 @@ async fn announce_surge(ctx: &Ctx, node: &Node, surge: &SurgeConfig, outcome: &S
         ),
         SurgeOutcome::Failed(why) => (
             "failed",
-            true,
-            "SurgeFailed",
+            NodeEvent::SurgeFailed,
             format!("{why}. Evicting without making room."),
         ),
         SurgeOutcome::Interrupted => return,
     };
     ctx.metrics.surge(metric);
-    if warning {
+    if event.is_warning() {
         tracing::warn!(node = %name, "{note}");
     } else {
         tracing::info!(node = %name, "{note}");
     }
-    announce(ctx, node, warning, reason, note).await;
+    announce(ctx, node, event, note).await;
 }
 
 /// Records how the drain ended on the node (drained, or failed with its reason) and says so;
@@ -646,7 +640,7 @@ async fn record_end(
                 .max(0.0);
             ctx.metrics.drain_duration.observe(secs);
             tracing::info!(node = %name, seconds = secs.round(), "node drained");
-            announce(ctx, node, false, "Drained", format!("rotor drained this node in {:.0}s; it stays cordoned and tainted for retirement.", secs)).await;
+            announce(ctx, node, NodeEvent::Drained, format!("rotor drained this node in {:.0}s; it stays cordoned and tainted for retirement.", secs)).await;
         }
         DrainResult::Failed { error } => {
             let failed = apply(
@@ -661,7 +655,7 @@ async fn record_end(
                 Err(e) => tracing::warn!(node = %name, error = %e, "could not record the failure"),
             }
             tracing::warn!(node = %name, %error, "drain failed; it will be retried after a back-off");
-            announce(ctx, node, true, "DrainFailed", error.to_string()).await;
+            announce(ctx, node, NodeEvent::Failed, error.to_string()).await;
         }
         DrainResult::Cancelled => match clean_up(ctx, name).await {
             Ok(()) => record = DrainRecord::default(),
@@ -906,7 +900,7 @@ async fn evict_one(
         if outcome == EvictionOutcome::Evicted {
             ctx.metrics.eviction("forced");
             tracing::warn!(node = %name, pod = %pod, "deleted the pod past --force-after, against its disruption budget");
-            announce(ctx, task.node, true, "PodForced", format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
+            announce(ctx, task.node, NodeEvent::PodForced, format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
         }
         outcome
     } else {
@@ -977,7 +971,7 @@ async fn record_blockers(task: &Evicting<'_>, record: &mut DrainRecord, blocker:
     if next.phase == Some(DrainPhase::Blocked) && next.blocker != record.blocker {
         tracing::info!(node = %task.name, blocker = ?next.blocker, "drain blocked");
         let note = next.blocker.clone().unwrap_or_default();
-        announce(task.ctx, task.node, true, "DrainBlocked", note).await;
+        announce(task.ctx, task.node, NodeEvent::Blocked, note).await;
     }
     match save(task.nodes, &task.name, &next, record).await {
         Ok(()) => *record = next,

@@ -16,6 +16,7 @@ pub mod config;
 pub mod controller;
 pub mod drain;
 pub mod error;
+pub mod events;
 pub mod evict;
 pub mod eviction_queue;
 pub mod fleet;

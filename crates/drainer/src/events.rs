@@ -1,0 +1,68 @@
+//! The Events rotor-drainer posts on nodes, named once: each reason with its type. The table of
+//! Events in `docs/operating.md` is tested against [`NodeEvent::ALL`].
+
+/// One kind of Event the drainer posts on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeEvent {
+    Started,
+    Resumed,
+    Drained,
+    Cancelled,
+    Blocked,
+    Failed,
+    PodForced,
+    SurgeReady,
+    /// No pod on the node needs room elsewhere: nothing to wait for.
+    SurgeNothingToReserve,
+    /// `--max-surge` left no slot for all of `--surge-timeout`.
+    SurgeNoSlot,
+    SurgeTimedOut,
+    SurgeFailed,
+}
+
+impl NodeEvent {
+    pub const ALL: [NodeEvent; 12] = [
+        NodeEvent::Started,
+        NodeEvent::Resumed,
+        NodeEvent::Drained,
+        NodeEvent::Cancelled,
+        NodeEvent::Blocked,
+        NodeEvent::Failed,
+        NodeEvent::PodForced,
+        NodeEvent::SurgeReady,
+        NodeEvent::SurgeNothingToReserve,
+        NodeEvent::SurgeNoSlot,
+        NodeEvent::SurgeTimedOut,
+        NodeEvent::SurgeFailed,
+    ];
+
+    /// The Event's `reason`, what `kubectl get events` shows and alerts match on.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            NodeEvent::Started => "DrainStarted",
+            NodeEvent::Resumed => "DrainResumed",
+            NodeEvent::Drained => "Drained",
+            NodeEvent::Cancelled => "DrainCancelled",
+            NodeEvent::Blocked => "DrainBlocked",
+            NodeEvent::Failed => "DrainFailed",
+            NodeEvent::PodForced => "PodForced",
+            NodeEvent::SurgeReady => "SurgeReady",
+            NodeEvent::SurgeNothingToReserve | NodeEvent::SurgeNoSlot => "SurgeSkipped",
+            NodeEvent::SurgeTimedOut => "SurgeTimedOut",
+            NodeEvent::SurgeFailed => "SurgeFailed",
+        }
+    }
+
+    /// Warning for what an operator may have to act on; Normal for progress.
+    pub const fn is_warning(self) -> bool {
+        matches!(
+            self,
+            NodeEvent::Blocked
+                | NodeEvent::Failed
+                | NodeEvent::PodForced
+                | NodeEvent::SurgeNoSlot
+                | NodeEvent::SurgeTimedOut
+                | NodeEvent::SurgeFailed
+        )
+    }
+}

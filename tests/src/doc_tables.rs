@@ -20,20 +20,24 @@ pub struct Page {
 }
 
 /// README.md and every `docs/*.md` of the workspace at `root`, sorted by path: the pages reference
-/// tables and the names they document may appear in. A missing `docs/` gives README.md alone.
+/// tables and the names they document may appear in. Panics when `docs/` is missing: every check
+/// on the pages would then pass or fail for the wrong reason.
 pub fn reference_pages(root: &Path) -> Vec<Page> {
-    let mut paths = vec!["README.md".to_string()];
-    if let Ok(entries) = std::fs::read_dir(root.join("docs")) {
-        let mut docs: Vec<String> = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|name| name.ends_with(".md"))
-            .map(|name| format!("docs/{name}"))
-            .collect();
-        docs.sort();
-        paths.extend(docs);
-    }
-    paths
-        .into_iter()
+    let entries = std::fs::read_dir(root.join("docs")).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}/docs ({e}): the reference pages (flags, Events, metrics, \
+             annotations) live there",
+            root.display()
+        )
+    });
+    let mut docs: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    std::iter::once("README.md".to_string())
+        .chain(docs)
         .map(|path| {
             let text = std::fs::read_to_string(root.join(&path))
                 .unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
@@ -146,6 +150,52 @@ pub fn find_marked_tables(pages: &[Page], kind: &str) -> Vec<MarkedTable> {
             marked_tables(&page.path, &page.text, kind).unwrap_or_else(|e| panic!("{e}"))
         })
         .collect()
+}
+
+/// The one table marked `<!-- kind -->` (with `args` empty) or `<!-- kind: args -->` among
+/// `pages`, in the shape `columns`; panics naming every such table unless there is exactly one.
+pub fn the_one_table(pages: &[Page], kind: &str, args: &str, columns: &[&str]) -> MarkedTable {
+    let mut tables: Vec<MarkedTable> = find_marked_tables(pages, kind)
+        .into_iter()
+        .filter(|t| t.args == args)
+        .collect();
+    let marker = if args.is_empty() {
+        format!("<!-- {kind} -->")
+    } else {
+        format!("<!-- {kind}: {args} -->")
+    };
+    assert_eq!(
+        tables.len(),
+        1,
+        "expected one `{marker}` table in README.md and docs/*.md, found {}: {:?}",
+        tables.len(),
+        tables.iter().map(MarkedTable::location).collect::<Vec<_>>()
+    );
+    let table = tables.remove(0);
+    table.expect_shape(columns);
+    table
+}
+
+/// Fails with every problem found, one per line, rather than the first.
+pub fn assert_no_problems(what: &str, problems: &[String]) {
+    assert!(
+        problems.is_empty(),
+        "{what}: {} problem(s):\n- {}\n",
+        problems.len(),
+        problems.join("\n- ")
+    );
+}
+
+/// For the checks' own tests: the problems reported are exactly as many as `expected`, and each
+/// begins with its counterpart.
+pub fn assert_problems_start_with(problems: &[String], expected: &[&str]) {
+    assert_eq!(problems.len(), expected.len(), "{problems:#?}");
+    for (problem, start) in problems.iter().zip(expected) {
+        assert!(
+            problem.starts_with(start),
+            "{problem:?} should start with {start:?}"
+        );
+    }
 }
 
 /// The marker's arguments when `line` is `<!-- kind -->` or `<!-- kind: args -->`.

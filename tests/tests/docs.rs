@@ -17,32 +17,15 @@ use std::time::Duration;
 
 use rotor_drainer::events::NodeEvent;
 use rotor_e2e::doc_tables::{
-    self, MarkedTable, Page, blank_code_spans, code_spans, fenced_blocks, prose_lines,
+    self, MarkedTable, Page, assert_no_problems, blank_code_spans, code_spans, fenced_blocks,
+    prose_lines,
 };
 use rotor_e2e::{binary, run_with_timeout, workspace_root};
 use rotor_selector::apply;
 
-/// Fails with every problem found, one per line, rather than the first.
-fn assert_no_problems(what: &str, problems: &[String]) {
-    assert!(
-        problems.is_empty(),
-        "{what}: {} problem(s):\n- {}\n",
-        problems.len(),
-        problems.join("\n- ")
-    );
-}
-
-/// README.md and docs/*.md; fails when docs/ is missing, since every check below would then
-/// pass or fail for the wrong reason.
+/// README.md and docs/*.md.
 fn reference_pages() -> Vec<Page> {
-    let root = workspace_root();
-    assert!(
-        root.join("docs").is_dir(),
-        "{} has no docs/ directory: the reference pages (flags, Events, metrics, annotations) \
-         live there",
-        root.display()
-    );
-    doc_tables::reference_pages(&root)
+    doc_tables::reference_pages(&workspace_root())
 }
 
 // --- Flags ----------------------------------------------------------------------------------
@@ -505,23 +488,19 @@ fn check_events_table(table: &MarkedTable, programs: &Programs, problems: &mut V
 
 #[test]
 fn the_events_table_lists_exactly_the_reasons_the_code_posts() {
-    let tables = doc_tables::find_marked_tables(&reference_pages(), "events");
-    assert_eq!(
-        tables.len(),
-        1,
-        "expected one `<!-- events -->` table in README.md and docs/*.md, found {} ({:?})",
-        tables.len(),
-        tables.iter().map(MarkedTable::location).collect::<Vec<_>>()
+    let table = doc_tables::the_one_table(
+        &reference_pages(),
+        "events",
+        "",
+        &["reason", "type", "from", "when"],
     );
-    let table = &tables[0];
-    table.expect_shape(&["reason", "type", "from", "when"]);
 
     let programs = [
         ("rotor-drainer", drainer_events()),
         ("rotor-selector", selector_events()),
     ];
     let mut problems = Vec::new();
-    check_events_table(table, &programs, &mut problems);
+    check_events_table(&table, &programs, &mut problems);
     assert_no_problems("the Events table against the source", &problems);
 }
 
@@ -1298,13 +1277,7 @@ fn check_flag_table_reports_each_kind_of_mismatch() {
         "docs/t.md:9: --same is listed twice",
         "`rotor-x run --help` has --undocumented (env none), which the table at docs/t.md:1 does not list",
     ];
-    assert_eq!(problems.len(), expected.len(), "{problems:#?}");
-    for (problem, start) in problems.iter().zip(expected) {
-        assert!(
-            problem.starts_with(start),
-            "{problem:?} should start with {start:?}"
-        );
-    }
+    doc_tables::assert_problems_start_with(&problems, &expected);
 }
 
 #[test]
@@ -1344,11 +1317,5 @@ fn check_events_table_reports_each_kind_of_mismatch() {
         "rotor-drainer posts Event DrainFailed (x.rs:1), which the table at docs/t.md:1 does not list",
         "rotor-selector posts Event DrainTaintAdded (x.rs:1), which the table at docs/t.md:1 does not list",
     ];
-    assert_eq!(problems.len(), expected.len(), "{problems:#?}");
-    for (problem, start) in problems.iter().zip(expected) {
-        assert!(
-            problem.starts_with(start),
-            "{problem:?} should start with {start:?}"
-        );
-    }
+    doc_tables::assert_problems_start_with(&problems, &expected);
 }

@@ -17,7 +17,7 @@ use rotor_core::contract::{
 #[path = "../../../tests/src/doc_tables.rs"]
 mod doc_tables;
 
-use doc_tables::{MarkedTable, code_spans};
+use doc_tables::{MarkedTable, assert_no_problems, code_spans};
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -131,23 +131,12 @@ fn project_sources() -> String {
 }
 
 fn annotations_table() -> MarkedTable {
-    let root = workspace_root();
-    assert!(
-        root.join("docs").is_dir(),
-        "{} has no docs/: the contract table lives in docs/concepts.md",
-        root.display()
-    );
-    let tables = doc_tables::find_marked_tables(&doc_tables::reference_pages(&root), "annotations");
-    assert_eq!(
-        tables.len(),
-        1,
-        "expected one `<!-- annotations -->` table in README.md and docs/*.md, found {}: {:?}",
-        tables.len(),
-        tables.iter().map(|t| t.location()).collect::<Vec<_>>()
-    );
-    let table = tables.into_iter().next().expect("one table");
-    table.expect_shape(&["name", "on", "meaning"]);
-    table
+    doc_tables::the_one_table(
+        &doc_tables::reference_pages(&workspace_root()),
+        "annotations",
+        "",
+        &["name", "on", "meaning"],
+    )
 }
 
 #[test]
@@ -227,11 +216,7 @@ fn check_annotations_table(table: &MarkedTable, contract: &BTreeSet<&str>) -> Ve
 fn the_annotations_table_documents_exactly_the_contract() {
     let table = annotations_table();
     let problems = check_annotations_table(&table, &contract_names());
-    assert!(
-        problems.is_empty(),
-        "the annotations table against contract.rs:\n- {}",
-        problems.join("\n- ")
-    );
+    assert_no_problems("the annotations table against contract.rs", &problems);
 }
 
 #[test]
@@ -257,11 +242,7 @@ fn every_rotor_dev_name_in_the_docs_exists() {
         seen > 0,
         "found no rotor.dev/ name in README.md and docs/*.md: rotor_names is broken"
     );
-    assert!(
-        problems.is_empty(),
-        "rotor.dev names in README.md and docs/*.md:\n- {}",
-        problems.join("\n- ")
-    );
+    assert_no_problems("rotor.dev names in README.md and docs/*.md", &problems);
 }
 
 // --- The parsers, on inline text --------------------------------------------------------------
@@ -343,11 +324,5 @@ fn check_annotations_table_reports_each_kind_of_mismatch() {
         "the contract has rotor.dev/phase, which the table at docs/c.md:1 does not document",
         "the phase `blocked` is not named",
     ];
-    assert_eq!(problems.len(), expected.len(), "{problems:#?}");
-    for (problem, start) in problems.iter().zip(expected) {
-        assert!(
-            problem.starts_with(start),
-            "{problem:?} should start with {start:?}"
-        );
-    }
+    doc_tables::assert_problems_start_with(&problems, &expected);
 }

@@ -38,6 +38,7 @@ use crate::pods::{
 use crate::reserve::{SurgeOutcome, SurgeSlots, make_room};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 use crate::surge::SurgeConfig;
+use crate::watched::WatchedPods;
 
 /// Everything a drain task needs, shared by all of them.
 pub struct Ctx {
@@ -707,16 +708,14 @@ async fn evict_until_drained(
         .default_backoff()
         .boxed();
     let mut budget_changes = ctx.budget_changes.clone();
-    let mut pods: HashMap<String, Pod> = HashMap::new();
-    let mut listing: HashMap<String, Pod> = HashMap::new();
-    let mut listed = false;
+    let mut pods = WatchedPods::default();
     let mut queue = EvictionQueue::default();
     let mut empty_since: Option<Timestamp> = None;
     let mut reported = BlockedPodsGauge { ctx, reported: 0 };
     loop {
         let mut wake = task.deadline;
-        if listed {
-            let pass = evict_pass(task, record, &pods, &mut queue, &mut empty_since).await;
+        if let Some(pods) = pods.listed() {
+            let pass = evict_pass(task, record, pods, &mut queue, &mut empty_since).await;
             reported.set(queue.refused() as i64);
             if let Some(ended) = pass.ended {
                 return ended;
@@ -735,15 +734,9 @@ async fn evict_until_drained(
                 queue.budget_moved();
             },
             ev = pod_events.next() => match ev {
-                Some(Ok(watcher::Event::Init)) => listing.clear(),
-                Some(Ok(watcher::Event::InitApply(p))) => { listing.insert(p.metadata.uid.clone().unwrap_or_default(), p); }
-                Some(Ok(watcher::Event::InitDone)) => { pods = std::mem::take(&mut listing); listed = true; }
-                Some(Ok(watcher::Event::Apply(p))) => { pods.insert(p.metadata.uid.clone().unwrap_or_default(), p); }
-                Some(Ok(watcher::Event::Delete(p))) => {
-                    let uid = p.metadata.uid.clone().unwrap_or_default();
-                    pods.remove(&uid);
+                Some(Ok(event)) => if let Some(uid) = pods.apply(event) {
                     queue.pod_gone(&uid);
-                }
+                },
                 Some(Err(e)) => tracing::warn!(node = %task.name, error = %e, "watching the node's pods failed; it restarts with back-off"),
                 None => return DrainResult::Failed { error: DrainError::PodWatchEnded { node: task.name.clone() } },
             },

@@ -30,5 +30,6 @@ pub mod runtime;
 pub mod state;
 pub mod status;
 pub mod surge;
+pub mod watched;
 pub mod window;
 pub mod workloads;

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use prometheus_client::metrics::gauge::Gauge;
@@ -24,6 +23,7 @@ use crate::surge::{
     Reservation, SurgeConfig, all_placeholders_selector, may_surge, orphaned, placeholder,
     placeholder_node, placeholder_selector, pods_needing_room,
 };
+use crate::watched::WatchedPods;
 
 /// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
 const POLL: Duration = Duration::from_secs(1);
@@ -153,13 +153,11 @@ async fn wait_until_scheduled(
     let mut events = watcher(api, watcher::Config::default().labels(&selector))
         .default_backoff()
         .boxed();
-    let mut placeholders: BTreeMap<String, Pod> = BTreeMap::new();
-    let mut listing: BTreeMap<String, Pod> = BTreeMap::new();
-    let mut listed = false;
+    let mut placeholders = WatchedPods::default();
     let mut last_error: Option<String> = None;
     let deadline = tokio::time::Instant::from_std(give_up_at);
     loop {
-        let reservation = if listed {
+        let reservation = if let Some(placeholders) = placeholders.listed() {
             Reservation::of(placeholders.values())
         } else {
             Reservation {
@@ -180,11 +178,9 @@ async fn wait_until_scheduled(
             _ = abort.cancelled() => return Waited::Interrupted,
             _ = tokio::time::sleep_until(deadline) => return Waited::TimedOut(reservation),
             ev = events.next() => match ev {
-                Some(Ok(watcher::Event::Init)) => listing.clear(),
-                Some(Ok(watcher::Event::InitApply(p))) => { listing.insert(p.name_any(), p); }
-                Some(Ok(watcher::Event::InitDone)) => { placeholders = std::mem::take(&mut listing); listed = true; }
-                Some(Ok(watcher::Event::Apply(p))) => { placeholders.insert(p.name_any(), p); }
-                Some(Ok(watcher::Event::Delete(p))) => { placeholders.remove(&p.name_any()); }
+                Some(Ok(event)) => {
+                    placeholders.apply(event);
+                }
                 Some(Err(e)) => {
                     tracing::warn!(%node, error = %e, "watching the placeholders failed; it restarts with back-off");
                     last_error = Some(e.to_string());

@@ -3,15 +3,11 @@
 //! `rotor_drainer_...` name in README.md or docs/*.md that /metrics does not serve.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 
 use prometheus_client::registry::Registry;
 use rotor_drainer::metrics::{Metrics, PhaseLabel};
-use rotor_e2e::doc_tables::{self, MarkedTable, Page, code_spans};
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use rotor_e2e::doc_tables::{self, MarkedTable, Page, assert_no_problems, code_spans};
+use rotor_e2e::workspace_root;
 
 /// What /metrics shows of one metric family.
 #[derive(Debug, Default, PartialEq)]
@@ -163,13 +159,7 @@ fn metric_tokens(text: &str) -> Vec<(usize, String)> {
 }
 
 fn pages() -> Vec<Page> {
-    let root = workspace_root();
-    assert!(
-        root.join("docs").is_dir(),
-        "{} has no docs/: the metrics table lives in docs/operating.md",
-        root.display()
-    );
-    doc_tables::reference_pages(&root)
+    doc_tables::reference_pages(&workspace_root())
 }
 
 /// Compares the metrics table with the families the registry exposes.
@@ -236,28 +226,14 @@ fn the_metrics_table_matches_the_registry() {
         exposed.len() >= 5,
         "parsed only {exposed:?} from the registry's text: parse_exposition is broken"
     );
-    let tables = doc_tables::find_marked_tables(&pages(), "metrics");
-    let tables: Vec<_> = tables
-        .iter()
-        .filter(|t| t.args == "rotor-drainer")
-        .collect();
-    assert_eq!(
-        tables.len(),
-        1,
-        "expected one `<!-- metrics: rotor-drainer -->` table in README.md and docs/*.md, found \
-         {}: {:?}",
-        tables.len(),
-        tables.iter().map(|t| t.location()).collect::<Vec<_>>()
+    let table = doc_tables::the_one_table(
+        &pages(),
+        "metrics",
+        "rotor-drainer",
+        &["metric", "type", "labels", "meaning"],
     );
-    let table = tables[0];
-    table.expect_shape(&["metric", "type", "labels", "meaning"]);
-
-    let problems = check_metrics_table(table, &exposed);
-    assert!(
-        problems.is_empty(),
-        "docs metrics table against the registry:\n- {}",
-        problems.join("\n- ")
-    );
+    let problems = check_metrics_table(&table, &exposed);
+    assert_no_problems("docs metrics table against the registry", &problems);
 }
 
 #[test]
@@ -284,11 +260,7 @@ fn every_metric_name_in_the_docs_is_served() {
         seen > 0,
         "no rotor_drainer_ name in README.md or docs/*.md: is the table gone?"
     );
-    assert!(
-        problems.is_empty(),
-        "metric names in README.md and docs/*.md:\n- {}",
-        problems.join("\n- ")
-    );
+    assert_no_problems("metric names in README.md and docs/*.md", &problems);
 }
 
 // --- The parsers, on inline text --------------------------------------------------------------
@@ -392,11 +364,5 @@ fn check_metrics_table_reports_each_kind_of_mismatch() {
         "the drainer serves rotor_drainer_gone, which the table at docs/o.md:1 does not list",
         "the drainer serves rotor_drainer_surges_total, which",
     ];
-    assert_eq!(problems.len(), expected.len(), "{problems:#?}");
-    for (problem, start) in problems.iter().zip(expected) {
-        assert!(
-            problem.starts_with(start),
-            "{problem:?} should start with {start:?}"
-        );
-    }
+    doc_tables::assert_problems_start_with(&problems, &expected);
 }

@@ -346,6 +346,141 @@ fn given_a_do_not_disrupt_pod_then_the_node_blocks_naming_it_until_the_opt_out_g
     assert_eq!((deletes, forbidden), (0, Vec::new()));
 }
 
+/// A change freeze as clusters write it: a ValidatingAdmissionPolicy that refuses the eviction
+/// of one pod. The API server answers 422 (the policy's default reason), naming the policy.
+const FREEZE_POLICY: &str = "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: change-freeze}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods/eviction]}
+  validations:
+  - {expression: \"object.metadata.name != 'frozen'\", message: the change freeze holds this pod}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: change-freeze-all}
+spec:
+  policyName: change-freeze
+  validationActions: [Deny]
+";
+
+#[test]
+fn given_an_admission_policy_refusing_an_eviction_then_the_node_blocks_naming_the_policy_not_rbac()
+{
+    let shop = Shop::start_with(
+        1,
+        &format!(
+            "{}\n---\n{FREEZE_POLICY}",
+            bare_pod("frozen", "old-1", "{}")
+        ),
+    );
+    let cluster = &shop.cluster;
+    // The API server loads policies in the background: wait until it refuses a dry-run
+    // eviction, so the drainer's first try meets the policy.
+    let scratch = rotor_e2e::TestDir::new("freeze");
+    let eviction = scratch.join("eviction.json");
+    std::fs::write(
+        &eviction,
+        r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"frozen","namespace":"shop"}}"#,
+    )
+    .expect("write eviction.json");
+    let path = "/api/v1/namespaces/shop/pods/frozen/eviction?dryRun=All";
+    wait_until(
+        "the freeze policy to refuse a dry-run eviction",
+        WAIT,
+        || {
+            let out =
+                cluster.kubectl(&["create", "--raw", path, "-f", &eviction.to_string_lossy()]);
+            let said = String::from_utf8_lossy(&out.stderr).into_owned();
+            (!out.status.success() && said.contains("change-freeze")).then_some(())
+        },
+    );
+
+    let _drainer = shop.drainer("e2e-a", &[]);
+    shop.taint("old-1");
+    let blocker = wait_until("old-1 to block on the frozen pod", WAIT, || {
+        let phase = annotation(cluster, "old-1", "rotor.dev/phase");
+        let left = movable_pods_on(cluster, "old-1");
+        (phase.as_deref() == Some("blocked") && left == ["shop/frozen"])
+            .then(|| annotation(cluster, "old-1", "rotor.dev/blocker"))
+            .flatten()
+    });
+    assert!(
+        blocker.contains("shop/frozen")
+            && blocker.contains("ValidatingAdmissionPolicy change-freeze refuses it")
+            && blocker.contains("the change freeze holds this pod")
+            && !blocker.contains("drainer-rbac"),
+        "the blocker names the policy, not RBAC: {blocker}"
+    );
+    let events = cluster.kubectl_ok(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        "involvedObject.name=old-1,reason=DrainBlocked",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains("change-freeze"),
+        "a DrainBlocked Event names the policy: {events}"
+    );
+
+    // The freeze ends: the drain goes on, by eviction.
+    cluster.kubectl_ok(&[
+        "delete",
+        "validatingadmissionpolicybinding",
+        "change-freeze-all",
+    ]);
+    wait_phase(cluster, "old-1", "drained", WAIT);
+    let (_, deletes, forbidden) = drainer_audit(cluster);
+    assert_eq!((deletes, forbidden), (0, Vec::new()));
+}
+
+#[test]
+fn given_a_pre_drain_hook_then_the_drain_waits_untouched_saying_who_holds_it_until_it_goes() {
+    let shop = Shop::start(1);
+    let cluster = &shop.cluster;
+    let hook = "pre-drain.hook.rotor.dev/volume-backup";
+    cluster.kubectl_ok(&[
+        "annotate",
+        "node",
+        "old-1",
+        &format!("{hook}=backup-operator"),
+    ]);
+    let _drainer = shop.drainer("e2e-a", &[]);
+    shop.taint("old-1");
+    let said = wait_until("a DrainHeld Event on old-1", WAIT, || {
+        let messages = cluster.kubectl_ok(&[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            "involvedObject.name=old-1,reason=DrainHeld",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ]);
+        (!messages.is_empty()).then_some(messages)
+    });
+    assert!(
+        said.contains("volume-backup (owner backup-operator)"),
+        "the Event names the hook and its owner: {said}"
+    );
+    // Held means untouched: not cordoned, no drain recorded, every pod still there.
+    let held = node(cluster, "old-1");
+    assert!(held["spec"]["unschedulable"].is_null(), "{held}");
+    assert_eq!(annotation(cluster, "old-1", "rotor.dev/phase"), None);
+    let before = movable_pods_on(cluster, "old-1");
+    assert!(!before.is_empty(), "the shop has pods on old-1");
+
+    // The owner is done: the drain starts and completes.
+    cluster.kubectl_ok(&["annotate", "node", "old-1", &format!("{hook}-")]);
+    wait_phase(cluster, "old-1", "drained", WAIT);
+}
+
 #[test]
 fn given_a_budget_that_never_allows_then_the_node_reports_it_and_fails_at_the_deadline() {
     // minAvailable 1 over one pod: no eviction can ever pass.

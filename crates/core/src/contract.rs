@@ -84,6 +84,31 @@ pub const DO_NOT_DISRUPT_ANNOTATION: &str = "rotor.dev/do-not-disrupt";
 /// exactly `"true"`, the pod is never evicted.
 pub const KARPENTER_DO_NOT_DISRUPT_ANNOTATION: &str = "karpenter.sh/do-not-disrupt";
 
+/// Prefix of the annotations by which other systems hold a tainted node before its drain starts,
+/// in the style of Cluster API's pre-drain hooks: `pre-drain.hook.rotor.dev/<name>: <owner>`.
+/// While any is on the node, the drainer neither cordons nor evicts it, and says who holds it.
+/// Their owners add and remove them; rotor never does. A drain already under way is not paused.
+pub const PRE_DRAIN_HOOK_PREFIX: &str = "pre-drain.hook.rotor.dev/";
+
+/// The pre-drain hooks on a node (see [`PRE_DRAIN_HOOK_PREFIX`]), sorted, each as
+/// `<name>` or `<name> (owner <value>)`.
+pub fn pre_drain_hooks(meta: &ObjectMeta) -> Vec<String> {
+    let mut hooks: Vec<String> = meta
+        .annotations
+        .iter()
+        .flatten()
+        .filter_map(|(key, owner)| {
+            let name = key.strip_prefix(PRE_DRAIN_HOOK_PREFIX)?;
+            Some(match owner.trim() {
+                "" => name.to_string(),
+                owner => format!("{name} (owner {owner})"),
+            })
+        })
+        .collect();
+    hooks.sort();
+    hooks
+}
+
 /// The only annotation value that opts out. `"True"`, `"yes"`, `"1"` or an empty value do not.
 const OPT_OUT_VALUE: &str = "true";
 
@@ -521,6 +546,21 @@ mod tests {
 
         node.spec.as_mut().unwrap().taints = Some(vec![]);
         assert!(find_drain_taint(&node).is_none());
+    }
+
+    #[test]
+    fn pre_drain_hooks_name_their_owners_in_order() {
+        let meta = meta_with(&[
+            ("pre-drain.hook.rotor.dev/volume-backup", "backup-operator"),
+            ("pre-drain.hook.rotor.dev/approval", " "),
+            ("rotor.dev/phase", "queued"),
+            ("post-drain.hook.rotor.dev/other", "x"),
+        ]);
+        assert_eq!(
+            pre_drain_hooks(&meta),
+            ["approval", "volume-backup (owner backup-operator)"]
+        );
+        assert!(pre_drain_hooks(&ObjectMeta::default()).is_empty());
     }
 
     #[test]

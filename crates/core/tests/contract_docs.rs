@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use rotor_core::contract::{
     DO_NOT_DISRUPT_ANNOTATION, DRAIN_TAINT_KEY, DRAINER_STATE_ANNOTATIONS, DrainPhase, DrainReason,
-    KARPENTER_DO_NOT_DISRUPT_ANNOTATION, SELECTED_AT_ANNOTATION, SELECTOR_DETAIL_ANNOTATION,
+    KARPENTER_DO_NOT_DISRUPT_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, SELECTED_AT_ANNOTATION,
+    SELECTOR_DETAIL_ANNOTATION,
 };
 
 // The table reader the other doc tests use (crate rotor-e2e). Included by path: as a
@@ -32,6 +33,7 @@ fn contract_names() -> BTreeSet<&'static str> {
         SELECTOR_DETAIL_ANNOTATION,
         DO_NOT_DISRUPT_ANNOTATION,
         KARPENTER_DO_NOT_DISRUPT_ANNOTATION,
+        PRE_DRAIN_HOOK_PREFIX,
     ]);
     names
 }
@@ -54,7 +56,9 @@ fn name_constants(src: &str) -> Vec<(String, String)> {
 }
 
 /// The names a first cell documents: each backticked `domain/name`, cut at the first `=`, space
-/// or `:` after the slash (`rotor.dev/drain=<reason>:NoSchedule` is `rotor.dev/drain`).
+/// or `:` after the slash (`rotor.dev/drain=<reason>:NoSchedule` is `rotor.dev/drain`); a
+/// prefix is written with a placeholder name (`pre-drain.hook.rotor.dev/<name>` is the prefix
+/// `pre-drain.hook.rotor.dev/`).
 fn documented_names(cell: &str) -> Vec<String> {
     code_spans(cell)
         .into_iter()
@@ -63,7 +67,8 @@ fn documented_names(cell: &str) -> Vec<String> {
             let end = span[slash..]
                 .find(['=', ' ', ':'])
                 .map_or(span.len(), |n| slash + n);
-            Some(span[..end].to_string())
+            let name = &span[..end];
+            Some(name.strip_suffix("<name>").unwrap_or(name).to_string())
         })
         .collect()
 }

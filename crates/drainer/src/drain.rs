@@ -942,6 +942,11 @@ async fn evict_one(
             tracing::info!(node = %name, pod = %pod, %message, retry_in_s = after.as_secs(), "eviction asked to retry later");
         }
         EvictionOutcome::MultipleBudgets { .. } => ctx.metrics.eviction("multiple_budgets"),
+        EvictionOutcome::Denied { by, message } => {
+            ctx.metrics.eviction("denied");
+            let retry_in_s = recorded.backoff.unwrap_or_default().as_secs();
+            tracing::warn!(node = %name, pod = %pod, ?by, %message, retry_in_s, "eviction refused: {}", by.remedy());
+        }
         EvictionOutcome::Failed { code, message } => {
             ctx.metrics.eviction("failed");
             let retry_in_s = recorded.backoff.unwrap_or_default().as_secs();

@@ -4,6 +4,8 @@
 /// One kind of Event the drainer posts on a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeEvent {
+    /// Pre-drain hooks hold the node's start (posted when the hooks holding it change).
+    HeldByHooks,
     Started,
     Resumed,
     Drained,
@@ -21,7 +23,8 @@ pub enum NodeEvent {
 }
 
 impl NodeEvent {
-    pub const ALL: [NodeEvent; 12] = [
+    pub const ALL: [NodeEvent; 13] = [
+        NodeEvent::HeldByHooks,
         NodeEvent::Started,
         NodeEvent::Resumed,
         NodeEvent::Drained,
@@ -39,6 +42,7 @@ impl NodeEvent {
     /// The Event's `reason`, what `kubectl get events` shows and alerts match on.
     pub const fn reason(self) -> &'static str {
         match self {
+            NodeEvent::HeldByHooks => "DrainHeld",
             NodeEvent::Started => "DrainStarted",
             NodeEvent::Resumed => "DrainResumed",
             NodeEvent::Drained => "Drained",

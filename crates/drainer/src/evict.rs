@@ -26,8 +26,69 @@ pub enum EvictionOutcome {
     RetryLater { after: Duration, message: String },
     /// 500: the pod is covered by more than one budget; waiting will not help.
     MultipleBudgets { message: String },
-    /// Anything else: transport errors, 403, 5xx.
+    /// The API server refused the request itself, for a reason only people can change (see
+    /// [`Denial`]). A 4xx other than 404, 409 and 429, from authorization or admission.
+    Denied { by: Denial, message: String },
+    /// Anything else: transport errors, 5xx, other 4xx.
     Failed { code: Option<u16>, message: String },
+}
+
+/// Who refused a request, read from the API server's answer: what the operator must change
+/// differs, so an admission policy's refusal is never reported as missing RBAC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Denial {
+    /// RBAC (or another authorizer): the ServiceAccount may not make this request (403, "User
+    /// ... cannot create resource ...").
+    Authorization,
+    /// The credentials were not accepted (401).
+    Authentication,
+    /// A validating or mutating admission webhook, by name (any 4xx the webhook chose, "admission
+    /// webhook \"name\" denied the request").
+    Webhook(String),
+    /// A ValidatingAdmissionPolicy, by name (403 or 422 by the policy's reason,
+    /// "ValidatingAdmissionPolicy 'name' ... denied request").
+    Policy(String),
+    /// Another 403 (an admission plugin built into the API server, for example).
+    Forbidden,
+}
+
+impl Denial {
+    /// Who refused the request in `message`, answered with `code`; `None` when it is not a
+    /// refusal (the code is not 401 or 403 and no admission controller is named).
+    pub fn of(code: u16, message: &str) -> Option<Denial> {
+        if let Some(name) = quoted_after(message, "admission webhook \"", '"') {
+            return Some(Denial::Webhook(name));
+        }
+        if let Some(name) = quoted_after(message, "ValidatingAdmissionPolicy '", '\'') {
+            return Some(Denial::Policy(name));
+        }
+        match code {
+            401 => Some(Denial::Authentication),
+            403 if message.contains(" cannot ") && message.contains(" resource ") => {
+                Some(Denial::Authorization)
+            }
+            403 => Some(Denial::Forbidden),
+            _ => None,
+        }
+    }
+
+    /// What the operator does about it.
+    pub fn remedy(&self) -> String {
+        match self {
+            Denial::Authorization => "grant rotor-drainer's ServiceAccount create on pods/eviction (deploy/base/drainer-rbac.yaml)".into(),
+            Denial::Authentication => "the API server did not accept rotor-drainer's credentials: check its ServiceAccount token and the API server's authentication".into(),
+            Denial::Webhook(name) => format!("rotor's RBAC is not at fault: admission webhook {name} refuses it; change the webhook's rules or ask its owner to let rotor-drainer's ServiceAccount evict this pod"),
+            Denial::Policy(name) => format!("rotor's RBAC is not at fault: ValidatingAdmissionPolicy {name} refuses it; change the policy or its binding to let rotor-drainer's ServiceAccount evict this pod"),
+            Denial::Forbidden => "an admission check of the API server refuses it; its message says which".into(),
+        }
+    }
+}
+
+/// The text between `prefix` and the next `close`, when `message` contains `prefix`.
+fn quoted_after(message: &str, prefix: &str, close: char) -> Option<String> {
+    let rest = &message[message.find(prefix)? + prefix.len()..];
+    let name = &rest[..rest.find(close)?];
+    (!name.is_empty()).then(|| name.to_string())
 }
 
 /// Sorts an API error from an eviction or deletion into an outcome.
@@ -69,9 +130,15 @@ pub fn outcome_of_status(s: &Status) -> EvictionOutcome {
                 message: s.message.clone(),
             }
         }
-        code => EvictionOutcome::Failed {
-            code: Some(code),
-            message: format!("{} ({})", s.message, s.reason),
+        code => match Denial::of(code, &s.message).filter(|_| (400..500).contains(&code)) {
+            Some(by) => EvictionOutcome::Denied {
+                by,
+                message: s.message.clone(),
+            },
+            None => EvictionOutcome::Failed {
+                code: Some(code),
+                message: format!("{} ({})", s.message, s.reason),
+            },
         },
     }
 }
@@ -227,6 +294,86 @@ mod tests {
             )),
             EvictionOutcome::Gone
         );
+    }
+
+    /// The API server's own wording of each refusal (RBAC's forbidden message, an admission
+    /// webhook's denial, a ValidatingAdmissionPolicy's with its default reason Invalid).
+    #[test]
+    fn refusals_name_who_refused() {
+        let denial = |code, reason, message| match outcome_of_status(&status(
+            code,
+            reason,
+            message,
+            vec![],
+            0,
+        )) {
+            EvictionOutcome::Denied { by, .. } => Some(by),
+            _ => None,
+        };
+        assert_eq!(
+            denial(
+                403,
+                "Forbidden",
+                r#"pods "web-1" is forbidden: User "system:serviceaccount:rotor-system:rotor-drainer" cannot create resource "pods/eviction" in API group "" in the namespace "shop""#
+            ),
+            Some(Denial::Authorization)
+        );
+        assert_eq!(
+            denial(
+                403,
+                "",
+                r#"admission webhook "freeze.example.com" denied the request: change freeze until Monday"#
+            ),
+            Some(Denial::Webhook("freeze.example.com".into()))
+        );
+        // A webhook picks its own code (at least 400).
+        assert_eq!(
+            denial(
+                400,
+                "",
+                r#"admission webhook "freeze.example.com" denied the request without explanation"#
+            ),
+            Some(Denial::Webhook("freeze.example.com".into()))
+        );
+        assert_eq!(
+            denial(
+                422,
+                "Invalid",
+                r#"pods "web-1" is forbidden: ValidatingAdmissionPolicy 'no-evictions' with binding 'no-evictions-shop' denied request: frozen"#
+            ),
+            Some(Denial::Policy("no-evictions".into()))
+        );
+        assert_eq!(
+            denial(401, "Unauthorized", "Unauthorized"),
+            Some(Denial::Authentication)
+        );
+        assert_eq!(
+            denial(
+                403,
+                "Forbidden",
+                "pods \"web-1\" is forbidden: unable to create new content in namespace shop because it is being terminated"
+            ),
+            Some(Denial::Forbidden)
+        );
+        // Not refusals: a malformed request, and a 5xx that quotes a webhook (it failed to answer).
+        assert_eq!(
+            denial(400, "BadRequest", "the body is not an Eviction"),
+            None
+        );
+        assert_eq!(
+            denial(
+                500,
+                "InternalError",
+                r#"Internal error occurred: failed calling webhook "freeze.example.com": connection refused"#
+            ),
+            None
+        );
+        // Names are cut at their closing quote, and an empty name is no name.
+        assert_eq!(
+            Denial::of(403, "admission webhook \"\" denied the request"),
+            Some(Denial::Forbidden)
+        );
+        assert_eq!(Denial::of(418, "ValidatingAdmissionPolicy 'p"), None);
     }
 
     #[test]

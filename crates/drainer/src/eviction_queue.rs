@@ -7,8 +7,9 @@
 //! - a pod whose budget the budget cache says allows nothing now waits for the budget to move
 //!   (or for `--budget-recheck`) instead of spending a request on a certain 429;
 //! - a budget's 429 waits the same way; a 429 with Retry-After waits as long as it says;
-//! - several budgets over one pod (500) and a denied eviction (401/403) block the node until an
-//!   operator acts, and are retried at the recheck pace in case they did;
+//! - several budgets over one pod (500) and an eviction refused by RBAC or admission (401, 403,
+//!   or the 4xx an admission policy or webhook chose) block the node, naming who refused, until
+//!   an operator acts, and are retried in case they did;
 //! - other failures back off exponentially (2 s doubling to 30 s), per pod;
 //! - past `--force-after`, pods that budgets hold are deleted instead of evicted.
 
@@ -158,13 +159,17 @@ impl EvictionQueue {
                 // Retried at the recheck pace, but nothing to wake for sooner.
                 self.retry_at(uid, later(now, policy.budget_recheck));
             }
-            EvictionOutcome::Failed { code, message } => {
-                // Only an operator can fix a denial: say so on the node at once instead of
-                // retrying silently until the deadline.
-                if matches!(code, Some(401 | 403)) {
+            EvictionOutcome::Denied { .. } | EvictionOutcome::Failed { .. } => {
+                if let EvictionOutcome::Denied { by, message } = outcome {
+                    // Only people can lift a refusal: say on the node at once who refused and
+                    // what to change, instead of retrying silently until the deadline. Still
+                    // retried, in case they did.
                     self.fatal.insert(
                         uid.clone(),
-                        format!("{pod}: the API server denied the eviction ({message}); grant rotor-drainer's ServiceAccount create on pods/eviction (deploy/base/drainer-rbac.yaml)"),
+                        format!(
+                            "{pod}: the API server refused the eviction ({message}); {}",
+                            by.remedy()
+                        ),
                     );
                 }
                 let failures = self.failures.entry(uid.clone()).or_insert(0);
@@ -297,12 +302,20 @@ mod tests {
                 true,
             ),
             (
-                EvictionOutcome::Failed {
-                    code: Some(403),
-                    message: "forbidden".into(),
+                EvictionOutcome::Denied {
+                    by: crate::evict::Denial::Policy("no-evictions".into()),
+                    message: "denied request".into(),
                 },
                 Some(secs(2)),
                 true,
+            ),
+            (
+                EvictionOutcome::Failed {
+                    code: Some(400),
+                    message: "bad request".into(),
+                },
+                Some(secs(2)),
+                false,
             ),
             (
                 EvictionOutcome::Failed {

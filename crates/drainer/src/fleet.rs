@@ -17,7 +17,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use rotor_core::contract::{
-    DO_NOT_DISRUPT_ANNOTATION, DrainPhase, find_drain_taint, format_timestamp, node_opted_out,
+    DO_NOT_DISRUPT_ANNOTATION, DrainPhase, PRE_DRAIN_HOOK_PREFIX, find_drain_taint,
+    format_timestamp, node_opted_out, pre_drain_hooks,
 };
 
 use rotor_apimachinery::taints::keeps_pods_off;
@@ -51,6 +52,9 @@ pub struct NodeView {
     pub deleting: bool,
     /// Carries `rotor.dev/do-not-disrupt: "true"`.
     pub opted_out: bool,
+    /// The pre-drain hooks holding it (`pre-drain.hook.rotor.dev/<name>`; see
+    /// [`rotor_core::contract::pre_drain_hooks`]).
+    pub pre_drain_hooks: Vec<String>,
     /// `metadata.creationTimestamp`.
     pub created: Option<Timestamp>,
     /// Pods a drain started now would wait for on their budgets
@@ -63,6 +67,10 @@ pub struct NodeView {
     /// largest goes first, so that the budget that will take longest is never left idle. 0 when
     /// not known.
     pub budget_urgency: u32,
+    /// Holds placeholders made ahead of its drain (`--surge`; the controller fills it in from
+    /// what it reserved). Among nodes with equal `budget_waits` it goes first: its drain evicts
+    /// at once, and passing it over would leave room already paid for unused.
+    pub room_made_ahead: bool,
 }
 
 impl NodeView {
@@ -92,9 +100,11 @@ impl NodeView {
                 .unwrap_or(false),
             deleting: node.metadata.deletion_timestamp.is_some(),
             opted_out: node_opted_out(&node.metadata),
+            pre_drain_hooks: pre_drain_hooks(&node.metadata),
             created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
             budget_waits: None,
             budget_urgency: 0,
+            room_made_ahead: false,
         }
     }
 
@@ -153,6 +163,8 @@ pub enum Limit {
 pub enum HeldReason {
     /// The node carries `rotor.dev/do-not-disrupt=true`.
     OptedOut,
+    /// Pre-drain hooks hold the node (`pre-drain.hook.rotor.dev/<name>`), as named and owned.
+    PreDrainHooks(Vec<String>),
     /// Its last attempt failed; the next starts at `retry_at`.
     BackingOff { attempts: u32, retry_at: Timestamp },
     /// `--max-unavailable` resolves to zero for a fleet of `total` nodes (fail closed).
@@ -194,6 +206,11 @@ impl fmt::Display for HeldReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HeldReason::OptedOut => write!(f, "node has {DO_NOT_DISRUPT_ANNOTATION}=true"),
+            HeldReason::PreDrainHooks(hooks) => write!(
+                f,
+                "held by pre-drain hook(s) {} until their owners remove the {PRE_DRAIN_HOOK_PREFIX}<name> annotation(s)",
+                hooks.join(", ")
+            ),
             HeldReason::BackingOff { attempts, retry_at } => write!(
                 f,
                 "failed after {attempts} attempt(s); retrying at {}",
@@ -308,6 +325,9 @@ pub fn candidate_names(
 pub enum StartBlock {
     /// The node carries `rotor.dev/do-not-disrupt`.
     OptedOut,
+    /// Pre-drain hooks hold it ([`NodeView::pre_drain_hooks`]); only a start, never a drain
+    /// under way.
+    PreDrainHooks,
     /// Its drain is under way.
     Draining,
     /// It is drained, waiting to be retired.
@@ -328,17 +348,18 @@ pub fn start_block(
     if node.is_active() {
         return Some(StartBlock::Draining);
     }
-    match node.record.phase {
+    let block = match node.record.phase {
         Some(DrainPhase::Drained) => Some(StartBlock::Drained),
         Some(DrainPhase::Failed) => node
             .record
             .backing_off_until(now, retry_backoff)
             .map(StartBlock::BackingOff),
         _ => None,
-    }
+    };
+    block.or_else(|| (!node.pre_drain_hooks.is_empty()).then_some(StartBlock::PreDrainHooks))
 }
 
-/// Tainted nodes that may start (not opted out, not draining or drained, not backing off), in
+/// Tainted nodes that may start (not opted out, not held by pre-drain hooks, not draining or drained, not backing off), in
 /// the order they are taken; those held for their own sake go to `held`.
 fn candidates<'a>(
     nodes: &'a [NodeView],
@@ -356,6 +377,10 @@ fn candidates<'a>(
         match start_block(node, now, retry_backoff) {
             None => candidates.push(node),
             Some(StartBlock::OptedOut) => hold(&node.name, HeldReason::OptedOut),
+            Some(StartBlock::PreDrainHooks) => hold(
+                &node.name,
+                HeldReason::PreDrainHooks(node.pre_drain_hooks.clone()),
+            ),
             Some(StartBlock::BackingOff(retry_at)) => hold(
                 &node.name,
                 HeldReason::BackingOff {
@@ -367,12 +392,14 @@ fn candidates<'a>(
         }
     }
     // Cordoned first (they cost no budget), then those whose pods' budgets let their drain
-    // proceed now, then the oldest.
+    // proceed now, then those whose room is made, then the budget that will finish last, then
+    // the oldest.
     candidates.sort_by(|a, b| {
         let key = |n: &'a NodeView| {
             (
                 !n.unschedulable,
                 n.budget_waits.unwrap_or(u32::MAX),
+                !n.room_made_ahead,
                 std::cmp::Reverse(n.budget_urgency),
                 n.created.is_none(),
                 n.created,
@@ -392,9 +419,8 @@ fn candidates<'a>(
 /// nodes and failed nodes still backing off are reported in `held` too.
 ///
 /// Candidates are taken cordoned first (they are unavailable already), then by fewest
-/// `budget_waits` (unscored nodes after scored ones), then largest `budget_urgency`, then oldest
-/// `created` (unknown last), then
-/// by name. Each start needs a free `max_concurrent` slot, and one unit of
+/// `budget_waits` (unscored nodes after scored ones), then those with `room_made_ahead`, then
+/// largest `budget_urgency`, then oldest `created` (unknown last), then by name. Each start needs a free `max_concurrent` slot, and one unit of
 /// `max_unavailable` unless the node is already unavailable (cordoned, NotReady or deleting). A
 /// budget that resolves to zero starts nothing, even cordoned nodes (fail closed). Nodes still
 /// starting ([`NodeView::is_starting`]) count neither as unavailable nor in the fleet's size.
@@ -553,9 +579,11 @@ mod tests {
                 unschedulable: true,
                 deleting: false,
                 opted_out: true,
+                pre_drain_hooks: vec![],
                 created: Some(ts("2025-01-02T03:04:05Z")),
                 budget_waits: None,
                 budget_urgency: 0,
+                room_made_ahead: false,
             }
         );
         // PreferNoSchedule only asks the scheduler to avoid the node.
@@ -938,6 +966,12 @@ mod tests {
         ];
         let d = choose_nodes_to_start(&urgent, &limits(2, "100%"), now(), retry_backoff);
         assert_eq!(d.start, ["young-urgent", "old-routine"]);
+        // Room made ahead outranks urgency among equal waits, never fewer waits.
+        let mut with_room = urgent.clone();
+        with_room[0].room_made_ahead = true;
+        with_room[2].room_made_ahead = true;
+        let d = choose_nodes_to_start(&with_room, &limits(3, "100%"), now(), retry_backoff);
+        assert_eq!(d.start, ["old-routine", "young-urgent", "waits"]);
     }
 
     #[test]
@@ -1005,6 +1039,51 @@ mod tests {
                 "pinned".to_string(),
                 "node has rotor.dev/do-not-disrupt=true".to_string()
             )]
+        );
+    }
+
+    #[test]
+    fn pre_drain_hooks_hold_a_start_naming_their_owners_but_never_a_drain_under_way() {
+        let hooks = vec!["volume-backup (owner backup-operator)".to_string()];
+        let nodes = [
+            NodeView {
+                pre_drain_hooks: hooks.clone(),
+                ..tainted("hooked")
+            },
+            NodeView {
+                pre_drain_hooks: hooks.clone(),
+                ..draining("evicting", DrainPhase::Evicting)
+            },
+            tainted("free"),
+        ];
+        let d = choose_nodes_to_start(&nodes, &limits(5, "100%"), now(), retry_backoff);
+        assert_eq!(d.start, ["free"]);
+        assert_eq!(
+            held_text(&d),
+            [(
+                "hooked".to_string(),
+                "held by pre-drain hook(s) volume-backup (owner backup-operator) until their \
+                 owners remove the pre-drain.hook.rotor.dev/<name> annotation(s)"
+                    .to_string()
+            )]
+        );
+        assert_eq!(
+            start_block(&nodes[1], now(), retry_backoff),
+            Some(StartBlock::Draining)
+        );
+        // A node failed and backing off says so first; once its back-off is over, the hooks.
+        let mut failed = nodes[0].clone();
+        failed.record.phase = Some(DrainPhase::Failed);
+        failed.record.attempts = 1;
+        failed.record.deadline = Some(now());
+        assert!(matches!(
+            start_block(&failed, now(), retry_backoff),
+            Some(StartBlock::BackingOff(_))
+        ));
+        let later = now() + jiff::SignedDuration::from_hours(24);
+        assert_eq!(
+            start_block(&failed, later, retry_backoff),
+            Some(StartBlock::PreDrainHooks)
         );
     }
 

@@ -63,7 +63,7 @@ impl Metrics {
         );
         r.register(
             "evictions",
-            "Eviction requests by outcome (evicted, gone, budget, retry, multiple_budgets, failed, forced)",
+            "Eviction requests by outcome (evicted, gone, budget, retry, multiple_budgets, denied, failed, forced)",
             m.evictions.clone(),
         );
         r.register(

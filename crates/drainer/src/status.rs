@@ -3,7 +3,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use rotor_core::contract::find_drain_taint;
+use rotor_core::contract::{find_drain_taint, pre_drain_hooks};
 use serde::Serialize;
 
 use crate::state::DrainRecord;
@@ -56,6 +56,11 @@ impl StatusRow {
                 .blocker
                 .clone()
                 .or(record.last_error.clone())
+                .or_else(|| {
+                    let hooks = pre_drain_hooks(&node.metadata);
+                    (!hooks.is_empty() && !record.is_active())
+                        .then(|| format!("held by pre-drain hook(s) {}", hooks.join(", ")))
+                })
                 .unwrap_or_default(),
         })
     }
@@ -155,5 +160,22 @@ mod tests {
         assert_eq!(r.phase, "drained (taint removed)");
         let r = StatusRow::from_node(&node(Some("manual"), json!({})), Timestamp::now()).unwrap();
         assert_eq!((r.phase.as_str(), r.reason.as_str()), ("waiting", "manual"));
+    }
+
+    #[test]
+    fn a_waiting_node_says_which_hooks_hold_it_and_a_draining_one_what_blocks_it() {
+        let hooks = json!({"pre-drain.hook.rotor.dev/volume-backup": "backup-operator"});
+        let r =
+            StatusRow::from_node(&node(Some("image"), hooks.clone()), Timestamp::now()).unwrap();
+        assert_eq!(r.phase, "waiting");
+        assert_eq!(
+            r.detail,
+            "held by pre-drain hook(s) volume-backup (owner backup-operator)"
+        );
+        // A hook added once the drain runs does not hold it: not shown as if it did.
+        let mut evicting = hooks;
+        evicting["rotor.dev/phase"] = json!("evicting");
+        let r = StatusRow::from_node(&node(Some("image"), evicting), Timestamp::now()).unwrap();
+        assert_eq!(r.detail, "");
     }
 }

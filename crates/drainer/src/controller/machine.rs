@@ -20,7 +20,7 @@ use rotor_core::contract::DrainPhase;
 
 use crate::drain::DrainResult;
 use crate::fleet::{
-    FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, candidate_names,
+    FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, StartBlock, candidate_names,
     choose_nodes_to_start, start_block,
 };
 use crate::gate::WorkloadRef;
@@ -74,6 +74,8 @@ pub(super) enum Command {
     ReserveAhead(String),
     /// Remove the room made ahead for this node: it is no longer in line.
     ReleaseAhead(String),
+    /// Say on this node (an Event) that pre-drain hooks hold it, in `why`'s words.
+    AnnounceHeld { node: String, why: String },
 }
 
 /// What the lease step asks of the shell.
@@ -137,6 +139,8 @@ pub(super) struct Machine {
     cleaning: BTreeSet<String>,
     /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]).
     reserved: BTreeSet<String>,
+    /// The pre-drain hooks last announced on each node they hold ([`Command::AnnounceHeld`]).
+    hooks_announced: BTreeMap<String, Vec<String>>,
     burst: TaintBurst,
     was_leading: bool,
     idle_since: Option<Instant>,
@@ -153,6 +157,7 @@ impl Machine {
             running: BTreeSet::new(),
             cleaning: BTreeSet::new(),
             reserved: BTreeSet::new(),
+            hooks_announced: BTreeMap::new(),
             burst: TaintBurst::default(),
             was_leading: false,
             idle_since: None,
@@ -380,6 +385,7 @@ impl Machine {
                 if self.running.contains(&n.name) && !v.record.is_active() {
                     v.record.phase = Some(DrainPhase::Queued);
                 }
+                v.room_made_ahead = self.reserved.contains(&n.name);
                 v
             })
             .collect();
@@ -431,15 +437,49 @@ impl Machine {
             })
             .collect();
         commands.extend(self.reserve_ahead(&round));
+        commands.extend(self.announce_hooks(&round));
         commands
     }
 
-    /// With `--surge`, the candidates that would start next (in the fleet's order, up to
+    /// An Event on each node that pre-drain hooks hold, when it is news: the hooks holding it
+    /// changed since the last one (so an operator reading the node sees who holds it, once).
+    fn announce_hooks(&mut self, round: &StartRound) -> Vec<Command> {
+        let held: BTreeMap<&String, (&Vec<String>, &HeldReason)> = round
+            .held
+            .iter()
+            .filter_map(|(node, why)| match why {
+                HeldReason::PreDrainHooks(hooks) => Some((node, (hooks, why))),
+                _ => None,
+            })
+            .collect();
+        self.hooks_announced
+            .retain(|node, _| held.contains_key(node));
+        let mut commands = Vec::new();
+        for (node, (hooks, why)) in held {
+            if self.hooks_announced.get(node) != Some(hooks) {
+                self.hooks_announced.insert(node.clone(), hooks.clone());
+                commands.push(Command::AnnounceHeld {
+                    node: node.clone(),
+                    why: why.to_string(),
+                });
+            }
+        }
+        commands
+    }
+
+    /// With `--surge`, the candidates that would start next (in the round's order, up to
     /// `reserve_ahead` at once) get their room made while the drains before them run, so their
     /// own drains need not wait for an autoscaler. Only behind a running drain: with none, the
     /// next candidate is held for moments at most (a burst of taints settling, the gate) and
     /// makes its own room when it starts; reserving for it too would create every placeholder
     /// twice. Not outside the maintenance windows: room that no drain may use yet only costs.
+    ///
+    /// When the round's order was weighed by the candidates' budgets (a start with a choice to
+    /// make), a node that holds room but now falls behind the next `reserve_ahead` gives its
+    /// room back: its budgets keep it waiting while others start, and the room is worth more to
+    /// the node the choice will take next. Among nodes that wait equally, one with room stays
+    /// ahead ([`NodeView::room_made_ahead`]), so room moves only for a real difference. An
+    /// unweighed order (a round without a choice) only fills free places.
     fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
         if self.cfg.reserve_ahead == 0
             || self.running.is_empty()
@@ -447,16 +487,35 @@ impl Machine {
         {
             return Vec::new();
         }
+        let next_in_line: Vec<String> = candidate_names(&round.view, round.wall, retry_backoff)
+            .into_iter()
+            .filter(|name| !self.busy(name))
+            .take(self.cfg.reserve_ahead)
+            .collect();
         let mut commands = Vec::new();
-        for name in candidate_names(&round.view, round.wall, retry_backoff) {
+        let weighed = |name: &str| {
+            round
+                .view
+                .iter()
+                .any(|v| v.name == name && v.budget_waits.is_some())
+        };
+        let passed_over: Vec<String> = self
+            .reserved
+            .iter()
+            .filter(|name| weighed(name) && !next_in_line.contains(name))
+            .cloned()
+            .collect();
+        for name in passed_over {
+            self.reserved.remove(&name);
+            commands.push(Command::ReleaseAhead(name));
+        }
+        for name in next_in_line {
             if self.reserved.len() >= self.cfg.reserve_ahead {
                 break;
             }
-            if self.busy(&name) || self.reserved.contains(&name) {
-                continue;
+            if self.reserved.insert(name.clone()) {
+                commands.push(Command::ReserveAhead(name));
             }
-            self.reserved.insert(name.clone());
-            commands.push(Command::ReserveAhead(name));
         }
         commands
     }
@@ -500,8 +559,15 @@ fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'s
         return Some("its drain is under way");
     }
     // The fleet's own test of whether a tainted node may start, so the two cannot drift apart.
-    (window_open && start_block(node, now, retry_backoff).is_none())
-        .then_some("it carries the drain taint")
+    // A node its pre-drain hooks hold needs a leader too: to say on the node who holds it.
+    match start_block(node, now, retry_backoff) {
+        _ if !window_open => None,
+        None => Some("it carries the drain taint"),
+        Some(StartBlock::PreDrainHooks) => {
+            Some("it carries the drain taint and pre-drain hooks hold it, to report")
+        }
+        Some(_) => None,
+    }
 }
 
 /// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::drain::{Ctx, DrainOutcome, DrainResult, clean_up, drain_node};
 use crate::error::RunError;
+use crate::events::NodeEvent;
 use crate::fleet::{FleetLimits, HeldReason, NodeView};
 use crate::leader::Election;
 use crate::metrics::PhaseLabel;
@@ -338,6 +339,23 @@ impl Shell {
                         crate::reserve::reserve_ahead(&ctx, &surge, &node).await
                     });
                 }
+            }
+            // Beside the drains, like every Event: a failure is only logged.
+            Command::AnnounceHeld { node, why } => {
+                tracing::info!(%node, %why, "drain held by pre-drain hooks");
+                let ctx = self.ctx.clone();
+                tokio::spawn(async move {
+                    let nodes: Api<Node> = Api::all(ctx.client.clone());
+                    match nodes.get_opt(&node).await {
+                        Ok(Some(object)) => {
+                            crate::drain::announce(&ctx, &object, NodeEvent::HeldByHooks, why).await
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(%node, error = %e, "could not read the node to post its DrainHeld Event")
+                        }
+                    }
+                });
             }
             Command::ReleaseAhead(node) => {
                 if let Some(surge) = self.ctx.cfg.surge.clone() {

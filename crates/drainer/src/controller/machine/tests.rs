@@ -473,6 +473,11 @@ fn a_node_needs_rotor_while_it_can_start_or_runs_or_has_state_to_undo() {
     assert!(!needs(&opted_out));
     opted_out.record.phase = Some(DrainPhase::Evicting);
     assert!(needs(&opted_out));
+    // Held by pre-drain hooks: a leader says who holds it (inside a window, like any start).
+    let mut hooked = node(true, None);
+    hooked.pre_drain_hooks = vec!["backup".into()];
+    assert!(needs(&hooked));
+    assert_eq!(needs_rotor(&hooked, now, false), None);
     // The taint went away: rotor's state (even a drained record, or only its cordon) is
     // undone.
     assert!(needs(&node(false, Some(DrainPhase::Drained))));
@@ -600,6 +605,130 @@ fn room_made_ahead_goes_when_the_node_leaves_the_line() {
     machine.apply(Event::NodeApplied(opted), t0);
     let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(1));
     assert_eq!(ahead(&commands), [Command::ReleaseAhead("b".into())]);
+}
+
+/// One leading pass in which the shell's budget-aware choice scores the candidates with
+/// `waits` (a node left out stays unscored) and decides again, as `choice::rechoose` does.
+fn weighed_pass(machine: &mut Machine, now: Instant, waits: &[(&str, u32)]) -> Vec<Command> {
+    machine.lease_step(now, wall(), true, true);
+    let (mut commands, round) = machine.act(now, wall(), true);
+    let mut round = round.expect("a leading pass proposes starts");
+    for v in round.view.iter_mut() {
+        v.budget_waits = waits.iter().find(|(n, _)| *n == v.name).map(|(_, w)| *w);
+    }
+    let decision = choose_nodes_to_start(&round.view, &machine.cfg.limits, wall(), retry_backoff);
+    machine.take_decision(&mut round, decision);
+    commands.extend(machine.start(round));
+    commands
+}
+
+fn drained(machine: &mut Machine, name: &str, age_days: i64, now: Instant) {
+    machine.apply(
+        Event::TaskEnded {
+            node: name.into(),
+            result: DrainResult::Drained,
+            record: Some(with_phase(node(name, age_days), DrainPhase::Drained).record),
+            evicted: vec![],
+        },
+        now,
+    );
+}
+
+#[test]
+fn room_made_ahead_follows_the_budget_aware_choice() {
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let nodes = vec![
+        tainted("a", 9),
+        tainted("b", 8),
+        tainted("c", 7),
+        tainted("d", 6),
+    ];
+    let mut machine = listed(surge_config(1, &[]), nodes, t0);
+    // a starts; by age, b is next in line and gets room.
+    let commands = weighed_pass(&mut machine, t0, &[]);
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+    assert_eq!(ahead(&commands), [Command::ReserveAhead("b".into())]);
+
+    // a is drained. b's pods would wait on their budgets, c's and d's not: c starts, and b,
+    // which its budgets keep waiting, gives its room to d, the choice's next.
+    drained(&mut machine, "a", 9, at(1));
+    let commands = weighed_pass(&mut machine, at(2), &[("b", 3), ("c", 0), ("d", 0)]);
+    assert_eq!(drains(&commands), [drain("c", Intent::Start)]);
+    assert_eq!(
+        ahead(&commands),
+        [
+            Command::ReleaseAhead("b".into()),
+            Command::ReserveAhead("d".into())
+        ]
+    );
+
+    // c is drained. b waits no more, like d; d's room is made, so d goes first and keeps no
+    // room idle, and b is next.
+    drained(&mut machine, "c", 7, at(3));
+    let commands = weighed_pass(&mut machine, at(4), &[("b", 0), ("d", 0)]);
+    assert_eq!(drains(&commands), [drain("d", Intent::Start)]);
+    assert_eq!(ahead(&commands), [Command::ReserveAhead("b".into())]);
+}
+
+#[test]
+fn room_made_ahead_stays_with_a_node_the_choice_could_not_weigh() {
+    let t0 = Instant::now();
+    let nodes = vec![tainted("a", 9), tainted("b", 8), tainted("c", 7)];
+    let mut machine = listed(surge_config(1, &[]), nodes, t0);
+    weighed_pass(&mut machine, t0, &[]);
+    drained(&mut machine, "a", 9, t0 + Duration::from_secs(1));
+    // b's pods could not be listed (unscored, so after c): c starts, b keeps its room; with the
+    // one place taken, nothing more is reserved.
+    let commands = weighed_pass(&mut machine, t0 + Duration::from_secs(2), &[("c", 0)]);
+    assert_eq!(drains(&commands), [drain("c", Intent::Start)]);
+    assert_eq!(ahead(&commands), []);
+}
+
+#[test]
+fn pre_drain_hooks_hold_a_node_and_are_announced_once_per_change() {
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let hooked = |hooks: &[&str]| NodeView {
+        pre_drain_hooks: hooks.iter().map(|h| h.to_string()).collect(),
+        ..tainted("a", 9)
+    };
+    let announced = |commands: &[Command]| -> Vec<String> {
+        commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::AnnounceHeld { node, why } => Some(format!("{node}: {why}")),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut machine = listed(config(2, &[]), vec![hooked(&["backup (owner ops)"])], t0);
+    let (commands, held) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), []);
+    assert!(matches!(&held[..], [(n, HeldReason::PreDrainHooks(_))] if n == "a"));
+    assert_eq!(
+        announced(&commands),
+        [
+            "a: held by pre-drain hook(s) backup (owner ops) until their owners remove the \
+          pre-drain.hook.rotor.dev/<name> annotation(s)"
+        ]
+    );
+    // Still held by the same hooks: nothing new to say.
+    let (commands, _) = leading_pass(&mut machine, at(1));
+    assert_eq!(announced(&commands), Vec::<String>::new());
+    // A second hook: said again, naming both.
+    machine.apply(
+        Event::NodeApplied(hooked(&["backup (owner ops)", "freeze"])),
+        at(2),
+    );
+    let (commands, _) = leading_pass(&mut machine, at(3));
+    assert_eq!(announced(&commands).len(), 1);
+    assert!(announced(&commands)[0].contains("backup (owner ops), freeze"));
+    // Both removed: the drain starts.
+    machine.apply(Event::NodeApplied(hooked(&[])), at(4));
+    let (commands, _) = leading_pass(&mut machine, at(5));
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+    assert_eq!(announced(&commands), Vec::<String>::new());
 }
 
 #[test]

@@ -137,8 +137,9 @@ pub(super) struct Machine {
     /// Nodes with a drain task; nodes with a clean-up task.
     running: BTreeSet<String>,
     cleaning: BTreeSet<String>,
-    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]).
-    reserved: BTreeSet<String>,
+    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]), with how
+    /// many starts have passed each over since.
+    reserved: BTreeMap<String, usize>,
     /// The pre-drain hooks last announced on each node they hold ([`Command::AnnounceHeld`]).
     hooks_announced: BTreeMap<String, Vec<String>>,
     burst: TaintBurst,
@@ -156,7 +157,7 @@ impl Machine {
             listed: false,
             running: BTreeSet::new(),
             cleaning: BTreeSet::new(),
-            reserved: BTreeSet::new(),
+            reserved: BTreeMap::new(),
             hooks_announced: BTreeMap::new(),
             burst: TaintBurst::default(),
             was_leading: false,
@@ -340,7 +341,7 @@ impl Machine {
         // Room made ahead for a node that is no longer in line goes; a node that started its
         // drain owns its room now.
         let reserved = std::mem::take(&mut self.reserved);
-        for name in reserved {
+        for (name, passed_over) in reserved {
             let still_waiting = self
                 .nodes
                 .get(&name)
@@ -348,7 +349,7 @@ impl Machine {
             if self.running.contains(&name) {
                 continue;
             } else if still_waiting {
-                self.reserved.insert(name);
+                self.reserved.insert(name, passed_over);
             } else {
                 commands.push(Command::ReleaseAhead(name));
             }
@@ -385,7 +386,7 @@ impl Machine {
                 if self.running.contains(&n.name) && !v.record.is_active() {
                     v.record.phase = Some(DrainPhase::Queued);
                 }
-                v.room_made_ahead = self.reserved.contains(&n.name);
+                v.room_made_ahead = self.reserved.contains_key(&n.name);
                 v
             })
             .collect();
@@ -474,11 +475,14 @@ impl Machine {
     /// makes its own room when it starts; reserving for it too would create every placeholder
     /// twice. Not outside the maintenance windows: room that no drain may use yet only costs.
     ///
-    /// When the round's order was weighed by the candidates' budgets (a start with a choice to
-    /// make), a node that holds room but now falls behind the next `reserve_ahead` gives its
-    /// room back: its budgets keep it waiting while others start, and the room is worth more to
-    /// the node the choice will take next. Among nodes that wait equally, one with room stays
-    /// ahead ([`NodeView::room_made_ahead`]), so room moves only for a real difference. An
+    /// Room made ahead is meant for the next `reserve_ahead` starts. When the round's order was
+    /// weighed by the candidates' budgets (a start with a choice to make), a node holding room
+    /// that falls behind the next `reserve_ahead` has been passed over by the round's starts;
+    /// passed over by `reserve_ahead` starts, it gives its room back: its budgets keep it
+    /// waiting while others start, and the room is worth more to the node the choice will take
+    /// next. Among nodes that wait equally, one with room stays ahead
+    /// ([`NodeView::room_made_ahead`]), and room moves only after a full turn of starts, so a
+    /// budget that holds a node for one start does not cost its placeholders twice. An
     /// unweighed order (a round without a choice) only fills free places.
     fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
         if self.cfg.reserve_ahead == 0
@@ -499,13 +503,18 @@ impl Machine {
                 .iter()
                 .any(|v| v.name == name && v.budget_waits.is_some())
         };
-        let passed_over: Vec<String> = self
-            .reserved
-            .iter()
-            .filter(|name| weighed(name) && !next_in_line.contains(name))
-            .cloned()
-            .collect();
-        for name in passed_over {
+        let starts = round.start.len();
+        let turn = self.cfg.reserve_ahead;
+        let mut released = Vec::new();
+        for (name, passed_over) in self.reserved.iter_mut() {
+            if starts > 0 && weighed(name) && !next_in_line.contains(name) {
+                *passed_over += starts;
+                if *passed_over >= turn {
+                    released.push(name.clone());
+                }
+            }
+        }
+        for name in released {
             self.reserved.remove(&name);
             commands.push(Command::ReleaseAhead(name));
         }
@@ -513,7 +522,8 @@ impl Machine {
             if self.reserved.len() >= self.cfg.reserve_ahead {
                 break;
             }
-            if self.reserved.insert(name.clone()) {
+            if !self.reserved.contains_key(&name) {
+                self.reserved.insert(name.clone(), 0);
                 commands.push(Command::ReserveAhead(name));
             }
         }

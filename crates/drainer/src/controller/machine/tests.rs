@@ -672,6 +672,50 @@ fn room_made_ahead_follows_the_budget_aware_choice() {
 }
 
 #[test]
+fn with_several_slots_room_moves_only_after_a_full_turn_of_starts_passed_it_over() {
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let nodes = ["a", "b", "c", "d", "e", "f", "g"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| tainted(n, 20 - i as i64))
+        .collect();
+    let mut machine = listed(surge_config(2, &[]), nodes, t0);
+    let commands = weighed_pass(&mut machine, t0, &[]);
+    assert_eq!(
+        drains(&commands),
+        [drain("a", Intent::Start), drain("b", Intent::Start)]
+    );
+    assert_eq!(
+        ahead(&commands),
+        [
+            Command::ReserveAhead("c".into()),
+            Command::ReserveAhead("d".into())
+        ]
+    );
+    // a is drained; c's budgets hold it: d (room made) starts, c is passed over once of two
+    // and keeps its room; e takes d's place.
+    drained(&mut machine, "a", 20, at(1));
+    let waits = [("c", 3), ("d", 0), ("e", 0), ("f", 0), ("g", 0)];
+    let commands = weighed_pass(&mut machine, at(2), &waits);
+    assert_eq!(drains(&commands), [drain("d", Intent::Start)]);
+    assert_eq!(ahead(&commands), [Command::ReserveAhead("e".into())]);
+    // b is drained; c still waits: e starts, c has been passed over by a full turn and its room
+    // goes to the two next in line.
+    drained(&mut machine, "b", 19, at(3));
+    let commands = weighed_pass(&mut machine, at(4), &waits);
+    assert_eq!(drains(&commands), [drain("e", Intent::Start)]);
+    assert_eq!(
+        ahead(&commands),
+        [
+            Command::ReleaseAhead("c".into()),
+            Command::ReserveAhead("f".into()),
+            Command::ReserveAhead("g".into())
+        ]
+    );
+}
+
+#[test]
 fn room_made_ahead_stays_with_a_node_the_choice_could_not_weigh() {
     let t0 = Instant::now();
     let nodes = vec![tainted("a", 9), tainted("b", 8), tainted("c", 7)];

@@ -341,7 +341,8 @@ fn without_pods_eviction_the_drainer_evicts_nothing_and_says_why() {
         },
     );
     assert!(
-        blocker.contains("denied the eviction") && blocker.contains("pods/eviction"),
+        blocker.contains("refused the eviction")
+            && blocker.contains("grant rotor-drainer's ServiceAccount create on pods/eviction"),
         "{blocker}"
     );
     eprintln!("drainer log line: {line}\nnode phase and blocker: {blocker}");

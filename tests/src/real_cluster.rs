@@ -515,6 +515,47 @@ current-context: {user}
     }
 
     /// [`RealCluster::kubectl_ok`] with `-o json`, parsed.
+    /// The Events posted on the Node `node` (in `default`, where Events on cluster-scoped
+    /// objects go), as (reason, message), oldest first.
+    pub fn node_events(&self, node: &str) -> Vec<(String, String)> {
+        let list = self.kubectl_json(&[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            &format!("involvedObject.name={node}"),
+        ]);
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let mut events: Vec<(String, String, String)> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let at = e["eventTime"].as_str().or(e["lastTimestamp"].as_str());
+                (
+                    at.unwrap_or_default().to_string(),
+                    text(&e["reason"]),
+                    text(&e["message"]),
+                )
+            })
+            .collect();
+        events.sort();
+        events
+            .into_iter()
+            .map(|(_, reason, message)| (reason, message))
+            .collect()
+    }
+
+    /// The messages of the Events of `reason` on the Node `node`, oldest first.
+    pub fn node_event_notes(&self, node: &str, reason: &str) -> Vec<String> {
+        self.node_events(node)
+            .into_iter()
+            .filter(|(r, _)| r == reason)
+            .map(|(_, message)| message)
+            .collect()
+    }
+
     pub fn kubectl_json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);

@@ -415,15 +415,9 @@ fn given_an_admission_policy_refusing_an_eviction_then_the_node_blocks_naming_th
             && !blocker.contains("drainer-rbac"),
         "the blocker names the policy, not RBAC: {blocker}"
     );
-    let events = cluster.kubectl_ok(&[
-        "get",
-        "events",
-        "-A",
-        "--field-selector",
-        "involvedObject.name=old-1,reason=DrainBlocked",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
+    let events = cluster
+        .node_event_notes("old-1", "DrainBlocked")
+        .join(" | ");
     assert!(
         events.contains("change-freeze"),
         "a DrainBlocked Event names the policy: {events}"
@@ -440,8 +434,14 @@ fn given_an_admission_policy_refusing_an_eviction_then_the_node_blocks_naming_th
     assert_eq!((deletes, forbidden), (0, Vec::new()));
 }
 
+/// The messages of the DrainHeld Events posted on `node` so far.
+fn held_events(cluster: &RealCluster, node: &str) -> Vec<String> {
+    cluster.node_event_notes(node, "DrainHeld")
+}
+
 #[test]
-fn given_a_pre_drain_hook_then_the_drain_waits_untouched_saying_who_holds_it_until_it_goes() {
+fn given_a_pre_drain_hook_and_required_approval_then_the_drain_waits_untouched_saying_why_until_both_go()
+ {
     let shop = Shop::start(1);
     let cluster = &shop.cluster;
     let hook = "pre-drain.hook.rotor.dev/volume-backup";
@@ -451,33 +451,40 @@ fn given_a_pre_drain_hook_then_the_drain_waits_untouched_saying_who_holds_it_unt
         "old-1",
         &format!("{hook}=backup-operator"),
     ]);
-    let _drainer = shop.drainer("e2e-a", &[]);
+    let _drainer = shop.drainer("e2e-a", &["--require-approval"]);
     shop.taint("old-1");
-    let said = wait_until("a DrainHeld Event on old-1", WAIT, || {
-        let messages = cluster.kubectl_ok(&[
-            "get",
-            "events",
-            "-A",
-            "--field-selector",
-            "involvedObject.name=old-1,reason=DrainHeld",
-            "-o",
-            "jsonpath={.items[*].message}",
-        ]);
-        (!messages.is_empty()).then_some(messages)
+    let said = wait_until("a DrainHeld Event naming the hook", WAIT, || {
+        let events = held_events(cluster, "old-1");
+        (!events.is_empty()).then_some(events)
     });
     assert!(
-        said.contains("volume-backup (owner backup-operator)"),
-        "the Event names the hook and its owner: {said}"
+        said[0].contains("volume-backup (owner backup-operator)"),
+        "the Event names the hook and its owner: {said:?}"
     );
     // Held means untouched: not cordoned, no drain recorded, every pod still there.
-    let held = node(cluster, "old-1");
-    assert!(held["spec"]["unschedulable"].is_null(), "{held}");
-    assert_eq!(annotation(cluster, "old-1", "rotor.dev/phase"), None);
-    let before = movable_pods_on(cluster, "old-1");
-    assert!(!before.is_empty(), "the shop has pods on old-1");
+    let untouched = |stage: &str| {
+        let held = node(cluster, "old-1");
+        assert!(held["spec"]["unschedulable"].is_null(), "{stage}: {held}");
+        assert_eq!(
+            annotation(cluster, "old-1", "rotor.dev/phase"),
+            None,
+            "{stage}"
+        );
+        assert!(!movable_pods_on(cluster, "old-1").is_empty(), "{stage}");
+    };
+    untouched("held by the hook");
 
-    // The owner is done: the drain starts and completes.
+    // The hook's owner is done; the node still waits for its approval, and says so.
     cluster.kubectl_ok(&["annotate", "node", "old-1", &format!("{hook}-")]);
+    let approval = "annotate the node rotor.dev/drain-approved=true";
+    wait_until("a second DrainHeld Event, for the approval", WAIT, || {
+        let events = held_events(cluster, "old-1");
+        (events.len() >= 2 && events.iter().any(|m| m.contains(approval))).then_some(())
+    });
+    untouched("waiting for approval");
+
+    // Approved: the drain starts and completes.
+    cluster.kubectl_ok(&["annotate", "node", "old-1", "rotor.dev/drain-approved=true"]);
     wait_phase(cluster, "old-1", "drained", WAIT);
 }
 

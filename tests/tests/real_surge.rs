@@ -127,40 +127,15 @@ fn phase(cluster: &RealCluster, node: &str) -> Option<String> {
 
 /// The reasons of the Events rotor recorded on `node`, oldest first.
 fn event_reasons(cluster: &RealCluster, node: &str) -> Vec<String> {
-    let list = cluster.kubectl_json(&[
-        "get",
-        "events",
-        "-n",
-        "default",
-        "--field-selector",
-        &format!("involvedObject.name={node}"),
-    ]);
-    let mut events: Vec<(String, String)> = list["items"]
-        .as_array()
+    cluster
+        .node_events(node)
         .into_iter()
-        .flatten()
-        .map(|e| {
-            let at = e["eventTime"]
-                .as_str()
-                .or(e["lastTimestamp"].as_str())
-                .unwrap_or_default();
-            (at.to_string(), text(&e["reason"]))
-        })
-        .collect();
-    events.sort();
-    events.into_iter().map(|(_, reason)| reason).collect()
+        .map(|(reason, _)| reason)
+        .collect()
 }
 
 fn event_note(cluster: &RealCluster, node: &str, reason: &str) -> Option<String> {
-    let list = cluster.kubectl_json(&[
-        "get",
-        "events",
-        "-n",
-        "default",
-        "--field-selector",
-        &format!("involvedObject.name={node},reason={reason}"),
-    ]);
-    list["items"][0]["message"].as_str().map(str::to_string)
+    cluster.node_event_notes(node, reason).into_iter().next()
 }
 
 /// Audit records of `user`'s `verb` on pods (`subresource` or the pods themselves), with the

@@ -90,6 +90,15 @@ pub const KARPENTER_DO_NOT_DISRUPT_ANNOTATION: &str = "karpenter.sh/do-not-disru
 /// Their owners add and remove them; rotor never does. A drain already under way is not paused.
 pub const PRE_DRAIN_HOOK_PREFIX: &str = "pre-drain.hook.rotor.dev/";
 
+/// With `rotor-drainer --require-approval`, a tainted node's drain starts only once a person or
+/// system has set this to `"true"` on the node. rotor never sets or removes it.
+pub const DRAIN_APPROVED_ANNOTATION: &str = "rotor.dev/drain-approved";
+
+/// True when the node carries `rotor.dev/drain-approved: "true"` (exactly `"true"`).
+pub fn node_drain_approved(meta: &ObjectMeta) -> bool {
+    annotation_is_true(meta, DRAIN_APPROVED_ANNOTATION)
+}
+
 /// The pre-drain hooks on a node (see [`PRE_DRAIN_HOOK_PREFIX`]), sorted, each as
 /// `<name>` or `<name> (owner <value>)`.
 pub fn pre_drain_hooks(meta: &ObjectMeta) -> Vec<String> {

@@ -127,6 +127,12 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_SETTLE", default_value = "3s", value_parser = parse_duration)]
     pub settle: Duration,
 
+    /// Start a tainted node's drain only once a person or system has approved it by annotating
+    /// the node rotor.dev/drain-approved=true. Until then the node is left alone (no cordon, no
+    /// eviction) and a DrainHeld Event says what it waits for. A drain under way is not paused.
+    #[arg(long, env = "ROTOR_REQUIRE_APPROVAL")]
+    pub require_approval: bool,
+
     /// Make room before evicting: after the cordon, create a low-priority placeholder pod for
     /// each pod a controller will recreate, requesting what that pod requests and allowed where
     /// it is allowed; wait until the scheduler has placed them (a cluster autoscaler or Karpenter
@@ -210,6 +216,8 @@ pub struct DrainerConfig {
     pub gate_timeout: Duration,
     pub budget_recheck: Duration,
     pub settle: Duration,
+    /// `--require-approval`.
+    pub require_approval: bool,
     /// Surge, when `--surge` is on.
     pub surge: Option<SurgeConfig>,
 }
@@ -253,6 +261,7 @@ impl DrainArgs {
             gate_timeout: self.gate_timeout,
             budget_recheck: self.budget_recheck,
             settle: self.settle,
+            require_approval: self.require_approval,
             surge,
         })
     }

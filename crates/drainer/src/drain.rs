@@ -15,7 +15,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use rotor_apimachinery::taints::keeps_pods_off;
@@ -47,7 +47,8 @@ pub struct Ctx {
     /// For evictions and forced deletions: default retry off, so 429s reach us.
     pub evict_client: kube::Client,
     pub cfg: DrainerConfig,
-    pub recorder: Recorder,
+    /// Who posts the drainer's Events (see [`announce`]).
+    pub reporter: Reporter,
     pub metrics: Metrics,
     pub budgets: Store<PodDisruptionBudget>,
     /// Bumped on every budget change, to retry refused evictions at once.
@@ -198,7 +199,11 @@ pub(crate) async fn announce(ctx: &Ctx, node: &Node, event: NodeEvent, note: Str
         action: "Drain".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &node_ref(node)).await {
+    // A recorder of its own for each Event: kube's Recorder folds an Event into the last one of
+    // the same reason on the same object for minutes, keeping the first note, so a second
+    // blocker, hold or forced pod would read as the first. The callers post only what is news.
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &node_ref(node)).await {
         tracing::warn!(node = ?node.metadata.name, reason, error = %e, "could not record an Event on the node");
     }
 }

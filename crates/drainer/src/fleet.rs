@@ -17,8 +17,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use rotor_core::contract::{
-    DO_NOT_DISRUPT_ANNOTATION, DrainPhase, PRE_DRAIN_HOOK_PREFIX, find_drain_taint,
-    format_timestamp, node_opted_out, pre_drain_hooks,
+    DO_NOT_DISRUPT_ANNOTATION, DRAIN_APPROVED_ANNOTATION, DrainPhase, PRE_DRAIN_HOOK_PREFIX,
+    find_drain_taint, format_timestamp, node_drain_approved, node_opted_out, pre_drain_hooks,
 };
 
 use rotor_apimachinery::taints::keeps_pods_off;
@@ -55,6 +55,11 @@ pub struct NodeView {
     /// The pre-drain hooks holding it (`pre-drain.hook.rotor.dev/<name>`; see
     /// [`rotor_core::contract::pre_drain_hooks`]).
     pub pre_drain_hooks: Vec<String>,
+    /// Carries `rotor.dev/drain-approved: "true"`.
+    pub drain_approved: bool,
+    /// `--require-approval` is on and the node is not approved: its drain may not start (the
+    /// controller sets it from `drain_approved`).
+    pub awaiting_approval: bool,
     /// `metadata.creationTimestamp`.
     pub created: Option<Timestamp>,
     /// Pods a drain started now would wait for on their budgets
@@ -101,6 +106,8 @@ impl NodeView {
             deleting: node.metadata.deletion_timestamp.is_some(),
             opted_out: node_opted_out(&node.metadata),
             pre_drain_hooks: pre_drain_hooks(&node.metadata),
+            drain_approved: node_drain_approved(&node.metadata),
+            awaiting_approval: false,
             created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
             budget_waits: None,
             budget_urgency: 0,
@@ -165,6 +172,8 @@ pub enum HeldReason {
     OptedOut,
     /// Pre-drain hooks hold the node (`pre-drain.hook.rotor.dev/<name>`), as named and owned.
     PreDrainHooks(Vec<String>),
+    /// `--require-approval`: the node is not approved yet.
+    AwaitingApproval,
     /// Its last attempt failed; the next starts at `retry_at`.
     BackingOff { attempts: u32, retry_at: Timestamp },
     /// `--max-unavailable` resolves to zero for a fleet of `total` nodes (fail closed).
@@ -206,6 +215,10 @@ impl fmt::Display for HeldReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HeldReason::OptedOut => write!(f, "node has {DO_NOT_DISRUPT_ANNOTATION}=true"),
+            HeldReason::AwaitingApproval => write!(
+                f,
+                "waiting for approval (--require-approval): annotate the node {DRAIN_APPROVED_ANNOTATION}=true to let its drain start"
+            ),
             HeldReason::PreDrainHooks(hooks) => write!(
                 f,
                 "held by pre-drain hook(s) {} until their owners remove the {PRE_DRAIN_HOOK_PREFIX}<name> annotation(s)",
@@ -328,6 +341,8 @@ pub enum StartBlock {
     /// Pre-drain hooks hold it ([`NodeView::pre_drain_hooks`]); only a start, never a drain
     /// under way.
     PreDrainHooks,
+    /// Not approved under `--require-approval` ([`NodeView::awaiting_approval`]); only a start.
+    AwaitingApproval,
     /// Its drain is under way.
     Draining,
     /// It is drained, waiting to be retired.
@@ -356,7 +371,12 @@ pub fn start_block(
             .map(StartBlock::BackingOff),
         _ => None,
     };
-    block.or_else(|| (!node.pre_drain_hooks.is_empty()).then_some(StartBlock::PreDrainHooks))
+    block
+        .or_else(|| (!node.pre_drain_hooks.is_empty()).then_some(StartBlock::PreDrainHooks))
+        .or_else(|| {
+            node.awaiting_approval
+                .then_some(StartBlock::AwaitingApproval)
+        })
 }
 
 /// Tainted nodes that may start (not opted out, not held by pre-drain hooks, not draining or drained, not backing off), in
@@ -377,6 +397,7 @@ fn candidates<'a>(
         match start_block(node, now, retry_backoff) {
             None => candidates.push(node),
             Some(StartBlock::OptedOut) => hold(&node.name, HeldReason::OptedOut),
+            Some(StartBlock::AwaitingApproval) => hold(&node.name, HeldReason::AwaitingApproval),
             Some(StartBlock::PreDrainHooks) => hold(
                 &node.name,
                 HeldReason::PreDrainHooks(node.pre_drain_hooks.clone()),
@@ -580,6 +601,8 @@ mod tests {
                 deleting: false,
                 opted_out: true,
                 pre_drain_hooks: vec![],
+                drain_approved: false,
+                awaiting_approval: false,
                 created: Some(ts("2025-01-02T03:04:05Z")),
                 budget_waits: None,
                 budget_urgency: 0,

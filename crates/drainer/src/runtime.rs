@@ -10,7 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::Api;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use prometheus_client::registry::Registry;
@@ -64,18 +64,15 @@ pub async fn run(
     // Every replica keeps the same watches, leading or not: the node watch tells it when to
     // contend, and a new leader starts with its caches warm.
     let budgets = BudgetCache::start(kube_client.clone());
-    let recorder = Recorder::new(
-        kube_client.clone(),
-        Reporter {
-            controller: "rotor-drainer".into(),
-            instance: Some(identity),
-        },
-    );
+    let reporter = Reporter {
+        controller: "rotor-drainer".into(),
+        instance: Some(identity),
+    };
     let ctx = Arc::new(Ctx {
         client: kube_client,
         evict_client,
         cfg,
-        recorder,
+        reporter,
         metrics,
         budgets: budgets.store,
         budget_changes: budgets.changes,

@@ -74,7 +74,8 @@ pub(super) enum Command {
     ReserveAhead(String),
     /// Remove the room made ahead for this node: it is no longer in line.
     ReleaseAhead(String),
-    /// Say on this node (an Event) that pre-drain hooks hold it, in `why`'s words.
+    /// Say on this node (an Event) that pre-drain hooks or a missing approval hold it, in
+    /// `why`'s words.
     AnnounceHeld { node: String, why: String },
 }
 
@@ -126,6 +127,8 @@ pub(super) struct MachineConfig {
     /// How many nodes next in line get room made ahead of their drain: `--max-concurrent` with
     /// `--surge`, 0 without.
     pub reserve_ahead: usize,
+    /// `--require-approval`: a drain starts only on a node approved by annotation.
+    pub require_approval: bool,
 }
 
 /// What the control loop knows between events.
@@ -140,8 +143,8 @@ pub(super) struct Machine {
     /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]), with how
     /// many starts have passed each over since.
     reserved: BTreeMap<String, usize>,
-    /// The pre-drain hooks last announced on each node they hold ([`Command::AnnounceHeld`]).
-    hooks_announced: BTreeMap<String, Vec<String>>,
+    /// What was last announced on each node that hooks or approval hold ([`Command::AnnounceHeld`]).
+    holds_announced: BTreeMap<String, HeldReason>,
     burst: TaintBurst,
     was_leading: bool,
     idle_since: Option<Instant>,
@@ -158,7 +161,7 @@ impl Machine {
             running: BTreeSet::new(),
             cleaning: BTreeSet::new(),
             reserved: BTreeMap::new(),
-            hooks_announced: BTreeMap::new(),
+            holds_announced: BTreeMap::new(),
             burst: TaintBurst::default(),
             was_leading: false,
             idle_since: None,
@@ -188,6 +191,7 @@ impl Machine {
             Event::NodesListed(listed) => {
                 let mut fresh = BTreeMap::new();
                 for mut view in listed {
+                    view.awaiting_approval = self.cfg.require_approval && !view.drain_approved;
                     carry_ever_ready(&self.nodes, &mut view);
                     // Whether the taint stayed while nobody watched is unknown: from now.
                     sight_taint(None, &mut view, now);
@@ -198,6 +202,7 @@ impl Machine {
                 Vec::new()
             }
             Event::NodeApplied(mut view) => {
+                view.awaiting_approval = self.cfg.require_approval && !view.drain_approved;
                 let old = self.nodes.get(&view.name);
                 carry_ever_ready(&self.nodes, &mut view);
                 sight_taint(old, &mut view, now);
@@ -438,27 +443,31 @@ impl Machine {
             })
             .collect();
         commands.extend(self.reserve_ahead(&round));
-        commands.extend(self.announce_hooks(&round));
+        commands.extend(self.announce_holds(&round));
         commands
     }
 
-    /// An Event on each node that pre-drain hooks hold, when it is news: the hooks holding it
-    /// changed since the last one (so an operator reading the node sees who holds it, once).
-    fn announce_hooks(&mut self, round: &StartRound) -> Vec<Command> {
-        let held: BTreeMap<&String, (&Vec<String>, &HeldReason)> = round
+    /// An Event on each node that pre-drain hooks or a missing approval hold, when it is news:
+    /// what holds it changed since the last one (so an operator reading the node sees who or
+    /// what holds it, once).
+    fn announce_holds(&mut self, round: &StartRound) -> Vec<Command> {
+        let held: BTreeMap<&String, &HeldReason> = round
             .held
             .iter()
-            .filter_map(|(node, why)| match why {
-                HeldReason::PreDrainHooks(hooks) => Some((node, (hooks, why))),
-                _ => None,
+            .filter(|(_, why)| {
+                matches!(
+                    why,
+                    HeldReason::PreDrainHooks(_) | HeldReason::AwaitingApproval
+                )
             })
+            .map(|(node, why)| (node, why))
             .collect();
-        self.hooks_announced
+        self.holds_announced
             .retain(|node, _| held.contains_key(node));
         let mut commands = Vec::new();
-        for (node, (hooks, why)) in held {
-            if self.hooks_announced.get(node) != Some(hooks) {
-                self.hooks_announced.insert(node.clone(), hooks.clone());
+        for (node, why) in held {
+            if self.holds_announced.get(node) != Some(why) {
+                self.holds_announced.insert(node.clone(), why.clone());
                 commands.push(Command::AnnounceHeld {
                     node: node.clone(),
                     why: why.to_string(),
@@ -573,8 +582,8 @@ fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'s
     match start_block(node, now, retry_backoff) {
         _ if !window_open => None,
         None => Some("it carries the drain taint"),
-        Some(StartBlock::PreDrainHooks) => {
-            Some("it carries the drain taint and pre-drain hooks hold it, to report")
+        Some(StartBlock::PreDrainHooks | StartBlock::AwaitingApproval) => {
+            Some("it carries the drain taint and waits for its hooks or approval, to report")
         }
         Some(_) => None,
     }

@@ -73,6 +73,7 @@ pub async fn run(
         } else {
             0
         },
+        require_approval: ctx.cfg.require_approval,
     });
     let mut shell = Shell {
         ctx: ctx.clone(),
@@ -342,7 +343,7 @@ impl Shell {
             }
             // Beside the drains, like every Event: a failure is only logged.
             Command::AnnounceHeld { node, why } => {
-                tracing::info!(%node, %why, "drain held by pre-drain hooks");
+                tracing::info!(%node, %why, "drain held");
                 let ctx = self.ctx.clone();
                 tokio::spawn(async move {
                     let nodes: Api<Node> = Api::all(ctx.client.clone());

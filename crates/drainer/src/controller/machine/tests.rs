@@ -21,6 +21,7 @@ fn config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
             .collect(),
         release_after: Duration::from_secs(30),
         reserve_ahead: 0,
+        require_approval: false,
     }
 }
 
@@ -773,6 +774,51 @@ fn pre_drain_hooks_hold_a_node_and_are_announced_once_per_change() {
     let (commands, _) = leading_pass(&mut machine, at(5));
     assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
     assert_eq!(announced(&commands), Vec::<String>::new());
+}
+
+#[test]
+fn with_require_approval_a_node_waits_for_its_approval_and_says_so_once() {
+    let t0 = Instant::now();
+    let cfg = MachineConfig {
+        require_approval: true,
+        ..config(2, &[])
+    };
+    let approved = |name: &str, age: i64| NodeView {
+        drain_approved: true,
+        ..tainted(name, age)
+    };
+    let mut machine = listed(cfg, vec![tainted("a", 9), approved("b", 8)], t0);
+    let (commands, held) = leading_pass(&mut machine, t0);
+    // b was approved: it starts; a waits, and an Event says what for.
+    assert_eq!(drains(&commands), [drain("b", Intent::Start)]);
+    assert_eq!(held, [("a".to_string(), HeldReason::AwaitingApproval)]);
+    let said: Vec<&Command> = commands
+        .iter()
+        .filter(|c| matches!(c, Command::AnnounceHeld { .. }))
+        .collect();
+    assert!(
+        matches!(said[..], [Command::AnnounceHeld { node, why }]
+            if node == "a" && why.contains("rotor.dev/drain-approved=true")),
+        "{said:?}"
+    );
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(1));
+    assert!(
+        !commands
+            .iter()
+            .any(|c| matches!(c, Command::AnnounceHeld { .. }))
+    );
+    // Approved: a starts.
+    machine.apply(
+        Event::NodeApplied(approved("a", 9)),
+        t0 + Duration::from_secs(2),
+    );
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(3));
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+
+    // Without the flag, the annotation changes nothing.
+    let mut machine = listed(config(2, &[]), vec![tainted("a", 9)], t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
 }
 
 #[test]

@@ -283,6 +283,17 @@ fn pod_uids(cluster: &RealCluster, selector: &str) -> Vec<(String, String)> {
     v
 }
 
+/// Waits until `node` is blocked with `pod` the only movable pod left on it; its blocker.
+fn blocked_on_only(cluster: &RealCluster, node: &str, pod: &str) -> String {
+    wait_until(&format!("{node} to block on {pod}"), WAIT, || {
+        let phase = annotation(cluster, node, "rotor.dev/phase");
+        let left = movable_pods_on(cluster, node);
+        (phase.as_deref() == Some("blocked") && left == [pod])
+            .then(|| annotation(cluster, node, "rotor.dev/blocker"))
+            .flatten()
+    })
+}
+
 /// A pod named `name` on `node` that no controller owns, with `annotations`.
 fn bare_pod(name: &str, node: &str, annotations: &str) -> String {
     format!(
@@ -314,13 +325,7 @@ fn given_a_do_not_disrupt_pod_then_the_node_blocks_naming_it_until_the_opt_out_g
     let cluster = &shop.cluster;
     let _drainer = shop.drainer("e2e-a", &[]);
     shop.taint("old-1");
-    let blocker = wait_until("old-1 to block on the precious pod", WAIT, || {
-        let phase = annotation(cluster, "old-1", "rotor.dev/phase");
-        let left = movable_pods_on(cluster, "old-1");
-        (phase.as_deref() == Some("blocked") && left == ["shop/precious"])
-            .then(|| annotation(cluster, "old-1", "rotor.dev/blocker"))
-            .flatten()
-    });
+    let blocker = blocked_on_only(cluster, "old-1", "shop/precious");
     assert!(
         blocker.contains("shop/precious") && blocker.contains("karpenter.sh/do-not-disrupt"),
         "{blocker}"
@@ -401,13 +406,7 @@ fn given_an_admission_policy_refusing_an_eviction_then_the_node_blocks_naming_th
 
     let _drainer = shop.drainer("e2e-a", &[]);
     shop.taint("old-1");
-    let blocker = wait_until("old-1 to block on the frozen pod", WAIT, || {
-        let phase = annotation(cluster, "old-1", "rotor.dev/phase");
-        let left = movable_pods_on(cluster, "old-1");
-        (phase.as_deref() == Some("blocked") && left == ["shop/frozen"])
-            .then(|| annotation(cluster, "old-1", "rotor.dev/blocker"))
-            .flatten()
-    });
+    let blocker = blocked_on_only(cluster, "old-1", "shop/frozen");
     assert!(
         blocker.contains("shop/frozen")
             && blocker.contains("ValidatingAdmissionPolicy change-freeze refuses it")

@@ -300,74 +300,62 @@ mod tests {
     /// webhook's denial, a ValidatingAdmissionPolicy's with its default reason Invalid).
     #[test]
     fn refusals_name_who_refused() {
-        let denial = |code, reason, message| match outcome_of_status(&status(
-            code,
-            reason,
-            message,
-            vec![],
-            0,
-        )) {
-            EvictionOutcome::Denied { by, .. } => Some(by),
-            _ => None,
-        };
-        assert_eq!(
-            denial(
+        let webhook = || Some(Denial::Webhook("freeze.example.com".into()));
+        let cases: [(u16, &str, &str, Option<Denial>); 8] = [
+            (
                 403,
                 "Forbidden",
-                r#"pods "web-1" is forbidden: User "system:serviceaccount:rotor-system:rotor-drainer" cannot create resource "pods/eviction" in API group "" in the namespace "shop""#
+                r#"pods "web-1" is forbidden: User "system:serviceaccount:rotor-system:rotor-drainer" cannot create resource "pods/eviction" in API group "" in the namespace "shop""#,
+                Some(Denial::Authorization),
             ),
-            Some(Denial::Authorization)
-        );
-        assert_eq!(
-            denial(
+            (
                 403,
                 "",
-                r#"admission webhook "freeze.example.com" denied the request: change freeze until Monday"#
+                r#"admission webhook "freeze.example.com" denied the request: change freeze until Monday"#,
+                webhook(),
             ),
-            Some(Denial::Webhook("freeze.example.com".into()))
-        );
-        // A webhook picks its own code (at least 400).
-        assert_eq!(
-            denial(
+            // A webhook picks its own code (at least 400).
+            (
                 400,
                 "",
-                r#"admission webhook "freeze.example.com" denied the request without explanation"#
+                r#"admission webhook "freeze.example.com" denied the request without explanation"#,
+                webhook(),
             ),
-            Some(Denial::Webhook("freeze.example.com".into()))
-        );
-        assert_eq!(
-            denial(
+            (
                 422,
                 "Invalid",
-                r#"pods "web-1" is forbidden: ValidatingAdmissionPolicy 'no-evictions' with binding 'no-evictions-shop' denied request: frozen"#
+                r#"pods "web-1" is forbidden: ValidatingAdmissionPolicy 'no-evictions' with binding 'no-evictions-shop' denied request: frozen"#,
+                Some(Denial::Policy("no-evictions".into())),
             ),
-            Some(Denial::Policy("no-evictions".into()))
-        );
-        assert_eq!(
-            denial(401, "Unauthorized", "Unauthorized"),
-            Some(Denial::Authentication)
-        );
-        assert_eq!(
-            denial(
+            (
+                401,
+                "Unauthorized",
+                "Unauthorized",
+                Some(Denial::Authentication),
+            ),
+            (
                 403,
                 "Forbidden",
-                "pods \"web-1\" is forbidden: unable to create new content in namespace shop because it is being terminated"
+                "pods \"web-1\" is forbidden: unable to create new content in namespace shop because it is being terminated",
+                Some(Denial::Forbidden),
             ),
-            Some(Denial::Forbidden)
-        );
-        // Not refusals: a malformed request, and a 5xx that quotes a webhook (it failed to answer).
-        assert_eq!(
-            denial(400, "BadRequest", "the body is not an Eviction"),
-            None
-        );
-        assert_eq!(
-            denial(
+            // Not refusals: a malformed request, and a 5xx that quotes a webhook (it failed to
+            // answer).
+            (400, "BadRequest", "the body is not an Eviction", None),
+            (
                 500,
                 "InternalError",
-                r#"Internal error occurred: failed calling webhook "freeze.example.com": connection refused"#
+                r#"Internal error occurred: failed calling webhook "freeze.example.com": connection refused"#,
+                None,
             ),
-            None
-        );
+        ];
+        for (code, reason, message, expected) in cases {
+            let denial = match outcome_of_status(&status(code, reason, message, vec![], 0)) {
+                EvictionOutcome::Denied { by, .. } => Some(by),
+                _ => None,
+            };
+            assert_eq!(denial, expected, "{code} {message}");
+        }
         // Names are cut at their closing quote, and an empty name is no name.
         assert_eq!(
             Denial::of(403, "admission webhook \"\" denied the request"),

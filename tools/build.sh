@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane that rotor's end-to-end tests run against, from the Go
 # modules pinned in tools/kube (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl) and tools/kwok (kwok), into a cache outside the clone:
+# kubectl), tools/kwok (kwok) and tools/prometheus (Prometheus, for the health-gate tests), into a
+# cache outside the clone:
 #
-#   $ROTOR_TOOLS_CACHE/<key>/bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kwok}
+#   $ROTOR_TOOLS_CACHE/<key>/bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kwok,prometheus}
 #
 # <key> hashes the go.mod/go.sum files and this script, so a change to a pin rebuilds and an
 # unchanged pin costs a few seconds. The last line printed is the bin directory; the tests find it
@@ -19,11 +20,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cache_root="${ROTOR_TOOLS_CACHE:-$HOME/.cache/rotor/kube}"
 k8s_version="v1.36.3"
 
-key=$(cat "$here/kube/go.mod" "$here/kube/go.sum" "$here/kwok/go.mod" "$here/kwok/go.sum" "$here/build.sh" \
+key=$(cat "$here/kube/go.mod" "$here/kube/go.sum" "$here/kwok/go.mod" "$here/kwok/go.sum" \
+  "$here/prometheus/go.mod" "$here/prometheus/go.sum" "$here/build.sh" \
   | sha256sum | cut -c1-16)
 out="$cache_root/$key"
 bin="$out/bin"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok prometheus)
 
 built() {
   local b
@@ -60,7 +62,7 @@ vpkg=k8s.io/component-base/version
 ldflags="-s -w -X $vpkg.gitVersion=$k8s_version -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=36 -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=1970-01-01T00:00:00Z"
 
 start=$SECONDS
-echo "building the control plane ($k8s_version) into $bin; cold this takes 20-30 minutes on 2 cores" >&2
+echo "building the control plane ($k8s_version) into $bin; cold this takes 25-40 minutes on 2 cores" >&2
 (
   cd "$here/kube"
   # One invocation for the Kubernetes binaries: they share most packages.
@@ -74,6 +76,11 @@ echo "building the control plane ($k8s_version) into $bin; cold this takes 20-30
 (
   cd "$here/kwok"
   go build -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok
+)
+(
+  cd "$here/prometheus"
+  # Without the builtinassets tag the web UI is left out; the HTTP API is all the tests use.
+  go build -trimpath -ldflags "-s -w" -o "$tmp/prometheus" github.com/prometheus/prometheus/cmd/prometheus
 )
 rm -rf "$bin"
 mv "$tmp" "$bin"

@@ -12,6 +12,8 @@
 //! - [`BudgetWatch`] (`budget_watch`): "no budget violated", judged from a pod watch alone.
 //! - [`autoscaler::TestAutoscaler`]: adds kwok nodes for unschedulable pods, as a cluster
 //!   autoscaler would, for the surge tests.
+//! - [`health_peers`]: a real Prometheus evaluating the test's alerting rules, and an HTTP
+//!   endpoint whose answer the test sets, for the drainer's health gate.
 //! - [`SimCluster`] (`sim_cluster`): the simulator in the test's own process, a `kube::Client`
 //!   and a kubeconfig for it, its counters and admin API, and the node and pod reads and writes
 //!   the crates' integration tests repeat.
@@ -51,6 +53,7 @@ use serde_json::Value;
 pub mod autoscaler;
 pub mod budget_watch;
 pub mod doc_tables;
+pub mod health_peers;
 pub mod moto;
 pub mod real_cluster;
 pub mod sim_cluster;

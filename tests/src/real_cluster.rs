@@ -73,7 +73,7 @@ pub fn control_plane_bin() -> PathBuf {
         "kubectl",
         "kwok",
     ];
-    let how = "build them with `tools/build.sh` (Go >= 1.26 and the Go module proxy; 20-30 \
+    let how = "build them with `tools/build.sh` (Go >= 1.26 and the Go module proxy; 25-40 \
                minutes cold on 2 cores, seconds once cached), or point ROTOR_KUBE_BIN at a \
                directory holding them";
     let dir = match std::env::var_os("ROTOR_KUBE_BIN") {

@@ -121,8 +121,11 @@ fn the_binary_drains_a_node_tainted_with_kubectl_and_status_reports_it() {
             .args(["status", "--output", "json"]),
         Duration::from_secs(30),
     );
-    let rows: serde_json::Value =
+    let status: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("status --output json is JSON");
+    // No health gate is configured, so the rotation record has none.
+    assert_eq!(status["healthGate"], serde_json::Value::Null, "{status}");
+    let rows = &status["nodes"];
     assert_eq!(rows.as_array().unwrap().len(), 1);
     assert_eq!(rows[0]["node"], node.as_str());
     assert_eq!(rows[0]["phase"], "drained");
@@ -137,6 +140,13 @@ fn bad_flags_exit_2_before_touching_the_cluster() {
         &["--drain-timeout", "10m", "--force-after", "1h"][..],
         &["--max-unavailable", "120%"][..],
         &["--window", "at night"][..],
+        &["--health-url", "healthz:8080"][..],
+        &[
+            "--health-prometheus",
+            "http://p:9090",
+            "--health-alert-selector",
+            "severity=critical",
+        ][..],
     ] {
         let out = run_with_timeout(
             Command::new(binary("rotor-drainer"))

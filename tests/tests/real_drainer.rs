@@ -487,6 +487,100 @@ fn given_a_pre_drain_hook_and_required_approval_then_the_drain_waits_untouched_s
     wait_phase(cluster, "old-1", "drained", WAIT);
 }
 
+/// `rotor-drainer status --output json`, run as the admin.
+fn status_json(cluster: &RealCluster) -> Value {
+    let out = rotor_e2e::run_with_timeout(
+        std::process::Command::new(rotor_e2e::binary("rotor-drainer"))
+            .arg("--kubeconfig")
+            .arg(cluster.admin_kubeconfig())
+            .args(["status", "--output", "json", "--lease-namespace", NS]),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).expect("status --output json is JSON")
+}
+
+/// The health gate's reason as `status` shows it, once it is closed.
+fn health_gate_closed(cluster: &RealCluster, what: &str, until: impl Fn(&str) -> bool) -> String {
+    wait_until(what, WAIT, || {
+        let gate = &status_json(cluster)["healthGate"];
+        let reason = gate["reason"].as_str().unwrap_or_default().to_string();
+        (gate["open"] == false && until(&reason)).then_some(reason)
+    })
+}
+
+#[test]
+fn given_a_firing_alert_or_an_unhealthy_url_then_no_drain_starts_until_both_are_healthy() {
+    let shop = Shop::start(1);
+    let cluster = &shop.cluster;
+    // Watchdog always fires in kube-prometheus; the default selector leaves it out.
+    let watchdog = "- alert: Watchdog\n  expr: vector(1)\n";
+    let burning =
+        "- alert: CheckoutErrorBudgetBurn\n  expr: vector(1)\n  labels:\n    severity: critical\n";
+    let mut prometheus =
+        rotor_e2e::health_peers::Prometheus::start(&format!("{watchdog}{burning}"));
+    prometheus.wait_firing(&["CheckoutErrorBudgetBurn", "Watchdog"]);
+    let url = rotor_e2e::health_peers::HealthUrl::start(503, "schema migration in progress\n");
+    // Credentials in a URL are sent, never shown.
+    let with_password = url.url().replace("http://", "http://probe:s3cret@");
+    let drainer = shop.drainer(
+        "e2e-a",
+        &[
+            "--health-prometheus",
+            prometheus.url(),
+            "--health-url",
+            &with_password,
+            "--health-interval",
+            "1s",
+            "--health-timeout",
+            "1s",
+        ],
+    );
+    shop.taint("old-1");
+    let reason = health_gate_closed(
+        cluster,
+        "status to show the gate closed by both checks",
+        |r| r.contains("CheckoutErrorBudgetBurn") && r.contains("schema migration in progress"),
+    );
+    assert!(!reason.contains("Watchdog"), "{reason}");
+    assert!(reason.contains("answered 503"), "{reason}");
+    let untouched = |stage: &str| {
+        let held = node(cluster, "old-1");
+        assert!(held["spec"]["unschedulable"].is_null(), "{stage}: {held}");
+        assert_eq!(
+            annotation(cluster, "old-1", "rotor.dev/phase"),
+            None,
+            "{stage}"
+        );
+        assert!(!movable_pods_on(cluster, "old-1").is_empty(), "{stage}");
+    };
+    untouched("alert firing and URL unhealthy");
+
+    // The alert resolves: the URL alone still holds the drain.
+    prometheus.set_rules(watchdog);
+    prometheus.wait_firing(&["Watchdog"]);
+    let reason = health_gate_closed(cluster, "the gate closed by the URL alone", |r| {
+        !r.contains("CheckoutErrorBudgetBurn")
+    });
+    assert!(reason.contains("schema migration in progress"), "{reason}");
+    untouched("URL unhealthy");
+
+    // Healthy: the drain starts and completes; the record says open.
+    url.answer(200, "ok");
+    wait_phase(cluster, "old-1", "drained", WAIT);
+    let gate = &status_json(cluster)["healthGate"];
+    assert_eq!(gate["open"], true, "{gate}");
+    let record = cluster.kubectl_json(&["get", "configmap", "rotor-drainer-rotation", "-n", NS]);
+    assert_eq!(record["data"]["healthGate"], "open", "{record}");
+    assert!(url.requests() >= 3, "the URL was asked at each stage");
+    let log = drainer.log();
+    assert!(log.contains("health gate closed"), "{log}");
+    assert!(log.contains("health gate open"), "{log}");
+    for seen in [log, record.to_string(), reason] {
+        assert!(!seen.contains("s3cret"), "a credential leaked: {seen}");
+    }
+}
+
 #[test]
 fn given_a_budget_that_never_allows_then_the_node_reports_it_and_fails_at_the_deadline() {
     // minAvailable 1 over one pod: no eviction can ever pass.

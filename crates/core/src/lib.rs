@@ -7,6 +7,7 @@
 //! - [`provider_id`]: AWS `spec.providerID` parsing into an [`InstanceId`].
 //! - [`client`](mod@client): kube client construction from [`KubeArgs`], with and without kube's built-in retry.
 //! - [`telemetry`]: the tracing subscriber ([`LogArgs`]).
+//! - [`http`]: a GET with a deadline to an operator's [`HttpTarget`], shown without credentials.
 //! - [`admin`]: the `/metrics`, `/healthz`, `/readyz` HTTP server ([`AdminArgs`]).
 //! - [`shutdown`]: the process-wide cancellation token, cancelled on SIGTERM/SIGINT.
 //!
@@ -18,6 +19,7 @@ pub mod admin;
 pub mod client;
 pub mod contract;
 pub mod duration;
+pub mod http;
 pub mod node_budget;
 pub mod provider_id;
 pub mod shutdown;

@@ -8,6 +8,7 @@ use clap::Args;
 use rotor_core::NodeBudget;
 
 use crate::gate::GateConfig;
+use crate::health::{AlertSelector, DEFAULT_ALERT_SELECTOR, HealthConfig};
 use crate::pods::DrainOptions;
 use crate::surge::SurgeConfig;
 use crate::window::MaintenanceWindow;
@@ -48,6 +49,20 @@ pub enum ConfigError {
     NoSurge,
     #[error("{0} must not be empty")]
     Empty(&'static str),
+    #[error("{flag}: {error}")]
+    HealthTarget {
+        flag: &'static str,
+        error: rotor_core::http::TargetError,
+    },
+    #[error(
+        "--health-timeout ({}s) must be at least 1s and no longer than --health-interval ({}s)",
+        timeout.as_secs_f64(),
+        interval.as_secs_f64()
+    )]
+    HealthTimings {
+        timeout: Duration,
+        interval: Duration,
+    },
 }
 
 #[derive(Args, Clone, Debug)]
@@ -132,6 +147,35 @@ pub struct DrainArgs {
     /// eviction) and a DrainHeld Event says what it waits for. A drain under way is not paused.
     #[arg(long, env = "ROTOR_REQUIRE_APPROVAL")]
     pub require_approval: bool,
+
+    /// Health gate: Prometheus's base URL (e.g. http://prometheus.monitoring:9090). Before a drain
+    /// starts, rotor asks it for the firing alerts --health-alert-selector matches; while any
+    /// fires, no new drain starts (running ones finish). An unreachable Prometheus or an answer
+    /// that is not its query API holds drains too. Credentials may go in the URL
+    /// (https://user:password@...); they are never logged.
+    #[arg(long, env = "ROTOR_HEALTH_PROMETHEUS")]
+    pub health_prometheus: Option<String>,
+
+    /// With --health-prometheus: which firing alerts hold drains, as PromQL label matchers
+    /// (severity="critical",namespace=~"prod-.*"). Empty means every firing alert. The default
+    /// leaves out the alerts kube-prometheus keeps firing on purpose.
+    #[arg(long, env = "ROTOR_HEALTH_ALERT_SELECTOR", default_value = DEFAULT_ALERT_SELECTOR, requires = "health_prometheus")]
+    pub health_alert_selector: AlertSelector,
+
+    /// Health gate: a URL that must answer 2xx to a GET before a drain starts; repeat the flag
+    /// for several (separate them with ';' in the environment variable). Any other status, or no
+    /// answer within --health-timeout, holds new drains.
+    #[arg(long = "health-url", env = "ROTOR_HEALTH_URLS", value_delimiter = ';')]
+    pub health_urls: Vec<String>,
+
+    /// Longest one health check may take; no answer by then counts as unhealthy.
+    #[arg(long, env = "ROTOR_HEALTH_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub health_timeout: Duration,
+
+    /// A drain starts only on a health verdict at most this old; while the checks hold drains they
+    /// are repeated this often.
+    #[arg(long, env = "ROTOR_HEALTH_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub health_interval: Duration,
 
     /// Make room before evicting: after the cordon, create a low-priority placeholder pod for
     /// each pod a controller will recreate, requesting what that pod requests and allowed where
@@ -218,6 +262,8 @@ pub struct DrainerConfig {
     pub settle: Duration,
     /// `--require-approval`.
     pub require_approval: bool,
+    /// The health gate, when a check is set.
+    pub health: Option<HealthConfig>,
     /// Surge, when `--surge` is on.
     pub surge: Option<SurgeConfig>,
 }
@@ -242,6 +288,7 @@ impl DrainArgs {
             return Err(ConfigError::BudgetRecheckTooShort);
         }
         let surge = self.surge_config()?;
+        let health = self.health_config()?;
         Ok(DrainerConfig {
             max_concurrent: self.max_concurrent,
             max_unavailable: self.max_unavailable,
@@ -262,8 +309,50 @@ impl DrainArgs {
             budget_recheck: self.budget_recheck,
             settle: self.settle,
             require_approval: self.require_approval,
+            health,
             surge,
         })
+    }
+
+    /// URLs are parsed here rather than by clap, whose error would quote the value, credentials
+    /// and all.
+    fn health_config(&self) -> Result<Option<HealthConfig>, ConfigError> {
+        let target = |flag: &'static str, value: &str| {
+            value
+                .trim()
+                .parse()
+                .map_err(|error| ConfigError::HealthTarget { flag, error })
+        };
+        let prometheus = match &self.health_prometheus {
+            Some(url) => Some((
+                target("--health-prometheus", url)?,
+                self.health_alert_selector.clone(),
+            )),
+            None => None,
+        };
+        let urls = self
+            .health_urls
+            .iter()
+            .filter(|u| !u.trim().is_empty())
+            .map(|u| target("--health-url", u))
+            .collect::<Result<Vec<_>, _>>()?;
+        if prometheus.is_none() && urls.is_empty() {
+            return Ok(None);
+        }
+        if self.health_timeout < Duration::from_secs(1)
+            || self.health_timeout > self.health_interval
+        {
+            return Err(ConfigError::HealthTimings {
+                timeout: self.health_timeout,
+                interval: self.health_interval,
+            });
+        }
+        Ok(Some(HealthConfig {
+            prometheus,
+            urls,
+            timeout: self.health_timeout,
+            interval: self.health_interval,
+        }))
     }
 
     fn surge_config(&self) -> Result<Option<SurgeConfig>, ConfigError> {
@@ -333,6 +422,53 @@ mod tests {
         assert!(c.force_after.is_none());
         assert!(c.options.evict_emptydir && c.options.evict_unmanaged);
         assert!(c.windows.is_empty());
+        assert!(c.health.is_none());
+    }
+
+    #[test]
+    fn health_checks_parse_and_bad_ones_name_the_flag_without_credentials() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .map_err(|e| e.to_string())
+                .and_then(|cli| cli.drain.validate().map_err(|e| e.to_string()))
+        };
+        let c = parse(&[
+            "--health-prometheus",
+            "https://ops:t0ken@prom.example/prom",
+            "--health-url",
+            "http://db-health.ops/ready",
+            "--health-url",
+            "http://queue.ops/healthz",
+        ])
+        .unwrap();
+        let health = c.health.unwrap();
+        let checks: Vec<String> = health.checks().iter().map(|c| c.target().shown()).collect();
+        assert_eq!(
+            checks,
+            [
+                "https://prom.example/prom/api/v1/query",
+                "http://db-health.ops/ready",
+                "http://queue.ops/healthz"
+            ]
+        );
+        assert_eq!(health.interval, Duration::from_secs(15));
+        let err = parse(&["--health-url", "http://u:hunter2@ho st/"]).unwrap_err();
+        assert!(err.starts_with("--health-url: "), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        let err = parse(&["--health-prometheus", "prom:9090"]).unwrap_err();
+        assert!(err.starts_with("--health-prometheus: "), "{err}");
+        let err = parse(&["--health-url", "http://a/", "--health-timeout", "20s"]).unwrap_err();
+        assert!(err.contains("--health-timeout (20s)"), "{err}");
+        let err = parse(&[
+            "--health-prometheus",
+            "http://p",
+            "--health-alert-selector",
+            "sev=crit",
+        ])
+        .unwrap_err();
+        assert!(err.contains("expected a quoted value"), "{err}");
+        // A selector without Prometheus would be silently unused.
+        assert!(parse(&["--health-alert-selector", "a=\"b\""]).is_err());
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub struct Ctx {
     pub surge_slots: SurgeSlots,
     /// How many nodes the cluster has, as the node watch last counted, for percentages.
     pub fleet_size: AtomicUsize,
+    /// The rotation's record (see [`crate::rotation`]).
+    pub rotation: crate::rotation::RecordRef,
 }
 
 impl Ctx {

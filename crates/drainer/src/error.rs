@@ -60,4 +60,8 @@ pub enum RunError {
         "cannot read the PriorityClass {name} that --surge needs: {error} (rotor-drainer needs get on priorityclasses)"
     )]
     SurgePriorityClassUnreadable { name: String, error: kube::Error },
+    #[error(
+        "cannot set up the health gate's HTTP client: {0} (the system's CA certificates are needed for https checks)"
+    )]
+    HealthClient(#[source] rotor_core::http::HttpError),
 }

@@ -198,6 +198,8 @@ pub enum HeldReason {
     TaintsArriving,
     /// The start gate holds: the cluster has not absorbed the last drains; the gate's words.
     Gate(String),
+    /// The health gate holds: a health check is unhealthy; the checks' words.
+    Health(String),
 }
 
 impl HeldReason {
@@ -256,6 +258,7 @@ impl fmt::Display for HeldReason {
                 f.write_str("drain taints are still arriving; choosing once they settle")
             }
             HeldReason::Gate(why) => write!(f, "gate: {why}"),
+            HeldReason::Health(why) => write!(f, "health gate closed: {why}"),
         }
     }
 }

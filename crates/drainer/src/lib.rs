@@ -4,11 +4,12 @@
 //! clock reads): `pods` (what to do with each pod), `state` (the per-node record kept in
 //! annotations), `fleet` (which nodes may start), `window` (maintenance windows), `gate` (may
 //! the next node start), `workloads` (the replica counts the gate reads, as an index the watches
-//! update), `pace` (how fast each budget gives disruptions back, from rotor's own evictions).
+//! update), `pace` (how fast each budget gives disruptions back, from rotor's own evictions),
+//! `health` (how the health gate judges Prometheus's alerts and health URLs).
 //!
 //! The I/O sits at the edges: `evict` (the Eviction API), `drain` (one node's drain task),
-//! `controller` (the loop over nodes), `leader` (the Lease), `runtime` (wiring), `status` (the
-//! `status` subcommand), `metrics`, `config` (flags). `error` holds what can fail, in words an
+//! `controller` (the loop over nodes), `leader` (the Lease), `rotation` (the fleet-wide record
+//! beside the Lease), `runtime` (wiring), `status` (the `status` subcommand), `metrics`, `config` (flags). `error` holds what can fail, in words an
 //! operator can act on; `anyhow` is used only by the binary.
 
 pub mod budgets;
@@ -21,11 +22,13 @@ pub mod evict;
 pub mod eviction_queue;
 pub mod fleet;
 pub mod gate;
+pub mod health;
 pub mod leader;
 pub mod metrics;
 pub mod pace;
 pub mod pods;
 pub mod reserve;
+pub mod rotation;
 pub mod runtime;
 pub mod state;
 pub mod status;

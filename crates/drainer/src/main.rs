@@ -10,6 +10,7 @@ use rotor_core::admin::AdminArgs;
 use rotor_core::client::{KubeArgs, client, load_config};
 use rotor_core::telemetry::{self, LogArgs};
 use rotor_drainer::config::{DrainArgs, LeaderArgs};
+use rotor_drainer::rotation::{RecordRef, read_health};
 use rotor_drainer::status::{StatusRow, render_table};
 
 #[derive(Parser)]
@@ -39,10 +40,17 @@ enum Command {
         admin: AdminArgs,
     },
     /// Print the nodes rotor is working on: phase, reason, age and blocker, from the node
-    /// annotations. Read-only.
+    /// annotations; and above them what holds the whole fleet (the health gate), from the
+    /// rotation record beside the leader Lease. Read-only.
     Status {
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
+        /// The drainer's Lease name (its rotation record is <lease-name>-rotation).
+        #[arg(long, env = "ROTOR_LEASE_NAME", default_value = "rotor-drainer")]
+        lease_name: String,
+        /// The drainer's namespace, where its Lease and rotation record are.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "rotor-system")]
+        lease_namespace: String,
     },
 }
 
@@ -84,7 +92,15 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Status { output } => match runtime.block_on(status(cli.kube, output)) {
+        Command::Status {
+            output,
+            lease_name,
+            lease_namespace,
+        } => match runtime.block_on(status(
+            cli.kube,
+            output,
+            RecordRef::beside_lease(&lease_namespace, &lease_name),
+        )) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("rotor-drainer status: {e:#}");
@@ -106,9 +122,20 @@ async fn run(
     Ok(())
 }
 
-async fn status(kube_args: KubeArgs, output: Output) -> anyhow::Result<()> {
+async fn status(kube_args: KubeArgs, output: Output, record: RecordRef) -> anyhow::Result<()> {
     let config = load_config(&kube_args).await?;
     let c = client(config)?;
+    // The fleet-wide part is a courtesy: without read access to it, the nodes still show.
+    let health = match read_health(&c, &record).await {
+        Ok(health) => health,
+        Err(e) => {
+            eprintln!(
+                "rotor-drainer status: cannot read the rotation record configmap {}/{} ({e}); showing the nodes only",
+                record.namespace, record.name
+            );
+            None
+        }
+    };
     let nodes: Api<Node> = Api::all(c);
     let list = nodes.list(&ListParams::default()).await?;
     let rows: Vec<StatusRow> = list
@@ -117,8 +144,19 @@ async fn status(kube_args: KubeArgs, output: Output) -> anyhow::Result<()> {
         .filter_map(|n| StatusRow::from_node(n, jiff::Timestamp::now()))
         .collect();
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
-        Output::Text => print!("{}", render_table(&rows)),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "healthGate": health,
+                "nodes": rows,
+            }))?
+        ),
+        Output::Text => {
+            if let Some(health) = &health {
+                println!("{}\n", health.line());
+            }
+            print!("{}", render_table(&rows));
+        }
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The drainer's Prometheus metrics, named once here: drains by result, drain duration,
-//! evictions by outcome, pods held by budgets, seconds the start gate held, nodes by phase.
+//! evictions by outcome, pods held by budgets, seconds the start gate held, nodes by phase,
+//! surges, and the health gate's checks and state.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -19,6 +20,13 @@ pub struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HealthCheckLabel {
+    /// `prometheus` or `url`.
+    pub check: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
     pub phase: String,
 }
@@ -33,6 +41,8 @@ pub struct Metrics {
     pub nodes_by_phase: Family<PhaseLabel, Gauge>,
     pub surges: Family<OutcomeLabel, Counter>,
     pub surge_nodes: Gauge,
+    pub health_checks: Family<HealthCheckLabel, Counter>,
+    pub health_gate_open: Gauge,
 }
 
 impl Metrics {
@@ -49,7 +59,11 @@ impl Metrics {
             nodes_by_phase: Family::default(),
             surges: Family::default(),
             surge_nodes: Gauge::default(),
+            health_checks: Family::default(),
+            health_gate_open: Gauge::default(),
         };
+        // Open until a check says otherwise (and always, with no check configured).
+        m.health_gate_open.set(1);
         let r = registry.sub_registry_with_prefix("rotor_drainer");
         r.register(
             "drains",
@@ -87,7 +101,26 @@ impl Metrics {
             "Nodes whose placeholders are outstanding (what --max-surge caps)",
             m.surge_nodes.clone(),
         );
+        r.register(
+            "health_checks",
+            "Health gate checks by check (prometheus, url) and result (healthy, firing, unhealthy, unreachable)",
+            m.health_checks.clone(),
+        );
+        r.register(
+            "health_gate_open",
+            "1 while the health gate lets drains start, 0 while a health check holds them",
+            m.health_gate_open.clone(),
+        );
         m
+    }
+
+    pub fn health_check(&self, check: &str, result: &str) {
+        self.health_checks
+            .get_or_create(&HealthCheckLabel {
+                check: check.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
     }
 
     pub fn eviction(&self, outcome: &str) {

@@ -81,6 +81,10 @@ pub async fn run(
         pace: Default::default(),
         surge_slots: Default::default(),
         fleet_size: Default::default(),
+        rotation: crate::rotation::RecordRef::beside_lease(
+            &leader_args.lease_namespace,
+            &leader_args.lease_name,
+        ),
     });
 
     // Acting stops when we shut down or lose the lease (not when we release it: the controller

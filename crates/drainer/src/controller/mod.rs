@@ -31,11 +31,13 @@ use crate::leader::Election;
 use crate::metrics::PhaseLabel;
 use crate::workloads::{WorkloadIndex, WorkloadUpdate};
 
+use self::health_gate::HealthGate;
 use self::held_log::HeldLog;
 use self::machine::{Command, Event, LeaseCommand, Machine, MachineConfig, StartRound};
 use self::start_gate::Gate;
 
 mod choice;
+mod health_gate;
 mod held_log;
 mod machine;
 mod start_gate;
@@ -87,6 +89,12 @@ pub async fn run(
         workloads: WorkloadIndex::default(),
         demand_cache: choice::DemandCache::default(),
         held_log: HeldLog::default(),
+        health: match ctx.cfg.health.clone() {
+            Some(cfg) => {
+                Some(HealthGate::new(cfg, ctx.rotation.clone()).map_err(RunError::HealthClient)?)
+            }
+            None => None,
+        },
     };
     // Room made ahead for a node records nothing on the node, so if the drainer stopped and the
     // node's taint went meanwhile, no node needs rotor and no new term's sweep would come:
@@ -181,6 +189,8 @@ struct Shell {
     workloads: WorkloadIndex,
     demand_cache: choice::DemandCache,
     held_log: HeldLog,
+    /// `--health-prometheus`, `--health-url`: none when no check is set.
+    health: Option<HealthGate>,
 }
 
 impl Shell {
@@ -255,6 +265,14 @@ impl Shell {
                 round.hold(HeldReason::Gate(why));
             }
         }
+        // The cluster has absorbed the last drains; the world outside must be healthy too.
+        // Asked only when something would start, so an idle drainer sends nothing.
+        if !round.start.is_empty()
+            && let Some(health) = &mut self.health
+            && let Err(why) = health.check(&self.ctx).await
+        {
+            round.hold(HeldReason::Health(why));
+        }
         // A slot is free and the gate is open: if there is a choice, prefer the candidates whose
         // pods' budgets let a drain proceed now over one that would sit in the slot waiting.
         if !round.start.is_empty() {
@@ -290,6 +308,9 @@ impl Shell {
                 tracing::info!("leading: starting to drain tainted nodes");
                 self.gate = Gate::new_term();
                 self.demand_cache = choice::DemandCache::default();
+                if let Some(health) = &mut self.health {
+                    health.new_term();
+                }
                 // A previous leader may have stopped between creating placeholders and
                 // removing them; those of nodes no longer draining go now.
                 if let Some(surge) = self.ctx.cfg.surge.clone() {

@@ -1,0 +1,280 @@
+//! A small HTTP client for what rotor asks outside Kubernetes (the drainer's health gate): a GET
+//! with a deadline and a capped body, to an [`HttpTarget`] an operator gave as a flag. It is the
+//! hyper stack kube already builds (rustls with ring, the system's roots), not a second client.
+//!
+//! Operators put credentials in such URLs (`https://user:token@host/...`, `?token=...`), so a
+//! target is only ever shown through [`HttpTarget::shown`], which leaves them out.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http::Uri;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// Bodies longer than this are refused: a health answer is small, and a wrong URL must not
+/// make the drainer buffer a file.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// An `http://` or `https://` URL with a host, as given on the command line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpTarget {
+    scheme: Scheme,
+    /// Host and port, without user information.
+    authority: Authority,
+    path_and_query: PathAndQuery,
+    /// `user:password` from the URL, sent as HTTP Basic authentication.
+    basic_auth: Option<String>,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("{0:?} is not a URL: {1}")]
+    NotAUrl(String, String),
+    #[error("{0:?} has no scheme and host; write it as http://host[:port]/path or https://...")]
+    NotAbsolute(String),
+    #[error("{0:?} must use http or https")]
+    Scheme(String),
+}
+
+impl FromStr for HttpTarget {
+    type Err = TargetError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // Errors quote the input without credentials: the message ends up in logs.
+        let quoted = || redact_userinfo(s);
+        let uri: Uri = s
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| TargetError::NotAUrl(quoted(), e.to_string()))?;
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return Err(TargetError::NotAbsolute(quoted()));
+        };
+        if *scheme != Scheme::HTTP && *scheme != Scheme::HTTPS {
+            return Err(TargetError::Scheme(quoted()));
+        }
+        let (basic_auth, host) = match authority.as_str().rsplit_once('@') {
+            Some((userinfo, host)) => (Some(userinfo.to_string()), host),
+            None => (None, authority.as_str()),
+        };
+        if host.is_empty() {
+            return Err(TargetError::NotAbsolute(quoted()));
+        }
+        let authority =
+            Authority::from_str(host).map_err(|e| TargetError::NotAUrl(quoted(), e.to_string()))?;
+        Ok(HttpTarget {
+            scheme: scheme.clone(),
+            authority,
+            path_and_query: uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/")),
+            basic_auth,
+        })
+    }
+}
+
+fn redact_userinfo(s: &str) -> String {
+    match (s.find("://"), s.rfind('@')) {
+        (Some(start), Some(at)) if at > start => format!("{}://…@{}", &s[..start], &s[at + 1..]),
+        _ => s.to_string(),
+    }
+}
+
+impl HttpTarget {
+    /// The target as logs, Events and metrics show it: scheme, host and path; never the user
+    /// information or the query, where credentials go.
+    pub fn shown(&self) -> String {
+        format!(
+            "{}://{}{}",
+            self.scheme,
+            self.authority,
+            self.path_and_query.path()
+        )
+    }
+
+    /// This target with `path` appended to its path and `query` as its query (each pair
+    /// percent-encoded): a Prometheus base URL becomes its API's query URL.
+    pub fn with_path_and_query(&self, path: &str, query: &[(&str, &str)]) -> HttpTarget {
+        let base = self.path_and_query.path().trim_end_matches('/');
+        let pairs: Vec<String> = query
+            .iter()
+            .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+            .collect();
+        let mut joined = format!("{base}{path}");
+        if !pairs.is_empty() {
+            joined = format!("{joined}?{}", pairs.join("&"));
+        }
+        HttpTarget {
+            path_and_query: PathAndQuery::from_str(&joined)
+                .expect("a path and a percent-encoded query always parse"),
+            ..self.clone()
+        }
+    }
+
+    fn uri(&self) -> Uri {
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(self.path_and_query.clone())
+            .build()
+            .expect("parts taken from a parsed URI")
+    }
+}
+
+impl fmt::Debug for HttpTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown())
+    }
+}
+
+/// Everything but the unreserved characters of RFC 3986, percent-encoded.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// What a GET answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+/// Why a GET got no answer. The words name no credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("no answer within {}s", .0.as_secs_f64())]
+    Timeout(Duration),
+    #[error("could not reach it: {0}")]
+    Unreachable(String),
+    #[error("its answer could not be read: {0}")]
+    Body(String),
+    #[error("could not set up TLS: {0}")]
+    Tls(String),
+}
+
+/// A client for [`HttpTarget`]s; cheap to clone.
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
+}
+
+impl HttpClient {
+    pub fn new() -> Result<HttpClient, HttpError> {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| HttpError::Tls(e.to_string()))?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(HttpClient {
+            inner: Client::builder(TokioExecutor::new()).build(https),
+        })
+    }
+
+    /// GETs `target`, all of it (connect, answer and body) within `timeout`.
+    pub async fn get(&self, target: &HttpTarget, timeout: Duration) -> Result<Answer, HttpError> {
+        let mut request = http::Request::get(target.uri()).header(http::header::ACCEPT, "*/*");
+        if let Some(userinfo) = &target.basic_auth {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(userinfo);
+            request = request.header(http::header::AUTHORIZATION, format!("Basic {encoded}"));
+        }
+        let request = request
+            .body(Empty::new())
+            .expect("a GET with valid parts builds");
+        let exchange = async {
+            let response = self
+                .inner
+                .request(request)
+                .await
+                .map_err(|e| HttpError::Unreachable(error_chain(&e)))?;
+            let status = response.status().as_u16();
+            let body = Limited::new(response.into_body(), MAX_BODY)
+                .collect()
+                .await
+                .map_err(|e| HttpError::Body(e.to_string()))?
+                .to_bytes();
+            Ok(Answer { status, body })
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| HttpError::Timeout(timeout))?
+    }
+}
+
+/// hyper's top error says only "client error (Connect)"; the cause (refused, DNS, TLS) is below.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut words = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        words = format!("{words}: {cause}");
+        source = cause.source();
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_and_show_without_credentials() {
+        let t: HttpTarget = "https://ops:s3cret@prom.example:9090/prometheus?token=abc"
+            .parse()
+            .unwrap();
+        assert_eq!(t.shown(), "https://prom.example:9090/prometheus");
+        assert_eq!(format!("{t:?}"), "https://prom.example:9090/prometheus");
+        assert_eq!(t.basic_auth.as_deref(), Some("ops:s3cret"));
+        let plain: HttpTarget = "http://10.0.0.1:8080".parse().unwrap();
+        assert_eq!(plain.shown(), "http://10.0.0.1:8080/");
+        assert_eq!(plain.basic_auth, None);
+    }
+
+    #[test]
+    fn bad_targets_are_refused_without_echoing_credentials() {
+        let cases = [
+            ("prom:9090", "no scheme and host"),
+            ("/api/v1/query", "no scheme and host"),
+            ("ftp://host/x", "must use http or https"),
+            ("http://", "not a URL"),
+            ("http://us er:pw@ho st/", "not a URL"),
+        ];
+        for (input, expected) in cases {
+            let err = input.parse::<HttpTarget>().unwrap_err().to_string();
+            assert!(err.contains(expected), "{input}: {err}");
+        }
+        let err = "http://u:hunter2@ho st/"
+            .parse::<HttpTarget>()
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn query_paths_join_and_encode() {
+        let t: HttpTarget = "http://prom:9090/prom/".parse().unwrap();
+        let q = t.with_path_and_query(
+            "/api/v1/query",
+            &[("query", r#"ALERTS{alertstate="firing",severity=~"crit.*"}"#)],
+        );
+        assert_eq!(
+            q.uri().to_string(),
+            "http://prom:9090/prom/api/v1/query?query=ALERTS%7Balertstate%3D%22firing%22%2Cseverity%3D~%22crit.%2A%22%7D"
+        );
+        // The query, where a token may be, is not shown.
+        assert_eq!(q.shown(), "http://prom:9090/prom/api/v1/query");
+    }
+}

@@ -1,0 +1,225 @@
+//! The peers the drainer's health gate asks, for the real-control-plane tests:
+//!
+//! - [`Prometheus`]: a real Prometheus server (built by `tools/build.sh` beside the control
+//!   plane) evaluating alerting rules the test writes and reloads, so that `ALERTS` fires and
+//!   resolves as it would in a cluster.
+//! - [`HealthUrl`]: a plain HTTP endpoint on loopback whose status and body the test sets.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::real_cluster::{control_plane_bin, free_port};
+use crate::{Background, TestDir, wait_until};
+
+/// A Prometheus server on loopback that evaluates the rules it is given every second.
+pub struct Prometheus {
+    url: String,
+    rules: PathBuf,
+    // Stopped before its directory goes: fields drop in this order.
+    _process: Background,
+    _dir: TestDir,
+}
+
+impl Prometheus {
+    /// Starts Prometheus with `rules` (the `rules:` list of one rule group, in YAML) and waits
+    /// until it has evaluated them once.
+    pub fn start(rules: &str) -> Prometheus {
+        let bin = control_plane_bin().join("prometheus");
+        assert!(
+            bin.is_file(),
+            "prometheus is missing from {}: build it with `tools/build.sh` (it builds the \
+             control plane and Prometheus from their Go modules)",
+            bin.display()
+        );
+        let dir = TestDir::new("prometheus");
+        let rules_path = dir.path().join("rules.yml");
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - rules.yml\n",
+        )
+        .expect("write prometheus.yml");
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{port}");
+        let prometheus = Prometheus {
+            url,
+            rules: rules_path,
+            _process: Background::spawn(
+                "prometheus",
+                Command::new(&bin)
+                    .arg(format!("--config.file={}", config.display()))
+                    .arg(format!(
+                        "--storage.tsdb.path={}",
+                        dir.path().join("data").display()
+                    ))
+                    .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                    .arg("--web.enable-lifecycle"),
+                dir.path().join("prometheus.log"),
+            ),
+            _dir: dir,
+        };
+        prometheus.write_rules(rules);
+        wait_until(
+            "Prometheus to answer /-/ready",
+            Duration::from_secs(60),
+            || {
+                http_get(&format!("{}/-/ready", prometheus.url))
+                    .filter(|(status, _)| *status == 200)
+            },
+        );
+        prometheus.reload();
+        prometheus
+    }
+
+    /// The base URL, as `--health-prometheus` takes it.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Replaces the rules and has Prometheus load them.
+    pub fn set_rules(&mut self, rules: &str) {
+        self.write_rules(rules);
+        self.reload();
+    }
+
+    fn write_rules(&self, rules: &str) {
+        let indented: String = rules.lines().map(|l| format!("      {l}\n")).collect();
+        let body = if rules.trim().is_empty() {
+            "groups: []\n".to_string()
+        } else {
+            format!("groups:\n  - name: test\n    interval: 1s\n    rules:\n{indented}")
+        };
+        std::fs::write(&self.rules, body).expect("write rules.yml");
+    }
+
+    fn reload(&self) {
+        let addr = self.url.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect to Prometheus");
+        write!(
+            stream,
+            "POST /-/reload HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .expect("POST /-/reload");
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "reload refused: {answer}"
+        );
+    }
+
+    /// The names of the alerts firing now, as the health gate reads them: the `ALERTS` series
+    /// of the query API. (The alerts API shows a new alert firing a few seconds before the
+    /// series can be queried, so waiting on it would race the gate.)
+    pub fn firing(&self) -> Vec<String> {
+        let query = "ALERTS%7Balertstate%3D%22firing%22%7D";
+        let Some((200, body)) = http_get(&format!("{}/api/v1/query?query={query}", self.url))
+        else {
+            return Vec::new();
+        };
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let mut names: Vec<String> = answer["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["metric"]["alertname"].as_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Waits until exactly `names` fire.
+    pub fn wait_firing(&self, names: &[&str]) {
+        let mut want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        want.sort();
+        wait_until(
+            &format!("Prometheus to fire exactly {want:?}"),
+            Duration::from_secs(60),
+            || (self.firing() == want).then_some(()),
+        );
+    }
+}
+
+/// A GET over plain HTTP/1.1: the status and the body, or `None` without an answer.
+fn http_get(url: &str) -> Option<(u16, String)> {
+    let rest = url.strip_prefix("http://")?;
+    let (addr, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}")));
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.split_whitespace().nth(1)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((status, body))
+}
+
+/// An HTTP endpoint on loopback answering every request with the status and body last set.
+pub struct HealthUrl {
+    url: String,
+    answer: Arc<Mutex<(u16, String)>>,
+    requests: Arc<Mutex<usize>>,
+}
+
+impl HealthUrl {
+    pub fn start(status: u16, body: &str) -> HealthUrl {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let url = format!(
+            "http://{}/ready",
+            listener.local_addr().expect("local addr")
+        );
+        let answer = Arc::new(Mutex::new((status, body.to_string())));
+        let requests = Arc::new(Mutex::new(0));
+        let (shared, count) = (answer.clone(), requests.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                *count.lock().unwrap() += 1;
+                let (status, body) = shared.lock().unwrap().clone();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        HealthUrl {
+            url,
+            answer,
+            requests,
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// What every later request is answered.
+    pub fn answer(&self, status: u16, body: &str) {
+        *self.answer.lock().unwrap() = (status, body.to_string());
+    }
+
+    /// How many requests it has had.
+    pub fn requests(&self) -> usize {
+        *self.requests.lock().unwrap()
+    }
+}

@@ -123,8 +123,17 @@ fn the_binary_drains_a_node_tainted_with_kubectl_and_status_reports_it() {
     );
     let status: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("status --output json is JSON");
-    // No health gate is configured, so the rotation record has none.
-    assert_eq!(status["healthGate"], serde_json::Value::Null, "{status}");
+    // No health gate is configured and nothing halted, so the rotation record has neither.
+    assert_eq!(
+        status["rotation"]["healthGate"],
+        serde_json::Value::Null,
+        "{status}"
+    );
+    assert_eq!(
+        status["rotation"]["halted"],
+        serde_json::Value::Null,
+        "{status}"
+    );
     let rows = &status["nodes"];
     assert_eq!(rows.as_array().unwrap().len(), 1);
     assert_eq!(rows[0]["node"], node.as_str());

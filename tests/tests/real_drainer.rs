@@ -503,7 +503,7 @@ fn status_json(cluster: &RealCluster) -> Value {
 /// The health gate's reason as `status` shows it, once it is closed.
 fn health_gate_closed(cluster: &RealCluster, what: &str, until: impl Fn(&str) -> bool) -> String {
     wait_until(what, WAIT, || {
-        let gate = &status_json(cluster)["healthGate"];
+        let gate = &status_json(cluster)["rotation"]["healthGate"];
         let reason = gate["reason"].as_str().unwrap_or_default().to_string();
         (gate["open"] == false && until(&reason)).then_some(reason)
     })
@@ -568,7 +568,7 @@ fn given_a_firing_alert_or_an_unhealthy_url_then_no_drain_starts_until_both_are_
     // Healthy: the drain starts and completes; the record says open.
     url.answer(200, "ok");
     wait_phase(cluster, "old-1", "drained", WAIT);
-    let gate = &status_json(cluster)["healthGate"];
+    let gate = &status_json(cluster)["rotation"]["healthGate"];
     assert_eq!(gate["open"], true, "{gate}");
     let record = cluster.kubectl_json(&["get", "configmap", "rotor-drainer-rotation", "-n", NS]);
     assert_eq!(record["data"]["healthGate"], "open", "{record}");
@@ -579,6 +579,109 @@ fn given_a_firing_alert_or_an_unhealthy_url_then_no_drain_starts_until_both_are_
     for seen in [log, record.to_string(), reason] {
         assert!(!seen.contains("s3cret"), "a credential leaked: {seen}");
     }
+}
+
+/// A Deployment whose one pod may run only on `node`: once that node is drained, its
+/// replacement stays unschedulable.
+fn pinned_to(node: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: pinned
+  namespace: shop
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: pinned}}
+  template:
+    metadata:
+      labels: {{app: pinned}}
+    spec:
+      nodeSelector:
+        kubernetes.io/hostname: {node}
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.10
+"
+    )
+}
+
+#[test]
+fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed() {
+    let shop = Shop::start_with(2, &pinned_to("old-1"));
+    let cluster = &shop.cluster;
+    let drainer = shop.drainer("e2e-a", &["--halt-after", "5s", "--pending-grace", "1s"]);
+    shop.taint("old-1");
+    wait_phase(cluster, "old-1", "drained", WAIT);
+    // old-1's pinned pod is now unschedulable: the next start waits on the gate, then halts.
+    shop.taint("old-2");
+    let halted = wait_until("status to show the rotation halted", WAIT, || {
+        let rotation = status_json(cluster)["rotation"].clone();
+        rotation["halted"]["reason"].as_str().map(str::to_string)
+    });
+    assert!(halted.contains("--halt-after 5s"), "{halted}");
+    assert!(
+        halted.contains("Deployment shop/pinned has 0/1 replicas ready"),
+        "the reason names the workload that did not come back: {halted}"
+    );
+    let record = cluster.kubectl_json(&["get", "configmap", "rotor-drainer-rotation", "-n", NS]);
+    assert_eq!(record["data"]["halted"], "true", "{record}");
+    let untouched = |stage: &str| {
+        let held = node(cluster, "old-2");
+        assert!(held["spec"]["unschedulable"].is_null(), "{stage}: {held}");
+        assert_eq!(
+            annotation(cluster, "old-2", "rotor.dev/phase"),
+            None,
+            "{stage}"
+        );
+    };
+    untouched("halted");
+
+    // The cause goes, but a halt stays until someone resumes it.
+    cluster.kubectl_ok(&[
+        "delete",
+        "deployment",
+        "pinned",
+        "-n",
+        "shop",
+        "--wait=true",
+    ]);
+    std::thread::sleep(Duration::from_secs(8));
+    untouched("cause gone, not resumed");
+
+    let resume = rotor_e2e::run_with_timeout(
+        std::process::Command::new(rotor_e2e::binary("rotor-drainer"))
+            .arg("--kubeconfig")
+            .arg(cluster.admin_kubeconfig())
+            .args(["resume", "--lease-namespace", NS]),
+        Duration::from_secs(30),
+    );
+    let said = String::from_utf8_lossy(&resume.stdout);
+    assert!(resume.status.success(), "{resume:?}");
+    assert!(
+        said.starts_with("resumed the rotation halted since"),
+        "{said}"
+    );
+    wait_phase(cluster, "old-2", "drained", WAIT);
+    let rotation = status_json(cluster)["rotation"].clone();
+    assert!(rotation["halted"].is_null(), "{rotation}");
+    assert!(rotation["resumedAt"].is_string(), "{rotation}");
+    let log = drainer.log();
+    assert!(log.contains("rotation halted"), "{log}");
+    assert!(log.contains("rotation resumed"), "{log}");
+    // A second resume has nothing to lift.
+    let again = rotor_e2e::run_with_timeout(
+        std::process::Command::new(rotor_e2e::binary("rotor-drainer"))
+            .arg("--kubeconfig")
+            .arg(cluster.admin_kubeconfig())
+            .args(["resume", "--lease-namespace", NS]),
+        Duration::from_secs(30),
+    );
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("not halted"),
+        "{again:?}"
+    );
 }
 
 #[test]

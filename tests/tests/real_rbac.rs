@@ -101,7 +101,8 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
     cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
     cluster.stop_shipped_drainer();
     let user = "system:serviceaccount:rotor-system:rotor-drainer";
-    // A health check, so that the leader writes the rotation record (configmaps).
+    // A health check and the circuit breaker, so that the leader writes the rotation record
+    // and every replica watches it (configmaps).
     let healthy = rotor_e2e::health_peers::HealthUrl::start(200, "ok");
     // The Lease Role first: `create leases` is only needed while the Lease does not exist.
     let roles = [
@@ -133,6 +134,8 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
                     "5s",
                     "--health-url",
                     healthy.url(),
+                    "--halt-after",
+                    "10m",
                 ],
             );
             cluster.kubectl_ok(&["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"]);

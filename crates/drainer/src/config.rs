@@ -49,6 +49,15 @@ pub enum ConfigError {
     NoSurge,
     #[error("{0} must not be empty")]
     Empty(&'static str),
+    #[error(
+        "--halt-after ({}s) must be at least 1s and shorter than --gate-timeout ({}s), or the gate lets the next drain start before the breaker can halt",
+        halt_after.as_secs_f64(),
+        gate_timeout.as_secs_f64()
+    )]
+    HaltAfter {
+        halt_after: Duration,
+        gate_timeout: Duration,
+    },
     #[error("{flag}: {error}")]
     HealthTarget {
         flag: &'static str,
@@ -147,6 +156,21 @@ pub struct DrainArgs {
     /// eviction) and a DrainHeld Event says what it waits for. A drain under way is not paused.
     #[arg(long, env = "ROTOR_REQUIRE_APPROVAL")]
     pub require_approval: bool,
+
+    /// Circuit breaker: halt the rotation when what it replaced does not come back within this
+    /// long: the gate has held the next drain this long (the workloads evicted by the last
+    /// drains not Ready again, or pods unschedulable), or a node that joined after the rotation
+    /// began has not been Ready this long. A halted rotation starts no drain until
+    /// `rotor-drainer resume`; it is written in the rotation record (the ConfigMap
+    /// <lease-name>-rotation) and shown by `status`. Must be shorter than --gate-timeout. Off by
+    /// default.
+    #[arg(long, env = "ROTOR_HALT_AFTER", value_parser = parse_duration)]
+    pub halt_after: Option<Duration>,
+
+    /// With --halt-after: a halt also stops the drains under way where they are (cordoned, their
+    /// progress kept on the node) until the rotation is resumed. Without it they finish.
+    #[arg(long, env = "ROTOR_HALT_STOPS_DRAINS", requires = "halt_after")]
+    pub halt_stops_drains: bool,
 
     /// Health gate: Prometheus's base URL (e.g. http://prometheus.monitoring:9090). Before a drain
     /// starts, rotor asks it for the firing alerts --health-alert-selector matches; while any
@@ -264,6 +288,10 @@ pub struct DrainerConfig {
     pub require_approval: bool,
     /// The health gate, when a check is set.
     pub health: Option<HealthConfig>,
+    /// `--halt-after`: the circuit breaker, when on.
+    pub halt_after: Option<Duration>,
+    /// `--halt-stops-drains`.
+    pub halt_stops_drains: bool,
     /// Surge, when `--surge` is on.
     pub surge: Option<SurgeConfig>,
 }
@@ -289,6 +317,14 @@ impl DrainArgs {
         }
         let surge = self.surge_config()?;
         let health = self.health_config()?;
+        if let Some(halt_after) = self.halt_after
+            && (halt_after < Duration::from_secs(1) || halt_after >= self.gate_timeout)
+        {
+            return Err(ConfigError::HaltAfter {
+                halt_after,
+                gate_timeout: self.gate_timeout,
+            });
+        }
         Ok(DrainerConfig {
             max_concurrent: self.max_concurrent,
             max_unavailable: self.max_unavailable,
@@ -310,6 +346,8 @@ impl DrainArgs {
             settle: self.settle,
             require_approval: self.require_approval,
             health,
+            halt_after: self.halt_after,
+            halt_stops_drains: self.halt_stops_drains,
             surge,
         })
     }
@@ -467,6 +505,20 @@ mod tests {
         ])
         .unwrap_err();
         assert!(err.contains("expected a quoted value"), "{err}");
+        let err = parse(&["--halt-after", "20m"]).unwrap_err();
+        assert!(
+            err.contains("--halt-after (1200s)") && err.contains("--gate-timeout (900s)"),
+            "{err}"
+        );
+        assert!(
+            parse(&["--halt-stops-drains"]).is_err(),
+            "needs --halt-after"
+        );
+        let c = parse(&["--halt-after", "10m", "--halt-stops-drains"]).unwrap();
+        assert_eq!(
+            (c.halt_after, c.halt_stops_drains),
+            (Some(Duration::from_secs(600)), true)
+        );
         // A selector without Prometheus would be silently unused.
         assert!(parse(&["--health-alert-selector", "a=\"b\""]).is_err());
     }

@@ -200,6 +200,8 @@ pub enum HeldReason {
     Gate(String),
     /// The health gate holds: a health check is unhealthy; the checks' words.
     Health(String),
+    /// The circuit breaker halted the rotation, for this reason.
+    Halted(String),
 }
 
 impl HeldReason {
@@ -259,6 +261,9 @@ impl fmt::Display for HeldReason {
             }
             HeldReason::Gate(why) => write!(f, "gate: {why}"),
             HeldReason::Health(why) => write!(f, "health gate closed: {why}"),
+            HeldReason::Halted(why) => {
+                write!(f, "rotation halted until `rotor-drainer resume`: {why}")
+            }
         }
     }
 }

@@ -5,13 +5,15 @@
 //! annotations), `fleet` (which nodes may start), `window` (maintenance windows), `gate` (may
 //! the next node start), `workloads` (the replica counts the gate reads, as an index the watches
 //! update), `pace` (how fast each budget gives disruptions back, from rotor's own evictions),
-//! `health` (how the health gate judges Prometheus's alerts and health URLs).
+//! `health` (how the health gate judges Prometheus's alerts and health URLs), `breaker` (when
+//! the circuit breaker halts a rotation).
 //!
 //! The I/O sits at the edges: `evict` (the Eviction API), `drain` (one node's drain task),
 //! `controller` (the loop over nodes), `leader` (the Lease), `rotation` (the fleet-wide record
 //! beside the Lease), `runtime` (wiring), `status` (the `status` subcommand), `metrics`, `config` (flags). `error` holds what can fail, in words an
 //! operator can act on; `anyhow` is used only by the binary.
 
+pub mod breaker;
 pub mod budgets;
 pub mod config;
 pub mod controller;

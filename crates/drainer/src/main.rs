@@ -10,7 +10,7 @@ use rotor_core::admin::AdminArgs;
 use rotor_core::client::{KubeArgs, client, load_config};
 use rotor_core::telemetry::{self, LogArgs};
 use rotor_drainer::config::{DrainArgs, LeaderArgs};
-use rotor_drainer::rotation::{RecordRef, read_health};
+use rotor_drainer::rotation::{self, RecordRef, RotationView};
 use rotor_drainer::status::{StatusRow, render_table};
 
 #[derive(Parser)]
@@ -40,18 +40,38 @@ enum Command {
         admin: AdminArgs,
     },
     /// Print the nodes rotor is working on: phase, reason, age and blocker, from the node
-    /// annotations; and above them what holds the whole fleet (the health gate), from the
-    /// rotation record beside the leader Lease. Read-only.
+    /// annotations; and above them what holds the whole fleet (a halt, the health gate), from
+    /// the rotation record beside the leader Lease. Read-only.
     Status {
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
-        /// The drainer's Lease name (its rotation record is <lease-name>-rotation).
-        #[arg(long, env = "ROTOR_LEASE_NAME", default_value = "rotor-drainer")]
-        lease_name: String,
-        /// The drainer's namespace, where its Lease and rotation record are.
-        #[arg(long, env = "POD_NAMESPACE", default_value = "rotor-system")]
-        lease_namespace: String,
+        #[command(flatten)]
+        record: RecordArgs,
     },
+    /// Resume a rotation the circuit breaker halted (--halt-after): remove the halt from the
+    /// rotation record. Drains start again at once; the breaker's clocks start afresh, so the
+    /// same cause halts the rotation again only after another --halt-after. Fix the cause first.
+    Resume {
+        #[command(flatten)]
+        record: RecordArgs,
+    },
+}
+
+/// Where the rotation record is.
+#[derive(clap::Args)]
+struct RecordArgs {
+    /// The drainer's Lease name (its rotation record is the ConfigMap <lease-name>-rotation).
+    #[arg(long, env = "ROTOR_LEASE_NAME", default_value = "rotor-drainer")]
+    lease_name: String,
+    /// The drainer's namespace, where its Lease and rotation record are.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "rotor-system")]
+    lease_namespace: String,
+}
+
+impl RecordArgs {
+    fn record(&self) -> RecordRef {
+        RecordRef::beside_lease(&self.lease_namespace, &self.lease_name)
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -92,18 +112,19 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Status {
-            output,
-            lease_name,
-            lease_namespace,
-        } => match runtime.block_on(status(
-            cli.kube,
-            output,
-            RecordRef::beside_lease(&lease_namespace, &lease_name),
-        )) {
+        Command::Status { output, record } => {
+            match runtime.block_on(status(cli.kube, output, record.record())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rotor-drainer status: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Resume { record } => match runtime.block_on(resume(cli.kube, record.record())) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("rotor-drainer status: {e:#}");
+                eprintln!("rotor-drainer resume: {e:#}");
                 ExitCode::from(1)
             }
         },
@@ -126,14 +147,14 @@ async fn status(kube_args: KubeArgs, output: Output, record: RecordRef) -> anyho
     let config = load_config(&kube_args).await?;
     let c = client(config)?;
     // The fleet-wide part is a courtesy: without read access to it, the nodes still show.
-    let health = match read_health(&c, &record).await {
-        Ok(health) => health,
+    let rotation = match rotation::read(&c, &record).await {
+        Ok(view) => view,
         Err(e) => {
             eprintln!(
                 "rotor-drainer status: cannot read the rotation record configmap {}/{} ({e}); showing the nodes only",
                 record.namespace, record.name
             );
-            None
+            RotationView::default()
         }
     };
     let nodes: Api<Node> = Api::all(c);
@@ -147,16 +168,40 @@ async fn status(kube_args: KubeArgs, output: Output, record: RecordRef) -> anyho
         Output::Json => println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "healthGate": health,
+                "rotation": rotation,
                 "nodes": rows,
             }))?
         ),
         Output::Text => {
-            if let Some(health) = &health {
-                println!("{}\n", health.line());
+            let lines = rotation.lines();
+            if !lines.is_empty() {
+                println!("{}\n", lines.join("\n"));
             }
             print!("{}", render_table(&rows));
         }
+    }
+    Ok(())
+}
+
+async fn resume(kube_args: KubeArgs, record: RecordRef) -> anyhow::Result<()> {
+    let config = load_config(&kube_args).await?;
+    let c = client(config)?;
+    let lifted = rotation::resume(&c, &record).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot resume through the rotation record configmap {}/{}: {e} (it needs get and patch on that ConfigMap)",
+            record.namespace,
+            record.name
+        )
+    })?;
+    match lifted {
+        Some(halt) => println!(
+            "resumed the rotation halted since {}: {}\ndrains start again; the same cause halts it again after another --halt-after",
+            halt.since, halt.reason
+        ),
+        None => println!(
+            "the rotation is not halted (configmap {}/{}); nothing to resume",
+            record.namespace, record.name
+        ),
     }
     Ok(())
 }

@@ -43,6 +43,7 @@ pub struct Metrics {
     pub surge_nodes: Gauge,
     pub health_checks: Family<HealthCheckLabel, Counter>,
     pub health_gate_open: Gauge,
+    pub halted: Gauge,
 }
 
 impl Metrics {
@@ -61,6 +62,7 @@ impl Metrics {
             surge_nodes: Gauge::default(),
             health_checks: Family::default(),
             health_gate_open: Gauge::default(),
+            halted: Gauge::default(),
         };
         // Open until a check says otherwise (and always, with no check configured).
         m.health_gate_open.set(1);
@@ -110,6 +112,11 @@ impl Metrics {
             "health_gate_open",
             "1 while the health gate lets drains start, 0 while a health check holds them",
             m.health_gate_open.clone(),
+        );
+        r.register(
+            "halted",
+            "1 while the circuit breaker (--halt-after) has halted the rotation, 0 otherwise",
+            m.halted.clone(),
         );
         m
     }

@@ -1,23 +1,36 @@
 //! The rotation's record: a ConfigMap beside the leader Lease, named after it
 //! (`<lease-name>-rotation`, `rotor-drainer-rotation` by default), where the leader writes what
 //! holds the whole fleet rather than one node, so that `rotor-drainer status` and `kubectl` show
-//! it without access to the drainer. Today that is the health gate; the leader writes it when
-//! the gate's verdict changes, never on every check.
+//! it without access to the drainer: the health gate (written when its verdict changes, never on
+//! every check) and a halt of the circuit breaker ([`crate::breaker`]), which every replica
+//! watches and which only `rotor-drainer resume` lifts.
 //!
 //! The keys are plain strings an operator reads with `kubectl get configmap -o yaml`:
-//! `healthGate` (`open` or `closed`), `healthGateSince` (RFC 3339) and `healthGateReason`.
+//! `healthGate` (`open` or `closed`), `healthGateSince` (RFC 3339) and `healthGateReason`;
+//! `halted` (`true`), `haltedSince`, `haltedReason`; `resumedAt`. Each part is written by a field
+//! manager of its own, so that applying one never takes away the other's keys.
 
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
-use rotor_core::contract::FIELD_MANAGER;
 use serde::Serialize;
+
+use crate::breaker::{Halt, HaltState};
 
 pub const HEALTH_GATE_KEY: &str = "healthGate";
 pub const HEALTH_GATE_SINCE_KEY: &str = "healthGateSince";
 pub const HEALTH_GATE_REASON_KEY: &str = "healthGateReason";
+pub const HALTED_KEY: &str = "halted";
+pub const HALTED_SINCE_KEY: &str = "haltedSince";
+pub const HALTED_REASON_KEY: &str = "haltedReason";
+pub const RESUMED_AT_KEY: &str = "resumedAt";
+
+/// The field managers of the record's parts.
+const HEALTH_MANAGER: &str = "rotor-drainer-health";
+const HALT_MANAGER: &str = "rotor-drainer-halt";
+const RESUME_MANAGER: &str = "rotor-drainer-resume";
 
 /// Where the record is: the Lease's namespace, and its name with `-rotation`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,12 +101,37 @@ impl HealthGateState {
     }
 }
 
-/// Writes the health gate's state into the record (server-side apply: created if missing,
-/// other keys left alone).
-pub async fn write_health(
+/// The breaker's keys read from the record's data. A `halted` other than `true`, or a time that
+/// does not parse, reads as not halted: rotor writes exactly these, and a resume removes them.
+pub fn halt_from_data(data: &BTreeMap<String, String>) -> HaltState {
+    let halted = (data.get(HALTED_KEY).map(String::as_str) == Some("true")).then(|| Halt {
+        since: data
+            .get(HALTED_SINCE_KEY)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(Timestamp::UNIX_EPOCH),
+        reason: data.get(HALTED_REASON_KEY).cloned().unwrap_or_default(),
+    });
+    HaltState {
+        halted,
+        resumed_at: data.get(RESUMED_AT_KEY).and_then(|t| t.parse().ok()),
+    }
+}
+
+fn halt_to_data(halt: &Halt) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (HALTED_KEY.to_string(), "true".to_string()),
+        (HALTED_SINCE_KEY.to_string(), halt.since.to_string()),
+        (HALTED_REASON_KEY.to_string(), halt.reason.clone()),
+    ])
+}
+
+/// Applies `data` to the record as `manager` (server-side apply: created if missing, the other
+/// managers' keys left alone).
+async fn apply(
     client: &kube::Client,
     at: &RecordRef,
-    state: &HealthGateState,
+    manager: &str,
+    data: BTreeMap<String, String>,
 ) -> Result<(), kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &at.namespace);
     let body = serde_json::json!({
@@ -103,28 +141,135 @@ pub async fn write_health(
             "name": at.name,
             "labels": { "app.kubernetes.io/name": "rotor-drainer" },
         },
-        "data": state.to_data(),
+        "data": data,
     });
     api.patch(
         &at.name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(manager).force(),
         &Patch::Apply(&body),
     )
     .await
     .map(|_| ())
 }
 
-/// Reads the health gate's state from the record; `None` when there is no record or no gate in it.
-pub async fn read_health(
+/// Writes the health gate's state into the record.
+pub async fn write_health(
     client: &kube::Client,
     at: &RecordRef,
-) -> Result<Option<HealthGateState>, kube::Error> {
+    state: &HealthGateState,
+) -> Result<(), kube::Error> {
+    apply(client, at, HEALTH_MANAGER, state.to_data()).await
+}
+
+/// Writes a halt into the record.
+pub async fn write_halt(
+    client: &kube::Client,
+    at: &RecordRef,
+    halt: &Halt,
+) -> Result<(), kube::Error> {
+    apply(client, at, HALT_MANAGER, halt_to_data(halt)).await
+}
+
+/// Lifts a halt: removes the halt's keys and records when (what restarts the breaker's
+/// clocks). Returns the halt lifted; `None` if the rotation was not halted (nothing is written).
+pub async fn resume(client: &kube::Client, at: &RecordRef) -> Result<Option<Halt>, kube::Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &at.namespace);
+    let Some(record) = api.get_opt(&at.name).await? else {
+        return Ok(None);
+    };
+    let Some(halt) = halt_from_data(&record.data.unwrap_or_default()).halted else {
+        return Ok(None);
+    };
+    // A merge patch, as a person's `kubectl patch` would be: the halt's manager gives its keys
+    // up, and the next halt applies them again.
+    let patch = serde_json::json!({
+        "data": {
+            HALTED_KEY: null,
+            HALTED_SINCE_KEY: null,
+            HALTED_REASON_KEY: null,
+            RESUMED_AT_KEY: Timestamp::now().to_string(),
+        }
+    });
+    api.patch(
+        &at.name,
+        &PatchParams {
+            field_manager: Some(RESUME_MANAGER.into()),
+            ..PatchParams::default()
+        },
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(Some(halt))
+}
+
+/// The record as `status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RotationView {
+    pub health_gate: Option<HealthGateState>,
+    pub halted: Option<Halt>,
+    pub resumed_at: Option<Timestamp>,
+}
+
+impl RotationView {
+    pub fn of(data: &BTreeMap<String, String>) -> RotationView {
+        let halt = halt_from_data(data);
+        RotationView {
+            health_gate: HealthGateState::from_data(data),
+            halted: halt.halted,
+            resumed_at: halt.resumed_at,
+        }
+    }
+
+    /// The lines `status` prints above the nodes.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some(halt) = &self.halted {
+            lines.push(format!(
+                "rotation HALTED since {} (no drain starts until `rotor-drainer resume`): {}",
+                halt.since, halt.reason
+            ));
+        }
+        if let Some(health) = &self.health_gate {
+            lines.push(health.line());
+        }
+        lines
+    }
+}
+
+/// Reads the record; empty when there is none.
+pub async fn read(client: &kube::Client, at: &RecordRef) -> Result<RotationView, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &at.namespace);
     Ok(api
         .get_opt(&at.name)
         .await?
         .and_then(|cm| cm.data)
-        .and_then(|data| HealthGateState::from_data(&data)))
+        .map(|data| RotationView::of(&data))
+        .unwrap_or_default())
+}
+
+/// The breaker's state as the record changes: a watch of the one ConfigMap (by name, so the
+/// Role can name it), with kube-runtime's back-off. A deleted record reads as not halted.
+pub fn watch_halt(
+    client: kube::Client,
+    at: &RecordRef,
+) -> impl futures::Stream<Item = Result<HaltState, kube::runtime::watcher::Error>> + use<> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: Api<ConfigMap> = Api::namespaced(client, &at.namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", at.name));
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
+                    Some(Ok(halt_from_data(&cm.data.unwrap_or_default())))
+                }
+                Ok(watcher::Event::Delete(_)) => Some(Ok(HaltState::default())),
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })
 }
 
 #[cfg(test)]
@@ -146,6 +291,34 @@ mod tests {
             closed.line(),
             "health gate: closed since 2026-11-26T14:00:00Z (no new drain starts): Prometheus at http://p/: 1 alert(s) firing"
         );
+    }
+
+    #[test]
+    fn a_halt_round_trips_and_status_shows_it_first() {
+        let halt = Halt {
+            since: "2026-11-26T15:00:00Z".parse().unwrap(),
+            reason: "the cluster has not absorbed the last drains".into(),
+        };
+        let mut data = halt_to_data(&halt);
+        data.insert(RESUMED_AT_KEY.into(), "2026-11-26T14:00:00Z".into());
+        data.insert(HEALTH_GATE_KEY.into(), "open".into());
+        data.insert(HEALTH_GATE_SINCE_KEY.into(), "2026-11-26T13:00:00Z".into());
+        let view = RotationView::of(&data);
+        assert_eq!(view.halted, Some(halt));
+        assert_eq!(
+            view.resumed_at,
+            Some("2026-11-26T14:00:00Z".parse().unwrap())
+        );
+        assert_eq!(
+            view.lines(),
+            [
+                "rotation HALTED since 2026-11-26T15:00:00Z (no drain starts until `rotor-drainer resume`): the cluster has not absorbed the last drains",
+                "health gate: open since 2026-11-26T13:00:00Z",
+            ]
+        );
+        // Anything but exactly "true" is not a halt.
+        data.insert(HALTED_KEY.into(), "yes".into());
+        assert_eq!(halt_from_data(&data).halted, None);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use rotor_core::contract::DrainPhase;
 
+use crate::breaker::{Halt, HaltState, gate_trip, rotation_began, stalled_replacement};
 use crate::drain::DrainResult;
 use crate::fleet::{
     FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, StartBlock, candidate_names,
@@ -36,6 +37,8 @@ pub(super) enum Event {
     NodeApplied(NodeView),
     /// A node was deleted.
     NodeDeleted(String),
+    /// The rotation record's halt changed (the record watch, with `--halt-after`).
+    HaltRead(HaltState),
     /// A drain or clean-up task ended. `record` is what the task last wrote on the node (the
     /// watch may not have delivered it yet); `evicted` the gated workloads it evicted from.
     TaskEnded {
@@ -77,6 +80,12 @@ pub(super) enum Command {
     /// Say on this node (an Event) that pre-drain hooks or a missing approval hold it, in
     /// `why`'s words.
     AnnounceHeld { node: String, why: String },
+    /// The circuit breaker tripped: write the halt into the rotation record and say so.
+    Halt(Halt),
+    /// Stop this node's drain where it is, its state kept on the node (`--halt-stops-drains`).
+    Pause(String),
+    /// The halt was lifted: the breaker's clocks start afresh.
+    Resumed,
 }
 
 /// What the lease step asks of the shell.
@@ -104,6 +113,9 @@ pub(super) struct StartRound {
     pub view: Vec<NodeView>,
     /// Time since the last pass while leading (counts towards the gate's blocked-seconds).
     pub elapsed: Duration,
+    /// How long the start gate has held, and why, when it holds (set by the shell; what the
+    /// circuit breaker judges).
+    pub gate_held: Option<(Duration, String)>,
     /// Whether the nodes unavailable before this round left room under `--max-unavailable`.
     unavailable_room: bool,
     /// When the round was proposed.
@@ -129,6 +141,10 @@ pub(super) struct MachineConfig {
     pub reserve_ahead: usize,
     /// `--require-approval`: a drain starts only on a node approved by annotation.
     pub require_approval: bool,
+    /// `--halt-after`: the circuit breaker, when on.
+    pub halt_after: Option<Duration>,
+    /// `--halt-stops-drains`.
+    pub halt_stops_drains: bool,
 }
 
 /// What the control loop knows between events.
@@ -145,6 +161,10 @@ pub(super) struct Machine {
     reserved: BTreeMap<String, usize>,
     /// What was last announced on each node that hooks or approval hold ([`Command::AnnounceHeld`]).
     holds_announced: BTreeMap<String, HeldReason>,
+    /// The circuit breaker's state, from the rotation record or tripped here.
+    halt: HaltState,
+    /// Running drains told to stop for the halt.
+    paused: BTreeSet<String>,
     burst: TaintBurst,
     was_leading: bool,
     idle_since: Option<Instant>,
@@ -162,6 +182,8 @@ impl Machine {
             cleaning: BTreeSet::new(),
             reserved: BTreeMap::new(),
             holds_announced: BTreeMap::new(),
+            halt: HaltState::default(),
+            paused: BTreeSet::new(),
             burst: TaintBurst::default(),
             was_leading: false,
             idle_since: None,
@@ -219,6 +241,16 @@ impl Machine {
                 self.nodes.remove(&name);
                 vec![Command::ForgetDemand(name)]
             }
+            Event::HaltRead(state) => {
+                let lifted = self.halt.halted.is_some() && state.halted.is_none();
+                self.halt = state;
+                if lifted {
+                    self.paused.clear();
+                    vec![Command::Resumed]
+                } else {
+                    Vec::new()
+                }
+            }
             Event::TaskEnded {
                 node,
                 result,
@@ -227,6 +259,7 @@ impl Machine {
             } => {
                 self.running.remove(&node);
                 self.cleaning.remove(&node);
+                self.paused.remove(&node);
                 // The watch has not necessarily delivered the task's last write yet; without
                 // this the next pass would see the old phase and resume a finished drain.
                 if let Some(record) = record
@@ -261,11 +294,11 @@ impl Machine {
         contending: bool,
         leading: bool,
     ) -> Vec<LeaseCommand> {
-        let window_open = any_open(&self.cfg.windows, wall);
-        let needed = self
-            .nodes
-            .values()
-            .find_map(|n| needs_rotor(n, wall, window_open).map(|why| (n.name.clone(), why)));
+        let may_start = any_open(&self.cfg.windows, wall) && self.halt.halted.is_none();
+        let may_resume = !self.drains_halted();
+        let needed = self.nodes.values().find_map(|n| {
+            needs_rotor(n, wall, may_start, may_resume).map(|why| (n.name.clone(), why))
+        });
         let mut commands = Vec::new();
         match needed {
             Some((node, why)) => {
@@ -359,9 +392,11 @@ impl Machine {
                 commands.push(Command::ReleaseAhead(name));
             }
         }
-        // Resume drains recorded as started (a restart or a failover).
+        commands.extend(self.breaker_step(wall));
+        // Resume drains recorded as started (a restart or a failover), unless a halt stopped
+        // them.
         for n in self.nodes.values() {
-            if n.tainted && n.record.is_active() && !self.busy(&n.name) {
+            if n.tainted && n.record.is_active() && !self.busy(&n.name) && !self.drains_halted() {
                 commands.push(Command::Drain {
                     node: n.name.clone(),
                     intent: Intent::Resume,
@@ -402,6 +437,7 @@ impl Machine {
             held: Vec::new(),
             view,
             elapsed,
+            gate_held: None,
             wall,
         };
         self.take_decision(&mut round, decision);
@@ -411,7 +447,46 @@ impl Machine {
         if !round.start.is_empty() && self.burst.settles_at(now).is_some() {
             round.hold(HeldReason::TaintsArriving);
         }
+        if let Some(halt) = &self.halt.halted {
+            round.hold(HeldReason::Halted(halt.reason.clone()));
+        }
         round
+    }
+
+    /// Whether a halt stops the drains under way (`--halt-stops-drains`).
+    fn drains_halted(&self) -> bool {
+        self.cfg.halt_stops_drains && self.halt.halted.is_some()
+    }
+
+    /// The circuit breaker's part of a pass: trip on a replacement that never came up, and stop
+    /// the drains under way if the halt says so.
+    fn breaker_step(&mut self, wall: Timestamp) -> Vec<Command> {
+        let mut commands = Vec::new();
+        if let Some(halt_after) = self.cfg.halt_after
+            && self.halt.halted.is_none()
+            && let Some(began) = rotation_began(self.nodes.values(), self.halt.resumed_at)
+            && let Some(reason) = stalled_replacement(self.nodes.values(), began, wall, halt_after)
+        {
+            commands.push(self.trip(reason, wall));
+        }
+        if self.drains_halted() {
+            for name in &self.running {
+                if self.paused.insert(name.clone()) {
+                    commands.push(Command::Pause(name.clone()));
+                }
+            }
+        }
+        commands
+    }
+
+    /// Halts the rotation for `reason`.
+    fn trip(&mut self, reason: String, wall: Timestamp) -> Command {
+        let halt = Halt {
+            since: wall,
+            reason,
+        };
+        self.halt.halted = Some(halt.clone());
+        Command::Halt(halt)
     }
 
     /// Puts a fleet decision (the first, or the budget-aware choice's) into `round`. A node
@@ -428,6 +503,13 @@ impl Machine {
     /// The round's starts, as drains to run, then room made ahead for the nodes next in line;
     /// the shell calls it only while it still leads.
     pub(super) fn start(&mut self, round: StartRound) -> Vec<Command> {
+        // The gate held past --halt-after: what the last drains evicted is not coming back.
+        if let (Some(halt_after), Some((held_for, why)), None) =
+            (self.cfg.halt_after, &round.gate_held, &self.halt.halted)
+            && let Some(reason) = gate_trip(*held_for, halt_after, why)
+        {
+            return vec![self.trip(reason, round.wall)];
+        }
         let mut commands: Vec<Command> = round
             .start
             .iter()
@@ -569,18 +651,23 @@ fn gate_after(result: &DrainResult, evicted: Vec<WorkloadRef>) -> Option<Vec<Wor
 /// after a failure, and inside a maintenance window (`window_open`). A node that only waits (to
 /// be retired, for its opt-out to go, for its retry time or for a window) needs nothing yet: the
 /// node watch shows the first two change, and the once-a-second pass notices the others.
-fn needs_rotor(node: &NodeView, now: Timestamp, window_open: bool) -> Option<&'static str> {
+fn needs_rotor(
+    node: &NodeView,
+    now: Timestamp,
+    may_start: bool,
+    may_resume: bool,
+) -> Option<&'static str> {
     if !node.tainted {
         return (node.record.phase.is_some() || node.record.cordoned_by_rotor)
             .then_some("it has rotor's drain state but no drain taint, to undo");
     }
     if node.record.is_active() {
-        return Some("its drain is under way");
+        return may_resume.then_some("its drain is under way");
     }
     // The fleet's own test of whether a tainted node may start, so the two cannot drift apart.
     // A node its pre-drain hooks hold needs a leader too: to say on the node who holds it.
     match start_block(node, now, retry_backoff) {
-        _ if !window_open => None,
+        _ if !may_start => None,
         None => Some("it carries the drain taint"),
         Some(StartBlock::PreDrainHooks | StartBlock::AwaitingApproval) => {
             Some("it carries the drain taint and waits for its hooks or approval, to report")

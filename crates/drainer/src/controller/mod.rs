@@ -58,6 +58,12 @@ pub async fn run(
         .default_backoff()
         .boxed();
     let mut workload_events = crate::workloads::watch(ctx.client.clone()).boxed();
+    // The circuit breaker's halt lives in the rotation record; every replica follows it, so
+    // that a new leader honours a halt and a resume reaches whoever leads.
+    let mut halt_events = match ctx.cfg.halt_after {
+        Some(_) => crate::rotation::watch_halt(ctx.client.clone(), &ctx.rotation).boxed(),
+        None => futures::stream::pending().boxed(),
+    };
     let mut leading_changes = election.leading.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -76,12 +82,15 @@ pub async fn run(
             0
         },
         require_approval: ctx.cfg.require_approval,
+        halt_after: ctx.cfg.halt_after,
+        halt_stops_drains: ctx.cfg.halt_stops_drains,
     });
     let mut shell = Shell {
         ctx: ctx.clone(),
         stop: stop.clone(),
         tasks: JoinSet::new(),
         aborts: HashMap::new(),
+        pauses: HashMap::new(),
         // A new leader does not know what the last drains evicted (that was in the previous
         // leader's memory), so even its first start waits for the gate: the workload index
         // listed, and no pod unschedulable past --pending-grace.
@@ -115,6 +124,10 @@ pub async fn run(
                 return Err(RunError::ElectionEnded);
             } else { None },
             _ = tokio::time::sleep_until(burst_over.unwrap_or_else(Instant::now).into()), if burst_over.is_some() => None,
+            Some(read) = halt_events.next() => match read {
+                Ok(state) => Some(Event::HaltRead(state)),
+                Err(e) => { tracing::warn!(error = %e, configmap = %ctx.rotation.name, "watching the rotation record failed; it restarts with back-off (a halt or resume is seen once it does)"); None }
+            },
             Some(update) = workload_events.next() => {
                 if let WorkloadUpdate::Failed { kind, error, .. } = &update {
                     tracing::warn!(kind = kind.as_str(), %error, "workload watch failed; it restarts with back-off, and the gate holds meanwhile");
@@ -183,8 +196,10 @@ struct Shell {
     ctx: Arc<Ctx>,
     stop: CancellationToken,
     tasks: JoinSet<(String, DrainOutcome)>,
-    /// How to stop each running drain.
+    /// How to stop each running drain and undo it (its taint went).
     aborts: HashMap<String, CancellationToken>,
+    /// How to stop each running drain where it is, its state kept (a halt).
+    pauses: HashMap<String, CancellationToken>,
     gate: Gate,
     workloads: WorkloadIndex,
     demand_cache: choice::DemandCache,
@@ -197,6 +212,7 @@ impl Shell {
     /// A task ended: withdraw what it published for the controller, as an event.
     fn task_ended(&mut self, (node, outcome): (String, DrainOutcome)) -> Event {
         self.aborts.remove(&node);
+        self.pauses.remove(&node);
         self.ctx.claims.take(&node);
         // Whatever the end, what the drain evicted must be Ready again before the next start:
         // its share of the disruption no longer counts as in flight.
@@ -262,6 +278,7 @@ impl Shell {
                 .check(&self.ctx, &self.workloads, round.elapsed)
                 .await
             {
+                round.gate_held = self.gate.holding();
                 round.hold(HeldReason::Gate(why));
             }
         }
@@ -334,6 +351,29 @@ impl Shell {
                     abort.cancel();
                 }
             }
+            Command::Pause(node) => {
+                tracing::warn!(%node, "rotation halted: stopping this drain where it is (--halt-stops-drains); it resumes after `rotor-drainer resume`");
+                if let Some(pause) = self.pauses.get(&node) {
+                    pause.cancel();
+                }
+            }
+            Command::Halt(halt) => {
+                tracing::error!(reason = %halt.reason, "rotation halted: no drain starts until `rotor-drainer resume` (fix the cause first)");
+                self.ctx.metrics.halted.set(1);
+                let ctx = self.ctx.clone();
+                tokio::spawn(async move {
+                    if let Err(e) =
+                        crate::rotation::write_halt(&ctx.client, &ctx.rotation, &halt).await
+                    {
+                        tracing::error!(configmap = %ctx.rotation.name, namespace = %ctx.rotation.namespace, error = %e, "could not write the halt into the rotation record: this leader stays halted, but `status` does not show it and a new leader would not know (check the drainer's RBAC on configmaps)");
+                    }
+                });
+            }
+            Command::Resumed => {
+                tracing::info!("rotation resumed: drains may start again");
+                self.ctx.metrics.halted.set(0);
+                self.gate.restart_clock();
+            }
             Command::CleanUp(node) => {
                 let ctx = self.ctx.clone();
                 self.tasks.spawn(async move {
@@ -397,7 +437,10 @@ impl Shell {
                 }
                 let abort = CancellationToken::new();
                 self.aborts.insert(node.clone(), abort.clone());
-                let (ctx, stop) = (self.ctx.clone(), self.stop.clone());
+                // A halt stops the drain as a shutdown would: where it is, state kept.
+                let stop = self.stop.child_token();
+                self.pauses.insert(node.clone(), stop.clone());
+                let ctx = self.ctx.clone();
                 self.tasks.spawn(async move {
                     let outcome =
                         drain_node(ctx, node.clone(), intent, tainted_since, abort, stop).await;

@@ -58,6 +58,22 @@ impl Gate {
         self.armed
     }
 
+    /// How long the gate has held the next start and what holds it, one blocker after the
+    /// other: for the circuit breaker. `None` while it is open, or while it cannot read the
+    /// cluster (an API that does not answer says nothing about the workloads).
+    pub(super) fn holding(&self) -> Option<(Duration, String)> {
+        let since = self.held_since.filter(|_| !self.failing)?;
+        Some((since.elapsed(), self.last_report.join("; ")))
+    }
+
+    /// The halt was lifted: what holds the gate counts from now, for the breaker and for
+    /// `--gate-timeout` alike.
+    pub(super) fn restart_clock(&mut self) {
+        if self.held_since.is_some() {
+            self.held_since = Some(Instant::now());
+        }
+    }
+
     /// Whether a change to the workloads `changed` may open the gate while it holds.
     pub(super) fn waits_on(&self, changed: &[WorkloadKey], workloads: &WorkloadIndex) -> bool {
         self.held_since.is_some() && concerns(&self.owners, changed, workloads)

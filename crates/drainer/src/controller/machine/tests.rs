@@ -22,6 +22,8 @@ fn config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
         release_after: Duration::from_secs(30),
         reserve_ahead: 0,
         require_approval: false,
+        halt_after: None,
+        halt_stops_drains: false,
     }
 }
 
@@ -456,7 +458,7 @@ fn a_node_needs_rotor_while_it_can_start_or_runs_or_has_state_to_undo() {
         n.record.phase = phase;
         n
     };
-    let needs = |n: &NodeView| needs_rotor(n, now, true).is_some();
+    let needs = |n: &NodeView| needs_rotor(n, now, true, true).is_some();
     // Nothing to do: untouched nodes, and drained ones waiting to be retired.
     assert!(!needs(&node(false, None)));
     assert!(!needs(&node(true, Some(DrainPhase::Drained))));
@@ -469,9 +471,14 @@ fn a_node_needs_rotor_while_it_can_start_or_runs_or_has_state_to_undo() {
     ] {
         assert!(needs(&node(true, phase)), "{phase:?}");
     }
-    // Outside every window only a drain under way needs the leader; a new start waits.
-    assert_eq!(needs_rotor(&node(true, None), now, false), None);
-    assert!(needs_rotor(&node(true, Some(DrainPhase::Evicting)), now, false).is_some());
+    // Outside every window (or halted) only a drain under way needs the leader; a new start
+    // waits. A halt that stops the drains under way leaves nothing to do.
+    assert_eq!(needs_rotor(&node(true, None), now, false, true), None);
+    assert!(needs_rotor(&node(true, Some(DrainPhase::Evicting)), now, false, true).is_some());
+    assert_eq!(
+        needs_rotor(&node(true, Some(DrainPhase::Evicting)), now, false, false),
+        None
+    );
     // Failed: nothing until its retry is due.
     let mut failed = node(true, Some(DrainPhase::Failed));
     failed.record.attempts = 1;
@@ -489,7 +496,7 @@ fn a_node_needs_rotor_while_it_can_start_or_runs_or_has_state_to_undo() {
     let mut hooked = node(true, None);
     hooked.pre_drain_hooks = vec!["backup".into()];
     assert!(needs(&hooked));
-    assert_eq!(needs_rotor(&hooked, now, false), None);
+    assert_eq!(needs_rotor(&hooked, now, false, true), None);
     // The taint went away: rotor's state (even a drained record, or only its cordon) is
     // undone.
     assert!(needs(&node(false, Some(DrainPhase::Drained))));
@@ -833,4 +840,195 @@ fn no_room_ahead_without_surge_or_outside_the_windows() {
     let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_millis(300));
     assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
     assert_eq!(ahead(&commands), []);
+}
+
+/// `config` with the circuit breaker: `--halt-after 10m`, and `--halt-stops-drains` if `stops`.
+fn breaker_config(max_concurrent: usize, stops: bool) -> MachineConfig {
+    MachineConfig {
+        halt_after: Some(Duration::from_secs(600)),
+        halt_stops_drains: stops,
+        ..config(max_concurrent, &[])
+    }
+}
+
+fn halts(commands: &[Command]) -> Vec<String> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Halt(halt) => Some(halt.reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A node whose drain was recorded as started `minutes` before [`wall`].
+fn started(name: &str, phase: DrainPhase, minutes: i64) -> NodeView {
+    let mut view = with_phase(tainted(name, 30), phase);
+    view.record.started_at = Some(wall() - jiff::SignedDuration::from_mins(minutes));
+    view
+}
+
+#[test]
+fn a_gate_held_past_halt_after_halts_the_rotation_until_it_is_resumed() {
+    let t0 = Instant::now();
+    let nodes = vec![
+        started("old-1", DrainPhase::Drained, 30),
+        tainted("old-2", 20),
+        tainted("old-3", 10),
+    ];
+    let mut machine = listed(breaker_config(1, false), nodes, t0);
+    machine.lease_step(t0, wall(), true, true);
+    let gate_pass = |machine: &mut Machine, held_secs: u64| {
+        let (mut commands, round) = machine.act(t0, wall(), true);
+        let mut round = round.unwrap();
+        round.gate_held = Some((
+            Duration::from_secs(held_secs),
+            "Deployment shop/api has 1/3 replicas ready".into(),
+        ));
+        round.hold(HeldReason::Gate(
+            "Deployment shop/api has 1/3 replicas ready".into(),
+        ));
+        commands.extend(machine.start(round));
+        commands
+    };
+    // Within --halt-after the gate only holds.
+    assert!(halts(&gate_pass(&mut machine, 599)).is_empty());
+    // Past it, the breaker trips, once, and says why.
+    let tripped = halts(&gate_pass(&mut machine, 601));
+    assert_eq!(
+        tripped,
+        [
+            "the cluster has not absorbed the last drains for 601s (--halt-after 600s): Deployment shop/api has 1/3 replicas ready"
+        ]
+    );
+    assert!(
+        halts(&gate_pass(&mut machine, 700)).is_empty(),
+        "tripped once"
+    );
+    // Halted: nothing starts even with the gate open, and each candidate says why.
+    let (commands, held) = leading_pass(&mut machine, t0);
+    assert!(drains(&commands).is_empty(), "{commands:?}");
+    assert!(
+        held.iter().all(|(_, why)| why
+            .to_string()
+            .starts_with("rotation halted until `rotor-drainer resume`")),
+        "{held:?}"
+    );
+    // A halted rotation does not keep the lease for waiting nodes.
+    assert_eq!(
+        machine.lease_step(t0, wall(), false, false),
+        vec![LeaseCommand::StandBy {
+            waiting: vec!["old-2".into(), "old-3".into()]
+        }]
+    );
+    // The record's halt is lifted (a resume): the gate's clock restarts and old-2 starts.
+    let resumed = machine.apply(
+        Event::HaltRead(HaltState {
+            halted: None,
+            resumed_at: Some(wall()),
+        }),
+        t0,
+    );
+    assert_eq!(resumed, vec![Command::Resumed]);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), vec![drain("old-2", Intent::Start)]);
+}
+
+#[test]
+fn a_halt_read_from_the_record_holds_a_new_leader_and_can_stop_the_drains_under_way() {
+    let t0 = Instant::now();
+    let nodes = vec![
+        started("old-1", DrainPhase::Evicting, 5),
+        tainted("old-2", 20),
+    ];
+    let halt = HaltState {
+        halted: Some(Halt {
+            since: wall(),
+            reason: "node new-9 joined ...".into(),
+        }),
+        resumed_at: None,
+    };
+    // Finishing the drains under way (the default): old-1 resumes, old-2 waits.
+    let mut machine = listed(breaker_config(2, false), nodes.clone(), t0);
+    assert!(machine.apply(Event::HaltRead(halt.clone()), t0).is_empty());
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), vec![drain("old-1", Intent::Resume)]);
+    // With --halt-stops-drains: nothing resumes...
+    let mut machine = listed(breaker_config(2, true), nodes.clone(), t0);
+    machine.apply(Event::HaltRead(halt.clone()), t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert!(drains(&commands).is_empty(), "{commands:?}");
+    // ...and a drain running when the halt arrives is stopped, once.
+    let mut machine = listed(breaker_config(2, true), nodes, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(
+        drains(&commands),
+        vec![
+            drain("old-1", Intent::Resume),
+            drain("old-2", Intent::Start)
+        ]
+    );
+    machine.apply(Event::HaltRead(halt), t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    let mut paused: Vec<&Command> = commands
+        .iter()
+        .filter(|c| matches!(c, Command::Pause(_)))
+        .collect();
+    paused.sort_by_key(|c| format!("{c:?}"));
+    assert_eq!(
+        paused,
+        [
+            &Command::Pause("old-1".into()),
+            &Command::Pause("old-2".into())
+        ]
+    );
+    let (again, _) = leading_pass(&mut machine, t0);
+    assert!(
+        !again.iter().any(|c| matches!(c, Command::Pause(_))),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn a_replacement_that_never_comes_up_halts_the_rotation() {
+    let t0 = Instant::now();
+    let mut stuck = node("new-1", 0);
+    stuck.created = Some(wall() - jiff::SignedDuration::from_mins(15));
+    stuck.ready = false;
+    stuck.ever_ready = false;
+    let nodes = vec![
+        started("old-1", DrainPhase::Drained, 30),
+        tainted("old-2", 20),
+        stuck.clone(),
+    ];
+    let mut machine = listed(breaker_config(1, false), nodes.clone(), t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    let reasons = halts(&commands);
+    assert_eq!(reasons.len(), 1, "{commands:?}");
+    assert!(
+        reasons[0].starts_with("node new-1 joined at"),
+        "{reasons:?}"
+    );
+    assert!(drains(&commands).is_empty(), "{commands:?}");
+    // Resumed 5 minutes ago: the node gets a full --halt-after from then.
+    let mut machine = listed(breaker_config(1, false), nodes.clone(), t0);
+    machine.apply(
+        Event::HaltRead(HaltState {
+            halted: None,
+            resumed_at: Some(wall() - jiff::SignedDuration::from_mins(5)),
+        }),
+        t0,
+    );
+    let (commands, held) = leading_pass(&mut machine, t0);
+    assert!(halts(&commands).is_empty(), "{commands:?}");
+    // Not halted, but the NotReady node past --node-startup-grace still counts as unavailable.
+    assert!(
+        held.iter()
+            .any(|(n, why)| n == "old-2" && why.to_string().contains("max-unavailable")),
+        "{held:?}"
+    );
+    // Without the breaker nothing halts.
+    let mut machine = listed(config(1, &[]), nodes, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert!(halts(&commands).is_empty());
 }

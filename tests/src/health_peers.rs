@@ -3,7 +3,8 @@
 //! - [`Prometheus`]: a real Prometheus server (built by `tools/build.sh` beside the control
 //!   plane) evaluating alerting rules the test writes and reloads, so that `ALERTS` fires and
 //!   resolves as it would in a cluster.
-//! - [`HealthUrl`]: a plain HTTP endpoint on loopback whose status and body the test sets.
+//! - [`TestEndpoint`]: a plain HTTP endpoint on loopback whose answer the test sets and which
+//!   keeps what it was sent: a health URL, or a notification webhook.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -164,62 +165,110 @@ fn http_get(url: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-/// An HTTP endpoint on loopback answering every request with the status and body last set.
-pub struct HealthUrl {
+/// An HTTP endpoint on loopback: answers every request with the status and body last set
+/// (after failing the next few with 503, if told to), and keeps the body of each request.
+pub struct TestEndpoint {
     url: String,
-    answer: Arc<Mutex<(u16, String)>>,
-    requests: Arc<Mutex<usize>>,
+    state: Arc<Mutex<EndpointState>>,
 }
 
-impl HealthUrl {
-    pub fn start(status: u16, body: &str) -> HealthUrl {
+#[derive(Default)]
+struct EndpointState {
+    answer: (u16, String),
+    fail_next: usize,
+    requests: usize,
+    bodies: Vec<String>,
+}
+
+impl TestEndpoint {
+    pub fn start(status: u16, body: &str) -> TestEndpoint {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let url = format!(
             "http://{}/ready",
             listener.local_addr().expect("local addr")
         );
-        let answer = Arc::new(Mutex::new((status, body.to_string())));
-        let requests = Arc::new(Mutex::new(0));
-        let (shared, count) = (answer.clone(), requests.clone());
+        let state = Arc::new(Mutex::new(EndpointState {
+            answer: (status, body.to_string()),
+            ..EndpointState::default()
+        }));
+        let shared = state.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                let body = read_request_body(&mut stream);
+                let (status, answer) = {
+                    let mut state = shared.lock().unwrap();
+                    state.requests += 1;
+                    state.bodies.push(body);
+                    if state.fail_next > 0 {
+                        state.fail_next -= 1;
+                        (503, "try again".to_string())
+                    } else {
+                        state.answer.clone()
                     }
-                }
-                *count.lock().unwrap() += 1;
-                let (status, body) = shared.lock().unwrap().clone();
+                };
                 let _ = write!(
                     stream,
-                    "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
+                    "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
                 );
             }
         });
-        HealthUrl {
-            url,
-            answer,
-            requests,
-        }
+        TestEndpoint { url, state }
     }
 
+    /// Its URL (path `/ready`).
     pub fn url(&self) -> &str {
         &self.url
     }
 
     /// What every later request is answered.
     pub fn answer(&self, status: u16, body: &str) {
-        *self.answer.lock().unwrap() = (status, body.to_string());
+        self.state.lock().unwrap().answer = (status, body.to_string());
+    }
+
+    /// Answers the next `n` requests with 503.
+    pub fn fail_next(&self, n: usize) {
+        self.state.lock().unwrap().fail_next = n;
     }
 
     /// How many requests it has had.
     pub fn requests(&self) -> usize {
-        *self.requests.lock().unwrap()
+        self.state.lock().unwrap().requests
     }
+
+    /// The bodies of the requests so far, in order (empty for a GET).
+    pub fn bodies(&self) -> Vec<String> {
+        self.state.lock().unwrap().bodies.clone()
+    }
+}
+
+/// Reads one request: the head up to its blank line, then `Content-Length` bytes of body.
+fn read_request_body(stream: &mut std::net::TcpStream) -> String {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return String::new(),
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&request[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while request.len() < head_end + length {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let end = request.len().min(head_end + length);
+    String::from_utf8_lossy(&request[head_end..end]).into_owned()
 }

@@ -504,6 +504,29 @@ fn the_events_table_lists_exactly_the_reasons_the_code_posts() {
     assert_no_problems("the Events table against the source", &problems);
 }
 
+#[test]
+fn the_notices_table_lists_exactly_the_notices_the_drainer_sends() {
+    let table = doc_tables::the_one_table(
+        &reference_pages(),
+        "notices",
+        "",
+        &["event", "when", "`node`"],
+    );
+    let documented: Vec<String> = table
+        .rows
+        .iter()
+        .filter_map(|row| code_spans(&row.cells[0]).into_iter().next())
+        .collect();
+    let sent: Vec<String> = rotor_drainer::notify::NoticeKind::ALL
+        .iter()
+        .map(|k| k.name().to_string())
+        .collect();
+    assert_eq!(
+        documented, sent,
+        "the notices table in docs/drainer.md, in the code's order"
+    );
+}
+
 // --- Links ----------------------------------------------------------------------------------
 
 /// GitHub's anchor for a heading: the rendered text lowercased, without characters other than

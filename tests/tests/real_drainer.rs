@@ -323,12 +323,26 @@ fn given_a_do_not_disrupt_pod_then_the_node_blocks_naming_it_until_the_opt_out_g
         ),
     );
     let cluster = &shop.cluster;
-    let _drainer = shop.drainer("e2e-a", &[]);
+    let webhook = rotor_e2e::health_peers::TestEndpoint::start(204, "");
+    let _drainer = shop.drainer("e2e-a", &["--notify-webhook", webhook.url()]);
     shop.taint("old-1");
     let blocker = blocked_on_only(cluster, "old-1", "shop/precious");
     assert!(
         blocker.contains("shop/precious") && blocker.contains("karpenter.sh/do-not-disrupt"),
         "{blocker}"
+    );
+    // Waiting will not clear an opt-out: the webhook hears the node is stuck, and why.
+    let stuck = wait_until("a NodeStuck notice", WAIT, || {
+        webhook
+            .bodies()
+            .into_iter()
+            .find(|b| b.contains("NodeStuck"))
+    });
+    let stuck: Value = serde_json::from_str(&stuck).expect("JSON");
+    assert_eq!(stuck["node"], "old-1", "{stuck}");
+    assert!(
+        stuck["detail"].as_str().unwrap().contains("shop/precious"),
+        "{stuck}"
     );
     let pod = cluster.kubectl_json(&["get", "pod", "precious", "-n", "shop"]);
     assert!(
@@ -520,7 +534,7 @@ fn given_a_firing_alert_or_an_unhealthy_url_then_no_drain_starts_until_both_are_
     let mut prometheus =
         rotor_e2e::health_peers::Prometheus::start(&format!("{watchdog}{burning}"));
     prometheus.wait_firing(&["CheckoutErrorBudgetBurn", "Watchdog"]);
-    let url = rotor_e2e::health_peers::HealthUrl::start(503, "schema migration in progress\n");
+    let url = rotor_e2e::health_peers::TestEndpoint::start(503, "schema migration in progress\n");
     // Credentials in a URL are sent, never shown.
     let with_password = url.url().replace("http://", "http://probe:s3cret@");
     let drainer = shop.drainer(
@@ -608,10 +622,26 @@ spec:
 }
 
 #[test]
-fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed() {
+fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed_and_says_so() {
     let shop = Shop::start_with(2, &pinned_to("old-1"));
     let cluster = &shop.cluster;
-    let drainer = shop.drainer("e2e-a", &["--halt-after", "5s", "--pending-grace", "1s"]);
+    // The webhook drops the first two POSTs: notices are retried, and arrive in order.
+    let webhook = rotor_e2e::health_peers::TestEndpoint::start(200, "ok");
+    webhook.fail_next(2);
+    let secret_path = webhook.url().replace("/ready", "/services/T0/B0/s3cret");
+    let drainer = shop.drainer(
+        "e2e-a",
+        &[
+            "--halt-after",
+            "5s",
+            "--pending-grace",
+            "1s",
+            "--notify-webhook",
+            &secret_path,
+            "--notify-cluster",
+            "e2e",
+        ],
+    );
     shop.taint("old-1");
     wait_phase(cluster, "old-1", "drained", WAIT);
     // old-1's pinned pod is now unschedulable: the next start waits on the gate, then halts.
@@ -670,6 +700,48 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
     let log = drainer.log();
     assert!(log.contains("rotation halted"), "{log}");
     assert!(log.contains("rotation resumed"), "{log}");
+    assert!(
+        !log.contains("s3cret"),
+        "the webhook's path is its secret: {log}"
+    );
+
+    // Two rotations (old-1 alone, then old-2 once tainted), the halt in between.
+    let expected = [
+        ("RotationStarted", None),
+        ("NodeDrained", Some("old-1")),
+        ("RotationFinished", None),
+        ("RotationHalted", None),
+        ("RotationStarted", None),
+        ("NodeDrained", Some("old-2")),
+        ("RotationFinished", None),
+    ];
+    let notices = wait_until("every notice to reach the webhook", WAIT, || {
+        let delivered: Vec<Value> = webhook
+            .bodies()
+            .iter()
+            .skip(2) // the two refused, sent again
+            .map(|b| serde_json::from_str(b).expect("a notice is JSON"))
+            .collect();
+        (delivered.len() >= expected.len()).then_some(delivered)
+    });
+    let seen: Vec<(&str, Option<&str>)> = notices
+        .iter()
+        .map(|n| (n["event"].as_str().unwrap(), n["node"].as_str()))
+        .collect();
+    assert_eq!(seen, expected, "{notices:?}");
+    assert!(
+        notices[3]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("rotor [e2e]: rotation HALTED: the cluster has not absorbed"),
+        "{}",
+        notices[3]
+    );
+    assert_eq!(
+        webhook.bodies()[0],
+        webhook.bodies()[2],
+        "the refused notice was sent again"
+    );
     // A second resume has nothing to lift.
     let again = rotor_e2e::run_with_timeout(
         std::process::Command::new(rotor_e2e::binary("rotor-drainer"))

@@ -103,7 +103,7 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
     let user = "system:serviceaccount:rotor-system:rotor-drainer";
     // A health check and the circuit breaker, so that the leader writes the rotation record
     // and every replica watches it (configmaps).
-    let healthy = rotor_e2e::health_peers::HealthUrl::start(200, "ok");
+    let healthy = rotor_e2e::health_peers::TestEndpoint::start(200, "ok");
     // The Lease Role first: `create leases` is only needed while the Lease does not exist.
     let roles = [
         rendered("Role", "rotor-drainer-leader-election"),

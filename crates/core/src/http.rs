@@ -1,9 +1,12 @@
-//! A small HTTP client for what rotor asks outside Kubernetes (the drainer's health gate): a GET
-//! with a deadline and a capped body, to an [`HttpTarget`] an operator gave as a flag. It is the
+//! A small HTTP client for what rotor says and asks outside Kubernetes (the drainer's health gate
+//! and notifications): a GET or a JSON POST with a deadline and a capped answer, to an
+//! [`HttpTarget`] an operator gave as a flag. It is the
 //! hyper stack kube already builds (rustls with ring, the system's roots), not a second client.
 //!
-//! Operators put credentials in such URLs (`https://user:token@host/...`, `?token=...`), so a
-//! target is only ever shown through [`HttpTarget::shown`], which leaves them out.
+//! Operators put credentials in such URLs (`https://user:token@host/...`, `?token=...`, and a
+//! Slack webhook's whole path), so a target is only ever shown through [`HttpTarget::shown`],
+//! which leaves out the user and the query, or [`HttpTarget::origin`], which leaves out the path
+//! too.
 
 use std::fmt;
 use std::str::FromStr;
@@ -13,7 +16,7 @@ use base64::Engine;
 use bytes::Bytes;
 use http::Uri;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -98,6 +101,11 @@ impl HttpTarget {
         )
     }
 
+    /// Scheme and host only: for targets whose path is itself a secret (webhook URLs).
+    pub fn origin(&self) -> String {
+        format!("{}://{}", self.scheme, self.authority)
+    }
+
     /// This target with `path` appended to its path and `query` as its query (each pair
     /// percent-encoded): a Prometheus base URL becomes its API's query URL.
     pub fn with_path_and_query(&self, path: &str, query: &[(&str, &str)]) -> HttpTarget {
@@ -169,7 +177,7 @@ pub enum HttpError {
 /// A client for [`HttpTarget`]s; cheap to clone.
 #[derive(Clone)]
 pub struct HttpClient {
-    inner: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    inner: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl HttpClient {
@@ -187,14 +195,38 @@ impl HttpClient {
 
     /// GETs `target`, all of it (connect, answer and body) within `timeout`.
     pub async fn get(&self, target: &HttpTarget, timeout: Duration) -> Result<Answer, HttpError> {
-        let mut request = http::Request::get(target.uri()).header(http::header::ACCEPT, "*/*");
+        let request = http::Request::get(target.uri()).header(http::header::ACCEPT, "*/*");
+        self.send(target, request, Bytes::new(), timeout).await
+    }
+
+    /// POSTs `json` to `target` as `application/json`, within `timeout`.
+    pub async fn post_json(
+        &self,
+        target: &HttpTarget,
+        json: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<Answer, HttpError> {
+        let request = http::Request::post(target.uri())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "*/*");
+        self.send(target, request, Bytes::from(json.to_string()), timeout)
+            .await
+    }
+
+    async fn send(
+        &self,
+        target: &HttpTarget,
+        mut request: http::request::Builder,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Answer, HttpError> {
         if let Some(userinfo) = &target.basic_auth {
             let encoded = base64::engine::general_purpose::STANDARD.encode(userinfo);
             request = request.header(http::header::AUTHORIZATION, format!("Basic {encoded}"));
         }
         let request = request
-            .body(Empty::new())
-            .expect("a GET with valid parts builds");
+            .body(Full::new(body))
+            .expect("a request with valid parts builds");
         let exchange = async {
             let response = self
                 .inner
@@ -240,6 +272,10 @@ mod tests {
         assert_eq!(t.basic_auth.as_deref(), Some("ops:s3cret"));
         let plain: HttpTarget = "http://10.0.0.1:8080".parse().unwrap();
         assert_eq!(plain.shown(), "http://10.0.0.1:8080/");
+        let slack: HttpTarget = "https://hooks.slack.com/services/T0/B0/secret"
+            .parse()
+            .unwrap();
+        assert_eq!(slack.origin(), "https://hooks.slack.com");
         assert_eq!(plain.basic_auth, None);
     }
 

@@ -9,6 +9,7 @@ use rotor_core::NodeBudget;
 
 use crate::gate::GateConfig;
 use crate::health::{AlertSelector, DEFAULT_ALERT_SELECTOR, HealthConfig};
+use crate::notify::NotifyConfig;
 use crate::pods::DrainOptions;
 use crate::surge::SurgeConfig;
 use crate::window::MaintenanceWindow;
@@ -58,6 +59,11 @@ pub enum ConfigError {
         halt_after: Duration,
         gate_timeout: Duration,
     },
+    /// Says nothing of the URL itself: a webhook's path is its secret.
+    #[error(
+        "--notify-webhook: the {0} webhook is not an http:// or https:// URL with a host (it is not repeated here: webhook URLs carry secrets)"
+    )]
+    NotifyWebhook(String),
     #[error("{flag}: {error}")]
     HealthTarget {
         flag: &'static str,
@@ -171,6 +177,24 @@ pub struct DrainArgs {
     /// progress kept on the node) until the rotation is resumed. Without it they finish.
     #[arg(long, env = "ROTOR_HALT_STOPS_DRAINS", requires = "halt_after")]
     pub halt_stops_drains: bool,
+
+    /// Notifications: a webhook to POST what happens to the rotation to (rotation started, node
+    /// drained, node stuck, rotation halted, rotation finished), as JSON with a `text` line that
+    /// Slack-compatible incoming webhooks show as it is. Repeat the flag for several (separate
+    /// them with ';' in the environment variable). Retried with back-off; never delays a drain.
+    /// The URL is never logged (a webhook's path is its secret): pass it through the
+    /// environment from a Secret.
+    #[arg(
+        long = "notify-webhook",
+        env = "ROTOR_NOTIFY_WEBHOOKS",
+        value_delimiter = ';',
+        hide_env_values = true
+    )]
+    pub notify_webhooks: Vec<String>,
+
+    /// With --notify-webhook: the cluster's name, at the start of each notice's text.
+    #[arg(long, env = "ROTOR_NOTIFY_CLUSTER")]
+    pub notify_cluster: Option<String>,
 
     /// Health gate: Prometheus's base URL (e.g. http://prometheus.monitoring:9090). Before a drain
     /// starts, rotor asks it for the firing alerts --health-alert-selector matches; while any
@@ -292,6 +316,8 @@ pub struct DrainerConfig {
     pub halt_after: Option<Duration>,
     /// `--halt-stops-drains`.
     pub halt_stops_drains: bool,
+    /// Notifications, when a webhook is set.
+    pub notify: Option<NotifyConfig>,
     /// Surge, when `--surge` is on.
     pub surge: Option<SurgeConfig>,
 }
@@ -317,6 +343,7 @@ impl DrainArgs {
         }
         let surge = self.surge_config()?;
         let health = self.health_config()?;
+        let notify = self.notify_config()?;
         if let Some(halt_after) = self.halt_after
             && (halt_after < Duration::from_secs(1) || halt_after >= self.gate_timeout)
         {
@@ -348,8 +375,38 @@ impl DrainArgs {
             health,
             halt_after: self.halt_after,
             halt_stops_drains: self.halt_stops_drains,
+            notify,
             surge,
         })
+    }
+
+    fn notify_config(&self) -> Result<Option<NotifyConfig>, ConfigError> {
+        let ordinal = |i: usize| match i {
+            0 => "first".to_string(),
+            1 => "second".to_string(),
+            2 => "third".to_string(),
+            n => format!("{}th", n + 1),
+        };
+        let webhooks = self
+            .notify_webhooks
+            .iter()
+            .filter(|u| !u.trim().is_empty())
+            .enumerate()
+            .map(|(i, u)| {
+                u.trim()
+                    .parse()
+                    .map_err(|_| ConfigError::NotifyWebhook(ordinal(i)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((!webhooks.is_empty()).then(|| NotifyConfig {
+            webhooks,
+            cluster: self
+                .notify_cluster
+                .as_deref()
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        }))
     }
 
     /// URLs are parsed here rather than by clap, whose error would quote the value, credentials
@@ -519,6 +576,25 @@ mod tests {
             (c.halt_after, c.halt_stops_drains),
             (Some(Duration::from_secs(600)), true)
         );
+        let c = parse(&[
+            "--notify-webhook",
+            "https://hooks.slack.com/services/T0/B0/x",
+            "--notify-cluster",
+            "prod-eu",
+        ])
+        .unwrap();
+        let notify = c.notify.unwrap();
+        assert_eq!(notify.webhooks[0].origin(), "https://hooks.slack.com");
+        assert_eq!(notify.cluster, "prod-eu");
+        let err = parse(&[
+            "--notify-webhook",
+            "http://ok/",
+            "--notify-webhook",
+            "hooks.slack.com/services/T0/B0/s3cret",
+        ])
+        .unwrap_err();
+        assert!(err.contains("the second webhook"), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
         // A selector without Prometheus would be silently unused.
         assert!(parse(&["--health-alert-selector", "a=\"b\""]).is_err());
     }

@@ -31,6 +31,7 @@ use crate::evict::{self, EvictionOutcome};
 use crate::eviction_queue::{EvictionQueue, QueuePolicy, Step, later};
 use crate::gate::WorkloadRef;
 use crate::metrics::Metrics;
+use crate::notify::{Notice, NoticeKind, Notifier};
 use crate::pace::BudgetPace;
 use crate::pods::{
     Blocker, BudgetDemand, BudgetKey, Charge, DisruptionPace, PodRef, budget_paces, plan_node,
@@ -65,6 +66,8 @@ pub struct Ctx {
     pub fleet_size: AtomicUsize,
     /// The rotation's record (see [`crate::rotation`]).
     pub rotation: crate::rotation::RecordRef,
+    /// Where notices go (`--notify-webhook`; a no-op without).
+    pub notifier: Notifier,
 }
 
 impl Ctx {
@@ -190,6 +193,20 @@ fn node_ref(node: &Node) -> ObjectReference {
 
 pub(crate) async fn announce(ctx: &Ctx, node: &Node, event: NodeEvent, note: String) {
     let reason = event.reason();
+    // The webhooks hear of a node's end and of a failed drain, in the Event's words (a blocked
+    // one only when waiting will not unblock it: see `record_blockers`).
+    let notice = match event {
+        NodeEvent::Drained => Some(NoticeKind::NodeDrained),
+        NodeEvent::Failed => Some(NoticeKind::NodeStuck),
+        _ => None,
+    };
+    if let Some(kind) = notice {
+        ctx.notifier.send(Notice::new(
+            kind,
+            node.metadata.name.as_deref(),
+            note.clone(),
+        ));
+    }
     let ev = Event {
         type_: if event.is_warning() {
             EventType::Warning
@@ -869,7 +886,14 @@ async fn evict_pass(
         .set(name, BudgetDemand::of(&plan, |uid| !queue.evicted(uid)));
     let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
     blockers.extend(queue.blockers().cloned());
-    record_blockers(task, record, blockers.first()).await;
+    // The first blocker needs someone when it is not a budget that will allow in time: an
+    // opt-out, a refused pod kind, a budget that never allows, a refusal by the API server.
+    let needs_someone = plan
+        .blockers
+        .iter()
+        .any(|b| !matches!(b, Blocker::BudgetRefusing { .. }))
+        || queue.has_operator_problem();
+    record_blockers(task, record, blockers.first(), needs_someone).await;
     Pass { ended: None, wake }
 }
 
@@ -964,8 +988,14 @@ async fn evict_one(
 }
 
 /// Records on the node what blocks its drain (the first blocker), or that it is evicting again;
-/// a new blocker is also announced as a Warning Event.
-async fn record_blockers(task: &Evicting<'_>, record: &mut DrainRecord, blocker: Option<&String>) {
+/// a new blocker is also announced as a Warning Event, and, when it `needs_someone` (waiting
+/// will not clear it), to the webhooks as the node stuck.
+async fn record_blockers(
+    task: &Evicting<'_>,
+    record: &mut DrainRecord,
+    blocker: Option<&String>,
+    needs_someone: bool,
+) {
     let next = match blocker {
         Some(b) => apply(record, Transition::Blocked(b.clone())),
         None => apply(record, Transition::Evicting),
@@ -976,6 +1006,13 @@ async fn record_blockers(task: &Evicting<'_>, record: &mut DrainRecord, blocker:
     if next.phase == Some(DrainPhase::Blocked) && next.blocker != record.blocker {
         tracing::info!(node = %task.name, blocker = ?next.blocker, "drain blocked");
         let note = next.blocker.clone().unwrap_or_default();
+        if needs_someone {
+            task.ctx.notifier.send(Notice::new(
+                NoticeKind::NodeStuck,
+                Some(&task.name),
+                note.clone(),
+            ));
+        }
         announce(task.ctx, task.node, NodeEvent::Blocked, note).await;
     }
     match save(task.nodes, &task.name, &next, record).await {

@@ -64,4 +64,8 @@ pub enum RunError {
         "cannot set up the health gate's HTTP client: {0} (the system's CA certificates are needed for https checks)"
     )]
     HealthClient(#[source] rotor_core::http::HttpError),
+    #[error(
+        "cannot set up the notifications' HTTP client: {0} (the system's CA certificates are needed for https webhooks)"
+    )]
+    NotifyClient(#[source] rotor_core::http::HttpError),
 }

@@ -218,6 +218,11 @@ impl EvictionQueue {
         self.fatal.values().chain(self.refused.values())
     }
 
+    /// Whether a refusal only an operator can clear (not a budget's) holds a pod.
+    pub fn has_operator_problem(&self) -> bool {
+        !self.fatal.is_empty()
+    }
+
     fn retry_at(&mut self, uid: &str, at: Timestamp) -> Timestamp {
         self.next_try.insert(uid.to_string(), at);
         at

@@ -9,7 +9,7 @@
 //! the circuit breaker halts a rotation).
 //!
 //! The I/O sits at the edges: `evict` (the Eviction API), `drain` (one node's drain task),
-//! `controller` (the loop over nodes), `leader` (the Lease), `rotation` (the fleet-wide record
+//! `controller` (the loop over nodes), `leader` (the Lease), `notify` (webhook notifications), `rotation` (the fleet-wide record
 //! beside the Lease), `runtime` (wiring), `status` (the `status` subcommand), `metrics`, `config` (flags). `error` holds what can fail, in words an
 //! operator can act on; `anyhow` is used only by the binary.
 
@@ -27,6 +27,7 @@ pub mod gate;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod notify;
 pub mod pace;
 pub mod pods;
 pub mod reserve;

@@ -68,6 +68,8 @@ pub async fn run(
         controller: "rotor-drainer".into(),
         instance: Some(identity),
     };
+    let notifier =
+        crate::notify::Notifier::start(cfg.notify.clone()).map_err(RunError::NotifyClient)?;
     let ctx = Arc::new(Ctx {
         client: kube_client,
         evict_client,
@@ -85,6 +87,7 @@ pub async fn run(
             &leader_args.lease_namespace,
             &leader_args.lease_name,
         ),
+        notifier,
     });
 
     // Acting stops when we shut down or lose the lease (not when we release it: the controller

@@ -25,6 +25,7 @@ use crate::fleet::{
     choose_nodes_to_start, start_block,
 };
 use crate::gate::WorkloadRef;
+use crate::notify::NoticeKind;
 use crate::state::{DrainRecord, Intent, retry_backoff};
 use crate::window::{MaintenanceWindow, any_open};
 
@@ -86,6 +87,8 @@ pub(super) enum Command {
     Pause(String),
     /// The halt was lifted: the breaker's clocks start afresh.
     Resumed,
+    /// Tell the webhooks (`--notify-webhook`).
+    Notify { kind: NoticeKind, detail: String },
 }
 
 /// What the lease step asks of the shell.
@@ -165,6 +168,9 @@ pub(super) struct Machine {
     halt: HaltState,
     /// Running drains told to stop for the halt.
     paused: BTreeSet<String>,
+    /// The rotation under way, as the notices tell it: from the first start while no tainted
+    /// node had a drain record, to no tainted node left undrained; `None` between rotations.
+    rotation: Option<Rotation>,
     burst: TaintBurst,
     was_leading: bool,
     idle_since: Option<Instant>,
@@ -184,6 +190,7 @@ impl Machine {
             holds_announced: BTreeMap::new(),
             halt: HaltState::default(),
             paused: BTreeSet::new(),
+            rotation: None,
             burst: TaintBurst::default(),
             was_leading: false,
             idle_since: None,
@@ -269,7 +276,12 @@ impl Machine {
                 }
                 let mut commands = Vec::new();
                 match &result {
-                    DrainResult::Drained => commands.push(Command::CountDrainEnd("drained")),
+                    DrainResult::Drained => {
+                        commands.push(Command::CountDrainEnd("drained"));
+                        if let Some(rotation) = &mut self.rotation {
+                            rotation.drained += 1;
+                        }
+                    }
                     DrainResult::Failed { .. } => commands.push(Command::CountDrainEnd("failed")),
                     DrainResult::Cancelled => commands.push(Command::CountDrainEnd("cancelled")),
                     DrainResult::Skipped { .. }
@@ -358,6 +370,15 @@ impl Machine {
             // The new term's sweep removes placeholders of nodes not draining, those made
             // ahead included.
             self.reserved.clear();
+            // Taking over a rotation under way: it was announced by the leader that began it.
+            if self.rotation.is_none()
+                && self
+                    .nodes
+                    .values()
+                    .any(|n| n.tainted && n.record.phase.is_some())
+            {
+                self.rotation = Some(Rotation::default());
+            }
         }
         let elapsed = self
             .last_pass
@@ -393,6 +414,7 @@ impl Machine {
             }
         }
         commands.extend(self.breaker_step(wall));
+        commands.extend(self.rotation_finished());
         // Resume drains recorded as started (a restart or a failover), unless a halt stopped
         // them.
         for n in self.nodes.values() {
@@ -453,6 +475,33 @@ impl Machine {
         round
     }
 
+    /// Tainted nodes not drained yet: what the rotation still has to do.
+    fn undrained(&self) -> usize {
+        self.nodes
+            .values()
+            .filter(|n| n.tainted && n.record.phase != Some(DrainPhase::Drained))
+            .count()
+    }
+
+    /// The rotation is over when no tainted node is left undrained and nothing runs.
+    fn rotation_finished(&mut self) -> Option<Command> {
+        if self.rotation.is_none() || !self.running.is_empty() || self.undrained() > 0 {
+            return None;
+        }
+        let drained = self.rotation.take().map_or(0, |r| r.drained);
+        let retiring = self
+            .nodes
+            .values()
+            .filter(|n| n.tainted && n.record.phase == Some(DrainPhase::Drained))
+            .count();
+        Some(Command::Notify {
+            kind: NoticeKind::RotationFinished,
+            detail: format!(
+                "every tainted node is drained: {drained} by this leader in this rotation; {retiring} drained node(s) wait to be retired"
+            ),
+        })
+    }
+
     /// Whether a halt stops the drains under way (`--halt-stops-drains`).
     fn drains_halted(&self) -> bool {
         self.cfg.halt_stops_drains && self.halt.halted.is_some()
@@ -510,20 +559,30 @@ impl Machine {
         {
             return vec![self.trip(reason, round.wall)];
         }
-        let mut commands: Vec<Command> = round
-            .start
-            .iter()
-            .map(|node| {
-                self.running.insert(node.clone());
-                // Its room, if made ahead, is its drain's now.
-                self.reserved.remove(node);
-                Command::Drain {
-                    tainted_since: self.nodes.get(node).and_then(|n| n.tainted_since),
-                    node: node.clone(),
-                    intent: Intent::Start,
-                }
-            })
-            .collect();
+        let mut commands = Vec::new();
+        if let Some(first) = round.start.first()
+            && self.rotation.is_none()
+        {
+            self.rotation = Some(Rotation::default());
+            commands.push(Command::Notify {
+                kind: NoticeKind::RotationStarted,
+                detail: format!(
+                    "{} tainted node(s) to drain, {} at a time at most; starting with {first}",
+                    self.undrained(),
+                    self.cfg.limits.max_concurrent
+                ),
+            });
+        }
+        commands.extend(round.start.iter().map(|node| {
+            self.running.insert(node.clone());
+            // Its room, if made ahead, is its drain's now.
+            self.reserved.remove(node);
+            Command::Drain {
+                tainted_since: self.nodes.get(node).and_then(|n| n.tainted_since),
+                node: node.clone(),
+                intent: Intent::Start,
+            }
+        }));
         commands.extend(self.reserve_ahead(&round));
         commands.extend(self.announce_holds(&round));
         commands
@@ -674,6 +733,13 @@ fn needs_rotor(
         }
         Some(_) => None,
     }
+}
+
+/// A rotation under way, for its notices.
+#[derive(Debug, Default)]
+struct Rotation {
+    /// Nodes this leader drained in it.
+    drained: usize,
 }
 
 /// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)

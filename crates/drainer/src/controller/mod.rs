@@ -360,6 +360,14 @@ impl Shell {
             Command::Halt(halt) => {
                 tracing::error!(reason = %halt.reason, "rotation halted: no drain starts until `rotor-drainer resume` (fix the cause first)");
                 self.ctx.metrics.halted.set(1);
+                self.ctx.notifier.send(crate::notify::Notice::new(
+                    crate::notify::NoticeKind::RotationHalted,
+                    None,
+                    format!(
+                        "{}; no drain starts until `rotor-drainer resume`",
+                        halt.reason
+                    ),
+                ));
                 let ctx = self.ctx.clone();
                 tokio::spawn(async move {
                     if let Err(e) =
@@ -368,6 +376,11 @@ impl Shell {
                         tracing::error!(configmap = %ctx.rotation.name, namespace = %ctx.rotation.namespace, error = %e, "could not write the halt into the rotation record: this leader stays halted, but `status` does not show it and a new leader would not know (check the drainer's RBAC on configmaps)");
                     }
                 });
+            }
+            Command::Notify { kind, detail } => {
+                self.ctx
+                    .notifier
+                    .send(crate::notify::Notice::new(kind, None, detail));
             }
             Command::Resumed => {
                 tracing::info!("rotation resumed: drains may start again");

@@ -1032,3 +1032,69 @@ fn a_replacement_that_never_comes_up_halts_the_rotation() {
     let (commands, _) = leading_pass(&mut machine, t0);
     assert!(halts(&commands).is_empty());
 }
+
+fn notices(commands: &[Command]) -> Vec<String> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Notify { kind, detail } => Some(format!("{}: {detail}", kind.name())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_rotation_is_announced_when_its_first_drain_starts_and_when_no_tainted_node_is_left() {
+    let t0 = Instant::now();
+    let nodes = vec![tainted("old-1", 20), tainted("old-2", 10), node("new-1", 1)];
+    let mut machine = listed(config(1, &[]), nodes, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(
+        notices(&commands),
+        ["RotationStarted: 2 tainted node(s) to drain, 1 at a time at most; starting with old-1"]
+    );
+    drained(&mut machine, "old-1", 20, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), vec![drain("old-2", Intent::Start)]);
+    assert!(
+        notices(&commands).is_empty(),
+        "announced once: {commands:?}"
+    );
+    // old-2's drain still runs: not finished.
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert!(notices(&commands).is_empty(), "{commands:?}");
+    drained(&mut machine, "old-2", 10, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(
+        notices(&commands),
+        [
+            "RotationFinished: every tainted node is drained: 2 by this leader in this rotation; 2 drained node(s) wait to be retired"
+        ]
+    );
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert!(notices(&commands).is_empty(), "finished once: {commands:?}");
+}
+
+#[test]
+fn a_new_leader_taking_over_a_rotation_does_not_announce_it_again() {
+    let t0 = Instant::now();
+    let nodes = vec![
+        with_phase(tainted("old-1", 20), DrainPhase::Drained),
+        tainted("old-2", 10),
+    ];
+    let mut machine = listed(config(1, &[]), nodes, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), vec![drain("old-2", Intent::Start)]);
+    assert!(notices(&commands).is_empty(), "{commands:?}");
+    drained(&mut machine, "old-2", 10, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(
+        notices(&commands).len(),
+        1,
+        "but it does say it finished: {commands:?}"
+    );
+    // A follower says nothing.
+    let mut follower = listed(config(1, &[]), vec![tainted("old-3", 5)], t0);
+    let (commands, round) = follower.act(t0, wall(), false);
+    assert!(round.is_none() && notices(&commands).is_empty());
+}

@@ -6,6 +6,7 @@
 //! - [`TestEndpoint`]: a plain HTTP endpoint on loopback whose answer the test sets and which
 //!   keeps what it was sent: a health URL, or a notification webhook.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -29,6 +30,12 @@ impl Prometheus {
     /// Starts Prometheus with `rules` (the `rules:` list of one rule group, in YAML) and waits
     /// until it has evaluated them once.
     pub fn start(rules: &str) -> Prometheus {
+        Prometheus::start_scraping(rules, &[])
+    }
+
+    /// Like [`Prometheus::start`], also scraping `/metrics` of each `host:port` in `targets`
+    /// every second (job `test`).
+    pub fn start_scraping(rules: &str, targets: &[&str]) -> Prometheus {
         let bin = control_plane_bin().join("prometheus");
         assert!(
             bin.is_file(),
@@ -39,11 +46,15 @@ impl Prometheus {
         let dir = TestDir::new("prometheus");
         let rules_path = dir.path().join("rules.yml");
         let config = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &config,
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - rules.yml\n",
-        )
-        .expect("write prometheus.yml");
+        let mut yaml = "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - rules.yml\n".to_string();
+        if !targets.is_empty() {
+            let quoted: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+            yaml.push_str(&format!(
+                "scrape_configs:\n  - job_name: test\n    static_configs:\n      - targets: [{}]\n",
+                quoted.join(", ")
+            ));
+        }
+        std::fs::write(&config, yaml).expect("write prometheus.yml");
         let port = free_port();
         let url = format!("http://127.0.0.1:{port}");
         let prometheus = Prometheus {
@@ -111,6 +122,44 @@ impl Prometheus {
             answer.starts_with("HTTP/1.1 200"),
             "reload refused: {answer}"
         );
+    }
+
+    /// The instant query `query`'s samples: each one's labels (without `__name__`) and value.
+    pub fn query(&self, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let encoded: String = query
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let Some((200, body)) = http_get(&format!("{}/api/v1/query?query={encoded}", self.url))
+        else {
+            return Vec::new();
+        };
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        answer["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|sample| {
+                let labels = sample["metric"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, _)| *k != "__name__")
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect();
+                let value = sample["value"][1]
+                    .as_str()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(f64::NAN);
+                (labels, value)
+            })
+            .collect()
     }
 
     /// The names of the alerts firing now, as the health gate reads them: the `ALERTS` series

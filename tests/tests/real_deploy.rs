@@ -7,8 +7,10 @@
 //! The control plane's binaries come from `tools/build.sh`; without them every test here fails
 //! and says how to build them.
 
+use std::time::Duration;
+
 use rotor_e2e::real_cluster::KUBERNETES_VERSION;
-use rotor_e2e::{FakeNode, RealCluster, describe_output};
+use rotor_e2e::{FakeNode, RealCluster, describe_output, wait_until};
 use serde_json::Value;
 
 use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;
@@ -93,12 +95,69 @@ fn the_selectors_kubernetes_provider_taints_exactly_the_nodes_behind_the_server_
     }
     cluster.add_nodes(&nodes);
 
-    let out = cluster.run_rotor_selector(&["--provider", "kubernetes", "--max-tainted", "100%"]);
+    // The run also publishes the fleet's compliance: to a file and to a Pushgateway's API.
+    let metrics_file = cluster.dir().join("selector.prom");
+    let pushgateway = rotor_e2e::health_peers::TestEndpoint::start(200, "");
+    let push_base = pushgateway.url().trim_end_matches("/ready").to_string();
+    let out = cluster.run_rotor_selector(&[
+        "--provider",
+        "kubernetes",
+        "--max-tainted",
+        "100%",
+        "--metrics-file",
+        metrics_file.to_str().unwrap(),
+        "--pushgateway",
+        &push_base,
+    ]);
     assert!(
         out.status.success(),
         "{}",
         describe_output("rotor-selector", &out)
     );
+    let exposition = std::fs::read_to_string(&metrics_file).expect("the metrics file");
+    assert_eq!(
+        pushgateway.bodies(),
+        std::slice::from_ref(&exposition),
+        "the same figures were pushed"
+    );
+    // A real Prometheus scrapes the figures (served as a textfile collector would) and reads
+    // two nodes out of date for kubelet-version.
+    let served = rotor_e2e::health_peers::TestEndpoint::start(200, &exposition);
+    let target = served
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches("/ready")
+        .to_string();
+    let prometheus = rotor_e2e::health_peers::Prometheus::start_scraping("", &[&target]);
+    let outdated = wait_until(
+        "Prometheus to scrape the selector's figures",
+        Duration::from_secs(60),
+        || {
+            let samples = prometheus.query("rotor_selector_outdated_nodes");
+            (!samples.is_empty()).then_some(samples)
+        },
+    );
+    assert_eq!(outdated.len(), 1, "{outdated:?}");
+    assert_eq!(outdated[0].0["reason"], "kubelet-version", "{outdated:?}");
+    assert_eq!(outdated[0].1, 2.0, "{outdated:?}");
+    let tainted = prometheus.query("rotor_selector_tainted_nodes");
+    assert_eq!(tainted[0].1, 2.0, "{tainted:?}");
+    let success = prometheus.query("rotor_selector_last_run_success");
+    assert_eq!(success[0].1, 1.0, "{success:?}");
+    // The report says the same, read-only.
+    let report = cluster.run_rotor_selector(&[
+        "--provider",
+        "kubernetes",
+        "--dry-run",
+        "--output",
+        "report",
+    ]);
+    let report_text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report_text.contains("2 out of date") && report_text.contains("2 for kubelet-version"),
+        "{report_text}"
+    );
+
     let taint_of = |name: &str| -> Option<String> {
         let node = cluster.kubectl_json(&["get", "node", name]);
         node["spec"]["taints"]

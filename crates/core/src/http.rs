@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
+pub use http::Method;
 use http::Uri;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http_body_util::{BodyExt, Full, Limited};
@@ -206,11 +207,31 @@ impl HttpClient {
         json: &serde_json::Value,
         timeout: Duration,
     ) -> Result<Answer, HttpError> {
-        let request = http::Request::post(target.uri())
-            .header(http::header::CONTENT_TYPE, "application/json")
+        self.upload(
+            http::Method::POST,
+            target,
+            "application/json",
+            Bytes::from(json.to_string()),
+            timeout,
+        )
+        .await
+    }
+
+    /// Sends `body` to `target` with `method` (POST, PUT) as `content_type`, within `timeout`.
+    pub async fn upload(
+        &self,
+        method: http::Method,
+        target: &HttpTarget,
+        content_type: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Answer, HttpError> {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(target.uri())
+            .header(http::header::CONTENT_TYPE, content_type)
             .header(http::header::ACCEPT, "*/*");
-        self.send(target, request, Bytes::from(json.to_string()), timeout)
-            .await
+        self.send(target, request, body, timeout).await
     }
 
     async fn send(

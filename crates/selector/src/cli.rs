@@ -78,6 +78,9 @@ pub enum OutputFormat {
     Text,
     /// One JSON object: provider, dryRun, summary, nodes, apiCalls.
     Json,
+    /// The fleet's compliance instead of the plan: nodes out of date by reason and group, the
+    /// oldest, tainted and drained ([`crate::compliance`]). With --dry-run, a read-only report.
+    Report,
 }
 
 impl fmt::Display for OutputFormat {
@@ -85,6 +88,7 @@ impl fmt::Display for OutputFormat {
         f.write_str(match self {
             OutputFormat::Text => "text",
             OutputFormat::Json => "json",
+            OutputFormat::Report => "report",
         })
     }
 }
@@ -105,8 +109,10 @@ pub struct SelectArgs {
     #[arg(long, env = "ROTOR_DRY_RUN")]
     pub dry_run: bool,
 
-    /// How the plan is printed on stdout: `text` (a table) or `json` (one object with provider,
-    /// dryRun, summary, nodes and apiCalls). Logs always go to stderr.
+    /// How the plan is printed on stdout: `text` (a table), `json` (one object with provider,
+    /// dryRun, summary, nodes and apiCalls) or `report` (the fleet's compliance: nodes out of
+    /// date by reason and group, the oldest, tainted and drained; with --dry-run a read-only
+    /// report). Logs always go to stderr.
     #[arg(
         long,
         env = "ROTOR_OUTPUT",
@@ -115,6 +121,17 @@ pub struct SelectArgs {
         value_name = "FORMAT"
     )]
     pub output: OutputFormat,
+
+    /// After each run, write the fleet's compliance figures to this file in Prometheus's text
+    /// format (replaced whole, never half-written), for a textfile collector or a sidecar.
+    #[arg(long, env = "ROTOR_METRICS_FILE", value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
+
+    /// After each run, PUT the fleet's compliance figures to this Prometheus Pushgateway (its
+    /// base URL), as job `rotor-selector` (and `cluster` = --cluster-name when set). A push that
+    /// fails makes the run exit 1 after its writes.
+    #[arg(long, env = "ROTOR_PUSHGATEWAY", value_name = "URL")]
+    pub pushgateway: Option<String>,
 
     /// Most nodes carrying the drain taint at once: a count (3) or a percentage (25%, rounded up)
     /// of the nodes considered. Nodes already tainted (by anyone) count, so each run only tops up
@@ -281,6 +298,10 @@ fn parse_label_key(text: &str) -> Result<String, String> {
 /// A flag combination or value that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    #[error("--pushgateway: {0}")]
+    Pushgateway(String),
+    #[error("--metrics-file must not be empty")]
+    MetricsFileEmpty,
     /// The AWS provider needs to know which groups to look at.
     #[error(
         "--provider aws needs --cluster-name (groups tagged for the cluster) or --group (groups by name)"
@@ -339,6 +360,16 @@ pub struct SelectorConfig {
     pub group_labels: Vec<String>,
     /// Surge at the Auto Scaling group level ([`crate::group_surge`]); AWS provider only.
     pub group_surge: bool,
+    /// Where the compliance figures go after the run.
+    pub metrics: MetricsSinks,
+}
+
+/// `--metrics-file`, `--pushgateway`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetricsSinks {
+    pub file: Option<std::path::PathBuf>,
+    /// The push URL: `<base>/metrics/job/rotor-selector[/cluster/<name>]`.
+    pub pushgateway: Option<rotor_core::http::HttpTarget>,
 }
 
 impl SelectArgs {
@@ -368,6 +399,7 @@ impl SelectArgs {
         if self.group_surge && !self.retire_drained {
             return Err(ConfigError::GroupSurgeNeedsRetire);
         }
+        let metrics = self.metrics_sinks()?;
         Ok(SelectorConfig {
             provider,
             dry_run: self.dry_run,
@@ -387,6 +419,40 @@ impl SelectArgs {
                 .cloned()
                 .collect(),
             group_surge: self.group_surge,
+            metrics,
+        })
+    }
+
+    fn metrics_sinks(&self) -> Result<MetricsSinks, ConfigError> {
+        let pushgateway = match &self.pushgateway {
+            None => None,
+            Some(url) => {
+                let base: rotor_core::http::HttpTarget =
+                    url.trim()
+                        .parse()
+                        .map_err(|e: rotor_core::http::TargetError| {
+                            ConfigError::Pushgateway(e.to_string())
+                        })?;
+                let mut path = "/metrics/job/rotor-selector".to_string();
+                if let Some(cluster) = self
+                    .cluster_name
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                {
+                    path.push_str(&format!("/cluster/{cluster}"));
+                }
+                Some(base.with_path_and_query(&path, &[]))
+            }
+        };
+        if let Some(file) = &self.metrics_file
+            && file.as_os_str().is_empty()
+        {
+            return Err(ConfigError::MetricsFileEmpty);
+        }
+        Ok(MetricsSinks {
+            file: self.metrics_file.clone(),
+            pushgateway,
         })
     }
 }
@@ -446,6 +512,43 @@ mod tests {
 
     fn config(args: &[&str]) -> SelectorConfig {
         parse(args).unwrap().select.validate().unwrap()
+    }
+
+    #[test]
+    fn metrics_sinks_parse_into_the_pushgateway_job_url() {
+        let c = config(&[
+            "--provider",
+            "aws",
+            "--cluster-name",
+            "prod-eu",
+            "--pushgateway",
+            "http://pushgateway.monitoring:9091",
+            "--metrics-file",
+            "/var/lib/node-exporter/rotor.prom",
+        ]);
+        assert_eq!(
+            c.metrics.pushgateway.unwrap().shown(),
+            "http://pushgateway.monitoring:9091/metrics/job/rotor-selector/cluster/prod-eu"
+        );
+        assert_eq!(
+            c.metrics.file.as_deref(),
+            Some(std::path::Path::new("/var/lib/node-exporter/rotor.prom"))
+        );
+        let bad = parse(&[
+            "--provider",
+            "kubernetes",
+            "--pushgateway",
+            "pushgateway:9091",
+        ])
+        .unwrap()
+        .select
+        .validate()
+        .unwrap_err();
+        assert!(bad.to_string().starts_with("--pushgateway: "), "{bad}");
+        assert!(
+            config(&["--provider", "kubernetes", "--output", "report"]).output
+                == OutputFormat::Report
+        );
     }
 
     #[test]

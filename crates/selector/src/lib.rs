@@ -6,6 +6,8 @@
 //! - [`kube_rules`]: the Kubernetes-only rules (kubelet behind the control plane, node age);
 //! - [`verdict`]: what a rule concludes about a node ([`Verdict`], [`SkipReason`]);
 //! - [`plan`](mod@plan): from verdicts to taint / untaint / keep / skip / retire, within budgets;
+//! - [`compliance`]: a run's figures (out of date by reason and group, the oldest) as Prometheus
+//!   text and a report;
 //! - [`group_surge`]: `--group-surge`, raising an Auto Scaling group's capacity ahead of its
 //!   drains and giving it back through retires.
 //!
@@ -28,6 +30,7 @@ pub mod apply;
 pub mod aws_model;
 pub mod aws_provider;
 pub mod cli;
+pub mod compliance;
 pub mod drift;
 pub mod group_surge;
 pub mod kube_provider;

@@ -2,8 +2,9 @@
 //! within budgets, taints (and rolls back) accordingly, prints the plan.
 //!
 //! Exit status: 0 the run completed; 1 it failed (a look-up failed and nothing was written; a
-//! look-up about one launch template failed and only its groups were skipped; or a write failed
-//! after retries); 2 bad flags or configuration, before the cluster is contacted.
+//! look-up about one launch template failed and only its groups were skipped; a write failed
+//! after retries; or its metrics could not be written or pushed); 2 bad flags or configuration,
+//! before the cluster is contacted.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,7 +12,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use rotor_core::client::{client_without_retry, load_config};
 use rotor_core::telemetry;
-use rotor_selector::cli::{Cli, OutputFormat, SelectorConfig};
+use rotor_selector::cli::{Cli, MetricsSinks, OutputFormat, SelectorConfig};
+use rotor_selector::compliance::Compliance;
 use rotor_selector::output;
 use rotor_selector::providers::Provider;
 use rotor_selector::run::run_with;
@@ -67,9 +69,11 @@ async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
             return 1;
         }
     };
+    let compliance = Compliance::of(&report, jiff::Timestamp::now());
     let text = match config.output {
         OutputFormat::Text => output::to_text(&report),
         OutputFormat::Json => format!("{:#}\n", output::to_json(&report)),
+        OutputFormat::Report => compliance.to_text(),
     };
     let mut stdout = std::io::stdout().lock();
     if let Err(error) = stdout
@@ -111,5 +115,63 @@ async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
             summary.applied,
         );
     }
-    report.exit_code()
+    let published = publish_metrics(&config.metrics, &compliance).await;
+    report.exit_code().max(u8::from(!published))
+}
+
+/// Writes the compliance figures where `--metrics-file` and `--pushgateway` say; false when one
+/// failed (said on stderr).
+async fn publish_metrics(sinks: &MetricsSinks, compliance: &Compliance) -> bool {
+    let text = compliance.exposition();
+    let mut ok = true;
+    if let Some(path) = &sinks.file
+        && let Err(error) = write_whole(path, &text)
+    {
+        eprintln!(
+            "rotor-selector: cannot write the metrics file {}: {error}; the run's writes stand",
+            path.display()
+        );
+        ok = false;
+    }
+    if let Some(target) = &sinks.pushgateway {
+        let pushed = match rotor_core::http::HttpClient::new() {
+            Ok(http) => http
+                .upload(
+                    rotor_core::http::Method::PUT,
+                    target,
+                    "text/plain; version=0.0.4",
+                    text.into(),
+                    std::time::Duration::from_secs(10),
+                )
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|answer| {
+                    if (200..300).contains(&answer.status) {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "answered {}: {}",
+                            answer.status,
+                            String::from_utf8_lossy(&answer.body).trim()
+                        ))
+                    }
+                }),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(error) = pushed {
+            eprintln!(
+                "rotor-selector: cannot push the metrics to the Pushgateway at {}: {error}; the run's writes stand",
+                target.shown()
+            );
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// Replaces `path` whole: a collector reading it never sees half a file.
+fn write_whole(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, text)?;
+    std::fs::rename(&partial, path)
 }

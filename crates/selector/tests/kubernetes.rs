@@ -433,10 +433,19 @@ async fn e_do_not_disrupt_nodes_are_skipped() {
 #[tokio::test]
 async fn f_bad_flags_exit_2_before_any_request() {
     let cluster = TestCluster::start_fleet().await;
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--provider", "kubernetes", "--max-tainted", "150%"],
             "--max-tainted",
+        ),
+        (
+            &[
+                "--provider",
+                "kubernetes",
+                "--pushgateway",
+                "pushgateway:9091",
+            ],
+            "--pushgateway",
         ),
         (
             &["--provider", "kubernetes", "--node-selector", "a in ("],

@@ -447,6 +447,18 @@ fn given_an_admission_policy_refusing_an_eviction_then_the_node_blocks_naming_th
     assert_eq!((deletes, forbidden), (0, Vec::new()));
 }
 
+/// A held node is untouched: not cordoned, no drain recorded, its pods still there.
+fn assert_untouched(cluster: &RealCluster, name: &str, stage: &str) {
+    let held = node(cluster, name);
+    assert!(held["spec"]["unschedulable"].is_null(), "{stage}: {held}");
+    assert_eq!(
+        annotation(cluster, name, "rotor.dev/phase"),
+        None,
+        "{stage}"
+    );
+    assert!(!movable_pods_on(cluster, name).is_empty(), "{stage}");
+}
+
 /// The messages of the DrainHeld Events posted on `node` so far.
 fn held_events(cluster: &RealCluster, node: &str) -> Vec<String> {
     cluster.node_event_notes(node, "DrainHeld")
@@ -474,18 +486,7 @@ fn given_a_pre_drain_hook_and_required_approval_then_the_drain_waits_untouched_s
         said[0].contains("volume-backup (owner backup-operator)"),
         "the Event names the hook and its owner: {said:?}"
     );
-    // Held means untouched: not cordoned, no drain recorded, every pod still there.
-    let untouched = |stage: &str| {
-        let held = node(cluster, "old-1");
-        assert!(held["spec"]["unschedulable"].is_null(), "{stage}: {held}");
-        assert_eq!(
-            annotation(cluster, "old-1", "rotor.dev/phase"),
-            None,
-            "{stage}"
-        );
-        assert!(!movable_pods_on(cluster, "old-1").is_empty(), "{stage}");
-    };
-    untouched("held by the hook");
+    assert_untouched(cluster, "old-1", "held by the hook");
 
     // The hook's owner is done; the node still waits for its approval, and says so.
     cluster.kubectl_ok(&["annotate", "node", "old-1", &format!("{hook}-")]);
@@ -494,7 +495,7 @@ fn given_a_pre_drain_hook_and_required_approval_then_the_drain_waits_untouched_s
         let events = held_events(cluster, "old-1");
         (events.len() >= 2 && events.iter().any(|m| m.contains(approval))).then_some(())
     });
-    untouched("waiting for approval");
+    assert_untouched(cluster, "old-1", "waiting for approval");
 
     // Approved: the drain starts and completes.
     cluster.kubectl_ok(&["annotate", "node", "old-1", "rotor.dev/drain-approved=true"]);
@@ -558,17 +559,7 @@ fn given_a_firing_alert_or_an_unhealthy_url_then_no_drain_starts_until_both_are_
     );
     assert!(!reason.contains("Watchdog"), "{reason}");
     assert!(reason.contains("answered 503"), "{reason}");
-    let untouched = |stage: &str| {
-        let held = node(cluster, "old-1");
-        assert!(held["spec"]["unschedulable"].is_null(), "{stage}: {held}");
-        assert_eq!(
-            annotation(cluster, "old-1", "rotor.dev/phase"),
-            None,
-            "{stage}"
-        );
-        assert!(!movable_pods_on(cluster, "old-1").is_empty(), "{stage}");
-    };
-    untouched("alert firing and URL unhealthy");
+    assert_untouched(cluster, "old-1", "alert firing and URL unhealthy");
 
     // The alert resolves: the URL alone still holds the drain.
     prometheus.set_rules(watchdog);
@@ -577,7 +568,7 @@ fn given_a_firing_alert_or_an_unhealthy_url_then_no_drain_starts_until_both_are_
         !r.contains("CheckoutErrorBudgetBurn")
     });
     assert!(reason.contains("schema migration in progress"), "{reason}");
-    untouched("URL unhealthy");
+    assert_untouched(cluster, "old-1", "URL unhealthy");
 
     // Healthy: the drain starts and completes; the record says open.
     url.answer(200, "ok");
@@ -657,16 +648,7 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
     );
     let record = cluster.kubectl_json(&["get", "configmap", "rotor-drainer-rotation", "-n", NS]);
     assert_eq!(record["data"]["halted"], "true", "{record}");
-    let untouched = |stage: &str| {
-        let held = node(cluster, "old-2");
-        assert!(held["spec"]["unschedulable"].is_null(), "{stage}: {held}");
-        assert_eq!(
-            annotation(cluster, "old-2", "rotor.dev/phase"),
-            None,
-            "{stage}"
-        );
-    };
-    untouched("halted");
+    assert_untouched(cluster, "old-2", "halted");
 
     // The cause goes, but a halt stays until someone resumes it.
     cluster.kubectl_ok(&[
@@ -678,7 +660,7 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
         "--wait=true",
     ]);
     std::thread::sleep(Duration::from_secs(8));
-    untouched("cause gone, not resumed");
+    assert_untouched(cluster, "old-2", "cause gone, not resumed");
 
     let resume = rotor_e2e::run_with_timeout(
         std::process::Command::new(rotor_e2e::binary("rotor-drainer"))

@@ -518,13 +518,19 @@ current-context: {user}
     /// The Events posted on the Node `node` (in `default`, where Events on cluster-scoped
     /// objects go), as (reason, message), oldest first.
     pub fn node_events(&self, node: &str) -> Vec<(String, String)> {
+        self.events_of("default", node)
+    }
+
+    /// The `(reason, message)` of the Events about the object `name` in `namespace` (Events
+    /// about a Node land in `default`), oldest first.
+    pub fn events_of(&self, namespace: &str, name: &str) -> Vec<(String, String)> {
         let list = self.kubectl_json(&[
             "get",
             "events",
             "-n",
-            "default",
+            namespace,
             "--field-selector",
-            &format!("involvedObject.name={node}"),
+            &format!("involvedObject.name={name}"),
         ]);
         let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
         let mut events: Vec<(String, String, String)> = list["items"]
@@ -590,7 +596,10 @@ current-context: {user}
         self.kubectl(&args)
     }
 
-    /// [`RealCluster::apply_kustomize`] that must succeed.
+    /// [`RealCluster::apply_kustomize`] that must succeed. The shipped selector CronJob is then
+    /// suspended: its schedule (every 10 minutes) would put a Job pod on the test's nodes at a
+    /// moment of the wall clock, and a test would pass or fail with the time of day. Tests run
+    /// the selector themselves ([`RealCluster::run_rotor_selector`]).
     pub fn apply_kustomize_ok(&self, dir: &str) {
         let out = self.apply_kustomize(dir, &[]);
         assert!(
@@ -598,6 +607,21 @@ current-context: {user}
             "{}",
             describe_output(&format!("kubectl apply --server-side -k {dir}"), &out)
         );
+        let cronjobs = self.kubectl_json(&["get", "cronjobs", "-n", ROTOR_NAMESPACE]);
+        for cronjob in cronjobs["items"].as_array().into_iter().flatten() {
+            let name = cronjob["metadata"]["name"].as_str().unwrap_or_default();
+            self.kubectl_ok(&[
+                "patch",
+                "cronjob",
+                name,
+                "-n",
+                ROTOR_NAMESPACE,
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"suspend":true}}"#,
+            ]);
+        }
     }
 
     /// Scales the shipped `rotor-drainer` Deployment to zero, for a test that runs the drainer

@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
 use rotor_e2e::budget_watch::BudgetVerdict;
 use rotor_e2e::{
     Background, BudgetWatch, FakeNode, RealCluster, WatchedBudget, wait_until, workspace_root,
@@ -361,6 +362,56 @@ fn given_a_do_not_disrupt_pod_then_the_node_blocks_naming_it_until_the_opt_out_g
         "karpenter.sh/do-not-disrupt-",
     ]);
     wait_phase(cluster, "old-1", "drained", WAIT);
+    let (_, deletes, forbidden) = drainer_audit(cluster);
+    assert_eq!((deletes, forbidden), (0, Vec::new()));
+}
+
+#[test]
+fn given_a_replace_by_time_then_an_opted_out_pod_holds_the_node_only_until_it_passes() {
+    let shop = Shop::start_with(
+        1,
+        &bare_pod("precious", "old-1", "{rotor.dev/do-not-disrupt: \"true\"}"),
+    );
+    let cluster = &shop.cluster;
+    // The deadline is 40 s away: inside the hour of warning from the start.
+    let replace_by = Timestamp::from_second(Timestamp::now().as_second() + 40).unwrap();
+    cluster.kubectl_ok(&[
+        "annotate",
+        "node",
+        "old-1",
+        &format!("rotor.dev/replace-by={replace_by}"),
+    ]);
+    let _drainer = shop.drainer(
+        "e2e-a",
+        &["--enforce-replace-by", "--replace-by-warning", "1h"],
+    );
+    shop.taint("old-1");
+    blocked_on_only(cluster, "old-1", "shop/precious");
+    // Warned before, on the node and on the pod.
+    let near = wait_until("a ReplaceByNear Event on the node", WAIT, || {
+        let notes = cluster.node_event_notes("old-1", "ReplaceByNear");
+        notes.into_iter().next()
+    });
+    assert!(
+        near.contains(&replace_by.to_string()) && near.contains("shop/precious"),
+        "{near}"
+    );
+    let on_pod = cluster.events_of("shop", "precious");
+    assert!(
+        on_pod.iter().any(|(reason, _)| reason == "ReplaceByNear"),
+        "{on_pod:?}"
+    );
+    let pod = cluster.kubectl_json(&["get", "pod", "precious", "-n", "shop"]);
+    assert!(
+        pod["metadata"]["deletionTimestamp"].is_null(),
+        "not before the deadline"
+    );
+
+    // Past it, the opt-out no longer holds: evicted through the API, never deleted.
+    wait_phase(cluster, "old-1", "drained", WAIT);
+    let passed = cluster.node_event_notes("old-1", "ReplaceByPassed");
+    assert_eq!(passed.len(), 1, "{passed:?}");
+    assert!(Timestamp::now() >= replace_by);
     let (_, deletes, forbidden) = drainer_audit(cluster);
     assert_eq!((deletes, forbidden), (0, Vec::new()));
 }

@@ -94,6 +94,25 @@ pub const PRE_DRAIN_HOOK_PREFIX: &str = "pre-drain.hook.rotor.dev/";
 /// system has set this to `"true"` on the node. rotor never sets or removes it.
 pub const DRAIN_APPROVED_ANNOTATION: &str = "rotor.dev/drain-approved";
 
+/// Node annotation: the time (RFC 3339) by which the node must be replaced, e.g. from a patch
+/// deadline; `rotor-selector --replace-within` sets it with the taint, or anyone may. Only with
+/// `rotor-drainer --enforce-replace-by`, once it has passed, pod opt-outs and budgets that never
+/// allow no longer hold the node's drain.
+pub const REPLACE_BY_ANNOTATION: &str = "rotor.dev/replace-by";
+
+/// The node's [`REPLACE_BY_ANNOTATION`]: `Ok(None)` without one, `Err` with the value when it is
+/// not an RFC 3339 time (the drainer then enforces nothing, and says so).
+pub fn replace_by(meta: &ObjectMeta) -> Result<Option<Timestamp>, String> {
+    match meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REPLACE_BY_ANNOTATION))
+    {
+        None => Ok(None),
+        Some(value) => value.trim().parse().map(Some).map_err(|_| value.clone()),
+    }
+}
+
 /// True when the node carries `rotor.dev/drain-approved: "true"` (exactly `"true"`).
 pub fn node_drain_approved(meta: &ObjectMeta) -> bool {
     annotation_is_true(meta, DRAIN_APPROVED_ANNOTATION)

@@ -83,10 +83,18 @@ impl FromStr for HttpTarget {
     }
 }
 
+/// The input as an error may quote it: no user information (whether or not a scheme comes
+/// first) and no query, where credentials go.
 fn redact_userinfo(s: &str) -> String {
-    match (s.find("://"), s.rfind('@')) {
-        (Some(start), Some(at)) if at > start => format!("{}://…@{}", &s[..start], &s[at + 1..]),
-        _ => s.to_string(),
+    let without_query = s.split_once('?').map_or(s, |(before, _)| before);
+    let scheme_end = without_query.find("://").map_or(0, |i| i + 3);
+    match without_query.rfind('@') {
+        Some(at) if at >= scheme_end => format!(
+            "{}…@{}",
+            &without_query[..scheme_end],
+            &without_query[at + 1..]
+        ),
+        _ => without_query.to_string(),
     }
 }
 
@@ -313,11 +321,15 @@ mod tests {
             let err = input.parse::<HttpTarget>().unwrap_err().to_string();
             assert!(err.contains(expected), "{input}: {err}");
         }
-        let err = "http://u:hunter2@ho st/"
-            .parse::<HttpTarget>()
-            .unwrap_err()
-            .to_string();
-        assert!(!err.contains("hunter2"), "{err}");
+        for leaky in [
+            "http://u:hunter2@ho st/",
+            "u:hunter2@prom:9090",
+            "u:hunter2@prom:9090/path",
+            "prom:9090/x?token=hunter2",
+        ] {
+            let err = leaky.parse::<HttpTarget>().unwrap_err().to_string();
+            assert!(!err.contains("hunter2"), "{leaky}: {err}");
+        }
     }
 
     #[test]

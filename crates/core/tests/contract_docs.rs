@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use rotor_core::contract::{
     DO_NOT_DISRUPT_ANNOTATION, DRAIN_APPROVED_ANNOTATION, DRAIN_TAINT_KEY,
     DRAINER_STATE_ANNOTATIONS, DrainPhase, DrainReason, KARPENTER_DO_NOT_DISRUPT_ANNOTATION,
-    PRE_DRAIN_HOOK_PREFIX, SELECTED_AT_ANNOTATION, SELECTOR_DETAIL_ANNOTATION,
+    PRE_DRAIN_HOOK_PREFIX, REPLACE_BY_ANNOTATION, SELECTED_AT_ANNOTATION,
+    SELECTOR_DETAIL_ANNOTATION,
 };
 
 // The table reader the other doc tests use (crate rotor-e2e). Included by path: as a
@@ -35,6 +36,7 @@ fn contract_names() -> BTreeSet<&'static str> {
         KARPENTER_DO_NOT_DISRUPT_ANNOTATION,
         PRE_DRAIN_HOOK_PREFIX,
         DRAIN_APPROVED_ANNOTATION,
+        REPLACE_BY_ANNOTATION,
     ]);
     names
 }

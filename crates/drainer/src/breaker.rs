@@ -8,7 +8,9 @@
 //!   `--halt-after` since it joined.
 //!
 //! Both clocks start again at the last resume, so a resumed rotation gets a full `--halt-after`
-//! before the same cause halts it again.
+//! before the same cause halts it again. Only nodes this drainer has watched since they joined
+//! count as replacements: it knows whether they have ever been Ready (a restarted drainer would
+//! take a node that was Ready for hours and then failed for one that never came up).
 
 use std::time::Duration;
 
@@ -44,25 +46,24 @@ pub fn gate_trip(held_for: Duration, halt_after: Duration, why: &str) -> Option<
     })
 }
 
-/// When the rotation began: the earliest drain start recorded on a node, or the last resume if
-/// that is later. `None` while no node carries a drain record.
-pub fn rotation_began<'a>(
-    nodes: impl IntoIterator<Item = &'a NodeView>,
-    resumed_at: Option<Timestamp>,
-) -> Option<Timestamp> {
-    let first_start = nodes
+/// When the rotation began: the earliest drain start recorded on a node that still carries the
+/// taint (drained nodes of this rotation wait there to be retired). `None` while none does.
+pub fn rotation_began<'a>(nodes: impl IntoIterator<Item = &'a NodeView>) -> Option<Timestamp> {
+    nodes
         .into_iter()
+        .filter(|n| n.tainted)
         .filter_map(|n| n.record.started_at)
-        .min()?;
-    Some(resumed_at.map_or(first_start, |r| r.max(first_start)))
+        .min()
 }
 
-/// The halt reason when a replacement never came up: a node created after `began` that has not
-/// been Ready (this process has not seen it Ready) for `halt_after` since it joined or since
-/// `began`, whichever is later. The oldest such node is named.
+/// The halt reason when a replacement never came up: a node created after `joined_after` (the
+/// rotation's start, or when this drainer began watching, whichever is later) that has not been
+/// Ready for `halt_after`, counted from when it joined or from `resumed_at`, whichever is later.
+/// The oldest such node is named.
 pub fn stalled_replacement<'a>(
     nodes: impl IntoIterator<Item = &'a NodeView>,
-    began: Timestamp,
+    joined_after: Timestamp,
+    resumed_at: Option<Timestamp>,
     now: Timestamp,
     halt_after: Duration,
 ) -> Option<String> {
@@ -70,14 +71,16 @@ pub fn stalled_replacement<'a>(
     nodes
         .into_iter()
         .filter(|n| !n.ever_ready && !n.deleting && !n.tainted)
-        .filter_map(|n| n.created.filter(|c| *c > began).map(|c| (c, n)))
-        .filter(|(created, _)| now.duration_since(*created) >= limit)
+        .filter_map(|n| n.created.filter(|c| *c > joined_after).map(|c| (c, n)))
+        .filter(|(created, _)| {
+            let from = resumed_at.map_or(*created, |r| r.max(*created));
+            now.duration_since(from) >= limit
+        })
         .min_by_key(|(created, _)| *created)
         .map(|(created, n)| {
             format!(
-                "node {} joined at {created}, after the rotation began, and has not been Ready for {}s (--halt-after {}s): replacements are not coming up",
+                "node {} joined at {created}, after the rotation began, and has not been Ready since (--halt-after {}s): replacements are not coming up",
                 n.name,
-                now.duration_since(created).as_secs(),
                 halt_after.as_secs()
             )
         })
@@ -116,25 +119,32 @@ mod tests {
     const HALT_AFTER: Duration = Duration::from_secs(600);
 
     #[test]
-    fn the_rotation_begins_at_its_first_recorded_start_or_the_last_resume() {
+    fn the_rotation_begins_at_its_first_recorded_start_on_a_tainted_node() {
+        let mut retired_taint = draining("old-0", "2026-11-20T10:00:00Z");
+        retired_taint.tainted = false;
         let nodes = [
             draining("old-1", "2026-11-26T10:05:00Z"),
             draining("old-2", "2026-11-26T10:00:00Z"),
             node("new-1", "2026-11-26T10:01:00Z", true),
+            retired_taint,
         ];
+        assert_eq!(rotation_began(&nodes), Some(at("2026-11-26T10:00:00Z")));
+        assert_eq!(rotation_began(&nodes[2..]), None);
+    }
+
+    #[test]
+    fn after_a_resume_a_stuck_replacement_gets_a_full_halt_after_again() {
+        let began = at("2026-11-26T10:00:00Z");
+        let stuck = [node("stuck", "2026-11-26T10:05:00Z", false)];
+        let now = at("2026-11-26T10:30:00Z");
+        assert!(stalled_replacement(&stuck, began, None, now, HALT_AFTER).is_some());
+        let resumed = Some(at("2026-11-26T10:25:00Z"));
         assert_eq!(
-            rotation_began(&nodes, None),
-            Some(at("2026-11-26T10:00:00Z"))
+            stalled_replacement(&stuck, began, resumed, now, HALT_AFTER),
+            None
         );
-        assert_eq!(
-            rotation_began(&nodes, Some(at("2026-11-26T11:00:00Z"))),
-            Some(at("2026-11-26T11:00:00Z"))
-        );
-        assert_eq!(
-            rotation_began(&nodes, Some(at("2026-11-26T09:00:00Z"))),
-            Some(at("2026-11-26T10:00:00Z"))
-        );
-        assert_eq!(rotation_began(&nodes[2..], None), None);
+        let later = at("2026-11-26T10:35:00Z");
+        assert!(stalled_replacement(&stuck, began, resumed, later, HALT_AFTER).is_some());
     }
 
     #[test]
@@ -149,22 +159,22 @@ mod tests {
             node("stuck-a", "2026-11-26T10:05:00Z", false),
             node("fine", "2026-11-26T10:01:00Z", true),
         ];
-        let reason = stalled_replacement(&nodes, began, now, HALT_AFTER).unwrap();
+        let reason = stalled_replacement(&nodes, began, None, now, HALT_AFTER).unwrap();
         assert_eq!(
             reason,
-            "node stuck-a joined at 2026-11-26T10:05:00Z, after the rotation began, and has not been Ready for 900s (--halt-after 600s): replacements are not coming up"
+            "node stuck-a joined at 2026-11-26T10:05:00Z, after the rotation began, and has not been Ready since (--halt-after 600s): replacements are not coming up"
         );
         // Within the limit, or Ready once: no halt.
         assert_eq!(
-            stalled_replacement(&nodes[1..2], began, now, HALT_AFTER),
+            stalled_replacement(&nodes[1..2], began, None, now, HALT_AFTER),
             None
         );
         assert_eq!(
-            stalled_replacement(&nodes[4..], began, now, HALT_AFTER),
+            stalled_replacement(&nodes[4..], began, None, now, HALT_AFTER),
             None
         );
         assert_eq!(
-            stalled_replacement(&nodes[..1], began, now, HALT_AFTER),
+            stalled_replacement(&nodes[..1], began, None, now, HALT_AFTER),
             None
         );
     }
@@ -178,7 +188,7 @@ mod tests {
         let mut tainted = node("tainted", "2026-11-26T10:05:00Z", false);
         tainted.tainted = true;
         assert_eq!(
-            stalled_replacement(&[leaving, tainted], began, now, HALT_AFTER),
+            stalled_replacement(&[leaving, tainted], began, None, now, HALT_AFTER),
             None
         );
     }

@@ -163,6 +163,20 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_REQUIRE_APPROVAL")]
     pub require_approval: bool,
 
+    /// Honour each node's rotor.dev/replace-by time (a patch deadline; rotor-selector
+    /// --replace-within sets it): once it has passed, a pod's do-not-disrupt opt-out no longer
+    /// holds the node (the pod is evicted through the API with its grace period), and pods whose
+    /// budget can never allow an eviction are deleted, as --force-after would, as the last
+    /// resort. Warning Events on the node and those pods say so from --replace-by-warning before.
+    /// Off by default: without it the annotation changes nothing.
+    #[arg(long, env = "ROTOR_ENFORCE_REPLACE_BY")]
+    pub enforce_replace_by: bool,
+
+    /// With --enforce-replace-by: how long before a node's replace-by time its drain warns, on
+    /// the node and on each pod that will be overridden.
+    #[arg(long, env = "ROTOR_REPLACE_BY_WARNING", default_value = "24h", value_parser = parse_duration, requires = "enforce_replace_by")]
+    pub replace_by_warning: Duration,
+
     /// Circuit breaker: halt the rotation when what it replaced does not come back within this
     /// long: the gate has held the next drain this long (the workloads evicted by the last
     /// drains not Ready again, or pods unschedulable), or a node that joined after the rotation
@@ -316,6 +330,8 @@ pub struct DrainerConfig {
     pub halt_after: Option<Duration>,
     /// `--halt-stops-drains`.
     pub halt_stops_drains: bool,
+    /// `--enforce-replace-by`, with its warning period; `None` when off.
+    pub replace_by: Option<Duration>,
     /// Notifications, when a webhook is set.
     pub notify: Option<NotifyConfig>,
     /// Surge, when `--surge` is on.
@@ -362,6 +378,7 @@ impl DrainArgs {
                 evict_emptydir: !self.refuse_emptydir,
                 evict_unmanaged: !self.refuse_unmanaged,
                 max_grace_period: self.max_grace_period.map(|d| d.as_secs() as i64),
+                override_opt_outs: false,
             },
             windows: self.windows.clone(),
             gate: GateConfig {
@@ -375,6 +392,7 @@ impl DrainArgs {
             health,
             halt_after: self.halt_after,
             halt_stops_drains: self.halt_stops_drains,
+            replace_by: self.enforce_replace_by.then_some(self.replace_by_warning),
             notify,
             surge,
         })

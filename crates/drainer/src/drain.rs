@@ -34,8 +34,10 @@ use crate::metrics::Metrics;
 use crate::notify::{Notice, NoticeKind, Notifier};
 use crate::pace::BudgetPace;
 use crate::pods::{
-    Blocker, BudgetDemand, BudgetKey, Charge, DisruptionPace, PodRef, budget_paces, plan_node,
+    Blocker, BudgetDemand, BudgetKey, Charge, DisruptionPace, DrainOptions, NodePlan, PodRef,
+    budget_paces, plan_node,
 };
+use crate::replace_by::{Announcement, ReplaceBy};
 use crate::reserve::{SurgeOutcome, SurgeSlots, make_room};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 use crate::surge::SurgeConfig;
@@ -221,9 +223,38 @@ pub(crate) async fn announce(ctx: &Ctx, node: &Node, event: NodeEvent, note: Str
     // A recorder of its own for each Event: kube's Recorder folds an Event into the last one of
     // the same reason on the same object for minutes, keeping the first note, so a second
     // blocker, hold or forced pod would read as the first. The callers post only what is news.
+    publish(ctx, ev, &node_ref(node)).await;
+}
+
+/// Posts a drainer Event on one of the node's pods (the replace-by warnings).
+async fn announce_on_pod(ctx: &Ctx, pod: &PodRef, event: NodeEvent, note: String) {
+    let ev = Event {
+        type_: if event.is_warning() {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: event.reason().into(),
+        note: Some(note),
+        action: "Drain".into(),
+        secondary: None,
+    };
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(pod.namespace.clone()),
+        name: Some(pod.name.clone()),
+        uid: Some(pod.uid.clone()),
+        ..Default::default()
+    };
+    publish(ctx, ev, &reference).await;
+}
+
+async fn publish(ctx: &Ctx, ev: Event, regarding: &ObjectReference) {
+    let reason = ev.reason.clone();
     let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-    if let Err(e) = recorder.publish(&ev, &node_ref(node)).await {
-        tracing::warn!(node = ?node.metadata.name, reason, error = %e, "could not record an Event on the node");
+    if let Err(e) = recorder.publish(&ev, regarding).await {
+        tracing::warn!(kind = ?regarding.kind, name = ?regarding.name, %reason, error = %e, "could not record an Event");
     }
 }
 
@@ -527,6 +558,18 @@ async fn drain_fresh(
         .filter(|_| keeps_pods_off(&taint))
         .map(|since| since.elapsed());
     let settled = settled_at(protected_for, Timestamp::now(), ctx.cfg.settle);
+    let replace_by = match (
+        ctx.cfg.replace_by,
+        rotor_core::contract::replace_by(&node.metadata),
+    ) {
+        (Some(_), Ok(at)) => at,
+        (Some(_), Err(value)) => {
+            // Never act on a guess: a time that does not parse is not enforced.
+            tracing::warn!(node = %name, %value, "rotor.dev/replace-by is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z); it is not enforced");
+            None
+        }
+        (None, _) => None,
+    };
     let task = Evicting {
         ctx,
         nodes,
@@ -535,6 +578,7 @@ async fn drain_fresh(
         taint: &taint,
         deadline,
         started,
+        replace_by,
         settled,
     };
     let result = evict_until_drained(&task, &mut record, abort, stop).await;
@@ -705,6 +749,8 @@ struct Evicting<'a> {
     deadline: Timestamp,
     /// When the drain (this attempt) started: `--force-after` counts from it.
     started: Timestamp,
+    /// The node's replace-by time, when `--enforce-replace-by` is on and the node has one.
+    replace_by: Option<Timestamp>,
     /// The node is drained no earlier than this (see [`settled_at`]).
     settled: Timestamp,
 }
@@ -736,10 +782,22 @@ async fn evict_until_drained(
     let mut queue = EvictionQueue::default();
     let mut empty_since: Option<Timestamp> = None;
     let mut reported = BlockedPodsGauge { ctx, reported: 0 };
+    let mut replace_by = task
+        .replace_by
+        .zip(ctx.cfg.replace_by)
+        .map(|(at, warning)| ReplaceBy::new(at, warning));
     loop {
         let mut wake = task.deadline;
         if let Some(pods) = pods.listed() {
-            let pass = evict_pass(task, record, pods, &mut queue, &mut empty_since).await;
+            let pass = evict_pass(
+                task,
+                record,
+                pods,
+                &mut queue,
+                &mut empty_since,
+                &mut replace_by,
+            )
+            .await;
             reported.set(queue.refused() as i64);
             if let Some(ended) = pass.ended {
                 return ended;
@@ -801,6 +859,7 @@ async fn evict_pass(
     pods: &HashMap<String, Pod>,
     queue: &mut EvictionQueue,
     empty_since: &mut Option<Timestamp>,
+    replace_by: &mut Option<ReplaceBy>,
 ) -> Pass {
     let (ctx, name) = (task.ctx, task.name.as_str());
     let now = Timestamp::now();
@@ -817,7 +876,13 @@ async fn evict_pass(
     let mut wake = task.deadline;
     let pod_list: Vec<Pod> = pods.values().cloned().collect();
     let budgets = ctx.budgets_now();
-    let plan = plan_node(&pod_list, &budgets, task.taint, &ctx.cfg.options);
+    // Past the node's replace-by time (--enforce-replace-by), opt-outs no longer hold it.
+    let past_replace_by = replace_by.as_ref().is_some_and(|d| d.passed(now));
+    let options = DrainOptions {
+        override_opt_outs: past_replace_by,
+        ..ctx.cfg.options.clone()
+    };
+    let plan = plan_node(&pod_list, &budgets, task.taint, &options);
     if plan.is_drained() && !queue.has_fatal() {
         let since = *empty_since.get_or_insert(now);
         let ready_at = task.settled.max(later(since, quiet(ctx.cfg.settle)));
@@ -831,10 +896,21 @@ async fn evict_pass(
     } else {
         *empty_since = None;
     }
+    if let Some(deadline) = replace_by.as_mut() {
+        let held = replace_by_held(&pod_list, &plan);
+        if let Some(said) = deadline.announce(now, &held) {
+            announce_replace_by(task, &said, &pod_list).await;
+        }
+        if let Some(at) = deadline.next_wake(now) {
+            wake = wake.min(at);
+        }
+    }
     let force_at = ctx.cfg.force_after.map(|f| later(task.started, f));
     let policy = QueuePolicy {
         budget_recheck: ctx.cfg.budget_recheck,
-        forcing: force_at.is_some_and(|t| now >= t),
+        // Past the replace-by time, a budget that never allows is overridden as --force-after
+        // would: the last resort, a deletion with the pod's grace period.
+        forcing: force_at.is_some_and(|t| now >= t) || past_replace_by,
     };
     // Published before the evictions too: the requests below take a while, and a start chosen
     // meanwhile must see that these pods are about to take their disruptions.
@@ -886,13 +962,13 @@ async fn evict_pass(
         .set(name, BudgetDemand::of(&plan, |uid| !queue.evicted(uid)));
     let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
     blockers.extend(queue.blockers().cloned());
-    // The first blocker needs someone when it is not a budget that will allow in time: an
-    // opt-out, a refused pod kind, a budget that never allows, a refusal by the API server.
-    let needs_someone = plan
-        .blockers
-        .iter()
-        .any(|b| !matches!(b, Blocker::BudgetRefusing { .. }))
-        || queue.has_operator_problem();
+    // The first blocker (the one recorded and announced) needs someone when it is not a budget
+    // that will allow in time: an opt-out, a refused pod kind, a budget that never allows, a
+    // refusal by the API server. The plan's blockers come first, then the queue's refusals.
+    let needs_someone = match plan.blockers.first() {
+        Some(first) => !matches!(first, Blocker::BudgetRefusing { .. }),
+        None => queue.has_operator_problem(),
+    };
     record_blockers(task, record, blockers.first(), needs_someone).await;
     Pass { ended: None, wake }
 }
@@ -985,6 +1061,39 @@ async fn evict_one(
         }
     }
     recorded.wake
+}
+
+/// The pods a replace-by time overrides: those that opted out, and those whose budget never
+/// allows an eviction (or that several budgets cover), as namespace/name.
+fn replace_by_held(pods: &[Pod], plan: &NodePlan) -> Vec<String> {
+    let mut held: Vec<String> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| rotor_core::contract::pod_opt_out(&p.metadata).is_some())
+        .map(|p| PodRef::of(p).to_string())
+        .collect();
+    held.extend(plan.budget_blocked.iter().map(|(pod, _)| pod.to_string()));
+    held.sort();
+    held.dedup();
+    held
+}
+
+/// Says what the replace-by time is about to override, or has: a Warning on the node and on each
+/// pod concerned, and the log.
+async fn announce_replace_by(task: &Evicting<'_>, said: &Announcement, pods: &[Pod]) {
+    let (event, note) = if said.passed() {
+        (NodeEvent::ReplaceByPassed, said.node_note())
+    } else {
+        (NodeEvent::ReplaceByNear, said.node_note())
+    };
+    tracing::warn!(node = %task.name, pods = ?said.pods(), "{note}");
+    announce(task.ctx, task.node, event, note).await;
+    for pod in pods {
+        let pod_ref = PodRef::of(pod);
+        if said.pods().contains(&pod_ref.to_string()) {
+            announce_on_pod(task.ctx, &pod_ref, event, said.pod_note(&task.name)).await;
+        }
+    }
 }
 
 /// Records on the node what blocks its drain (the first blocker), or that it is evicting again;

@@ -20,10 +20,16 @@ pub enum NodeEvent {
     SurgeNoSlot,
     SurgeTimedOut,
     SurgeFailed,
+    /// `--enforce-replace-by`: the node's replace-by time is near, and pods will be overridden
+    /// (posted on the node and on those pods).
+    ReplaceByNear,
+    /// `--enforce-replace-by`: the replace-by time passed; opt-outs and never-allowing budgets
+    /// are overridden (on the node and on those pods).
+    ReplaceByPassed,
 }
 
 impl NodeEvent {
-    pub const ALL: [NodeEvent; 13] = [
+    pub const ALL: [NodeEvent; 15] = [
         NodeEvent::HeldByHooks,
         NodeEvent::Started,
         NodeEvent::Resumed,
@@ -37,6 +43,8 @@ impl NodeEvent {
         NodeEvent::SurgeNoSlot,
         NodeEvent::SurgeTimedOut,
         NodeEvent::SurgeFailed,
+        NodeEvent::ReplaceByNear,
+        NodeEvent::ReplaceByPassed,
     ];
 
     /// The Event's `reason`, what `kubectl get events` shows and alerts match on.
@@ -54,6 +62,8 @@ impl NodeEvent {
             NodeEvent::SurgeNothingToReserve | NodeEvent::SurgeNoSlot => "SurgeSkipped",
             NodeEvent::SurgeTimedOut => "SurgeTimedOut",
             NodeEvent::SurgeFailed => "SurgeFailed",
+            NodeEvent::ReplaceByNear => "ReplaceByNear",
+            NodeEvent::ReplaceByPassed => "ReplaceByPassed",
         }
     }
 
@@ -67,6 +77,8 @@ impl NodeEvent {
                 | NodeEvent::SurgeNoSlot
                 | NodeEvent::SurgeTimedOut
                 | NodeEvent::SurgeFailed
+                | NodeEvent::ReplaceByNear
+                | NodeEvent::ReplaceByPassed
         )
     }
 }

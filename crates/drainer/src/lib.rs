@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod notify;
 pub mod pace;
 pub mod pods;
+pub mod replace_by;
 pub mod reserve;
 pub mod rotation;
 pub mod runtime;

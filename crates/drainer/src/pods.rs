@@ -43,6 +43,9 @@ pub struct DrainOptions {
     /// kubectl's `--grace-period=-1`); 0 is raised to 1, because a zero grace period deletes the
     /// pod without waiting for its containers to stop.
     pub max_grace_period: Option<i64>,
+    /// The node's replace-by time has passed under `--enforce-replace-by`: a pod's opt-out no
+    /// longer holds it (it is evicted like any other, through the API, with its grace period).
+    pub override_opt_outs: bool,
 }
 
 impl Default for DrainOptions {
@@ -51,6 +54,7 @@ impl Default for DrainOptions {
             evict_emptydir: true,
             evict_unmanaged: true,
             max_grace_period: None,
+            override_opt_outs: false,
         }
     }
 }
@@ -303,7 +307,9 @@ pub fn classify(pod: &Pod, drain_taint: &Taint, opts: &DrainOptions) -> PodVerdi
         return PodVerdict::Ignore(IgnoreReason::ToleratesDrainTaint);
     }
     let pod_key = key_of(&pod.metadata);
-    if let Some(annotation) = pod_opt_out(&pod.metadata) {
+    if let Some(annotation) = pod_opt_out(&pod.metadata)
+        && !opts.override_opt_outs
+    {
         return PodVerdict::Blocked(Blocker::DoNotDisrupt {
             pod: pod_key,
             annotation,
@@ -839,6 +845,26 @@ mod tests {
     }
 
     #[test]
+    fn past_its_replace_by_time_an_opted_out_pod_is_evicted_like_any_other() {
+        let opted_out = pod(
+            "precious",
+            json!({"metadata": {"annotations": {"rotor.dev/do-not-disrupt": "true"}}}),
+        );
+        assert!(matches!(
+            classify(&opted_out, &taint(), &DrainOptions::default()),
+            PodVerdict::Blocked(Blocker::DoNotDisrupt { .. })
+        ));
+        let overridden = DrainOptions {
+            override_opt_outs: true,
+            ..DrainOptions::default()
+        };
+        assert!(matches!(
+            classify(&opted_out, &taint(), &overridden),
+            PodVerdict::Evict { .. }
+        ));
+    }
+
+    #[test]
     fn emptydir_and_unmanaged_block_only_when_refused() {
         let scratch = pod(
             "cache-1",
@@ -854,6 +880,7 @@ mod tests {
             evict_emptydir: false,
             evict_unmanaged: false,
             max_grace_period: None,
+            override_opt_outs: false,
         };
         assert_eq!(
             classify(&scratch, &taint(), &strict),

@@ -249,7 +249,8 @@ pub async fn read(client: &kube::Client, at: &RecordRef) -> Result<RotationView,
 }
 
 /// The breaker's state as the record changes: a watch of the one ConfigMap (by name, so the
-/// Role can name it), with kube-runtime's back-off. A deleted record reads as not halted.
+/// Role can name it), with kube-runtime's back-off. Each (re-)list answers once, with the
+/// record's state or, without a record, not halted; a deleted record reads as not halted.
 pub fn watch_halt(
     client: kube::Client,
     at: &RecordRef,
@@ -260,16 +261,27 @@ pub fn watch_halt(
     let config = watcher::Config::default().fields(&format!("metadata.name={}", at.name));
     watcher(api, config)
         .default_backoff()
-        .filter_map(|event| async move {
-            match event {
-                Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
+        // `listed_one`: the list under way has shown the record.
+        .scan(false, |listed_one, event| {
+            let read = match event {
+                Ok(watcher::Event::Init) => {
+                    *listed_one = false;
+                    None
+                }
+                Ok(watcher::Event::InitApply(cm)) => {
+                    *listed_one = true;
+                    Some(Ok(halt_from_data(&cm.data.unwrap_or_default())))
+                }
+                Ok(watcher::Event::InitDone) => (!*listed_one).then(|| Ok(HaltState::default())),
+                Ok(watcher::Event::Apply(cm)) => {
                     Some(Ok(halt_from_data(&cm.data.unwrap_or_default())))
                 }
                 Ok(watcher::Event::Delete(_)) => Some(Ok(HaltState::default())),
-                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
                 Err(e) => Some(Err(e)),
-            }
+            };
+            futures::future::ready(Some(read))
         })
+        .filter_map(futures::future::ready)
 }
 
 #[cfg(test)]

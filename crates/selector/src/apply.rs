@@ -25,7 +25,9 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use rotor_core::contract::{SELECTED_AT_ANNOTATION, SELECTOR_DETAIL_ANNOTATION, format_timestamp};
+use rotor_core::contract::{
+    REPLACE_BY_ANNOTATION, SELECTED_AT_ANNOTATION, SELECTOR_DETAIL_ANNOTATION, format_timestamp,
+};
 use rotor_core::{DRAIN_TAINT_KEY, DrainReason, FIELD_MANAGER, TaintEffect, drain_taint};
 use serde_json::{Value, json};
 
@@ -112,31 +114,44 @@ pub fn writes(action: &Action) -> bool {
 }
 
 /// The merge patch that taints `node`: its other taints kept, rotor's added, the two selector
-/// annotations set, guarded by the node's resourceVersion.
+/// annotations set, and `replace_by` (`--replace-within`) unless the node already has a
+/// replace-by time (an earlier one is kept: a deadline only ever comes closer), guarded by the
+/// node's resourceVersion.
 pub fn taint_patch(
     node: &Node,
     reason: DrainReason,
     detail: &str,
     effect: TaintEffect,
     selected_at: Timestamp,
+    replace_by: Option<Timestamp>,
 ) -> Result<Value, String> {
     let resource_version = resource_version(node)?;
     let mut taints = other_taints(node);
     taints.push(drain_taint(reason, effect));
+    let mut annotations = json!({
+        SELECTED_AT_ANNOTATION: format_timestamp(selected_at),
+        SELECTOR_DETAIL_ANNOTATION: detail,
+    });
+    let has_one = node
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(REPLACE_BY_ANNOTATION));
+    if let Some(at) = replace_by.filter(|_| !has_one) {
+        annotations[REPLACE_BY_ANNOTATION] = json!(format_timestamp(at));
+    }
     Ok(json!({
         "metadata": {
             "resourceVersion": resource_version,
-            "annotations": {
-                SELECTED_AT_ANNOTATION: format_timestamp(selected_at),
-                SELECTOR_DETAIL_ANNOTATION: detail,
-            },
+            "annotations": annotations,
         },
         "spec": {"taints": taints},
     }))
 }
 
-/// The merge patch that removes rotor's taint and the two selector annotations from `node`,
-/// keeping everything else, guarded by the node's resourceVersion.
+/// The merge patch that removes rotor's taint, the two selector annotations and the replace-by
+/// time (it came with the selection) from `node`, keeping everything else, guarded by the node's
+/// resourceVersion.
 pub fn untaint_patch(node: &Node) -> Result<Value, String> {
     let resource_version = resource_version(node)?;
     let taints = other_taints(node);
@@ -146,6 +161,7 @@ pub fn untaint_patch(node: &Node) -> Result<Value, String> {
             "annotations": {
                 SELECTED_AT_ANNOTATION: null,
                 SELECTOR_DETAIL_ANNOTATION: null,
+                REPLACE_BY_ANNOTATION: null,
             },
         },
         "spec": {"taints": if taints.is_empty() { Value::Null } else { json!(taints) }},
@@ -208,6 +224,8 @@ pub struct Applier<'a> {
     assessor: &'a Assessor,
     effect: TaintEffect,
     selected_at: Timestamp,
+    /// `selected_at` plus `--replace-within`.
+    replace_by: Option<Timestamp>,
     retire_drained: bool,
 }
 
@@ -219,6 +237,7 @@ impl<'a> Applier<'a> {
         assessor: &'a Assessor,
         effect: TaintEffect,
         selected_at: Timestamp,
+        replace_within: Option<std::time::Duration>,
         retire_drained: bool,
     ) -> Self {
         Applier {
@@ -233,6 +252,11 @@ impl<'a> Applier<'a> {
             assessor,
             effect,
             selected_at,
+            replace_by: replace_within.and_then(|d| {
+                jiff::SignedDuration::try_from(d)
+                    .ok()
+                    .and_then(|d| selected_at.checked_add(d).ok())
+            }),
             retire_drained,
         }
     }
@@ -324,9 +348,14 @@ impl<'a> Applier<'a> {
         let dropped = |why: String, attempts| result(WriteOutcome::Dropped { why }, attempts);
         for attempt in 1..=MAX_ATTEMPTS {
             let patch = match &action {
-                Action::Taint { reason, detail } => {
-                    taint_patch(&node, *reason, detail, self.effect, self.selected_at)
-                }
+                Action::Taint { reason, detail } => taint_patch(
+                    &node,
+                    *reason,
+                    detail,
+                    self.effect,
+                    self.selected_at,
+                    self.replace_by,
+                ),
                 Action::Untaint { .. } => untaint_patch(&node),
                 Action::Retire { .. } => Err("a retire is not a patch".to_owned()),
                 Action::Keep { .. } | Action::Skip { .. } => {
@@ -505,6 +534,7 @@ mod tests {
             "kubelet v1.33.2, control plane v1.34.1",
             TaintEffect::PreferNoSchedule,
             at(),
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -532,11 +562,51 @@ mod tests {
             "old",
             TaintEffect::NoSchedule,
             at(),
+            None,
         )
         .unwrap();
         assert_eq!(
             patch["spec"],
             json!({"taints": [{"key": "rotor.dev/drain", "value": "max-age", "effect": "NoSchedule"}]})
+        );
+    }
+
+    #[test]
+    fn a_taint_carries_the_replace_by_time_unless_the_node_has_one() {
+        let later: Timestamp = "2025-05-13T07:08:09Z".parse().unwrap();
+        let fresh = node(json!([]), json!({}));
+        let patch = taint_patch(
+            &fresh,
+            DrainReason::Image,
+            "d",
+            TaintEffect::NoSchedule,
+            at(),
+            Some(later),
+        )
+        .unwrap();
+        assert_eq!(
+            patch["metadata"]["annotations"]["rotor.dev/replace-by"],
+            "2025-05-13T07:08:09Z"
+        );
+        // A deadline set earlier (by a person, or an earlier selection) stands.
+        let set = node(
+            json!([]),
+            json!({"rotor.dev/replace-by": "2025-05-08T00:00:00Z"}),
+        );
+        let patch = taint_patch(
+            &set,
+            DrainReason::Image,
+            "d",
+            TaintEffect::NoSchedule,
+            at(),
+            Some(later),
+        )
+        .unwrap();
+        assert!(
+            patch["metadata"]["annotations"]
+                .get("rotor.dev/replace-by")
+                .is_none(),
+            "{patch}"
         );
     }
 
@@ -554,7 +624,11 @@ mod tests {
             json!({
                 "metadata": {
                     "resourceVersion": "42",
-                    "annotations": {"rotor.dev/selected-at": null, "rotor.dev/selector-detail": null},
+                    "annotations": {
+                        "rotor.dev/selected-at": null,
+                        "rotor.dev/selector-detail": null,
+                        "rotor.dev/replace-by": null,
+                    },
                 },
                 "spec": {"taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]},
             })
@@ -574,9 +648,16 @@ mod tests {
         let n: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
         assert!(untaint_patch(&n).unwrap_err().contains("resourceVersion"));
         assert!(
-            taint_patch(&n, DrainReason::Image, "", TaintEffect::NoSchedule, at())
-                .unwrap_err()
-                .contains("precondition")
+            taint_patch(
+                &n,
+                DrainReason::Image,
+                "",
+                TaintEffect::NoSchedule,
+                at(),
+                None
+            )
+            .unwrap_err()
+            .contains("precondition")
         );
     }
 

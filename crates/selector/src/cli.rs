@@ -122,6 +122,12 @@ pub struct SelectArgs {
     )]
     pub output: OutputFormat,
 
+    /// With each new taint, set rotor.dev/replace-by to now plus this (a patch deadline, e.g. 7d):
+    /// with rotor-drainer --enforce-replace-by, once it has passed, pod opt-outs and budgets
+    /// that never allow no longer hold the node. A replace-by already on the node is kept.
+    #[arg(long, env = "ROTOR_REPLACE_WITHIN", value_name = "DURATION", value_parser = parse_max_age)]
+    pub replace_within: Option<Duration>,
+
     /// After each run, write the fleet's compliance figures to this file in Prometheus's text
     /// format (replaced whole, never half-written), for a textfile collector or a sidecar.
     #[arg(long, env = "ROTOR_METRICS_FILE", value_name = "PATH")]
@@ -362,6 +368,8 @@ pub struct SelectorConfig {
     pub group_surge: bool,
     /// Where the compliance figures go after the run.
     pub metrics: MetricsSinks,
+    /// `--replace-within`.
+    pub replace_within: Option<Duration>,
 }
 
 /// `--metrics-file`, `--pushgateway`.
@@ -420,6 +428,7 @@ impl SelectArgs {
                 .collect(),
             group_surge: self.group_surge,
             metrics,
+            replace_within: self.replace_within,
         })
     }
 
@@ -440,7 +449,10 @@ impl SelectArgs {
                     .map(str::trim)
                     .filter(|c| !c.is_empty())
                 {
-                    path.push_str(&format!("/cluster/{cluster}"));
+                    // The Pushgateway's base64 form of a grouping label: any name fits a path.
+                    use base64::Engine;
+                    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(cluster);
+                    path.push_str(&format!("/cluster@base64/{encoded}"));
                 }
                 Some(base.with_path_and_query(&path, &[]))
             }
@@ -528,7 +540,7 @@ mod tests {
         ]);
         assert_eq!(
             c.metrics.pushgateway.unwrap().shown(),
-            "http://pushgateway.monitoring:9091/metrics/job/rotor-selector/cluster/prod-eu"
+            "http://pushgateway.monitoring:9091/metrics/job/rotor-selector/cluster@base64/cHJvZC1ldQ"
         );
         assert_eq!(
             c.metrics.file.as_deref(),

@@ -173,6 +173,28 @@ impl Compliance {
         text
     }
 
+    /// The exposition of a run that failed before it judged the fleet: only when it ran and that
+    /// it failed (the figures are not known).
+    pub fn failure_exposition(now: Timestamp) -> String {
+        let mut registry = Registry::with_prefix("rotor_selector");
+        let at: Gauge = Gauge::default();
+        at.set(now.as_second());
+        registry.register(
+            "last_run_timestamp_seconds",
+            "When the last run ended (Unix time)",
+            at,
+        );
+        registry.register(
+            "last_run_success",
+            "1 if the last run completed without a failed look-up or write, else 0",
+            Gauge::<i64>::default(),
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry)
+            .expect("encoding into a String cannot fail");
+        text
+    }
+
     /// The report `--output report` prints.
     pub fn to_text(&self) -> String {
         let mut text = format!(
@@ -417,6 +439,22 @@ mod tests {
                 "{line} missing from:\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn a_failed_run_says_only_when_it_ran_and_that_it_failed() {
+        let text = Compliance::failure_exposition(at("2026-11-26T00:00:00Z"));
+        assert!(
+            text.lines()
+                .any(|l| l == "rotor_selector_last_run_success 0"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l == "rotor_selector_last_run_timestamp_seconds 1795651200"),
+            "{text}"
+        );
+        assert!(!text.contains("rotor_selector_nodes"), "{text}");
     }
 
     #[test]

@@ -66,6 +66,10 @@ async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
         Err(error) => {
             tracing::error!("run failed, nothing was written: {error}");
             eprintln!("rotor-selector: {error}; nothing was written");
+            // The figures of the last good run stay on the Pushgateway (a POST replaces only
+            // the two run gauges); the file says only that this run failed.
+            let failed = Compliance::failure_exposition(jiff::Timestamp::now());
+            publish_metrics(&config.metrics, failed, rotor_core::http::Method::POST).await;
             return 1;
         }
     };
@@ -115,14 +119,23 @@ async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
             summary.applied,
         );
     }
-    let published = publish_metrics(&config.metrics, &compliance).await;
+    let published = publish_metrics(
+        &config.metrics,
+        compliance.exposition(),
+        rotor_core::http::Method::PUT,
+    )
+    .await;
     report.exit_code().max(u8::from(!published))
 }
 
-/// Writes the compliance figures where `--metrics-file` and `--pushgateway` say; false when one
-/// failed (said on stderr).
-async fn publish_metrics(sinks: &MetricsSinks, compliance: &Compliance) -> bool {
-    let text = compliance.exposition();
+/// Writes the compliance figures `text` where `--metrics-file` and `--pushgateway` say (to the
+/// Pushgateway with `method`: PUT replaces the group, POST only the metrics sent); false when
+/// one failed (said on stderr).
+async fn publish_metrics(
+    sinks: &MetricsSinks,
+    text: String,
+    method: rotor_core::http::Method,
+) -> bool {
     let mut ok = true;
     if let Some(path) = &sinks.file
         && let Err(error) = write_whole(path, &text)
@@ -137,7 +150,7 @@ async fn publish_metrics(sinks: &MetricsSinks, compliance: &Compliance) -> bool 
         let pushed = match rotor_core::http::HttpClient::new() {
             Ok(http) => http
                 .upload(
-                    rotor_core::http::Method::PUT,
+                    method,
                     target,
                     "text/plain; version=0.0.4",
                     text.into(),

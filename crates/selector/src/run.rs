@@ -201,6 +201,7 @@ pub async fn run_with(
             &assessor,
             config.taint_effect,
             now,
+            config.replace_within,
             config.limits.retire_drained,
         )
         .apply(&planned, &by_name, &mut calls)

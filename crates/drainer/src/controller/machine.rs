@@ -166,6 +166,15 @@ pub(super) struct Machine {
     holds_announced: BTreeMap<String, HeldReason>,
     /// The circuit breaker's state, from the rotation record or tripped here.
     halt: HaltState,
+    /// The record's watch has answered once (with `--halt-after`, nothing starts before: a
+    /// halt written by an earlier leader must hold this one too).
+    halt_known: bool,
+    /// The record showed a halt at its last read: its going away is a resume. A halt tripped
+    /// here and not yet written is lifted only by a resume written after it.
+    halt_in_record: bool,
+    /// When this process first listed the nodes: only nodes created since are watched from
+    /// their start, so only they can be known never to have been Ready.
+    watching_since: Option<Timestamp>,
     /// Running drains told to stop for the halt.
     paused: BTreeSet<String>,
     /// The rotation under way, as the notices tell it: from the first start while no tainted
@@ -189,6 +198,9 @@ impl Machine {
             reserved: BTreeMap::new(),
             holds_announced: BTreeMap::new(),
             halt: HaltState::default(),
+            halt_known: false,
+            halt_in_record: false,
+            watching_since: None,
             paused: BTreeSet::new(),
             rotation: None,
             burst: TaintBurst::default(),
@@ -249,8 +261,21 @@ impl Machine {
                 vec![Command::ForgetDemand(name)]
             }
             Event::HaltRead(state) => {
-                let lifted = self.halt.halted.is_some() && state.halted.is_none();
-                self.halt = state;
+                self.halt_known = true;
+                let was_in_record =
+                    std::mem::replace(&mut self.halt_in_record, state.halted.is_some());
+                let lifted = match (&self.halt.halted, &state.halted) {
+                    (Some(halt), None) => {
+                        was_in_record || state.resumed_at.is_some_and(|r| r >= halt.since)
+                    }
+                    _ => false,
+                };
+                if state.halted.is_some() || self.halt.halted.is_none() || lifted {
+                    self.halt = state;
+                } else {
+                    // A halt tripped here whose write has not shown yet: it stands.
+                    self.halt.resumed_at = state.resumed_at;
+                }
                 if lifted {
                     self.paused.clear();
                     vec![Command::Resumed]
@@ -354,12 +379,15 @@ impl Machine {
         wall: Timestamp,
         leading: bool,
     ) -> (Vec<Command>, Option<StartRound>) {
+        self.watching_since.get_or_insert(wall);
         // Every replica reports the phases it sees on the nodes, so the figures survive a
         // release of the lease (a view of the cluster: the same from each replica).
         let mut commands = vec![Command::PublishPhases(phase_counts(&self.nodes))];
         let new_term = leading && !self.was_leading;
         self.was_leading = leading;
         if !leading {
+            // A later term tells the rotation from what it finds then.
+            self.rotation = None;
             return (commands, None);
         }
         if new_term {
@@ -375,7 +403,7 @@ impl Machine {
                 && self
                     .nodes
                     .values()
-                    .any(|n| n.tainted && n.record.phase.is_some())
+                    .any(|n| n.tainted && n.record.is_active())
             {
                 self.rotation = Some(Rotation::default());
             }
@@ -471,8 +499,18 @@ impl Machine {
         }
         if let Some(halt) = &self.halt.halted {
             round.hold(HeldReason::Halted(halt.reason.clone()));
+        } else if self.cfg.halt_after.is_some() && !self.halt_known {
+            round.hold(HeldReason::Gate(
+                "reading the rotation record first (--halt-after): a halt there holds every start"
+                    .into(),
+            ));
         }
         round
+    }
+
+    /// Whether the rotation is halted (for the `halted` gauge, on every replica).
+    pub(super) fn halted(&self) -> bool {
+        self.halt.halted.is_some()
     }
 
     /// Tainted nodes not drained yet: what the rotation still has to do.
@@ -513,8 +551,14 @@ impl Machine {
         let mut commands = Vec::new();
         if let Some(halt_after) = self.cfg.halt_after
             && self.halt.halted.is_none()
-            && let Some(began) = rotation_began(self.nodes.values(), self.halt.resumed_at)
-            && let Some(reason) = stalled_replacement(self.nodes.values(), began, wall, halt_after)
+            && let Some(began) = rotation_began(self.nodes.values())
+            && let Some(reason) = stalled_replacement(
+                self.nodes.values(),
+                self.watching_since.map_or(began, |w| w.max(began)),
+                self.halt.resumed_at,
+                wall,
+                halt_after,
+            )
         {
             commands.push(self.trip(reason, wall));
         }

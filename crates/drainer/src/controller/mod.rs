@@ -154,6 +154,8 @@ pub async fn run(
             for command in machine.apply(event, Instant::now()) {
                 shell.run(command).await;
             }
+            // Every replica reports the halt it knows, so the figure survives a failover.
+            ctx.metrics.halted.set(i64::from(machine.halted()));
             ctx.fleet_size
                 .store(machine.node_count(), std::sync::atomic::Ordering::Relaxed);
         }
@@ -359,7 +361,6 @@ impl Shell {
             }
             Command::Halt(halt) => {
                 tracing::error!(reason = %halt.reason, "rotation halted: no drain starts until `rotor-drainer resume` (fix the cause first)");
-                self.ctx.metrics.halted.set(1);
                 self.ctx.notifier.send(crate::notify::Notice::new(
                     crate::notify::NoticeKind::RotationHalted,
                     None,
@@ -384,7 +385,6 @@ impl Shell {
             }
             Command::Resumed => {
                 tracing::info!("rotation resumed: drains may start again");
-                self.ctx.metrics.halted.set(0);
                 self.gate.restart_clock();
             }
             Command::CleanUp(node) => {

@@ -877,7 +877,15 @@ fn a_gate_held_past_halt_after_halts_the_rotation_until_it_is_resumed() {
         tainted("old-3", 10),
     ];
     let mut machine = listed(breaker_config(1, false), nodes, t0);
-    machine.lease_step(t0, wall(), true, true);
+    // With --halt-after nothing starts before the record has been read.
+    let (_, held) = leading_pass(&mut machine, t0);
+    assert!(
+        held.iter().all(|(_, why)| why
+            .to_string()
+            .contains("reading the rotation record first")),
+        "{held:?}"
+    );
+    machine.apply(Event::HaltRead(HaltState::default()), t0);
     let gate_pass = |machine: &mut Machine, held_secs: u64| {
         let (mut commands, round) = machine.act(t0, wall(), true);
         let mut round = round.unwrap();
@@ -960,6 +968,7 @@ fn a_halt_read_from_the_record_holds_a_new_leader_and_can_stop_the_drains_under_
     assert!(drains(&commands).is_empty(), "{commands:?}");
     // ...and a drain running when the halt arrives is stopped, once.
     let mut machine = listed(breaker_config(2, true), nodes, t0);
+    machine.apply(Event::HaltRead(HaltState::default()), t0);
     let (commands, _) = leading_pass(&mut machine, t0);
     assert_eq!(
         drains(&commands),
@@ -1001,7 +1010,15 @@ fn a_replacement_that_never_comes_up_halts_the_rotation() {
         tainted("old-2", 20),
         stuck.clone(),
     ];
-    let mut machine = listed(breaker_config(1, false), nodes.clone(), t0);
+    // A drainer watching since before new-1 joined: it knows new-1 was never Ready.
+    let watching = |nodes: Vec<NodeView>, halt: HaltState| {
+        let mut machine = listed(breaker_config(1, false), vec![], t0);
+        machine.apply(Event::HaltRead(halt), t0);
+        machine.act(t0, wall() - jiff::SignedDuration::from_mins(20), true);
+        machine.apply(Event::NodesListed(nodes), t0);
+        machine
+    };
+    let mut machine = watching(nodes.clone(), HaltState::default());
     let (commands, _) = leading_pass(&mut machine, t0);
     let reasons = halts(&commands);
     assert_eq!(reasons.len(), 1, "{commands:?}");
@@ -1011,13 +1028,12 @@ fn a_replacement_that_never_comes_up_halts_the_rotation() {
     );
     assert!(drains(&commands).is_empty(), "{commands:?}");
     // Resumed 5 minutes ago: the node gets a full --halt-after from then.
-    let mut machine = listed(breaker_config(1, false), nodes.clone(), t0);
-    machine.apply(
-        Event::HaltRead(HaltState {
+    let mut machine = watching(
+        nodes.clone(),
+        HaltState {
             halted: None,
             resumed_at: Some(wall() - jiff::SignedDuration::from_mins(5)),
-        }),
-        t0,
+        },
     );
     let (commands, held) = leading_pass(&mut machine, t0);
     assert!(halts(&commands).is_empty(), "{commands:?}");
@@ -1027,6 +1043,11 @@ fn a_replacement_that_never_comes_up_halts_the_rotation() {
             .any(|(n, why)| n == "old-2" && why.to_string().contains("max-unavailable")),
         "{held:?}"
     );
+    // A drainer that started after new-1 joined cannot tell it was never Ready: no halt.
+    let mut machine = listed(breaker_config(1, false), nodes.clone(), t0);
+    machine.apply(Event::HaltRead(HaltState::default()), t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert!(halts(&commands).is_empty(), "{commands:?}");
     // Without the breaker nothing halts.
     let mut machine = listed(config(1, &[]), nodes, t0);
     let (commands, _) = leading_pass(&mut machine, t0);
@@ -1079,10 +1100,14 @@ fn a_rotation_is_announced_when_its_first_drain_starts_and_when_no_tainted_node_
 fn a_new_leader_taking_over_a_rotation_does_not_announce_it_again() {
     let t0 = Instant::now();
     let nodes = vec![
-        with_phase(tainted("old-1", 20), DrainPhase::Drained),
+        with_phase(tainted("old-1", 20), DrainPhase::Evicting),
         tainted("old-2", 10),
     ];
     let mut machine = listed(config(1, &[]), nodes, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), vec![drain("old-1", Intent::Resume)]);
+    assert!(notices(&commands).is_empty(), "{commands:?}");
+    drained(&mut machine, "old-1", 20, t0);
     let (commands, _) = leading_pass(&mut machine, t0);
     assert_eq!(drains(&commands), vec![drain("old-2", Intent::Start)]);
     assert!(notices(&commands).is_empty(), "{commands:?}");
@@ -1092,6 +1117,17 @@ fn a_new_leader_taking_over_a_rotation_does_not_announce_it_again() {
         notices(&commands).len(),
         1,
         "but it does say it finished: {commands:?}"
+    );
+    // Drained nodes of an earlier rotation, waiting to be retired, are not a rotation under way.
+    let nodes = vec![
+        with_phase(tainted("old-1", 20), DrainPhase::Drained),
+        tainted("old-2", 10),
+    ];
+    let mut machine = listed(config(1, &[]), nodes, t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert!(
+        notices(&commands)[0].starts_with("RotationStarted"),
+        "{commands:?}"
     );
     // A follower says nothing.
     let mut follower = listed(config(1, &[]), vec![tainted("old-3", 5)], t0);

@@ -553,14 +553,22 @@ fn given_a_pre_drain_hook_and_required_approval_then_the_drain_waits_untouched_s
     wait_phase(cluster, "old-1", "drained", WAIT);
 }
 
-/// `rotor-drainer status --output json`, run as the admin.
-fn status_json(cluster: &RealCluster) -> Value {
-    let out = rotor_e2e::run_with_timeout(
+/// `rotor-drainer <args>` run by an operator: as the admin, killed after 30 s.
+fn drainer_cli(cluster: &RealCluster, args: &[&str]) -> std::process::Output {
+    rotor_e2e::run_with_timeout(
         std::process::Command::new(rotor_e2e::binary("rotor-drainer"))
             .arg("--kubeconfig")
             .arg(cluster.admin_kubeconfig())
-            .args(["status", "--output", "json", "--lease-namespace", NS]),
+            .args(args),
         Duration::from_secs(30),
+    )
+}
+
+/// `rotor-drainer status --output json`, run as the admin.
+fn status_json(cluster: &RealCluster) -> Value {
+    let out = drainer_cli(
+        cluster,
+        &["status", "--output", "json", "--lease-namespace", NS],
     );
     assert!(out.status.success(), "{out:?}");
     serde_json::from_slice(&out.stdout).expect("status --output json is JSON")
@@ -713,13 +721,7 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
     std::thread::sleep(Duration::from_secs(8));
     assert_untouched(cluster, "old-2", "cause gone, not resumed");
 
-    let resume = rotor_e2e::run_with_timeout(
-        std::process::Command::new(rotor_e2e::binary("rotor-drainer"))
-            .arg("--kubeconfig")
-            .arg(cluster.admin_kubeconfig())
-            .args(["resume", "--lease-namespace", NS]),
-        Duration::from_secs(30),
-    );
+    let resume = drainer_cli(cluster, &["resume", "--lease-namespace", NS]);
     let said = String::from_utf8_lossy(&resume.stdout);
     assert!(resume.status.success(), "{resume:?}");
     assert!(
@@ -776,13 +778,7 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
         "the refused notice was sent again"
     );
     // A second resume has nothing to lift.
-    let again = rotor_e2e::run_with_timeout(
-        std::process::Command::new(rotor_e2e::binary("rotor-drainer"))
-            .arg("--kubeconfig")
-            .arg(cluster.admin_kubeconfig())
-            .args(["resume", "--lease-namespace", NS]),
-        Duration::from_secs(30),
-    );
+    let again = drainer_cli(cluster, &["resume", "--lease-namespace", NS]);
     assert!(
         String::from_utf8_lossy(&again.stdout).contains("not halted"),
         "{again:?}"

@@ -574,40 +574,30 @@ mod tests {
     #[test]
     fn a_taint_carries_the_replace_by_time_unless_the_node_has_one() {
         let later: Timestamp = "2025-05-13T07:08:09Z".parse().unwrap();
-        let fresh = node(json!([]), json!({}));
-        let patch = taint_patch(
-            &fresh,
-            DrainReason::Image,
-            "d",
-            TaintEffect::NoSchedule,
-            at(),
-            Some(later),
-        )
-        .unwrap();
+        let replace_by_written = |n: &Node| {
+            let patch = taint_patch(
+                n,
+                DrainReason::Image,
+                "d",
+                TaintEffect::NoSchedule,
+                at(),
+                Some(later),
+            )
+            .unwrap();
+            patch["metadata"]["annotations"]
+                .get("rotor.dev/replace-by")
+                .cloned()
+        };
         assert_eq!(
-            patch["metadata"]["annotations"]["rotor.dev/replace-by"],
-            "2025-05-13T07:08:09Z"
+            replace_by_written(&node(json!([]), json!({}))),
+            Some(json!("2025-05-13T07:08:09Z"))
         );
         // A deadline set earlier (by a person, or an earlier selection) stands.
         let set = node(
             json!([]),
             json!({"rotor.dev/replace-by": "2025-05-08T00:00:00Z"}),
         );
-        let patch = taint_patch(
-            &set,
-            DrainReason::Image,
-            "d",
-            TaintEffect::NoSchedule,
-            at(),
-            Some(later),
-        )
-        .unwrap();
-        assert!(
-            patch["metadata"]["annotations"]
-                .get("rotor.dev/replace-by")
-                .is_none(),
-            "{patch}"
-        );
+        assert_eq!(replace_by_written(&set), None);
     }
 
     #[test]

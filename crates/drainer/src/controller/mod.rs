@@ -177,7 +177,12 @@ pub async fn run(
         for command in commands {
             shell.run(command).await;
         }
-        let Some(round) = round else { continue };
+        let Some(round) = round else {
+            // Only the leader asks the health checks: a replica that is not leading (any more)
+            // reports the gate open, so that `min` over replicas is the leader's verdict.
+            ctx.metrics.health_gate_open.set(1);
+            continue;
+        };
         let round = shell.weigh_starts(&machine, round).await;
         // The gate and the choice may have waited on the API: act only if still leading.
         if stop.is_cancelled() || !election.is_leading() {

@@ -618,6 +618,18 @@ fn given_a_firing_alert_or_an_unhealthy_url_then_no_drain_starts_until_both_are_
     );
     assert!(!reason.contains("Watchdog"), "{reason}");
     assert!(reason.contains("answered 503"), "{reason}");
+    // The node's own row says why it waits, as the leader last judged.
+    let row = wait_until("old-1's status row to say why it waits", WAIT, || {
+        let status = status_json(cluster);
+        let detail = status["nodes"][0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        detail
+            .starts_with("waiting: health gate closed")
+            .then_some(detail)
+    });
+    assert!(row.contains("CheckoutErrorBudgetBurn"), "{row}");
     assert_untouched(cluster, "old-1", "alert firing and URL unhealthy");
 
     // The alert resolves: the URL alone still holds the drain.

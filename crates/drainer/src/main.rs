@@ -162,7 +162,7 @@ async fn status(kube_args: KubeArgs, output: Output, record: RecordRef) -> anyho
     let rows: Vec<StatusRow> = list
         .items
         .iter()
-        .filter_map(|n| StatusRow::from_node(n, jiff::Timestamp::now()))
+        .filter_map(|n| StatusRow::from_node(n, jiff::Timestamp::now(), &rotation.waiting))
         .collect();
     match output {
         Output::Json => println!(

@@ -7,8 +7,9 @@
 //!
 //! The keys are plain strings an operator reads with `kubectl get configmap -o yaml`:
 //! `healthGate` (`open` or `closed`), `healthGateSince` (RFC 3339) and `healthGateReason`;
-//! `halted` (`true`), `haltedSince`, `haltedReason`; `resumedAt`. Each part is written by a field
-//! manager of its own, so that applying one never takes away the other's keys.
+//! `halted` (`true`), `haltedSince`, `haltedReason`; `resumedAt`; `waiting` (why each tainted node
+//! that has not started waits, as JSON, written when the leader logs a change). Each part is
+//! written by a field manager of its own, so that applying one never takes away another's keys.
 
 use std::collections::BTreeMap;
 
@@ -26,11 +27,17 @@ pub const HALTED_KEY: &str = "halted";
 pub const HALTED_SINCE_KEY: &str = "haltedSince";
 pub const HALTED_REASON_KEY: &str = "haltedReason";
 pub const RESUMED_AT_KEY: &str = "resumedAt";
+/// Why each tainted node that has not started waits, as a JSON object `{node: reason}`.
+pub const WAITING_KEY: &str = "waiting";
+
+/// Nodes listed under [`WAITING_KEY`] at most: a ConfigMap holds 1 MiB, and a reason is a line.
+pub const WAITING_SHOWN: usize = 2000;
 
 /// The field managers of the record's parts.
 const HEALTH_MANAGER: &str = "rotor-drainer-health";
 const HALT_MANAGER: &str = "rotor-drainer-halt";
 const RESUME_MANAGER: &str = "rotor-drainer-resume";
+const WAITING_MANAGER: &str = "rotor-drainer-waiting";
 
 /// Where the record is: the Lease's namespace, and its name with `-rotation`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,6 +168,24 @@ pub async fn write_health(
     apply(client, at, HEALTH_MANAGER, state.to_data()).await
 }
 
+/// Writes why the tainted nodes that have not started wait (the leader's last round), at most
+/// [`WAITING_SHOWN`] of them.
+pub async fn write_waiting(
+    client: &kube::Client,
+    at: &RecordRef,
+    waiting: &BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
+    let shown: BTreeMap<&String, &String> = waiting.iter().take(WAITING_SHOWN).collect();
+    let json = serde_json::to_string(&shown).expect("a map of strings serializes");
+    apply(
+        client,
+        at,
+        WAITING_MANAGER,
+        BTreeMap::from([(WAITING_KEY.to_string(), json)]),
+    )
+    .await
+}
+
 /// Writes a halt into the record.
 pub async fn write_halt(
     client: &kube::Client,
@@ -209,6 +234,9 @@ pub struct RotationView {
     pub health_gate: Option<HealthGateState>,
     pub halted: Option<Halt>,
     pub resumed_at: Option<Timestamp>,
+    /// Why each waiting node waits, as the leader last judged; empty when unknown.
+    #[serde(skip)]
+    pub waiting: BTreeMap<String, String>,
 }
 
 impl RotationView {
@@ -218,6 +246,11 @@ impl RotationView {
             health_gate: HealthGateState::from_data(data),
             halted: halt.halted,
             resumed_at: halt.resumed_at,
+            // Not what rotor writes (someone edited it): no reasons rather than a guess.
+            waiting: data
+                .get(WAITING_KEY)
+                .and_then(|json| serde_json::from_str(json).ok())
+                .unwrap_or_default(),
         }
     }
 

@@ -33,7 +33,13 @@ fn age(since: Option<Timestamp>, now: Timestamp) -> String {
 
 impl StatusRow {
     /// A row for a node carrying the drain taint or rotor's drain state; `None` otherwise.
-    pub fn from_node(node: &Node, now: Timestamp) -> Option<StatusRow> {
+    /// `waiting` is why the leader last held each node that has not started (the rotation
+    /// record's), shown for a waiting node that nothing else explains.
+    pub fn from_node(
+        node: &Node,
+        now: Timestamp,
+        waiting: &std::collections::BTreeMap<String, String>,
+    ) -> Option<StatusRow> {
         let taint = find_drain_taint(node);
         let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
         if taint.is_none() && record.phase.is_none() {
@@ -60,6 +66,14 @@ impl StatusRow {
                     let hooks = pre_drain_hooks(&node.metadata);
                     (!hooks.is_empty() && !record.is_active())
                         .then(|| format!("held by pre-drain hook(s) {}", hooks.join(", ")))
+                })
+                .or_else(|| {
+                    record
+                        .phase
+                        .is_none()
+                        .then(|| node.metadata.name.as_ref().and_then(|n| waiting.get(n)))
+                        .flatten()
+                        .map(|why| format!("waiting: {why}"))
                 })
                 .unwrap_or_default(),
         })
@@ -118,6 +132,7 @@ pub fn render_table(rows: &[StatusRow]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn node(taint: Option<&str>, annotations: serde_json::Value) -> Node {
         let taints =
@@ -135,7 +150,12 @@ mod tests {
             Some("image"),
             json!({"rotor.dev/phase": "blocked", "rotor.dev/started-at": "2026-01-01T00:00:00Z", "rotor.dev/attempts": "2", "rotor.dev/blocker": "shop/db-0: do-not-disrupt"}),
         );
-        let r = StatusRow::from_node(&n, "2026-01-01T00:05:00Z".parse().unwrap()).unwrap();
+        let r = StatusRow::from_node(
+            &n,
+            "2026-01-01T00:05:00Z".parse().unwrap(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
         assert_eq!(r.phase, "blocked");
         assert_eq!(r.reason, "image");
         assert_eq!(r.age, "5m");
@@ -151,22 +171,51 @@ mod tests {
 
     #[test]
     fn untouched_nodes_have_no_row_and_leftovers_are_flagged() {
-        assert!(StatusRow::from_node(&node(None, json!({})), Timestamp::now()).is_none());
+        assert!(
+            StatusRow::from_node(&node(None, json!({})), Timestamp::now(), &BTreeMap::new())
+                .is_none()
+        );
         let r = StatusRow::from_node(
             &node(None, json!({"rotor.dev/phase": "drained"})),
             Timestamp::now(),
+            &BTreeMap::new(),
         )
         .unwrap();
         assert_eq!(r.phase, "drained (taint removed)");
-        let r = StatusRow::from_node(&node(Some("manual"), json!({})), Timestamp::now()).unwrap();
+        let r = StatusRow::from_node(
+            &node(Some("manual"), json!({})),
+            Timestamp::now(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
         assert_eq!((r.phase.as_str(), r.reason.as_str()), ("waiting", "manual"));
+    }
+
+    #[test]
+    fn a_waiting_node_says_why_the_leader_holds_it_until_its_drain_starts() {
+        let waiting = BTreeMap::from([(
+            "n1".to_string(),
+            "max-concurrent 1 reached (1 draining)".to_string(),
+        )]);
+        let r = StatusRow::from_node(&node(Some("image"), json!({})), Timestamp::now(), &waiting)
+            .unwrap();
+        assert_eq!(r.detail, "waiting: max-concurrent 1 reached (1 draining)");
+        // Started: its own record says where it is, not an old reason.
+        let started = json!({"rotor.dev/phase": "evicting"});
+        let r = StatusRow::from_node(&node(Some("image"), started), Timestamp::now(), &waiting)
+            .unwrap();
+        assert_eq!(r.detail, "");
     }
 
     #[test]
     fn a_waiting_node_says_which_hooks_hold_it_and_a_draining_one_what_blocks_it() {
         let hooks = json!({"pre-drain.hook.rotor.dev/volume-backup": "backup-operator"});
-        let r =
-            StatusRow::from_node(&node(Some("image"), hooks.clone()), Timestamp::now()).unwrap();
+        let r = StatusRow::from_node(
+            &node(Some("image"), hooks.clone()),
+            Timestamp::now(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
         assert_eq!(r.phase, "waiting");
         assert_eq!(
             r.detail,
@@ -175,7 +224,12 @@ mod tests {
         // A hook added once the drain runs does not hold it: not shown as if it did.
         let mut evicting = hooks;
         evicting["rotor.dev/phase"] = json!("evicting");
-        let r = StatusRow::from_node(&node(Some("image"), evicting), Timestamp::now()).unwrap();
+        let r = StatusRow::from_node(
+            &node(Some("image"), evicting),
+            Timestamp::now(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
         assert_eq!(r.detail, "");
     }
 }

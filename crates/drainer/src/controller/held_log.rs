@@ -20,7 +20,8 @@ const HELD_NODES_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 impl HeldLog {
     /// Logs the held drains when the reasons change, or when only the nodes changed and the
-    /// last log is older than [`HELD_NODES_LOG_INTERVAL`]. Returns whether it logged.
+    /// last log is older than [`HELD_NODES_LOG_INTERVAL`]. Returns whether it logged (and so
+    /// whether the rotation record's list of waiting nodes is worth writing again).
     pub(super) fn update(&mut self, held: Vec<Held>, now: Instant) -> bool {
         if held == self.held {
             return false;

@@ -318,7 +318,22 @@ impl Shell {
                 machine.take_decision(&mut round, decision);
             }
         }
-        self.held_log.update(round.held.clone(), Instant::now());
+        if self.held_log.update(round.held.clone(), Instant::now()) {
+            // For `status`: why each waiting node waits, beside the drains' own records.
+            let waiting = round
+                .held
+                .iter()
+                .map(|(node, why)| (node.clone(), why.to_string()))
+                .collect();
+            let ctx = self.ctx.clone();
+            tokio::spawn(async move {
+                if let Err(e) =
+                    crate::rotation::write_waiting(&ctx.client, &ctx.rotation, &waiting).await
+                {
+                    tracing::debug!(error = %e, "could not write the waiting nodes into the rotation record");
+                }
+            });
+        }
         round
     }
 

@@ -62,8 +62,10 @@ impl FromStr for HttpTarget {
         if *scheme != Scheme::HTTP && *scheme != Scheme::HTTPS {
             return Err(TargetError::Scheme(quoted()));
         }
+        // A URL carries reserved characters of a password percent-encoded (`p%40ss`); the
+        // header carries them as they are.
         let (basic_auth, host) = match authority.as_str().rsplit_once('@') {
-            Some((userinfo, host)) => (Some(userinfo.to_string()), host),
+            Some((userinfo, host)) => (Some(percent_decode(userinfo)), host),
             None => (None, authority.as_str()),
         };
         if host.is_empty() {
@@ -115,14 +117,23 @@ impl HttpTarget {
         format!("{}://{}", self.scheme, self.authority)
     }
 
-    /// This target with `path` appended to its path and `query` as its query (each pair
-    /// percent-encoded): a Prometheus base URL becomes its API's query URL.
+    /// This target with `path` appended to its path and `query` added to its query (each pair
+    /// percent-encoded; the base's own query, e.g. a `?token=`, is kept first): a Prometheus
+    /// base URL becomes its API's query URL.
     pub fn with_path_and_query(&self, path: &str, query: &[(&str, &str)]) -> HttpTarget {
         let base = self.path_and_query.path().trim_end_matches('/');
-        let pairs: Vec<String> = query
-            .iter()
-            .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+        let mut pairs: Vec<String> = self
+            .path_and_query
+            .query()
+            .filter(|q| !q.is_empty())
+            .map(str::to_string)
+            .into_iter()
             .collect();
+        pairs.extend(
+            query
+                .iter()
+                .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v))),
+        );
         let mut joined = format!("{base}{path}");
         if !pairs.is_empty() {
             joined = format!("{joined}?{}", pairs.join("&"));
@@ -148,6 +159,27 @@ impl fmt::Debug for HttpTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.shown())
     }
+}
+
+/// `%XX` sequences decoded (bytes that do not form UTF-8 are replaced); anything else kept.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Everything but the unreserved characters of RFC 3986, percent-encoded.
@@ -306,6 +338,12 @@ mod tests {
             .unwrap();
         assert_eq!(slack.origin(), "https://hooks.slack.com");
         assert_eq!(plain.basic_auth, None);
+        let encoded: HttpTarget = "https://ops:p%40ss%3Aw0rd@prom.example/".parse().unwrap();
+        assert_eq!(encoded.basic_auth.as_deref(), Some("ops:p@ss:w0rd"));
+        // A lone or broken escape is kept as written.
+        assert_eq!(percent_decode("a%4"), "a%4");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
     }
 
     #[test]
@@ -345,5 +383,14 @@ mod tests {
         );
         // The query, where a token may be, is not shown.
         assert_eq!(q.shown(), "http://prom:9090/prom/api/v1/query");
+        // A base URL's own query (a token) goes along, first.
+        let with_token: HttpTarget = "https://prom.example/?token=abc".parse().unwrap();
+        assert_eq!(
+            with_token
+                .with_path_and_query("/api/v1/query", &[("query", "up")])
+                .uri()
+                .to_string(),
+            "https://prom.example/api/v1/query?token=abc&query=up"
+        );
     }
 }

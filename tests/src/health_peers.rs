@@ -15,11 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::real_cluster::{control_plane_bin, free_port};
-use crate::{Background, TestDir, wait_until};
+use crate::{Background, TestDir, http_get, http_request, wait_until};
 
 /// A Prometheus server on loopback that evaluates the rules it is given every second.
 pub struct Prometheus {
     url: String,
+    /// `127.0.0.1:<port>`.
+    addr: String,
     rules: PathBuf,
     // Stopped before its directory goes: fields drop in this order.
     _process: Background,
@@ -56,9 +58,10 @@ impl Prometheus {
         }
         std::fs::write(&config, yaml).expect("write prometheus.yml");
         let port = free_port();
-        let url = format!("http://127.0.0.1:{port}");
+        let addr = format!("127.0.0.1:{port}");
         let prometheus = Prometheus {
-            url,
+            url: format!("http://{addr}"),
+            addr,
             rules: rules_path,
             _process: Background::spawn(
                 "prometheus",
@@ -79,8 +82,9 @@ impl Prometheus {
             "Prometheus to answer /-/ready",
             Duration::from_secs(60),
             || {
-                http_get(&format!("{}/-/ready", prometheus.url))
-                    .filter(|(status, _)| *status == 200)
+                http_get(&prometheus.addr, "/-/ready")
+                    .ok()
+                    .filter(|r| r.status == 200)
             },
         );
         prometheus.reload();
@@ -109,19 +113,8 @@ impl Prometheus {
     }
 
     fn reload(&self) {
-        let addr = self.url.trim_start_matches("http://");
-        let mut stream = std::net::TcpStream::connect(addr).expect("connect to Prometheus");
-        write!(
-            stream,
-            "POST /-/reload HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        )
-        .expect("POST /-/reload");
-        let mut answer = String::new();
-        let _ = stream.read_to_string(&mut answer);
-        assert!(
-            answer.starts_with("HTTP/1.1 200"),
-            "reload refused: {answer}"
-        );
+        let answer = http_request(&self.addr, "POST", "/-/reload", None).expect("POST /-/reload");
+        assert_eq!(answer.status, 200, "reload refused: {}", answer.body);
     }
 
     /// The instant query `query`'s samples: each one's labels (without `__name__`) and value.
@@ -136,9 +129,9 @@ impl Prometheus {
                 }
             })
             .collect();
-        let Some((200, body)) = http_get(&format!("{}/api/v1/query?query={encoded}", self.url))
-        else {
-            return Vec::new();
+        let body = match http_get(&self.addr, &format!("/api/v1/query?query={encoded}")) {
+            Ok(answer) if answer.status == 200 => answer.body,
+            _ => return Vec::new(),
         };
         let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
         answer["data"]["result"]
@@ -166,17 +159,10 @@ impl Prometheus {
     /// of the query API. (The alerts API shows a new alert firing a few seconds before the
     /// series can be queried, so waiting on it would race the gate.)
     pub fn firing(&self) -> Vec<String> {
-        let query = "ALERTS%7Balertstate%3D%22firing%22%7D";
-        let Some((200, body)) = http_get(&format!("{}/api/v1/query?query={query}", self.url))
-        else {
-            return Vec::new();
-        };
-        let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        let mut names: Vec<String> = answer["data"]["result"]
-            .as_array()
+        let mut names: Vec<String> = self
+            .query(r#"ALERTS{alertstate="firing"}"#)
             .into_iter()
-            .flatten()
-            .filter_map(|s| s["metric"]["alertname"].as_str().map(str::to_string))
+            .filter_map(|(labels, _)| labels.get("alertname").cloned())
             .collect();
         names.sort();
         names
@@ -192,26 +178,6 @@ impl Prometheus {
             || (self.firing() == want).then_some(()),
         );
     }
-}
-
-/// A GET over plain HTTP/1.1: the status and the body, or `None` without an answer.
-fn http_get(url: &str) -> Option<(u16, String)> {
-    let rest = url.strip_prefix("http://")?;
-    let (addr, path) = rest
-        .split_once('/')
-        .map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}")));
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    let status = answer.split_whitespace().nth(1)?.parse().ok()?;
-    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((status, body))
 }
 
 /// An HTTP endpoint on loopback: answers every request with the status and body last set

@@ -603,7 +603,8 @@ pub fn http_get(host_port: &str, path: &str) -> std::io::Result<HttpResponse> {
     http_request(host_port, "GET", path, None)
 }
 
-fn http_request(
+/// `method path` on `host_port`, with `body` as JSON if any.
+pub fn http_request(
     host_port: &str,
     method: &str,
     path: &str,

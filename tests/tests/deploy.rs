@@ -5,8 +5,6 @@
 //! overlay are checked against docs/security.md, and the containers' commands against the Dockerfile.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -581,16 +579,9 @@ impl Drop for Running {
 
 /// The HTTP status of `GET path` on 127.0.0.1:port; `None` while nothing answers.
 fn http_status(port: u16, path: &str) -> Option<u16> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.split(' ').nth(1)?.parse().ok()
+    rotor_e2e::http_get(&format!("127.0.0.1:{port}"), path)
+        .ok()
+        .map(|r| r.status)
 }
 
 #[test]

@@ -194,7 +194,6 @@ fn node_ref(node: &Node) -> ObjectReference {
 }
 
 pub(crate) async fn announce(ctx: &Ctx, node: &Node, event: NodeEvent, note: String) {
-    let reason = event.reason();
     // The webhooks hear of a node's end and of a failed drain, in the Event's words (a blocked
     // one only when waiting will not unblock it: see `record_blockers`).
     let notice = match event {
@@ -209,6 +208,28 @@ pub(crate) async fn announce(ctx: &Ctx, node: &Node, event: NodeEvent, note: Str
             note.clone(),
         ));
     }
+    publish(ctx, event, note, &node_ref(node)).await;
+}
+
+/// Posts a drainer Event on one of the node's pods (the replace-by warnings).
+async fn announce_on_pod(ctx: &Ctx, pod: &PodRef, event: NodeEvent, note: String) {
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(pod.namespace.clone()),
+        name: Some(pod.name.clone()),
+        uid: Some(pod.uid.clone()),
+        ..Default::default()
+    };
+    publish(ctx, event, note, &reference).await;
+}
+
+/// Posts `event` with `note` about `regarding`. A recorder of its own for each Event: kube's
+/// Recorder folds an Event into the last one of the same reason on the same object for minutes,
+/// keeping the first note, so a second blocker, hold or forced pod would read as the first. The
+/// callers post only what is news.
+async fn publish(ctx: &Ctx, event: NodeEvent, note: String, regarding: &ObjectReference) {
+    let reason = event.reason();
     let ev = Event {
         type_: if event.is_warning() {
             EventType::Warning
@@ -220,38 +241,6 @@ pub(crate) async fn announce(ctx: &Ctx, node: &Node, event: NodeEvent, note: Str
         action: "Drain".into(),
         secondary: None,
     };
-    // A recorder of its own for each Event: kube's Recorder folds an Event into the last one of
-    // the same reason on the same object for minutes, keeping the first note, so a second
-    // blocker, hold or forced pod would read as the first. The callers post only what is news.
-    publish(ctx, ev, &node_ref(node)).await;
-}
-
-/// Posts a drainer Event on one of the node's pods (the replace-by warnings).
-async fn announce_on_pod(ctx: &Ctx, pod: &PodRef, event: NodeEvent, note: String) {
-    let ev = Event {
-        type_: if event.is_warning() {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: event.reason().into(),
-        note: Some(note),
-        action: "Drain".into(),
-        secondary: None,
-    };
-    let reference = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        namespace: Some(pod.namespace.clone()),
-        name: Some(pod.name.clone()),
-        uid: Some(pod.uid.clone()),
-        ..Default::default()
-    };
-    publish(ctx, ev, &reference).await;
-}
-
-async fn publish(ctx: &Ctx, ev: Event, regarding: &ObjectReference) {
-    let reason = ev.reason.clone();
     let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     if let Err(e) = recorder.publish(&ev, regarding).await {
         tracing::warn!(kind = ?regarding.kind, name = ?regarding.name, %reason, error = %e, "could not record an Event");
@@ -558,18 +547,16 @@ async fn drain_fresh(
         .filter(|_| keeps_pods_off(&taint))
         .map(|since| since.elapsed());
     let settled = settled_at(protected_for, Timestamp::now(), ctx.cfg.settle);
-    let replace_by = match (
-        ctx.cfg.replace_by,
-        rotor_core::contract::replace_by(&node.metadata),
-    ) {
-        (Some(_), Ok(at)) => at,
-        (Some(_), Err(value)) => {
-            // Never act on a guess: a time that does not parse is not enforced.
-            tracing::warn!(node = %name, %value, "rotor.dev/replace-by is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z); it is not enforced");
-            None
+    let replace_by = ctx.cfg.replace_by.and_then(|warning| {
+        match rotor_core::contract::replace_by(&node.metadata) {
+            Ok(at) => at.map(|at| ReplaceBy::new(at, warning)),
+            Err(value) => {
+                // Never act on a guess: a time that does not parse is not enforced.
+                tracing::warn!(node = %name, %value, "rotor.dev/replace-by is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z); it is not enforced");
+                None
+            }
         }
-        (None, _) => None,
-    };
+    });
     let task = Evicting {
         ctx,
         nodes,
@@ -750,7 +737,7 @@ struct Evicting<'a> {
     /// When the drain (this attempt) started: `--force-after` counts from it.
     started: Timestamp,
     /// The node's replace-by time, when `--enforce-replace-by` is on and the node has one.
-    replace_by: Option<Timestamp>,
+    replace_by: Option<ReplaceBy>,
     /// The node is drained no earlier than this (see [`settled_at`]).
     settled: Timestamp,
 }
@@ -782,10 +769,8 @@ async fn evict_until_drained(
     let mut queue = EvictionQueue::default();
     let mut empty_since: Option<Timestamp> = None;
     let mut reported = BlockedPodsGauge { ctx, reported: 0 };
-    let mut replace_by = task
-        .replace_by
-        .zip(ctx.cfg.replace_by)
-        .map(|(at, warning)| ReplaceBy::new(at, warning));
+    // What it has said about the deadline lives as long as this attempt.
+    let mut replace_by = task.replace_by.clone();
     loop {
         let mut wake = task.deadline;
         if let Some(pods) = pods.listed() {
@@ -1081,11 +1066,12 @@ fn replace_by_held(pods: &[Pod], plan: &NodePlan) -> Vec<String> {
 /// Says what the replace-by time is about to override, or has: a Warning on the node and on each
 /// pod concerned, and the log.
 async fn announce_replace_by(task: &Evicting<'_>, said: &Announcement, pods: &[Pod]) {
-    let (event, note) = if said.passed() {
-        (NodeEvent::ReplaceByPassed, said.node_note())
+    let event = if said.passed() {
+        NodeEvent::ReplaceByPassed
     } else {
-        (NodeEvent::ReplaceByNear, said.node_note())
+        NodeEvent::ReplaceByNear
     };
+    let note = said.node_note();
     tracing::warn!(node = %task.name, pods = ?said.pods(), "{note}");
     announce(task.ctx, task.node, event, note).await;
     for pod in pods {

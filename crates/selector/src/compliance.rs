@@ -157,42 +157,13 @@ impl Compliance {
             "Tainted nodes the drainer has drained, waiting to be retired",
             gauge(self.drained as i64),
         );
-        registry.register(
-            "last_run_timestamp_seconds",
-            "When the last run ended (Unix time)",
-            gauge(self.finished_at.as_second()),
-        );
-        registry.register(
-            "last_run_success",
-            "1 if the last run completed without a failed look-up or write, else 0",
-            gauge(i64::from(self.succeeded)),
-        );
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry)
-            .expect("encoding into a String cannot fail");
-        text
+        encode_with_run(registry, self.finished_at, self.succeeded)
     }
 
     /// The exposition of a run that failed before it judged the fleet: only when it ran and that
     /// it failed (the figures are not known).
     pub fn failure_exposition(now: Timestamp) -> String {
-        let mut registry = Registry::with_prefix("rotor_selector");
-        let at: Gauge = Gauge::default();
-        at.set(now.as_second());
-        registry.register(
-            "last_run_timestamp_seconds",
-            "When the last run ended (Unix time)",
-            at,
-        );
-        registry.register(
-            "last_run_success",
-            "1 if the last run completed without a failed look-up or write, else 0",
-            Gauge::<i64>::default(),
-        );
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry)
-            .expect("encoding into a String cannot fail");
-        text
+        encode_with_run(Registry::with_prefix("rotor_selector"), now, false)
     }
 
     /// The report `--output report` prints.
@@ -226,6 +197,29 @@ impl Compliance {
         ));
         text
     }
+}
+
+/// Adds the two gauges every exposition carries, when the run ended and whether it succeeded,
+/// and encodes the whole.
+fn encode_with_run(mut registry: Registry, finished_at: Timestamp, succeeded: bool) -> String {
+    let at: Gauge = Gauge::default();
+    at.set(finished_at.as_second());
+    registry.register(
+        "last_run_timestamp_seconds",
+        "When the last run ended (Unix time)",
+        at,
+    );
+    let success: Gauge = Gauge::default();
+    success.set(i64::from(succeeded));
+    registry.register(
+        "last_run_success",
+        "1 if the last run completed without a failed look-up or write, else 0",
+        success,
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)
+        .expect("encoding into a String cannot fail");
+    text
 }
 
 fn human_age(seconds: i64) -> String {

@@ -11,12 +11,11 @@ use rotor_core::http::{HttpClient, HttpError};
 
 use crate::drain::Ctx;
 use crate::health::{HealthConfig, verdict};
-use crate::rotation::{HealthGateState, RecordRef, write_health};
+use crate::rotation::{HealthGateState, write_health};
 
 pub(super) struct HealthGate {
     cfg: HealthConfig,
     http: HttpClient,
-    record: RecordRef,
     /// The last verdict, and when it was reached.
     last: Option<(Instant, Result<(), String>)>,
     /// What was last reported (log, gauge, record): reported again only when it changes.
@@ -24,11 +23,10 @@ pub(super) struct HealthGate {
 }
 
 impl HealthGate {
-    pub(super) fn new(cfg: HealthConfig, record: RecordRef) -> Result<HealthGate, HttpError> {
+    pub(super) fn new(cfg: HealthConfig) -> Result<HealthGate, HttpError> {
         Ok(HealthGate {
             cfg,
             http: HttpClient::new()?,
-            record,
             last: None,
             reported: None,
         })
@@ -93,7 +91,7 @@ impl HealthGate {
         };
         self.reported = Some(state.clone());
         // Beside the drains: the record is for people; a failed write only costs them the line.
-        let (client, record) = (ctx.client.clone(), self.record.clone());
+        let (client, record) = (ctx.client.clone(), ctx.rotation.clone());
         tokio::spawn(async move {
             if let Err(e) = write_health(&client, &record, &state).await {
                 tracing::warn!(configmap = %record.name, namespace = %record.namespace, error = %e, "could not write the health gate's state into the rotation record; `rotor-drainer status` will not show it (check the drainer's RBAC on configmaps)");

@@ -359,7 +359,7 @@ impl Machine {
                     let waiting = self
                         .nodes
                         .values()
-                        .filter(|n| n.tainted && n.record.phase != Some(DrainPhase::Drained))
+                        .filter(|n| n.tainted && !n.is_drained())
                         .map(|n| n.name.clone())
                         .collect();
                     commands.push(LeaseCommand::StandBy { waiting });
@@ -399,12 +399,7 @@ impl Machine {
             // ahead included.
             self.reserved.clear();
             // Taking over a rotation under way: it was announced by the leader that began it.
-            if self.rotation.is_none()
-                && self
-                    .nodes
-                    .values()
-                    .any(|n| n.tainted && n.record.is_active())
-            {
+            if self.rotation.is_none() && self.nodes.values().any(NodeView::is_active) {
                 self.rotation = Some(Rotation::default());
             }
         }
@@ -517,7 +512,7 @@ impl Machine {
     fn undrained(&self) -> usize {
         self.nodes
             .values()
-            .filter(|n| n.tainted && n.record.phase != Some(DrainPhase::Drained))
+            .filter(|n| n.tainted && !n.is_drained())
             .count()
     }
 
@@ -527,11 +522,7 @@ impl Machine {
             return None;
         }
         let drained = self.rotation.take().map_or(0, |r| r.drained);
-        let retiring = self
-            .nodes
-            .values()
-            .filter(|n| n.tainted && n.record.phase == Some(DrainPhase::Drained))
-            .count();
+        let retiring = self.nodes.values().filter(|n| n.is_drained()).count();
         Some(Command::Notify {
             kind: NoticeKind::RotationFinished,
             detail: format!(
@@ -751,9 +742,10 @@ fn gate_after(result: &DrainResult, evicted: Vec<WorkloadRef>) -> Option<Vec<Wor
 /// Why `node` needs a leading drainer now, if it does: its drain is under way (to resume, after
 /// a failover), it has rotor's drain state without the taint (to undo), or it carries the taint
 /// and may start now: not drained, not opted out with `rotor.dev/do-not-disrupt`, not backing off
-/// after a failure, and inside a maintenance window (`window_open`). A node that only waits (to
-/// be retired, for its opt-out to go, for its retry time or for a window) needs nothing yet: the
-/// node watch shows the first two change, and the once-a-second pass notices the others.
+/// after a failure, inside a maintenance window and not halted (`may_start`). A drain under way
+/// needs it unless a halt stopped it (`may_resume`). A node that only waits (to be retired, for
+/// its opt-out to go, for its retry time, a window or a resume) needs nothing yet: the node
+/// watch shows the first two change, and the once-a-second pass notices the others.
 fn needs_rotor(
     node: &NodeView,
     now: Timestamp,

@@ -89,8 +89,7 @@ pub async fn run(
         ctx: ctx.clone(),
         stop: stop.clone(),
         tasks: JoinSet::new(),
-        aborts: HashMap::new(),
-        pauses: HashMap::new(),
+        stoppers: HashMap::new(),
         // A new leader does not know what the last drains evicted (that was in the previous
         // leader's memory), so even its first start waits for the gate: the workload index
         // listed, and no pod unschedulable past --pending-grace.
@@ -99,9 +98,7 @@ pub async fn run(
         demand_cache: choice::DemandCache::default(),
         held_log: HeldLog::default(),
         health: match ctx.cfg.health.clone() {
-            Some(cfg) => {
-                Some(HealthGate::new(cfg, ctx.rotation.clone()).map_err(RunError::HealthClient)?)
-            }
+            Some(cfg) => Some(HealthGate::new(cfg).map_err(RunError::HealthClient)?),
             None => None,
         },
     };
@@ -203,10 +200,8 @@ struct Shell {
     ctx: Arc<Ctx>,
     stop: CancellationToken,
     tasks: JoinSet<(String, DrainOutcome)>,
-    /// How to stop each running drain and undo it (its taint went).
-    aborts: HashMap<String, CancellationToken>,
-    /// How to stop each running drain where it is, its state kept (a halt).
-    pauses: HashMap<String, CancellationToken>,
+    /// How to stop each running drain.
+    stoppers: HashMap<String, Stoppers>,
     gate: Gate,
     workloads: WorkloadIndex,
     demand_cache: choice::DemandCache,
@@ -215,11 +210,18 @@ struct Shell {
     health: Option<HealthGate>,
 }
 
+/// The two ways to stop a running drain.
+struct Stoppers {
+    /// Stop and undo it: its taint went.
+    abort: CancellationToken,
+    /// Stop it where it is, its state kept on the node (a halt); a child of the shutdown token.
+    pause: CancellationToken,
+}
+
 impl Shell {
     /// A task ended: withdraw what it published for the controller, as an event.
     fn task_ended(&mut self, (node, outcome): (String, DrainOutcome)) -> Event {
-        self.aborts.remove(&node);
-        self.pauses.remove(&node);
+        self.stoppers.remove(&node);
         self.ctx.claims.take(&node);
         // Whatever the end, what the drain evicted must be Ready again before the next start:
         // its share of the disruption no longer counts as in flight.
@@ -369,14 +371,14 @@ impl Shell {
                 }
             }
             Command::Abort(node) => {
-                if let Some(abort) = self.aborts.get(&node) {
-                    abort.cancel();
+                if let Some(stoppers) = self.stoppers.get(&node) {
+                    stoppers.abort.cancel();
                 }
             }
             Command::Pause(node) => {
                 tracing::warn!(%node, "rotation halted: stopping this drain where it is (--halt-stops-drains); it resumes after `rotor-drainer resume`");
-                if let Some(pause) = self.pauses.get(&node) {
-                    pause.cancel();
+                if let Some(stoppers) = self.stoppers.get(&node) {
+                    stoppers.pause.cancel();
                 }
             }
             Command::Halt(halt) => {
@@ -468,11 +470,13 @@ impl Shell {
                 if let Some(demand) = self.demand_cache.take(&node) {
                     self.ctx.claims.set(&node, demand);
                 }
-                let abort = CancellationToken::new();
-                self.aborts.insert(node.clone(), abort.clone());
-                // A halt stops the drain as a shutdown would: where it is, state kept.
-                let stop = self.stop.child_token();
-                self.pauses.insert(node.clone(), stop.clone());
+                let stoppers = Stoppers {
+                    abort: CancellationToken::new(),
+                    // A halt stops the drain as a shutdown would: where it is, state kept.
+                    pause: self.stop.child_token(),
+                };
+                let (abort, stop) = (stoppers.abort.clone(), stoppers.pause.clone());
+                self.stoppers.insert(node.clone(), stoppers);
                 let ctx = self.ctx.clone();
                 self.tasks.spawn(async move {
                     let outcome =

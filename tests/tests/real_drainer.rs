@@ -47,8 +47,13 @@ impl Shop {
 
     /// With `extra` YAML applied beside the shop workload.
     fn start_with(old: usize, extra: &str) -> Shop {
+        Shop::start_in("deploy/overlays/kubernetes", old, extra)
+    }
+
+    /// With rotor installed from `overlay` (a kustomization relative to the workspace root).
+    fn start_in(overlay: &str, old: usize, extra: &str) -> Shop {
         let cluster = RealCluster::start();
-        cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
+        cluster.apply_kustomize_ok(overlay);
         let old: Vec<String> = (1..=old).map(|i| format!("old-{i}")).collect();
         let nodes: Vec<FakeNode> = old
             .iter()
@@ -795,6 +800,125 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
         String::from_utf8_lossy(&again.stdout).contains("not halted"),
         "{again:?}"
     );
+}
+
+/// A Deployment of one replica named `name`, with `strategy`.
+fn lone_deployment(name: &str, strategy: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: shop}}
+spec:
+  replicas: 1
+  strategy: {strategy}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{{name: app, image: app:1}}]
+"
+    )
+}
+
+fn ready_replicas(cluster: &RealCluster, deployment: &str) -> i64 {
+    let d = cluster.kubectl_json(&["get", "deployment", deployment, "-n", "shop"]);
+    d["status"]["readyReplicas"].as_i64().unwrap_or(0)
+}
+
+fn only_pod(cluster: &RealCluster, app: &str) -> Value {
+    let pods = cluster.kubectl_json(&["get", "pods", "-n", "shop", "-l", &format!("app={app}")]);
+    let items = pods["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 1, "one pod of {app}: {items:?}");
+    items[0].clone()
+}
+
+#[test]
+fn given_a_one_replica_deployment_then_its_rollout_is_restarted_and_it_is_never_left_without_a_replica()
+ {
+    // `solo` keeps the API's default strategy (a surge of one for one replica) and a budget of
+    // minAvailable 1, which no eviction could ever pass. `once` is Recreate: a restart would
+    // stop its pod first, so it is evicted, saying why.
+    let solo_budget = "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: solo, namespace: shop}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: solo}}
+";
+    let extra = format!(
+        "{}---
+{}---
+{solo_budget}",
+        lone_deployment("solo", "{type: RollingUpdate}"),
+        lone_deployment("once", "{type: Recreate}")
+    );
+    let shop = Shop::start_in("tests/kustomize/restart-single-replica", 1, &extra);
+    let cluster = &shop.cluster;
+    wait_until("solo and once to be Ready", WAIT, || {
+        (ready_replicas(cluster, "solo") == 1 && ready_replicas(cluster, "once") == 1).then_some(())
+    });
+    let old_solo = only_pod(cluster, "solo");
+    let old_solo_name = old_solo["metadata"]["name"].as_str().unwrap().to_string();
+    assert_eq!(old_solo["spec"]["nodeName"], "old-1");
+    let watch = BudgetWatch::start(
+        &cluster.kubectl_bin(),
+        cluster.admin_kubeconfig(),
+        vec![WatchedBudget::app("shop", "solo", 1)],
+    );
+    let _drainer = shop.drainer("e2e-a", &["--restart-single-replica"]);
+    shop.taint("old-1");
+    wait_phase(cluster, "old-1", "drained", WAIT);
+    let verdict = watch.finish();
+    assert_no_violation(&verdict);
+
+    // solo moved by its own rollout: stamped by rotor, a new pod Ready on the new node.
+    let solo = cluster.kubectl_json(&["get", "deployment", "solo", "-n", "shop"]);
+    let stamp = &solo["spec"]["template"]["metadata"]["annotations"]["rotor.dev/restarted-at"];
+    assert!(stamp.is_string(), "{solo}");
+    let new_solo = wait_until("solo's new pod alone and Ready", WAIT, || {
+        let pods = cluster.kubectl_json(&["get", "pods", "-n", "shop", "-l", "app=solo"]);
+        let items = pods["items"].as_array().cloned().unwrap_or_default();
+        (items.len() == 1 && ready_replicas(cluster, "solo") == 1).then(|| items[0].clone())
+    });
+    assert_ne!(new_solo["metadata"]["name"], old_solo_name.as_str());
+    assert_eq!(new_solo["spec"]["nodeName"], "new-1");
+    let restarted = cluster.node_event_notes("old-1", "RolloutRestarted");
+    assert_eq!(restarted.len(), 1, "{restarted:?}");
+    assert!(
+        restarted[0].contains("shop/solo") && restarted[0].contains(&old_solo_name),
+        "{restarted:?}"
+    );
+    let on_pod = cluster.events_of("shop", &old_solo_name);
+    assert!(
+        on_pod
+            .iter()
+            .any(|(reason, _)| reason == "RolloutRestarted"),
+        "{on_pod:?}"
+    );
+    // once was evicted, with the reason it was not restarted.
+    let refused = cluster.node_event_notes("old-1", "RolloutRestartRefused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("shop/once") && refused[0].contains("Recreate"),
+        "{refused:?}"
+    );
+    let once = cluster.kubectl_json(&["get", "deployment", "once", "-n", "shop"]);
+    assert!(
+        once["spec"]["template"]["metadata"]["annotations"].is_null(),
+        "a refused Deployment is not stamped: {once}"
+    );
+    // The drainer never evicted nor deleted solo's pod: its Deployment controller did.
+    let evicted_solo = cluster.audit_by(DRAINER).into_iter().any(|e| {
+        e["objectRef"]["resource"] == "pods"
+            && e["objectRef"]["name"].as_str() == Some(old_solo_name.as_str())
+            && e["verb"] != "list"
+            && e["verb"] != "watch"
+    });
+    assert!(!evicted_solo, "rotor-drainer touched {old_solo_name}");
+    let (evictions, deletes, forbidden) = drainer_audit(cluster);
+    assert!(evictions >= 1, "once's pod was evicted");
+    assert_eq!((deletes, forbidden), (0, Vec::new()));
 }
 
 #[test]

@@ -12,10 +12,14 @@ use std::time::Duration;
 use rotor_e2e::{FakeNode, RealCluster, describe_output, kustomize, wait_until};
 use serde_json::{Value, json};
 
-/// The rendered kubernetes overlay's object of `kind` named `name`.
+/// The kubernetes overlay with every optional component that grants rights (the
+/// restart-single-replica one), so that each of their rules is proven needed too.
+const OVERLAY: &str = "tests/kustomize/restart-single-replica";
+
+/// The rendered [`OVERLAY`]'s object of `kind` named `name`.
 fn rendered(kind: &str, name: &str) -> Value {
-    let objects: Vec<Value> = serde_saphyr::from_multiple(&kustomize("deploy/overlays/kubernetes"))
-        .expect("the rendered overlay parses");
+    let objects: Vec<Value> =
+        serde_saphyr::from_multiple(&kustomize(OVERLAY)).expect("the rendered overlay parses");
     objects
         .into_iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
@@ -59,10 +63,12 @@ fn names(text: &str, resource: &str) -> bool {
     text.contains(&format!("\"{resource}\"")) || text.contains(&format!("\\\"{resource}\\\""))
 }
 
-/// A fresh kwok node with one pod that nothing protects, so the drainer (with `--surge`) walks
-/// every step it needs a permission for: watch, lease, cordon, a placeholder for the pod,
-/// evict, record. The pod belongs to a ReplicaSet (surge makes room only for pods a controller
-/// recreates) pinned to the node, so its placeholder never fits and the surge times out.
+/// A fresh kwok node with two pods that nothing protects, so the drainer (with `--surge` and
+/// `--restart-single-replica`) walks every step it needs a permission for: watch, lease,
+/// cordon, a placeholder for each pod, evict one, restart the other's Deployment, record. One
+/// pod belongs to a ReplicaSet, the other to a Deployment of one replica (surge makes room only
+/// for pods a controller recreates); both are pinned to the node, so their placeholders never
+/// fit and the surge times out, and the restarted Deployment's new pod stays Pending.
 fn node_with_a_pod(cluster: &RealCluster, n: usize) -> String {
     let node = format!("case-{n}");
     let mut fake = FakeNode::new(&node);
@@ -80,16 +86,30 @@ fn node_with_a_pod(cluster: &RealCluster, n: usize) -> String {
                                                                "resources": {"requests": {"cpu": "100m"}}}]}}}})
         .to_string(),
     );
+    let solo = json!({"case": n.to_string(), "solo": "true"});
+    cluster.apply(
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": format!("solo-{n}"), "namespace": "default"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": solo},
+                         "template": {"metadata": {"labels": solo},
+                                      "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                                               "terminationGracePeriodSeconds": 0,
+                                               "containers": [{"name": "app", "image": "app:1"}]}}}})
+        .to_string(),
+    );
     wait_until(
-        &format!("the pod of rs-{n} on {node}"),
+        &format!("the pods of rs-{n} and solo-{n} on {node}"),
         Duration::from_secs(60),
         || {
             let pods =
                 cluster.kubectl_json(&["get", "pods", "-n", "default", "-l", &format!("case={n}")]);
-            pods["items"]
+            let on_node = pods["items"]
                 .as_array()
-                .is_some_and(|p| p.iter().any(|p| p["spec"]["nodeName"] == node.as_str()))
-                .then_some(())
+                .into_iter()
+                .flatten()
+                .filter(|p| p["spec"]["nodeName"] == node.as_str())
+                .count();
+            (on_node == 2).then_some(())
         },
     );
     node
@@ -98,7 +118,7 @@ fn node_with_a_pod(cluster: &RealCluster, n: usize) -> String {
 #[test]
 fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail_naming_it() {
     let cluster = RealCluster::start();
-    cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
+    cluster.apply_kustomize_ok(OVERLAY);
     cluster.stop_shipped_drainer();
     let user = "system:serviceaccount:rotor-system:rotor-drainer";
     // A health check and the circuit breaker, so that the leader writes the rotation record
@@ -109,6 +129,7 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
         rendered("Role", "rotor-drainer-leader-election"),
         rendered("Role", "rotor-drainer-surge"),
         rendered("ClusterRole", "rotor-drainer"),
+        rendered("ClusterRole", "rotor-drainer-restart"),
     ];
     let mut case = 0;
     let mut report = Vec::new();
@@ -136,6 +157,7 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
                     healthy.url(),
                     "--halt-after",
                     "10m",
+                    "--restart-single-replica",
                 ],
             );
             cluster.kubectl_ok(&["taint", "node", &node, "rotor.dev/drain=manual:NoSchedule"]);
@@ -160,14 +182,9 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
             cluster.kubectl_ok(&["taint", "node", &node, "rotor.dev/drain-"]);
             // Its evicted pod comes back pinned to a cordoned node: gone, so that it cannot
             // hold the next case's gate as an unschedulable pod.
-            cluster.kubectl_ok(&[
-                "delete",
-                "rs",
-                &format!("rs-{case}"),
-                "-n",
-                "default",
-                "--wait=false",
-            ]);
+            for workload in [format!("rs/rs-{case}"), format!("deployment/solo-{case}")] {
+                cluster.kubectl_ok(&["delete", &workload, "-n", "default", "--wait=false"]);
+            }
             report.push(format!(
                 "without {rule}: refused {refused:?}; log names {named}"
             ));

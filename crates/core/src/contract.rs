@@ -100,6 +100,12 @@ pub const DRAIN_APPROVED_ANNOTATION: &str = "rotor.dev/drain-approved";
 /// allow no longer hold the node's drain.
 pub const REPLACE_BY_ANNOTATION: &str = "rotor.dev/replace-by";
 
+/// Pod template annotation of a Deployment: the time (RFC 3339) rotor-drainer
+/// `--restart-single-replica` restarted its rollout, to move its only pod off a draining node
+/// without leaving it with no replica. Like `kubectl rollout restart`'s, changing it is what
+/// makes the Deployment controller roll out new pods.
+pub const RESTARTED_AT_ANNOTATION: &str = "rotor.dev/restarted-at";
+
 /// The node's [`REPLACE_BY_ANNOTATION`]: `Ok(None)` without one, `Err` with the value when it is
 /// not an RFC 3339 time (the drainer then enforces nothing, and says so).
 pub fn replace_by(meta: &ObjectMeta) -> Result<Option<Timestamp>, String> {

@@ -163,6 +163,16 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_REQUIRE_APPROVAL")]
     pub require_approval: bool,
 
+    /// Replace the only pod of a one-replica Deployment by a rollout restart instead of an
+    /// eviction, which would leave it with no replica until the new pod is Ready (and which a
+    /// budget such as minAvailable 1 refuses for ever). Only when the Deployment's strategy
+    /// starts the new pod first (RollingUpdate, maxSurge at least 1 and maxUnavailable 0 for one
+    /// replica; the defaults do) and it is not paused; otherwise the pod is evicted, with a
+    /// RolloutRestartRefused Event saying why. Needs get on replicasets and get and patch on
+    /// deployments: deploy/components/restart-single-replica grants them.
+    #[arg(long, env = "ROTOR_RESTART_SINGLE_REPLICA")]
+    pub restart_single_replica: bool,
+
     /// Honour each node's rotor.dev/replace-by time (a patch deadline; rotor-selector
     /// --replace-within sets it): once it has passed, a pod's do-not-disrupt opt-out no longer
     /// holds the node (the pod is evicted through the API with its grace period), and pods whose
@@ -324,6 +334,8 @@ pub struct DrainerConfig {
     pub settle: Duration,
     /// `--require-approval`.
     pub require_approval: bool,
+    /// `--restart-single-replica`.
+    pub restart_single_replica: bool,
     /// The health gate, when a check is set.
     pub health: Option<HealthConfig>,
     /// `--halt-after`: the circuit breaker, when on.
@@ -389,6 +401,7 @@ impl DrainArgs {
             budget_recheck: self.budget_recheck,
             settle: self.settle,
             require_approval: self.require_approval,
+            restart_single_replica: self.restart_single_replica,
             health,
             halt_after: self.halt_after,
             halt_stops_drains: self.halt_stops_drains,

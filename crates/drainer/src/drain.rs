@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::DrainerConfig;
+use crate::deployments::{self, News};
 use crate::error::DrainError;
 use crate::events::NodeEvent;
 use crate::evict::{self, EvictionOutcome};
@@ -35,10 +36,11 @@ use crate::notify::{Notice, NoticeKind, Notifier};
 use crate::pace::BudgetPace;
 use crate::pods::{
     Blocker, BudgetDemand, BudgetKey, Charge, DisruptionPace, DrainOptions, NodePlan, PodRef,
-    budget_paces, plan_node,
+    PodVerdict, budget_paces, classify, plan_node,
 };
 use crate::replace_by::{Announcement, ReplaceBy};
 use crate::reserve::{SurgeOutcome, SurgeSlots, make_room};
+use crate::restart::RolloutRestarts;
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 use crate::surge::SurgeConfig;
 use crate::watched::WatchedPods;
@@ -742,6 +744,17 @@ struct Evicting<'a> {
     settled: Timestamp,
 }
 
+/// What one attempt remembers from one pass over the node's pods to the next.
+struct Memory {
+    queue: EvictionQueue,
+    /// Since when nothing has been left to evict: the node must stay so for the quiet time.
+    empty_since: Option<Timestamp>,
+    /// The node's replace-by time, with what has been said about it.
+    replace_by: Option<ReplaceBy>,
+    /// `--restart-single-replica`: what was decided for each pod of a ReplicaSet.
+    restarts: Option<RolloutRestarts>,
+}
+
 /// What one pass over the node's pods concluded.
 struct Pass {
     /// Drained, or failed at the deadline.
@@ -766,24 +779,21 @@ async fn evict_until_drained(
         .boxed();
     let mut budget_changes = ctx.budget_changes.clone();
     let mut pods = WatchedPods::default();
-    let mut queue = EvictionQueue::default();
-    let mut empty_since: Option<Timestamp> = None;
     let mut reported = BlockedPodsGauge { ctx, reported: 0 };
-    // What it has said about the deadline lives as long as this attempt.
-    let mut replace_by = task.replace_by.clone();
+    let mut memory = Memory {
+        queue: EvictionQueue::default(),
+        empty_since: None,
+        replace_by: task.replace_by.clone(),
+        restarts: ctx
+            .cfg
+            .restart_single_replica
+            .then(RolloutRestarts::default),
+    };
     loop {
         let mut wake = task.deadline;
         if let Some(pods) = pods.listed() {
-            let pass = evict_pass(
-                task,
-                record,
-                pods,
-                &mut queue,
-                &mut empty_since,
-                &mut replace_by,
-            )
-            .await;
-            reported.set(queue.refused() as i64);
+            let pass = evict_pass(task, record, pods, &mut memory).await;
+            reported.set(memory.queue.refused() as i64);
             if let Some(ended) = pass.ended {
                 return ended;
             }
@@ -798,11 +808,11 @@ async fn evict_until_drained(
             _ = abort.cancelled() => return DrainResult::Cancelled,
             _ = tokio::time::sleep(sleep_for) => {}
             changed = budget_changes.changed() => if changed.is_ok() {
-                queue.budget_moved();
+                memory.queue.budget_moved();
             },
             ev = pod_events.next() => match ev {
                 Some(Ok(event)) => if let Some(uid) = pods.apply(event) {
-                    queue.pod_gone(&uid);
+                    memory.queue.pod_gone(&uid);
                 },
                 Some(Err(e)) => tracing::warn!(node = %task.name, error = %e, "watching the node's pods failed; it restarts with back-off"),
                 None => return DrainResult::Failed { error: DrainError::PodWatchEnded { node: task.name.clone() } },
@@ -842,11 +852,15 @@ async fn evict_pass(
     task: &Evicting<'_>,
     record: &mut DrainRecord,
     pods: &HashMap<String, Pod>,
-    queue: &mut EvictionQueue,
-    empty_since: &mut Option<Timestamp>,
-    replace_by: &mut Option<ReplaceBy>,
+    memory: &mut Memory,
 ) -> Pass {
     let (ctx, name) = (task.ctx, task.name.as_str());
+    let Memory {
+        queue,
+        empty_since,
+        replace_by,
+        restarts,
+    } = memory;
     let now = Timestamp::now();
     if now >= task.deadline {
         let error = DrainError::DeadlinePassed {
@@ -859,7 +873,7 @@ async fn evict_pass(
         };
     }
     let mut wake = task.deadline;
-    let pod_list: Vec<Pod> = pods.values().cloned().collect();
+    let mut pod_list: Vec<Pod> = pods.values().cloned().collect();
     let budgets = ctx.budgets_now();
     // Past the node's replace-by time (--enforce-replace-by), opt-outs no longer hold it.
     let past_replace_by = replace_by.as_ref().is_some_and(|d| d.passed(now));
@@ -867,8 +881,20 @@ async fn evict_pass(
         override_opt_outs: past_replace_by,
         ..ctx.cfg.options.clone()
     };
+    if let Some(restarts) = restarts.as_mut() {
+        restart_lone_replicas(task, restarts, &pod_list, &options, now).await;
+        // What a Deployment's rollout replaces is not the plan's: never evicted, no budget
+        // claimed for it. The node is drained once it is gone.
+        pod_list.retain(|p| !restarts.withheld(p));
+        if let Some(at) = restarts.next_look() {
+            wake = wake.min(at);
+        }
+    }
+    let withheld = restarts
+        .as_ref()
+        .is_some_and(RolloutRestarts::withholds_any);
     let plan = plan_node(&pod_list, &budgets, task.taint, &options);
-    if plan.is_drained() && !queue.has_fatal() {
+    if plan.is_drained() && !withheld && !queue.has_fatal() {
         let since = *empty_since.get_or_insert(now);
         let ready_at = task.settled.max(later(since, quiet(ctx.cfg.settle)));
         if now >= ready_at {
@@ -946,13 +972,19 @@ async fn evict_pass(
     ctx.claims
         .set(name, BudgetDemand::of(&plan, |uid| !queue.evicted(uid)));
     let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
+    let restart_failures = restarts
+        .as_ref()
+        .map(RolloutRestarts::failures)
+        .unwrap_or_default();
+    blockers.extend(restart_failures.iter().cloned());
     blockers.extend(queue.blockers().cloned());
     // The first blocker (the one recorded and announced) needs someone when it is not a budget
     // that will allow in time: an opt-out, a refused pod kind, a budget that never allows, a
-    // refusal by the API server. The plan's blockers come first, then the queue's refusals.
+    // failed rollout restart, a refusal by the API server. The plan's blockers come first, then
+    // the restarts', then the queue's refusals.
     let needs_someone = match plan.blockers.first() {
         Some(first) => !matches!(first, Blocker::BudgetRefusing { .. }),
-        None => queue.has_operator_problem(),
+        None => !restart_failures.is_empty() || queue.has_operator_problem(),
     };
     record_blockers(task, record, blockers.first(), needs_someone).await;
     Pass { ended: None, wake }
@@ -1046,6 +1078,64 @@ async fn evict_one(
         }
     }
     recorded.wake
+}
+
+/// `--restart-single-replica`: looks up the pods of ReplicaSets the drain would evict, once
+/// each, restarting the rollout of each one-replica Deployment whose strategy starts the new pod
+/// first, and says what it did on the node and the pod.
+async fn restart_lone_replicas(
+    task: &Evicting<'_>,
+    restarts: &mut RolloutRestarts,
+    pods: &[Pod],
+    options: &DrainOptions,
+    now: Timestamp,
+) {
+    let (ctx, name) = (task.ctx, task.name.as_str());
+    restarts.keep_only(pods);
+    let evictable = |p: &Pod| matches!(classify(p, task.taint, options), PodVerdict::Evict { .. });
+    for pod in restarts.to_look_up(pods, now, evictable) {
+        let pod_ref = PodRef::of(pod);
+        let resolution = deployments::resolve(&ctx.client, pod, now).await;
+        match resolution.news {
+            None => {}
+            Some(News::Restarted { deployment }) => {
+                ctx.metrics.rollout_restart("restarted");
+                tracing::info!(node = %name, pod = %pod_ref, %deployment, "restarted the rollout of the pod's one-replica Deployment instead of evicting the pod; waiting for its new pod to be Ready elsewhere and this one to go");
+                let note = format!(
+                    "Restarted the rollout of Deployment {deployment} (one replica) instead of evicting pod {pod_ref}: its new pod starts on another node before this one stops."
+                );
+                announce(ctx, task.node, NodeEvent::RolloutRestarted, note.clone()).await;
+                announce_on_pod(ctx, &pod_ref, NodeEvent::RolloutRestarted, note).await;
+            }
+            Some(News::RollingOut { deployment }) => {
+                ctx.metrics.rollout_restart("rolling_out");
+                tracing::info!(node = %name, pod = %pod_ref, %deployment, "the pod's one-replica Deployment is rolling out already; waiting for the rollout to replace the pod");
+            }
+            Some(News::Refused {
+                deployment,
+                refusal,
+            }) => {
+                ctx.metrics.rollout_restart("refused");
+                tracing::warn!(node = %name, pod = %pod_ref, %deployment, %refusal, "not restarting the pod's one-replica Deployment; evicting the pod, which leaves it with no replica until the new one is Ready");
+                let note = format!(
+                    "Evicting pod {pod_ref} of one-replica Deployment {deployment} instead of restarting its rollout: {refusal}. It has no replica until the new pod is Ready."
+                );
+                announce(
+                    ctx,
+                    task.node,
+                    NodeEvent::RolloutRestartRefused,
+                    note.clone(),
+                )
+                .await;
+                announce_on_pod(ctx, &pod_ref, NodeEvent::RolloutRestartRefused, note).await;
+            }
+            Some(News::Failed { failure }) => {
+                ctx.metrics.rollout_restart("failed");
+                tracing::warn!(node = %name, pod = %pod_ref, %failure, retry_in_s = crate::restart::FAILED_RETRY.as_secs(), "could not decide whether to restart the pod's Deployment; the pod is not evicted meanwhile");
+            }
+        }
+        restarts.decide(pod_ref, resolution.decision);
+    }
 }
 
 /// The pods a replace-by time overrides: those that opted out, and those whose budget never

@@ -26,10 +26,16 @@ pub enum NodeEvent {
     /// `--enforce-replace-by`: the replace-by time passed; opt-outs and never-allowing budgets
     /// are overridden (on the node and on those pods).
     ReplaceByPassed,
+    /// `--restart-single-replica`: rotor restarted the rollout of a one-replica Deployment
+    /// instead of evicting its pod (on the node and on the pod).
+    RolloutRestarted,
+    /// `--restart-single-replica`: a one-replica Deployment's strategy does not allow a restart
+    /// without a moment with no replica, so its pod is evicted (on the node and on the pod).
+    RolloutRestartRefused,
 }
 
 impl NodeEvent {
-    pub const ALL: [NodeEvent; 15] = [
+    pub const ALL: [NodeEvent; 17] = [
         NodeEvent::HeldByHooks,
         NodeEvent::Started,
         NodeEvent::Resumed,
@@ -45,6 +51,8 @@ impl NodeEvent {
         NodeEvent::SurgeFailed,
         NodeEvent::ReplaceByNear,
         NodeEvent::ReplaceByPassed,
+        NodeEvent::RolloutRestarted,
+        NodeEvent::RolloutRestartRefused,
     ];
 
     /// The Event's `reason`, what `kubectl get events` shows and alerts match on.
@@ -64,6 +72,8 @@ impl NodeEvent {
             NodeEvent::SurgeFailed => "SurgeFailed",
             NodeEvent::ReplaceByNear => "ReplaceByNear",
             NodeEvent::ReplaceByPassed => "ReplaceByPassed",
+            NodeEvent::RolloutRestarted => "RolloutRestarted",
+            NodeEvent::RolloutRestartRefused => "RolloutRestartRefused",
         }
     }
 
@@ -79,6 +89,7 @@ impl NodeEvent {
                 | NodeEvent::SurgeFailed
                 | NodeEvent::ReplaceByNear
                 | NodeEvent::ReplaceByPassed
+                | NodeEvent::RolloutRestartRefused
         )
     }
 }

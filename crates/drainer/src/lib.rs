@@ -6,17 +6,21 @@
 //! the next node start), `workloads` (the replica counts the gate reads, as an index the watches
 //! update), `pace` (how fast each budget gives disruptions back, from rotor's own evictions),
 //! `health` (how the health gate judges Prometheus's alerts and health URLs), `breaker` (when
-//! the circuit breaker halts a rotation).
+//! the circuit breaker halts a rotation), `restart` (when a one-replica Deployment is restarted
+//! rather than its pod evicted).
 //!
-//! The I/O sits at the edges: `evict` (the Eviction API), `drain` (one node's drain task),
-//! `controller` (the loop over nodes), `leader` (the Lease), `notify` (webhook notifications), `rotation` (the fleet-wide record
-//! beside the Lease), `runtime` (wiring), `status` (the `status` subcommand), `metrics`, `config` (flags). `error` holds what can fail, in words an
-//! operator can act on; `anyhow` is used only by the binary.
+//! The I/O sits at the edges: `evict` (the Eviction API), `deployments` (the rollout restart's
+//! reads and patch), `drain` (one node's drain task), `controller` (the loop over nodes),
+//! `leader` (the Lease), `notify` (webhook notifications), `rotation` (the fleet-wide record
+//! beside the Lease), `runtime` (wiring), `status` (the `status` subcommand), `metrics`,
+//! `config` (flags). `error` holds what can fail, in words an operator can act on; `anyhow` is
+//! used only by the binary.
 
 pub mod breaker;
 pub mod budgets;
 pub mod config;
 pub mod controller;
+pub mod deployments;
 pub mod drain;
 pub mod error;
 pub mod events;
@@ -32,6 +36,7 @@ pub mod pace;
 pub mod pods;
 pub mod replace_by;
 pub mod reserve;
+pub mod restart;
 pub mod rotation;
 pub mod runtime;
 pub mod state;

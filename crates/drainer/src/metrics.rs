@@ -44,6 +44,7 @@ pub struct Metrics {
     pub health_checks: Family<HealthCheckLabel, Counter>,
     pub health_gate_open: Gauge,
     pub halted: Gauge,
+    pub rollout_restarts: Family<OutcomeLabel, Counter>,
 }
 
 impl Metrics {
@@ -63,6 +64,7 @@ impl Metrics {
             health_checks: Family::default(),
             health_gate_open: Gauge::default(),
             halted: Gauge::default(),
+            rollout_restarts: Family::default(),
         };
         // Open until a check says otherwise (and always, with no check configured).
         m.health_gate_open.set(1);
@@ -118,6 +120,11 @@ impl Metrics {
             "1 while the circuit breaker (--halt-after) has halted the rotation, 0 otherwise",
             m.halted.clone(),
         );
+        r.register(
+            "rollout_restarts",
+            "--restart-single-replica: lone replicas of Deployments by outcome (restarted, rolling_out, refused, failed)",
+            m.rollout_restarts.clone(),
+        );
         m
     }
 
@@ -132,6 +139,14 @@ impl Metrics {
 
     pub fn eviction(&self, outcome: &str) {
         self.evictions
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn rollout_restart(&self, outcome: &str) {
+        self.rollout_restarts
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_string(),
             })

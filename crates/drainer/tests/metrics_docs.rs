@@ -28,6 +28,7 @@ fn exposition() -> String {
     metrics.drain_finished("drained");
     metrics.eviction("evicted");
     metrics.surge("ready");
+    metrics.rollout_restart("restarted");
     metrics.health_check("prometheus", "healthy");
     metrics
         .nodes_by_phase

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::DrainerConfig;
-use crate::deployments::{self, News};
+use crate::deployments::{self, Read};
 use crate::error::DrainError;
 use crate::events::NodeEvent;
 use crate::evict::{self, EvictionOutcome};
@@ -35,12 +35,12 @@ use crate::metrics::Metrics;
 use crate::notify::{Notice, NoticeKind, Notifier};
 use crate::pace::BudgetPace;
 use crate::pods::{
-    Blocker, BudgetDemand, BudgetKey, Charge, DisruptionPace, DrainOptions, NodePlan, PodRef,
-    PodVerdict, budget_paces, classify, plan_node,
+    Blocker, BudgetDemand, BudgetKey, Charge, DisruptionPace, DrainOptions, EvictionTier, NodePlan,
+    PodRef, budget_paces, eviction_tier, plan_node_withholding,
 };
 use crate::replace_by::{Announcement, ReplaceBy};
 use crate::reserve::{SurgeOutcome, SurgeSlots, make_room};
-use crate::restart::RolloutRestarts;
+use crate::restart::{News, Next, RolloutRestarts};
 use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
 use crate::surge::SurgeConfig;
 use crate::watched::WatchedPods;
@@ -873,7 +873,7 @@ async fn evict_pass(
         };
     }
     let mut wake = task.deadline;
-    let mut pod_list: Vec<Pod> = pods.values().cloned().collect();
+    let pod_list: Vec<Pod> = pods.values().cloned().collect();
     let budgets = ctx.budgets_now();
     // Past the node's replace-by time (--enforce-replace-by), opt-outs no longer hold it.
     let past_replace_by = replace_by.as_ref().is_some_and(|d| d.passed(now));
@@ -881,20 +881,24 @@ async fn evict_pass(
         override_opt_outs: past_replace_by,
         ..ctx.cfg.options.clone()
     };
-    if let Some(restarts) = restarts.as_mut() {
-        restart_lone_replicas(task, restarts, &pod_list, &options, now).await;
-        // What a Deployment's rollout replaces is not the plan's: never evicted, no budget
-        // claimed for it. The node is drained once it is gone.
-        pod_list.retain(|p| !restarts.withheld(p));
-        if let Some(at) = restarts.next_look() {
-            wake = wake.min(at);
+    // --restart-single-replica: what a Deployment's rollout replaces is withheld from the plan
+    // (never evicted, no budget charged); the node is drained once it is gone.
+    let plan_now = |restarts: &Option<RolloutRestarts>| {
+        plan_node_withholding(&pod_list, &budgets, task.taint, &options, |uid| {
+            restarts.as_ref().is_some_and(|r| r.withheld(uid))
+        })
+    };
+    let mut plan = plan_now(restarts);
+    if let Some(lone) = restarts.as_mut() {
+        lone.keep_only(&pod_list);
+        if restart_lone_replicas(task, lone, pods, &plan, now).await {
+            plan = plan_now(restarts);
         }
     }
-    let withheld = restarts
-        .as_ref()
-        .is_some_and(RolloutRestarts::withholds_any);
-    let plan = plan_node(&pod_list, &budgets, task.taint, &options);
-    if plan.is_drained() && !withheld && !queue.has_fatal() {
+    if let Some(at) = restarts.as_ref().and_then(RolloutRestarts::next_look) {
+        wake = wake.min(at);
+    }
+    if plan.is_drained() && !queue.has_fatal() {
         let since = *empty_since.get_or_insert(now);
         let ready_at = task.settled.max(later(since, quiet(ctx.cfg.settle)));
         if now >= ready_at {
@@ -1080,25 +1084,63 @@ async fn evict_one(
     recorded.wake
 }
 
-/// `--restart-single-replica`: looks up the pods of ReplicaSets the drain would evict, once
-/// each, restarting the rollout of each one-replica Deployment whose strategy starts the new pod
-/// first, and says what it did on the node and the pod.
+/// `--restart-single-replica`: looks up the pods of ReplicaSets that `plan` would evict now (or
+/// withholds), each when it is due, restarting the rollout of each one-replica Deployment
+/// whose strategy starts the new pod first, and says what it did on the node and the pod.
+/// Returns whether it looked up any pod (the plan must then be made again).
 async fn restart_lone_replicas(
     task: &Evicting<'_>,
     restarts: &mut RolloutRestarts,
-    pods: &[Pod],
-    options: &DrainOptions,
+    pods: &HashMap<String, Pod>,
+    plan: &NodePlan,
     now: Timestamp,
-) {
+) -> bool {
     let (ctx, name) = (task.ctx, task.name.as_str());
-    restarts.keep_only(pods);
-    let evictable = |p: &Pod| matches!(classify(p, task.taint, options), PodVerdict::Evict { .. });
-    for pod in restarts.to_look_up(pods, now, evictable) {
+    // The critical tier waits for the ordinary one here too: a critical pod is not restarted
+    // before its turn to be evicted.
+    let blocked_in_turn = plan
+        .budget_blocked
+        .iter()
+        .map(|(pod, _)| pod)
+        .filter(|pod| {
+            !plan.holds_critical
+                || pods
+                    .get(&pod.uid)
+                    .is_some_and(|p| eviction_tier(p) == EvictionTier::Ordinary)
+        });
+    let due: Vec<&Pod> = plan
+        .evict_now
+        .iter()
+        .map(|(pod, _)| pod)
+        .chain(blocked_in_turn)
+        .chain(&plan.withheld)
+        .filter(|pod| restarts.due(&pod.uid, now))
+        .filter_map(|pod| pods.get(&pod.uid))
+        .filter(|pod| crate::restart::replicaset_of(pod).is_some())
+        .collect();
+    for pod in &due {
         let pod_ref = PodRef::of(pod);
-        let resolution = deployments::resolve(&ctx.client, pod, now).await;
-        match resolution.news {
-            None => {}
-            Some(News::Restarted { deployment }) => {
+        let news = match deployments::read(&ctx.client, pod).await {
+            Read::NotLone => {
+                restarts.not_lone(pod_ref.clone());
+                None
+            }
+            Read::Failed(failure) => Some(restarts.read_failed(pod_ref.clone(), failure, now)),
+            Read::Judged {
+                deployment,
+                judgement,
+            } => match restarts.judged(pod_ref.clone(), &deployment, judgement, now) {
+                Next::Tell(news) => news,
+                Next::Stamp { resource_version } => {
+                    let answer =
+                        deployments::stamp(&ctx.client, &deployment, &resource_version, now).await;
+                    restarts.stamp_answered(&pod_ref.uid, &deployment, answer, now)
+                }
+            },
+        };
+        let Some(news) = news else { continue };
+        match news {
+            News::Restarted { deployment } => {
                 ctx.metrics.rollout_restart("restarted");
                 tracing::info!(node = %name, pod = %pod_ref, %deployment, "restarted the rollout of the pod's one-replica Deployment instead of evicting the pod; waiting for its new pod to be Ready elsewhere and this one to go");
                 let note = format!(
@@ -1107,14 +1149,14 @@ async fn restart_lone_replicas(
                 announce(ctx, task.node, NodeEvent::RolloutRestarted, note.clone()).await;
                 announce_on_pod(ctx, &pod_ref, NodeEvent::RolloutRestarted, note).await;
             }
-            Some(News::RollingOut { deployment }) => {
+            News::RollingOut { deployment } => {
                 ctx.metrics.rollout_restart("rolling_out");
                 tracing::info!(node = %name, pod = %pod_ref, %deployment, "the pod's one-replica Deployment is rolling out already; waiting for the rollout to replace the pod");
             }
-            Some(News::Refused {
+            News::Refused {
                 deployment,
                 refusal,
-            }) => {
+            } => {
                 ctx.metrics.rollout_restart("refused");
                 tracing::warn!(node = %name, pod = %pod_ref, %deployment, %refusal, "not restarting the pod's one-replica Deployment; evicting the pod, which leaves it with no replica until the new one is Ready");
                 let note = format!(
@@ -1129,13 +1171,13 @@ async fn restart_lone_replicas(
                 .await;
                 announce_on_pod(ctx, &pod_ref, NodeEvent::RolloutRestartRefused, note).await;
             }
-            Some(News::Failed { failure }) => {
+            News::Failed { failure } => {
                 ctx.metrics.rollout_restart("failed");
-                tracing::warn!(node = %name, pod = %pod_ref, %failure, retry_in_s = crate::restart::FAILED_RETRY.as_secs(), "could not decide whether to restart the pod's Deployment; the pod is not evicted meanwhile");
+                tracing::warn!(node = %name, pod = %pod_ref, %failure, "could not decide whether to restart the pod's Deployment; the pod is not evicted meanwhile");
             }
         }
-        restarts.decide(pod_ref, resolution.decision);
     }
+    !due.is_empty()
 }
 
 /// The pods a replace-by time overrides: those that opted out, and those whose budget never

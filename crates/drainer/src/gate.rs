@@ -261,12 +261,7 @@ pub fn concerns(
 /// The controller of a pod, the form [`workload_blockers`] takes:
 /// what the runtime records for each pod it evicts. `None` for pods without a controller.
 pub fn owner_of(pod: &Pod) -> Option<WorkloadRef> {
-    let owner = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))?;
+    let owner = crate::pods::controller_ref(&pod.metadata)?;
     Some(WorkloadRef {
         kind: owner.kind.clone(),
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),

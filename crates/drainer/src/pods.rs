@@ -9,6 +9,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use rotor_apimachinery::taints::tolerated_by_any;
 use rotor_core::contract::pod_opt_out;
 
@@ -207,14 +208,17 @@ impl fmt::Display for Blocker {
     }
 }
 
-/// The controlling owner reference's kind, if the pod has a controller.
-pub fn controller_kind(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .owner_references
+/// The controlling owner reference of an object, if it has a controller.
+pub fn controller_ref(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
         .iter()
         .flatten()
         .find(|owner| owner.controller == Some(true))
-        .map(|owner| owner.kind.as_str())
+}
+
+/// The controlling owner reference's kind, if the pod has a controller.
+pub fn controller_kind(pod: &Pod) -> Option<&str> {
+    controller_ref(&pod.metadata).map(|owner| owner.kind.as_str())
 }
 
 /// True for a pod the scheduler (or its creator) has bound to a node.
@@ -364,6 +368,14 @@ pub struct NodePlan {
     pub evict_now: Vec<(PodRef, Option<i64>)>,
     /// Pods already terminating.
     pub waiting_for: Vec<PodRef>,
+    /// Pods the drain would evict that are withheld from eviction: a Deployment's rollout
+    /// replaces them, or whether it will is not decided yet (`--restart-single-replica`). No
+    /// budget is charged for them and they block nothing, but the node is not drained while one
+    /// is left, and an ordinary one keeps the critical tier waiting as if it were evictable.
+    pub withheld: Vec<PodRef>,
+    /// Whether an ordinary pod is left that is not terminating (evictable, withheld or
+    /// blocked): critical pods wait until none is.
+    pub holds_critical: bool,
     /// Why the node cannot finish draining (deduplicated; a budget is named once).
     pub blockers: Vec<Blocker>,
     /// How many pods are left alone (DaemonSet, mirror, finished, tolerating the taint).
@@ -393,6 +405,7 @@ impl NodePlan {
     pub fn is_drained(&self) -> bool {
         self.evict_now.is_empty()
             && self.waiting_for.is_empty()
+            && self.withheld.is_empty()
             && self.blockers.is_empty()
             && self.deferred.is_empty()
     }
@@ -410,6 +423,18 @@ pub fn plan_node(
     pdbs: &[PodDisruptionBudget],
     drain_taint: &Taint,
     opts: &DrainOptions,
+) -> NodePlan {
+    plan_node_withholding(pods, pdbs, drain_taint, opts, |_| false)
+}
+
+/// [`plan_node`], with the evictable pods for which `withheld` (given the pod's UID) is true
+/// set aside in [`NodePlan::withheld`] instead of evicted.
+pub fn plan_node_withholding(
+    pods: &[Pod],
+    pdbs: &[PodDisruptionBudget],
+    drain_taint: &Taint,
+    opts: &DrainOptions,
+    withheld: impl Fn(&str) -> bool,
 ) -> NodePlan {
     let budgets = budget_views(pdbs);
     let mut sorted: Vec<&Pod> = pods.iter().collect();
@@ -434,6 +459,10 @@ pub fn plan_node(
                 grace_period_seconds,
             } => {
                 ordinary_left |= tier == EvictionTier::Ordinary;
+                if withheld(&pod_ref.uid) {
+                    plan.withheld.push(pod_ref);
+                    continue;
+                }
                 let consulted = consulted_budgets(pod, &pod_ref, &budgets);
                 match budget_blocker(&pod_ref, &consulted) {
                     Some(blocker) => {
@@ -460,6 +489,7 @@ pub fn plan_node(
         }
     }
 
+    plan.holds_critical = ordinary_left;
     for (tier, pod_ref, grace) in evictable {
         if tier == EvictionTier::Critical && ordinary_left {
             plan.deferred.push(pod_ref);
@@ -1024,6 +1054,49 @@ mod tests {
             }]
         );
         assert!(!plan.is_drained());
+    }
+
+    #[test]
+    fn a_withheld_pod_is_neither_evicted_nor_charged_but_holds_the_node_and_the_critical_tier() {
+        // web-a is withheld (its Deployment's rollout replaces it) under a budget that never
+        // allows: no eviction, no charge, no blocker for it. The critical pod waits for web-a
+        // as for any ordinary pod.
+        let frozen = pdb(
+            "web",
+            json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}),
+            status(2, 0),
+        );
+        let dns = pod(
+            "dns",
+            json!({"metadata": {"labels": {"app": "dns"}},
+                   "spec": {"priorityClassName": "system-cluster-critical"}}),
+        );
+        let pods = [pod("web-a", json!({})), dns.clone()];
+        let withheld = |uid: &str| uid == "uid-web-a";
+        let plan = plan_node_withholding(
+            &pods,
+            std::slice::from_ref(&frozen),
+            &taint(),
+            &DrainOptions::default(),
+            withheld,
+        );
+        assert_eq!(names(&plan.withheld), ["web-a"]);
+        assert!(plan.evict_now.is_empty() && plan.budget_blocked.is_empty());
+        assert!(plan.charged.is_empty() && plan.blockers.is_empty());
+        assert_eq!(names(&plan.deferred), ["dns"]);
+        assert!(plan.holds_critical);
+        assert!(!plan.is_drained());
+        // Not withheld, the same pod is blocked by its budget.
+        let plain = plan_node(&pods, &[frozen], &taint(), &DrainOptions::default());
+        assert_eq!(plain.budget_blocked.len(), 1);
+        assert!(matches!(
+            plain.blockers[..],
+            [Blocker::BudgetNeverAllows { .. }]
+        ));
+        // Once it is gone, the critical pod goes.
+        let plan = plan_node_withholding(&[dns], &[], &taint(), &DrainOptions::default(), withheld);
+        assert_eq!(evict_names(&plan), ["dns"]);
+        assert!(!plan.holds_critical);
     }
 
     #[test]

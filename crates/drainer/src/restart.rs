@@ -7,8 +7,9 @@
 //! Ready. The drain then goes on as usual.
 //!
 //! [`judge`] decides from the pod's ReplicaSet and its Deployment, as the API returns them;
-//! [`RolloutRestarts`] keeps what was decided for each pod of one drain attempt. The reads and
-//! the patch are in [`crate::deployments`].
+//! [`RolloutRestarts`] keeps, for one drain attempt, what was decided for each pod and what to
+//! do next, and falls back to eviction when a rollout stalls or a restart is undone. The reads
+//! and the patch are in [`crate::deployments`].
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -21,7 +22,7 @@ pub use rotor_core::contract::RESTARTED_AT_ANNOTATION;
 use serde_json::{Value, json};
 
 use crate::eviction_queue::later;
-use crate::pods::PodRef;
+use crate::pods::{PodRef, controller_ref, is_finished};
 
 /// The revision the Deployment controller writes on a Deployment and on each of its
 /// ReplicaSets: a ReplicaSet whose revision is below its Deployment's is being rolled out.
@@ -32,6 +33,13 @@ pub const UNSETTLED_RETRY: Duration = Duration::from_secs(2);
 
 /// How soon to look again after a read or the patch failed.
 pub const FAILED_RETRY: Duration = Duration::from_secs(30);
+
+/// How often a pod left to its Deployment's rollout is judged again: the rollout may have
+/// stalled, or been undone.
+pub const RECHECK: Duration = Duration::from_secs(30);
+
+/// How long a Deployment may stay unsettled before the wait is the node's blocker.
+pub const UNSETTLED_LIMIT: Duration = Duration::from_secs(120);
 
 /// The ReplicaSet controlling `pod`, if one does: the pods worth looking up.
 pub fn replicaset_of(pod: &Pod) -> Option<&str> {
@@ -48,10 +56,8 @@ pub fn lone_deployment_of(rs: &ReplicaSet) -> Option<&str> {
 }
 
 fn controller_named<'a>(meta: &'a kube::api::ObjectMeta, kind: &str) -> Option<&'a str> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true) && o.kind == kind)
+    controller_ref(meta)
+        .filter(|o| o.kind == kind)
         .map(|o| o.name.as_str())
 }
 
@@ -66,13 +72,14 @@ pub enum Judgement {
     /// The pod's ReplicaSet is older than its Deployment's revision: a rollout (rotor's, from
     /// an earlier leader, or anyone's) is replacing it already. Wait for it to go.
     RollingOut,
-    /// The controller has not caught up with the Deployment's latest change: look again soon.
+    /// The controller has not caught up with the Deployment's latest change, or the last
+    /// rollout is still removing older pods: look again soon.
     Unsettled,
     /// Stamp the template, on the condition that the Deployment is still at this version.
     Restart { resource_version: String },
 }
 
-/// Why a lone replica is evicted rather than restarted.
+/// Why a lone replica is evicted rather than restarted, or left to its rollout no longer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     #[error("the Deployment is paused, so a restart would not roll out")]
@@ -87,6 +94,14 @@ pub enum Refusal {
     StopsFirst(String),
     #[error("its {field} {value:?} is neither a number nor a percentage")]
     Unreadable { field: &'static str, value: String },
+    #[error("its rollout is not progressing ({0}), so it would never replace the pod")]
+    RolloutStalled(String),
+    #[error(
+        "the restart rotor made was undone (the pod's ReplicaSet is the newest again; a GitOps tool reverting the template does this)"
+    )]
+    RestartUndone,
+    #[error("the API server refused the restart: {0}")]
+    PatchRefused(String),
 }
 
 /// Judges `rs`'s pod by `rs` and its controlling `deployment`, as the API returned them.
@@ -100,10 +115,22 @@ pub fn judge(rs: &ReplicaSet, deployment: &Deployment) -> Judgement {
     if spec.paused == Some(true) {
         return Judgement::Refused(Refusal::Paused);
     }
-    let observed = deployment
-        .status
-        .as_ref()
-        .and_then(|s| s.observed_generation);
+    let status = deployment.status.as_ref();
+    // Progressing=False: the controller gave up on the last rollout (its
+    // progressDeadlineSeconds passed); neither waiting for it nor a new one would help.
+    if let Some(stalled) = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Progressing" && c.status == "False")
+    {
+        let reason = stalled
+            .reason
+            .clone()
+            .unwrap_or_else(|| "Progressing is False".into());
+        return Judgement::Refused(Refusal::RolloutStalled(reason));
+    }
+    let observed = status.and_then(|s| s.observed_generation);
     let current = observed.is_some() && observed >= deployment.metadata.generation;
     let (Some(ours), Some(latest)) = (revision(&rs.metadata), revision(&deployment.metadata))
     else {
@@ -112,7 +139,10 @@ pub fn judge(rs: &ReplicaSet, deployment: &Deployment) -> Judgement {
     if ours < latest {
         return Judgement::RollingOut;
     }
-    if !current || ours > latest {
+    // The pod is of the newest ReplicaSet, but older pods are still there: a rollout is
+    // finishing. A stamp now would start another on top of it.
+    let pods = status.and_then(|s| s.replicas).unwrap_or(0);
+    if !current || ours > latest || pods > 1 {
         return Judgement::Unsettled;
     }
     let strategy = spec.strategy.as_ref();
@@ -198,87 +228,229 @@ pub fn restart_patch(resource_version: &str, at: Timestamp) -> Value {
     })
 }
 
+/// How the patch went, as [`crate::deployments::stamp`] sorts the API server's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StampAnswer {
+    Stamped,
+    /// 409: the Deployment changed since it was judged; 404: it is gone. Judge again.
+    Changed,
+    /// An admission webhook or policy, or validation, refused it: it will not pass by waiting.
+    Refused(String),
+    /// Anything else, RBAC included: what failed and what to do.
+    Failed(String),
+}
+
+/// What the shell does next for a pod, after [`RolloutRestarts::judged`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Patch the Deployment, then report the answer to [`RolloutRestarts::stamp_answered`].
+    Stamp { resource_version: String },
+    /// Nothing to do but say this, if anything.
+    Tell(Option<News>),
+}
+
+/// What an operator hears about a lone replica (its Deployment as `namespace/name`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum News {
+    /// rotor stamped the template: the rollout replaces the pod.
+    Restarted { deployment: String },
+    /// A rollout was replacing the pod already.
+    RollingOut { deployment: String },
+    /// Evicted as without the option, for this reason.
+    Refused {
+        deployment: String,
+        refusal: Refusal,
+    },
+    /// A read or the patch failed, or the Deployment stays unsettled: the pod is withheld and
+    /// looked at again.
+    Failed { failure: String },
+}
+
 /// What one drain attempt decided for a pod of its node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PodRestart {
     /// Evicted as without the option.
     Evict,
-    /// The Deployment's rollout replaces it: not evicted, and no budget is claimed for it. The
-    /// drain waits for it to go.
-    Replacing { deployment: String },
-    /// Not decided yet: withheld from eviction, looked at again at `at`. `failure` says what
-    /// went wrong when a read or the patch failed (a blocker for an operator).
+    /// The Deployment's rollout replaces it: withheld from eviction, judged again at
+    /// `recheck_at`.
+    Replacing { recheck_at: Timestamp },
+    /// Not decided yet: withheld from eviction, looked at again at `at`. `failure` is the
+    /// node's blocker meanwhile, when there is one.
     LookAgain {
         at: Timestamp,
         failure: Option<String>,
     },
 }
 
-/// The decisions of one drain attempt, by pod UID. Each pod is looked up once, unless it must
-/// be looked at again; pods that left the node are forgotten.
+#[derive(Debug)]
+struct Entry {
+    pod: PodRef,
+    decision: PodRestart,
+    /// rotor stamped the pod's Deployment in this attempt: a later judgement that would stamp
+    /// again means the restart was undone.
+    stamped: bool,
+    /// Since when the Deployment has been unsettled, without a break.
+    unsettled_since: Option<Timestamp>,
+}
+
+/// The decisions of one drain attempt, by pod UID.
 #[derive(Debug, Default)]
 pub struct RolloutRestarts {
-    pods: HashMap<String, (PodRef, PodRestart)>,
+    pods: HashMap<String, Entry>,
 }
 
 impl RolloutRestarts {
-    /// The pods of `pods` to look up now: controlled by a ReplicaSet, not terminating,
-    /// `evictable` (the drain would evict them), and not decided or due to be looked at again.
-    pub fn to_look_up<'a>(
-        &self,
-        pods: &'a [Pod],
-        now: Timestamp,
-        evictable: impl Fn(&Pod) -> bool,
-    ) -> Vec<&'a Pod> {
-        pods.iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && replicaset_of(p).is_some())
-            .filter(|p| match self.pods.get(uid(p)) {
-                None => true,
-                Some((_, PodRestart::LookAgain { at, .. })) => *at <= now,
-                Some(_) => false,
-            })
-            .filter(|p| evictable(p))
-            .collect()
+    /// Whether the pod with this UID is due to be looked up: never decided, or its time to be
+    /// looked at (or judged) again has come.
+    pub fn due(&self, uid: &str, now: Timestamp) -> bool {
+        match self.pods.get(uid).map(|e| &e.decision) {
+            None => true,
+            Some(PodRestart::Evict) => false,
+            Some(PodRestart::Replacing { recheck_at: at } | PodRestart::LookAgain { at, .. }) => {
+                *at <= now
+            }
+        }
     }
 
-    pub fn decide(&mut self, pod: PodRef, decision: PodRestart) {
-        self.pods.insert(pod.uid.clone(), (pod, decision));
+    /// Whether the drain must not evict the pod with this UID (nor charge a budget for it).
+    pub fn withheld(&self, uid: &str) -> bool {
+        self.pods
+            .get(uid)
+            .is_some_and(|e| !matches!(e.decision, PodRestart::Evict))
     }
 
-    /// Forgets the pods that are no longer among `pods`.
+    /// Forgets the pods no longer among `pods`, or going (terminating, finished): nothing is
+    /// left to decide about them.
     pub fn keep_only(&mut self, pods: &[Pod]) {
-        self.pods
-            .retain(|known, _| pods.iter().any(|p| uid(p) == known));
+        self.pods.retain(|known, _| {
+            pods.iter().any(|p| {
+                uid(p) == known && p.metadata.deletion_timestamp.is_none() && !is_finished(p)
+            })
+        });
     }
 
-    /// Whether the drain must not evict `pod` (nor claim a budget for it) now.
-    pub fn withheld(&self, pod: &Pod) -> bool {
-        matches!(
-            self.pods.get(uid(pod)),
-            Some((
-                _,
-                PodRestart::Replacing { .. } | PodRestart::LookAgain { .. }
-            ))
-        )
+    /// The pod is not a lone replica of a Deployment (or its owner is gone): evict it.
+    pub fn not_lone(&mut self, pod: PodRef) {
+        self.set(pod, PodRestart::Evict);
     }
 
-    /// Whether a pod is still withheld (its rollout replaces it, or it is not decided yet):
-    /// the node is not drained while one is.
-    pub fn withholds_any(&self) -> bool {
-        self.pods
-            .values()
-            .any(|(_, d)| !matches!(d, PodRestart::Evict))
+    /// Reading the pod's ReplicaSet or Deployment failed.
+    pub fn read_failed(&mut self, pod: PodRef, failure: String, now: Timestamp) -> News {
+        self.set(pod, look_again(now, FAILED_RETRY, Some(failure.clone())));
+        News::Failed { failure }
     }
 
-    /// What failed, for the node's blockers: one line per pod, sorted.
+    /// The pod's Deployment was judged: decide, and say what the shell does next.
+    pub fn judged(
+        &mut self,
+        pod: PodRef,
+        deployment: &str,
+        judgement: Judgement,
+        now: Timestamp,
+    ) -> Next {
+        let uid = pod.uid.clone();
+        let entry = self.pods.entry(uid.clone()).or_insert(Entry {
+            pod,
+            decision: look_again(now, Duration::ZERO, None),
+            stamped: false,
+            unsettled_since: None,
+        });
+        if judgement != Judgement::Unsettled {
+            entry.unsettled_since = None;
+        }
+        let refused = |entry: &mut Entry, refusal: Refusal| {
+            entry.decision = PodRestart::Evict;
+            Next::Tell(Some(News::Refused {
+                deployment: deployment.to_string(),
+                refusal,
+            }))
+        };
+        match judgement {
+            Judgement::NotLone => {
+                entry.decision = PodRestart::Evict;
+                Next::Tell(None)
+            }
+            Judgement::Refused(refusal) => refused(entry, refusal),
+            Judgement::RollingOut => {
+                // Said once: when rotor stamped it, or when it found the rollout under way.
+                let news =
+                    !entry.stamped && !matches!(entry.decision, PodRestart::Replacing { .. });
+                entry.decision = PodRestart::Replacing {
+                    recheck_at: later(now, RECHECK),
+                };
+                Next::Tell(news.then(|| News::RollingOut {
+                    deployment: deployment.to_string(),
+                }))
+            }
+            Judgement::Unsettled => {
+                let since = *entry.unsettled_since.get_or_insert(now);
+                let waited = now.duration_since(since).unsigned_abs();
+                let failure = (waited >= UNSETTLED_LIMIT).then(|| {
+                    format!(
+                        "Deployment {deployment} has not settled for {}s (its controller has not caught up with a change, or a rollout is still removing older pods): check the Deployment's status and the controller-manager",
+                        waited.as_secs()
+                    )
+                });
+                entry.decision = look_again(now, UNSETTLED_RETRY, failure);
+                Next::Tell(None)
+            }
+            Judgement::Restart { resource_version } => {
+                if entry.stamped {
+                    refused(entry, Refusal::RestartUndone)
+                } else {
+                    Next::Stamp { resource_version }
+                }
+            }
+        }
+    }
+
+    /// The answer to the patch [`Next::Stamp`] asked for.
+    pub fn stamp_answered(
+        &mut self,
+        uid: &str,
+        deployment: &str,
+        answer: StampAnswer,
+        now: Timestamp,
+    ) -> Option<News> {
+        let entry = self.pods.get_mut(uid)?;
+        match answer {
+            StampAnswer::Stamped => {
+                entry.stamped = true;
+                entry.decision = PodRestart::Replacing {
+                    recheck_at: later(now, RECHECK),
+                };
+                Some(News::Restarted {
+                    deployment: deployment.to_string(),
+                })
+            }
+            StampAnswer::Changed => {
+                entry.decision = look_again(now, UNSETTLED_RETRY, None);
+                None
+            }
+            StampAnswer::Refused(why) => {
+                entry.decision = PodRestart::Evict;
+                Some(News::Refused {
+                    deployment: deployment.to_string(),
+                    refusal: Refusal::PatchRefused(why),
+                })
+            }
+            StampAnswer::Failed(failure) => {
+                entry.decision = look_again(now, FAILED_RETRY, Some(failure.clone()));
+                Some(News::Failed { failure })
+            }
+        }
+    }
+
+    /// What keeps pods withheld for want of someone, for the node's blockers: one line per
+    /// pod, sorted.
     pub fn failures(&self) -> Vec<String> {
         let mut lines: Vec<String> = self
             .pods
             .values()
-            .filter_map(|(pod, d)| match d {
+            .filter_map(|e| match &e.decision {
                 PodRestart::LookAgain {
                     failure: Some(f), ..
-                } => Some(format!("pod {pod}: {f}")),
+                } => Some(format!("pod {}: {f}", e.pod)),
                 _ => None,
             })
             .collect();
@@ -286,15 +458,29 @@ impl RolloutRestarts {
         lines
     }
 
-    /// When the next pod is due to be looked at again.
+    /// When the next pod is due to be looked at or judged again.
     pub fn next_look(&self) -> Option<Timestamp> {
         self.pods
             .values()
-            .filter_map(|(_, d)| match d {
-                PodRestart::LookAgain { at, .. } => Some(*at),
-                _ => None,
+            .filter_map(|e| match e.decision {
+                PodRestart::LookAgain { at, .. } | PodRestart::Replacing { recheck_at: at } => {
+                    Some(at)
+                }
+                PodRestart::Evict => None,
             })
             .min()
+    }
+
+    fn set(&mut self, pod: PodRef, decision: PodRestart) {
+        let uid = pod.uid.clone();
+        let entry = self.pods.entry(uid).or_insert(Entry {
+            pod,
+            decision: PodRestart::Evict,
+            stamped: false,
+            unsettled_since: None,
+        });
+        entry.decision = decision;
+        entry.unsettled_since = None;
     }
 }
 
@@ -302,8 +488,7 @@ fn uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
-/// `now` plus `after`, for [`PodRestart::LookAgain`].
-pub fn look_again(now: Timestamp, after: Duration, failure: Option<String>) -> PodRestart {
+fn look_again(now: Timestamp, after: Duration, failure: Option<String>) -> PodRestart {
     PodRestart::LookAgain {
         at: later(now, after),
         failure,

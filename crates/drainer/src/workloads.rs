@@ -94,12 +94,8 @@ pub fn of_replicaset(rs: &ReplicaSet) -> (WorkloadKey, WorkloadCounts) {
         rs.spec.as_ref().and_then(|s| s.replicas),
         rs.status.as_ref().and_then(|s| s.ready_replicas),
     );
-    c.parent = rs
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true) && o.kind == "Deployment")
+    c.parent = crate::pods::controller_ref(&rs.metadata)
+        .filter(|o| o.kind == "Deployment")
         .map(|o| o.name.clone());
     (key(WorkloadKind::ReplicaSet, &rs.metadata), c)
 }

@@ -306,6 +306,9 @@ fn unescape_value(raw: &str) -> Result<String, FieldSelectorError> {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -605,11 +605,18 @@ fn is_special(c: char) -> bool {
     matches!(c, '=' | '!' | '(' | ')' | ',' | '>' | '<')
 }
 
+/// The spaces apimachinery's lexer skips (`isWhitespace`): only these four. Any other space (a
+/// no-break space pasted from a web page, a vertical tab) is part of an identifier, which then
+/// fails validation, as the apiserver refuses it.
+fn is_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\r' | '\n')
+}
+
 fn lex(input: &str) -> Vec<Token> {
     let mut tokens = Vec::new();
     let mut chars = input.chars().peekable();
     while let Some(&c) = chars.peek() {
-        if c.is_whitespace() {
+        if is_space(c) {
             chars.next();
             continue;
         }
@@ -638,7 +645,7 @@ fn lex(input: &str) -> Vec<Token> {
         }
         let mut ident = String::new();
         while let Some(&c) = chars.peek() {
-            if c.is_whitespace() || is_special(c) {
+            if is_space(c) || is_special(c) {
                 break;
             }
             ident.push(c);
@@ -788,6 +795,9 @@ impl Parser<'_> {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
@@ -817,6 +827,25 @@ mod tests {
             assert!(s.matches(&labels(&[("a", "b")])));
             assert_eq!(s.to_string(), "");
         }
+    }
+
+    /// Found by the properties in `fuzz.rs`: a no-break space (or any non-ASCII space) was
+    /// skipped like a blank, so "\u{a0}" selected everything and "app=web\u{a0}" meant
+    /// `app=web`; apimachinery separates tokens only by ' ', '\t', '\r' and '\n'.
+    #[test]
+    fn only_ascii_blanks_separate_tokens() {
+        for input in [
+            "\u{a0}",
+            "app=web\u{a0}",
+            "\u{3000}app",
+            "a\u{b}=b",
+            "a=b\u{c}",
+            "a\u{85}",
+        ] {
+            assert!(LabelSelector::parse(input).is_err(), "{input:?}");
+        }
+        let s = LabelSelector::parse(" \r\n\tapp = web \r\n").unwrap();
+        assert_eq!(s.to_string(), "app=web");
     }
 
     #[test]

@@ -811,6 +811,9 @@ fn order_merged(
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;

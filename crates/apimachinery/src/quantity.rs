@@ -147,40 +147,46 @@ pub fn parse_quantity(input: &str) -> Result<Quantity, QuantityError> {
     let trimmed = digits.trim_end_matches('0');
     let frac_len = i64::try_from(frac_digits.len()).map_err(|_| out_of_range())?;
     let trailing_zeros = i64::try_from(digits.len() - trimmed.len()).map_err(|_| out_of_range())?;
-    let mut scale = i64::from(exp10) + 3 - frac_len + trailing_zeros;
-    let mut magnitude: u128 = if trimmed.is_empty() {
-        scale = 0;
-        0
-    } else {
-        trimmed.parse().map_err(|_| out_of_range())?
-    };
-    magnitude = magnitude
-        .checked_mul(1u128 << exp2)
-        .ok_or_else(out_of_range)?;
-    if scale >= 0 {
-        let factor = u32::try_from(scale)
-            .ok()
-            .and_then(|s| 10u128.checked_pow(s))
-            .ok_or_else(out_of_range)?;
-        magnitude = magnitude.checked_mul(factor).ok_or_else(out_of_range)?;
-    } else {
-        match u32::try_from(-scale)
-            .ok()
-            .and_then(|s| 10u128.checked_pow(s))
-        {
-            Some(divisor) => {
-                let rounded_up = !magnitude.is_multiple_of(divisor);
-                magnitude = magnitude / divisor + u128::from(rounded_up);
-            }
-            // The divisor exceeds any representable magnitude: a non-zero value rounds to 1.
-            None => magnitude = u128::from(magnitude != 0),
-        }
-    }
+    let scale = i64::from(exp10) + 3 - frac_len + trailing_zeros;
+    let magnitude = scale_rounding_up(trimmed, exp2, scale).ok_or_else(out_of_range)?;
     let milli = i128::try_from(magnitude).map_err(|_| out_of_range())?;
     Ok(Quantity {
         text: input.to_string(),
         milli: if negative { -milli } else { milli },
     })
+}
+
+/// `digits * 2^exp2 * 10^scale`, rounded away from zero to a whole number; `None` when that
+/// exceeds a u128. Worked on the decimal digits, so that a number written with more digits than
+/// a u128 holds (digits far below the milli-unit: `1.000…001`) keeps its value.
+fn scale_rounding_up(digits: &str, exp2: u32, scale: i64) -> Option<u128> {
+    // Most significant digit first; doubling `exp2` times is exact.
+    let mut decimal: Vec<u8> = digits.bytes().map(|b| b - b'0').collect();
+    for _ in 0..exp2 {
+        let mut carry = 0;
+        for d in decimal.iter_mut().rev() {
+            let doubled = *d * 2 + carry;
+            *d = doubled % 10;
+            carry = doubled / 10;
+        }
+        if carry > 0 {
+            decimal.insert(0, carry);
+        }
+    }
+    // A negative scale drops that many digits, and any of them not zero rounds up.
+    let dropped = usize::try_from(scale.min(0).unsigned_abs()).unwrap_or(usize::MAX);
+    let (whole, fraction) = decimal.split_at(decimal.len().saturating_sub(dropped));
+    let mut value: u128 = 0;
+    for d in whole {
+        value = value.checked_mul(10)?.checked_add(u128::from(*d))?;
+    }
+    if scale > 0 && value != 0 {
+        value = value.checked_mul(10u128.checked_pow(u32::try_from(scale).ok()?)?)?;
+    }
+    if fraction.iter().any(|d| *d != 0) {
+        value = value.checked_add(1)?;
+    }
+    Some(value)
 }
 
 /// Maps a suffix to (power of ten, power of two).
@@ -220,6 +226,9 @@ fn interpret_suffix(suffix: &str) -> Option<(i32, u32)> {
     }
     Some((exp.parse().ok()?, 0))
 }
+
+#[cfg(test)]
+mod fuzz;
 
 #[cfg(test)]
 mod tests {
@@ -275,7 +284,29 @@ mod tests {
         assert_eq!(milli("1000u"), 1);
         assert_eq!(milli("1e-40"), 1);
         assert_eq!(milli("0e-40"), 0);
+        assert_eq!(milli("0e40"), 0);
+        assert_eq!(milli("0.000Ei"), 0);
         assert_eq!(milli("-1n"), -1);
+    }
+
+    /// Found by the properties in `fuzz.rs`: every significant digit had to fit a u128 before
+    /// scaling, so a value of about one written with 40 digits was "out of range".
+    #[test]
+    fn more_digits_than_a_u128_holds() {
+        assert_eq!(milli("1.000000000000000000000000000000000000001"), 1001);
+        assert_eq!(
+            milli("0.5000000000000000000000000000000000000000000001"),
+            501
+        );
+        assert_eq!(milli("1234567890123456789012345678901234567890e-40"), 124);
+        assert_eq!(
+            milli("-1.000000000000000000000000000000000000001Ki"),
+            -1_024_001
+        );
+        assert_eq!(
+            parse_quantity("1000000000000000000000000000000000000000").unwrap_err(),
+            QuantityError::OutOfRange("1000000000000000000000000000000000000000".into())
+        );
     }
 
     #[test]

@@ -447,6 +447,9 @@ fn join_slugs<'a>(slugs: impl Iterator<Item = &'a str>) -> String {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 

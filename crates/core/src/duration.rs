@@ -40,6 +40,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -73,6 +73,16 @@ impl FromStr for HttpTarget {
         }
         let authority =
             Authority::from_str(host).map_err(|e| TargetError::NotAUrl(quoted(), e.to_string()))?;
+        // The http crate takes any text after the host's colon for a port. A password with a
+        // `/`, `?` or `#` not percent-encoded ends the authority early and becomes that "port"
+        // (`http://ops:pa?ss@host` is host `ops`, port `pa`): refuse it, without quoting it.
+        let port = &authority.as_str()[authority.host().len()..];
+        if !port.is_empty() && authority.port_u16().is_none() && port != ":" {
+            return Err(TargetError::NotAUrl(
+                quoted(),
+                "the port is not a number from 0 to 65535 (percent-encode a password's reserved characters, e.g. ? as %3F)".into(),
+            ));
+        }
         Ok(HttpTarget {
             scheme: scheme.clone(),
             authority,
@@ -86,17 +96,29 @@ impl FromStr for HttpTarget {
 }
 
 /// The input as an error may quote it: no user information (whether or not a scheme comes
-/// first) and no query, where credentials go.
+/// first) and no query, where credentials go. A password that was not percent-encoded may hold
+/// `/`, `?`, `#` or `@`, so everything up to the last `@` counts as user information; and when a
+/// `?` comes before that `@`, what follows the scheme cannot be told from a query, so none of
+/// it is quoted.
 fn redact_userinfo(s: &str) -> String {
-    let without_query = s.split_once('?').map_or(s, |(before, _)| before);
-    let scheme_end = without_query.find("://").map_or(0, |i| i + 3);
-    match without_query.rfind('@') {
-        Some(at) if at >= scheme_end => format!(
-            "{}…@{}",
-            &without_query[..scheme_end],
-            &without_query[at + 1..]
-        ),
-        _ => without_query.to_string(),
+    let scheme_end = s
+        .find("://")
+        .filter(|&i| {
+            s[..i]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        })
+        .map_or(0, |i| i + 3);
+    let (scheme, rest) = s.split_at(scheme_end);
+    let before_query = |t: &str| {
+        t.split_once('?')
+            .map_or(t, |(before, _)| before)
+            .to_string()
+    };
+    match (rest.rfind('@'), rest.find('?')) {
+        (Some(at), Some(query)) if query < at => format!("{scheme}…"),
+        (Some(at), _) => format!("{scheme}…@{}", before_query(&rest[at + 1..])),
+        (None, _) => format!("{scheme}{}", before_query(rest)),
     }
 }
 
@@ -320,6 +342,9 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -364,9 +389,40 @@ mod tests {
             "u:hunter2@prom:9090",
             "u:hunter2@prom:9090/path",
             "prom:9090/x?token=hunter2",
+            "u:p@ho st/?next=http://x?token=hunter2",
         ] {
             let err = leaky.parse::<HttpTarget>().unwrap_err().to_string();
             assert!(!err.contains("hunter2"), "{leaky}: {err}");
+        }
+    }
+
+    /// Found by the properties in `fuzz.rs`: a password with a `?`, `/` or `#` that was not
+    /// percent-encoded ended the authority early and became its "port", which the http crate
+    /// accepts as text: the target was host `ops`, shown as `http://ops:hunter2/`, and a refusal
+    /// quoted the text before the `?`.
+    #[test]
+    fn an_unencoded_password_is_refused_without_being_quoted() {
+        for input in [
+            "http://ops:hunter2?x@prom.example/",
+            "https://ops:hunter2/x@prom.example",
+            "http://ops:hunter2#x@prom.example",
+            "http://ops:hunter2?x@prom.example/?email=a@b&token=hunter2",
+        ] {
+            let err = input.parse::<HttpTarget>().unwrap_err().to_string();
+            assert!(err.contains("the port is not a number"), "{input}: {err}");
+            assert!(!err.contains("hunter2"), "{input}: {err}");
+        }
+        for input in ["http://prom.example:x9090/", "http://prom.example:65536/"] {
+            let err = input.parse::<HttpTarget>().unwrap_err().to_string();
+            assert!(err.contains("the port is not a number"), "{input}: {err}");
+        }
+        for good in [
+            "http://prom.example:/",
+            "http://[::1]:9090/x",
+            "http://[::1]/",
+            "http://h:0",
+        ] {
+            assert!(good.parse::<HttpTarget>().is_ok(), "{good}");
         }
     }
 

@@ -89,6 +89,9 @@ impl FromStr for NodeBudget {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -181,6 +181,9 @@ fn is_instance_id(text: &str) -> bool {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -300,6 +300,9 @@ pub fn retry_backoff(attempts: u32) -> Duration {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -58,13 +58,17 @@ impl MaintenanceWindow {
 
     /// The opening that contains `now`, as `(start, end)`: `start <= now < end`.
     ///
-    /// Fails closed: if the schedule cannot be evaluated around `now` the window is closed.
+    /// Fails closed: if the schedule cannot be evaluated around `now` the window is closed. An
+    /// opening whose end lies past the last instant a time can hold (`for 99999999h`) lasts
+    /// until that instant.
     pub fn opening_at(&self, now: Timestamp) -> Option<(Timestamp, Timestamp)> {
         let here = now.to_zoned(self.zone.clone());
         // The latest start at or before now has the latest end, so it alone decides.
         let start = self.cron.find_previous_occurrence(&here, true).ok()?;
-        let end = start.checked_add(self.duration).ok()?;
-        (now < end.timestamp()).then(|| (start.timestamp(), end.timestamp()))
+        let end = start
+            .checked_add(self.duration)
+            .map_or(Timestamp::MAX, |end| end.timestamp());
+        (now < end).then(|| (start.timestamp(), end))
     }
 
     /// True when `now` lies inside an opening of the window.
@@ -146,6 +150,13 @@ impl FromStr for MaintenanceWindow {
                 fields.len()
             )));
         }
+        // croner reads an empty list item as nothing (`,` is an empty set, `1,,15` is `1,15`);
+        // cron refuses it, and so does rotor, before croner searches years for a first start.
+        if let Some(field) = fields.iter().find(|f| f.split(',').any(str::is_empty)) {
+            return Err(error(format!(
+                "the cron field {field:?} has an empty item between commas"
+            )));
+        }
         let schedule = fields.join(" ");
         let cron = CronParser::builder()
             .seconds(Seconds::Disallowed)
@@ -209,6 +220,9 @@ impl FromStr for MaintenanceWindow {
         Ok(window)
     }
 }
+
+#[cfg(test)]
+mod fuzz;
 
 #[cfg(test)]
 mod tests {
@@ -277,6 +291,11 @@ mod tests {
                 "expected one time zone",
             ),
             ("0 0 30 2 * for 1h", "never fires"),
+            // Found by the properties in `fuzz.rs`: croner reads these as empty lists, and its
+            // search for a first start took seconds before "never fires".
+            (", * * */3 1-5 for 1h", "field \",\" has an empty item"),
+            ("0 22 1,,15 * * for 1h", "field \"1,,15\" has an empty item"),
+            ("0 22 * * 1-5, for 1h", "has an empty item"),
         ];
         for (text, expected) in cases {
             let p = problem(text);
@@ -398,6 +417,20 @@ mod tests {
             next_open_any(&windows, now),
             Some(ts("2025-06-10T20:00:00Z"))
         );
+    }
+
+    /// Found by the properties in `fuzz.rs`: an opening whose end overflowed the time range
+    /// counted as closed, so `for 99999999h` never opened while `next_open` kept announcing an
+    /// opening a minute away.
+    #[test]
+    fn an_opening_past_the_end_of_time_lasts_until_then() {
+        let now = ts("2025-06-10T12:34:56Z");
+        for text in ["* * * * * for 99999999h", "0 0 * * * for 19998y"] {
+            let w = window(text);
+            assert!(w.is_open(now), "{text}");
+            assert_eq!(w.closes_at(now), Some(Timestamp::MAX), "{text}");
+            assert_eq!(w.next_open(now), Some(now), "{text}");
+        }
     }
 
     #[test]

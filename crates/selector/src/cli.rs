@@ -511,6 +511,9 @@ impl SelectArgs {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use clap::CommandFactory;
 

@@ -571,6 +571,9 @@ pub fn node_verdict(
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use rotor_core::ProviderIdError;
     use serde_json::{Value, json};

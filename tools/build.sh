@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane that rotor's end-to-end tests run against, from the Go
 # modules pinned in tools/kube (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl), tools/kwok (kwok) and tools/prometheus (Prometheus, for the health-gate tests), into a
-# cache outside the clone:
+# kubectl), tools/kwok (kwok), tools/prometheus (Prometheus, for the health-gate tests) and
+# tools/helm (Helm, for the chart's tests), into a cache outside the clone:
 #
-#   $ROTOR_TOOLS_CACHE/<key>/bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kwok,prometheus}
+#   $ROTOR_TOOLS_CACHE/<key>/bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kwok,prometheus,helm}
 #
 # <key> hashes the go.mod/go.sum files and this script, so a change to a pin rebuilds and an
 # unchanged pin costs a few seconds. The last line printed is the bin directory; the tests find it
@@ -21,11 +21,12 @@ cache_root="${ROTOR_TOOLS_CACHE:-$HOME/.cache/rotor/kube}"
 k8s_version="v1.36.3"
 
 key=$(cat "$here/kube/go.mod" "$here/kube/go.sum" "$here/kwok/go.mod" "$here/kwok/go.sum" \
-  "$here/prometheus/go.mod" "$here/prometheus/go.sum" "$here/build.sh" \
+  "$here/prometheus/go.mod" "$here/prometheus/go.sum" "$here/helm/go.mod" "$here/helm/go.sum" \
+  "$here/build.sh" \
   | sha256sum | cut -c1-16)
 out="$cache_root/$key"
 bin="$out/bin"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok prometheus)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok prometheus helm)
 
 built() {
   local b
@@ -81,6 +82,18 @@ echo "building the control plane ($k8s_version) into $bin; cold this takes 25-40
   cd "$here/prometheus"
   # Without the builtinassets tag the web UI is left out; the HTTP API is all the tests use.
   go build -trimpath -ldflags "-s -w" -o "$tmp/prometheus" github.com/prometheus/prometheus/cmd/prometheus
+)
+(
+  cd "$here/helm"
+  # `helm version` reports this version; `helm template` and `helm lint` assume the Kubernetes
+  # minor of the client libraries Helm was built with (its go.mod's k8s.io/client-go v0.37),
+  # as Helm's own Makefile sets them (without it they assume 1.20, older than the chart's
+  # kubeVersion).
+  hv=helm.sh/helm/v3
+  go build -trimpath -ldflags "-s -w -X $hv/internal/version.version=v3.22.0 \
+    -X $hv/pkg/chartutil.k8sVersionMajor=1 -X $hv/pkg/chartutil.k8sVersionMinor=37 \
+    -X $hv/pkg/lint/rules.k8sVersionMajor=1 -X $hv/pkg/lint/rules.k8sVersionMinor=37" \
+    -o "$tmp/helm" $hv/cmd/helm
 )
 rm -rf "$bin"
 mv "$tmp" "$bin"

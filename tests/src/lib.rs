@@ -23,6 +23,8 @@
 //! - [`SimProcess`]: a `rotor-sim serve` child on a free port, with its kubeconfig, its log, the
 //!   `/sim/v1` admin API ([`SimProcess::stats`], [`SimProcess::post`]), killed on drop; with
 //!   [`SimOptions`], enforcing RBAC with a kubeconfig per ServiceAccount.
+//! - [`image`]: the Dockerfile, `tools/image-files.txt`, and the image `tools/image.sh` built,
+//!   read from its OCI layout and unpacked.
 //! - [`doc_tables`]: the marked reference tables of README.md and docs/*.md, for the doc tests.
 //! - [`kustomize`]: `kubectl kustomize` of a `deploy/` directory.
 //! - [`kubectl`], [`kubectl_ok`], [`kubectl_json`]: real `kubectl` pointed at a simulator.
@@ -54,6 +56,9 @@ pub mod autoscaler;
 pub mod budget_watch;
 pub mod doc_tables;
 pub mod health_peers;
+pub mod helm;
+pub mod image;
+pub mod manifests;
 pub mod moto;
 pub mod real_cluster;
 pub mod sim_cluster;

@@ -642,9 +642,27 @@ current-context: {user}
     /// `rotor-system/rotor-drainer` ServiceAccount (`--lease-name` matches the Lease Role's
     /// resourceNames), with `--settle 1s` and `flags`; logs to `rotor-drainer-<identity>.log`.
     pub fn start_rotor_drainer(&self, identity: &str, flags: &[&str]) -> crate::Background {
+        self.start_rotor_drainer_with(identity, flags, |kubeconfig| {
+            (
+                Command::new(crate::binary("rotor-drainer")),
+                kubeconfig.to_path_buf(),
+            )
+        })
+    }
+
+    /// [`RealCluster::start_rotor_drainer`] with the binary started by `launch`, which gets the
+    /// ServiceAccount's kubeconfig and returns the command that runs rotor-drainer (the binary
+    /// itself, or a wrapper ending with the binary's path, such as `chroot <root>
+    /// /usr/local/bin/rotor-drainer`) and that kubeconfig's path as the binary sees it.
+    pub fn start_rotor_drainer_with(
+        &self,
+        identity: &str,
+        flags: &[&str],
+        launch: impl FnOnce(&Path) -> (Command, PathBuf),
+    ) -> crate::Background {
         let kubeconfig = self.service_account_kubeconfig(ROTOR_NAMESPACE, "rotor-drainer");
         let log = self.dir.join(format!("rotor-drainer-{identity}.log"));
-        let mut cmd = Command::new(crate::binary("rotor-drainer"));
+        let (mut cmd, kubeconfig) = launch(&kubeconfig);
         cmd.arg("--kubeconfig")
             .arg(&kubeconfig)
             .args(["run", "--admin-listen", "127.0.0.1:0"])
@@ -662,10 +680,25 @@ current-context: {user}
     /// One run of `rotor-selector` as its CronJob would make it, authenticated as the
     /// `rotor-system/rotor-selector` ServiceAccount, with `flags`; killed after a minute.
     pub fn run_rotor_selector(&self, flags: &[&str]) -> Output {
+        self.run_rotor_selector_with(flags, |kubeconfig| {
+            (
+                Command::new(crate::binary("rotor-selector")),
+                kubeconfig.to_path_buf(),
+            )
+        })
+    }
+
+    /// [`RealCluster::run_rotor_selector`] with the binary started by `launch`, as for
+    /// [`RealCluster::start_rotor_drainer_with`].
+    pub fn run_rotor_selector_with(
+        &self,
+        flags: &[&str],
+        launch: impl FnOnce(&Path) -> (Command, PathBuf),
+    ) -> Output {
         let kubeconfig = self.service_account_kubeconfig(ROTOR_NAMESPACE, "rotor-selector");
+        let (mut cmd, kubeconfig) = launch(&kubeconfig);
         run_with_timeout(
-            Command::new(crate::binary("rotor-selector"))
-                .arg("--kubeconfig")
+            cmd.arg("--kubeconfig")
                 .arg(&kubeconfig)
                 .args(flags)
                 .env("NO_COLOR", "1"),

@@ -876,12 +876,14 @@ fn the_containers_run_binaries_the_dockerfile_builds_and_installs_as_its_user() 
         .flat_map(|l| l.split(" -p ").skip(1))
         .filter_map(|rest| rest.split_whitespace().next())
         .collect();
-    let installed: BTreeSet<&str> = dockerfile
-        .lines()
-        .filter(|l| l.starts_with("COPY --from=") && l.trim_end().ends_with(" /usr/local/bin/"))
-        .flat_map(|l| l.split_whitespace().skip(2))
-        .filter(|w| *w != "/usr/local/bin/")
-        .filter_map(|src| src.rsplit('/').next())
+    let stages = rotor_e2e::image::dockerfile_stages(&dockerfile);
+    let installed: BTreeSet<String> = stages
+        .last()
+        .expect("the Dockerfile has stages")
+        .iter()
+        .filter(|i| i.keyword == "COPY")
+        .filter_map(|i| rotor_e2e::image::parse_copy(&i.args).ok())
+        .filter_map(|c| c.dest.strip_prefix("/usr/local/bin/").map(String::from))
         .collect();
     let user = dockerfile
         .lines()

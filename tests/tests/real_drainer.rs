@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use rotor_e2e::budget_watch::BudgetVerdict;
+use rotor_e2e::manifests::{deployment, min_available_budget};
 use rotor_e2e::{
     Background, BudgetWatch, FakeNode, RealCluster, WatchedBudget, wait_until, workspace_root,
 };
@@ -802,25 +803,6 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
     );
 }
 
-/// A Deployment of one replica named `name`, with `strategy`.
-fn lone_deployment(name: &str, strategy: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: shop}}
-spec:
-  replicas: 1
-  strategy: {strategy}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers: [{{name: app, image: app:1}}]
-"
-    )
-}
-
 fn ready_replicas(cluster: &RealCluster, deployment: &str) -> i64 {
     let d = cluster.kubectl_json(&["get", "deployment", deployment, "-n", "shop"]);
     d["status"]["readyReplicas"].as_i64().unwrap_or(0)
@@ -839,19 +821,11 @@ fn given_a_one_replica_deployment_then_its_rollout_is_restarted_and_it_is_never_
     // `solo` keeps the API's default strategy (a surge of one for one replica) and a budget of
     // minAvailable 1, which no eviction could ever pass. `once` is Recreate: a restart would
     // stop its pod first, so it is evicted, saying why.
-    let solo_budget = "apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: solo, namespace: shop}
-spec:
-  minAvailable: 1
-  selector: {matchLabels: {app: solo}}
-";
     let extra = format!(
-        "{}---
-{}---
-{solo_budget}",
-        lone_deployment("solo", "{type: RollingUpdate}"),
-        lone_deployment("once", "{type: Recreate}")
+        "{}---\n{}---\n{}",
+        deployment("shop", "solo", 1, Some("{type: RollingUpdate}")),
+        deployment("shop", "once", 1, Some("{type: Recreate}")),
+        min_available_budget("shop", "solo", 1)
     );
     let shop = Shop::start_in("tests/kustomize/restart-single-replica", 1, &extra);
     let cluster = &shop.cluster;
@@ -936,13 +910,7 @@ spec:
 #[test]
 fn given_a_budget_that_never_allows_then_the_node_reports_it_and_fails_at_the_deadline() {
     // minAvailable 1 over one pod: no eviction can ever pass.
-    let frozen = "apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: frozen, namespace: shop}
-spec:
-  minAvailable: 1
-  selector: {matchLabels: {app: frozen}}
-";
+    let frozen = min_available_budget("shop", "frozen", 1);
     let shop = Shop::start_with(
         1,
         &format!("{}---\n{frozen}", bare_pod("frozen", "old-1", "{}")),

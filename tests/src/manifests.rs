@@ -1,0 +1,37 @@
+//! Small workloads the real-control-plane tests apply, as YAML: one place for their shape, so
+//! that a test reads as what it sets up.
+
+/// A Deployment of `replicas` pods labelled `app=<name>` in `namespace`, with `strategy`
+/// (`{type: Recreate}`, ...) or the API's default; grace period 1 s.
+pub fn deployment(namespace: &str, name: &str, replicas: u32, strategy: Option<&str>) -> String {
+    let strategy = strategy
+        .map(|s| format!("\n  strategy: {s}"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  replicas: {replicas}{strategy}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{{name: app, image: app:1}}]
+"
+    )
+}
+
+/// A PodDisruptionBudget named `app` over the pods labelled `app=<app>`, with `minAvailable`.
+pub fn min_available_budget(namespace: &str, app: &str, min_available: u32) -> String {
+    format!(
+        "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: {app}, namespace: {namespace}}}
+spec:
+  minAvailable: {min_available}
+  selector: {{matchLabels: {{app: {app}}}}}
+"
+    )
+}

@@ -6,7 +6,7 @@
 //! for the current sources, or fails saying to run it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -183,20 +183,13 @@ pub fn built_image() -> PathBuf {
         );
         return dir;
     }
-    let script = workspace_root().join("tools/image.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg("--print")
-        .stderr(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "rotor's image is not built for the current sources: run tools/image.sh (a release build: up \
-         to half an hour cold on 2 cores, seconds once cached); `.ci/run` runs it before \
-         the tests"
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    crate::real_cluster::built_by("tools/image.sh").unwrap_or_else(|| {
+        panic!(
+            "rotor's image is not built for the current sources: run tools/image.sh (a release \
+             build: up to half an hour cold on 2 cores, seconds once cached); `.ci/run` runs it \
+             before the tests"
+        )
+    })
 }
 
 /// The image of an OCI image layout: its manifest, its config, and its layer blobs (in order),

@@ -60,6 +60,22 @@ rules:
 - level: Metadata
 ";
 
+/// What a build script of ours (`tools/build.sh`, `tools/image.sh`, relative to the workspace
+/// root) says with `--print`: its output directory, if it is built for the current pins and
+/// sources. Nothing is built.
+pub fn built_by(script: &str) -> Option<PathBuf> {
+    let script = workspace_root().join(script);
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("--print")
+        .stderr(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    out.status
+        .success()
+        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
 /// The directory holding the control plane binaries, or a panic saying how to build them.
 ///
 /// `ROTOR_KUBE_BIN` wins; otherwise `tools/build.sh --print` names the cache entry for the
@@ -78,21 +94,12 @@ pub fn control_plane_bin() -> PathBuf {
                directory holding them";
     let dir = match std::env::var_os("ROTOR_KUBE_BIN") {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            let script = workspace_root().join("tools/build.sh");
-            let out = Command::new("bash")
-                .arg(&script)
-                .arg("--print")
-                .stderr(Stdio::null())
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-            assert!(
-                out.status.success(),
+        None => built_by("tools/build.sh").unwrap_or_else(|| {
+            panic!(
                 "the real control plane's binaries (etcd, kube-apiserver, \
                  kube-controller-manager, kube-scheduler, kubectl, kwok) are not built: {how}"
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
+            )
+        }),
     };
     for name in NEEDED {
         assert!(

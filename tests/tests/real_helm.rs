@@ -65,18 +65,22 @@ fn the_chart_installs_upgrades_and_rotor_drains_under_its_rbac() {
     // ServiceAccount itself), the selector's schedule suspended (its Job pods would land on
     // this test's nodes).
     let defaults = format!("{CHART}/examples/kubernetes.yaml");
-    helm_on(
-        &cluster,
-        &[
-            "install",
+    let release = |verb: &str, sets: &[&str]| {
+        let mut args = vec![
+            verb,
             RELEASE,
             CHART,
             "--namespace",
             NAMESPACE,
             "--values",
             &defaults,
-        ],
-    );
+        ];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        helm_on(&cluster, &args)
+    };
+    release("install", &[]);
     assert!(
         !cluster
             .kubectl(&["get", "clusterrole", "rotor-drainer-restart"])
@@ -84,21 +88,11 @@ fn the_chart_installs_upgrades_and_rotor_drains_under_its_rbac() {
             .success(),
         "no restart rights before they are asked for"
     );
-    helm_on(
-        &cluster,
+    release(
+        "upgrade",
         &[
-            "upgrade",
-            RELEASE,
-            CHART,
-            "--namespace",
-            NAMESPACE,
-            "--values",
-            &defaults,
-            "--set",
             "drainer.flags.restart-single-replica=true",
-            "--set",
             "drainer.replicas=0",
-            "--set",
             "selector.suspend=true",
         ],
     );

@@ -3,7 +3,10 @@
 //! Credentials, region and endpoint come from the SDK's standard chain
 //! (`aws_config::defaults(BehaviorVersion::latest())`: environment, shared config, IRSA web
 //! identity, EKS Pod Identity, IMDS; `AWS_ENDPOINT_URL` points it at moto), with the SDK's standard
-//! retry mode (`AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE` honoured). The calls, as the Amazon EC2 Auto
+//! retry mode (`AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE` honoured) and time limits of our own
+//! ([`CallTimeouts`]: `--aws-call-timeout`, 30 s a call, a third of it an attempt), so an AWS
+//! endpoint that stops answering fails the run instead of holding the CronJob's Job until its
+//! `activeDeadlineSeconds`. The calls, as the Amazon EC2 Auto
 //! Scaling and Amazon EC2 API References define them, each at most once per run and paged:
 //! - `DescribeAutoScalingGroups` by tag filter (`tag-key` = `kubernetes.io/cluster/<name>` or
 //!   `k8s.io/cluster-autoscaler/<name>`) or by names (at most 100 per call), `MaxRecords=100`,
@@ -96,6 +99,44 @@ impl GroupDiscovery {
     }
 }
 
+/// How long one AWS call may take, the SDK's retries included (the operation timeout of the
+/// SDK's `TimeoutConfig`), and each attempt of it (the operation attempt timeout). The SDK sets
+/// neither by default, so without them a call to an endpoint that accepts the connection and
+/// never answers would wait forever. The connect timeout stays the SDK's default (3.1 s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallTimeouts {
+    pub attempt: Duration,
+    pub operation: Duration,
+}
+
+/// The default of `--aws-call-timeout`.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl CallTimeouts {
+    /// A call may take `operation`; each attempt a third of it (the SDK's standard retry makes
+    /// 3 attempts), at least one second unless the call itself is shorter.
+    pub fn within(operation: Duration) -> CallTimeouts {
+        CallTimeouts {
+            attempt: (operation / 3).max(Duration::from_secs(1)).min(operation),
+            operation,
+        }
+    }
+
+    /// As the SDK takes them.
+    pub fn config(self) -> aws_smithy_types::timeout::TimeoutConfig {
+        aws_smithy_types::timeout::TimeoutConfig::builder()
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
+    }
+}
+
+impl Default for CallTimeouts {
+    fn default() -> CallTimeouts {
+        CallTimeouts::within(DEFAULT_CALL_TIMEOUT)
+    }
+}
+
 /// The AWS provider's validated settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AwsConfig {
@@ -107,6 +148,8 @@ pub struct AwsConfig {
     pub image_drift: bool,
     /// Rule 6 (opt-in).
     pub max_age: Option<Duration>,
+    /// `--aws-call-timeout`: the time limits of every AWS call.
+    pub timeouts: CallTimeouts,
 }
 
 impl AwsConfig {
@@ -124,12 +167,14 @@ pub struct AwsClients {
 }
 
 impl AwsClients {
-    /// Clients from the standard chain (credentials, region, endpoint, retry settings), over
-    /// rustls with ring. The region is resolved here, so a missing one is a configuration
-    /// error before any call; credentials are resolved on the first call.
-    pub async fn from_env() -> Result<AwsClients, AwsSetupError> {
-        let clients =
-            AwsClients::from_loader(aws_config::defaults(BehaviorVersion::latest())).await;
+    /// Clients from the standard chain (credentials, region, endpoint, retry settings) with
+    /// these time limits, over rustls with ring. The region is resolved here, so a missing one
+    /// is a configuration error before any call; credentials are resolved on the first call.
+    pub async fn from_env(timeouts: CallTimeouts) -> Result<AwsClients, AwsSetupError> {
+        let clients = AwsClients::from_loader(
+            aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts.config()),
+        )
+        .await;
         match clients.ec2.config().region() {
             Some(_) => Ok(clients),
             None => Err(AwsSetupError::RegionMissing),
@@ -196,7 +241,7 @@ impl AwsProvider {
     /// Builds the clients from the standard chain unless given ([`AwsClients::from_env`]).
     pub async fn connect(&mut self) -> Result<(), AwsSetupError> {
         if self.clients.is_none() {
-            self.clients = Some(AwsClients::from_env().await?);
+            self.clients = Some(AwsClients::from_env(self.config.timeouts).await?);
         }
         Ok(())
     }
@@ -210,7 +255,7 @@ impl AwsProvider {
     ) -> Result<AwsAssessor, ProviderError> {
         let clients = match &self.clients {
             Some(clients) => clients.clone(),
-            None => AwsClients::from_env()
+            None => AwsClients::from_env(self.config.timeouts)
                 .await
                 .map_err(ProviderError::AwsSetup)?,
         };

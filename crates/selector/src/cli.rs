@@ -11,7 +11,7 @@ use clap::{Args, Parser, ValueEnum};
 use rotor_apimachinery::labels::{LabelSelector, Operator, Requirement};
 use rotor_core::{KubeArgs, LogArgs, NodeBudget, TaintEffect};
 
-use crate::aws_provider::{AwsConfig, GroupDiscovery};
+use crate::aws_provider::{AwsConfig, CallTimeouts, DEFAULT_CALL_TIMEOUT, GroupDiscovery};
 use crate::drift::TagExclusion;
 use crate::plan::PlanLimits;
 
@@ -270,6 +270,12 @@ pub struct SelectArgs {
     /// For groups a cluster autoscaler or Karpenter sizes, prefer the drainer's --surge.
     #[arg(long, env = "ROTOR_GROUP_SURGE")]
     pub group_surge: bool,
+
+    /// AWS: how long one AWS call may take, the SDK's retries included; each attempt gets a third
+    /// of it. A call that does not answer in time fails the run (nothing is written) instead of
+    /// holding the Job until its activeDeadlineSeconds. Default 30s.
+    #[arg(long, env = "ROTOR_AWS_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_max_age)]
+    pub aws_call_timeout: Option<Duration>,
 }
 
 /// `--node-selector`: a label selector in its string form, checked as the API server would check
@@ -394,6 +400,7 @@ impl SelectArgs {
                     ("--image-drift", self.image_drift),
                     ("--retire-drained", self.retire_drained),
                     ("--group-surge", self.group_surge),
+                    ("--aws-call-timeout", self.aws_call_timeout.is_some()),
                 ];
                 if let Some((flag, _)) = aws_only.iter().find(|(_, set)| *set) {
                     return Err(ConfigError::AwsOnly { flag });
@@ -506,6 +513,7 @@ impl SelectArgs {
             include_eks_managed: self.include_eks_managed,
             image_drift: self.image_drift,
             max_age: self.max_age,
+            timeouts: CallTimeouts::within(self.aws_call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT)),
         })
     }
 }
@@ -772,6 +780,8 @@ mod tests {
             "--max-age",
             "30d",
             "--retire-drained",
+            "--aws-call-timeout",
+            "1m",
         ]);
         assert!(c.limits.retire_drained);
         assert_eq!(
@@ -783,6 +793,10 @@ mod tests {
                 include_eks_managed: true,
                 image_drift: true,
                 max_age: Some(Duration::from_secs(30 * 86_400)),
+                timeouts: CallTimeouts {
+                    attempt: Duration::from_secs(20),
+                    operation: Duration::from_secs(60),
+                },
             })
         );
         let c = config(&["--provider", "aws", "--cluster-name", "prod"]);
@@ -796,6 +810,10 @@ mod tests {
                 include_eks_managed: false,
                 image_drift: false,
                 max_age: None,
+                timeouts: CallTimeouts {
+                    attempt: Duration::from_secs(10),
+                    operation: Duration::from_secs(30),
+                },
             })
         );
         let err = parse(&["--provider", "aws", "--exclude-tag", "=v"]).unwrap_err();

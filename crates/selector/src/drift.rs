@@ -159,8 +159,39 @@ fn group_lookup_failure(group: &AutoScalingGroup, inputs: &DriftInputs) -> Optio
     })
 }
 
+/// The group was deleted or emptied between `DescribeAutoScalingGroups` and `DescribeInstances`:
+/// with the image or max-age rule on (so `DescribeInstances` was made), the group listed
+/// InService instances and `DescribeInstances` returned none of them as pending or running. Its
+/// listing is then stale, so none of its instances is judged from it (not even by the rules that
+/// read only the listing) and the run reports it as a failed look-up. One instance missing
+/// among others is ordinary churn (a scale-in between the calls): only that instance is skipped
+/// ([`SkipReason::InstanceDetailsMissing`]).
+fn group_vanished(group: &AutoScalingGroup, inputs: &DriftInputs) -> Option<SkipReason> {
+    let details = inputs.instance_details?;
+    let in_service: Vec<&str> = group
+        .instances
+        .iter()
+        .filter(|i| i.lifecycle_state == IN_SERVICE)
+        .map(|i| i.instance_id.as_str())
+        .collect();
+    if in_service.is_empty() || in_service.iter().any(|id| details.contains_key(*id)) {
+        return None;
+    }
+    Some(SkipReason::LookupFailed {
+        group: group.name.clone(),
+        // aws_provider::op::DESCRIBE_INSTANCES (not imported: the provider imports this module).
+        operation: "DescribeInstances",
+        template: group.name.clone(),
+        error: format!(
+            "none of the group's {} InService instances is pending or running any more (the group was deleted or emptied after DescribeAutoScalingGroups listed it)",
+            in_service.len()
+        ),
+    })
+}
+
 /// Why a whole group is not judged (deleting, excluded by name or tag, EKS managed, a failed
-/// look-up about one of its templates), in that order; `None` when its instances are judged.
+/// look-up about one of its templates, the group gone since it was listed), in that order;
+/// `None` when its instances are judged.
 pub fn group_skip(group: &AutoScalingGroup, inputs: &DriftInputs) -> Option<SkipReason> {
     if let Some(status) = group.status.as_deref().filter(|s| !s.is_empty()) {
         return Some(SkipReason::GroupDeleting {
@@ -188,7 +219,7 @@ pub fn group_skip(group: &AutoScalingGroup, inputs: &DriftInputs) -> Option<Skip
             nodegroup: nodegroup.clone(),
         });
     }
-    group_lookup_failure(group, inputs)
+    group_lookup_failure(group, inputs).or_else(|| group_vanished(group, inputs))
 }
 
 /// `Some` when the group's instance-type rule cannot be applied because its overrides use
@@ -510,7 +541,8 @@ pub fn fleet_verdicts(inputs: &DriftInputs) -> BTreeMap<String, InstanceVerdict>
     fleet
 }
 
-/// The groups not judged because a look-up about one of their templates failed: one
+/// The groups not judged because a look-up about one of their templates failed or the group was
+/// gone by the time its instances were described: one
 /// [`SkipReason::LookupFailed`] per group, in group order.
 pub fn failed_lookup_skips(inputs: &DriftInputs) -> Vec<SkipReason> {
     inputs
@@ -1437,8 +1469,12 @@ mod tests {
                 Some("$Latest"),
                 lt_instance("i-0ccc", "m6i.large", "lt-0abc", "5")
             ),
-            skip(SkipReason::InstanceDetailsMissing {
-                instance: "i-0ccc".into()
+            // Its only InService instance is gone: the group was deleted since it was listed.
+            skip(SkipReason::LookupFailed {
+                group: "workers-a".into(),
+                operation: "DescribeInstances",
+                template: "workers-a".into(),
+                error: "none of the group's 1 InService instances is pending or running any more (the group was deleted or emptied after DescribeAutoScalingGroups listed it)".into(),
             })
         );
         assert_eq!(

@@ -70,7 +70,7 @@ async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
             // the two run gauges); the file says only that this run failed.
             let failed = Compliance::failure_exposition(jiff::Timestamp::now());
             publish_metrics(&config.metrics, failed, rotor_core::http::Method::POST).await;
-            return 1;
+            return error.exit_code();
         }
     };
     let compliance = Compliance::of(&report, jiff::Timestamp::now());

@@ -36,6 +36,14 @@ pub enum RunError {
     Provider(#[from] ProviderError),
 }
 
+impl RunError {
+    /// The process's exit status for a run that failed before writing: 1, which the CronJob's Job
+    /// reports as failed (2 is kept for bad flags and configuration, found before any call).
+    pub fn exit_code(&self) -> u8 {
+        1
+    }
+}
+
 /// What one run decided and did.
 #[derive(Clone, Debug)]
 pub struct Report {

@@ -75,7 +75,8 @@ pub enum SkipReason {
         group: String,
         /// The operation, e.g. `DescribeLaunchTemplateVersions`.
         operation: &'static str,
-        /// The template id (or name) it was about.
+        /// The template id (or name) it was about, or the group itself when the group was gone
+        /// by the time its instances were described.
         template: String,
         /// The error code and message.
         error: String,

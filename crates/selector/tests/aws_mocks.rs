@@ -31,10 +31,11 @@ use aws_smithy_types::error::ErrorMetadata;
 use aws_smithy_types::retry::RetryConfig;
 use clap::Parser;
 use common::{FLEET, TestCluster};
-use mock::{Counter, Handler, on};
+use mock::{Counter, Handler, on, on_slow};
 use rotor_selector::api_calls::{AWS, ApiCalls};
 use rotor_selector::aws_provider::{
-    AwsClients, AwsConfig, AwsProvider, GroupDiscovery, fetch_snapshot, judge_snapshot, op,
+    AwsClients, AwsConfig, AwsProvider, CallTimeouts, GroupDiscovery, fetch_snapshot,
+    judge_snapshot, op,
 };
 use rotor_selector::cli::{Cli, ProviderConfig, SelectorConfig};
 use rotor_selector::output;
@@ -49,8 +50,9 @@ use rotor_selector::verdict::Verdict;
 /// the HTTP client never reaches the network.
 mod mock {
     use std::fmt;
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     use aws_smithy_runtime_api::box_error::BoxError;
     use aws_smithy_runtime_api::client::http::{
@@ -58,8 +60,8 @@ mod mock {
     };
     use aws_smithy_runtime_api::client::interceptors::Intercept;
     use aws_smithy_runtime_api::client::interceptors::context::{
-        BeforeSerializationInterceptorContextRef, Error, FinalizerInterceptorContextMut, Input,
-        Output,
+        BeforeSerializationInterceptorContextRef, BeforeTransmitInterceptorContextMut, Error,
+        FinalizerInterceptorContextMut, Input, Output,
     };
     use aws_smithy_runtime_api::client::orchestrator::{
         HttpRequest, HttpResponse, OrchestratorError,
@@ -68,10 +70,38 @@ mod mock {
     use aws_smithy_runtime_api::http::StatusCode;
     use aws_smithy_types::body::SdkBody;
     use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
+    use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
-    /// Answers one attempt.
+    /// Answers one attempt: the HTTP status the connector answers with (200, the status of the
+    /// error's code, see [`status_of`]) and the modeled output or error; `delay` holds the
+    /// connector's answer back that long (a slow or hanging endpoint).
     #[derive(Clone)]
-    pub struct Responder(Arc<dyn Fn() -> Result<Output, Error> + Send + Sync>);
+    pub struct Responder {
+        answer: Arc<dyn Fn() -> (u16, Result<Output, Error>) + Send + Sync>,
+        delay: Option<Duration>,
+    }
+
+    /// The attempt's answer, computed when the connector is called (so the status is the real
+    /// response's and the SDK's status-code retry classifier sees it).
+    #[derive(Debug)]
+    struct Answer(Mutex<Option<Result<Output, Error>>>);
+
+    impl Storable for Answer {
+        type Storer = StoreReplace<Answer>;
+    }
+
+    /// The HTTP status AWS answers an error code with: 500 for `InternalError` /
+    /// `InternalFailure`, 503 for `ServiceUnavailable` / `Unavailable`, 400 otherwise.
+    pub fn status_of(code: Option<&str>) -> u16 {
+        match code {
+            Some("InternalError" | "InternalFailure") => 500,
+            Some("ServiceUnavailable" | "Unavailable") => 503,
+            _ => 400,
+        }
+    }
+
+    const DELAY_HEADER: &str = "x-rotor-mock-delay-ms";
+    const STATUS_HEADER: &str = "x-rotor-mock-status";
 
     impl fmt::Debug for Responder {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -104,7 +134,20 @@ mod mock {
     where
         I: Clone + fmt::Debug + Send + Sync + 'static,
         O: fmt::Debug + Send + Sync + 'static,
-        E: std::error::Error + fmt::Debug + Send + Sync + 'static,
+        E: std::error::Error + ProvideErrorMetadata + fmt::Debug + Send + Sync + 'static,
+    {
+        on_slow(|_: &I| None, respond)
+    }
+
+    /// [`on`], the connector holding back the answer to inputs for which `delay` says so.
+    pub fn on_slow<I, O, E>(
+        delay: impl Fn(&I) -> Option<Duration> + Send + Sync + 'static,
+        respond: impl Fn(&I, usize) -> Result<O, E> + Send + Sync + 'static,
+    ) -> (Handler, Counter)
+    where
+        I: Clone + fmt::Debug + Send + Sync + 'static,
+        O: fmt::Debug + Send + Sync + 'static,
+        E: std::error::Error + ProvideErrorMetadata + fmt::Debug + Send + Sync + 'static,
     {
         let respond = Arc::new(respond);
         let counter = Counter::default();
@@ -113,12 +156,17 @@ mod mock {
             let typed: I = input.downcast_ref::<I>()?.clone();
             let respond = respond.clone();
             let attempts = attempts.clone();
-            Some(Responder(Arc::new(move || {
-                let attempt = attempts.0.fetch_add(1, Ordering::SeqCst);
-                respond(&typed, attempt)
-                    .map(Output::erase)
-                    .map_err(Error::erase)
-            })))
+            let delay = delay(&typed);
+            Some(Responder {
+                answer: Arc::new(move || {
+                    let attempt = attempts.0.fetch_add(1, Ordering::SeqCst);
+                    match respond(&typed, attempt) {
+                        Ok(out) => (200, Ok(Output::erase(out))),
+                        Err(e) => (status_of(e.code()), Err(Error::erase(e))),
+                    }
+                }),
+                delay,
+            })
         });
         (handler, counter)
     }
@@ -152,15 +200,41 @@ mod mock {
             Ok(())
         }
 
+        /// Tells the connector how long to wait and which status to answer with.
+        fn modify_before_transmit(
+            &self,
+            context: &mut BeforeTransmitInterceptorContextMut<'_>,
+            _: &RuntimeComponents,
+            cfg: &mut ConfigBag,
+        ) -> Result<(), BoxError> {
+            let Some(responder) = cfg.load::<Responder>().cloned() else {
+                return Ok(());
+            };
+            let (status, answer) = (responder.answer)();
+            cfg.interceptor_state()
+                .store_put(Answer(Mutex::new(Some(answer))));
+            let headers = context.request_mut().headers_mut();
+            headers.insert(STATUS_HEADER, status.to_string());
+            if let Some(delay) = responder.delay {
+                headers.insert(DELAY_HEADER, delay.as_millis().to_string());
+            }
+            Ok(())
+        }
+
         fn modify_before_attempt_completion(
             &self,
             context: &mut FinalizerInterceptorContextMut<'_>,
             _: &RuntimeComponents,
             cfg: &mut ConfigBag,
         ) -> Result<(), BoxError> {
-            if let Some(responder) = cfg.load::<Responder>() {
-                let result = (responder.0)().map_err(OrchestratorError::operation);
-                context.inner_mut().set_output_or_error(result);
+            // An attempt that timed out has no answer to replace: its timeout error stands.
+            let answer = cfg
+                .load::<Answer>()
+                .and_then(|a| a.0.lock().unwrap().take());
+            if let (Some(answer), true) = (answer, context.response().is_some()) {
+                context
+                    .inner_mut()
+                    .set_output_or_error(answer.map_err(OrchestratorError::operation));
             }
             Ok(())
         }
@@ -171,11 +245,19 @@ mod mock {
     pub struct Offline;
 
     impl HttpConnector for Offline {
-        fn call(&self, _request: HttpRequest) -> HttpConnectorFuture {
-            HttpConnectorFuture::ready(Ok(HttpResponse::new(
-                StatusCode::try_from(418).unwrap(),
-                SdkBody::from("mocked"),
-            )))
+        fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+            let header = |name: &str| -> Option<u64> { request.headers().get(name)?.parse().ok() };
+            let status = header(STATUS_HEADER).unwrap_or(418) as u16;
+            let delay = header(DELAY_HEADER).map(Duration::from_millis);
+            HttpConnectorFuture::new(async move {
+                if let Some(delay) = delay {
+                    tokio::time::sleep(delay).await;
+                }
+                Ok(HttpResponse::new(
+                    StatusCode::try_from(status).unwrap(),
+                    SdkBody::from("mocked"),
+                ))
+            })
         }
     }
 
@@ -199,6 +281,15 @@ fn retry() -> RetryConfig {
 }
 
 fn clients(asg_handlers: &[&Handler], ec2_handlers: &[&Handler]) -> AwsClients {
+    clients_within(asg_handlers, ec2_handlers, CallTimeouts::default())
+}
+
+/// [`clients`] with the selector's time limits set to `timeouts`.
+fn clients_within(
+    asg_handlers: &[&Handler],
+    ec2_handlers: &[&Handler],
+    timeouts: CallTimeouts,
+) -> AwsClients {
     let creds = aws_sdk_ec2::config::Credentials::new("test", "test", None, None, "test");
     let autoscaling = aws_sdk_autoscaling::Client::from_conf(
         aws_sdk_autoscaling::Config::builder()
@@ -210,6 +301,7 @@ fn clients(asg_handlers: &[&Handler], ec2_handlers: &[&Handler]) -> AwsClients {
                 asg_handlers.iter().map(|h| (*h).clone()).collect(),
             ))
             .retry_config(retry())
+            .timeout_config(timeouts.config())
             .build(),
     );
     let ec2 = aws_sdk_ec2::Client::from_conf(
@@ -222,6 +314,7 @@ fn clients(asg_handlers: &[&Handler], ec2_handlers: &[&Handler]) -> AwsClients {
                 ec2_handlers.iter().map(|h| (*h).clone()).collect(),
             ))
             .retry_config(retry())
+            .timeout_config(timeouts.config())
             .build(),
     );
     AwsClients { autoscaling, ec2 }
@@ -235,6 +328,7 @@ fn config(image_drift: bool) -> AwsConfig {
         include_eks_managed: false,
         image_drift,
         max_age: None,
+        timeouts: CallTimeouts::default(),
     }
 }
 
@@ -884,5 +978,277 @@ async fn a_missing_region_exits_2_before_any_request() {
         "{}",
         cluster.stats()["requests"]
     );
+    cluster.stop().await;
+}
+
+/// A 5xx as the service words it: `InternalFailure` (500) or `ServiceUnavailable` (503).
+fn server_error(code: &str) -> ErrorMetadata {
+    meta(code, "Please try again later.")
+}
+
+/// Groups g-000 and g-001 (2 instances each, templates lt-0000 and lt-0001), one group a page,
+/// every request for the second page failing with `code` until attempt `recovers_at` (counted
+/// over second-page requests only).
+fn groups_failing_on_page_two(code: &'static str, recovers_at: usize) -> (Handler, Counter) {
+    let groups = Arc::new((0..2).map(|g| group(g, 2, 2)).collect::<Vec<_>>());
+    let second_page = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    on(
+        move |input: &DescribeAutoScalingGroupsInput, _| -> GroupsResult {
+            let start: usize = input.next_token().map_or(0, |t| t.parse().unwrap());
+            if start == 1
+                && second_page.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < recovers_at
+            {
+                return Err(DescribeAutoScalingGroupsError::generic(server_error(code)));
+            }
+            Ok(DescribeAutoScalingGroupsOutput::builder()
+                .auto_scaling_groups(groups[start].clone())
+                .set_next_token((start == 0).then(|| "1".to_owned()))
+                .build())
+        },
+    )
+}
+
+/// DescribeInstances over groups g-000 and g-001, one instance a page (asked for with
+/// `MaxResults=1000`, answered short as EC2 may), every later page failing with `code`.
+fn instances_failing_after_page_one(code: &'static str) -> (Handler, Counter) {
+    let ids = Arc::new(instance_ids(2, 2));
+    on(
+        move |input: &DescribeInstancesInput, _| -> InstancesResult {
+            let start: usize = input.next_token().map_or(0, |t| t.parse().unwrap());
+            if start > 0 {
+                return Err(DescribeInstancesError::generic(server_error(code)));
+            }
+            Ok(DescribeInstancesOutput::builder()
+                .reservations(
+                    ec2t::Reservation::builder()
+                        .instances(
+                            ec2t::Instance::builder()
+                                .instance_id(&ids[0])
+                                .image_id("ami-v2")
+                                .launch_time(aws_smithy_types::DateTime::from_secs(1_700_000_000))
+                                .build(),
+                        )
+                        .build(),
+                )
+                .next_token("1")
+                .build())
+        },
+    )
+}
+
+const IMAGE_RUN: [&str; 7] = [
+    "--provider",
+    "aws",
+    "--cluster-name",
+    "prod",
+    "--image-drift",
+    "--max-tainted",
+    "100%",
+];
+
+/// Given old-0..old-3 on the instances of g-000 and g-001 (both out of date), when a 5xx keeps
+/// failing the second page of DescribeAutoScalingGroups or of DescribeInstances, then the run
+/// fails naming the operation (exit 1) and nothing is tainted from the first page.
+#[tokio::test]
+async fn a_persistent_5xx_on_a_later_page_fails_the_run_and_taints_nothing() {
+    for (operation, code, status) in [
+        (op::DESCRIBE_GROUPS, "InternalFailure", 500),
+        (op::DESCRIBE_INSTANCES, "Unavailable", 503),
+    ] {
+        assert_eq!(mock::status_of(Some(code)), status);
+        let cluster = TestCluster::start(FLEET).await;
+        place_old_nodes(&cluster);
+        let (g, g_calls) = if operation == op::DESCRIBE_GROUPS {
+            groups_failing_on_page_two(code, usize::MAX)
+        } else {
+            groups_mock((0..2).map(|g| group(g, 2, 2)).collect(), 1)
+        };
+        let (i, i_calls) = if operation == op::DESCRIBE_INSTANCES {
+            instances_failing_after_page_one(code)
+        } else {
+            instances_mock(instance_ids(2, 2))
+        };
+        let ((t, _), (v, _)) = (templates_mock(2), versions_mock());
+        let (config, provider) = aws_provider(&IMAGE_RUN, clients(&[&g], &[&t, &v, &i]));
+        let error = run_with(&cluster.client, &config, &provider, jiff::Timestamp::now())
+            .await
+            .expect_err("a 5xx that outlasts the retries fails the run");
+        assert_eq!(
+            error.to_string(),
+            format!("AWS {operation} failed: {code}: Please try again later.")
+        );
+        assert_eq!(error.exit_code(), 1);
+        if operation == op::DESCRIBE_GROUPS {
+            assert_eq!(g_calls.get(), 1 + 3, "page 1, then page 2 tried 3 times");
+        } else {
+            assert_eq!(i_calls.get(), 1 + 3, "page 1, then page 2 tried 3 times");
+        }
+        assert!(cluster.tainted().await.is_empty(), "{operation}");
+        assert_eq!(cluster.requests("patch nodes"), 0, "{operation}");
+        cluster.stop().await;
+    }
+}
+
+/// A 5xx the SDK's standard retry outlasts: the second page comes on the third attempt, and the
+/// snapshot is whole.
+#[tokio::test]
+async fn a_transient_5xx_on_a_later_page_is_retried_by_the_sdk() {
+    for code in ["InternalFailure", "ServiceUnavailable"] {
+        let ((g, g_calls), (t, _)) = (groups_failing_on_page_two(code, 2), templates_mock(2));
+        let mut calls = ApiCalls::default();
+        let snapshot = fetch_snapshot(&clients(&[&g], &[&t]), &config(false), &mut calls)
+            .await
+            .expect("the standard retry recovers from a transient 5xx");
+        assert_eq!(snapshot.groups.len(), 2, "{code}");
+        assert_eq!(g_calls.get(), 1 + 3, "{code}: two 5xx, then the page");
+        assert_eq!(calls.get(AWS, op::DESCRIBE_GROUPS), 2, "{calls}");
+    }
+}
+
+/// Given the selector's time limits (here 100 ms an attempt, 400 ms a call, so the test is fast;
+/// the selector's default is 10 s and 30 s), when the endpoint holds back the second page of
+/// DescribeAutoScalingGroups or DescribeInstances for a minute, then the run fails within the
+/// call's limit, saying the call timed out and which call, and nothing is tainted.
+#[tokio::test]
+async fn a_page_that_does_not_come_fails_the_run_within_the_call_timeout() {
+    assert_eq!(
+        CallTimeouts::default(),
+        CallTimeouts {
+            attempt: Duration::from_secs(10),
+            operation: Duration::from_secs(30)
+        }
+    );
+    let timeouts = CallTimeouts {
+        attempt: Duration::from_millis(100),
+        operation: Duration::from_millis(400),
+    };
+    let hang = Duration::from_secs(60);
+    for operation in [op::DESCRIBE_GROUPS, op::DESCRIBE_INSTANCES] {
+        let cluster = TestCluster::start(FLEET).await;
+        place_old_nodes(&cluster);
+        let groups = Arc::new((0..2).map(|g| group(g, 2, 2)).collect::<Vec<_>>());
+        let slow_groups = operation == op::DESCRIBE_GROUPS;
+        let (g, g_calls) = on_slow(
+            move |input: &DescribeAutoScalingGroupsInput| {
+                (slow_groups && input.next_token().is_some()).then_some(hang)
+            },
+            move |input: &DescribeAutoScalingGroupsInput, _| -> GroupsResult {
+                let start: usize = input.next_token().map_or(0, |t| t.parse().unwrap());
+                Ok(DescribeAutoScalingGroupsOutput::builder()
+                    .auto_scaling_groups(groups[start].clone())
+                    .set_next_token((start == 0).then(|| "1".to_owned()))
+                    .build())
+            },
+        );
+        let ids = instance_ids(2, 2);
+        let (i, _) = on_slow(
+            move |input: &DescribeInstancesInput| {
+                (!slow_groups && input.next_token().is_some()).then_some(hang)
+            },
+            move |input: &DescribeInstancesInput, _| -> InstancesResult {
+                let start: usize = input.next_token().map_or(0, |t| t.parse().unwrap());
+                Ok(DescribeInstancesOutput::builder()
+                    .reservations(
+                        ec2t::Reservation::builder()
+                            .instances(
+                                ec2t::Instance::builder()
+                                    .instance_id(&ids[start])
+                                    .image_id("ami-v2")
+                                    .launch_time(aws_smithy_types::DateTime::from_secs(
+                                        1_700_000_000,
+                                    ))
+                                    .build(),
+                            )
+                            .build(),
+                    )
+                    .set_next_token((start + 1 < ids.len()).then(|| (start + 1).to_string()))
+                    .build())
+            },
+        );
+        let ((t, _), (v, _)) = (templates_mock(2), versions_mock());
+        let (config, provider) =
+            aws_provider(&IMAGE_RUN, clients_within(&[&g], &[&t, &v, &i], timeouts));
+        let started = std::time::Instant::now();
+        let error = run_with(&cluster.client, &config, &provider, jiff::Timestamp::now())
+            .await
+            .expect_err("a call that does not answer fails the run");
+        let elapsed = started.elapsed();
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!("AWS {operation} failed: ")) && text.contains("timed out"),
+            "{text}"
+        );
+        assert!(elapsed < Duration::from_secs(5), "{operation}: {elapsed:?}");
+        assert_eq!(error.exit_code(), 1);
+        if slow_groups {
+            assert!(g_calls.get() >= 2, "page 1 answered, page 2 asked for");
+        }
+        assert!(cluster.tainted().await.is_empty(), "{operation}: {text}");
+        assert_eq!(cluster.requests("patch nodes"), 0);
+        cluster.stop().await;
+    }
+}
+
+/// Given g-000 and g-001 listed by DescribeAutoScalingGroups, when g-001 is deleted before the
+/// next calls (its template is gone: InvalidLaunchTemplateId.NotFound; or its instances are no
+/// longer running), then g-001's nodes are skipped (reason lookup-failed) and not tainted, g-000
+/// is handled, and the run exits 1.
+#[tokio::test]
+async fn a_group_deleted_between_calls_is_skipped_and_the_run_exits_1() {
+    // Its template was deleted with it.
+    let cluster = TestCluster::start(FLEET).await;
+    place_old_nodes(&cluster);
+    let ((g, _), (t, _), (v, _), (i, _)) = (
+        groups_mock((0..2).map(|g| group(g, 2, 2)).collect(), 100),
+        templates_mock_without(2, Some("lt-0001")),
+        versions_mock(),
+        instances_mock(instance_ids(2, 2)),
+    );
+    let (config, provider) = aws_provider(&IMAGE_RUN, clients(&[&g], &[&t, &v, &i]));
+    let report = run_with(&cluster.client, &config, &provider, jiff::Timestamp::now())
+        .await
+        .expect("one group's template is gone: only that group is skipped");
+    assert_eq!(report.lookup_failures.len(), 1);
+    assert_eq!(report.lookup_failures[0].operation, op::DESCRIBE_TEMPLATES);
+    assert_eq!(report.lookup_failures[0].groups, ["g-001"]);
+    assert_eq!(report.exit_code(), 1);
+    assert_eq!(cluster.tainted().await, ["old-0", "old-1"]);
+    cluster.stop().await;
+
+    // Its instances are gone: DescribeInstances returns only g-000's. g-001's listing is stale,
+    // so old-2 (launch template version 1 in that listing) is not tainted from it either.
+    let cluster = TestCluster::start(FLEET).await;
+    place_old_nodes(&cluster);
+    let ((g, _), (t, _), (v, _), (i, _)) = (
+        groups_mock((0..2).map(|g| group(g, 2, 2)).collect(), 100),
+        templates_mock(2),
+        versions_mock(),
+        instances_mock(instance_ids(1, 2)),
+    );
+    let (config, provider) = aws_provider(&IMAGE_RUN, clients(&[&g], &[&t, &v, &i]));
+    let report = run_with(&cluster.client, &config, &provider, jiff::Timestamp::now())
+        .await
+        .expect("one group is gone: only that group is skipped");
+    assert_eq!(
+        report.lookup_failures,
+        [LookupFailure {
+            operation: op::DESCRIBE_INSTANCES,
+            subject: "g-001".into(),
+            error: "none of the group's 2 InService instances is pending or running any more (the group was deleted or emptied after DescribeAutoScalingGroups listed it)".into(),
+            groups: vec!["g-001".into()],
+        }]
+    );
+    assert_eq!(report.exit_code(), 1);
+    let json = output::to_json(&report);
+    for node in ["old-2", "old-3"] {
+        let entry = json["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == node)
+            .unwrap();
+        assert_eq!(entry["reason"], "lookup-failed", "{entry}");
+    }
+    assert_eq!(cluster.tainted().await, ["old-0", "old-1"]);
     cluster.stop().await;
 }

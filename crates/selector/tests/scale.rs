@@ -102,6 +102,9 @@ async fn timed(
         "scale",
         "--output",
         "json",
+        // moto takes about 20 s a page of DescribeInstances at this size.
+        "--aws-call-timeout",
+        "10m",
     ];
     all.extend_from_slice(flags);
     let start = Instant::now();

@@ -787,18 +787,7 @@ async fn a_failed_version_lookup_skips_only_the_groups_using_that_template() {
         versions_mock_failing(Some(("lt-0001", template_not_found))),
         instances_mock(instance_ids(2, 2)),
     );
-    let (config, provider) = aws_provider(
-        &[
-            "--provider",
-            "aws",
-            "--cluster-name",
-            "prod",
-            "--image-drift",
-            "--max-tainted",
-            "100%",
-        ],
-        clients(&[&g], &[&t, &v, &i]),
-    );
+    let (config, provider) = aws_provider(&IMAGE_RUN, clients(&[&g], &[&t, &v, &i]));
     let report = run_with(&cluster.client, &config, &provider, jiff::Timestamp::now())
         .await
         .expect("a failure about one template does not fail the look-up");

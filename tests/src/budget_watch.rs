@@ -63,6 +63,8 @@ struct Judge {
     lowest: Vec<Option<usize>>,
     violations: Vec<String>,
     events: usize,
+    relists: usize,
+    watch_errors: usize,
 }
 
 impl Judge {
@@ -76,6 +78,47 @@ impl Judge {
         if kind == "DELETED" {
             self.pods.remove(uid);
         } else {
+            self.pods.insert(uid.to_string(), PodState::of(pod));
+        }
+        self.judge(kind, pod["metadata"]["name"].as_str().unwrap_or("?"));
+    }
+
+    /// The watch was listed afresh (after it expired): the list replaces what was known.
+    fn resync(&mut self, pods: &[Value]) {
+        self.events += 1;
+        self.pods = pods
+            .iter()
+            .filter_map(|p| Some((p["metadata"]["uid"].as_str()?.to_string(), PodState::of(p))))
+            .collect();
+        self.judge("a fresh list", "-");
+    }
+
+    /// Judges every budget on the pods as they are now, after `kind` of pod `name`.
+    fn judge(&mut self, kind: &str, name: &str) {
+        for (i, budget) in self.budgets.iter().enumerate() {
+            let healthy = self
+                .pods
+                .values()
+                .filter(|p| p.healthy && budget.selects(p))
+                .count();
+            if !self.armed[i] {
+                self.armed[i] = healthy >= budget.min_healthy;
+                continue;
+            }
+            self.lowest[i] = Some(self.lowest[i].map_or(healthy, |l| l.min(healthy)));
+            if healthy < budget.min_healthy {
+                self.violations.push(format!(
+                    "{}/{}: {healthy} healthy < {} after {kind} of pod {name}",
+                    budget.namespace, budget.name, budget.min_healthy,
+                ));
+            }
+        }
+    }
+}
+
+impl PodState {
+    fn of(pod: &Value) -> PodState {
+        {
             let ready = pod["status"]["conditions"]
                 .as_array()
                 .into_iter()
@@ -90,37 +133,13 @@ impl Judge {
                         .collect()
                 })
                 .unwrap_or_default();
-            self.pods.insert(
-                uid.to_string(),
-                PodState {
-                    namespace: pod["metadata"]["namespace"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    labels,
-                    healthy: ready && !terminating,
-                },
-            );
-        }
-        for (i, budget) in self.budgets.iter().enumerate() {
-            let healthy = self
-                .pods
-                .values()
-                .filter(|p| p.healthy && budget.selects(p))
-                .count();
-            if !self.armed[i] {
-                self.armed[i] = healthy >= budget.min_healthy;
-                continue;
-            }
-            self.lowest[i] = Some(self.lowest[i].map_or(healthy, |l| l.min(healthy)));
-            if healthy < budget.min_healthy {
-                self.violations.push(format!(
-                    "{}/{}: {healthy} healthy < {} after {kind} of pod {}",
-                    budget.namespace,
-                    budget.name,
-                    budget.min_healthy,
-                    pod["metadata"]["name"].as_str().unwrap_or("?"),
-                ));
+            PodState {
+                namespace: pod["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                labels,
+                healthy: ready && !terminating,
             }
         }
     }
@@ -128,9 +147,18 @@ impl Judge {
 
 /// A running watch (see the module docs). Stopped on drop.
 pub struct BudgetWatch {
-    child: Child,
+    source: Source,
     reader: Option<JoinHandle<()>>,
     judge: Arc<Mutex<Judge>>,
+}
+
+/// Where the pod events come from.
+enum Source {
+    /// `kubectl get pods --watch`: one watch, which ends with its connection.
+    Kubectl(Child),
+    /// kube's watcher, which resumes after the API server restarts and lists afresh when its
+    /// watch expired ([`BudgetWatch::start_resuming`]).
+    Watcher(tokio_util::sync::CancellationToken),
 }
 
 /// What a [`BudgetWatch`] saw.
@@ -144,6 +172,10 @@ pub struct BudgetVerdict {
     pub lowest: BTreeMap<String, usize>,
     /// Watch events replayed.
     pub events: usize,
+    /// Fresh lists after the first ([`BudgetWatch::start_resuming`] only).
+    pub relists: usize,
+    /// Watch errors the watcher recovered from ([`BudgetWatch::start_resuming`] only).
+    pub watch_errors: usize,
 }
 
 impl BudgetWatch {
@@ -185,9 +217,99 @@ impl BudgetWatch {
             }
         });
         BudgetWatch {
-            child,
+            source: Source::Kubectl(child),
             reader: Some(reader),
             judge,
+        }
+    }
+
+    /// A watch that outlives API server restarts and etcd compactions, for the chaos run: kube's
+    /// watcher (a library, not rotor's code) resumes from the last resourceVersion it saw, and
+    /// when that has expired (410) lists afresh, the list replacing what was known. Between the
+    /// server's return and the watch's, changes are seen late, never missed: a list shows each
+    /// pod as it is. [`BudgetVerdict::relists`] counts the fresh lists after the first.
+    pub fn start_resuming(kubeconfig: &Path, budgets: Vec<WatchedBudget>) -> BudgetWatch {
+        use futures::StreamExt;
+        use k8s_openapi::api::core::v1::Pod;
+        use kube::runtime::{WatchStreamExt, watcher};
+
+        let n = budgets.len();
+        let judge = Arc::new(Mutex::new(Judge {
+            budgets,
+            armed: vec![false; n],
+            lowest: vec![None; n],
+            ..Judge::default()
+        }));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let kubeconfig = kubeconfig.to_path_buf();
+        let (sink, stopped) = (judge.clone(), stop.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the budget watch");
+            runtime.block_on(async move {
+                let config = kube::Config::from_custom_kubeconfig(
+                    kube::config::Kubeconfig::read_from(&kubeconfig).expect("read kubeconfig"),
+                    &kube::config::KubeConfigOptions::default(),
+                )
+                .await
+                .expect("a kubeconfig for the budget watch");
+                let client = kube::Client::try_from(config).expect("a client for the budget watch");
+                let pods: kube::Api<Pod> = kube::Api::all(client);
+                let mut events = watcher(pods, watcher::Config::default())
+                    .default_backoff()
+                    .boxed();
+                let mut listing: Vec<Value> = Vec::new();
+                let mut ready = Some(ready_tx);
+                loop {
+                    let event = tokio::select! {
+                        _ = stopped.cancelled() => break,
+                        event = events.next() => event,
+                    };
+                    let json = |p: &Pod| serde_json::to_value(p).unwrap_or(Value::Null);
+                    let mut judge = sink.lock().expect("judge lock");
+                    match event {
+                        Some(Ok(watcher::Event::Init)) => listing.clear(),
+                        Some(Ok(watcher::Event::InitApply(p))) => listing.push(json(&p)),
+                        Some(Ok(watcher::Event::InitDone)) => {
+                            judge.resync(&listing);
+                            listing.clear();
+                            match ready.take() {
+                                Some(first) => drop(first.send(())),
+                                None => judge.relists += 1,
+                            }
+                        }
+                        Some(Ok(watcher::Event::Apply(p))) => judge
+                            .apply(&serde_json::json!({"type": "MODIFIED", "object": json(&p)})),
+                        Some(Ok(watcher::Event::Delete(p))) => {
+                            judge.apply(&serde_json::json!({"type": "DELETED", "object": json(&p)}))
+                        }
+                        Some(Err(_)) => judge.watch_errors += 1,
+                        None => break,
+                    }
+                }
+            });
+        });
+        // The first list is in before the test goes on, so that nothing it does is missed.
+        ready_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the budget watch listed the pods within a minute");
+        BudgetWatch {
+            source: Source::Watcher(stop),
+            reader: Some(reader),
+            judge,
+        }
+    }
+
+    fn stop(&mut self) {
+        match &mut self.source {
+            Source::Kubectl(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Source::Watcher(stop) => stop.cancel(),
         }
     }
 
@@ -198,8 +320,7 @@ impl BudgetWatch {
 
     /// Stops the watch and returns what it saw.
     pub fn finish(mut self) -> BudgetVerdict {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
@@ -221,14 +342,15 @@ impl BudgetWatch {
                 .filter_map(|(b, l)| l.map(|l| (key(b), l)))
                 .collect(),
             events: judge.events,
+            relists: judge.relists,
+            watch_errors: judge.watch_errors,
         }
     }
 }
 
 impl Drop for BudgetWatch {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 

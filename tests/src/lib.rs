@@ -105,6 +105,29 @@ impl Background {
         let _ = self.child.wait();
     }
 
+    /// Freezes the process (SIGSTOP), as a stalled host or a debugger would: its timers and
+    /// sockets wait, and run on as they were once it is resumed.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a [`Background::pause`]d process run on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid, which stays ours until it is waited for.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        assert_eq!(
+            sent,
+            0,
+            "cannot signal {}: {}",
+            self.name,
+            std::io::Error::last_os_error()
+        );
+    }
+
     /// Whether it is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

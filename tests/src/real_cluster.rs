@@ -118,6 +118,10 @@ pub struct RealClusterOptions {
     pub pod_startup: Duration,
     /// Where to keep the cluster's files; a fresh [`TestDir`] when `None`.
     pub dir: Option<PathBuf>,
+    /// Whether kube-apiserver serves watches from its cache (its default). Without it, every
+    /// watch is an etcd watch, so compacting etcd ([`RealCluster::compact_etcd`]) expires the
+    /// watches that resume from before it with 410 Gone, as on a busy production cluster.
+    pub watch_cache: bool,
 }
 
 impl Default for RealClusterOptions {
@@ -125,6 +129,7 @@ impl Default for RealClusterOptions {
         RealClusterOptions {
             pod_startup: Duration::from_secs(1),
             dir: None,
+            watch_cache: true,
         }
     }
 }
@@ -199,6 +204,7 @@ impl FakeNode {
 
 struct Component {
     name: &'static str,
+    args: Vec<String>,
     child: Child,
     log: PathBuf,
 }
@@ -208,6 +214,8 @@ pub struct RealCluster {
     // Dropped in reverse start order by `Drop`, then the directory.
     components: Vec<Component>,
     server: String,
+    /// etcd's client URL, `http://127.0.0.1:<port>`.
+    etcd: String,
     admin_kubeconfig: PathBuf,
     ca: PathBuf,
     audit_log: PathBuf,
@@ -284,6 +292,7 @@ impl RealCluster {
         let mut cluster = RealCluster {
             components: Vec::new(),
             server: String::new(),
+            etcd: String::new(),
             admin_kubeconfig: dir.join("admin.kubeconfig"),
             ca: pki.join("apiserver.crt"),
             audit_log,
@@ -295,6 +304,7 @@ impl RealCluster {
         let etcd_client = free_port();
         let etcd_peer = free_port();
         let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        cluster.etcd = etcd_url.clone();
         cluster.spawn(
             "etcd",
             &[
@@ -335,6 +345,7 @@ impl RealCluster {
                 "--audit-log-format=json".into(),
                 "--audit-log-mode=blocking".into(),
                 "--enable-priority-and-fairness=false".into(),
+                format!("--watch-cache={}", options.watch_cache),
             ],
         );
         cluster.write_kubeconfig(&cluster.admin_kubeconfig, "rotor-e2e-admin", &token);
@@ -404,7 +415,22 @@ impl RealCluster {
 
     fn spawn(&mut self, name: &'static str, args: &[String]) {
         let log = self.dir.join(format!("{name}.log"));
-        let file = File::create(&log).expect("create component log");
+        let child = self.launch(name, args, &log);
+        self.components.push(Component {
+            name,
+            args: args.to_vec(),
+            child,
+            log,
+        });
+    }
+
+    /// Starts `name` with `args`, appending to `log` (a restarted component keeps one log).
+    fn launch(&self, name: &str, args: &[String], log: &Path) -> Child {
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open component log");
         let mut cmd = Command::new(self.bin.join(name));
         cmd.args(args)
             .current_dir(self.dir.path())
@@ -412,10 +438,74 @@ impl RealCluster {
             .stdout(file.try_clone().expect("clone log handle"))
             .stderr(file);
         die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        self.components.push(Component { name, child, log });
+        cmd.spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"))
+    }
+
+    /// Stops the component `name` (`kube-apiserver`, `etcd`, ...) and starts it again with the
+    /// same flags, ports and data, as a rolling upgrade of the control plane (`graceful`:
+    /// SIGTERM, then waiting for it to exit) or a crash (SIGKILL) would. Returns once the API
+    /// server answers `/readyz` again, with how long it was unavailable.
+    pub fn restart(&mut self, name: &str, graceful: bool) -> Duration {
+        let at = self
+            .components
+            .iter()
+            .position(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no component {name} in this cluster"));
+        let started = Instant::now();
+        let old = &mut self.components[at].child;
+        if graceful {
+            // SAFETY: kill(2) on our own child's pid, which stays ours until it is waited for.
+            unsafe { libc::kill(old.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while matches!(old.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = old.kill();
+        let _ = old.wait();
+        let (args, log) = (
+            self.components[at].args.clone(),
+            self.components[at].log.clone(),
+        );
+        self.components[at].child = self.launch(name, &args, &log);
+        self.wait_for(
+            &format!("kube-apiserver to serve again after {name} restarted"),
+            |c| c.kubectl(&["get", "--raw", "/readyz"]).status.success(),
+        );
+        started.elapsed()
+    }
+
+    /// Compacts etcd's history up to its current revision (through etcd's JSON gateway), as the
+    /// API server does every five minutes: a watch that resumes from an older resourceVersion
+    /// is answered 410 Gone (when the API server's watch cache is off, see
+    /// [`RealClusterOptions::watch_cache`]). Returns the revision compacted to.
+    pub fn compact_etcd(&self) -> i64 {
+        let host = self.etcd.trim_start_matches("http://");
+        let range =
+            crate::http_request(host, "POST", "/v3/kv/range", Some(&json!({"key": "Lw=="})))
+                .unwrap_or_else(|e| panic!("cannot read etcd's revision at {host}: {e}"));
+        let header: Value = serde_json::from_str(&range.body).unwrap_or(Value::Null);
+        // The gateway writes 64-bit integers as strings.
+        let revision: i64 = header["header"]["revision"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("etcd answered no revision: {}", range.body));
+        let compacted = crate::http_request(
+            host,
+            "POST",
+            "/v3/kv/compaction",
+            Some(&json!({"revision": revision.to_string(), "physical": true})),
+        )
+        .unwrap_or_else(|e| panic!("cannot compact etcd at {host}: {e}"));
+        // Compacting to a revision already compacted is refused; anything else is a test fault.
+        assert!(
+            compacted.status == 200 || compacted.body.contains("compacted"),
+            "etcd refused the compaction to {revision}: {} {}",
+            compacted.status,
+            compacted.body
+        );
+        revision
     }
 
     /// Polls `ready` every 200 ms; panics with every component's state and the log of the last

@@ -16,6 +16,8 @@ use kube::api::{Api, PostParams};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::fence::Fence;
+
 #[derive(Clone, Debug)]
 pub struct LeaderConfig {
     pub namespace: String,
@@ -170,6 +172,9 @@ enum Request {
 pub struct Election {
     /// Whether this replica leads now. It may act only while this is true.
     pub leading: watch::Receiver<bool>,
+    /// Until when this replica's writes may go out: moved forward by each renewal, closed when
+    /// the lease is released or lost (see [`crate::fence`]).
+    fence: Fence,
     /// Cancelled when a lease this replica held was lost rather than released (a renewal failed
     /// for a whole lease duration, or another replica took it): whatever it is doing must stop.
     pub lost: CancellationToken,
@@ -180,14 +185,31 @@ pub struct Election {
 
 impl Election {
     /// Starts the election task, not contending. It ends when `cancel` is cancelled, releasing
-    /// the lease if it holds it.
-    pub fn start(client: kube::Client, cfg: LeaderConfig, cancel: CancellationToken) -> Election {
+    /// the lease if it holds it. `client` must not be fenced by `fence` (it writes the lease
+    /// while the fence is closed); the acting clients are.
+    pub fn start(
+        client: kube::Client,
+        cfg: LeaderConfig,
+        fence: Fence,
+        cancel: CancellationToken,
+    ) -> Election {
         let (tx, leading) = watch::channel(false);
         let (requests, rx) = mpsc::unbounded_channel();
         let lost = CancellationToken::new();
-        let task = tokio::spawn(elect(client, cfg, cancel, tx, rx, lost.clone()));
+        let task = tokio::spawn(elect(
+            client,
+            cfg,
+            cancel,
+            Leading {
+                tx,
+                fence: fence.clone(),
+            },
+            rx,
+            lost.clone(),
+        ));
         Election {
             leading,
+            fence,
             lost,
             requests,
             contending: false,
@@ -195,9 +217,10 @@ impl Election {
         }
     }
 
-    /// Whether this replica leads now (never once the election task has ended).
+    /// Whether this replica leads now (never once the election task has ended, nor once its
+    /// last renewal is too old for its writes to go out).
     pub fn is_leading(&self) -> bool {
-        *self.leading.borrow() && self.leading.has_changed().is_ok()
+        *self.leading.borrow() && self.leading.has_changed().is_ok() && self.fence.is_open()
     }
 
     /// Whether this replica contends for the lease (or holds it).
@@ -228,11 +251,33 @@ impl Election {
     }
 }
 
+/// The election task's side of "this replica leads": the flag the controller reads and the
+/// fence its clients' writes pass.
+struct Leading {
+    tx: watch::Sender<bool>,
+    fence: Fence,
+}
+
+impl Leading {
+    /// A renewal sent at `sent` succeeded: lead, and write until `sent + renew_deadline`.
+    fn renewed(&self, sent: Instant, renew_deadline: Duration) {
+        self.fence.open_until(sent + renew_deadline);
+        self.tx.send_if_modified(|v| !std::mem::replace(v, true));
+    }
+
+    /// Stop leading: the fence closes first, so no write goes out after this. Returns whether
+    /// this replica was leading.
+    fn stop(&self) -> bool {
+        self.fence.close();
+        self.tx.send_if_modified(|v| std::mem::replace(v, false))
+    }
+}
+
 async fn elect(
     client: kube::Client,
     cfg: LeaderConfig,
     cancel: CancellationToken,
-    tx: watch::Sender<bool>,
+    leading: Leading,
     mut requests: mpsc::UnboundedReceiver<Request>,
     lost: CancellationToken,
 ) {
@@ -249,11 +294,14 @@ async fn elect(
     let attempt_timeout = cfg.renew_every;
     loop {
         if contending && tokio::time::Instant::now() >= next_try {
+            // The fence runs from when the renewal was sent: another replica counts its lease
+            // duration from when it saw the renewal, which is later.
+            let sent = Instant::now();
             let attempt = tokio::time::timeout(attempt_timeout, try_hold(&api, &cfg, &mut seen));
             let lose = match attempt.await {
                 Ok(Ok(true)) => {
-                    last_success = Some(Instant::now());
-                    tx.send_if_modified(|v| !std::mem::replace(v, true));
+                    last_success = Some(sent);
+                    leading.renewed(sent, renew_deadline);
                     false
                 }
                 Ok(Ok(false)) => {
@@ -273,7 +321,7 @@ async fn elect(
             };
             // A held lease that is lost is reported once, and this replica stops contending:
             // the runtime exits, and a restart rejoins the election.
-            if lose && tx.send_if_modified(|v| std::mem::replace(v, false)) {
+            if lose && leading.stop() {
                 lost.cancel();
                 contending = false;
             }
@@ -294,7 +342,7 @@ async fn elect(
                 }
                 Some(Request::StandDown(ack)) => {
                     contending = false;
-                    if tx.send_if_modified(|v| std::mem::replace(v, false)) {
+                    if leading.stop() {
                         release(&api, &cfg, attempt_timeout).await;
                     }
                     last_success = None;
@@ -304,7 +352,7 @@ async fn elect(
         }
     }
     // Hand the lease over at once on shutdown instead of making the next leader wait.
-    if tx.send_if_modified(|v| std::mem::replace(v, false)) {
+    if leading.stop() {
         release(&api, &cfg, attempt_timeout).await;
     }
 }

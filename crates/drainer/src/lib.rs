@@ -26,6 +26,7 @@ pub mod error;
 pub mod events;
 pub mod evict;
 pub mod eviction_queue;
+pub mod fence;
 pub mod fleet;
 pub mod gate;
 pub mod health;

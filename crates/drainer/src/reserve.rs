@@ -292,7 +292,7 @@ pub async fn release(ctx: &Ctx, cfg: &SurgeConfig, node: &str) {
             return;
         }
     };
-    let removed = delete_all(ctx, cfg, pods.iter()).await;
+    let removed = delete_all(&ctx.client, cfg, pods.iter()).await;
     if removed > 0 {
         tracing::info!(%node, removed, "removed the node's placeholders");
     }
@@ -301,8 +301,8 @@ pub async fn release(ctx: &Ctx, cfg: &SurgeConfig, node: &str) {
 /// Removes the placeholders whose drain is over (their node is gone, or not being drained): a
 /// previous leader's leftovers. Every drainer runs it once as it starts, and a new leader once
 /// more.
-pub async fn sweep(ctx: &Ctx, cfg: &SurgeConfig) {
-    let placeholders: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
+pub async fn sweep(client: &kube::Client, cfg: &SurgeConfig) {
+    let placeholders: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
     let pods = match placeholders
         .list(&ListParams::default().labels(&all_placeholders_selector()))
         .await
@@ -316,7 +316,7 @@ pub async fn sweep(ctx: &Ctx, cfg: &SurgeConfig) {
     if pods.is_empty() {
         return;
     }
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
     let mut draining: BTreeMap<String, bool> = BTreeMap::new();
     for node in pods.iter().filter_map(placeholder_node) {
         if draining.contains_key(node) {
@@ -333,7 +333,7 @@ pub async fn sweep(ctx: &Ctx, cfg: &SurgeConfig) {
         draining.insert(node.to_string(), active);
     }
     let orphans = orphaned(&pods, |node| draining.get(node).copied().unwrap_or(false));
-    let removed = delete_all(ctx, cfg, orphans.into_iter()).await;
+    let removed = delete_all(client, cfg, orphans.into_iter()).await;
     if removed > 0 {
         tracing::info!(removed, "removed placeholders left by an earlier leader");
     }
@@ -341,11 +341,11 @@ pub async fn sweep(ctx: &Ctx, cfg: &SurgeConfig) {
 
 /// Deletes `pods` (placeholders, never workloads); returns how many went.
 async fn delete_all<'a>(
-    ctx: &Ctx,
+    client: &kube::Client,
     cfg: &SurgeConfig,
     pods: impl Iterator<Item = &'a Pod>,
 ) -> usize {
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
+    let api: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
     let mut removed = 0;
     for pod in pods {
         let name = pod.metadata.name.as_deref().unwrap_or_default();

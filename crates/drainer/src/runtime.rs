@@ -15,12 +15,13 @@ use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use prometheus_client::registry::Registry;
 use rotor_core::admin::{AdminServer, AdminState, Readiness};
-use rotor_core::client::{client, client_without_retry};
+use rotor_core::client::client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{DrainerConfig, LeaderArgs};
 use crate::drain::Ctx;
 use crate::error::RunError;
+use crate::fence::{Fence, fenced_client};
 use crate::leader::{Election, LeaderConfig};
 use crate::metrics::Metrics;
 use crate::surge::SurgeConfig;
@@ -33,8 +34,16 @@ pub async fn run(
     admin_listen: SocketAddr,
     stop: CancellationToken,
 ) -> Result<(), RunError> {
+    let lease = lease_config(&leader_args);
+    let identity = lease.identity.clone();
+    let config = with_user_agent(config, &identity);
+    // The election, the watches and the start-up sweep use `kube_client`; everything done as
+    // the leader goes through the fenced clients, whose writes stop the moment this replica's
+    // hold on the lease may have run out (see `crate::fence`).
+    let fence = Fence::default();
     let kube_client = client(config.clone())?;
-    let evict_client = client_without_retry(config)?;
+    let acting_client = fenced_client(config.clone(), &fence, true)?;
+    let evict_client = fenced_client(config, &fence, false)?;
     if let Some(surge) = &cfg.surge {
         check_surge_priority_class(&kube_client, surge).await?;
     }
@@ -52,12 +61,10 @@ pub async fn run(
     let admin_stop = stop.child_token();
     let admin_task = tokio::spawn(server.run(admin_stop.clone()));
 
-    let lease = lease_config(&leader_args);
-    let identity = lease.identity.clone();
     // Ended by us once the control loop has stopped, not by `stop` directly: the loop must not
     // see the election end before it sees the shutdown.
     let election_stop = CancellationToken::new();
-    let mut election = Election::start(kube_client.clone(), lease, election_stop.clone());
+    let mut election = Election::start(kube_client.clone(), lease, fence, election_stop.clone());
     readiness.set_ready(true);
     tracing::info!(%identity, lease = %leader_args.lease_name, namespace = %leader_args.lease_namespace, "watching the cluster; contending for the leader lease only while a node needs rotor");
 
@@ -70,8 +77,16 @@ pub async fn run(
     };
     let notifier =
         crate::notify::Notifier::start(cfg.notify.clone()).map_err(RunError::NotifyClient)?;
+    if let Some(surge) = cfg.surge.clone() {
+        // Room made ahead for a node records nothing on the node, so if the drainer stopped and
+        // the node's taint went meanwhile, no node needs rotor and no new term's sweep would
+        // come: every replica sweeps once as it starts, leading or not. A live leader only
+        // loses room made ahead, which its drain makes again.
+        let client = kube_client.clone();
+        tokio::spawn(async move { crate::reserve::sweep(&client, &surge).await });
+    }
     let ctx = Arc::new(Ctx {
-        client: kube_client,
+        client: acting_client,
         evict_client,
         cfg,
         reporter,
@@ -208,4 +223,15 @@ impl BudgetCache {
             task,
         }
     }
+}
+
+/// `config` with a User-Agent that names this replica, so that the API server's audit log tells
+/// the replicas' requests apart.
+fn with_user_agent(mut config: kube::Config, identity: &str) -> kube::Config {
+    let agent = format!("rotor-drainer/{} ({identity})", env!("CARGO_PKG_VERSION"));
+    let value = http::HeaderValue::from_str(&agent).unwrap_or_else(|_| {
+        http::HeaderValue::from_static(concat!("rotor-drainer/", env!("CARGO_PKG_VERSION")))
+    });
+    config.headers.push((http::header::USER_AGENT, value));
+    config
 }

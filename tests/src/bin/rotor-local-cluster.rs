@@ -55,6 +55,7 @@ fn main() {
     let cluster = RealCluster::start_with(RealClusterOptions {
         pod_startup: Duration::from_millis(startup),
         dir: Some(dir),
+        ..RealClusterOptions::default()
     });
     let fake: Vec<FakeNode> = (1..=nodes)
         .map(|i| FakeNode::new(&format!("kwok-node-{i}")))

@@ -102,14 +102,6 @@ pub async fn run(
             None => None,
         },
     };
-    // Room made ahead for a node records nothing on the node, so if the drainer stopped and the
-    // node's taint went meanwhile, no node needs rotor and no new term's sweep would come:
-    // every replica sweeps once as it starts. A live leader only loses room made ahead, which
-    // its drain makes again.
-    if let Some(surge) = ctx.cfg.surge.clone() {
-        let ctx = ctx.clone();
-        tokio::spawn(async move { crate::reserve::sweep(&ctx, &surge).await });
-    }
     // The node watch's initial list, gathered until it is complete.
     let mut listing: Vec<NodeView> = Vec::new();
     loop {
@@ -355,8 +347,8 @@ impl Shell {
                 // A previous leader may have stopped between creating placeholders and
                 // removing them; those of nodes no longer draining go now.
                 if let Some(surge) = self.ctx.cfg.surge.clone() {
-                    let ctx = self.ctx.clone();
-                    tokio::spawn(async move { crate::reserve::sweep(&ctx, &surge).await });
+                    let client = self.ctx.client.clone();
+                    tokio::spawn(async move { crate::reserve::sweep(&client, &surge).await });
                 }
             }
             Command::PublishPhases(counts) => {

@@ -9,6 +9,8 @@
 //!   kube-scheduler and kwok on loopback, built by `tools/build.sh`; rotor run under the
 //!   ServiceAccounts `deploy/` ships ([`RealCluster::start_rotor_drainer`],
 //!   [`RealCluster::run_rotor_selector`]); the audit log.
+//! - [`fault_proxy::FaultProxy`]: an HTTPS proxy in front of a [`RealCluster`]'s apiserver that
+//!   injects latency, 5xx answers, connection resets and partitions, for chaos tests.
 //! - [`BudgetWatch`] (`budget_watch`): "no budget violated", judged from a pod watch alone.
 //! - [`autoscaler::TestAutoscaler`]: adds kwok nodes for unschedulable pods, as a cluster
 //!   autoscaler would, for the surge tests.
@@ -55,6 +57,7 @@ use serde_json::Value;
 pub mod autoscaler;
 pub mod budget_watch;
 pub mod doc_tables;
+pub mod fault_proxy;
 pub mod health_peers;
 pub mod helm;
 pub mod image;

@@ -562,6 +562,25 @@ current-context: {user}
         std::fs::write(path, text).expect("write kubeconfig");
     }
 
+    /// A copy of `kubeconfig` (one this cluster wrote) with its server set to `server`, such as
+    /// a [`crate::fault_proxy::FaultProxy`]'s URL; same CA and user. Written beside it.
+    pub fn kubeconfig_via(&self, kubeconfig: &Path, server: &str) -> PathBuf {
+        let text = std::fs::read_to_string(kubeconfig)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", kubeconfig.display()));
+        let ours = format!("server: {}\n", self.server);
+        assert!(
+            text.contains(&ours),
+            "{} does not point at {}",
+            kubeconfig.display(),
+            self.server
+        );
+        let port = server.rsplit(':').next().unwrap_or("proxy");
+        let path = kubeconfig.with_extension(format!("via-{port}.kubeconfig"));
+        let text = text.replace(&ours, &format!("server: {server}\n"));
+        std::fs::write(&path, text).expect("write kubeconfig");
+        path
+    }
+
     /// The apiserver's URL, `https://127.0.0.1:<port>`.
     pub fn server(&self) -> &str {
         &self.server

@@ -198,8 +198,8 @@ fn given_hostile_input_then_the_drainer_says_what_it_made_of_it_acts_as_document
             json!({"matchLabels": {"app": "nobody"}}),
             json!({"minAvailable": 1}),
         ),
-        // Empty selector: the disruption controller counts every pod of the namespace, the
-        // Eviction API applies it to none.
+        // Empty selector: in policy/v1 it covers every pod of the namespace, for the
+        // disruption controller and (as this test found) for the Eviction API too.
         pdb(
             "everything",
             "pdb-all",
@@ -210,7 +210,7 @@ fn given_hostile_input_then_the_drainer_says_what_it_made_of_it_acts_as_document
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
     let path = file(&cluster, "hostile.json", &list);
     cluster.kubectl_ok(&["create", "-f", &path]);
-    let pods: [(&str, &str); 10] = [
+    let pods: [(&str, &str); 9] = [
         (NS, "odd-reason-p"),
         (NS, "garbage-record-p"),
         (NS, "future-record-p"),
@@ -220,7 +220,6 @@ fn given_hostile_input_then_the_drainer_says_what_it_made_of_it_acts_as_document
         (NS, "opt-yes"),
         (NS, "opt-huge"),
         ("pdb-none", "a"),
-        ("pdb-all", "b"),
     ];
     wait_until("every pod to run", WAIT, || {
         let running = cluster.kubectl_json(&["get", "pods", "-A"])["items"]
@@ -233,7 +232,7 @@ fn given_hostile_input_then_the_drainer_says_what_it_made_of_it_acts_as_document
                         .contains(&p["metadata"]["namespace"].as_str().unwrap_or_default())
             })
             .count();
-        (running >= pods.len() + 1).then_some(())
+        (running >= pods.len() + 2).then_some(())
     });
 
     // A taint value the API server refuses (not a label value): nothing for rotor to read.
@@ -271,8 +270,8 @@ fn given_hostile_input_then_the_drainer_says_what_it_made_of_it_acts_as_document
         "manual",
         json!({
             "rotor.dev/phase": "evicting",
-            "rotor.dev/started-at": "9999-12-31T23:59:59Z",
-            "rotor.dev/deadline": "9999-12-31T23:59:59Z",
+            "rotor.dev/started-at": "9999-12-30T00:00:00Z",
+            "rotor.dev/deadline": "9999-12-30T00:00:00Z",
             "rotor.dev/attempts": "1",
         }),
     );
@@ -293,7 +292,7 @@ fn given_hostile_input_then_the_drainer_says_what_it_made_of_it_acts_as_document
         "manual",
         json!({
             "rotor.dev/phase": "failed",
-            "rotor.dev/deadline": "9999-12-31T23:59:59Z",
+            "rotor.dev/deadline": "9999-12-30T00:00:00Z",
             "rotor.dev/attempts": "3",
             "rotor.dev/last-error": "an old failure",
         }),
@@ -315,14 +314,14 @@ fn given_hostile_input_then_the_drainer_says_what_it_made_of_it_acts_as_document
         ],
     );
 
-    // Every node but the slow pod's drains as documented, whatever its annotations said.
+    // Every node but the slow pod's and the empty budget's drains as documented, whatever its
+    // annotations said.
     for node in [
         "odd-reason",
         "garbage-record",
         "future-record",
         "failed-future",
         "odd-pods",
-        "budgets",
     ] {
         wait_phase(&cluster, node, "drained");
     }
@@ -411,7 +410,8 @@ fn given_hostile_input_then_the_drainer_says_what_it_made_of_it_acts_as_document
     for node in ["future-record", "failed-future"] {
         let ignored = node_event(&cluster, node, "DrainRecordIgnored");
         assert!(
-            ignored.contains("rotor.dev/deadline=\"9999-12-31T23:59:59Z\""),
+            ignored.contains("rotor.dev/deadline=\"9999-12-30T00:00:00Z\"")
+                && ignored.contains("--drain-timeout") == (node == "future-record"),
             "{node}: {ignored}"
         );
         assert!(
@@ -447,12 +447,33 @@ fn given_hostile_input_then_the_drainer_says_what_it_made_of_it_acts_as_document
         assert!(line.len() < 2000, "the log line quotes the whole value");
     }
 
-    // Budgets: the one matching nothing covers no pod, the empty one is not applied by the
-    // Eviction API; both pods were evicted through it (201), and the empty one was named.
+    // Budgets: the one matching nothing covers no pod (evicted without a budget); the empty
+    // one covers pdb-all/b, the API server refuses its eviction (429) and the node blocks
+    // naming the budget, then fails at its deadline. Nothing is deleted.
     assert!(
-        log_line_with(&log, &["pdb-all/everything", "empty selector"]).is_some(),
-        "no log line about the empty-selector budget:\n{log}"
+        log_line_with(&log, &["evicted", "pdb-none/a", "budget=\"none\""]).is_some(),
+        "no eviction line for pdb-none/a:\n{log}"
     );
+    let blocked = node_event(&cluster, "budgets", "DrainBlocked");
+    assert!(
+        blocked.contains("pdb-all/b") && blocked.contains("everything"),
+        "{blocked}"
+    );
+    let failed = node_event(&cluster, "budgets", "DrainFailed");
+    assert!(failed.contains("pdb-all/b"), "{failed}");
+    let b = cluster.kubectl_json(&["get", "pod", "b", "-n", "pdb-all"]);
+    assert!(b["metadata"]["deletionTimestamp"].is_null(), "{b}");
+    let (_, deletes) = evictions_and_deletes(&audit, "pdb-all", "b");
+    assert_eq!(deletes, 0);
+    let refused = audit
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["name"] == "b"
+                && e["objectRef"]["subresource"] == "eviction"
+                && e["responseStatus"]["code"] == 429
+        })
+        .count();
+    assert!(refused >= 1, "the API server never refused pdb-all/b");
 
     // Every pod the drains moved went through the Eviction API; none was deleted by rotor.
     for (namespace, pod) in pods.iter().chain(&[(NS, "slow")]) {

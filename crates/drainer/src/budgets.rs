@@ -62,23 +62,6 @@ pub(crate) fn budget_views(pdbs: &[PodDisruptionBudget]) -> Vec<BudgetView<'_>> 
         .collect()
 }
 
-/// The budgets in `namespace` whose selector is empty (`{}`): the disruption controller counts
-/// every pod of the namespace in their status, but the Eviction API applies them to no pod ("a
-/// PDB with a nil or empty selector ... should match nothing, not everything"), so they hold no
-/// eviction. rotor plans as the Eviction API decides, and says so once per drain.
-pub fn budgets_only_in_status<'a>(
-    pdbs: &'a [PodDisruptionBudget],
-    namespace: &str,
-) -> Vec<&'a PodDisruptionBudget> {
-    pdbs.iter()
-        .filter(|pdb| pdb.metadata.namespace.as_deref() == Some(namespace))
-        .filter(|pdb| {
-            budget_selector(pdb, SelectorReader::DisruptionController).is_some()
-                && budget_selector(pdb, SelectorReader::Eviction).is_none()
-        })
-        .collect()
-}
-
 /// The `namespace/name` of an object's metadata: how pods are named, and what a
 /// [`BudgetKey`] holds.
 pub(crate) fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -237,37 +220,4 @@ pub fn budget_never_allows(
 /// `"25%"` as 25; `None` for anything else.
 fn parse_percent(value: &str) -> Option<u32> {
     value.strip_suffix('%')?.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn pdb(name: &str, selector: serde_json::Value) -> PodDisruptionBudget {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "shop"},
-            "spec": {"selector": selector, "maxUnavailable": 0}
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn an_empty_selector_counts_in_status_but_holds_no_eviction() {
-        let pdbs = [
-            pdb("everything", json!({})),
-            pdb("nothing", json!(null)),
-            pdb("nobody", json!({"matchLabels": {"app": "nobody"}})),
-        ];
-        let names: Vec<_> = budgets_only_in_status(&pdbs, "shop")
-            .into_iter()
-            .map(BudgetKey::of)
-            .collect();
-        assert_eq!(names, [BudgetKey::from("shop/everything")]);
-        assert!(budgets_only_in_status(&pdbs, "other").is_empty());
-        // None of the three is one the Eviction API consults for a pod.
-        let keys: Vec<_> = budget_views(&pdbs).into_iter().map(|v| v.key).collect();
-        assert_eq!(keys, [BudgetKey::from("shop/nobody")]);
-    }
 }

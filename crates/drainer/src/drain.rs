@@ -796,8 +796,8 @@ struct Memory {
     replace_by: Option<ReplaceBy>,
     /// `--restart-single-replica`: what was decided for each pod of a ReplicaSet.
     restarts: Option<RolloutRestarts>,
-    /// What this drain has already said about odd input (pods' opt-out values, budgets the
-    /// Eviction API ignores, grace periods that outlast the deadline), so each is said once.
+    /// What this drain has already said about odd input (pods' opt-out values, grace periods
+    /// that outlast the deadline), so each is said once.
     said: std::collections::HashSet<String>,
 }
 
@@ -987,7 +987,7 @@ async fn evict_pass(
             targets.push((pod.clone(), *grace));
         }
     }
-    say_odd_input(name, &targets, pods, &budgets, said);
+    say_odd_input(name, &targets, pods, said);
     let paces = budget_paces(&budgets);
     for (pod, grace) in &targets {
         let charged = plan.charged.get(&pod.uid);
@@ -1049,13 +1049,11 @@ async fn evict_pass(
 
 /// Logs, once per drain, the input about to be evicted on that the drain reads otherwise than
 /// its writer may have meant: an opt-out annotation that is not exactly `"true"` (the pod is
-/// evicted), and a budget with an empty selector in the pod's namespace (the Eviction API
-/// applies it to no pod).
+/// evicted).
 fn say_odd_input(
     node: &str,
     targets: &[(PodRef, Option<i64>)],
     pods: &HashMap<String, Pod>,
-    budgets: &[PodDisruptionBudget],
     said: &mut std::collections::HashSet<String>,
 ) {
     for (pod_ref, _) in targets {
@@ -1065,12 +1063,6 @@ fn say_odd_input(
         for (annotation, value) in crate::pods::opt_outs_not_honoured(pod) {
             if said.insert(format!("opt-out {} {annotation}", pod_ref.uid)) {
                 tracing::warn!(node, pod = %pod_ref, annotation, value = %crate::state::shorten(value), "the pod's {annotation} is not \"true\", so it does not opt the pod out and the pod is evicted; set it to \"true\" to keep the pod, or remove it");
-            }
-        }
-        for pdb in crate::budgets::budgets_only_in_status(budgets, &pod_ref.namespace) {
-            let budget = crate::budgets::BudgetKey::of(pdb);
-            if said.insert(format!("budget {budget}")) {
-                tracing::warn!(node, %budget, "PodDisruptionBudget {budget} has an empty selector: its status counts every pod of the namespace, but the Eviction API applies it to no pod, so it does not hold this drain's evictions; give it a selector that names the pods to protect");
             }
         }
     }

@@ -266,7 +266,7 @@ pub fn misreadings(
     now: Timestamp,
     drain_timeout: Duration,
 ) -> Vec<Misreading> {
-    const TIME: &str = "an RFC 3339 time (e.g. 2025-01-02T03:04:05Z)";
+    const TIME: &str = "an RFC 3339 time rotor can read (e.g. 2025-01-02T03:04:05Z)";
     let mut found = Vec::new();
     let mut check = |key: &'static str, expected: &'static str, ok: &dyn Fn(&str) -> bool| {
         if let Some(value) = annotations.and_then(|a| a.get(key))
@@ -522,7 +522,7 @@ mod tests {
             ("rotor.dev/deadline", r#"{"at":"2025-03-01T11:00:00Z"}"#),
             ("rotor.dev/attempts", "-3"),
             ("rotor.dev/cordoned-by-rotor", "yes"),
-            ("rotor.dev/drained-at", "9999-12-31T23:59:59Z"),
+            ("rotor.dev/drained-at", "9999-12-30T00:00:00Z"),
             ("rotor.dev/last-error", "12345"),
         ]);
         let found = misreadings(Some(&a), now, HOUR);
@@ -566,8 +566,8 @@ mod tests {
         // Mid-drain with a deadline in year 9999, or a start in the future: a new attempt with
         // a real deadline, not a resume that never times out.
         for (key, value) in [
-            (DEADLINE_ANNOTATION, "9999-12-31T23:59:59Z"),
-            (STARTED_AT_ANNOTATION, "9999-12-31T23:59:59Z"),
+            (DEADLINE_ANNOTATION, "9999-12-30T00:00:00Z"),
+            (STARTED_AT_ANNOTATION, "9999-12-30T00:00:00Z"),
         ] {
             let mut record = apply(&started(), Transition::Evicting);
             let at = Some(ts(value));
@@ -596,7 +596,7 @@ mod tests {
         let failed = DrainRecord {
             phase: Some(DrainPhase::Failed),
             attempts: 1,
-            deadline: Some(ts("9999-12-31T23:59:59Z")),
+            deadline: Some(ts("9999-12-30T00:00:00Z")),
             ..DrainRecord::default()
         };
         assert_eq!(failed.backing_off_until(now, retry_backoff), None);

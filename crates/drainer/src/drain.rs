@@ -19,7 +19,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use rotor_apimachinery::taints::keeps_pods_off;
-use rotor_core::contract::{DrainPhase, FIELD_MANAGER, find_drain_taint};
+use rotor_core::contract::{DrainPhase, DrainReason, FIELD_MANAGER, find_drain_taint};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -41,7 +41,9 @@ use crate::pods::{
 use crate::replace_by::{Announcement, ReplaceBy};
 use crate::reserve::{SurgeOutcome, SurgeSlots, make_room};
 use crate::restart::{News, Next, RolloutRestarts};
-use crate::state::{DrainRecord, Intent, Transition, apply, begin_check, retry_backoff};
+use crate::state::{
+    DrainRecord, Intent, Transition, apply, begin_check, misreadings, retry_backoff,
+};
 use crate::surge::SurgeConfig;
 use crate::watched::WatchedPods;
 
@@ -239,7 +241,7 @@ async fn publish(ctx: &Ctx, event: NodeEvent, note: String, regarding: &ObjectRe
             EventType::Normal
         },
         reason: reason.into(),
-        note: Some(note),
+        note: Some(crate::events::event_note(note)),
         action: "Drain".into(),
         secondary: None,
     };
@@ -256,7 +258,16 @@ async fn save(
     new: &DrainRecord,
     old: &DrainRecord,
 ) -> Result<(), kube::Error> {
-    let patch = new.annotation_patch(old);
+    save_over(nodes, name, new.annotation_patch(old)).await
+}
+
+/// Sends an annotation patch made by [`DrainRecord::annotation_patch`] or
+/// [`DrainRecord::annotation_patch_for`], unless it changes nothing.
+async fn save_over(
+    nodes: &Api<Node>,
+    name: &str,
+    patch: serde_json::Value,
+) -> Result<(), kube::Error> {
     if patch["metadata"]["annotations"]
         .as_object()
         .is_some_and(|a| a.is_empty())
@@ -422,6 +433,7 @@ pub async fn drain_node(
             record: Some(before),
         };
     }
+    announce_misreadings(&ctx, &node, now).await;
     let (result, record) = drain_fresh(
         &ctx,
         &nodes,
@@ -490,7 +502,7 @@ async fn drain_fresh(
     abort: &CancellationToken,
     stop: &CancellationToken,
 ) -> (DrainResult, DrainRecord) {
-    let resumed = before.deadline.is_some() && before.is_active();
+    let resumed = before.resumes(now, ctx.cfg.drain_timeout);
     let start = if matches!(before.phase, Some(DrainPhase::Failed)) {
         Transition::Retry {
             now,
@@ -503,7 +515,9 @@ async fn drain_fresh(
         }
     };
     let mut record = apply(&before, start);
-    if let Err(e) = save(nodes, name, &record, &before).await {
+    // Against the node's raw annotations, so that values nobody can read are overwritten too.
+    let raw = node.metadata.annotations.as_ref();
+    if let Err(e) = save_over(nodes, name, record.annotation_patch_for(raw)).await {
         let error = DrainError::RecordStart {
             node: name.to_string(),
             error: e,
@@ -575,6 +589,31 @@ async fn drain_fresh(
     (result, record)
 }
 
+/// Says which of the node's drain record annotations rotor disregards as this drain begins
+/// (see [`crate::state::misreadings`]), in the log and as a Warning Event; nothing when all
+/// are usable.
+async fn announce_misreadings(ctx: &Ctx, node: &Node, now: Timestamp) {
+    let found = misreadings(
+        node.metadata.annotations.as_ref(),
+        now,
+        ctx.cfg.drain_timeout,
+    );
+    if found.is_empty() {
+        return;
+    }
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let list = found
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let note = format!(
+        "rotor disregards drain record annotations it did not write: {list}. They count as absent: a drain under way with no usable deadline starts a new attempt, and rotor overwrites them now. Nothing is evicted on their account."
+    );
+    tracing::warn!(node = %name, "{note}");
+    announce(ctx, node, NodeEvent::RecordIgnored, note).await;
+}
+
 /// Says that the drain starts (or resumes, after a restart or failover), in the log and as an
 /// Event on the node.
 async fn announce_start(ctx: &Ctx, node: &Node, taint: &Taint, deadline: Timestamp, resumed: bool) {
@@ -589,6 +628,10 @@ async fn announce_start(ctx: &Ctx, node: &Node, taint: &Taint, deadline: Timesta
         )
         .await;
     } else {
+        let value = taint.value.as_deref().unwrap_or_default();
+        if value.parse::<DrainReason>().is_err() {
+            tracing::info!(node = %name, value, "the drain taint's value is not one of rotor's reasons; draining anyway, as any value of {} asks for a drain", taint.key);
+        }
         tracing::info!(node = %name, reason = ?taint.value, %deadline, "starting to drain");
         announce(
             ctx,
@@ -753,6 +796,9 @@ struct Memory {
     replace_by: Option<ReplaceBy>,
     /// `--restart-single-replica`: what was decided for each pod of a ReplicaSet.
     restarts: Option<RolloutRestarts>,
+    /// What this drain has already said about odd input (pods' opt-out values, grace periods
+    /// that outlast the deadline), so each is said once.
+    said: std::collections::HashSet<String>,
 }
 
 /// What one pass over the node's pods concluded.
@@ -788,6 +834,7 @@ async fn evict_until_drained(
             .cfg
             .restart_single_replica
             .then(RolloutRestarts::default),
+        said: Default::default(),
     };
     loop {
         let mut wake = task.deadline;
@@ -860,6 +907,7 @@ async fn evict_pass(
         empty_since,
         replace_by,
         restarts,
+        said,
     } = memory;
     let now = Timestamp::now();
     if now >= task.deadline {
@@ -939,6 +987,7 @@ async fn evict_pass(
             targets.push((pod.clone(), *grace));
         }
     }
+    say_odd_input(name, &targets, pods, said);
     let paces = budget_paces(&budgets);
     for (pod, grace) in &targets {
         let charged = plan.charged.get(&pod.uid);
@@ -960,7 +1009,11 @@ async fn evict_pass(
                     forced,
                     charged,
                 };
-                evict_one(task, pods, queue, &paces, attempt, policy, now).await
+                let at = evict_one(task, pods, queue, &paces, attempt, policy, now).await;
+                if queue.evicted(&pod.uid) && said.insert(format!("grace {}", pod.uid)) {
+                    warn_long_grace(task, pods, pod, *grace, now).await;
+                }
+                at
             }
         };
         if let Some(at) = at {
@@ -992,6 +1045,59 @@ async fn evict_pass(
     };
     record_blockers(task, record, blockers.first(), needs_someone).await;
     Pass { ended: None, wake }
+}
+
+/// Logs, once per drain, the input about to be evicted on that the drain reads otherwise than
+/// its writer may have meant: an opt-out annotation that is not exactly `"true"` (the pod is
+/// evicted).
+fn say_odd_input(
+    node: &str,
+    targets: &[(PodRef, Option<i64>)],
+    pods: &HashMap<String, Pod>,
+    said: &mut std::collections::HashSet<String>,
+) {
+    for (pod_ref, _) in targets {
+        let Some(pod) = pods.get(&pod_ref.uid) else {
+            continue;
+        };
+        for (annotation, value) in crate::pods::opt_outs_not_honoured(pod) {
+            if said.insert(format!("opt-out {} {annotation}", pod_ref.uid)) {
+                tracing::warn!(node, pod = %pod_ref, annotation, value = %crate::state::shorten(value), "the pod's {annotation} is not \"true\", so it does not opt the pod out and the pod is evicted; set it to \"true\" to keep the pod, or remove it");
+            }
+        }
+    }
+}
+
+/// Warns, in the log and as Events on the node and the pod, when the pod just evicted may take
+/// longer to stop than the drain has left: its grace period outlasts the deadline.
+async fn warn_long_grace(
+    task: &Evicting<'_>,
+    pods: &HashMap<String, Pod>,
+    pod_ref: &PodRef,
+    grace: Option<i64>,
+    now: Timestamp,
+) {
+    let left = task.deadline.duration_since(now).unsigned_abs();
+    let Some(seconds) = pods
+        .get(&pod_ref.uid)
+        .and_then(|pod| crate::pods::grace_outlasts(pod, grace, left))
+    else {
+        return;
+    };
+    let note = format!(
+        "Evicted pod {pod_ref} with a grace period of {seconds}s, longer than the {}s this drain has left: if it uses all of it, the drain fails at its deadline ({}) and retries. rotor does not delete it outside the Eviction API; --max-grace-period caps grace periods.",
+        left.as_secs(),
+        task.deadline
+    );
+    tracing::warn!(node = %task.name, pod = %pod_ref, grace_s = seconds, left_s = left.as_secs(), "{note}");
+    announce(
+        task.ctx,
+        task.node,
+        NodeEvent::GraceOutlastsDrain,
+        note.clone(),
+    )
+    .await;
+    announce_on_pod(task.ctx, pod_ref, NodeEvent::GraceOutlastsDrain, note).await;
 }
 
 /// One eviction (or forced deletion) to make.
@@ -1033,7 +1139,8 @@ async fn evict_one(
             if !attempt.forced {
                 ctx.metrics.eviction("evicted");
             }
-            tracing::info!(node = %name, pod = %pod, "evicted");
+            let budget = attempt.charged.map(|c| c.budget.to_string());
+            tracing::info!(node = %name, pod = %pod, budget = budget.as_deref().unwrap_or("none"), "evicted");
             if let Some(Charge { budget, .. }) = attempt.charged
                 && !attempt.forced
             {

@@ -32,10 +32,15 @@ pub enum NodeEvent {
     /// `--restart-single-replica`: a one-replica Deployment's strategy does not allow a restart
     /// without a moment with no replica, so its pod is evicted (on the node and on the pod).
     RolloutRestartRefused,
+    /// Drain record annotations on the node that rotor cannot use (garbage, or times it cannot
+    /// have written) were disregarded when the drain started.
+    RecordIgnored,
+    /// An evicted pod's grace period outlasts the drain's deadline (on the node and on the pod).
+    GraceOutlastsDrain,
 }
 
 impl NodeEvent {
-    pub const ALL: [NodeEvent; 17] = [
+    pub const ALL: [NodeEvent; 19] = [
         NodeEvent::HeldByHooks,
         NodeEvent::Started,
         NodeEvent::Resumed,
@@ -53,6 +58,8 @@ impl NodeEvent {
         NodeEvent::ReplaceByPassed,
         NodeEvent::RolloutRestarted,
         NodeEvent::RolloutRestartRefused,
+        NodeEvent::RecordIgnored,
+        NodeEvent::GraceOutlastsDrain,
     ];
 
     /// The Event's `reason`, what `kubectl get events` shows and alerts match on.
@@ -74,6 +81,8 @@ impl NodeEvent {
             NodeEvent::ReplaceByPassed => "ReplaceByPassed",
             NodeEvent::RolloutRestarted => "RolloutRestarted",
             NodeEvent::RolloutRestartRefused => "RolloutRestartRefused",
+            NodeEvent::RecordIgnored => "DrainRecordIgnored",
+            NodeEvent::GraceOutlastsDrain => "GracePeriodTooLong",
         }
     }
 
@@ -90,6 +99,46 @@ impl NodeEvent {
                 | NodeEvent::ReplaceByNear
                 | NodeEvent::ReplaceByPassed
                 | NodeEvent::RolloutRestartRefused
+                | NodeEvent::RecordIgnored
+                | NodeEvent::GraceOutlastsDrain
         )
+    }
+}
+
+/// The longest Event note the API server accepts (events.k8s.io/v1 `note`: 1 kB); a longer one
+/// is refused with 422 and the Event is lost.
+pub const NOTE_LIMIT: usize = 1024;
+
+/// `note` cut to [`NOTE_LIMIT`] bytes at a character boundary, ending in `...` when cut, so that
+/// an Event quoting something long (a list of pods, a server's message) is still posted.
+pub fn event_note(mut note: String) -> String {
+    if note.len() <= NOTE_LIMIT {
+        return note;
+    }
+    let mut end = NOTE_LIMIT - 3;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    note.push_str("...");
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_notes_are_cut_to_what_the_api_server_accepts() {
+        assert_eq!(event_note("short".into()), "short");
+        let exact = "x".repeat(NOTE_LIMIT);
+        assert_eq!(event_note(exact.clone()), exact);
+        let cut = event_note("é".repeat(NOTE_LIMIT));
+        assert!(
+            cut.len() <= NOTE_LIMIT && cut.ends_with("..."),
+            "{}",
+            cut.len()
+        );
+        assert!(cut.starts_with("éé"));
     }
 }

@@ -183,7 +183,7 @@ pub async fn force_delete(
 ) -> EvictionOutcome {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let dp = kube::api::DeleteParams {
-        grace_period_seconds: grace.map(|g| g.max(1) as u32),
+        grace_period_seconds: grace.map(|g| u32::try_from(g.max(1)).unwrap_or(u32::MAX)),
         preconditions: Some(kube::api::Preconditions {
             uid: Some(pod.uid.clone()),
             resource_version: None,

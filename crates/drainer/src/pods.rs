@@ -291,6 +291,37 @@ pub fn grace_period(pod: &Pod, max_grace_period: Option<i64>) -> Option<i64> {
     (own > cap).then_some(cap)
 }
 
+/// The grace period, in seconds, an eviction of `pod` with `grace` (from [`grace_period`]:
+/// `None` for the pod's own) gives it, when that is longer than `left` (the time to the drain's
+/// deadline): the pod may then still be terminating when the deadline comes, and the drain
+/// fails. `None` when the pod is gone in time. rotor still evicts such a pod through the API,
+/// never deletes it; only `--max-grace-period` shortens the wait.
+pub fn grace_outlasts(pod: &Pod, grace: Option<i64>, left: std::time::Duration) -> Option<i64> {
+    let seconds = grace.unwrap_or_else(|| {
+        pod.spec
+            .as_ref()
+            .and_then(|spec| spec.termination_grace_period_seconds)
+            .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS)
+    });
+    (u64::try_from(seconds).unwrap_or(0) > left.as_secs()).then_some(seconds)
+}
+
+/// The opt-out annotations on `pod` whose value is neither `"true"` nor `"false"` (`"True"`,
+/// `"yes"`, `""`, ...), with their values: they do not opt the pod out, though whoever wrote
+/// them may have meant to, so the drain says so when it evicts the pod.
+pub fn opt_outs_not_honoured(pod: &Pod) -> Vec<(&'static str, &str)> {
+    [
+        rotor_core::contract::DO_NOT_DISRUPT_ANNOTATION,
+        rotor_core::contract::KARPENTER_DO_NOT_DISRUPT_ANNOTATION,
+    ]
+    .into_iter()
+    .filter_map(|key| {
+        let value = pod.metadata.annotations.as_ref()?.get(key)?;
+        (value != "true" && value != "false").then_some((key, value.as_str()))
+    })
+    .collect()
+}
+
 /// What to do with `pod`, a pod of a node carrying `drain_taint`. Budgets are not looked at here
 /// (see [`plan_node`]). Checks run in this order: DaemonSet, mirror, finished, terminating,
 /// tolerates the drain taint, do-not-disrupt, emptyDir refused, unmanaged refused.
@@ -1596,5 +1627,56 @@ mod tests {
         let evicted = plan_a.evict_now[0].0.uid.clone();
         let rest = BudgetDemand::of(&plan_a, |uid| uid != evicted);
         assert_eq!(rest.pods, BTreeMap::from([("shop/web".into(), 1)]));
+    }
+
+    #[test]
+    fn a_grace_period_longer_than_the_drain_has_left_is_named() {
+        let ten_years = 10 * 365 * 24 * 3600;
+        let absurd = pod(
+            "slow",
+            json!({"spec": {"terminationGracePeriodSeconds": ten_years}}),
+        );
+        let left = std::time::Duration::from_secs(600);
+        assert_eq!(grace_outlasts(&absurd, None, left), Some(ten_years));
+        // Capped by --max-grace-period: gone in time.
+        let capped = grace_period(&absurd, Some(60));
+        assert_eq!(capped, Some(60));
+        assert_eq!(grace_outlasts(&absurd, capped, left), None);
+        // 30 s against a drain with 10 s left.
+        let plain = pod("plain", json!({}));
+        assert_eq!(
+            grace_outlasts(&plain, None, std::time::Duration::from_secs(10)),
+            Some(30)
+        );
+        assert_eq!(grace_outlasts(&plain, None, left), None);
+    }
+
+    #[test]
+    fn opt_outs_that_are_not_exactly_true_are_named() {
+        let p = pod(
+            "p",
+            json!({"metadata": {"annotations": {
+                DO_NOT_DISRUPT_ANNOTATION: "True",
+                KARPENTER_DO_NOT_DISRUPT_ANNOTATION: "yes",
+            }}}),
+        );
+        assert_eq!(
+            opt_outs_not_honoured(&p),
+            [
+                (DO_NOT_DISRUPT_ANNOTATION, "True"),
+                (KARPENTER_DO_NOT_DISRUPT_ANNOTATION, "yes")
+            ]
+        );
+        assert!(matches!(
+            classify(&p, &taint(), &DrainOptions::default()),
+            PodVerdict::Evict { .. }
+        ));
+        for value in ["true", "false"] {
+            let p = pod(
+                "p",
+                json!({"metadata": {"annotations": {DO_NOT_DISRUPT_ANNOTATION: value}}}),
+            );
+            assert!(opt_outs_not_honoured(&p).is_empty(), "{value}");
+        }
     }
 }

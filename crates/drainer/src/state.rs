@@ -159,6 +159,14 @@ impl DrainRecord {
         )
     }
 
+    /// True when a `Start` at `now` resumes this record rather than beginning a new attempt:
+    /// it is mid-drain with a deadline, and its times are ones rotor can have written.
+    pub fn resumes(&self, now: Timestamp, drain_timeout: Duration) -> bool {
+        self.is_active()
+            && self.deadline.is_some()
+            && self.implausible_times(now, drain_timeout).is_empty()
+    }
+
     /// When a failed record may be retried: its failure time (`deadline`, else `started_at`)
     /// plus `backoff`. `None` when the record is not failed or has no time to count from (then
     /// it may be retried at once).
@@ -166,21 +174,147 @@ impl DrainRecord {
         if self.phase != Some(DrainPhase::Failed) {
             return None;
         }
-        let failed_at = self.deadline.or(self.started_at)?;
+        let failed_at = self.failed_at()?;
         Some(add(failed_at, backoff))
+    }
+
+    /// When a failed record failed: its `deadline`, else its `started_at`.
+    fn failed_at(&self) -> Option<Timestamp> {
+        self.deadline.or(self.started_at)
     }
 
     /// While a failed record is still backing off at `now`: when it may be retried. `None` when
     /// it may be retried now, or is not failed. The fleet decision and a drain task's own check
-    /// ([`begin_check`]) both ask this.
+    /// ([`begin_check`]) both ask this. A failure time later than `now` (beyond
+    /// [`CLOCK_SKEW`]) cannot be rotor's and counts as no time: retried now, not in year 9999.
     pub fn backing_off_until(
         &self,
         now: Timestamp,
         retry_backoff: impl Fn(u32) -> Duration,
     ) -> Option<Timestamp> {
+        if self.failed_at().is_some_and(|at| at > add(now, CLOCK_SKEW)) {
+            return None;
+        }
         self.retry_at(retry_backoff(self.attempts))
             .filter(|retry_at| now < *retry_at)
     }
+
+    /// The record's times that rotor cannot have written, as of `now` with `drain_timeout`: a
+    /// start or a drained time in the future, a deadline later than `now + drain_timeout` (or,
+    /// once failed, a failure time in the future), each beyond [`CLOCK_SKEW`]. Someone wrote
+    /// them; rotor does not act on them (see [`apply`] and [`DrainRecord::backing_off_until`]).
+    pub fn implausible_times(&self, now: Timestamp, drain_timeout: Duration) -> Vec<&'static str> {
+        let soon = add(now, CLOCK_SKEW);
+        let latest_deadline = if self.phase == Some(DrainPhase::Failed) {
+            soon
+        } else {
+            add(soon, drain_timeout)
+        };
+        [
+            (STARTED_AT_ANNOTATION, self.started_at, soon),
+            (DEADLINE_ANNOTATION, self.deadline, latest_deadline),
+            (DRAINED_AT_ANNOTATION, self.drained_at, soon),
+        ]
+        .into_iter()
+        .filter(|(_, at, latest)| at.is_some_and(|at| at > *latest))
+        .map(|(key, _, _)| key)
+        .collect()
+    }
+}
+
+/// How far another replica's clock may run ahead of this one's before a time it wrote counts as
+/// in the future.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
+
+/// A drain record annotation whose value rotor does not use: one that does not parse, or a time
+/// rotor cannot have written. [`DrainRecord::from_annotations`] reads the first kind as absent;
+/// [`apply`] and [`DrainRecord::backing_off_until`] disregard the second.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Misreading {
+    pub annotation: &'static str,
+    /// The value, shortened for a log line or an Event (see [`shorten`]).
+    pub value: String,
+    /// What the value should have been.
+    pub expected: &'static str,
+}
+
+impl std::fmt::Display for Misreading {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={} is not {}",
+            self.annotation, self.value, self.expected
+        )
+    }
+}
+
+/// `value` quoted, cut to its first 40 characters (and its length said) when longer.
+pub fn shorten(value: &str) -> String {
+    const KEEP: usize = 40;
+    match value.char_indices().nth(KEEP) {
+        None => format!("{value:?}"),
+        Some((end, _)) => format!("{:?}... ({} bytes)", &value[..end], value.len()),
+    }
+}
+
+/// Every drain record annotation on a node that rotor does not use, as of `now` with
+/// `drain_timeout`: values that do not parse (read as absent), then times rotor cannot have
+/// written ([`DrainRecord::implausible_times`]). Empty when the record is fine. Pure, for the
+/// drain task to say once, when a drain starts, what it disregarded.
+pub fn misreadings(
+    annotations: Option<&BTreeMap<String, String>>,
+    now: Timestamp,
+    drain_timeout: Duration,
+) -> Vec<Misreading> {
+    const TIME: &str = "an RFC 3339 time rotor can read (e.g. 2025-01-02T03:04:05Z)";
+    let mut found = Vec::new();
+    let mut check = |key: &'static str, expected: &'static str, ok: &dyn Fn(&str) -> bool| {
+        if let Some(value) = annotations.and_then(|a| a.get(key))
+            && !value.is_empty()
+            && !ok(value)
+        {
+            found.push(Misreading {
+                annotation: key,
+                value: shorten(value),
+                expected,
+            });
+        }
+    };
+    check(
+        PHASE_ANNOTATION,
+        "a drain phase (queued, cordoned, evicting, drained, failed, blocked)",
+        &|v| v.parse::<DrainPhase>().is_ok(),
+    );
+    for key in [
+        STARTED_AT_ANNOTATION,
+        DEADLINE_ANNOTATION,
+        DRAINED_AT_ANNOTATION,
+    ] {
+        check(key, TIME, &|v| parse_timestamp(v).is_ok());
+    }
+    check(
+        ATTEMPTS_ANNOTATION,
+        "a count of attempts (0 to 4294967295)",
+        &|v| v.parse::<u32>().is_ok(),
+    );
+    check(CORDONED_BY_ROTOR_ANNOTATION, "\"true\"", &|v| v == "true");
+    let record = DrainRecord::from_annotations(annotations);
+    for key in record.implausible_times(now, drain_timeout) {
+        let value = annotations
+            .and_then(|a| a.get(key))
+            .map_or_else(String::new, |v| shorten(v));
+        let expected = if key == DEADLINE_ANNOTATION && record.phase != Some(DrainPhase::Failed) {
+            "a deadline rotor can have set (at most --drain-timeout from now)"
+        } else {
+            "a time in the past"
+        };
+        found.push(Misreading {
+            annotation: key,
+            value,
+            expected,
+        });
+    }
+    found
 }
 
 /// `timestamp` without its fraction of a second.
@@ -200,7 +334,10 @@ fn add(timestamp: Timestamp, duration: Duration) -> Timestamp {
 ///   drain_timeout`, blocker and `drained_at` cleared (the last error stays until the node
 ///   drains). **Resume:** on a record already mid-drain (queued, cordoned, evicting or blocked)
 ///   that has a deadline, `Start` changes nothing, so a restarted or failed-over drainer keeps
-///   the original deadline and attempt count. A `Drained` record is also left as it is: it stays
+///   the original deadline and attempt count. A record whose times rotor cannot have written
+///   ([`DrainRecord::implausible_times`]: a deadline past `now + drain_timeout`, a start in the
+///   future) is not resumed but starts a new attempt, so a hand-written year 9999 never
+///   switches the drain timeout off. A `Drained` record is also left as it is: it stays
 ///   drained while the taint is there. A `Failed` record starts a new attempt (whoever calls
 ///   `Start` has checked the back-off, as [`crate::fleet::choose_nodes_to_start`] does).
 /// - `Retry` is `Start` after a failure: a new attempt with a new deadline (and, like `Start`, a
@@ -217,8 +354,7 @@ pub fn apply(record: &DrainRecord, transition: Transition) -> DrainRecord {
     let mut next = record.clone();
     match transition {
         Transition::Start { now, drain_timeout } | Transition::Retry { now, drain_timeout } => {
-            let resuming = record.is_active() && record.deadline.is_some();
-            if resuming || record.phase == Some(DrainPhase::Drained) {
+            if record.resumes(now, drain_timeout) || record.phase == Some(DrainPhase::Drained) {
                 return next;
             }
             let now = whole_seconds(now);
@@ -374,6 +510,110 @@ mod tests {
         assert_eq!(DrainRecord::from_annotations(None), DrainRecord::cleared());
         let huge = annotations(&[("rotor.dev/attempts", "99999999999999999999")]);
         assert_eq!(DrainRecord::from_annotations(Some(&huge)).attempts, 0);
+    }
+
+    #[test]
+    fn misreadings_name_each_unusable_value_shortened() {
+        let now = ts("2025-03-01T10:00:00Z");
+        let huge = "x".repeat(200 * 1024);
+        let a = annotations(&[
+            ("rotor.dev/phase", huge.as_str()),
+            ("rotor.dev/started-at", "12345"),
+            ("rotor.dev/deadline", r#"{"at":"2025-03-01T11:00:00Z"}"#),
+            ("rotor.dev/attempts", "-3"),
+            ("rotor.dev/cordoned-by-rotor", "yes"),
+            ("rotor.dev/drained-at", "9999-12-30T00:00:00Z"),
+            ("rotor.dev/last-error", "12345"),
+        ]);
+        let found = misreadings(Some(&a), now, HOUR);
+        let keys: Vec<&str> = found.iter().map(|m| m.annotation).collect();
+        assert_eq!(
+            keys,
+            [
+                "rotor.dev/phase",
+                "rotor.dev/started-at",
+                "rotor.dev/deadline",
+                "rotor.dev/attempts",
+                "rotor.dev/cordoned-by-rotor",
+                "rotor.dev/drained-at",
+            ]
+        );
+        let phase = found[0].to_string();
+        assert!(phase.len() < 200, "{phase}");
+        assert!(
+            phase.contains("(204800 bytes)") && phase.contains("a drain phase"),
+            "{phase}"
+        );
+        assert!(found[2].to_string().contains("RFC 3339"), "{}", found[2]);
+        assert!(found[5].to_string().contains("in the past"), "{}", found[5]);
+        // A record rotor wrote reads clean; free text is never misread.
+        let written = started().to_annotations();
+        let written: BTreeMap<String, String> = written
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_owned(), v?)))
+            .collect();
+        assert_eq!(misreadings(Some(&written), now, HOUR), []);
+        assert_eq!(misreadings(None, now, HOUR), []);
+    }
+
+    #[test]
+    fn times_rotor_cannot_have_written_are_not_acted_on() {
+        let now = ts("2025-03-01T10:30:00Z");
+        let start = Transition::Start {
+            now,
+            drain_timeout: HOUR,
+        };
+        // Mid-drain with a deadline in year 9999, or a start in the future: a new attempt with
+        // a real deadline, not a resume that never times out.
+        for (key, value) in [
+            (DEADLINE_ANNOTATION, "9999-12-30T00:00:00Z"),
+            (STARTED_AT_ANNOTATION, "9999-12-30T00:00:00Z"),
+        ] {
+            let mut record = apply(&started(), Transition::Evicting);
+            let at = Some(ts(value));
+            match key {
+                DEADLINE_ANNOTATION => record.deadline = at,
+                _ => record.started_at = at,
+            }
+            assert_eq!(record.implausible_times(now, HOUR), [key]);
+            assert!(!record.resumes(now, HOUR));
+            let next = apply(&record, start.clone());
+            assert_eq!(next.phase, Some(DrainPhase::Queued));
+            assert_eq!(next.attempts, 2);
+            assert_eq!(next.deadline, Some(ts("2025-03-01T11:30:00Z")));
+            assert!(next.implausible_times(now, HOUR).is_empty());
+        }
+        // A deadline up to the drain timeout (and the clock skew) ahead is rotor's: resumed.
+        let mut record = apply(&started(), Transition::Evicting);
+        record.deadline = Some(ts("2025-03-01T11:34:00Z"));
+        assert!(record.resumes(now, HOUR));
+        assert_eq!(apply(&record, start), record);
+        // A deadline long past is taken as it is: the drain fails at once, then retries.
+        record.deadline = Some(ts("1970-01-01T00:00:00Z"));
+        assert!(record.resumes(now, HOUR));
+
+        // Failed in year 9999: no back-off until then, a retry now.
+        let failed = DrainRecord {
+            phase: Some(DrainPhase::Failed),
+            attempts: 1,
+            deadline: Some(ts("9999-12-30T00:00:00Z")),
+            ..DrainRecord::default()
+        };
+        assert_eq!(failed.backing_off_until(now, retry_backoff), None);
+        assert_eq!(
+            begin_check(Intent::Start, &failed, now, retry_backoff),
+            None
+        );
+        assert_eq!(failed.implausible_times(now, HOUR), [DEADLINE_ANNOTATION]);
+        // Failed a minute ahead of this clock (another replica's): within the skew, backs off.
+        let skewed = DrainRecord {
+            deadline: Some(ts("2025-03-01T10:31:00Z")),
+            ..failed
+        };
+        assert_eq!(
+            skewed.backing_off_until(now, retry_backoff),
+            Some(ts("2025-03-01T10:32:00Z"))
+        );
     }
 
     #[test]

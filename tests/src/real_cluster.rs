@@ -444,8 +444,10 @@ impl RealCluster {
 
     /// Stops the component `name` (`kube-apiserver`, `etcd`, ...) and starts it again with the
     /// same flags, ports and data, as a rolling upgrade of the control plane (`graceful`:
-    /// SIGTERM, then waiting for it to exit) or a crash (SIGKILL) would. Returns once the API
-    /// server answers `/readyz` again, with how long it was unavailable.
+    /// SIGTERM, and SIGKILL if it has not exited within 5 s: kube-apiserver would otherwise wait
+    /// out its in-flight requests for up to a minute, its port already closed) or a crash
+    /// (SIGKILL) would. Returns once the API server answers `/readyz` again, with how long that
+    /// took.
     pub fn restart(&mut self, name: &str, graceful: bool) -> Duration {
         let at = self
             .components
@@ -457,7 +459,7 @@ impl RealCluster {
         if graceful {
             // SAFETY: kill(2) on our own child's pid, which stays ours until it is waited for.
             unsafe { libc::kill(old.id() as libc::pid_t, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(60);
+            let deadline = Instant::now() + Duration::from_secs(5);
             while matches!(old.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
             }

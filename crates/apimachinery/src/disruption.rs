@@ -1,10 +1,9 @@
-//! Which pods a PodDisruptionBudget covers (policy/v1). Two readers of the same selector differ,
-//! and both are written here once:
-//! - the disruption controller, which counts the pods for the budget's status: a null selector
-//!   covers no pod, an empty one (`{}`) every pod of the budget's namespace;
-//! - the Eviction API, which consults the budgets covering a pod before it lets the pod go: it
-//!   skips empty selectors ("it should match nothing, not everything"), so a budget with `{}`
-//!   reports a status but never refuses an eviction.
+//! Which pods a PodDisruptionBudget covers (policy/v1), as the disruption controller (counting
+//! the pods for the budget's status) and the Eviction API (consulting the budgets covering a pod
+//! before it lets the pod go) both read the selector: a null selector covers no pod, an empty one
+//! (`{}`) every pod of the budget's namespace. (Releases that still served policy/v1beta1 had the
+//! Eviction API skip empty selectors; the 1.36 API server refuses an eviction under a `{}` budget
+//! with 429, as `tests/tests/real_hostile.rs` shows.)
 //!
 //! A budget covers only pods of its own namespace; an invalid selector covers nothing.
 
@@ -15,18 +14,11 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::labels::LabelSelector;
 
-/// Who reads a budget's selector (see the module header).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SelectorReader {
-    DisruptionController,
-    Eviction,
-}
-
-/// The budget's selector as `reader` reads it; `None` when it covers no pod at all.
-pub fn budget_selector(pdb: &PodDisruptionBudget, reader: SelectorReader) -> Option<LabelSelector> {
+/// The budget's selector; `None` when it covers no pod at all.
+pub fn budget_selector(pdb: &PodDisruptionBudget) -> Option<LabelSelector> {
     let selector = pdb.spec.as_ref().and_then(|spec| spec.selector.as_ref());
     let selector = LabelSelector::from_k8s(selector).ok()?;
-    if selector.is_nothing() || (reader == SelectorReader::Eviction && selector.is_empty()) {
+    if selector.is_nothing() {
         return None;
     }
     Some(selector)
@@ -47,7 +39,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use SelectorReader::{DisruptionController, Eviction};
 
     fn pod(namespace: &str, app: &str) -> Pod {
         serde_json::from_value(json!({
@@ -71,8 +62,8 @@ mod tests {
         }
     }
 
-    fn covers(pdb: &PodDisruptionBudget, reader: SelectorReader, pod: &Pod) -> bool {
-        budget_selector(pdb, reader).is_some_and(|s| budget_covers(pdb, &s, pod))
+    fn covers(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
+        budget_selector(pdb).is_some_and(|s| budget_covers(pdb, &s, pod))
     }
 
     /// The shared case table (`tests/cases/semantics.json`), which rotor-sim and the real control
@@ -98,10 +89,12 @@ mod tests {
                 "spec": {"selector": case["selector"], "minAvailable": 0}
             }))
             .unwrap();
-            for (reader, field) in [(DisruptionController, "controller"), (Eviction, "eviction")] {
+            // The two readers agree; the table keeps a column for each, which the real control
+            // plane answers.
+            for field in ["controller", "eviction"] {
                 let mut covered: Vec<&str> = pods
                     .iter()
-                    .filter(|p| covers(&budget, reader, p))
+                    .filter(|p| covers(&budget, p))
                     .map(|p| p.metadata.name.as_deref().unwrap())
                     .collect();
                 covered.sort();
@@ -117,7 +110,7 @@ mod tests {
     }
 
     #[test]
-    fn each_reader_sees_the_selector_as_kubernetes_does() {
+    fn the_selector_is_read_as_kubernetes_reads_it() {
         let web = || {
             Some(K8sSelector {
                 match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
@@ -132,24 +125,23 @@ mod tests {
                 values: Some(vec!["web".into()]),
             }]),
         });
-        // (budget selector, pod namespace, pod app, covered for the controller, for eviction)
+        // (budget selector, pod namespace, pod app, covered)
         let cases = [
-            (web(), "shop", "web", true, true),
-            (web(), "shop", "api", false, false),
-            (web(), "other", "web", false, false),
-            (not_web.clone(), "shop", "api", true, true),
-            (not_web, "shop", "web", false, false),
-            (Some(K8sSelector::default()), "shop", "web", true, false),
-            (None, "shop", "web", false, false),
+            (web(), "shop", "web", true),
+            (web(), "shop", "api", false),
+            (web(), "other", "web", false),
+            (not_web.clone(), "shop", "api", true),
+            (not_web, "shop", "web", false),
+            // Empty: every pod of the namespace, for the Eviction API too.
+            (Some(K8sSelector::default()), "shop", "web", true),
+            (Some(K8sSelector::default()), "other", "web", false),
+            (None, "shop", "web", false),
         ];
-        for (selector, namespace, app, controller, eviction) in cases {
+        for (selector, namespace, app, covered) in cases {
             let (budget, pod) = (pdb(selector), pod(namespace, app));
             assert_eq!(
-                (
-                    covers(&budget, DisruptionController, &pod),
-                    covers(&budget, Eviction, &pod)
-                ),
-                (controller, eviction),
+                covers(&budget, &pod),
+                covered,
                 "{:?} over {namespace}/{app}",
                 budget.spec.as_ref().unwrap().selector
             );

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use rotor_apimachinery::disruption::{SelectorReader, budget_selector};
+use rotor_apimachinery::disruption::budget_selector;
 use rotor_apimachinery::labels::LabelSelector;
 
 /// A PodDisruptionBudget's identity, shown as `namespace/name`: the key of every per-budget
@@ -47,11 +47,11 @@ pub(crate) struct BudgetView<'a> {
 }
 
 /// The budgets the eviction API would consult for a pod: same namespace, selector valid and not
-/// empty (an empty or null selector matches no pod in policy/v1 eviction).
+/// null (an empty selector covers every pod of the namespace, a null one none).
 pub(crate) fn budget_views(pdbs: &[PodDisruptionBudget]) -> Vec<BudgetView<'_>> {
     pdbs.iter()
         .filter_map(|pdb| {
-            let selector = budget_selector(pdb, SelectorReader::Eviction)?;
+            let selector = budget_selector(pdb)?;
             Some(BudgetView {
                 key: BudgetKey::of(pdb),
                 namespace: pdb.metadata.namespace.as_deref().unwrap_or_default(),

@@ -9,7 +9,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rotor_sim::cluster::objects::{
     SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, annotation_duration, is_daemon, is_mirror, terminal,
 };
-use rotor_sim::cluster::pdb::{covers, eviction_selector};
+use rotor_sim::cluster::pdb::{covers, selector};
 use rotor_sim::scenario::Scenario;
 use serde_json::Value;
 
@@ -95,8 +95,8 @@ impl Snapshot {
                     status.map_or(0, |s| i64::from(s.disruptions_allowed)),
                 ),
             );
-            let selector = eviction_selector(&pdb);
-            covering.push((pdb, selector));
+            let sel = selector(&pdb);
+            covering.push((pdb, sel));
         }
         let pods = sim.get("/api/v1/pods")?;
         let default_shutdown = scenario.timing.pod_shutdown;

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use rotor_apimachinery::disruption::{SelectorReader, budget_covers, budget_selector};
+use rotor_apimachinery::disruption::{budget_covers, budget_selector};
 use rotor_apimachinery::labels::LabelSelector;
 
 use super::objects::{pod_ready, terminating};
@@ -17,14 +17,9 @@ use super::objects::{pod_ready, terminating};
 /// How long an evicted pod that has not started terminating is kept out of the healthy count.
 pub const DISRUPTED_POD_TIMEOUT_SECS: i64 = 120;
 
-/// The budget's selector as the disruption controller reads it.
+/// The budget's selector, as the disruption controller and the eviction subresource read it.
 pub fn selector(pdb: &PodDisruptionBudget) -> Option<LabelSelector> {
-    budget_selector(pdb, SelectorReader::DisruptionController)
-}
-
-/// The budget's selector as the eviction subresource reads it (empty selectors skipped).
-pub fn eviction_selector(pdb: &PodDisruptionBudget) -> Option<LabelSelector> {
-    budget_selector(pdb, SelectorReader::Eviction)
+    budget_selector(pdb)
 }
 
 pub fn covers(pdb: &PodDisruptionBudget, sel: Option<&LabelSelector>, pod: &Pod) -> bool {

@@ -56,26 +56,13 @@ impl Cluster {
         }
     }
 
-    /// Budgets in the pod's namespace whose selector covers it, as the disruption controller
-    /// counts them.
+    /// Budgets in the pod's namespace whose selector covers it: those the disruption controller
+    /// counts it for, and those the eviction subresource consults before letting it go.
     pub fn budgets_covering(&self, pod: &Pod) -> Vec<Arc<PodDisruptionBudget>> {
-        self.budgets_in_namespace_covering(pod, selector)
-    }
-
-    /// Budgets the eviction subresource consults for the pod (empty selectors excluded).
-    pub fn budgets_guarding_eviction(&self, pod: &Pod) -> Vec<Arc<PodDisruptionBudget>> {
-        self.budgets_in_namespace_covering(pod, pdb::eviction_selector)
-    }
-
-    fn budgets_in_namespace_covering(
-        &self,
-        pod: &Pod,
-        sel: fn(&PodDisruptionBudget) -> Option<rotor_apimachinery::labels::LabelSelector>,
-    ) -> Vec<Arc<PodDisruptionBudget>> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("");
         self.pdbs
             .range(Some(ns), None)
-            .filter(|(_, b)| covers(b, sel(b).as_ref(), pod))
+            .filter(|(_, b)| covers(b, selector(b).as_ref(), pod))
             .map(|(_, b)| b.clone())
             .collect()
     }
@@ -200,7 +187,7 @@ impl Cluster {
             self.delete_pod(ns, name, &opts, Removal::Eviction, now)?;
             return Ok(success_status(201));
         }
-        let budgets = self.budgets_guarding_eviction(&pod);
+        let budgets = self.budgets_covering(&pod);
         if budgets.len() > 1 {
             self.stats.count_eviction("multiple-pdbs");
             // Returned by eviction.go as a bare Status: code 500, this message, no reason.

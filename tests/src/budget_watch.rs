@@ -68,6 +68,16 @@ struct Judge {
 }
 
 impl Judge {
+    fn new(budgets: Vec<WatchedBudget>) -> Judge {
+        let n = budgets.len();
+        Judge {
+            budgets,
+            armed: vec![false; n],
+            lowest: vec![None; n],
+            ..Judge::default()
+        }
+    }
+
     fn apply(&mut self, event: &Value) {
         self.events += 1;
         let kind = event["type"].as_str().unwrap_or_default();
@@ -199,13 +209,7 @@ impl BudgetWatch {
             .stderr(Stdio::null());
         die_with_parent(&mut cmd);
         let mut child = cmd.spawn().expect("kubectl get pods --watch starts");
-        let n = budgets.len();
-        let judge = Arc::new(Mutex::new(Judge {
-            budgets,
-            armed: vec![false; n],
-            lowest: vec![None; n],
-            ..Judge::default()
-        }));
+        let judge = Arc::new(Mutex::new(Judge::new(budgets)));
         let stdout = child.stdout.take().expect("piped stdout");
         let sink = judge.clone();
         let reader = std::thread::spawn(move || {
@@ -233,13 +237,7 @@ impl BudgetWatch {
         use k8s_openapi::api::core::v1::Pod;
         use kube::runtime::{WatchStreamExt, watcher};
 
-        let n = budgets.len();
-        let judge = Arc::new(Mutex::new(Judge {
-            budgets,
-            armed: vec![false; n],
-            lowest: vec![None; n],
-            ..Judge::default()
-        }));
+        let judge = Arc::new(Mutex::new(Judge::new(budgets)));
         let stop = tokio_util::sync::CancellationToken::new();
         let kubeconfig = kubeconfig.to_path_buf();
         let (sink, stopped) = (judge.clone(), stop.clone());
@@ -368,12 +366,7 @@ mod tests {
     }
 
     fn judge(min: usize) -> Judge {
-        Judge {
-            budgets: vec![WatchedBudget::app("shop", "web", min)],
-            armed: vec![false],
-            lowest: vec![None],
-            ..Judge::default()
-        }
+        Judge::new(vec![WatchedBudget::app("shop", "web", min)])
     }
 
     #[test]

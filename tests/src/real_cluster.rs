@@ -160,6 +160,15 @@ impl FakeNode {
         }
     }
 
+    /// [`FakeNode::new`] with a kubelet a minor version behind the control plane's (1.35 to its
+    /// 1.36): what the `kubernetes` provider finds out of date, and what the tests rotate.
+    pub fn behind(name: &str) -> FakeNode {
+        FakeNode {
+            kubelet_version: "v1.35.2".into(),
+            ..FakeNode::new(name)
+        }
+    }
+
     fn to_json(&self) -> Value {
         let mut labels = json!({
             "kubernetes.io/hostname": self.name,
@@ -917,7 +926,7 @@ current-context: {user}
     }
 }
 
-/// Whether a Node (as JSON) has condition Ready=True.
+/// Whether a Node or a Pod (as JSON) has condition Ready=True.
 pub fn is_ready(node: &Value) -> bool {
     node["status"]["conditions"]
         .as_array()

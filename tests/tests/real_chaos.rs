@@ -233,13 +233,7 @@ fn ready_pods(cluster: &RealCluster) -> usize {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|p| {
-            p["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
+        .filter(|p| rotor_e2e::real_cluster::is_ready(p))
         .count()
 }
 
@@ -302,15 +296,7 @@ fn run(plan: Plan) {
     });
     cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
     let old: Vec<String> = (1..=plan.nodes).map(|i| format!("old-{i}")).collect();
-    cluster.add_nodes(
-        &old.iter()
-            .map(|n| {
-                let mut node = FakeNode::new(n);
-                node.kubelet_version = "v1.35.2".into();
-                node
-            })
-            .collect::<Vec<_>>(),
-    );
+    cluster.add_nodes(&old.iter().map(|n| FakeNode::behind(n)).collect::<Vec<_>>());
     let (yaml, budgets, expected) = workload();
     cluster.apply(&yaml);
     wait_until("the workload to be Ready", Duration::from_secs(300), || {

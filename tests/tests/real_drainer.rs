@@ -16,7 +16,7 @@ use rotor_e2e::{
 };
 use serde_json::Value;
 
-use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;
+use rotor_e2e::real_cluster::{ROTOR_NAMESPACE as NS, is_ready};
 const DRAINER: &str = "system:serviceaccount:rotor-system:rotor-drainer";
 const WAIT: Duration = Duration::from_secs(180);
 
@@ -56,14 +56,7 @@ impl Shop {
         let cluster = RealCluster::start();
         cluster.apply_kustomize_ok(overlay);
         let old: Vec<String> = (1..=old).map(|i| format!("old-{i}")).collect();
-        let nodes: Vec<FakeNode> = old
-            .iter()
-            .map(|n| {
-                let mut node = FakeNode::new(n);
-                node.kubelet_version = "v1.35.2".into();
-                node
-            })
-            .collect();
+        let nodes: Vec<FakeNode> = old.iter().map(|n| FakeNode::behind(n)).collect();
         cluster.add_nodes(&nodes);
         let shop = std::fs::read_to_string(workspace_root().join("tests/manifests/shop.yaml"))
             .expect("read shop.yaml");
@@ -102,14 +95,7 @@ fn ready_pods(cluster: &RealCluster, ns: &str) -> usize {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|p| {
-            p["metadata"]["deletionTimestamp"].is_null()
-                && p["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && is_ready(p))
         .count()
 }
 

@@ -121,8 +121,7 @@ fn the_chart_installs_upgrades_and_rotor_drains_under_its_rbac() {
 
     // 3. A rotation under the chart's RBAC: one node with a two-replica and a one-replica
     // Deployment, drained onto a new node.
-    let mut old = FakeNode::new("old-1");
-    old.kubelet_version = "v1.35.2".into();
+    let old = FakeNode::behind("old-1");
     cluster.add_nodes(&[old]);
     cluster.apply(&format!(
         "{}---\n{}",
@@ -136,13 +135,7 @@ fn the_chart_installs_upgrades_and_rotor_drains_under_its_rbac() {
             .into_iter()
             .flatten()
             .filter(|p| p["spec"]["nodeName"] == "old-1")
-            .filter(|p| {
-                p["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
+            .filter(|p| rotor_e2e::real_cluster::is_ready(p))
             .count();
         (ready == 3).then_some(())
     });

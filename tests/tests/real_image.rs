@@ -330,8 +330,7 @@ fn the_images_drainer_drains_a_node_and_its_selector_plans_on_a_real_control_pla
     let cluster = RealCluster::start();
     cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
     cluster.stop_shipped_drainer();
-    let mut old = FakeNode::new("old-1");
-    old.kubelet_version = "v1.35.2".into();
+    let old = FakeNode::behind("old-1");
     cluster.add_nodes(&[old]);
     let labels = json!({"app": "web"});
     cluster.apply(
@@ -411,8 +410,7 @@ fn the_images_drainer_drains_a_node_and_its_selector_plans_on_a_real_control_pla
     assert_eq!(cluster.refusals(&user, 0), Vec::<String>::new());
 
     // The selector of the image plans (a dry run) for a node whose kubelet is behind.
-    let mut behind = FakeNode::new("behind-1");
-    behind.kubelet_version = "v1.35.2".into();
+    let behind = FakeNode::behind("behind-1");
     cluster.add_nodes(&[behind]);
     let out = cluster.run_rotor_selector_with(
         &["--provider", "kubernetes", "--dry-run"],

@@ -203,8 +203,7 @@ fn given_skewed_clocks_and_a_paused_leader_then_no_two_replicas_ever_act_at_once
     let cluster = RealCluster::start();
     cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
     cluster.stop_shipped_drainer();
-    let mut old = FakeNode::new("old-1");
-    old.kubelet_version = "v1.35.2".into();
+    let old = FakeNode::behind("old-1");
     cluster.add_nodes(&[old]);
     // Four replicas whose budget allows no eviction until the test relaxes it.
     cluster.apply(&format!(
@@ -218,13 +217,7 @@ fn given_skewed_clocks_and_a_paused_leader_then_no_two_replicas_ever_act_at_once
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|p| {
-                p["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
+            .filter(|p| rotor_e2e::real_cluster::is_ready(p))
             .count();
         (ready == 4).then_some(())
     });

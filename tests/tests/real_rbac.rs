@@ -71,8 +71,7 @@ fn names(text: &str, resource: &str) -> bool {
 /// fit and the surge times out, and the restarted Deployment's new pod stays Pending.
 fn node_with_a_pod(cluster: &RealCluster, n: usize) -> String {
     let node = format!("case-{n}");
-    let mut fake = FakeNode::new(&node);
-    fake.kubelet_version = "v1.35.2".into();
+    let fake = FakeNode::behind(&node);
     cluster.add_nodes(&[fake]);
     let labels = json!({"case": n.to_string()});
     cluster.apply(
@@ -206,8 +205,7 @@ fn removing_any_one_rule_of_the_selectors_role_makes_its_run_fail_naming_it() {
         apply_role(&cluster, &without_rule(&role, i));
         std::thread::sleep(Duration::from_secs(2));
         // A node behind the server, so that the run has something to taint and record.
-        let mut fake = FakeNode::new(&format!("behind-{i}"));
-        fake.kubelet_version = "v1.35.2".into();
+        let fake = FakeNode::behind(&format!("behind-{i}"));
         cluster.add_nodes(&[fake]);
         let from = cluster.audit_by(user).len();
         let out =

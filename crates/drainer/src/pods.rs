@@ -1193,19 +1193,13 @@ mod tests {
     }
 
     #[test]
-    fn budgets_that_eviction_ignores_do_not_count() {
-        let pdbs = [
-            pdb(
-                "web",
-                json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
-                status(3, 1),
-            ),
-            // Empty selector: policy/v1 eviction skips it.
-            pdb(
-                "everything",
-                json!({"maxUnavailable": 0, "selector": {}}),
-                status(3, 0),
-            ),
+    fn budgets_that_eviction_ignores_do_not_count_but_an_empty_selector_covers_every_pod() {
+        let web = pdb(
+            "web",
+            json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
+            status(3, 1),
+        );
+        let ignored = [
             // No selector at all.
             pdb("nothing", json!({"maxUnavailable": 0}), status(0, 0)),
             // Invalid selector: the API server skips it.
@@ -1222,7 +1216,11 @@ mod tests {
             status(3, 0),
         );
         other_ns.metadata.namespace = Some("elsewhere".into());
-        let all: Vec<_> = pdbs.into_iter().chain([other_ns]).collect();
+        let all: Vec<_> = [web.clone()]
+            .into_iter()
+            .chain(ignored)
+            .chain([other_ns])
+            .collect();
         let plan = plan_node(
             &[pod("web-1", json!({}))],
             &all,
@@ -1231,6 +1229,25 @@ mod tests {
         );
         assert!(plan.blockers.is_empty(), "{:?}", plan.blockers);
         assert_eq!(evict_names(&plan), ["web-1"]);
+
+        // Empty selector: every pod of the namespace, as the Eviction API applies it.
+        let everything = pdb(
+            "everything",
+            json!({"maxUnavailable": 0, "selector": {}}),
+            status(3, 0),
+        );
+        let plan = plan_node(
+            &[pod("web-1", json!({}))],
+            &[web, everything],
+            &taint(),
+            &DrainOptions::default(),
+        );
+        assert!(evict_names(&plan).is_empty(), "{plan:?}");
+        assert!(
+            format!("{:?}", plan.blockers).contains("everything"),
+            "{:?}",
+            plan.blockers
+        );
     }
 
     #[test]

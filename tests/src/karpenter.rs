@@ -45,8 +45,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// entry for the pinned module, if it has been built.
 pub fn karpenter_bin() -> PathBuf {
     let how = "build it with `tools/karpenter/build.sh` (Go >= 1.26.6 and the Go module proxy; \
-               a few minutes cold on 2 cores, seconds once cached), or point ROTOR_KARPENTER_BIN \
-               at a directory holding karpenter-kwok and crds/";
+               about 11 minutes cold on 2 cores, a second once cached), or point \
+               ROTOR_KARPENTER_BIN at a directory holding karpenter-kwok and crds/";
     let dir = match std::env::var_os("ROTOR_KARPENTER_BIN") {
         Some(dir) => PathBuf::from(dir),
         None => built_by("tools/karpenter/build.sh").unwrap_or_else(|| {

@@ -20,7 +20,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rotor_e2e::karpenter::{Karpenter, KarpenterOptions, Workload};
+use rotor_e2e::karpenter::{Karpenter, KarpenterOptions, Workload, karpenter_bin};
 use rotor_e2e::real_cluster::ROTOR_NAMESPACE;
 use rotor_e2e::{BudgetWatch, RealCluster, WatchedBudget, wait_until};
 use serde_json::Value;
@@ -131,6 +131,8 @@ fn phase(cluster: &RealCluster, node: &str) -> Option<String> {
 #[ignore = "on demand: needs tools/build.sh and tools/karpenter/build.sh; takes minutes"]
 fn karpenter_provisions_for_pending_pods_and_its_drift_replaces_every_node_within_the_budget() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Before the control plane starts: without Karpenter, say so at once.
+    karpenter_bin();
     let cluster = RealCluster::start();
     let mut karpenter = Karpenter::start(&cluster, KarpenterOptions::default());
 
@@ -185,6 +187,8 @@ fn karpenter_provisions_for_pending_pods_and_its_drift_replaces_every_node_withi
 #[ignore = "on demand: needs tools/build.sh and tools/karpenter/build.sh; takes minutes"]
 fn with_drift_disabled_rotor_drains_every_node_and_karpenter_provisions_the_replacements() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Before the control plane starts: without Karpenter, say so at once.
+    karpenter_bin();
     let cluster = RealCluster::start();
     // rotor's RBAC from deploy/; the shipped drainer scaled to zero before Karpenter starts
     // (its pod would be pending, and Karpenter would launch a node for it).

@@ -61,6 +61,7 @@ pub mod fault_proxy;
 pub mod health_peers;
 pub mod helm;
 pub mod image;
+pub mod karpenter;
 pub mod manifests;
 pub mod moto;
 pub mod real_cluster;

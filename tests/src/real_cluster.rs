@@ -135,7 +135,7 @@ impl Default for RealClusterOptions {
 }
 
 /// One fake node for [`RealCluster::add_nodes`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FakeNode {
     pub name: String,
     pub labels: Value,
@@ -169,7 +169,8 @@ impl FakeNode {
         }
     }
 
-    fn to_json(&self) -> Value {
+    /// The Node object as [`RealCluster::add_nodes`] creates it.
+    pub fn to_json(&self) -> Value {
         let mut labels = json!({
             "kubernetes.io/hostname": self.name,
             "kubernetes.io/os": "linux",

@@ -1,6 +1,7 @@
-//! rotor against the kubectl loop: for each concurrency, each contestant on a fresh simulator,
-//! every node tainted at t=0, the drains timed by the node watch; the table, the ratios against
-//! the loop and the lower bound.
+//! rotor against the kubectl loop: for each backend, concurrency and run, each contestant on a
+//! fresh cluster, every node tainted at t=0, the drains timed by the benchmark's record; the
+//! table, the ratios against the loop and the lower bound, the timeline pictures, and the
+//! figures of both backends side by side.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
@@ -8,24 +9,24 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, ensure};
+use anyhow::{Context, anyhow, bail, ensure};
 use rotor_e2e::{kubectl_command, run_with_timeout};
 use rotor_sim::scenario::Scenario;
 use tokio::runtime::Handle;
 
+use crate::cluster::{Backend, BenchCluster};
 use crate::drainer::{Bins, Drainer};
 use crate::lower_bound::LowerBound;
-use crate::node_watch::NodeWatch;
-use crate::sim::{BenchSim, counts};
+use crate::recorder::Recorder;
+use crate::sim::BenchSim;
 use crate::snapshot::Snapshot;
-use crate::{Args, SETTLE_FLAG, secs, secs_f, verdict};
+use crate::summary::Table;
+use crate::timeline::Timeline;
+use crate::{Args, SETTLE_FLAG, secs, secs_f};
 
 /// The kubectl loop's per-node `--timeout`, and how long before a hung kubectl is killed.
 const KUBECTL_DRAIN_TIMEOUT: &str = "10m";
 const KUBECTL_KILL_AFTER: Duration = Duration::from_secs(11 * 60);
-/// Targets from issue 4.
-const TARGET_VS_KUBECTL: f64 = 0.7;
-const TARGET_VS_BOUND: f64 = 1.25;
 /// With `--surge`, at least this share fewer unschedulable pod-seconds than without.
 const SURGE_PENDING_CUT: f64 = 0.8;
 
@@ -60,137 +61,98 @@ pub fn compare(
     println!(
         "kubectl: C workers, each running kubectl drain N --ignore-daemonsets --delete-emptydir-data --force --timeout={KUBECTL_DRAIN_TIMEOUT} on the next node"
     );
-    for &c in &args.concurrency {
-        println!();
-        println!("-- concurrency C={c} --");
-        let rotor = if args.rotor {
-            Some(run_contestant(
-                Contestant::Rotor,
-                c,
-                args,
-                bins,
-                runtime,
-                &scenario,
-                &scratch.join(format!("rotor-c{c}")),
-            )?)
-        } else {
-            None
-        };
-        let surged = if args.rotor && args.surge {
-            Some(run_contestant(
-                Contestant::RotorSurge,
-                c,
-                args,
-                bins,
-                runtime,
-                &scenario,
-                &scratch.join(format!("rotor-surge-c{c}")),
-            )?)
-        } else {
-            None
-        };
-        let kubectl = if args.kubectl {
-            Some(run_contestant(
-                Contestant::Kubectl,
-                c,
-                args,
-                bins,
-                runtime,
-                &scenario,
-                &scratch.join(format!("kubectl-c{c}")),
-            )?)
-        } else {
-            None
-        };
-        let bound = rotor
-            .as_ref()
-            .or(kubectl.as_ref())
-            .map(|r| &r.bound)
-            .expect("at least one contestant ran");
-        bound.print(c, &scenario);
-        println!();
-        println!(
-            "{:<24} {:>10} {:>8} {:>11} {:>10} {:>10}  evictions by outcome",
-            "", "makespan", "drained", "budget viol", "requests", "req/node"
-        );
-        for r in rotor.iter().chain(surged.iter()).chain(kubectl.iter()) {
-            r.print_row();
-        }
-        if let Some(s) = &surged {
-            for n in &s.notes {
-                println!("  rotor --surge: {n}");
-            }
-        }
-        if let (Some(r), Some(s)) = (&rotor, &surged) {
-            surge_lines(c, r, s, summary);
-        }
-        if let Some(r) = &rotor {
-            for n in &r.notes {
-                println!("  rotor: {n}");
-            }
-        }
-        if let Some(k) = &kubectl {
-            for n in &k.notes {
-                println!("  kubectl: {n}");
-            }
-        }
-        let lb = bound.total(c);
-        if let (Some(r), Some(k)) = (&rotor, &kubectl) {
-            match (r.makespan, k.makespan) {
-                (Some(rm), Some(km)) => {
-                    let ratio = rm / km;
-                    let line = format!(
-                        "C={c}: rotor / kubectl loop makespan  {ratio:.2}  (target <= {TARGET_VS_KUBECTL:.2})  {}",
-                        verdict(ratio <= TARGET_VS_KUBECTL, ratio, TARGET_VS_KUBECTL)
-                    );
-                    println!("{line}");
-                    summary.push(line);
-                }
-                _ => {
-                    let line = format!(
-                        "C={c}: rotor / kubectl loop makespan  n/a: a run did not finish  MISS"
-                    );
-                    println!("{line}");
-                    summary.push(line);
-                }
-            }
-        }
-        if let Some(r) = &rotor {
-            let line = match r.makespan {
-                Some(rm) => {
-                    let ratio = rm / lb;
-                    format!(
-                        "C={c}: rotor / lower bound            {ratio:.2}  (target <= {TARGET_VS_BOUND:.2}; {} / {})  {}",
-                        secs_f(rm),
-                        secs_f(lb),
-                        verdict(ratio <= TARGET_VS_BOUND, ratio, TARGET_VS_BOUND)
-                    )
-                }
-                None => format!("C={c}: rotor / lower bound  n/a: rotor did not finish  MISS"),
-            };
-            println!("{line}");
-            summary.push(line);
-            if let Some(rm) = r.makespan {
-                let free = bound.without_gate(c);
-                let line = format!(
-                    "C={c}: rotor / bound without the gate {:.2}  (information; {} / {})",
-                    rm / free,
-                    secs_f(rm),
-                    secs_f(free)
+    println!(
+        "backends: {}; {} run(s) of each contestant, each on a fresh cluster",
+        args.backends
+            .iter()
+            .map(|b| b.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.runs
+    );
+    std::fs::create_dir_all(&args.pictures)?;
+    let mut table = Table::default();
+    for &backend in &args.backends {
+        for &c in &args.concurrency {
+            for run in 1..=args.runs {
+                println!();
+                println!("-- {} C={c} run {run} of {} --", backend.name(), args.runs);
+                let one = |who: Contestant, wanted: bool| -> anyhow::Result<Option<RunResult>> {
+                    if !wanted {
+                        return Ok(None);
+                    }
+                    let dir =
+                        scratch.join(format!("{}-{}-c{c}-run{run}", backend.slug(), who.slug()));
+                    run_contestant(who, backend, c, args, bins, runtime, &scenario, &dir).map(Some)
+                };
+                let rotor = one(Contestant::Rotor, args.rotor)?;
+                let surged = one(Contestant::RotorSurge, args.rotor && args.surge)?;
+                let kubectl = one(Contestant::Kubectl, args.kubectl)?;
+                let bound = rotor
+                    .as_ref()
+                    .or(kubectl.as_ref())
+                    .map(|r| &r.bound)
+                    .expect("at least one contestant ran");
+                bound.print(c, &scenario);
+                println!();
+                println!(
+                    "{:<24} {:>10} {:>8} {:>11} {:>10} {:>10}  evictions by outcome",
+                    "", "makespan", "drained", "budget viol", "requests", "req/node"
                 );
-                println!("{line}");
-                summary.push(line);
+                for r in rotor.iter().chain(surged.iter()).chain(kubectl.iter()) {
+                    r.print_row();
+                }
+                for (who, r) in [
+                    ("rotor", &rotor),
+                    ("rotor --surge", &surged),
+                    ("kubectl", &kubectl),
+                ] {
+                    for n in r.iter().flat_map(|r| &r.notes) {
+                        println!("  {who}: {n}");
+                    }
+                }
+                if let (Some(r), Some(s)) = (&rotor, &surged) {
+                    surge_lines(c, r, s, summary);
+                }
+                print_requests(rotor.as_ref(), kubectl.as_ref());
+                let picture = args
+                    .pictures
+                    .join(format!("{}-c{c}-run{run}.svg", backend.slug()));
+                let lanes: Vec<(&str, &RunResult)> = rotor
+                    .iter()
+                    .map(|r| ("rotor-drainer", r))
+                    .chain(surged.iter().map(|r| ("rotor-drainer --surge", r)))
+                    .chain(kubectl.iter().map(|r| ("kubectl drain loop", r)))
+                    .collect();
+                let title = format!(
+                    "{} on the {}, C={c}, run {run}",
+                    scenario_name(&args.scenario),
+                    backend.name()
+                );
+                std::fs::write(
+                    &picture,
+                    crate::timeline::render(
+                        &title,
+                        &lanes
+                            .iter()
+                            .map(|(l, r)| (*l, &r.timeline))
+                            .collect::<Vec<_>>(),
+                    ),
+                )
+                .with_context(|| format!("writing {}", picture.display()))?;
+                println!("timeline: {}", picture.display());
+                table.add(backend, c, rotor, kubectl);
             }
-            let line = format!(
-                "C={c}: rotor budget violations        {}  (target 0)  {}",
-                r.violations,
-                if r.violations == 0 { "PASS" } else { "MISS" }
-            );
-            summary.push(line);
         }
-        print_requests(rotor.as_ref(), kubectl.as_ref());
     }
+    table.print(args, summary);
     Ok(())
+}
+
+fn scenario_name(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// rotor with `--surge` against rotor without: the seconds workload pods spent unschedulable
@@ -236,23 +198,41 @@ enum Contestant {
     Kubectl,
 }
 
-struct RunResult {
+impl Contestant {
+    fn slug(self) -> &'static str {
+        match self {
+            Contestant::Rotor => "rotor",
+            Contestant::RotorSurge => "rotor-surge",
+            Contestant::Kubectl => "kubectl",
+        }
+    }
+}
+
+pub struct RunResult {
     label: String,
-    makespan: Option<f64>,
+    pub makespan: Option<f64>,
     drained: usize,
-    nodes: usize,
-    violations: u64,
+    pub nodes: usize,
+    pub violations: usize,
     requests: BTreeMap<String, u64>,
     evictions: BTreeMap<String, u64>,
     notes: Vec<String>,
-    bound: LowerBound,
-    /// Seconds workload pods spent unschedulable (placeholders left out).
+    pub bound: LowerBound,
+    /// Seconds workload pods spent Pending (placeholders left out), from the benchmark's record.
     pending_seconds: f64,
+    /// The mean number of pods a drain must evict per original node (DaemonSet and mirror pods
+    /// left out): the request target is this + 5.
+    pub evictable_per_node: f64,
+    pub timeline: Timeline,
 }
 
 impl RunResult {
-    fn requests_total(&self) -> u64 {
+    pub fn requests_total(&self) -> u64 {
         self.requests.values().sum()
+    }
+
+    pub fn requests_per_node(&self) -> f64 {
+        self.requests_total() as f64 / self.nodes.max(1) as f64
     }
 
     fn print_row(&self) {
@@ -270,7 +250,7 @@ impl RunResult {
             format!("{}/{}", self.drained, self.nodes),
             self.violations,
             self.requests_total(),
-            self.requests_total() as f64 / self.nodes.max(1) as f64,
+            self.requests_per_node(),
             evictions.join(", ")
         );
     }
@@ -303,9 +283,11 @@ fn print_requests(rotor: Option<&RunResult>, kubectl: Option<&RunResult>) {
     }
 }
 
-/// One contestant on a fresh simulator: set up, taint every node at t=0, drain, measure.
+/// One contestant on a fresh cluster: set up, taint every node at t=0, drain, measure.
+#[allow(clippy::too_many_arguments)]
 fn run_contestant(
     who: Contestant,
+    backend: Backend,
     c: usize,
     args: &Args,
     bins: &Bins,
@@ -326,11 +308,11 @@ fn run_contestant(
         Contestant::RotorSurge => format!("rotor --surge C={c}"),
         Contestant::Kubectl => format!("kubectl drain loop C={c}"),
     };
-    eprintln!("drain_bench: {label}: starting rotor-sim");
-    let sim = BenchSim::start(runtime, &args.scenario, dir, Duration::from_secs(120))?;
-    let snap = Snapshot::take(&sim, scenario)?;
-    let bound = LowerBound::derive(scenario, &snap)?;
-    let watch = NodeWatch::start(&sim, &snap.resource_version, None)?;
+    eprintln!("drain_bench: {label}: starting a fresh {}", backend.name());
+    let cluster = BenchCluster::start(backend, runtime, &args.scenario, scenario, dir)?;
+    let snap = Snapshot::take(&cluster, scenario)?;
+    let bound = LowerBound::derive(scenario, &snap, cluster.tick(scenario))?;
+    let recorder = Recorder::start(cluster.client(), cluster.runtime(), &snap.listed)?;
     let mut notes = Vec::new();
 
     // Before t=0: the contestant ready and idle, the counters zeroed.
@@ -344,23 +326,19 @@ fn run_contestant(
                 &max_unavailable,
             ];
             if who == Contestant::RotorSurge {
-                create_surge_class(&sim, dir)?;
+                cluster.create_surge_class(dir)?;
                 flags.push("--surge");
             }
-            let mut d = Drainer::run(&bins.drainer, &sim, dir, "rotor-system", &flags)?;
+            let mut d = cluster.start_drainer(bins, dir, &flags)?;
             d.wait_standing_by(Duration::from_secs(60))?;
-            // Leading, then its budget and node watches open (the monitor holds one node watch).
-            sim.wait_for_requests(
-                &[("watch nodes", 2), ("watch poddisruptionbudgets", 1)],
-                Duration::from_secs(60),
-            )?;
+            cluster.wait_drainer_watching(Duration::from_secs(60))?;
             std::thread::sleep(Duration::from_secs(1));
             Some(d)
         }
         Contestant::Kubectl => {
             // A script's earlier kubectl calls would have filled the discovery cache.
             let out = run_with_timeout(
-                kubectl_command(&sim.process).args(["get", "nodes"]),
+                cluster.kubectl().args(["get", "nodes"]),
                 Duration::from_secs(60),
             );
             ensure!(
@@ -371,13 +349,13 @@ fn run_contestant(
             None
         }
     };
-    sim.reset_stats()?;
+    cluster.reset_counters(&snap.budgets)?;
     let names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
     let deadline = Instant::now() + args.run_timeout;
 
     // t=0: every node gets the drain taint.
     let t0 = Instant::now();
-    sim.taint_all(
+    cluster.taint_all(
         snap.nodes
             .iter()
             .map(|n| (n.name.as_str(), n.taints.as_slice())),
@@ -390,21 +368,22 @@ fn run_contestant(
 
     let kubectl_done = match &mut drainer {
         Some(d) => {
-            wait_for_rotor(&label, d, &watch, &names, t0, deadline)?;
+            wait_for_rotor(&label, d, &recorder, &names, t0, deadline)?;
             HashMap::new()
         }
         None => {
-            let (done, failures) = kubectl_loop(&label, c, &sim, &watch, &names, t0, deadline);
+            let (done, failures) =
+                kubectl_loop(&label, c, &cluster, &recorder, &names, t0, deadline);
             notes.extend(failures);
             done
         }
     };
-    let stats = sim.stats()?;
+    let (counted, sim_stats) = cluster.counted(who != Contestant::Kubectl, names.len() as u64)?;
     let done: Vec<Option<Instant>> = names
         .iter()
         .map(|n| {
             let k = kubectl_done.get(n).copied();
-            let w = watch.done_at(n);
+            let w = recorder.done_at(n);
             match (k, w) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -436,29 +415,27 @@ fn run_contestant(
         ));
     }
     drop(drainer);
-
-    let mut requests = counts(&stats["requests"]);
-    // The benchmark's own taint patches are not the contestant's.
-    if let Some(n) = requests.get_mut("patch nodes") {
-        *n = n.saturating_sub(names.len() as u64);
-        if *n == 0 {
-            requests.remove("patch nodes");
-        }
-    }
-    let evictions = counts(&stats["evictions"]);
-    let violations = stats["budgetViolations"].as_u64().unwrap_or(0);
-    if violations > 0 {
-        let list = &stats["budgetViolationList"];
+    let record = recorder.record();
+    drop(recorder);
+    let timeline = Timeline::from_record(&record, &names, &kubectl_done, t0);
+    if !counted.violations.is_empty() {
         notes.push(format!(
             "budget violations: {}",
-            serde_json::to_string(list).unwrap_or_default()
+            counted.violations.join("; ")
         ));
     }
+    let pending_seconds = timeline.pending_seconds();
     notes.push(format!(
-        "unschedulable pod-seconds {:.0}, nodes launched {}, removed {}",
-        stats["unschedulablePodSeconds"].as_f64().unwrap_or(0.0),
-        stats["nodesLaunched"],
-        stats["nodesRemoved"]
+        "pending pod-seconds {pending_seconds:.0}{}, nodes launched {}, removed {}",
+        sim_stats
+            .as_ref()
+            .map(|s| format!(
+                " (the simulator's unschedulable pod-seconds {:.0})",
+                s["unschedulablePodSeconds"].as_f64().unwrap_or(0.0)
+            ))
+            .unwrap_or_default(),
+        counted.nodes_launched,
+        counted.nodes_removed
     ));
     eprintln!(
         "drain_bench: {label}: {}",
@@ -466,22 +443,29 @@ fn run_contestant(
             .map(|m| format!("makespan {m:.1} s"))
             .unwrap_or_else(|| "unfinished".into())
     );
+    let evictable: usize = snap.nodes.iter().map(|n| n.pods).sum();
     Ok(RunResult {
         label,
         makespan,
         drained,
         nodes: names.len(),
-        violations,
-        requests,
-        evictions,
+        violations: counted.violations.len(),
+        requests: counted.requests,
+        evictions: counted.evictions,
         notes,
         bound,
-        pending_seconds: stats["unschedulablePodSeconds"].as_f64().unwrap_or(0.0),
+        pending_seconds: match &sim_stats {
+            // The surge comparison keeps the simulator's own figure, as published before.
+            Some(s) => s["unschedulablePodSeconds"].as_f64().unwrap_or(0.0),
+            None => pending_seconds,
+        },
+        evictable_per_node: evictable as f64 / names.len().max(1) as f64,
+        timeline,
     })
 }
 
 /// The PriorityClass `deploy/` ships for `--surge`, created in the simulator.
-fn create_surge_class(sim: &BenchSim, dir: &Path) -> anyhow::Result<()> {
+pub fn create_surge_class(sim: &BenchSim, dir: &Path) -> anyhow::Result<()> {
     let path = dir.join("rotor-surge.json");
     let class = serde_json::json!({
         "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
@@ -506,7 +490,7 @@ fn create_surge_class(sim: &BenchSim, dir: &Path) -> anyhow::Result<()> {
 fn wait_for_rotor(
     label: &str,
     drainer: &mut Drainer,
-    watch: &NodeWatch,
+    watch: &Recorder,
     names: &[String],
     t0: Instant,
     deadline: Instant,
@@ -518,7 +502,7 @@ fn wait_for_rotor(
             return Ok(());
         }
         if let Some(e) = watch.ended() {
-            bail!("the benchmark's node watch ended: {e}");
+            bail!("the benchmark's watch ended: {e}");
         }
         if let Some(status) = drainer.exited() {
             bail!(
@@ -544,8 +528,8 @@ fn wait_for_rotor(
 fn kubectl_loop(
     label: &str,
     c: usize,
-    sim: &BenchSim,
-    watch: &NodeWatch,
+    cluster: &BenchCluster,
+    watch: &Recorder,
     names: &[String],
     t0: Instant,
     deadline: Instant,
@@ -562,7 +546,7 @@ fn kubectl_loop(
                         let Some(node) = queue.lock().expect("queue").pop_front() else {
                             break;
                         };
-                        let out = kubectl_drain(sim, &node);
+                        let out = kubectl_drain(cluster, &node);
                         if out.status.success() {
                             done.lock().expect("done").insert(node, Instant::now());
                         } else {
@@ -603,8 +587,8 @@ fn kubectl_loop(
     )
 }
 
-fn kubectl_drain(sim: &BenchSim, node: &str) -> std::process::Output {
-    let mut cmd = kubectl_command(&sim.process);
+fn kubectl_drain(cluster: &BenchCluster, node: &str) -> std::process::Output {
+    let mut cmd = cluster.kubectl();
     cmd.args([
         "drain",
         node,

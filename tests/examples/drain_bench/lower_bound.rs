@@ -81,6 +81,9 @@ pub struct LowerBound {
     node_costs: BTreeMap<String, usize>,
     t_cap: f64,
     budgets: Vec<BudgetBound>,
+    /// The simulator's control-loop tick; `None` on the real control plane, where
+    /// controllers act on watch events rather than on a tick.
+    tick: Option<Duration>,
 }
 
 /// One node as the gate bound sees it.
@@ -109,10 +112,21 @@ struct BudgetBound {
 }
 
 impl LowerBound {
-    pub fn derive(scenario: &Scenario, snap: &Snapshot) -> anyhow::Result<LowerBound> {
+    /// The bound on `scenario` as `snap` found it, for a backend whose controllers step every
+    /// `tick` (the simulator) or act on events (`None`: the real control plane, where a
+    /// Deployment's replacement is created as its pod is evicted, and the budget's cycle is
+    /// the start-up alone).
+    pub fn derive(
+        scenario: &Scenario,
+        snap: &Snapshot,
+        tick: Option<Duration>,
+    ) -> anyhow::Result<LowerBound> {
         let t = &scenario.timing;
         let settle = SETTLE.as_secs_f64();
-        let tick = t.tick.as_secs_f64();
+        let (tick_s, jitter) = match tick {
+            Some(d) => (d.as_secs_f64(), STEP_JITTER.as_secs_f64()),
+            None => (0.0, 0.0),
+        };
         let mut node_costs: BTreeMap<String, usize> = BTreeMap::new();
         let (mut node_sum, mut node_max) = (0.0f64, 0.0f64);
         let mut shortest_emptying = f64::INFINITY;
@@ -185,7 +199,7 @@ impl LowerBound {
                 WorkloadKind::StatefulSet => (t_cap.max(shutdown) + startup, shutdown + startup),
                 _ => (
                     t_cap + startup,
-                    whole_ticks(startup, tick) + tick - STEP_JITTER.as_secs_f64(),
+                    whole_ticks(startup, tick_s) + tick_s - jitter,
                 ),
             };
             let waves = (pods + allowed - 1) / allowed;
@@ -221,6 +235,7 @@ impl LowerBound {
             node_costs,
             t_cap,
             budgets,
+            tick,
         })
     }
 
@@ -328,6 +343,7 @@ impl LowerBound {
             };
             let cycle = match b.kind {
                 WorkloadKind::StatefulSet => "cycle shutdown + start-up".to_string(),
+                _ if self.tick.is_none() => "cycle start-up".to_string(),
                 _ => format!("cycle start-up + one tick - {} ms", STEP_JITTER.as_millis()),
             };
             println!(
@@ -353,10 +369,16 @@ impl LowerBound {
             secs_f(last_slack),
             secs_f(gated)
         );
+        let latency = match self.tick {
+            Some(tick) => format!(
+                "the tick (every {}) outside budget cycles and API latency",
+                secs(tick)
+            ),
+            None => "the controllers' reaction times and API latency".to_string(),
+        };
         println!(
-            "  ignores: the room the autoscaler adds after its first node, the tick (every {}) outside budget cycles and API latency, \
+            "  ignores: the room the autoscaler adds after its first node, {latency}, \
 nodes held by one budget while others wait, retiring drained nodes (scaleDownDelay {})",
-            secs(t.tick),
             secs(t.scale_down_delay)
         );
         println!(

@@ -1,14 +1,19 @@
-//! The drainer benchmark (issue 4, item 8): rotor-drainer against a loop of real `kubectl drain`
-//! at equal concurrency on the same simulated cluster, rotor against the scenario's lower bound,
-//! and rotor-drainer's memory and idle API traffic in a 5,000-node / 150,000-pod simulation.
+//! The drainer benchmark (issues 4 and 20): rotor-drainer against a loop of real `kubectl drain`
+//! at equal concurrency on the same cluster, rotor against the scenario's lower bound, on
+//! rotor-sim, on a real control plane, or both side by side; and rotor-drainer's memory and idle
+//! API traffic in a 5,000-node / 150,000-pod simulation.
 //!
 //! ```sh
 //! cargo build --release -p rotor-sim -p rotor-drainer --bins
 //! cargo run --release -p rotor-e2e --example drain_bench                      # C=1, then memory
 //! cargo run --release -p rotor-e2e --example drain_bench -- --concurrency 1,3 # C=1 and C=3
+//! tools/build.sh   # the real control plane, once
+//! cargo run --release -p rotor-e2e --example drain_bench -- --backend sim,real --concurrency 1,3 --runs 3 --skip-memory
 //! ```
 //!
-//! Flags: `--concurrency 1,3` (default 1), `--scenario FILE` (default
+//! Flags: `--concurrency 1,3` (default 1), `--backend sim|real|sim,real` (default sim), `--runs N`
+//! (default 1; the summary gives medians), `--pictures DIR` (the timeline SVGs; default
+//! `target/drain-bench-pictures`), `--scenario FILE` (default
 //! `examples/scenarios/bench-50.yaml`), `--scale-scenario FILE` (default
 //! `examples/scenarios/scale-5k.yaml`), `--only rotor|kubectl`, `--skip-compare`,
 //! `--skip-memory`, `--run-timeout SECONDS` (default 1200, per contestant),
@@ -19,43 +24,56 @@
 //! stderr, figures to stdout. A benchmark reports; it does not assert: targets missed are printed
 //! as MISS and the exit status stays 0 (it is non-zero only when something could not run).
 //!
-//! For each concurrency C and each contestant a fresh `rotor-sim serve` runs the scenario. Before
-//! t=0 the benchmark lists the nodes and pods (the lower bound's input) and opens one watch on
-//! nodes, which times every drain without any further request; then it zeroes the simulator's
-//! counters and, at t=0, adds the taint `rotor.dev/drain=manual:NoSchedule` to every node with
-//! one JSON patch each, sent in parallel. Then:
+//! For each backend, concurrency C, run and contestant a fresh cluster runs the scenario:
+//! `rotor-sim serve`, or a real control plane with kwok nodes ([`real`]: the scenario's nodes,
+//! workloads and budgets as real objects, its autoscaler rules played by [`real_autoscaler`]).
+//! Before t=0 the benchmark lists the nodes, pods and budgets (the lower bound's input) and
+//! opens a watch on each ([`recorder`]), which times every drain without any further request;
+//! then it zeroes the counters and, at t=0, adds the taint `rotor.dev/drain=manual:NoSchedule`
+//! to every node with one JSON patch each, sent in parallel. Then:
 //!
 //! - rotor: `rotor-drainer run --max-concurrent C --max-unavailable C --settle 1s`, started
-//!   before t=0 and idle (leading, watches open), as a Deployment would be; a node counts as
-//!   drained when the watch shows `rotor.dev/phase=drained` on it, or when it is gone (the
-//!   simulated autoscaler removes drained, empty nodes after `scaleDownDelay`);
+//!   before t=0 and idle (leading, watches open), as a Deployment would be (on the real control
+//!   plane as the shipped ServiceAccount, under the shipped RBAC); a node counts as drained when
+//!   the watch shows `rotor.dev/phase=drained` on it, or when it is gone (the autoscaler removes
+//!   drained, empty nodes after `scaleDownDelay`);
 //! - kubectl: C workers, each taking the next node (by name) and running `kubectl drain N
 //!   --ignore-daemonsets --delete-emptydir-data --force --timeout=10m` until none is left; a node
 //!   counts as drained when its `kubectl drain` exits 0, or when it is gone.
 //!
-//! Makespan is t=0 until the last original node counts as drained. Budget violations are the
-//! simulator's `budgetViolations`; API requests are its request counters at that moment, less
-//! the benchmark's own taint patches (one per node), divided by the number of nodes.
+//! Makespan is t=0 until the last original node counts as drained. On rotor-sim, budget
+//! violations are the simulator's `budgetViolations` and API requests its request counters, less
+//! the benchmark's own taint patches. On the real control plane, violations come from an
+//! independent watch of every pod (rotor-e2e's `BudgetWatch`) and requests from the API server's
+//! audit log, by the contestant's own identity. Requests are divided by the number of nodes.
+//! Each run also draws its timeline ([`timeline`]): a row per node (waiting, draining,
+//! settling), the Pending pods and each budget's allowed disruptions over time.
 //!
 //! The lower bound (derived in [`LowerBound`]) is what no drainer that follows issue 4's rules
 //! can beat on the scenario at concurrency C: the largest of a per-node bound (every node needs
 //! its longest pod shutdown, C nodes at a time), one bound per PodDisruptionBudget (only
 //! `allowed` pods can be down at once, and each needs a new node and its start-up time, plus
-//! one simulator tick, to come back) and the gate's (the workloads evicted from a drained node
-//! must be Ready again before the next start). The bound without the gate is printed too.
+//! on the simulator one tick, to come back) and the gate's (the workloads evicted from a drained
+//! node must be Ready again before the next start). The bound without the gate is printed too.
 //!
-//! The modules: `compare` runs the contestants, `snapshot` reads the cluster at t=0 and
-//! `lower_bound` derives the bound from it (pure), `memory` measures the drainer at 5,000 nodes;
-//! `sim`, `drainer` and `node_watch` are the simulator, the drainer and the benchmark's node
-//! watch as both measurements use them.
+//! The modules: `compare` runs the contestants on a `cluster` (`sim` or `real`), `snapshot`
+//! reads the cluster at t=0 and `lower_bound` derives the bound from it (pure), `recorder` and
+//! `timeline` keep and draw the run, `summary` gathers the runs, `memory` measures the drainer
+//! at 5,000 nodes; `drainer` and `node_watch` are the drainer and the memory run's node watch.
 
+mod cluster;
 mod compare;
 mod drainer;
 mod lower_bound;
 mod memory;
 mod node_watch;
+mod real;
+mod real_autoscaler;
+mod recorder;
 mod sim;
 mod snapshot;
+mod summary;
+mod timeline;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -63,6 +81,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail, ensure};
 use rotor_e2e::workspace_root;
 
+use crate::cluster::{Backend, parse_backends};
 use crate::drainer::Bins;
 
 /// rotor-drainer's `--settle`: how long a node must have been unschedulable before it is marked
@@ -92,11 +111,17 @@ struct Args {
     rotor_max_unavailable: Option<String>,
     /// Also run rotor with `--surge`.
     surge: bool,
+    /// Where the contests run: rotor-sim, the real control plane, or both.
+    backends: Vec<Backend>,
+    /// Runs of each contestant per backend and concurrency.
+    runs: usize,
+    /// Where the timeline pictures go.
+    pictures: PathBuf,
 }
 
 const USAGE: &str = "usage: drain_bench [--concurrency 1,3] [--scenario FILE] [--scale-scenario FILE] \
 [--only rotor|kubectl] [--skip-compare] [--skip-memory] [--run-timeout SECONDS] \
-[--rotor-max-unavailable N|P%] [--surge]";
+[--rotor-max-unavailable N|P%] [--surge] [--backend sim|real|sim,real] [--runs N] [--pictures DIR]";
 
 fn parse_args() -> anyhow::Result<Args> {
     let root = workspace_root();
@@ -111,6 +136,9 @@ fn parse_args() -> anyhow::Result<Args> {
         run_timeout: Duration::from_secs(1200),
         rotor_max_unavailable: None,
         surge: false,
+        backends: vec![Backend::Sim],
+        runs: 1,
+        pictures: PathBuf::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -140,6 +168,14 @@ fn parse_args() -> anyhow::Result<Args> {
             "--rotor-max-unavailable" => a.rotor_max_unavailable = Some(value()?),
             "--skip-compare" => a.compare = false,
             "--surge" => a.surge = true,
+            "--backend" => a.backends = parse_backends(&value()?)?,
+            "--runs" => {
+                a.runs = value()?
+                    .parse()
+                    .map_err(|e| anyhow!("--runs takes a number: {e}"))?;
+                ensure!(a.runs >= 1, "--runs must be at least 1");
+            }
+            "--pictures" => a.pictures = PathBuf::from(value()?),
             "--skip-memory" => a.memory = false,
             "--run-timeout" => {
                 a.run_timeout = Duration::from_secs(
@@ -159,8 +195,11 @@ fn parse_args() -> anyhow::Result<Args> {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = parse_args()?;
+    let mut args = parse_args()?;
     let bins = Bins::locate()?;
+    for b in &args.backends {
+        cluster::check(*b)?;
+    }
     // kube's client (the taints, the node watch) runs here; the rest of the benchmark is threads.
     let runtime = tokio::runtime::Runtime::new().context("cannot start a tokio runtime")?;
     let scratch = std::env::temp_dir().join(format!("rotor-drain-bench-{}", std::process::id()));
@@ -171,6 +210,10 @@ fn run() -> anyhow::Result<()> {
         bins.dir.display(),
         scratch.display()
     );
+    if args.pictures.as_os_str().is_empty() {
+        // Outside the scratch directory, which is removed at the end.
+        args.pictures = workspace_root().join("target/drain-bench-pictures");
+    }
     let mut summary: Vec<String> = Vec::new();
     if args.compare {
         compare::compare(&args, &bins, runtime.handle(), &scratch, &mut summary)?;
@@ -181,7 +224,7 @@ fn run() -> anyhow::Result<()> {
     }
     if !summary.is_empty() {
         println!();
-        println!("== targets (issue 4) ==");
+        println!("== targets ==");
         for line in &summary {
             println!("{line}");
         }

@@ -83,14 +83,6 @@ impl NodeWatch {
             (a, b) => a.or(b),
         }
     }
-
-    /// Nodes drained or gone, or (for kubectl) whose `kubectl drain` succeeded.
-    pub fn done_count(&self, nodes: &[String], also: Option<&HashMap<String, Instant>>) -> usize {
-        nodes
-            .iter()
-            .filter(|n| self.done_at(n).is_some() || also.is_some_and(|a| a.contains_key(*n)))
-            .count()
-    }
 }
 
 impl Drop for NodeWatch {

@@ -99,31 +99,36 @@ impl BenchSim {
         }
     }
 
-    /// Adds the drain taint to every node at once: one JSON patch per node, in parallel.
-    /// `nodes` holds each node's name and its taints before.
+    /// Adds the drain taint to every node at once (see [`taint_all`]).
     pub fn taint_all<'a>(
         &self,
         nodes: impl IntoIterator<Item = (&'a str, &'a [Value])>,
     ) -> anyhow::Result<()> {
-        let patches: Vec<_> = nodes
-            .into_iter()
-            .map(|(name, taints)| {
-                self.runtime.spawn(taint(
-                    self.client.clone(),
-                    name.to_string(),
-                    taints.to_vec(),
-                ))
-            })
-            .collect();
-        self.runtime.block_on(async {
-            for patch in patches {
-                patch
-                    .await
-                    .map_err(|_| anyhow!("a taint task panicked"))??;
-            }
-            Ok(())
-        })
+        taint_all(&self.client, &self.runtime, nodes)
     }
+}
+
+/// Adds the drain taint to every node at once: one JSON patch per node, in parallel. `nodes`
+/// holds each node's name and its taints before.
+pub fn taint_all<'a>(
+    client: &kube::Client,
+    runtime: &Handle,
+    nodes: impl IntoIterator<Item = (&'a str, &'a [Value])>,
+) -> anyhow::Result<()> {
+    let patches: Vec<_> = nodes
+        .into_iter()
+        .map(|(name, taints)| {
+            runtime.spawn(taint(client.clone(), name.to_string(), taints.to_vec()))
+        })
+        .collect();
+    runtime.block_on(async {
+        for patch in patches {
+            patch
+                .await
+                .map_err(|_| anyhow!("a taint task panicked"))??;
+        }
+        Ok(())
+    })
 }
 
 /// Adds `rotor.dev/drain=manual:NoSchedule` to the node's taints `existing`, with one JSON patch.

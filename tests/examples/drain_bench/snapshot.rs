@@ -1,7 +1,7 @@
 //! The cluster at t=0, as the lower bound needs it: each node's longest pod shutdown and the
 //! pods a controller replaces, each budget's figures.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use anyhow::{Context, anyhow, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
@@ -13,7 +13,8 @@ use rotor_sim::cluster::pdb::{covers, selector};
 use rotor_sim::scenario::Scenario;
 use serde_json::Value;
 
-use crate::sim::BenchSim;
+use crate::cluster::BenchCluster;
+use crate::recorder::Listed;
 
 pub struct OriginalNode {
     pub name: String,
@@ -36,17 +37,18 @@ pub struct Replaced {
 }
 
 pub struct Snapshot {
-    pub resource_version: String,
     pub nodes: Vec<OriginalNode>,
     /// `namespace/name` of every PodDisruptionBudget: (status.expectedPods,
     /// status.disruptionsAllowed) with every pod healthy.
-    pub budgets: HashMap<String, (i64, i64)>,
+    pub budgets: BTreeMap<String, (i64, i64)>,
+    /// The lists as read, for the benchmark's record of the run.
+    pub listed: Listed,
 }
 
 impl Snapshot {
     /// Lists nodes and pods before t=0 (these requests are not counted: the counters are
     /// zeroed afterwards).
-    pub fn take(sim: &BenchSim, scenario: &Scenario) -> anyhow::Result<Snapshot> {
+    pub fn take(sim: &BenchCluster, scenario: &Scenario) -> anyhow::Result<Snapshot> {
         let list = sim.get("/api/v1/nodes")?;
         let resource_version = list["metadata"]["resourceVersion"]
             .as_str()
@@ -73,13 +75,10 @@ impl Snapshot {
         }
         // Every budget: its figures, and its selector as the eviction subresource reads it, to
         // tell which pods it covers (the simulator's own matching).
-        let mut budgets = HashMap::new();
+        let mut budgets = BTreeMap::new();
         let mut covering = Vec::new();
-        for b in sim.get("/apis/policy/v1/poddisruptionbudgets")?["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
+        let budget_list = sim.get("/apis/policy/v1/poddisruptionbudgets")?;
+        for b in budget_list["items"].as_array().into_iter().flatten() {
             let pdb: PodDisruptionBudget =
                 serde_json::from_value(b.clone()).context("a budget from the list")?;
             let key = format!(
@@ -100,8 +99,10 @@ impl Snapshot {
         }
         let pods = sim.get("/api/v1/pods")?;
         let default_shutdown = scenario.timing.pod_shutdown;
+        let mut listed_pods = Vec::new();
         for item in pods["items"].as_array().into_iter().flatten() {
             let pod: Pod = serde_json::from_value(item.clone()).context("a pod from the list")?;
+            listed_pods.push(pod.clone());
             if is_daemon(&pod) || is_mirror(&pod) || terminal(&pod) {
                 continue;
             }
@@ -150,10 +151,21 @@ impl Snapshot {
                 n.pods += 1;
             }
         }
+        let version = |list: &Value| {
+            list["metadata"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| anyhow!("a list without resourceVersion"))
+        };
+        let listed = Listed {
+            pods: listed_pods,
+            budgets: covering.iter().map(|(pdb, _)| pdb.clone()).collect(),
+            versions: (resource_version, version(&pods)?, version(&budget_list)?),
+        };
         Ok(Snapshot {
-            resource_version,
             nodes: nodes.into_values().collect(),
             budgets,
+            listed,
         })
     }
 }

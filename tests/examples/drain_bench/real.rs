@@ -1,0 +1,516 @@
+//! The real-control-plane backend: etcd, kube-apiserver, kube-controller-manager and
+//! kube-scheduler from Kubernetes' own release, kwok playing the kubelets (rotor-e2e's
+//! [`RealCluster`]), set up with the scenario's nodes and workloads, and the scenario's
+//! autoscaler rules played by [`crate::real_autoscaler`].
+//!
+//! What kwok makes real: a pod turns Ready its start-up time after it is bound (the scenario's
+//! `podStartup`, or the workload's `startup` through the `e2e.rotor.dev/startup` annotation); a
+//! deleted pod is gone when its grace period runs out, so each pod's grace period is its
+//! scenario shutdown time. What the real backend leaves out: mirror (static) pods, which only a
+//! kubelet makes, and PersistentVolumeClaims, which need a provisioner (the StatefulSet keeps
+//! its shape, its pods their start-up and shutdown).
+//!
+//! Counting: the API server's audit log gives every request by the contestant's own identity
+//! (rotor-drainer's ServiceAccount, or the `bench-kubectl` ServiceAccount the kubectl loop uses),
+//! and evictions by response code; budget violations come from rotor-e2e's [`BudgetWatch`], an
+//! independent watch of every pod.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use rotor_e2e::budget_watch::{BudgetWatch, WatchedBudget};
+use rotor_e2e::real_cluster::{FakeNode, ROTOR_NAMESPACE, RealCluster, RealClusterOptions};
+use rotor_sim::cluster::objects::{SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION};
+use rotor_sim::scenario::{IntOrPercent, Scenario, WorkloadKind, WorkloadSpec};
+use rotor_sim::seed::pod_template;
+use serde_json::{Value, json};
+use tokio::runtime::Handle;
+
+use crate::real_autoscaler::{BOOTING_TAINT, Groups, RealAutoscaler, template};
+
+/// The kwok stage's start-up annotation (tests/kwok/stages.yaml).
+const KWOK_STARTUP_ANNOTATION: &str = "e2e.rotor.dev/startup";
+/// The ServiceAccount the kubectl loop runs as, so that its requests can be told apart.
+const KUBECTL_ACCOUNT: &str = "bench-kubectl";
+/// How long the workloads may take to be scheduled and Ready before t=0.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub struct RealBench {
+    pub cluster: RealCluster,
+    /// The admin's client: the benchmark's own taints and watches.
+    pub client: kube::Client,
+    runtime: Handle,
+    autoscaler: RealAutoscaler,
+    /// The audit log's length at the last [`RealBench::reset_counters`].
+    audit_from: Mutex<u64>,
+    budget_watch: Mutex<Option<BudgetWatch>>,
+    pub kubectl_kubeconfig: PathBuf,
+}
+
+/// Who the contestant is in the audit log.
+pub fn drainer_user() -> String {
+    format!("system:serviceaccount:{ROTOR_NAMESPACE}:rotor-drainer")
+}
+
+pub fn kubectl_user() -> String {
+    format!("system:serviceaccount:{ROTOR_NAMESPACE}:{KUBECTL_ACCOUNT}")
+}
+
+impl RealBench {
+    /// A fresh control plane in `dir` with the scenario's nodes and workloads, every pod
+    /// scheduled and Ready, rotor's RBAC from `deploy/` and the autoscaler running.
+    pub fn start(runtime: &Handle, scenario: &Scenario, dir: &Path) -> anyhow::Result<RealBench> {
+        let started = Instant::now();
+        let cluster = RealCluster::start_with(RealClusterOptions {
+            pod_startup: scenario.timing.pod_startup,
+            dir: Some(dir.join("cluster")),
+            watch_cache: true,
+        });
+        cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
+        cluster.stop_shipped_drainer();
+        cluster.kubectl_ok(&[
+            "create",
+            "serviceaccount",
+            KUBECTL_ACCOUNT,
+            "-n",
+            ROTOR_NAMESPACE,
+        ]);
+        cluster.kubectl_ok(&[
+            "create",
+            "clusterrolebinding",
+            KUBECTL_ACCOUNT,
+            "--clusterrole=cluster-admin",
+            &format!("--serviceaccount={ROTOR_NAMESPACE}:{KUBECTL_ACCOUNT}"),
+        ]);
+        let kubectl_kubeconfig =
+            cluster.service_account_kubeconfig(ROTOR_NAMESPACE, KUBECTL_ACCOUNT);
+        let client = runtime.block_on(client_from(cluster.admin_kubeconfig()))?;
+
+        let templates: Vec<FakeNode> = scenario.node_groups.iter().map(template).collect();
+        let mut nodes = Vec::new();
+        for (spec, t) in scenario.node_groups.iter().zip(&templates) {
+            for i in 0..spec.size {
+                let mut n = t.clone();
+                n.name = format!("{}-{i}", spec.name);
+                nodes.push(n);
+            }
+        }
+        cluster.add_nodes(&nodes);
+        cluster.apply(&workloads_yaml(scenario)?);
+        let expected = expected_pods(scenario, nodes.len());
+        wait_settled(runtime, &client, expected)?;
+        eprintln!(
+            "drain_bench: real control plane with {} nodes and {expected} pods Ready in {:.0} s",
+            nodes.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let autoscaler = RealAutoscaler::start(
+            client.clone(),
+            runtime,
+            Groups::new(
+                &scenario.node_groups,
+                &scenario.timing,
+                templates,
+                scenario
+                    .workloads
+                    .iter()
+                    .filter(|w| w.kind == WorkloadKind::DaemonSet)
+                    .count(),
+            ),
+        );
+        Ok(RealBench {
+            cluster,
+            client,
+            runtime: runtime.clone(),
+            autoscaler,
+            audit_from: Mutex::new(0),
+            budget_watch: Mutex::new(None),
+            kubectl_kubeconfig,
+        })
+    }
+
+    pub fn runtime(&self) -> &Handle {
+        &self.runtime
+    }
+
+    /// From now on, count the contestant's requests, and judge the budgets (each must keep
+    /// what it allowed at t=0: `budgets` maps `namespace/name` to expected pods and allowed
+    /// disruptions).
+    pub fn reset_counters(&self, budgets: &BTreeMap<String, (i64, i64)>) {
+        let len = std::fs::metadata(self.cluster.dir().join("audit.log"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        *self.audit_from.lock().expect("audit offset") = len;
+        let watched = budgets
+            .iter()
+            .filter(|(_, (expected, _))| *expected > 0)
+            .map(|(key, (expected, allowed))| {
+                let (ns, name) = key.split_once('/').unwrap_or(("", key));
+                WatchedBudget::app(ns, name, (expected - allowed).max(0) as usize)
+            })
+            .collect();
+        *self.budget_watch.lock().expect("budget watch") = Some(BudgetWatch::start_resuming(
+            self.cluster.admin_kubeconfig(),
+            watched,
+        ));
+    }
+
+    /// The requests of `user` since the reset, as `verb resource[/subresource]` to count, and
+    /// the evictions among them by outcome (the simulator's names).
+    pub fn requests_of(
+        &self,
+        user: &str,
+    ) -> anyhow::Result<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
+        let from = *self.audit_from.lock().expect("audit offset");
+        let text = std::fs::read(self.cluster.dir().join("audit.log")).context("the audit log")?;
+        let text = String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default());
+        Ok(count_requests(text.lines(), user))
+    }
+
+    /// Stops the budget watch: the violations it saw, described.
+    pub fn violations(&self) -> Vec<String> {
+        let Some(watch) = self.budget_watch.lock().expect("budget watch").take() else {
+            return Vec::new();
+        };
+        let verdict = watch.finish();
+        let mut v = verdict.violations;
+        v.extend(
+            verdict
+                .never_armed
+                .into_iter()
+                .map(|b| format!("budget {b} never reached its minimum: the watch judged nothing")),
+        );
+        v
+    }
+
+    pub fn nodes_launched_removed(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.autoscaler.launched.load(Ordering::Relaxed),
+            self.autoscaler.removed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Counts audit records (one JSON document a line) of `user`: each request once, by its audit
+/// ID (a watch at `ResponseStarted`, as it may still be open; any other at `ResponseComplete`).
+pub fn count_requests<'a>(
+    lines: impl Iterator<Item = &'a str>,
+    user: &str,
+) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    let mut requests: BTreeMap<String, u64> = BTreeMap::new();
+    let mut evictions: BTreeMap<String, u64> = BTreeMap::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    for line in lines {
+        // Most records are the controllers' and kwok's: skip those before parsing.
+        if !line.contains(user) {
+            continue;
+        }
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if e["user"]["username"] != user {
+            continue;
+        }
+        let verb = e["verb"].as_str().unwrap_or_default();
+        let stage = e["stage"].as_str().unwrap_or_default();
+        let counted_stage = if verb == "watch" {
+            "ResponseStarted"
+        } else {
+            "ResponseComplete"
+        };
+        if stage != counted_stage {
+            continue;
+        }
+        if !seen.insert(e["auditID"].as_str().unwrap_or_default().to_string()) {
+            continue;
+        }
+        let r = &e["objectRef"];
+        let what = match (r["resource"].as_str(), r["subresource"].as_str()) {
+            (Some(res), Some(sub)) => format!("{res}/{sub}"),
+            (Some(res), None) => res.to_string(),
+            (None, _) => e["requestURI"]
+                .as_str()
+                .unwrap_or_default()
+                .split('?')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        };
+        *requests.entry(format!("{verb} {what}")).or_default() += 1;
+        if what == "pods/eviction" && verb == "create" {
+            let outcome = match e["responseStatus"]["code"].as_i64() {
+                Some(200..=299) => "success",
+                Some(429) => "budget",
+                Some(500) => "multiple-pdbs",
+                Some(404) => "not-found",
+                Some(409) => "conflict",
+                _ => "other",
+            };
+            *evictions.entry(outcome.into()).or_default() += 1;
+        }
+    }
+    (requests, evictions)
+}
+
+async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig)
+            .with_context(|| format!("reading {}", kubeconfig.display()))?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .context("the admin kubeconfig")?;
+    kube::Client::try_from(config).context("a client for the real control plane")
+}
+
+/// The pods the cluster holds when settled: every workload's, and a DaemonSet pod per node.
+fn expected_pods(scenario: &Scenario, nodes: usize) -> usize {
+    scenario
+        .workloads
+        .iter()
+        .map(|w| match w.kind {
+            WorkloadKind::DaemonSet => nodes,
+            _ => w.replicas as usize,
+        })
+        .sum()
+}
+
+/// Waits until `expected` pods are bound and Ready, and every budget's status has caught up.
+fn wait_settled(runtime: &Handle, client: &kube::Client, expected: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    let pods: Api<Pod> = Api::all(client.clone());
+    let budgets: Api<PodDisruptionBudget> = Api::all(client.clone());
+    loop {
+        let (ready, budgets_current) = runtime.block_on(async {
+            let list = pods.list(&ListParams::default()).await?;
+            let ready = list
+                .items
+                .iter()
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                        })
+                })
+                .count();
+            // Every budget over pods (the shipped drainer's has none: it is scaled to zero).
+            let current = budgets
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .all(|b| {
+                    b.status.as_ref().is_some_and(|s| {
+                        s.observed_generation == b.metadata.generation
+                            && s.current_healthy == s.expected_pods
+                            && (s.expected_pods == 0 || s.disruptions_allowed > 0)
+                    })
+                });
+            anyhow::Ok((ready, current))
+        })?;
+        if ready >= expected && budgets_current {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the workloads did not settle within {} s: {ready} of {expected} pods Ready, budgets current: {budgets_current}",
+            SETTLE_TIMEOUT.as_secs()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// The scenario's namespaces, workloads and budgets as Kubernetes objects, YAML (JSON) for
+/// `kubectl apply`.
+fn workloads_yaml(scenario: &Scenario) -> anyhow::Result<String> {
+    let mut items = Vec::new();
+    let namespaces: BTreeSet<&str> = scenario
+        .workloads
+        .iter()
+        .map(|w| w.namespace.as_str())
+        .chain(scenario.namespaces.iter().map(String::as_str))
+        .collect();
+    for ns in namespaces {
+        items.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    }
+    for w in &scenario.workloads {
+        items.extend(workload_objects(w, scenario)?);
+    }
+    Ok(json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string())
+}
+
+/// One workload of the scenario as the objects a real cluster runs it from: its pod template
+/// as the simulator builds it, with kwok's start-up annotation, the shutdown time as the grace
+/// period, and without PersistentVolumeClaims.
+fn workload_objects(w: &WorkloadSpec, scenario: &Scenario) -> anyhow::Result<Vec<Value>> {
+    let template = pod_template(w);
+    let mut template = serde_json::to_value(&template).context("a pod template")?;
+    let startup = w.startup.unwrap_or(scenario.timing.pod_startup);
+    let shutdown = w.shutdown.unwrap_or(scenario.timing.pod_shutdown);
+    // The simulator's annotations stay: the benchmark's snapshot reads them on both backends.
+    let annotations = &mut template["metadata"]["annotations"];
+    if annotations.is_null() {
+        *annotations = json!({});
+    }
+    annotations[STARTUP_ANNOTATION] = json!(format!("{}ms", startup.as_millis()));
+    annotations[SHUTDOWN_ANNOTATION] = json!(format!("{}ms", shutdown.as_millis()));
+    annotations[KWOK_STARTUP_ANNOTATION] = json!(format!("{}ms", startup.as_millis()));
+    let spec = &mut template["spec"];
+    spec["terminationGracePeriodSeconds"] = json!(shutdown.as_secs_f64().ceil() as i64);
+    if let Some(volumes) = spec["volumes"].as_array_mut() {
+        volumes.retain(|v| v.get("persistentVolumeClaim").is_none());
+        let kept: BTreeSet<String> = volumes
+            .iter()
+            .filter_map(|v| v["name"].as_str().map(str::to_string))
+            .collect();
+        for c in spec["containers"].as_array_mut().into_iter().flatten() {
+            if let Some(mounts) = c["volumeMounts"].as_array_mut() {
+                mounts.retain(|m| m["name"].as_str().is_some_and(|n| kept.contains(n)));
+            }
+        }
+    }
+    // A DaemonSet's pods go on a node before its start-up taint comes off (see BOOTING_TAINT).
+    if w.kind == WorkloadKind::DaemonSet {
+        let toleration =
+            json!({"key": BOOTING_TAINT, "operator": "Exists", "effect": "NoSchedule"});
+        match spec["tolerations"].as_array_mut() {
+            Some(t) => t.push(toleration),
+            None => spec["tolerations"] = json!([toleration]),
+        }
+    }
+    // The scheduler and the API server set these themselves.
+    if let Some(s) = spec.as_object_mut() {
+        s.remove("priority");
+    }
+    let meta =
+        |name: &str| json!({"name": name, "namespace": w.namespace, "labels": {"app": w.name}});
+    let selector = json!({"matchLabels": {"app": w.name}});
+    let mut out = Vec::new();
+    match w.kind {
+        WorkloadKind::Deployment => out.push(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(&w.name),
+            "spec": {"replicas": w.replicas, "selector": selector, "template": template},
+        })),
+        WorkloadKind::StatefulSet => out.push(json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta(&w.name),
+            "spec": {"replicas": w.replicas, "selector": selector, "template": template,
+                     "serviceName": w.name, "podManagementPolicy": "OrderedReady"},
+        })),
+        WorkloadKind::DaemonSet => out.push(json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta(&w.name),
+            "spec": {"selector": selector, "template": template},
+        })),
+        WorkloadKind::Pod => {
+            for i in 0..w.replicas {
+                let name = if w.replicas == 1 {
+                    w.name.clone()
+                } else {
+                    format!("{}-{i}", w.name)
+                };
+                let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": template["metadata"].clone(), "spec": template["spec"].clone()});
+                pod["metadata"]["name"] = json!(name);
+                pod["metadata"]["namespace"] = json!(w.namespace);
+                out.push(pod);
+            }
+        }
+    }
+    if let Some(p) = &w.pdb {
+        let value = |v: &IntOrPercent| match v {
+            IntOrPercent::Int(i) => json!(i),
+            IntOrPercent::Str(s) => json!(s),
+        };
+        let mut spec = json!({"selector": selector});
+        if let Some(m) = &p.min_available {
+            spec["minAvailable"] = value(m);
+        }
+        if let Some(m) = &p.max_unavailable {
+            spec["maxUnavailable"] = value(m);
+        }
+        if let Some(policy) = &p.unhealthy_pod_eviction_policy {
+            spec["unhealthyPodEvictionPolicy"] = json!(policy);
+        }
+        out.push(json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": w.name, "namespace": w.namespace}, "spec": spec,
+        }));
+    }
+    ensure!(
+        !out.is_empty(),
+        "workload {}/{} made no objects",
+        w.namespace,
+        w.name
+    );
+    Ok(out)
+}
+
+/// The error a benchmark that needs the control plane gives when it is not built.
+pub fn check_built() -> anyhow::Result<()> {
+    rotor_e2e::real_cluster::built_by("tools/build.sh")
+        .map(|_| ())
+        .ok_or_else(|| anyhow!("the real control plane is not built: run tools/build.sh first (about 20 minutes cold)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_records_count_once_each_with_evictions_by_code() {
+        let user = drainer_user();
+        let rec = |id: &str, stage: &str, verb: &str, res: &str, sub: Option<&str>, code: i64| {
+            let mut r = json!({"auditID": id, "stage": stage, "verb": verb,
+                "user": {"username": user}, "objectRef": {"resource": res},
+                "responseStatus": {"code": code}});
+            if let Some(s) = sub {
+                r["objectRef"]["subresource"] = json!(s);
+            }
+            r.to_string()
+        };
+        let lines = [
+            rec("a", "ResponseStarted", "watch", "nodes", None, 200),
+            rec("a", "ResponseComplete", "watch", "nodes", None, 200),
+            rec(
+                "b",
+                "ResponseComplete",
+                "create",
+                "pods",
+                Some("eviction"),
+                201,
+            ),
+            rec(
+                "c",
+                "ResponseComplete",
+                "create",
+                "pods",
+                Some("eviction"),
+                429,
+            ),
+            rec("d", "ResponseComplete", "patch", "nodes", None, 200),
+            json!({"auditID": "e", "stage": "ResponseComplete", "verb": "get",
+                   "user": {"username": "someone-else"}, "objectRef": {"resource": "nodes"}})
+            .to_string(),
+        ];
+        let (requests, evictions) = count_requests(lines.iter().map(String::as_str), &user);
+        assert_eq!(
+            requests,
+            BTreeMap::from([
+                ("watch nodes".to_string(), 1),
+                ("create pods/eviction".to_string(), 2),
+                ("patch nodes".to_string(), 1),
+            ])
+        );
+        assert_eq!(
+            evictions,
+            BTreeMap::from([("success".to_string(), 1), ("budget".to_string(), 1)])
+        );
+    }
+}

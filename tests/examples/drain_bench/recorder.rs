@@ -1,0 +1,360 @@
+//! The benchmark's clock and its record of a run, the same on both backends: three watches
+//! (nodes, pods, PodDisruptionBudgets) opened before t=0, so that they cost no counted request,
+//! noting when each node was cordoned, emptied and drained (or removed), how many workload pods
+//! were Pending, and each budget's allowed disruptions, over time. The timeline picture
+//! ([`crate::timeline`]) is drawn from it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::Context;
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::serde::de::DeserializeOwned;
+use kube::api::WatchEvent;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+/// What the record saw of one node.
+#[derive(Clone, Debug, Default)]
+pub struct NodeTimes {
+    /// First seen `spec.unschedulable` (the cordon every drainer starts with).
+    pub cordoned: Option<Instant>,
+    /// Last moment its workload pods went to none (cleared if one comes back).
+    pub emptied: Option<Instant>,
+    /// First seen `rotor.dev/phase=drained`.
+    pub drained: Option<Instant>,
+    pub gone: Option<Instant>,
+}
+
+impl NodeTimes {
+    /// When the node counts as drained: marked drained or gone, whichever came first.
+    pub fn done(&self) -> Option<Instant> {
+        match (self.drained, self.gone) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct PodSeen {
+    node: Option<String>,
+    pending: bool,
+}
+
+#[derive(Default)]
+struct State {
+    nodes: HashMap<String, NodeTimes>,
+    /// Workload pods (not DaemonSet, mirror or rotor's placeholders), not finished.
+    pods: HashMap<String, PodSeen>,
+    on_node: HashMap<String, usize>,
+    pending: usize,
+    pending_series: Vec<(Instant, usize)>,
+    budget_series: BTreeMap<String, Vec<(Instant, i64)>>,
+    ended: Option<String>,
+}
+
+/// The three watches, read on the benchmark's runtime until dropped.
+pub struct Recorder {
+    state: Arc<Mutex<State>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+/// A copy of what was recorded, for the report and the picture.
+pub struct Record {
+    pub nodes: HashMap<String, NodeTimes>,
+    pub pending: Vec<(Instant, usize)>,
+    pub budgets: BTreeMap<String, Vec<(Instant, i64)>>,
+}
+
+impl Recorder {
+    /// Seeds the record with the cluster as `listed` just before (pods on their nodes, each
+    /// budget's allowed disruptions), then opens the watches from the lists' resourceVersions and
+    /// returns once the server has answered each, so the watches are counted before any later
+    /// request.
+    pub fn start(
+        client: &kube::Client,
+        runtime: &Handle,
+        listed: &Listed,
+    ) -> anyhow::Result<Recorder> {
+        let at = Instant::now();
+        let mut s = State::default();
+        for p in &listed.pods {
+            apply_pod(&mut s, p, false);
+        }
+        for b in &listed.budgets {
+            apply_budget(&mut s, b, at);
+        }
+        s.pending_series.push((at, s.pending));
+        let state = Arc::new(Mutex::new(s));
+        let readers = vec![
+            watch::<Node>(
+                client,
+                runtime,
+                "/api/v1/nodes",
+                &listed.versions.0,
+                &state,
+                on_node,
+            )?,
+            watch::<Pod>(
+                client,
+                runtime,
+                "/api/v1/pods",
+                &listed.versions.1,
+                &state,
+                on_pod,
+            )?,
+            watch::<PodDisruptionBudget>(
+                client,
+                runtime,
+                "/apis/policy/v1/poddisruptionbudgets",
+                &listed.versions.2,
+                &state,
+                on_budget,
+            )?,
+        ];
+        Ok(Recorder { state, readers })
+    }
+
+    pub fn ended(&self) -> Option<String> {
+        self.state.lock().expect("record").ended.clone()
+    }
+
+    pub fn done_at(&self, node: &str) -> Option<Instant> {
+        self.state
+            .lock()
+            .expect("record")
+            .nodes
+            .get(node)
+            .and_then(NodeTimes::done)
+    }
+
+    /// Nodes drained or gone, or (for kubectl) whose `kubectl drain` succeeded.
+    pub fn done_count(&self, nodes: &[String], also: Option<&HashMap<String, Instant>>) -> usize {
+        let s = self.state.lock().expect("record");
+        nodes
+            .iter()
+            .filter(|n| {
+                s.nodes.get(*n).and_then(NodeTimes::done).is_some()
+                    || also.is_some_and(|a| a.contains_key(*n))
+            })
+            .count()
+    }
+
+    pub fn record(&self) -> Record {
+        let s = self.state.lock().expect("record");
+        Record {
+            nodes: s.nodes.clone(),
+            pending: s.pending_series.clone(),
+            budgets: s.budget_series.clone(),
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        for r in &self.readers {
+            r.abort();
+        }
+    }
+}
+
+/// The cluster as listed before t=0, and each list's resourceVersion (nodes, pods, budgets).
+pub struct Listed {
+    pub pods: Vec<Pod>,
+    pub budgets: Vec<PodDisruptionBudget>,
+    pub versions: (String, String, String),
+}
+
+fn watch<K>(
+    client: &kube::Client,
+    runtime: &Handle,
+    path: &str,
+    resource_version: &str,
+    state: &Arc<Mutex<State>>,
+    apply: fn(&mut State, WatchEvent<K>, Instant),
+) -> anyhow::Result<JoinHandle<()>>
+where
+    K: DeserializeOwned + Clone + Send + 'static,
+{
+    // No timeoutSeconds (kube's `Api::watch` always sends one): the simulator keeps a watch for
+    // 30 minutes, kube-apiserver for 30 to 60, longer than any run.
+    let request = http::Request::get(format!(
+        "{path}?watch=true&resourceVersion={resource_version}"
+    ))
+    .body(Vec::new())
+    .context("a watch request")?;
+    let events = runtime
+        .block_on(client.request_events::<K>(request))
+        .with_context(|| format!("the benchmark's watch on {path}"))?;
+    let st = state.clone();
+    let what = path.to_string();
+    Ok(runtime.spawn(async move {
+        let mut events = std::pin::pin!(events);
+        let why = loop {
+            match events.try_next().await {
+                Ok(Some(event)) => apply(&mut st.lock().expect("record"), event, Instant::now()),
+                Ok(None) => break format!("the watch on {what} closed"),
+                Err(e) => break format!("the watch on {what}: {e}"),
+            }
+        };
+        st.lock().expect("record").ended.get_or_insert(why);
+    }))
+}
+
+fn on_node(s: &mut State, event: WatchEvent<Node>, now: Instant) {
+    let (node, deleted) = match event {
+        WatchEvent::Added(n) | WatchEvent::Modified(n) => (n, false),
+        WatchEvent::Deleted(n) => (n, true),
+        WatchEvent::Bookmark(_) => return,
+        WatchEvent::Error(e) => {
+            s.ended
+                .get_or_insert_with(|| format!("node watch error: {e}"));
+            return;
+        }
+    };
+    let Some(name) = node.metadata.name else {
+        return;
+    };
+    let seen = s.nodes.entry(name).or_default();
+    if deleted {
+        seen.gone.get_or_insert(now);
+        return;
+    }
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        seen.cordoned.get_or_insert(now);
+    }
+    let phase = node.metadata.annotations.as_ref();
+    if phase
+        .and_then(|a| a.get("rotor.dev/phase"))
+        .is_some_and(|p| p == "drained")
+    {
+        seen.drained.get_or_insert(now);
+    }
+}
+
+fn on_pod(s: &mut State, event: WatchEvent<Pod>, now: Instant) {
+    match event {
+        WatchEvent::Added(p) | WatchEvent::Modified(p) => apply_pod(s, &p, false),
+        WatchEvent::Deleted(p) => apply_pod(s, &p, true),
+        WatchEvent::Bookmark(_) => return,
+        WatchEvent::Error(e) => {
+            s.ended
+                .get_or_insert_with(|| format!("pod watch error: {e}"));
+            return;
+        }
+    }
+    for (node, count) in &s.on_node {
+        let times = s.nodes.entry(node.clone()).or_default();
+        if *count == 0 {
+            times.emptied.get_or_insert(now);
+        } else {
+            times.emptied = None;
+        }
+    }
+    s.on_node.retain(|_, c| *c > 0);
+    if s.pending_series.last().map(|(_, n)| *n) != Some(s.pending) {
+        let pending = s.pending;
+        s.pending_series.push((now, pending));
+    }
+}
+
+/// Whether the benchmark follows this pod: a workload's, not a DaemonSet's or mirror pod (a
+/// drain leaves those) nor one of rotor's surge placeholders.
+fn is_workload(p: &Pod) -> bool {
+    let daemon = p
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
+    let mirror = p
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    let placeholder = p
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key("rotor.dev/surge-for"));
+    !daemon && !mirror && !placeholder
+}
+
+fn apply_pod(s: &mut State, p: &Pod, deleted: bool) {
+    if !is_workload(p) {
+        return;
+    }
+    let key = format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default()
+    );
+    let finished = p
+        .status
+        .as_ref()
+        .and_then(|st| st.phase.as_deref())
+        .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
+    let before = s.pods.remove(&key);
+    if let Some(b) = &before {
+        if let Some(n) = &b.node {
+            *s.on_node.entry(n.clone()).or_default() -= 1;
+        }
+        if b.pending {
+            s.pending -= 1;
+        }
+    }
+    if deleted || finished {
+        // Touch the node so that its emptying is noted.
+        if let Some(n) = before.and_then(|b| b.node) {
+            s.on_node.entry(n).or_default();
+        }
+        return;
+    }
+    let node = p
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.node_name.clone())
+        .filter(|n| !n.is_empty());
+    let seen = PodSeen {
+        pending: node.is_none(),
+        node,
+    };
+    if let Some(n) = &seen.node {
+        *s.on_node.entry(n.clone()).or_default() += 1;
+    }
+    if seen.pending {
+        s.pending += 1;
+    }
+    s.pods.insert(key, seen);
+}
+
+fn on_budget(s: &mut State, event: WatchEvent<PodDisruptionBudget>, now: Instant) {
+    match event {
+        WatchEvent::Added(b) | WatchEvent::Modified(b) => apply_budget(s, &b, now),
+        WatchEvent::Error(e) => {
+            s.ended
+                .get_or_insert_with(|| format!("budget watch error: {e}"));
+        }
+        WatchEvent::Deleted(_) | WatchEvent::Bookmark(_) => {}
+    }
+}
+
+fn apply_budget(s: &mut State, b: &PodDisruptionBudget, now: Instant) {
+    let key = format!(
+        "{}/{}",
+        b.metadata.namespace.as_deref().unwrap_or_default(),
+        b.metadata.name.as_deref().unwrap_or_default()
+    );
+    let allowed = b
+        .status
+        .as_ref()
+        .map_or(0, |st| i64::from(st.disruptions_allowed));
+    let series = s.budget_series.entry(key).or_default();
+    if series.last().map(|(_, a)| *a) != Some(allowed) {
+        series.push((now, allowed));
+    }
+}

@@ -47,6 +47,9 @@ use crate::state::{
 use crate::surge::SurgeConfig;
 use crate::watched::WatchedPods;
 
+/// How many of one drain's evictions may be in flight at once (see [`evict_pass`]).
+const EVICTIONS_IN_FLIGHT: usize = 8;
+
 /// Everything a drain task needs, shared by all of them.
 pub struct Ctx {
     /// For reads, watches and node patches (kube's default retry on).
@@ -989,6 +992,7 @@ async fn evict_pass(
     }
     say_odd_input(name, &targets, pods, said);
     let paces = budget_paces(&budgets);
+    let mut attempts: Vec<Attempt<'_>> = Vec::new();
     for (pod, grace) in &targets {
         let charged = plan.charged.get(&pod.uid);
         let step = queue.next_step(pod, charged, policy, now);
@@ -1002,20 +1006,37 @@ async fn evict_pass(
                 Some(at)
             }
             Step::Evict | Step::Force => {
-                let forced = step == Step::Force;
-                let attempt = Attempt {
+                attempts.push(Attempt {
                     pod,
                     grace: *grace,
-                    forced,
+                    forced: step == Step::Force,
                     charged,
-                };
-                let at = evict_one(task, pods, queue, &paces, attempt, policy, now).await;
-                if queue.evicted(&pod.uid) && said.insert(format!("grace {}", pod.uid)) {
-                    warn_long_grace(task, pods, pod, *grace, now).await;
-                }
-                at
+                });
+                None
             }
         };
+        if let Some(at) = at {
+            wake = wake.min(at);
+        }
+    }
+    // The pass's evictions go out together, a few at a time: each is a round trip to the API
+    // server (100 ms and more on a busy one), and a node's pods one after another would hold its
+    // drain for seconds. Sending them at once takes nothing from the budgets: the plan charged
+    // each budget no more than it allows, and the API server checks every eviction against its
+    // budget atomically. The answers are then taken in the plan's order.
+    // (The futures are collected first: a closure in the stream's type trips the compiler's
+    // check that the spawned drain task is Send.)
+    let sends: Vec<_> = attempts.iter().map(|a| send(task, a)).collect();
+    let outcomes: Vec<EvictionOutcome> = futures::stream::iter(sends)
+        .buffered(EVICTIONS_IN_FLIGHT)
+        .collect()
+        .await;
+    for (attempt, outcome) in attempts.into_iter().zip(outcomes) {
+        let (pod, grace) = (attempt.pod, attempt.grace);
+        let at = answered(task, pods, queue, &paces, attempt, outcome, policy, now).await;
+        if queue.evicted(&pod.uid) && said.insert(format!("grace {}", pod.uid)) {
+            warn_long_grace(task, pods, pod, grace, now).await;
+        }
         if let Some(at) = at {
             wake = wake.min(at);
         }
@@ -1109,30 +1130,36 @@ struct Attempt<'a> {
     charged: Option<&'a Charge>,
 }
 
-/// Makes one eviction or forced deletion, feeds the answer to the queue, and counts it in the
-/// metrics, the budget's pace and the gate's in-flight workloads. Returns when to try the pod
-/// again, if the task should wake for it.
-async fn evict_one(
+/// The wire call of one attempt: an eviction, or past `--force-after` a deletion.
+async fn send(task: &Evicting<'_>, attempt: &Attempt<'_>) -> EvictionOutcome {
+    let client = &task.ctx.evict_client;
+    if attempt.forced {
+        evict::force_delete(client, attempt.pod, attempt.grace).await
+    } else {
+        evict::evict(client, attempt.pod, attempt.grace).await
+    }
+}
+
+/// Takes the answer to one eviction or forced deletion: feeds it to the queue, and counts it in
+/// the metrics, the budget's pace and the gate's in-flight workloads. Returns when to try the
+/// pod again, if the task should wake for it.
+#[allow(clippy::too_many_arguments)]
+async fn answered(
     task: &Evicting<'_>,
     pods: &HashMap<String, Pod>,
     queue: &mut EvictionQueue,
     paces: &BTreeMap<BudgetKey, DisruptionPace>,
     attempt: Attempt<'_>,
+    outcome: EvictionOutcome,
     policy: QueuePolicy,
     now: Timestamp,
 ) -> Option<Timestamp> {
     let (ctx, name, pod) = (task.ctx, task.name.as_str(), attempt.pod);
-    let outcome = if attempt.forced {
-        let outcome = evict::force_delete(&ctx.evict_client, pod, attempt.grace).await;
-        if outcome == EvictionOutcome::Evicted {
-            ctx.metrics.eviction("forced");
-            tracing::warn!(node = %name, pod = %pod, "deleted the pod past --force-after, against its disruption budget");
-            announce(ctx, task.node, NodeEvent::PodForced, format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
-        }
-        outcome
-    } else {
-        evict::evict(&ctx.evict_client, pod, attempt.grace).await
-    };
+    if attempt.forced && outcome == EvictionOutcome::Evicted {
+        ctx.metrics.eviction("forced");
+        tracing::warn!(node = %name, pod = %pod, "deleted the pod past --force-after, against its disruption budget");
+        announce(ctx, task.node, NodeEvent::PodForced, format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
+    }
     let recorded = queue.record(pod, &outcome, policy, now);
     match &outcome {
         EvictionOutcome::Evicted => {

@@ -344,6 +344,10 @@ fn on_budget(s: &mut State, event: WatchEvent<PodDisruptionBudget>, now: Instant
 }
 
 fn apply_budget(s: &mut State, b: &PodDisruptionBudget, now: Instant) {
+    // A budget over no pods (the shipped drainer's, scaled to zero here) says nothing.
+    if b.status.as_ref().is_some_and(|st| st.expected_pods == 0) {
+        return;
+    }
     let key = format!(
         "{}/{}",
         b.metadata.namespace.as_deref().unwrap_or_default(),

@@ -27,6 +27,7 @@ use rotor_e2e::karpenter::{KARPENTER_VERSION, Karpenter, KarpenterOptions, karpe
 use rotor_e2e::real_cluster::ROTOR_NAMESPACE;
 use rotor_e2e::wait_until;
 use rotor_sim::scenario::Scenario;
+use serde_json::{Value, json};
 use tokio::runtime::Handle;
 
 use crate::Args;
@@ -338,7 +339,9 @@ fn real(cluster: &BenchCluster) -> &RealBench {
 fn provision(cluster: &BenchCluster, scenario: &Scenario) -> anyhow::Result<f64> {
     let bench = real(cluster);
     let started = Instant::now();
-    bench.cluster.apply(&workloads_yaml(scenario)?);
+    bench
+        .cluster
+        .apply(&node_critical_daemons(&workloads_yaml(scenario)?)?);
     let deadline = started + PROVISION_TIMEOUT;
     loop {
         let nodes = cluster.get("/api/v1/nodes")?;
@@ -373,6 +376,20 @@ fn provision(cluster: &BenchCluster, scenario: &Scenario) -> anyhow::Result<f64>
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// The workloads with each DaemonSet's pods `system-node-critical`, as node agents are: the
+/// pods pending before Karpenter's nodes register would otherwise fill a node before its
+/// DaemonSet pod is placed (Karpenter counts the DaemonSet's requests, the scheduler does not
+/// place it first), and it would stay Pending; at this priority it takes its place.
+fn node_critical_daemons(workloads: &str) -> anyhow::Result<String> {
+    let mut list: Value = serde_json::from_str(workloads).context("the workloads as JSON")?;
+    for item in list["items"].as_array_mut().into_iter().flatten() {
+        if item["kind"] == "DaemonSet" {
+            item["spec"]["template"]["spec"]["priorityClassName"] = json!("system-node-critical");
+        }
+    }
+    Ok(list.to_string())
 }
 
 /// Karpenter replaces every node through drift, its budget C nodes.
@@ -609,6 +626,21 @@ mod tests {
             emptied: None,
             done,
         }
+    }
+
+    #[test]
+    fn only_daemon_set_pods_are_made_node_critical() {
+        let list = json!({"items": [
+            {"kind": "DaemonSet", "spec": {"template": {"spec": {}}}},
+            {"kind": "Deployment", "spec": {"template": {"spec": {}}}},
+        ]});
+        let out: Value =
+            serde_json::from_str(&node_critical_daemons(&list.to_string()).unwrap()).unwrap();
+        assert_eq!(
+            out["items"][0]["spec"]["template"]["spec"]["priorityClassName"],
+            "system-node-critical"
+        );
+        assert!(out["items"][1]["spec"]["template"]["spec"]["priorityClassName"].is_null());
     }
 
     #[test]

@@ -149,7 +149,7 @@ pub fn compare(
     Ok(())
 }
 
-fn scenario_name(path: &Path) -> String {
+pub(crate) fn scenario_name(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
@@ -487,7 +487,7 @@ pub fn create_surge_class(sim: &BenchSim, dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Waits until every original node is drained or gone, or the deadline.
-fn wait_for_rotor(
+pub(crate) fn wait_for_rotor(
     label: &str,
     drainer: &mut Drainer,
     watch: &Recorder,

@@ -20,7 +20,9 @@
 //! `--rotor-max-unavailable N|P%` (default C; a diagnostic, e.g. `100%` shows what waiting for
 //! the autoscaler to retire drained nodes costs), `--surge` (also runs `rotor-drainer --surge`,
 //! the PriorityClass `rotor-surge` created first, and compares its makespan and the seconds
-//! workload pods spent unschedulable with rotor's without surge). Progress goes to
+//! workload pods spent unschedulable with rotor's without surge), `--peer karpenter` (only
+//! the contest against Karpenter's drift replacement, on the real control plane, with
+//! `tools/karpenter/build.sh` built: [`karpenter_peer`]). Progress goes to
 //! stderr, figures to stdout. A benchmark reports; it does not assert: targets missed are printed
 //! as MISS and the exit status stays 0 (it is non-zero only when something could not run).
 //!
@@ -59,11 +61,13 @@
 //! The modules: `compare` runs the contestants on a `cluster` (`sim` or `real`), `snapshot`
 //! reads the cluster at t=0 and `lower_bound` derives the bound from it (pure), `recorder` and
 //! `timeline` keep and draw the run, `summary` gathers the runs, `memory` measures the drainer
-//! at 5,000 nodes; `drainer` and `node_watch` are the drainer and the memory run's node watch.
+//! at 5,000 nodes; `drainer` and `node_watch` are the drainer and the memory run's node watch;
+//! `karpenter_peer` is the contest against Karpenter.
 
 mod cluster;
 mod compare;
 mod drainer;
+mod karpenter_peer;
 mod lower_bound;
 mod memory;
 mod node_watch;
@@ -117,11 +121,14 @@ struct Args {
     runs: usize,
     /// Where the timeline pictures go.
     pictures: PathBuf,
+    /// `--peer karpenter`: only the contest against Karpenter's drift replacement.
+    karpenter_peer: bool,
 }
 
 const USAGE: &str = "usage: drain_bench [--concurrency 1,3] [--scenario FILE] [--scale-scenario FILE] \
 [--only rotor|kubectl] [--skip-compare] [--skip-memory] [--run-timeout SECONDS] \
-[--rotor-max-unavailable N|P%] [--surge] [--backend sim|real|sim,real] [--runs N] [--pictures DIR]";
+[--rotor-max-unavailable N|P%] [--surge] [--backend sim|real|sim,real] [--runs N] [--pictures DIR] \
+[--peer karpenter]";
 
 fn parse_args() -> anyhow::Result<Args> {
     let root = workspace_root();
@@ -139,6 +146,7 @@ fn parse_args() -> anyhow::Result<Args> {
         backends: vec![Backend::Sim],
         runs: 1,
         pictures: PathBuf::new(),
+        karpenter_peer: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -176,6 +184,10 @@ fn parse_args() -> anyhow::Result<Args> {
                 ensure!(a.runs >= 1, "--runs must be at least 1");
             }
             "--pictures" => a.pictures = PathBuf::from(value()?),
+            "--peer" => match value()?.as_str() {
+                "karpenter" => a.karpenter_peer = true,
+                other => bail!("--peer takes karpenter, not {other:?}"),
+            },
             "--skip-memory" => a.memory = false,
             "--run-timeout" => {
                 a.run_timeout = Duration::from_secs(
@@ -197,6 +209,12 @@ fn parse_args() -> anyhow::Result<Args> {
 fn run() -> anyhow::Result<()> {
     let mut args = parse_args()?;
     let bins = Bins::locate()?;
+    if args.karpenter_peer {
+        // Only this contest, on the real control plane.
+        args.backends = vec![Backend::Real];
+        args.compare = false;
+        args.memory = false;
+    }
     for b in &args.backends {
         cluster::check(*b)?;
     }
@@ -215,6 +233,9 @@ fn run() -> anyhow::Result<()> {
         args.pictures = workspace_root().join("target/drain-bench-pictures");
     }
     let mut summary: Vec<String> = Vec::new();
+    if args.karpenter_peer {
+        karpenter_peer::contest(&args, &bins, runtime.handle(), &scratch, &mut summary)?;
+    }
     if args.compare {
         compare::compare(&args, &bins, runtime.handle(), &scratch, &mut summary)?;
     }

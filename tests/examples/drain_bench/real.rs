@@ -46,7 +46,8 @@ pub struct RealBench {
     /// The admin's client: the benchmark's own taints and watches.
     pub client: kube::Client,
     runtime: Handle,
-    autoscaler: RealAutoscaler,
+    /// The scenario's autoscaler rules; none when a peer provisions the nodes.
+    autoscaler: Option<RealAutoscaler>,
     /// The audit log's length at the last [`RealBench::reset_counters`].
     audit_from: Mutex<u64>,
     budget_watch: Mutex<Option<BudgetWatch>>,
@@ -67,6 +68,52 @@ impl RealBench {
     /// scheduled and Ready, rotor's RBAC from `deploy/` and the autoscaler running.
     pub fn start(runtime: &Handle, scenario: &Scenario, dir: &Path) -> anyhow::Result<RealBench> {
         let started = Instant::now();
+        let mut bench = RealBench::start_bare(runtime, scenario, dir)?;
+        let (cluster, client) = (&bench.cluster, &bench.client);
+        let templates: Vec<FakeNode> = scenario.node_groups.iter().map(template).collect();
+        let mut nodes = Vec::new();
+        for (spec, t) in scenario.node_groups.iter().zip(&templates) {
+            for i in 0..spec.size {
+                let mut n = t.clone();
+                n.name = format!("{}-{i}", spec.name);
+                nodes.push(n);
+            }
+        }
+        cluster.add_nodes(&nodes);
+        cluster.apply(&workloads_yaml(scenario)?);
+        let expected = expected_pods(scenario, nodes.len());
+        wait_settled(runtime, client, expected)?;
+        eprintln!(
+            "drain_bench: real control plane with {} nodes and {expected} pods Ready in {:.0} s",
+            nodes.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let autoscaler = RealAutoscaler::start(
+            client.clone(),
+            runtime,
+            Groups::new(
+                &scenario.node_groups,
+                &scenario.timing,
+                templates,
+                scenario
+                    .workloads
+                    .iter()
+                    .filter(|w| w.kind == WorkloadKind::DaemonSet)
+                    .count(),
+            ),
+        );
+        bench.autoscaler = Some(autoscaler);
+        Ok(bench)
+    }
+
+    /// A fresh control plane in `dir` with rotor's RBAC from `deploy/` (the shipped drainer
+    /// scaled to zero) and the kubectl loop's ServiceAccount, but no nodes, no workloads and no
+    /// autoscaler: for a peer that provisions the nodes itself.
+    pub fn start_bare(
+        runtime: &Handle,
+        scenario: &Scenario,
+        dir: &Path,
+    ) -> anyhow::Result<RealBench> {
         let cluster = RealCluster::start_with(RealClusterOptions {
             pod_startup: scenario.timing.pod_startup,
             dir: Some(dir.join("cluster")),
@@ -91,44 +138,11 @@ impl RealBench {
         let kubectl_kubeconfig =
             cluster.service_account_kubeconfig(ROTOR_NAMESPACE, KUBECTL_ACCOUNT);
         let client = runtime.block_on(client_from(cluster.admin_kubeconfig()))?;
-
-        let templates: Vec<FakeNode> = scenario.node_groups.iter().map(template).collect();
-        let mut nodes = Vec::new();
-        for (spec, t) in scenario.node_groups.iter().zip(&templates) {
-            for i in 0..spec.size {
-                let mut n = t.clone();
-                n.name = format!("{}-{i}", spec.name);
-                nodes.push(n);
-            }
-        }
-        cluster.add_nodes(&nodes);
-        cluster.apply(&workloads_yaml(scenario)?);
-        let expected = expected_pods(scenario, nodes.len());
-        wait_settled(runtime, &client, expected)?;
-        eprintln!(
-            "drain_bench: real control plane with {} nodes and {expected} pods Ready in {:.0} s",
-            nodes.len(),
-            started.elapsed().as_secs_f64()
-        );
-        let autoscaler = RealAutoscaler::start(
-            client.clone(),
-            runtime,
-            Groups::new(
-                &scenario.node_groups,
-                &scenario.timing,
-                templates,
-                scenario
-                    .workloads
-                    .iter()
-                    .filter(|w| w.kind == WorkloadKind::DaemonSet)
-                    .count(),
-            ),
-        );
         Ok(RealBench {
             cluster,
             client,
             runtime: runtime.clone(),
-            autoscaler,
+            autoscaler: None,
             audit_from: Mutex::new(0),
             budget_watch: Mutex::new(None),
             kubectl_kubeconfig,
@@ -167,10 +181,18 @@ impl RealBench {
         &self,
         user: &str,
     ) -> anyhow::Result<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
+        self.requests_by(&Requester::User(user))
+    }
+
+    /// [`RealBench::requests_of`] for any [`Requester`].
+    pub fn requests_by(
+        &self,
+        who: &Requester,
+    ) -> anyhow::Result<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
         let from = *self.audit_from.lock().expect("audit offset");
         let text = std::fs::read(self.cluster.dir().join("audit.log")).context("the audit log")?;
         let text = String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default());
-        Ok(count_requests(text.lines(), user))
+        Ok(count_requests(text.lines(), who))
     }
 
     /// Stops the budget watch: the violations it saw, described.
@@ -191,31 +213,61 @@ impl RealBench {
 
     pub fn nodes_launched_removed(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering;
-        (
-            self.autoscaler.launched.load(Ordering::Relaxed),
-            self.autoscaler.removed.load(Ordering::Relaxed),
-        )
+        self.autoscaler.as_ref().map_or((0, 0), |a| {
+            (
+                a.launched.load(Ordering::Relaxed),
+                a.removed.load(Ordering::Relaxed),
+            )
+        })
     }
 }
 
-/// Counts audit records (one JSON document a line) of `user`: each request once, by its audit
+/// Whose requests the audit log is searched for.
+pub enum Requester<'a> {
+    /// An authenticated user, e.g. a ServiceAccount.
+    User(&'a str),
+    /// A client that runs as the admin, told apart by how its User-Agent starts (Karpenter's
+    /// is `karpenter/<version> ...`).
+    Agent(&'a str),
+}
+
+impl Requester<'_> {
+    /// Text every record of theirs holds, to skip the others before parsing.
+    fn hint(&self) -> &str {
+        match self {
+            Requester::User(u) => u,
+            Requester::Agent(a) => a,
+        }
+    }
+
+    fn made(&self, record: &Value) -> bool {
+        match self {
+            Requester::User(u) => record["user"]["username"] == *u,
+            Requester::Agent(a) => record["userAgent"]
+                .as_str()
+                .is_some_and(|agent| agent.starts_with(a)),
+        }
+    }
+}
+
+/// Counts audit records (one JSON document a line) of `who`: each request once, by its audit
 /// ID (a watch at `ResponseStarted`, as it may still be open; any other at `ResponseComplete`).
 pub fn count_requests<'a>(
     lines: impl Iterator<Item = &'a str>,
-    user: &str,
+    who: &Requester,
 ) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
     let mut requests: BTreeMap<String, u64> = BTreeMap::new();
     let mut evictions: BTreeMap<String, u64> = BTreeMap::new();
     let mut seen: HashSet<String> = HashSet::new();
     for line in lines {
         // Most records are the controllers' and kwok's: skip those before parsing.
-        if !line.contains(user) {
+        if !line.contains(who.hint()) {
             continue;
         }
         let Ok(e) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        if e["user"]["username"] != user {
+        if !who.made(&e) {
             continue;
         }
         let verb = e["verb"].as_str().unwrap_or_default();
@@ -271,7 +323,7 @@ async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
 }
 
 /// The pods the cluster holds when settled: every workload's, and a DaemonSet pod per node.
-fn expected_pods(scenario: &Scenario, nodes: usize) -> usize {
+pub(crate) fn expected_pods(scenario: &Scenario, nodes: usize) -> usize {
     scenario
         .workloads
         .iter()
@@ -283,7 +335,11 @@ fn expected_pods(scenario: &Scenario, nodes: usize) -> usize {
 }
 
 /// Waits until `expected` pods are bound and Ready, and every budget's status has caught up.
-fn wait_settled(runtime: &Handle, client: &kube::Client, expected: usize) -> anyhow::Result<()> {
+pub(crate) fn wait_settled(
+    runtime: &Handle,
+    client: &kube::Client,
+    expected: usize,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + SETTLE_TIMEOUT;
     let pods: Api<Pod> = Api::all(client.clone());
     let budgets: Api<PodDisruptionBudget> = Api::all(client.clone());
@@ -331,7 +387,7 @@ fn wait_settled(runtime: &Handle, client: &kube::Client, expected: usize) -> any
 
 /// The scenario's namespaces, workloads and budgets as Kubernetes objects, YAML (JSON) for
 /// `kubectl apply`.
-fn workloads_yaml(scenario: &Scenario) -> anyhow::Result<String> {
+pub(crate) fn workloads_yaml(scenario: &Scenario) -> anyhow::Result<String> {
     let mut items = Vec::new();
     let namespaces: BTreeSet<&str> = scenario
         .workloads
@@ -499,7 +555,8 @@ mod tests {
                    "user": {"username": "someone-else"}, "objectRef": {"resource": "nodes"}})
             .to_string(),
         ];
-        let (requests, evictions) = count_requests(lines.iter().map(String::as_str), &user);
+        let (requests, evictions) =
+            count_requests(lines.iter().map(String::as_str), &Requester::User(&user));
         assert_eq!(
             requests,
             BTreeMap::from([
@@ -512,5 +569,29 @@ mod tests {
             evictions,
             BTreeMap::from([("success".to_string(), 1), ("budget".to_string(), 1)])
         );
+    }
+
+    #[test]
+    fn a_client_running_as_the_admin_is_told_apart_by_its_user_agent() {
+        let rec = |id: &str, agent: &str| {
+            json!({"auditID": id, "stage": "ResponseComplete", "verb": "create",
+                "user": {"username": "admin"}, "userAgent": agent,
+                "objectRef": {"resource": "pods", "subresource": "eviction"},
+                "responseStatus": {"code": 201}})
+            .to_string()
+        };
+        let lines = [
+            rec("a", "karpenter/v1.14.1 (linux/amd64) karpenter.sh"),
+            rec("b", "kubectl/v1.36.3 (linux/amd64) kubernetes/abcdef"),
+        ];
+        let (requests, evictions) = count_requests(
+            lines.iter().map(String::as_str),
+            &Requester::Agent("karpenter/"),
+        );
+        assert_eq!(
+            requests,
+            BTreeMap::from([("create pods/eviction".to_string(), 1)])
+        );
+        assert_eq!(evictions, BTreeMap::from([("success".to_string(), 1)]));
     }
 }

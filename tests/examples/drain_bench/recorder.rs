@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 /// What the record saw of one node.
 #[derive(Clone, Debug, Default)]
 pub struct NodeTimes {
-    /// First seen `spec.unschedulable` (the cordon every drainer starts with).
+    /// First seen closed to new pods (the cordon every drainer starts with; see [`closed`]).
     pub cordoned: Option<Instant>,
     /// Last moment its workload pods went to none (cleared if one comes back).
     pub emptied: Option<Instant>,
@@ -216,7 +216,7 @@ fn on_node(s: &mut State, event: WatchEvent<Node>, now: Instant) {
             return;
         }
     };
-    let Some(name) = node.metadata.name else {
+    let Some(name) = node.metadata.name.clone() else {
         return;
     };
     let seen = s.nodes.entry(name).or_default();
@@ -224,7 +224,7 @@ fn on_node(s: &mut State, event: WatchEvent<Node>, now: Instant) {
         seen.gone.get_or_insert(now);
         return;
     }
-    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+    if closed(&node) {
         seen.cordoned.get_or_insert(now);
     }
     let phase = node.metadata.annotations.as_ref();
@@ -234,6 +234,19 @@ fn on_node(s: &mut State, event: WatchEvent<Node>, now: Instant) {
     {
         seen.drained.get_or_insert(now);
     }
+}
+
+/// The taint Karpenter closes a node with, where other drainers cordon it.
+const KARPENTER_DISRUPTED: &str = "karpenter.sh/disrupted";
+
+/// Whether a drain has closed the node to new pods: cordoned, or (Karpenter) tainted
+/// [`KARPENTER_DISRUPTED`].
+fn closed(node: &Node) -> bool {
+    let spec = node.spec.as_ref();
+    spec.and_then(|s| s.unschedulable) == Some(true)
+        || spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == KARPENTER_DISRUPTED))
 }
 
 fn on_pod(s: &mut State, event: WatchEvent<Pod>, now: Instant) {

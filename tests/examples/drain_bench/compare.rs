@@ -368,7 +368,7 @@ fn run_contestant(
 
     let kubectl_done = match &mut drainer {
         Some(d) => {
-            wait_for_rotor(&label, d, &recorder, &names, t0, deadline)?;
+            wait_for_nodes(&label, Some(d), &recorder, &names, t0, deadline)?;
             HashMap::new()
         }
         None => {
@@ -486,10 +486,11 @@ pub fn create_surge_class(sim: &BenchSim, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits until every original node is drained or gone, or the deadline.
-pub(crate) fn wait_for_rotor(
+/// Waits until every original node is done (drained or gone), or the deadline; fails if the
+/// benchmark's watch ends or `drainer`, when there is one, exits.
+pub(crate) fn wait_for_nodes(
     label: &str,
-    drainer: &mut Drainer,
+    mut drainer: Option<&mut Drainer>,
     watch: &Recorder,
     names: &[String],
     t0: Instant,
@@ -504,7 +505,9 @@ pub(crate) fn wait_for_rotor(
         if let Some(e) = watch.ended() {
             bail!("the benchmark's watch ended: {e}");
         }
-        if let Some(status) = drainer.exited() {
+        if let Some(drainer) = drainer.as_deref_mut()
+            && let Some(status) = drainer.exited()
+        {
             bail!(
                 "rotor-drainer exited ({status}); its log {}:\n{}",
                 drainer.log_path().display(),
@@ -514,7 +517,7 @@ pub(crate) fn wait_for_rotor(
         if last_report.elapsed() >= Duration::from_secs(15) {
             last_report = Instant::now();
             eprintln!(
-                "drain_bench: {label}: {:.0} s, {done}/{} nodes drained",
+                "drain_bench: {label}: {:.0} s, {done}/{} nodes done",
                 t0.elapsed().as_secs_f64(),
                 names.len()
             );

@@ -32,7 +32,7 @@ use tokio::runtime::Handle;
 
 use crate::Args;
 use crate::cluster::BenchCluster;
-use crate::compare::{scenario_name, wait_for_rotor};
+use crate::compare::{scenario_name, wait_for_nodes};
 use crate::drainer::Bins;
 use crate::real::{
     RealBench, Requester, drainer_user, expected_pods, wait_settled, workloads_yaml,
@@ -418,7 +418,7 @@ fn karpenter_drift(
 
     let t0 = Instant::now();
     karpenter.drift_all();
-    wait_done(&label, &recorder, &names, t0, deadline)?;
+    wait_for_nodes(&label, None, &recorder, &names, t0, deadline)?;
 
     let (requests, evictions) = bench.requests_by(&Requester::Agent(KARPENTER_AGENT))?;
     let violations = bench.violations();
@@ -497,7 +497,7 @@ fn rotor_beside(
             .iter()
             .map(|n| (n.name.as_str(), n.taints.as_slice())),
     )?;
-    wait_for_rotor(&label, &mut drainer, &recorder, &names, t0, deadline)?;
+    wait_for_nodes(&label, Some(&mut drainer), &recorder, &names, t0, deadline)?;
     let (requests, evictions) = bench.requests_of(&drainer_user())?;
     let drained_at = Instant::now();
     let all_drained = recorder.done_count(&names, None) == names.len();
@@ -571,35 +571,6 @@ fn all_of(times: impl Iterator<Item = Option<f64>>) -> Option<f64> {
     times
         .collect::<Option<Vec<f64>>>()
         .map(|v| v.into_iter().fold(0.0, f64::max))
-}
-
-/// Waits until every original node is done (drained or gone), or the deadline.
-fn wait_done(
-    label: &str,
-    recorder: &Recorder,
-    names: &[String],
-    t0: Instant,
-    deadline: Instant,
-) -> anyhow::Result<()> {
-    let mut last_report = Instant::now();
-    loop {
-        let done = recorder.done_count(names, None);
-        if done == names.len() || Instant::now() >= deadline {
-            return Ok(());
-        }
-        if let Some(e) = recorder.ended() {
-            bail!("the benchmark's watch ended: {e}");
-        }
-        if last_report.elapsed() >= Duration::from_secs(15) {
-            last_report = Instant::now();
-            eprintln!(
-                "drain_bench: {label}: {:.0} s, {done}/{} original nodes gone",
-                t0.elapsed().as_secs_f64(),
-                names.len()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn print_node_pool(karpenter: &Karpenter, when: &str) {

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::objects::{
-    SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, annotation_duration, bind_and_start, mark_node_ready,
+    SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, WORK_KUBELET, WORK_PENDING, annotation_duration, bind_and_start, mark_node_ready,
     mark_pod_ready, node_name, node_ready, node_unschedulable, pod_ready, pod_requests,
     set_pod_condition, terminal, terminating,
 };
@@ -21,6 +21,13 @@ use super::{Cluster, add_secs, secs_between};
 use crate::api::collection::DeleteOptions;
 
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+fn has_unschedulable_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == UNSCHEDULABLE_TAINT))
+}
 
 fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
     Some(a.map_or(b, |a| a.min(b)))
@@ -93,8 +100,15 @@ impl Cluster {
         settle: bool,
         mut next: Option<Timestamp>,
     ) -> Option<Timestamp> {
-        let nodes: Vec<Arc<Node>> = self.nodes.values().cloned().collect();
-        for node in nodes {
+        // Only nodes with something to change are copied: booting ones, and those whose cordon
+        // and unschedulable taint disagree.
+        let due: Vec<Arc<Node>> = self
+            .nodes
+            .values()
+            .filter(|n| !node_ready(n) || node_unschedulable(n) != has_unschedulable_taint(n))
+            .cloned()
+            .collect();
+        for node in due {
             let mut n = (*node).clone();
             let mut dirty = false;
             if !node_ready(&n) {
@@ -114,12 +128,8 @@ impl Cluster {
             }
             // The node lifecycle controller mirrors spec.unschedulable as a taint.
             let cordoned = node_unschedulable(&n);
+            let has_taint = has_unschedulable_taint(&n);
             let spec = n.spec.get_or_insert_with(Default::default);
-            let has_taint = spec
-                .taints
-                .iter()
-                .flatten()
-                .any(|t| t.key == UNSCHEDULABLE_TAINT);
             if cordoned && !has_taint {
                 spec.taints.get_or_insert_with(Vec::new).push(Taint {
                     key: UNSCHEDULABLE_TAINT.into(),
@@ -146,12 +156,15 @@ impl Cluster {
 
     /// Pods bound to nodes that no longer exist are deleted, as the pod GC does.
     fn collect_orphans(&mut self) {
-        let orphans: Vec<(String, String)> = self
+        let by_node = self.pod_index.node;
+        let mut orphans: Vec<(String, String)> = self
             .pods
-            .iter()
-            .filter(|(_, p)| node_name(p).is_some_and(|n| self.nodes.get("", n).is_none()))
-            .map(|(k, _)| k.clone())
+            .index_values(by_node)
+            .filter(|n| self.nodes.get("", n).is_none())
+            .flat_map(|n| self.pods.indexed(by_node, n).map(|(k, _)| k.clone()))
             .collect();
+        // In key order, as a scan of every pod would find them.
+        orphans.sort();
         for (ns, name) in orphans {
             self.pods.remove(&ns, &name);
         }
@@ -170,7 +183,8 @@ impl Cluster {
         // Pods created with spec.nodeName already set never went through the scheduler: the
         // node's kubelet admits them as it would any pod bound to it.
         let mut admit = Vec::new();
-        for (key, p) in self.pods.iter() {
+        // Settled pods (Ready, or finished) have nothing due; the index holds the others.
+        for (key, p) in self.pods.indexed(self.pod_index.work, WORK_KUBELET) {
             if terminating(p) {
                 let deadline = p
                     .metadata
@@ -246,7 +260,8 @@ impl Cluster {
         let pending: Vec<Arc<Pod>> = {
             let mut v: Vec<Arc<Pod>> = self
                 .pods
-                .values()
+                .indexed(self.pod_index.work, WORK_PENDING)
+                .map(|(_, p)| p)
                 .filter(|p| node_name(p).is_none() && !terminating(p) && !terminal(p))
                 .cloned()
                 .collect();

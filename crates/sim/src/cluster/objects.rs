@@ -91,6 +91,38 @@ pub fn node_name(pod: &Pod) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
+/// What the kubelets or the scheduler still have to do for a pod: [`WORK_PENDING`] for a pod
+/// waiting to be bound, [`WORK_KUBELET`] for one terminating, bound but not started, or
+/// started but not Ready, [`WORK_FINISHED`] for one that has finished (nothing to do, but
+/// counted apart); `None` for a pod running and Ready, as most are.
+pub fn pod_work(pod: &Pod) -> Option<&'static str> {
+    if terminating(pod) {
+        return Some(WORK_KUBELET);
+    }
+    if terminal(pod) {
+        return Some(WORK_FINISHED);
+    }
+    if node_name(pod).is_none() {
+        return Some(WORK_PENDING);
+    }
+    let started = pod.status.as_ref().is_some_and(|s| s.start_time.is_some());
+    (!started || !pod_ready(pod)).then_some(WORK_KUBELET)
+}
+
+pub const WORK_PENDING: &str = "pending";
+pub const WORK_KUBELET: &str = "kubelet";
+pub const WORK_FINISHED: &str = "finished";
+
+/// The uid of a pod's controlling owner.
+pub fn controller_uid(pod: &Pod) -> Option<&str> {
+    controller_of(&pod.metadata).map(|o| o.uid.as_str())
+}
+
+/// Whether a pod is a node agent: a DaemonSet's, or a static pod's mirror.
+pub fn node_agent(pod: &Pod) -> Option<&'static str> {
+    (is_daemon(pod) || is_mirror(pod)).then_some("")
+}
+
 pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
     meta.owner_references
         .as_ref()?

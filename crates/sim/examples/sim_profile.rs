@@ -108,12 +108,13 @@ fn main() -> anyhow::Result<()> {
         let mut no_mf = p.clone();
         no_mf.metadata.managed_fields = None;
         let json_no_mf = serde_json::to_vec(&no_mf)?.len();
-        println!(
-            "one Deployment pod: JSON {json} B ({json_no_mf} B without managedFields); heap:"
-        );
+        println!("one Deployment pod: JSON {json} B ({json_no_mf} B without managedFields); heap:");
         let parts: [(&str, (i64, i64)); 6] = [
             ("whole pod", heap_of(p)),
-            ("metadata.managedFields", heap_of(&p.metadata.managed_fields)),
+            (
+                "metadata.managedFields",
+                heap_of(&p.metadata.managed_fields),
+            ),
             ("metadata, the rest", heap_of(&no_mf.metadata)),
             ("spec", heap_of(&p.spec)),
             ("status", heap_of(&p.status)),
@@ -150,7 +151,11 @@ fn main() -> anyhow::Result<()> {
     if let Some((ns, name)) = victim {
         let t = Instant::now();
         let r = c.evict_pod(&ns, &name, &serde_json::json!({}), now);
-        println!("evict {ns}/{name}: {:?} in {}", r.map(|_| "201").map_err(|e| e.code), ms(t.elapsed()));
+        println!(
+            "evict {ns}/{name}: {:?} in {}",
+            r.map(|_| "201").map_err(|e| e.code),
+            ms(t.elapsed())
+        );
         let mut at = now;
         for i in 0..12 {
             at = Timestamp::from_millisecond(at.as_millisecond() + 1100).unwrap_or(at);

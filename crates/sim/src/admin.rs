@@ -28,7 +28,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
-use crate::cluster::objects::{node_group_of, node_name, node_ready, node_taints, node_unschedulable, pod_ready, terminal, terminating, WORK_FINISHED, WORK_KUBELET, WORK_PENDING};
+use crate::cluster::objects::{
+    WORK_FINISHED, WORK_KUBELET, WORK_PENDING, node_group_of, node_name, node_ready, node_taints,
+    node_unschedulable, pod_ready, terminal, terminating,
+};
 use crate::scenario::{NodeTemplate, version_minor};
 use crate::state::{ErrorRule, Sim};
 
@@ -137,7 +140,10 @@ pub fn snapshot(c: &Cluster) -> Value {
     for (key, n) in [
         ("total", total),
         ("ready", total - others),
-        ("daemonOrMirror", c.pods.index_len(index.node_agent, "") as u64),
+        (
+            "daemonOrMirror",
+            c.pods.index_len(index.node_agent, "") as u64,
+        ),
     ] {
         if n > 0 {
             *pods.entry(key).or_default() += n;

@@ -158,9 +158,7 @@ mod tests {
         Pod {
             metadata: ObjectMeta {
                 name: Some("p".into()),
-                annotations: Some(
-                    [("note".to_string(), "\"fieldsV1\":-1".to_string())].into(),
-                ),
+                annotations: Some([("note".to_string(), "\"fieldsV1\":-1".to_string())].into()),
                 managed_fields: Some(vec![
                     ManagedFieldsEntry {
                         manager: Some("kubelet".into()),

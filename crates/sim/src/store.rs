@@ -113,7 +113,10 @@ struct Index<K> {
 impl<K> Index<K> {
     fn insert(&mut self, obj: &K, key: &ObjKey) {
         if let Some(v) = (self.of)(obj) {
-            self.by.entry(v.to_string()).or_default().insert(key.clone());
+            self.by
+                .entry(v.to_string())
+                .or_default()
+                .insert(key.clone());
         }
     }
 

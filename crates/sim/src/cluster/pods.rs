@@ -385,7 +385,9 @@ impl<'a> PodsByLabel<'a> {
         let mut m: HashMap<(&str, &str), Vec<&Pod>> = HashMap::new();
         for (_, p) in pods {
             for (k, v) in p.metadata.labels.iter().flatten() {
-                m.entry((k.as_str(), v.as_str())).or_default().push(p.as_ref());
+                m.entry((k.as_str(), v.as_str()))
+                    .or_default()
+                    .push(p.as_ref());
             }
         }
         PodsByLabel(m)

@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::objects::{
-    SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, WORK_KUBELET, WORK_PENDING, annotation_duration,
-    bind_and_start, mark_node_ready, mark_pod_ready, node_name, node_ready, node_unschedulable,
-    pod_ready, pod_requests, set_pod_condition, terminal, terminating,
+    RequestsMemo, SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, WORK_KUBELET, WORK_PENDING,
+    annotation_duration, bind_and_start, mark_node_ready, mark_pod_ready, node_name, node_ready,
+    node_unschedulable, pod_ready, set_pod_condition, terminal, terminating,
 };
 use super::pods::Removal;
 use super::scheduler::{NodeSlot, Placement, Preemption, Scheduler};
@@ -298,9 +298,10 @@ impl Cluster {
             .map(|p| p.as_ref())
             .filter(|p| node_name(p).is_some() && !terminal(p))
             .collect();
+        let mut requests = RequestsMemo::default();
         for p in &placed {
             if let Some(i) = node_name(p).and_then(|n| index.get(n)) {
-                slots[*i].take(pod_requests(p));
+                slots[*i].take(requests.of(p));
             }
         }
         let mut decisions = Vec::new();

@@ -152,6 +152,30 @@ pub fn pod_requests(pod: &Pod) -> Resources {
     r
 }
 
+/// [`pod_requests`] for many pods, each distinct quantity string parsed once: the scheduler
+/// sums the requests of every bound pod, and parsing dominated that at 150,000 pods.
+#[derive(Default)]
+pub struct RequestsMemo<'a>(std::collections::HashMap<&'a str, i128>);
+
+impl<'a> RequestsMemo<'a> {
+    pub fn of(&mut self, pod: &'a Pod) -> Resources {
+        let mut r = Resources::default();
+        for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+            let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+            r.cpu += self.milli(req.and_then(|m| m.get("cpu")));
+            r.memory += self.milli(req.and_then(|m| m.get("memory")));
+        }
+        r
+    }
+
+    fn milli(&mut self, q: Option<&'a Quantity>) -> i128 {
+        match q {
+            Some(q) => *self.0.entry(q.0.as_str()).or_insert_with(|| milli(Some(q))),
+            None => 0,
+        }
+    }
+}
+
 pub fn annotation_duration(meta: &ObjectMeta, key: &str) -> Option<std::time::Duration> {
     meta.annotations
         .as_ref()?

@@ -72,6 +72,30 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// One step's time, writes, and the controllers that took more than a millisecond.
+fn print_step(
+    what: &str,
+    c: &rotor_sim::cluster::Cluster,
+    from: Timestamp,
+    at: Timestamp,
+    took: Duration,
+    rv_before: u64,
+) {
+    let phases: Vec<String> = c
+        .last_step
+        .iter()
+        .filter(|(_, d)| *d >= Duration::from_millis(1))
+        .map(|(p, d)| format!("{p} {}", ms(*d)))
+        .collect();
+    println!(
+        "{what} (+{:.1} s): {}, {} writes; {}",
+        (at.as_millisecond() - from.as_millisecond()) as f64 / 1000.0,
+        ms(took),
+        c.rev.current() - rv_before,
+        phases.join(", ")
+    );
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
@@ -162,13 +186,55 @@ fn main() -> anyhow::Result<()> {
             let rv = c.rev.current();
             let t = Instant::now();
             c.step(at, false);
-            println!(
-                "  step {i} (+{:.1} s): {}, {} writes",
-                (at.as_millisecond() - now.as_millisecond()) as f64 / 1000.0,
-                ms(t.elapsed()),
-                c.rev.current() - rv
-            );
+            print_step(&format!("  step {i}"), &c, now, at, t.elapsed(), rv);
         }
+    }
+
+    // What the drain benchmark does: taint a node, then evict every pod on it at once.
+    let node = c
+        .nodes
+        .values()
+        .next()
+        .and_then(|n| n.metadata.name.clone())
+        .unwrap_or_default();
+    let t = Instant::now();
+    if let Some(n) = c.nodes.get("", &node).cloned() {
+        let mut n = (*n).clone();
+        let spec = n.spec.get_or_insert_with(Default::default);
+        spec.taints
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::Taint {
+                key: "rotor.dev/drain".into(),
+                value: Some("manual".into()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            });
+        c.nodes.put(n);
+    }
+    let on_node: Vec<(String, String)> = c
+        .pods
+        .indexed(c.pod_index.node, &node)
+        .map(|(k, _)| k.clone())
+        .collect();
+    let mut evicted = 0;
+    for (ns, name) in &on_node {
+        if c.evict_pod(ns, name, &serde_json::json!({}), now).is_ok() {
+            evicted += 1;
+        }
+    }
+    println!(
+        "taint {node} and evict its {} pods: {evicted} evicted in {}",
+        on_node.len(),
+        ms(t.elapsed())
+    );
+    let start = Timestamp::from_millisecond(now.as_millisecond() + 60_000).unwrap_or(now);
+    let mut at = start;
+    for i in 0..8 {
+        at = Timestamp::from_millisecond(at.as_millisecond() + 1100).unwrap_or(at);
+        let rv = c.rev.current();
+        let t = Instant::now();
+        c.step(at, false);
+        print_step(&format!("  step {i}"), &c, start, at, t.elapsed(), rv);
     }
     Ok(())
 }

@@ -29,6 +29,29 @@ fn has_unschedulable_taint(node: &Node) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| t.key == UNSCHEDULABLE_TAINT))
 }
 
+/// How long each controller took in one step, for [`Cluster::last_step`].
+struct PhaseTimer {
+    at: std::time::Instant,
+    laps: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Default for PhaseTimer {
+    fn default() -> Self {
+        PhaseTimer {
+            at: std::time::Instant::now(),
+            laps: Vec::with_capacity(12),
+        }
+    }
+}
+
+impl PhaseTimer {
+    fn lap(&mut self, phase: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps.push((phase, now - self.at));
+        self.at = now;
+    }
+}
+
 fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
     Some(a.map_or(b, |a| a.min(b)))
 }
@@ -59,17 +82,30 @@ impl Cluster {
         }
         let before = self.rev.current();
         let mut next = None;
+        let mut timer = PhaseTimer::default();
         next = self.nodes_lifecycle(now, settle, next);
+        timer.lap("nodes");
         self.collect_orphans();
+        timer.lap("orphans");
         next = self.pods_lifecycle(now, settle, next);
+        timer.lap("kubelets");
         self.reconcile_deployments(now);
+        timer.lap("deployments");
         self.reconcile_replicasets(now);
+        timer.lap("replicasets");
         self.reconcile_statefulsets(now);
+        timer.lap("statefulsets");
         self.reconcile_daemonsets(now);
+        timer.lap("daemonsets");
         self.reconcile_mirror_pods(now);
+        timer.lap("mirror pods");
         self.schedule(now);
+        timer.lap("scheduler");
         next = self.autoscale(now, next);
+        timer.lap("autoscaler");
         self.sync_budgets(now);
+        timer.lap("budgets");
+        self.last_step = timer.laps;
         // Budgets hold evicted pods out of the healthy count for a while; wake up to expire them.
         for b in self.pdbs.values() {
             for t in b

@@ -102,6 +102,8 @@ pub struct Cluster {
     pub paused: bool,
     pub pod_index: PodIndexes,
     pub last_run: LastRun,
+    /// How long each controller took in the last step that ran them, in the order they ran.
+    pub last_step: Vec<(&'static str, Duration)>,
 }
 
 /// How many changes each kind keeps for watches to resume from.
@@ -146,6 +148,7 @@ impl Cluster {
             paused: false,
             pod_index,
             last_run: LastRun::default(),
+            last_step: Vec::new(),
         }
     }
 

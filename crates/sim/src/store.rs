@@ -108,9 +108,22 @@ struct Index<K> {
     of: for<'a> fn(&'a K) -> Option<&'a str>,
     field: Option<&'static str>,
     by: HashMap<String, BTreeSet<ObjKey>>,
+    /// The resourceVersion of the last write to an object held, or once held, under a value.
+    written: HashMap<String, u64>,
 }
 
 impl<K> Index<K> {
+    fn touch(&mut self, obj: &K, rv: u64) {
+        if let Some(v) = (self.of)(obj) {
+            match self.written.get_mut(v) {
+                Some(w) => *w = rv,
+                None => {
+                    self.written.insert(v.to_string(), rv);
+                }
+            }
+        }
+    }
+
     fn insert(&mut self, obj: &K, key: &ObjKey) {
         if let Some(v) = (self.of)(obj) {
             self.by
@@ -188,6 +201,7 @@ impl<K: SimObject> Collection<K> {
             of,
             field,
             by: HashMap::new(),
+            written: HashMap::new(),
         };
         for (key, obj) in &self.items {
             index.insert(obj, key);
@@ -213,6 +227,12 @@ impl<K: SimObject> Collection<K> {
     /// How many objects an index holds under `value`.
     pub fn index_len(&self, id: IndexId, value: &str) -> usize {
         self.indexes[id.0].by.get(value).map_or(0, BTreeSet::len)
+    }
+
+    /// The resourceVersion of the last write to an object the index holds, or held, under
+    /// `value`, if there was one since the index was added.
+    pub fn index_written(&self, id: IndexId, value: &str) -> Option<u64> {
+        self.indexes[id.0].written.get(value).copied()
     }
 
     /// The values an index holds objects under, in no particular order.
@@ -322,6 +342,10 @@ impl<K: SimObject> Collection<K> {
         let obj = Arc::new(obj);
         let old = self.items.get(&key);
         for index in &mut self.indexes {
+            if let Some(o) = old {
+                index.touch(o, rv);
+            }
+            index.touch(&obj, rv);
             let before = old.and_then(|o| (index.of)(o));
             if before != (index.of)(&obj) {
                 if let Some(o) = old {
@@ -356,10 +380,11 @@ impl<K: SimObject> Collection<K> {
     pub fn remove(&mut self, ns: &str, name: &str) -> Option<Arc<K>> {
         let key = (ns.to_string(), name.to_string());
         let prev = self.items.remove(&key)?;
+        let rv = self.rev.next();
         for index in &mut self.indexes {
             index.remove(&prev, &key);
+            index.touch(&prev, rv);
         }
-        let rv = self.rev.next();
         let mut last = (*prev).clone();
         last.metadata_mut().resource_version = Some(rv.to_string());
         let last = Arc::new(last);

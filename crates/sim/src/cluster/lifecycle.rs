@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::objects::{
-    RequestsMemo, SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, WORK_KUBELET, WORK_PENDING,
+    RequestsMemo, Resources, SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, WORK_KUBELET, WORK_PENDING,
     annotation_duration, bind_and_start, mark_node_ready, mark_pod_ready, node_name, node_ready,
     node_unschedulable, pod_ready, set_pod_condition, terminal, terminating,
 };
@@ -323,23 +323,40 @@ impl Cluster {
             .values()
             .map(|n| NodeSlot::from_node(n))
             .collect();
-        let index: std::collections::HashMap<String, usize> = slots
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.name.clone(), i))
-            .collect();
         let placed: Vec<&Pod> = self
             .pods
             .values()
             .map(|p| p.as_ref())
             .filter(|p| node_name(p).is_some() && !terminal(p))
             .collect();
+        // Each node's running pods and their requests, recomputed only for nodes whose pods
+        // were written since they were last summed.
+        let by_node = self.pod_index.node;
         let mut requests = RequestsMemo::default();
-        for p in &placed {
-            if let Some(i) = node_name(p).and_then(|n| index.get(n)) {
-                slots[*i].take(requests.of(p));
-            }
+        let current = self.rev.current();
+        for slot in &mut slots {
+            let written = self.pods.index_written(by_node, &slot.name);
+            let cached = self.node_usage.get(&slot.name).copied();
+            let (used, count) = match cached {
+                Some((at, used, count)) if written.is_none_or(|w| w <= at) => (used, count),
+                _ => {
+                    let mut used = Resources::default();
+                    let mut count = 0;
+                    for (_, p) in self.pods.indexed(by_node, &slot.name) {
+                        if !terminal(p) {
+                            used.add(requests.of(p));
+                            count += 1;
+                        }
+                    }
+                    self.node_usage
+                        .insert(slot.name.clone(), (current, used, count));
+                    (used, count)
+                }
+            };
+            slot.free = slot.free.minus(&used);
+            slot.free_pods -= count;
         }
+
         let mut decisions = Vec::new();
         let mut preemptions = Vec::new();
         {

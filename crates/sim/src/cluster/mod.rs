@@ -102,6 +102,9 @@ pub struct Cluster {
     pub paused: bool,
     pub pod_index: PodIndexes,
     pub last_run: LastRun,
+    /// Each node's requested resources and running pods, and the resourceVersion they were
+    /// summed at: the scheduler sums again only nodes whose pods were written since.
+    pub node_usage: std::collections::HashMap<String, (u64, objects::Resources, i64)>,
     /// How long each controller took in the last step that ran them, in the order they ran.
     pub last_step: Vec<(&'static str, Duration)>,
 }
@@ -149,6 +152,7 @@ impl Cluster {
             pod_index,
             last_run: LastRun::default(),
             last_step: Vec::new(),
+            node_usage: std::collections::HashMap::new(),
         }
     }
 

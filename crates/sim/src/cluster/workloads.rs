@@ -401,16 +401,18 @@ impl Cluster {
                 .collect();
             let mut desired = 0;
             for node in &nodes {
-                let nname = node.metadata.name.clone().unwrap_or_default();
-                let labels = node.metadata.labels.clone().unwrap_or_default();
+                let nname = node.metadata.name.as_deref().unwrap_or("");
+                let labels = node.metadata.labels.as_ref();
                 if node.metadata.deletion_timestamp.is_some()
-                    || !node_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+                    || !node_selector
+                        .iter()
+                        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
                     || untolerated(&tolerations, node_taints(node)).is_some()
                 {
                     continue;
                 }
                 desired += 1;
-                if !covered.contains(nname.as_str()) {
+                if !covered.contains(nname) {
                     let mut pod = pod_from_template(
                         &template,
                         &ns,

@@ -29,8 +29,8 @@ use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
 use crate::cluster::objects::{
-    is_daemon, is_mirror, node_group_of, node_name, node_ready, node_taints, node_unschedulable,
-    pod_ready, terminal, terminating,
+    WORK_FINISHED, WORK_KUBELET, WORK_PENDING, node_group_of, node_name, node_ready, node_taints,
+    node_unschedulable, pod_ready, terminal, terminating,
 };
 use crate::scenario::{NodeTemplate, version_minor};
 use crate::state::{ErrorRule, Sim};
@@ -115,22 +115,38 @@ pub fn snapshot(c: &Cluster) -> Value {
         );
     }
     let mut pods = BTreeMap::<&str, u64>::new();
-    for p in c.pods.values() {
-        *pods.entry("total").or_default() += 1;
-        let key = if terminating(p) {
-            "terminating"
-        } else if terminal(p) {
-            "finished"
-        } else if node_name(p).is_none() {
-            "pending"
-        } else if pod_ready(p) {
-            "ready"
-        } else {
-            "starting"
-        };
-        *pods.entry(key).or_default() += 1;
-        if is_daemon(p) || is_mirror(p) {
-            *pods.entry("daemonOrMirror").or_default() += 1;
+    // Pods running and Ready, most of them, are in none of the work index's classes: count the
+    // others one by one, and those as the rest.
+    let index = c.pod_index;
+    let mut others = 0u64;
+    for class in [WORK_PENDING, WORK_KUBELET, WORK_FINISHED] {
+        for (_, p) in c.pods.indexed(index.work, class) {
+            others += 1;
+            let key = if terminating(p) {
+                "terminating"
+            } else if terminal(p) {
+                "finished"
+            } else if node_name(p).is_none() {
+                "pending"
+            } else if pod_ready(p) {
+                "ready"
+            } else {
+                "starting"
+            };
+            *pods.entry(key).or_default() += 1;
+        }
+    }
+    let total = c.pods.len() as u64;
+    for (key, n) in [
+        ("total", total),
+        ("ready", total - others),
+        (
+            "daemonOrMirror",
+            c.pods.index_len(index.node_agent, "") as u64,
+        ),
+    ] {
+        if n > 0 {
+            *pods.entry(key).or_default() += n;
         }
     }
     let s = &c.stats;

@@ -3,7 +3,8 @@
 //! It is the cluster rotor is tested, demonstrated and benchmarked on, because no real API
 //! server can run on our machines. Layers, from the wire inward:
 //! - [`api`]: discovery and resource paths, list/watch/get/create/update/patch/delete, eviction;
-//! - [`store`]: typed collections with a shared resourceVersion and a change log for watches;
+//! - [`store`]: typed collections with a shared resourceVersion and a change log for watches,
+//!   and secondary indexes; [`managed_fields`] keeps each distinct managedFields tree once;
 //! - [`cluster`]: the state and the simulated control plane (scheduler, workload controllers,
 //!   kubelets, disruption controller, node-group autoscaler);
 //! - [`scenario`] and [`seed`]: YAML scenarios and the cluster they describe;
@@ -17,6 +18,7 @@ pub mod authz;
 pub mod cluster;
 pub mod kinds;
 pub mod kubeconfig;
+pub mod managed_fields;
 pub mod moto;
 pub mod scenario;
 pub mod seed;

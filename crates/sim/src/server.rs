@@ -93,6 +93,25 @@ impl RunningSim {
     }
 }
 
+/// Gives the heap's free pages back to the system. Building a cluster goes through every pod
+/// several times (created, bound, started, Ready), and the allocator keeps what the earlier
+/// versions used: at 600,000 pods that is gigabytes resident for nothing.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            /// glibc's: releases free memory at the top of the heap and, since 2.8, free whole
+            /// pages inside it.
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: malloc_trim takes no pointer and only rearranges the allocator's own free
+        // lists; it is safe to call at any time from any thread.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
 /// Builds the scenario's cluster and serves it on `listen` (port 0 picks a free port).
 pub async fn start(
     scenario: &Scenario,
@@ -117,6 +136,7 @@ pub async fn start_with(
     options: StartOptions,
 ) -> std::io::Result<RunningSim> {
     let cluster = crate::seed::build(scenario, jiff::Timestamp::now());
+    release_free_memory();
     let sim = Sim::with_authz(cluster, options.authorization);
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;

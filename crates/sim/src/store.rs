@@ -3,7 +3,7 @@
 //! change log (so watches can resume from a resourceVersion until it is compacted away) and is
 //! broadcast to live watchers. The store knows nothing about HTTP or controllers.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -97,8 +97,60 @@ pub struct Expired {
     pub oldest: u64,
 }
 
+/// Names a secondary index of a collection (see [`Collection::add_index`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexId(usize);
+
+/// A secondary index: the keys of the objects for which `of` answers a value, grouped by that
+/// value and kept in key order, updated on every write. When `field` names the field selector
+/// the value is, lists and watches selecting `field=value` read the index instead of scanning.
+struct Index<K> {
+    of: for<'a> fn(&'a K) -> Option<&'a str>,
+    field: Option<&'static str>,
+    by: HashMap<String, BTreeSet<ObjKey>>,
+    /// The resourceVersion of the last write to an object held, or once held, under a value.
+    written: HashMap<String, u64>,
+}
+
+impl<K> Index<K> {
+    fn touch(&mut self, obj: &K, rv: u64) {
+        if let Some(v) = (self.of)(obj) {
+            match self.written.get_mut(v) {
+                Some(w) => *w = rv,
+                None => {
+                    self.written.insert(v.to_string(), rv);
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, obj: &K, key: &ObjKey) {
+        if let Some(v) = (self.of)(obj) {
+            self.by
+                .entry(v.to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    fn remove(&mut self, obj: &K, key: &ObjKey) {
+        if let Some(v) = (self.of)(obj)
+            && let Some(keys) = self.by.get_mut(v)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by.remove(v);
+            }
+        }
+    }
+}
+
 pub struct Collection<K> {
     items: BTreeMap<ObjKey, Arc<K>>,
+    indexes: Vec<Index<K>>,
+    /// The resourceVersion of the last write in each namespace ("" for cluster-scoped kinds),
+    /// so that controllers can skip namespaces nothing was written to since they last looked.
+    written: HashMap<String, u64>,
     log: VecDeque<Arc<Change<K>>>,
     log_cap: usize,
     /// Highest resourceVersion dropped from the log: watches from below it get 410.
@@ -116,6 +168,8 @@ impl<K: SimObject> Collection<K> {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         Collection {
             items: BTreeMap::new(),
+            indexes: Vec::new(),
+            written: HashMap::new(),
             log: VecDeque::new(),
             log_cap: log_cap.max(1),
             compacted_through: 0,
@@ -134,6 +188,75 @@ impl<K: SimObject> Collection<K> {
 
     pub fn get(&self, ns: &str, name: &str) -> Option<&Arc<K>> {
         self.items.get(&(ns.to_string(), name.to_string()))
+    }
+
+    /// Adds a secondary index on the value `of` answers (objects answering `None` are left
+    /// out); `field` names the field selector that value is, if any.
+    pub fn add_index(
+        &mut self,
+        of: for<'a> fn(&'a K) -> Option<&'a str>,
+        field: Option<&'static str>,
+    ) -> IndexId {
+        let mut index = Index {
+            of,
+            field,
+            by: HashMap::new(),
+            written: HashMap::new(),
+        };
+        for (key, obj) in &self.items {
+            index.insert(obj, key);
+        }
+        self.indexes.push(index);
+        IndexId(self.indexes.len() - 1)
+    }
+
+    /// The objects an index holds under `value`, in key order.
+    pub fn indexed<'a>(
+        &'a self,
+        id: IndexId,
+        value: &str,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Arc<K>)> + use<'a, K> {
+        self.indexes[id.0]
+            .by
+            .get(value)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.items.get_key_value(k))
+    }
+
+    /// How many objects an index holds under `value`.
+    pub fn index_len(&self, id: IndexId, value: &str) -> usize {
+        self.indexes[id.0].by.get(value).map_or(0, BTreeSet::len)
+    }
+
+    /// The resourceVersion of the last write to an object the index holds, or held, under
+    /// `value`, if there was one since the index was added.
+    pub fn index_written(&self, id: IndexId, value: &str) -> Option<u64> {
+        self.indexes[id.0].written.get(value).copied()
+    }
+
+    /// The values an index holds objects under, in no particular order.
+    pub fn index_values(&self, id: IndexId) -> impl Iterator<Item = &str> {
+        self.indexes[id.0].by.keys().map(String::as_str)
+    }
+
+    /// The index answering field selector `field`, if the collection keeps one.
+    pub fn index_for_field(&self, field: &str) -> Option<IndexId> {
+        self.indexes
+            .iter()
+            .position(|i| i.field == Some(field))
+            .map(IndexId)
+    }
+
+    /// Whether anything in namespace `ns` was written (created, changed, deleted) after
+    /// resourceVersion `rv`.
+    pub fn written_since(&self, ns: &str, rv: u64) -> bool {
+        self.written.get(ns).is_some_and(|w| *w > rv)
+    }
+
+    /// Whether anything at all was written after resourceVersion `rv`.
+    pub fn any_written_since(&self, rv: u64) -> bool {
+        self.written.values().any(|w| *w > rv)
     }
 
     pub fn get_key(&self, key: &ObjKey) -> Option<&Arc<K>> {
@@ -185,6 +308,13 @@ impl<K: SimObject> Collection<K> {
     }
 
     fn commit(&mut self, change: ChangeType, obj: Arc<K>, prev: Option<Arc<K>>, rv: u64) {
+        let ns = obj.metadata().namespace.as_deref().unwrap_or("");
+        match self.written.get_mut(ns) {
+            Some(w) => *w = rv,
+            None => {
+                self.written.insert(ns.to_string(), rv);
+            }
+        }
         let c = Arc::new(Change {
             rv,
             change,
@@ -202,12 +332,28 @@ impl<K: SimObject> Collection<K> {
     }
 
     /// Store an object (create or replace), stamping a new resourceVersion. Returns the stored
-    /// object.
+    /// object, its managedFields trees replaced by placeholders ([`crate::managed_fields`]):
+    /// write it out with `managed_fields::write_json` or `to_value`.
     pub fn put(&mut self, mut obj: K) -> Arc<K> {
         let rv = self.rev.next();
         obj.metadata_mut().resource_version = Some(rv.to_string());
+        crate::managed_fields::compact(obj.metadata_mut());
         let key = key_of(&obj);
         let obj = Arc::new(obj);
+        let old = self.items.get(&key);
+        for index in &mut self.indexes {
+            if let Some(o) = old {
+                index.touch(o, rv);
+            }
+            index.touch(&obj, rv);
+            let before = old.and_then(|o| (index.of)(o));
+            if before != (index.of)(&obj) {
+                if let Some(o) = old {
+                    index.remove(o, &key);
+                }
+                index.insert(&obj, &key);
+            }
+        }
         let prev = self.items.insert(key, obj.clone());
         let change = if prev.is_some() {
             ChangeType::Modified
@@ -235,6 +381,10 @@ impl<K: SimObject> Collection<K> {
         let key = (ns.to_string(), name.to_string());
         let prev = self.items.remove(&key)?;
         let rv = self.rev.next();
+        for index in &mut self.indexes {
+            index.remove(&prev, &key);
+            index.touch(&prev, rv);
+        }
         let mut last = (*prev).clone();
         last.metadata_mut().resource_version = Some(rv.to_string());
         let last = Arc::new(last);
@@ -324,6 +474,42 @@ mod tests {
             o.data = Some([("k".to_string(), "v".to_string())].into())
         });
         assert_eq!(changed.metadata.resource_version.as_deref(), Some("2"));
+    }
+
+    fn data_key(cm: &ConfigMap) -> Option<&str> {
+        cm.data.as_ref()?.get("k").map(String::as_str)
+    }
+
+    #[test]
+    fn indexes_follow_writes_and_record_namespaces_written() {
+        let mut c: Collection<ConfigMap> = Collection::new(Revision::default(), 10);
+        c.put(cm("ns", "before"));
+        let id = c.add_index(data_key, Some("data.k"));
+        assert_eq!(c.index_for_field("data.k"), Some(id));
+        let with = |ns: &str, name: &str, v: &str| {
+            let mut o = cm(ns, name);
+            o.data = Some([("k".to_string(), v.to_string())].into());
+            o
+        };
+        c.put(with("ns", "b", "x"));
+        c.put(with("ns", "a", "x"));
+        c.put(with("other", "c", "y"));
+        let names = |c: &Collection<ConfigMap>, v: &str| -> Vec<String> {
+            c.indexed(id, v).map(|(k, _)| k.1.clone()).collect()
+        };
+        assert_eq!(names(&c, "x"), vec!["a", "b"]);
+        c.put(with("ns", "a", "y"));
+        assert_eq!(names(&c, "x"), vec!["b"]);
+        // Key order: namespace, then name.
+        assert_eq!(names(&c, "y"), vec!["a", "c"]);
+        c.remove("ns", "b");
+        assert!(names(&c, "x").is_empty());
+        assert_eq!(c.index_values(id).count(), 1);
+        let rv = c.revision().current();
+        assert!(!c.written_since("ns", rv) && c.written_since("ns", rv - 1));
+        assert!(!c.written_since("other", rv) && !c.any_written_since(rv));
+        c.put(cm("other", "d"));
+        assert!(c.written_since("other", rv) && c.any_written_since(rv));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The drainer benchmark (issues 4 and 20): rotor-drainer against a loop of real `kubectl drain`
 //! at equal concurrency on the same cluster, rotor against the scenario's lower bound, on
-//! rotor-sim, on a real control plane, or both side by side; and rotor-drainer's memory and idle
-//! API traffic in a 5,000-node / 150,000-pod simulation.
+//! rotor-sim, on a real control plane, or both side by side; and rotor-drainer's memory and API
+//! traffic, with the simulator's own memory, at 1,000, 5,000 and 20,000 nodes (30 pods a node).
 //!
 //! ```sh
 //! cargo build --release -p rotor-sim -p rotor-drainer --bins
@@ -14,8 +14,9 @@
 //! Flags: `--concurrency 1,3` (default 1), `--backend sim|real|sim,real` (default sim), `--runs N`
 //! (default 1; the summary gives medians), `--pictures DIR` (the timeline SVGs; default
 //! `target/drain-bench-pictures`), `--scenario FILE` (default
-//! `examples/scenarios/bench-50.yaml`), `--scale-scenario FILE` (default
-//! `examples/scenarios/scale-5k.yaml`), `--only rotor|kubectl`, `--skip-compare`,
+//! `examples/scenarios/bench-50.yaml`), `--scale 1k,5k,20k` (the default: the memory part runs
+//! `examples/scenarios/scale-<each>.yaml`), `--scale-scenario FILE[,FILE]` (other scenarios
+//! instead), `--only rotor|kubectl`, `--skip-compare`,
 //! `--skip-memory`, `--run-timeout SECONDS` (default 1200, per contestant),
 //! `--rotor-max-unavailable N|P%` (default C; a diagnostic, e.g. `100%` shows what waiting for
 //! the autoscaler to retire drained nodes costs), `--surge` (also runs `rotor-drainer --surge`,
@@ -60,9 +61,9 @@
 //!
 //! The modules: `compare` runs the contestants on a `cluster` (`sim` or `real`), `snapshot`
 //! reads the cluster at t=0 and `lower_bound` derives the bound from it (pure), `recorder` and
-//! `timeline` keep and draw the run, `summary` gathers the runs, `memory` measures the drainer
-//! at 5,000 nodes; `drainer` and `node_watch` are the drainer and the memory run's node watch;
-//! `karpenter_peer` is the contest against Karpenter.
+//! `timeline` keep and draw the run, `summary` gathers the runs, `memory` measures the
+//! simulator and the drainer at each scale; `drainer` and `node_watch` are the drainer and the
+//! memory run's node watch; `karpenter_peer` is the contest against Karpenter.
 
 mod cluster;
 mod compare;
@@ -104,7 +105,8 @@ fn main() {
 struct Args {
     concurrency: Vec<usize>,
     scenario: PathBuf,
-    scale_scenario: PathBuf,
+    /// The memory part's scenarios, smallest first.
+    scale_scenarios: Vec<PathBuf>,
     rotor: bool,
     kubectl: bool,
     compare: bool,
@@ -125,7 +127,8 @@ struct Args {
     karpenter_peer: bool,
 }
 
-const USAGE: &str = "usage: drain_bench [--concurrency 1,3] [--scenario FILE] [--scale-scenario FILE] \
+const USAGE: &str = "usage: drain_bench [--concurrency 1,3] [--scenario FILE] [--scale 1k,5k,20k] \
+[--scale-scenario FILE[,FILE]] \
 [--only rotor|kubectl] [--skip-compare] [--skip-memory] [--run-timeout SECONDS] \
 [--rotor-max-unavailable N|P%] [--surge] [--backend sim|real|sim,real] [--runs N] [--pictures DIR] \
 [--peer karpenter]";
@@ -135,7 +138,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut a = Args {
         concurrency: vec![1],
         scenario: root.join("examples/scenarios/bench-50.yaml"),
-        scale_scenario: root.join("examples/scenarios/scale-5k.yaml"),
+        scale_scenarios: scale_scenarios(&root, "1k,5k,20k")?,
         rotor: true,
         kubectl: true,
         compare: true,
@@ -167,7 +170,10 @@ fn parse_args() -> anyhow::Result<Args> {
                 );
             }
             "--scenario" => a.scenario = PathBuf::from(value()?),
-            "--scale-scenario" => a.scale_scenario = PathBuf::from(value()?),
+            "--scale" => a.scale_scenarios = scale_scenarios(&root, &value()?)?,
+            "--scale-scenario" => {
+                a.scale_scenarios = value()?.split(',').map(PathBuf::from).collect()
+            }
             "--only" => match value()?.as_str() {
                 "rotor" => a.kubectl = false,
                 "kubectl" => a.rotor = false,
@@ -204,6 +210,22 @@ fn parse_args() -> anyhow::Result<Args> {
         }
     }
     Ok(a)
+}
+
+/// `examples/scenarios/scale-<s>.yaml` for each of `1k,5k,20k`.
+fn scale_scenarios(root: &std::path::Path, list: &str) -> anyhow::Result<Vec<PathBuf>> {
+    list.split(',')
+        .map(|s| {
+            let s = s.trim();
+            let p = root.join(format!("examples/scenarios/scale-{s}.yaml"));
+            ensure!(
+                p.is_file(),
+                "--scale {s}: there is no {}; the scales are 1k, 5k and 20k",
+                p.display()
+            );
+            Ok(p)
+        })
+        .collect()
 }
 
 fn run() -> anyhow::Result<()> {

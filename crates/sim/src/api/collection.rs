@@ -203,7 +203,7 @@ fn decode_continue(s: &str) -> Result<ContinueToken, ApiError> {
 }
 
 fn to_json<K: serde::Serialize>(obj: &K) -> Vec<u8> {
-    serde_json::to_vec(obj).unwrap_or_default()
+    crate::managed_fields::to_vec(obj)
 }
 
 /// The API verbs every collection answers, object-safe so the router can pick a collection by
@@ -269,7 +269,7 @@ impl<K: SimKind> ApiCollection for Collection<K> {
         let mut n = 0usize;
         let mut last_key: Option<&ObjKey> = None;
         let mut more = false;
-        for (key, obj) in self.range(ns, after.as_ref()) {
+        for (key, obj) in self.select(&q.filter, ns, after.as_ref()) {
             if !q.filter.matches(obj.as_ref()) {
                 continue;
             }
@@ -280,7 +280,7 @@ impl<K: SimKind> ApiCollection for Collection<K> {
             if n > 0 {
                 out.push(b',');
             }
-            serde_json::to_writer(&mut out, obj.as_ref())
+            crate::managed_fields::write_json(&mut out, obj.as_ref())
                 .map_err(|e| ApiError::internal(e.to_string()))?;
             n += 1;
             last_key = Some(key);
@@ -360,7 +360,7 @@ impl<K: SimKind> ApiCollection for Collection<K> {
             Some(rv) => (Vec::new(), rv),
             None => {
                 let items: Vec<Arc<K>> = self
-                    .range(ns, None)
+                    .select(&filter, ns, None)
                     .filter(|(_, o)| filter.matches(o.as_ref()))
                     .map(|(_, o)| o.clone())
                     .collect();
@@ -390,11 +390,40 @@ impl<K: SimKind> Collection<K> {
     fn current_rv(&self) -> u64 {
         self.revision().current()
     }
+
+    /// The objects a list or watch must look at, in key order, after `after`: those an index
+    /// holds under a field selector's `field=value` when the collection keeps one for that field
+    /// (`spec.nodeName=N` for pods), otherwise the namespace's or all. A superset of the
+    /// selection: the caller still applies the whole filter.
+    fn select<'a>(
+        &'a self,
+        filter: &Filter,
+        ns: Option<&str>,
+        after: Option<&ObjKey>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<K>)> + 'a> {
+        let indexed = filter.fields.requirements().iter().find_map(|r| {
+            let value = filter.fields.required_value(&r.field)?;
+            let id = self.index_for_field(&r.field)?;
+            // An empty value selects the objects the index leaves out.
+            (!value.is_empty()).then_some((id, value))
+        });
+        match indexed {
+            Some((id, value)) => {
+                let after = after.cloned();
+                let ns = ns.map(str::to_string);
+                Box::new(self.indexed(id, value).filter(move |(k, _)| {
+                    after.as_ref().is_none_or(|a| *k > a)
+                        && ns.as_deref().is_none_or(|ns| k.0 == ns)
+                }))
+            }
+            None => self.range(ns, after),
+        }
+    }
 }
 
 fn object_line<K: SimKind>(kind: &str, obj: &K, as_table: bool) -> Bytes {
     if as_table {
-        let v = serde_json::to_value(obj).unwrap_or_default();
+        let v = crate::managed_fields::to_value(obj).unwrap_or_default();
         let table = super::table::to_table(K::KIND, &v, jiff::Timestamp::now());
         return watch_line(kind, &table);
     }
@@ -406,7 +435,7 @@ fn watch_line(kind: &str, object: &impl serde::Serialize) -> Bytes {
     buf.extend_from_slice(b"{\"type\":\"");
     buf.extend_from_slice(kind.as_bytes());
     buf.extend_from_slice(b"\",\"object\":");
-    let _ = serde_json::to_writer(&mut buf, object);
+    let _ = crate::managed_fields::write_json(&mut buf, object);
     buf.extend_from_slice(b"}\n");
     Bytes::from(buf)
 }
@@ -644,8 +673,8 @@ fn commit_update<K: SimKind>(
     ctx: &WriteContext,
 ) -> Result<Arc<K>, ApiError> {
     let name = current.metadata().name.clone().unwrap_or_default();
-    let old =
-        serde_json::to_value(current.as_ref()).map_err(|e| ApiError::internal(e.to_string()))?;
+    let old = crate::managed_fields::to_value(current.as_ref())
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     if K::HAS_STATUS {
         match subresource {
             Some("status") => {
@@ -765,8 +794,8 @@ pub fn patch_typed<K: SimKind>(
         .get(ns, name)
         .cloned()
         .ok_or_else(|| ApiError::not_found(K::GROUP, K::URL_PATH_SEGMENT, name))?;
-    let mut doc =
-        serde_json::to_value(current.as_ref()).map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut doc = crate::managed_fields::to_value(current.as_ref())
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     let current_rv = current
         .metadata()
         .resource_version

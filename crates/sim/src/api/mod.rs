@@ -354,7 +354,7 @@ fn serve_pod_verb(
             let pod = cluster.delete_pod(&ns, &name, &opts, Removal::ApiDelete, now)?;
             Ok(Some(json_response(
                 StatusCode::OK,
-                serde_json::to_vec(pod.as_ref()).unwrap_or_default(),
+                crate::managed_fields::to_vec(pod.as_ref()),
             )))
         }
         _ => Ok(None),

@@ -176,8 +176,7 @@ impl Cluster {
             );
             let bound: Vec<(String, String)> = self
                 .pods
-                .iter()
-                .filter(|(_, p)| node_name(p) == Some(name))
+                .indexed(self.pod_index.node, name)
                 .map(|(k, _)| k.clone())
                 .collect();
             for (ns, pod) in bound {
@@ -274,7 +273,7 @@ impl Cluster {
             let marked = node_unschedulable(&node)
                 || node_taints(&node).iter().any(|t| t.key == DRAIN_TAINT_KEY);
             let empty = marked
-                && !self.pods.values().any(|p| {
+                && !self.pods.indexed(self.pod_index.node, &name).any(|(_, p)| {
                     node_name(p) == Some(name.as_str())
                         && !is_daemon(p)
                         && !is_mirror(p)

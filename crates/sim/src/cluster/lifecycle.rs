@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::objects::{
-    SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, annotation_duration, bind_and_start, mark_node_ready,
-    mark_pod_ready, node_name, node_ready, node_unschedulable, pod_ready, pod_requests,
-    set_pod_condition, terminal, terminating,
+    RequestsMemo, Resources, SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, WORK_KUBELET, WORK_PENDING,
+    annotation_duration, bind_and_start, mark_node_ready, mark_pod_ready, node_name, node_ready,
+    node_unschedulable, pod_ready, set_pod_condition, terminal, terminating,
 };
 use super::pods::Removal;
 use super::scheduler::{NodeSlot, Placement, Preemption, Scheduler};
@@ -21,6 +21,36 @@ use super::{Cluster, add_secs, secs_between};
 use crate::api::collection::DeleteOptions;
 
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+fn has_unschedulable_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == UNSCHEDULABLE_TAINT))
+}
+
+/// How long each controller took in one step, for [`Cluster::last_step`].
+struct PhaseTimer {
+    at: std::time::Instant,
+    laps: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Default for PhaseTimer {
+    fn default() -> Self {
+        PhaseTimer {
+            at: std::time::Instant::now(),
+            laps: Vec::with_capacity(12),
+        }
+    }
+}
+
+impl PhaseTimer {
+    fn lap(&mut self, phase: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps.push((phase, now - self.at));
+        self.at = now;
+    }
+}
 
 fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
     Some(a.map_or(b, |a| a.min(b)))
@@ -52,17 +82,30 @@ impl Cluster {
         }
         let before = self.rev.current();
         let mut next = None;
+        let mut timer = PhaseTimer::default();
         next = self.nodes_lifecycle(now, settle, next);
+        timer.lap("nodes");
         self.collect_orphans();
+        timer.lap("orphans");
         next = self.pods_lifecycle(now, settle, next);
+        timer.lap("kubelets");
         self.reconcile_deployments(now);
+        timer.lap("deployments");
         self.reconcile_replicasets(now);
+        timer.lap("replicasets");
         self.reconcile_statefulsets(now);
+        timer.lap("statefulsets");
         self.reconcile_daemonsets(now);
+        timer.lap("daemonsets");
         self.reconcile_mirror_pods(now);
+        timer.lap("mirror pods");
         self.schedule(now);
+        timer.lap("scheduler");
         next = self.autoscale(now, next);
+        timer.lap("autoscaler");
         self.sync_budgets(now);
+        timer.lap("budgets");
+        self.last_step = timer.laps;
         // Budgets hold evicted pods out of the healthy count for a while; wake up to expire them.
         for b in self.pdbs.values() {
             for t in b
@@ -93,8 +136,15 @@ impl Cluster {
         settle: bool,
         mut next: Option<Timestamp>,
     ) -> Option<Timestamp> {
-        let nodes: Vec<Arc<Node>> = self.nodes.values().cloned().collect();
-        for node in nodes {
+        // Only nodes with something to change are copied: booting ones, and those whose cordon
+        // and unschedulable taint disagree.
+        let due: Vec<Arc<Node>> = self
+            .nodes
+            .values()
+            .filter(|n| !node_ready(n) || node_unschedulable(n) != has_unschedulable_taint(n))
+            .cloned()
+            .collect();
+        for node in due {
             let mut n = (*node).clone();
             let mut dirty = false;
             if !node_ready(&n) {
@@ -114,12 +164,8 @@ impl Cluster {
             }
             // The node lifecycle controller mirrors spec.unschedulable as a taint.
             let cordoned = node_unschedulable(&n);
+            let has_taint = has_unschedulable_taint(&n);
             let spec = n.spec.get_or_insert_with(Default::default);
-            let has_taint = spec
-                .taints
-                .iter()
-                .flatten()
-                .any(|t| t.key == UNSCHEDULABLE_TAINT);
             if cordoned && !has_taint {
                 spec.taints.get_or_insert_with(Vec::new).push(Taint {
                     key: UNSCHEDULABLE_TAINT.into(),
@@ -146,12 +192,15 @@ impl Cluster {
 
     /// Pods bound to nodes that no longer exist are deleted, as the pod GC does.
     fn collect_orphans(&mut self) {
-        let orphans: Vec<(String, String)> = self
+        let by_node = self.pod_index.node;
+        let mut orphans: Vec<(String, String)> = self
             .pods
-            .iter()
-            .filter(|(_, p)| node_name(p).is_some_and(|n| self.nodes.get("", n).is_none()))
-            .map(|(k, _)| k.clone())
+            .index_values(by_node)
+            .filter(|n| self.nodes.get("", n).is_none())
+            .flat_map(|n| self.pods.indexed(by_node, n).map(|(k, _)| k.clone()))
             .collect();
+        // In key order, as a scan of every pod would find them.
+        orphans.sort();
         for (ns, name) in orphans {
             self.pods.remove(&ns, &name);
         }
@@ -170,7 +219,8 @@ impl Cluster {
         // Pods created with spec.nodeName already set never went through the scheduler: the
         // node's kubelet admits them as it would any pod bound to it.
         let mut admit = Vec::new();
-        for (key, p) in self.pods.iter() {
+        // Settled pods (Ready, or finished) have nothing due; the index holds the others.
+        for (key, p) in self.pods.indexed(self.pod_index.work, WORK_KUBELET) {
             if terminating(p) {
                 let deadline = p
                     .metadata
@@ -246,7 +296,8 @@ impl Cluster {
         let pending: Vec<Arc<Pod>> = {
             let mut v: Vec<Arc<Pod>> = self
                 .pods
-                .values()
+                .indexed(self.pod_index.work, WORK_PENDING)
+                .map(|(_, p)| p)
                 .filter(|p| node_name(p).is_none() && !terminating(p) && !terminal(p))
                 .cloned()
                 .collect();
@@ -272,22 +323,40 @@ impl Cluster {
             .values()
             .map(|n| NodeSlot::from_node(n))
             .collect();
-        let index: std::collections::HashMap<String, usize> = slots
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.name.clone(), i))
-            .collect();
         let placed: Vec<&Pod> = self
             .pods
             .values()
             .map(|p| p.as_ref())
             .filter(|p| node_name(p).is_some() && !terminal(p))
             .collect();
-        for p in &placed {
-            if let Some(i) = node_name(p).and_then(|n| index.get(n)) {
-                slots[*i].take(pod_requests(p));
-            }
+        // Each node's running pods and their requests, recomputed only for nodes whose pods
+        // were written since they were last summed.
+        let by_node = self.pod_index.node;
+        let mut requests = RequestsMemo::default();
+        let current = self.rev.current();
+        for slot in &mut slots {
+            let written = self.pods.index_written(by_node, &slot.name);
+            let cached = self.node_usage.get(&slot.name).copied();
+            let (used, count) = match cached {
+                Some((at, used, count)) if written.is_none_or(|w| w <= at) => (used, count),
+                _ => {
+                    let mut used = Resources::default();
+                    let mut count = 0;
+                    for (_, p) in self.pods.indexed(by_node, &slot.name) {
+                        if !terminal(p) {
+                            used.add(requests.of(p));
+                            count += 1;
+                        }
+                    }
+                    self.node_usage
+                        .insert(slot.name.clone(), (current, used, count));
+                    (used, count)
+                }
+            };
+            slot.free = slot.free.minus(&used);
+            slot.free_pods -= count;
         }
+
         let mut decisions = Vec::new();
         let mut preemptions = Vec::new();
         {

@@ -27,8 +27,35 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time
 
 use crate::api::collection::ApiCollection;
 use crate::scenario::{NodeGroupSpec, Timing};
-use crate::store::{Collection, Revision};
+use crate::store::{Collection, IndexId, Revision};
 pub use stats::Stats;
+
+/// The pod indexes the controllers and the API read instead of scanning every pod.
+#[derive(Clone, Copy, Debug)]
+pub struct PodIndexes {
+    /// By `spec.nodeName` (bound pods only); also answers `fieldSelector=spec.nodeName=N`.
+    pub node: IndexId,
+    /// By the uid of the controlling owner.
+    pub controller: IndexId,
+    /// Pods the kubelets or the scheduler still have to act on, by what they wait for: see
+    /// [`objects::pod_work`].
+    pub work: IndexId,
+    /// DaemonSet and mirror pods, under "".
+    pub node_agent: IndexId,
+}
+
+/// The resourceVersion at which each controller last ran, so that the next run looks only at
+/// the namespaces (or kinds) written since: every controller is a function of the objects it
+/// reads, so skipping those nothing was written to changes nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LastRun {
+    pub deployments: u64,
+    pub replicasets: u64,
+    pub statefulsets: u64,
+    pub daemonsets: u64,
+    pub mirror_pods: u64,
+    pub budgets: u64,
+}
 
 /// A node group as the autoscaler sees it: its current template and target size.
 #[derive(Clone, Debug)]
@@ -73,6 +100,13 @@ pub struct Cluster {
     pub last_tick: Option<Timestamp>,
     /// Set through the admin API: the control loop skips its steps.
     pub paused: bool,
+    pub pod_index: PodIndexes,
+    pub last_run: LastRun,
+    /// Each node's requested resources and running pods, and the resourceVersion they were
+    /// summed at: the scheduler sums again only nodes whose pods were written since.
+    pub node_usage: std::collections::HashMap<String, (u64, objects::Resources, i64)>,
+    /// How long each controller took in the last step that ran them, in the order they ran.
+    pub last_step: Vec<(&'static str, Duration)>,
 }
 
 /// How many changes each kind keeps for watches to resume from.
@@ -82,10 +116,17 @@ impl Cluster {
     pub fn new(timing: Timing, control_plane_version: String) -> Self {
         let rev = Revision::default();
         let cap = timing.watch_history.unwrap_or(DEFAULT_LOG_CAP);
+        let mut pods = Collection::new(rev.clone(), cap.max(100_000));
+        let pod_index = PodIndexes {
+            node: pods.add_index(objects::node_name, Some("spec.nodeName")),
+            controller: pods.add_index(objects::controller_uid, None),
+            work: pods.add_index(objects::pod_work, None),
+            node_agent: pods.add_index(objects::node_agent, None),
+        };
         Cluster {
             namespaces: Collection::new(rev.clone(), cap),
             nodes: Collection::new(rev.clone(), cap),
-            pods: Collection::new(rev.clone(), cap.max(100_000)),
+            pods,
             events: Collection::new(rev.clone(), cap),
             events_v1: Collection::new(rev.clone(), cap),
             pdbs: Collection::new(rev.clone(), cap),
@@ -108,6 +149,10 @@ impl Cluster {
             next_timed_transition: None,
             last_tick: None,
             paused: false,
+            pod_index,
+            last_run: LastRun::default(),
+            last_step: Vec::new(),
+            node_usage: std::collections::HashMap::new(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! one at a time and in order; DaemonSets keep one pod on every node whose taints they
 //! tolerate (cordon included); every node's kubelet keeps its static pods' mirror pods.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -53,15 +53,16 @@ fn template_hash(t: &PodTemplateSpec) -> String {
         .collect()
 }
 
-/// Pods grouped by the uid of their controller.
-fn pods_by_controller(c: &Cluster) -> HashMap<String, Vec<Arc<Pod>>> {
-    let mut m: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
-    for p in c.pods.values() {
-        if let Some(o) = controller_of(&p.metadata) {
-            m.entry(o.uid.clone()).or_default().push(p.clone());
-        }
-    }
-    m
+/// The pods a controller (by uid) owns, in key order.
+fn pods_of(c: &Cluster, uid: &str) -> Vec<Arc<Pod>> {
+    c.pods
+        .indexed(c.pod_index.controller, uid)
+        .map(|(_, p)| p.clone())
+        .collect()
+}
+
+fn namespace_of(meta: &ObjectMeta) -> &str {
+    meta.namespace.as_deref().unwrap_or("")
 }
 
 fn active(p: &Pod) -> bool {
@@ -93,7 +94,18 @@ impl Cluster {
     }
 
     pub(super) fn reconcile_deployments(&mut self, now: Timestamp) {
-        let deployments: Vec<_> = self.deployments.values().cloned().collect();
+        // A Deployment reads itself and its ReplicaSets: skip namespaces neither changed in.
+        let since = std::mem::replace(&mut self.last_run.deployments, self.rev.current());
+        let deployments: Vec<_> = self
+            .deployments
+            .values()
+            .filter(|d| {
+                let ns = namespace_of(&d.metadata);
+                self.deployments.written_since(ns, since)
+                    || self.replicasets.written_since(ns, since)
+            })
+            .cloned()
+            .collect();
         for d in deployments {
             let ns = d.metadata.namespace.clone().unwrap_or_default();
             let Some(spec) = d.spec.as_ref() else {
@@ -195,15 +207,24 @@ impl Cluster {
     }
 
     pub(super) fn reconcile_replicasets(&mut self, now: Timestamp) {
-        let by_owner = pods_by_controller(self);
-        let sets: Vec<_> = self.replicasets.values().cloned().collect();
+        // A ReplicaSet reads itself and its pods: skip namespaces neither changed in.
+        let since = std::mem::replace(&mut self.last_run.replicasets, self.rev.current());
+        let sets: Vec<_> = self
+            .replicasets
+            .values()
+            .filter(|r| {
+                let ns = namespace_of(&r.metadata);
+                self.replicasets.written_since(ns, since) || self.pods.written_since(ns, since)
+            })
+            .cloned()
+            .collect();
         for rs in sets {
             let ns = rs.metadata.namespace.clone().unwrap_or_default();
             let name = rs.metadata.name.clone().unwrap_or_default();
             let uid = rs.metadata.uid.clone().unwrap_or_default();
             let want = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            let empty = Vec::new();
-            let pods = by_owner.get(&uid).unwrap_or(&empty);
+            let owned = pods_of(self, &uid);
+            let pods = &owned;
             let mut live: Vec<&Arc<Pod>> = pods.iter().filter(|p| active(p)).collect();
             let have = live.len() as i32;
             if have < want
@@ -254,7 +275,18 @@ impl Cluster {
     }
 
     pub(super) fn reconcile_statefulsets(&mut self, now: Timestamp) {
-        let sets: Vec<_> = self.statefulsets.values().cloned().collect();
+        // A StatefulSet reads itself and the pods of its namespace: skip namespaces neither
+        // changed in.
+        let since = std::mem::replace(&mut self.last_run.statefulsets, self.rev.current());
+        let sets: Vec<_> = self
+            .statefulsets
+            .values()
+            .filter(|s| {
+                let ns = namespace_of(&s.metadata);
+                self.statefulsets.written_since(ns, since) || self.pods.written_since(ns, since)
+            })
+            .cloned()
+            .collect();
         for sts in sets {
             let ns = sts.metadata.namespace.clone().unwrap_or_default();
             let name = sts.metadata.name.clone().unwrap_or_default();
@@ -330,9 +362,24 @@ impl Cluster {
     }
 
     pub(super) fn reconcile_daemonsets(&mut self, now: Timestamp) {
-        let by_owner = pods_by_controller(self);
+        // A DaemonSet reads itself, every node and its pods: skip it unless one changed.
+        let since = std::mem::replace(&mut self.last_run.daemonsets, self.rev.current());
+        let nodes_changed = self.nodes.any_written_since(since);
+        let sets: Vec<_> = self
+            .daemonsets
+            .values()
+            .filter(|d| {
+                let ns = namespace_of(&d.metadata);
+                nodes_changed
+                    || self.daemonsets.written_since(ns, since)
+                    || self.pods.written_since(ns, since)
+            })
+            .cloned()
+            .collect();
+        if sets.is_empty() {
+            return;
+        }
         let nodes: Vec<Arc<Node>> = self.nodes.values().cloned().collect();
-        let sets: Vec<_> = self.daemonsets.values().cloned().collect();
         for ds in sets {
             let ns = ds.metadata.namespace.clone().unwrap_or_default();
             let name = ds.metadata.name.clone().unwrap_or_default();
@@ -346,24 +393,26 @@ impl Cluster {
             tolerations.extend(daemon_tolerations());
             let tolerations = tolerations.clone();
             let node_selector = tspec.node_selector.clone().unwrap_or_default();
-            let empty = Vec::new();
-            let pods = by_owner.get(&uid).unwrap_or(&empty);
+            let owned = pods_of(self, &uid);
+            let pods = &owned;
             let covered: std::collections::HashSet<&str> = pods
                 .iter()
                 .filter_map(|p| super::objects::node_name(p))
                 .collect();
             let mut desired = 0;
             for node in &nodes {
-                let nname = node.metadata.name.clone().unwrap_or_default();
-                let labels = node.metadata.labels.clone().unwrap_or_default();
+                let nname = node.metadata.name.as_deref().unwrap_or("");
+                let labels = node.metadata.labels.as_ref();
                 if node.metadata.deletion_timestamp.is_some()
-                    || !node_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+                    || !node_selector
+                        .iter()
+                        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
                     || untolerated(&tolerations, node_taints(node)).is_some()
                 {
                     continue;
                 }
                 desired += 1;
-                if !covered.contains(nname.as_str()) {
+                if !covered.contains(nname) {
                     let mut pod = pod_from_template(
                         &template,
                         &ns,
@@ -394,6 +443,17 @@ impl Cluster {
     /// Every node's kubelet keeps a mirror pod for each static pod.
     pub(super) fn reconcile_mirror_pods(&mut self, now: Timestamp) {
         if self.static_pods.is_empty() {
+            return;
+        }
+        // The kubelets read their node and the mirror pods: skip unless one changed.
+        let since = std::mem::replace(&mut self.last_run.mirror_pods, self.rev.current());
+        let changed = since == 0
+            || self.nodes.any_written_since(since)
+            || self
+                .static_pods
+                .iter()
+                .any(|sp| self.pods.written_since(&sp.namespace, since));
+        if !changed {
             return;
         }
         let nodes: Vec<Arc<Node>> = self.nodes.values().cloned().collect();

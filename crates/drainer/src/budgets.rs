@@ -129,8 +129,10 @@ pub struct DisruptionPace {
 }
 
 /// Each budget's [`DisruptionPace`].
-pub fn budget_paces(pdbs: &[PodDisruptionBudget]) -> BTreeMap<BudgetKey, DisruptionPace> {
-    pdbs.iter()
+pub fn budget_paces<'a>(
+    pdbs: impl IntoIterator<Item = &'a PodDisruptionBudget>,
+) -> BTreeMap<BudgetKey, DisruptionPace> {
+    pdbs.into_iter()
         .map(|pdb| {
             let status = pdb.status.as_ref();
             let allowed = status.map_or(0, |s| i64::from(s.disruptions_allowed));

@@ -84,9 +84,25 @@ impl Ctx {
         self.fleet_size.load(Ordering::Relaxed)
     }
 
-    /// The PodDisruptionBudgets as the budget watch knows them now, for [`plan_node`].
-    pub fn budgets_now(&self) -> Vec<PodDisruptionBudget> {
-        self.budgets.state().iter().map(|b| (**b).clone()).collect()
+    /// The PodDisruptionBudgets of `pods`' namespaces as the budget watch knows them now, for
+    /// [`plan_node`] (the eviction API consults no other). Only those are copied: a pass runs
+    /// at every pod event, and a large cluster has thousands of budgets.
+    pub fn budgets_for(&self, pods: &[Pod]) -> Vec<PodDisruptionBudget> {
+        let namespaces: std::collections::BTreeSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.metadata.namespace.as_deref())
+            .collect();
+        self.budgets
+            .state()
+            .iter()
+            .filter(|b| {
+                b.metadata
+                    .namespace
+                    .as_deref()
+                    .is_some_and(|ns| namespaces.contains(ns))
+            })
+            .map(|b| (**b).clone())
+            .collect()
     }
 }
 
@@ -290,38 +306,75 @@ fn patch_params() -> PatchParams {
     }
 }
 
-/// Cordons the node unless it already is, recording in the same write that rotor did it, guarded
-/// by resourceVersion so a cordon placed by someone else in between is never claimed.
-async fn cordon(
+/// Records the drain's start and cordons the node in one write (the node then shows the whole
+/// step or none of it), noting whether rotor placed the cordon: a node already cordoned keeps
+/// `cordoned_by_rotor` false, so rotor never undoes someone else's cordon. `then` is a
+/// transition folded into the same write (`Evicting` when no surge step comes between).
+///
+/// The write is guarded by resourceVersion so a cordon placed by someone else in between is
+/// never claimed. It goes first over `read`, the node as the drain read it; a conflict re-reads.
+/// It is made against the node's raw annotations, so values nobody can read are overwritten.
+async fn start_and_cordon(
     nodes: &Api<Node>,
     name: &str,
-    record: &DrainRecord,
+    read: &Node,
+    started: &DrainRecord,
+    then: Option<Transition>,
 ) -> Result<DrainRecord, kube::Error> {
-    let attempt = || async {
-        let node = nodes.get(name).await?;
-        if node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-        {
-            return Ok(apply(
-                record,
-                Transition::Cordoned {
-                    by_rotor: record.cordoned_by_rotor,
-                },
-            ));
+    let mut first = Some(read.clone());
+    let attempt = || {
+        let first = first.take();
+        let then = then.clone();
+        async move {
+            let node = match first {
+                Some(node) => node,
+                None => nodes.get(name).await?,
+            };
+            let (next, patch) = start_write(&node, started, then);
+            if let Some(patch) = patch {
+                nodes
+                    .patch(name, &patch_params(), &Patch::Merge(&patch))
+                    .await?;
+            }
+            Ok(next)
         }
-        let next = apply(record, Transition::Cordoned { by_rotor: true });
-        let mut patch = next.annotation_patch(record);
-        patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
-        patch["spec"] = json!({"unschedulable": true});
-        nodes
-            .patch(name, &patch_params(), &Patch::Merge(&patch))
-            .await?;
-        Ok(next)
     };
     attempt.retry(conflict_backoff()).when(is_conflict).await
+}
+
+/// The record after the start and the cordon on `node` as read, and the guarded merge patch
+/// that writes both (`None` when the node already shows all of it).
+fn start_write(
+    node: &Node,
+    started: &DrainRecord,
+    then: Option<Transition>,
+) -> (DrainRecord, Option<serde_json::Value>) {
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let mut next = apply(
+        started,
+        Transition::Cordoned {
+            by_rotor: !cordoned,
+        },
+    );
+    if let Some(t) = then {
+        next = apply(&next, t);
+    }
+    let mut patch = next.annotation_patch_for(node.metadata.annotations.as_ref());
+    let unchanged = patch["metadata"]["annotations"]
+        .as_object()
+        .is_some_and(|a| a.is_empty());
+    if cordoned && unchanged {
+        return (next, None);
+    }
+    patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+    if !cordoned {
+        patch["spec"] = json!({"unschedulable": true});
+    }
+    (next, Some(patch))
 }
 
 /// Re-read and retry a guarded node write a few times when someone else wrote in between.
@@ -517,36 +570,23 @@ async fn drain_fresh(
             drain_timeout: ctx.cfg.drain_timeout,
         }
     };
-    let mut record = apply(&before, start);
-    // Against the node's raw annotations, so that values nobody can read are overwritten too.
-    let raw = node.metadata.annotations.as_ref();
-    if let Err(e) = save_over(nodes, name, record.annotation_patch_for(raw)).await {
-        let error = DrainError::RecordStart {
-            node: name.to_string(),
-            error: e,
-        };
-        return (DrainResult::Failed { error }, before);
-    }
-    let deadline = record
-        .deadline
-        .unwrap_or_else(|| later(now, ctx.cfg.drain_timeout));
-    announce_start(ctx, node, &taint, deadline, resumed).await;
-    let saved = record.clone();
-    record = match cordon(nodes, name, &record).await {
+    let started = apply(&before, start);
+    // With no surge step, evictions begin at once: the same write says so.
+    let then = ctx.cfg.surge.is_none().then_some(Transition::Evicting);
+    let mut record = match start_and_cordon(nodes, name, node, &started, then).await {
         Ok(r) => r,
         Err(e) => {
             let error = DrainError::Cordon {
                 node: name.to_string(),
                 error: e,
             };
-            return (DrainResult::Failed { error }, record);
+            return (DrainResult::Failed { error }, before);
         }
     };
-    if record.phase != saved.phase
-        && let Err(e) = save(nodes, name, &record, &saved).await
-    {
-        tracing::warn!(node = %name, error = %e, "could not record the cordon");
-    }
+    let deadline = record
+        .deadline
+        .unwrap_or_else(|| later(now, ctx.cfg.drain_timeout));
+    announce_start(ctx, node, &taint, deadline, resumed).await;
     if let Some(surge) = &ctx.cfg.surge {
         let outcome = make_room(ctx, surge, node, &taint, abort, stop).await;
         announce_surge(ctx, node, surge, &outcome).await;
@@ -925,7 +965,7 @@ async fn evict_pass(
     }
     let mut wake = task.deadline;
     let pod_list: Vec<Pod> = pods.values().cloned().collect();
-    let budgets = ctx.budgets_now();
+    let budgets = ctx.budgets_for(&pod_list);
     // Past the node's replace-by time (--enforce-replace-by), opt-outs no longer hold it.
     let past_replace_by = replace_by.as_ref().is_some_and(|d| d.passed(now));
     let options = DrainOptions {
@@ -1388,6 +1428,82 @@ mod tests {
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    fn node_read(unschedulable: bool, annotations: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n1", "resourceVersion": "42", "annotations": annotations},
+            "spec": {"unschedulable": unschedulable}
+        }))
+        .unwrap()
+    }
+
+    fn started_record() -> DrainRecord {
+        apply(
+            &DrainRecord::default(),
+            Transition::Start {
+                now: at("2026-11-27T10:00:00Z"),
+                drain_timeout: Duration::from_secs(3600),
+            },
+        )
+    }
+
+    #[test]
+    fn the_start_and_the_cordon_go_in_one_guarded_write() {
+        let node = node_read(false, json!({"rotor.dev/phase": "no-such-phase"}));
+        let (next, patch) = start_write(&node, &started_record(), Some(Transition::Evicting));
+        let patch = patch.expect("an uncordoned node is written");
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        assert_eq!(patch["spec"]["unschedulable"], true);
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(
+            annotations["rotor.dev/phase"], "evicting",
+            "garbage is overwritten"
+        );
+        assert_eq!(annotations["rotor.dev/cordoned-by-rotor"], "true");
+        assert_eq!(annotations["rotor.dev/started-at"], "2026-11-27T10:00:00Z");
+        assert_eq!(annotations["rotor.dev/deadline"], "2026-11-27T11:00:00Z");
+        assert_eq!(next.phase, Some(DrainPhase::Evicting));
+        assert!(next.cordoned_by_rotor);
+    }
+
+    #[test]
+    fn someone_elses_cordon_is_recorded_as_not_rotors_and_left_alone() {
+        let node = node_read(true, json!({}));
+        let (next, patch) = start_write(&node, &started_record(), None);
+        let patch = patch.expect("the start is still recorded");
+        assert!(
+            patch.get("spec").is_none(),
+            "the cordon is not written again"
+        );
+        assert!(
+            patch["metadata"]["annotations"]
+                .get("rotor.dev/cordoned-by-rotor")
+                .is_none()
+        );
+        assert_eq!(
+            patch["metadata"]["annotations"]["rotor.dev/phase"],
+            "cordoned"
+        );
+        assert!(!next.cordoned_by_rotor);
+    }
+
+    #[test]
+    fn a_resumed_drain_that_shows_everything_already_writes_nothing() {
+        let started = started_record();
+        let on_node = apply(
+            &apply(&started, Transition::Cordoned { by_rotor: true }),
+            Transition::Evicting,
+        );
+        let annotations: serde_json::Map<String, serde_json::Value> = on_node
+            .to_annotations()
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), json!(v))))
+            .collect();
+        let node = node_read(true, serde_json::Value::Object(annotations));
+        let (next, patch) = start_write(&node, &on_node, Some(Transition::Evicting));
+        assert_eq!(patch, None);
+        assert_eq!(next, on_node);
     }
 
     #[test]

@@ -11,11 +11,10 @@ pub enum DrainError {
     #[error("cannot read node {node}: {error}")]
     ReadNode { node: String, error: kube::Error },
     /// Nothing was evicted: the start is recorded before the cordon.
+    /// The one write that records the drain's start and cordons the node failed.
     #[error(
-        "cannot record the drain start on node {node}: {error}; nothing was evicted (rotor-drainer needs patch on nodes)"
+        "cannot cordon node {node} and record the drain's start on it: {error}; nothing was evicted (rotor-drainer needs get and patch on nodes)"
     )]
-    RecordStart { node: String, error: kube::Error },
-    #[error("cannot cordon node {node}: {error}")]
     Cordon { node: String, error: kube::Error },
     /// The pod watch's stream ended, which kube-runtime's watcher does only when it is dropped.
     #[error("the pod watch for node {node} ended")]

@@ -197,15 +197,20 @@ impl BudgetCache {
     fn start(client: kube::Client) -> BudgetCache {
         let (store, writer) = reflector::store::<PodDisruptionBudget>();
         let (changes_tx, changes) = tokio::sync::watch::channel(0u64);
-        let stream = reflector(
-            writer,
-            watcher(
-                Api::<PodDisruptionBudget>::all(client),
-                watcher::Config::default(),
-            ),
+        // The cache holds every budget of the cluster (thousands in a large one), and the
+        // drainer reads only their names, selectors, generations and status: the managed fields
+        // and annotations (a kubectl last-applied copy of the spec) go before they are stored.
+        let budgets = watcher(
+            Api::<PodDisruptionBudget>::all(client),
+            watcher::Config::default(),
         )
-        .default_backoff()
-        .touched_objects();
+        .modify(|pdb| {
+            pdb.metadata.managed_fields = None;
+            pdb.metadata.annotations = None;
+        });
+        let stream = reflector(writer, budgets)
+            .default_backoff()
+            .touched_objects();
         let task = tokio::spawn(async move {
             let mut stream = stream.boxed();
             while let Some(ev) = stream.next().await {

@@ -97,7 +97,7 @@ pub(super) async fn rechoose(
     if demands.is_empty() {
         return None;
     }
-    let paces = budget_paces(&ctx.budgets_now());
+    let paces = budget_paces(ctx.budgets.state().iter().map(|b| b.as_ref()));
     let mut allowed: BTreeMap<BudgetKey, i64> = paces
         .iter()
         .map(|(key, pace)| (key.clone(), pace.allowed_now))
@@ -200,7 +200,6 @@ async fn list_demands(ctx: &Ctx, names: &[String]) -> Vec<(String, BudgetDemand)
         return Vec::new();
     }
     let taint = drain_taint_for_scoring();
-    let budgets = ctx.budgets_now();
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let lists = futures::stream::iter(names.iter().cloned())
         .map(|name| {
@@ -217,6 +216,7 @@ async fn list_demands(ctx: &Ctx, names: &[String]) -> Vec<(String, BudgetDemand)
     for (name, list) in lists {
         match list {
             Ok(list) => {
+                let budgets = ctx.budgets_for(&list.items);
                 let plan = plan_node(&list.items, &budgets, &taint, &ctx.cfg.options);
                 demands.push((name, BudgetDemand::of(&plan, |_| true)));
             }

@@ -50,19 +50,19 @@ fn template_fits(node: &Node, pod: &Pod) -> bool {
 
 /// Room for pods on one node: resources and pod slots.
 #[derive(Clone, Copy, Debug)]
-struct Room {
-    free: Resources,
-    pods: i64,
+pub struct Room {
+    pub free: Resources,
+    pub pods: i64,
 }
 
 impl Room {
-    fn of(node: &Node) -> Room {
+    pub fn of(node: &Node) -> Room {
         let (free, pods) = node_allocatable(node);
         Room { free, pods }
     }
 
     /// Places a pod here if it fits.
-    fn take(&mut self, pod: &Resources) -> bool {
+    pub fn take(&mut self, pod: &Resources) -> bool {
         if self.pods > 0 && pod.fits_within(&self.free) {
             self.free = self.free.minus(pod);
             self.pods -= 1;
@@ -77,16 +77,15 @@ impl Room {
 /// up, placing each pod on the first node it fits (an estimate like cluster-autoscaler's: not
 /// optimal packing, but one scale-up covers a burst of pending pods). Pods that fit nowhere,
 /// not even on an empty new node, are left out.
-fn nodes_needed(mut upcoming: Vec<Room>, fresh: Room, pods: &[Pod]) -> u32 {
+/// Takes the pods' requests (see `pod_requests`).
+pub fn nodes_needed(mut upcoming: Vec<Room>, fresh: Room, pods: &[Resources]) -> u32 {
     let mut new: Vec<Room> = Vec::new();
-    for pod in pods {
-        let r = pod_requests(pod);
-        if upcoming.iter_mut().any(|room| room.take(&r)) || new.iter_mut().any(|room| room.take(&r))
-        {
+    for r in pods {
+        if upcoming.iter_mut().any(|room| room.take(r)) || new.iter_mut().any(|room| room.take(r)) {
             continue;
         }
         let mut room = fresh;
-        if room.take(&r) {
+        if room.take(r) {
             new.push(room);
         }
     }
@@ -247,7 +246,8 @@ impl Cluster {
             }
             let (upcoming, fresh) = self.group_room(g, &template);
             let grp = &self.node_groups[g];
-            let count = nodes_needed(upcoming, fresh, &fits)
+            let requests: Vec<Resources> = fits.iter().map(pod_requests).collect();
+            let count = nodes_needed(upcoming, fresh, &requests)
                 .min(grp.spec.max().saturating_sub(grp.desired));
             if count == 0 {
                 continue;
@@ -328,7 +328,7 @@ mod tests {
     #[test]
     fn a_burst_of_pending_pods_is_packed_first_fit_after_the_upcoming_room() {
         let fresh = room(3_850, 58);
-        let small: Vec<Pod> = (0..60).map(|_| pod("100m")).collect();
+        let small: Vec<Resources> = (0..60).map(|_| pod_requests(&pod("100m"))).collect();
         // 38 pods of 100m fill a fresh node's 3,850m: 60 need two.
         assert_eq!(nodes_needed(Vec::new(), fresh, &small), 2);
         // A booting node with room for 30 takes those first.
@@ -336,7 +336,7 @@ mod tests {
         // The pod limit counts as well as CPU.
         assert_eq!(nodes_needed(Vec::new(), room(3_850, 10), &small), 6);
         // Big pods one per node; a pod no node can hold asks for none.
-        let big = [pod("3"), pod("3"), pod("3"), pod("5")];
+        let big = [pod("3"), pod("3"), pod("3"), pod("5")].map(|p| pod_requests(&p));
         assert_eq!(nodes_needed(Vec::new(), fresh, &big), 3);
         assert_eq!(nodes_needed(Vec::new(), fresh, &[]), 0);
     }

@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use k8s_openapi::api::core::v1::Pod;
+use rotor_sim::cluster::objects::is_daemon;
 
 use crate::real_cluster::{FakeNode, RealCluster};
 
@@ -88,38 +89,47 @@ pub fn unschedulable_pods(cluster: &RealCluster) -> Vec<String> {
         "--field-selector",
         "status.phase=Pending",
     ]);
-    pods["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let pods: Vec<Pod> =
+        serde_json::from_value(pods["items"].clone()).expect("kubectl get pods lists Pods");
+    pods.iter()
         .filter(|p| wants_a_node(p))
         .map(|p| {
             format!(
                 "{}/{}",
-                p["metadata"]["namespace"].as_str().unwrap_or_default(),
-                p["metadata"]["name"].as_str().unwrap_or_default()
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                p.metadata.name.as_deref().unwrap_or_default()
             )
         })
         .collect()
 }
 
-fn wants_a_node(pod: &Value) -> bool {
-    let unbound = pod["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .is_empty();
-    let nominated = !pod["status"]["nominatedNodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .is_empty();
-    let deleting = !pod["metadata"]["deletionTimestamp"].is_null();
-    let priority = pod["spec"]["priority"].as_i64().unwrap_or(0);
-    let unschedulable = pod["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable"
+/// A pod the scheduler found no room for, that an autoscaler adds a node for. Like
+/// cluster-autoscaler: not one nominated for a node by preemption (room is being made for it),
+/// not one being deleted, none below the expendable priority cut-off, and none of a DaemonSet's
+/// (it is pinned to its node).
+pub fn wants_a_node(pod: &Pod) -> bool {
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    let unbound = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_none_or(str::is_empty);
+    let nominated = status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
         });
-    unbound && unschedulable && !nominated && !deleting && priority >= EXPENDABLE_CUTOFF
+    let priority = i64::from(spec.and_then(|s| s.priority).unwrap_or(0));
+    unbound
+        && unschedulable
+        && !is_daemon(pod)
+        && !nominated
+        && pod.metadata.deletion_timestamp.is_none()
+        && priority >= EXPENDABLE_CUTOFF
 }

@@ -16,6 +16,7 @@ use tokio::runtime::Handle;
 use crate::drainer::{Bins, Drainer};
 use crate::real::{RealBench, drainer_user, kubectl_user};
 use crate::sim::{BenchSim, counts};
+use crate::snapshot::Snapshot;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -113,11 +114,16 @@ impl BenchCluster {
     }
 
     /// Adds the drain taint to every node at once (`nodes`: each name and its taints before).
-    pub fn taint_all<'a>(
-        &self,
-        nodes: impl IntoIterator<Item = (&'a str, &'a [Value])>,
-    ) -> anyhow::Result<()> {
-        crate::sim::taint_all(self.client(), self.runtime(), nodes)
+    /// t=0 of a run: every original node of `snap` gets the drain taint at once, over the
+    /// taints it had.
+    pub fn taint_originals(&self, snap: &Snapshot) -> anyhow::Result<()> {
+        crate::sim::taint_all(
+            self.client(),
+            self.runtime(),
+            snap.nodes
+                .iter()
+                .map(|n| (n.name.as_str(), n.taints.as_slice())),
+        )
     }
 
     /// `rotor-drainer run` with `flags`: against the simulator as the admin, on the real control

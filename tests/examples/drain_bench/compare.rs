@@ -355,11 +355,7 @@ fn run_contestant(
 
     // t=0: every node gets the drain taint.
     let t0 = Instant::now();
-    cluster.taint_all(
-        snap.nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n.taints.as_slice())),
-    )?;
+    cluster.taint_originals(&snap)?;
     eprintln!(
         "drain_bench: {label}: tainted {} nodes in {:.2} s",
         names.len(),
@@ -379,31 +375,18 @@ fn run_contestant(
         }
     };
     let (counted, sim_stats) = cluster.counted(who != Contestant::Kubectl, names.len() as u64)?;
-    let done: Vec<Option<Instant>> = names
-        .iter()
-        .map(|n| {
-            let k = kubectl_done.get(n).copied();
-            let w = recorder.done_at(n);
-            match (k, w) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        })
-        .collect();
-    let drained = done.iter().filter(|d| d.is_some()).count();
-    let makespan = if drained == names.len() {
-        done.iter()
-            .flatten()
-            .max()
-            .map(|t| t.duration_since(t0).as_secs_f64())
-    } else {
+    let record = recorder.record();
+    drop(recorder);
+    let timeline = Timeline::from_record(&record, &names, &kubectl_done, t0);
+    let drained = timeline.done_count();
+    let makespan = timeline.makespan();
+    if makespan.is_none() {
         notes.push(format!(
             "only {drained} of {} nodes drained within --run-timeout {} s",
             names.len(),
             args.run_timeout.as_secs()
         ));
-        None
-    };
+    }
     if let Some(d) = &drainer {
         let starts = d.log_count("starting to drain");
         let resumes = d.log_count("resuming the recorded drain");
@@ -415,9 +398,6 @@ fn run_contestant(
         ));
     }
     drop(drainer);
-    let record = recorder.record();
-    drop(recorder);
-    let timeline = Timeline::from_record(&record, &names, &kubectl_done, t0);
     if !counted.violations.is_empty() {
         notes.push(format!(
             "budget violations: {}",

@@ -425,11 +425,11 @@ fn karpenter_drift(
     let record = recorder.record();
     drop(recorder);
     let timeline = Timeline::from_record(&record, &names, &Default::default(), t0);
-    let makespan = all_of(timeline.rows.iter().map(|r| r.done));
+    let makespan = timeline.makespan();
     let run = PeerRun {
         nodes: names.len(),
         makespan,
-        emptied: all_of(timeline.rows.iter().map(|r| r.emptied.or(r.done))),
+        emptied: timeline.all_emptied(),
         replaced: makespan,
         violations,
         requests: requests.values().sum(),
@@ -492,11 +492,7 @@ fn rotor_beside(
     let deadline = Instant::now() + args.run_timeout;
 
     let t0 = Instant::now();
-    cluster.taint_all(
-        snap.nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n.taints.as_slice())),
-    )?;
+    cluster.taint_originals(&snap)?;
     wait_for_nodes(&label, Some(&mut drainer), &recorder, &names, t0, deadline)?;
     let (requests, evictions) = bench.requests_of(&drainer_user())?;
     let drained_at = Instant::now();
@@ -533,7 +529,7 @@ fn rotor_beside(
     let final_record = recorder.record();
     drop(recorder);
     let timeline = Timeline::from_record(&drained_record, &names, &Default::default(), t0);
-    let makespan = all_of(timeline.rows.iter().map(|r| r.done));
+    let makespan = timeline.makespan();
     eprintln!(
         "drain_bench: {label}: {}; retired through Karpenter {}",
         makespan.map_or_else(|| "unfinished".into(), |m| format!("makespan {m:.1} s")),
@@ -548,7 +544,7 @@ fn rotor_beside(
     Ok(PeerRun {
         nodes: names.len(),
         makespan,
-        emptied: all_of(timeline.rows.iter().map(|r| r.emptied.or(r.done))),
+        emptied: timeline.all_emptied(),
         replaced,
         violations,
         requests: requests.values().sum(),
@@ -564,13 +560,6 @@ fn rotor_beside(
         provisioned_in,
         timeline,
     })
-}
-
-/// The latest of `times`, if every one is known.
-fn all_of(times: impl Iterator<Item = Option<f64>>) -> Option<f64> {
-    times
-        .collect::<Option<Vec<f64>>>()
-        .map(|v| v.into_iter().fold(0.0, f64::max))
 }
 
 fn print_node_pool(karpenter: &Karpenter, when: &str) {

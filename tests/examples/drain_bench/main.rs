@@ -62,8 +62,9 @@
 //! The modules: `compare` runs the contestants on a `cluster` (`sim` or `real`), `snapshot`
 //! reads the cluster at t=0 and `lower_bound` derives the bound from it (pure), `recorder` and
 //! `timeline` keep and draw the run, `summary` gathers the runs, `memory` measures the
-//! simulator and the drainer at each scale; `drainer` and `node_watch` are the drainer and the
-//! memory run's node watch; `karpenter_peer` is the contest against Karpenter.
+//! simulator and the drainer at each scale (watching its one drained node with
+//! `Recorder::one_node`); `drainer` runs the drainer; `karpenter_peer` is the contest against
+//! Karpenter.
 
 mod cluster;
 mod compare;
@@ -71,7 +72,6 @@ mod drainer;
 mod karpenter_peer;
 mod lower_bound;
 mod memory;
-mod node_watch;
 mod real;
 mod real_autoscaler;
 mod recorder;

@@ -15,7 +15,7 @@ use rotor_e2e::resident_memory;
 use tokio::runtime::Handle;
 
 use crate::drainer::{Bins, Drainer};
-use crate::node_watch::NodeWatch;
+use crate::recorder::Recorder;
 use crate::sim::{BenchSim, counts, delta};
 use crate::{Args, SETTLE_FLAG, secs_f, verdict};
 
@@ -118,7 +118,7 @@ fn one_scale(
     // Opened now, so that it is not counted in the idle window; from the list's version (a
     // node's own may have left the watch history).
     let rv = first["metadata"]["resourceVersion"].as_str().unwrap_or("0");
-    let watch = NodeWatch::start(&sim, rv, Some(&name))?;
+    let watch = Recorder::one_node(&sim.client, &sim.runtime, &name, rv)?;
 
     // The scale scenarios have no rotor-system namespace; kube-system holds their DaemonSets.
     eprintln!("drain_bench: memory: starting rotor-drainer");

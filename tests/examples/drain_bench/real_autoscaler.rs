@@ -24,16 +24,17 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
+use rotor_e2e::autoscaler::wants_a_node;
 use rotor_e2e::real_cluster::FakeNode;
+use rotor_sim::cluster::autoscaler::{Room, nodes_needed};
 use rotor_sim::cluster::objects::{
-    NODE_GROUP_LABEL, Resources, is_daemon, is_mirror, node_allocatable, pod_requests, terminal,
+    NODE_GROUP_LABEL, Resources, is_daemon, is_mirror, pod_requests, terminal,
 };
 use rotor_sim::scenario::{NodeGroupSpec, Timing};
 use serde_json::json;
 use tokio::runtime::Handle;
 
 /// cluster-autoscaler's default `--expendable-pods-priority-cutoff`.
-const EXPENDABLE_CUTOFF: i32 = -10;
 /// How often the autoscaler looks.
 const INTERVAL: Duration = Duration::from_millis(100);
 /// The taint a launched node starts with until its DaemonSet pods are bound, as cloud nodes
@@ -41,40 +42,6 @@ const INTERVAL: Duration = Duration::from_millis(100);
 /// DaemonSet pod is created, and that pod never fits (the simulator binds DaemonSet pods with
 /// the node). The real backend's DaemonSets tolerate it.
 pub const BOOTING_TAINT: &str = "bench.rotor.dev/booting";
-
-/// Room for pods on one node.
-#[derive(Clone, Copy, Debug)]
-struct Room {
-    free: Resources,
-    pods: i64,
-}
-
-impl Room {
-    fn take(&mut self, r: &Resources) -> bool {
-        if self.pods > 0 && r.fits_within(&self.free) {
-            self.free = self.free.minus(r);
-            self.pods -= 1;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-/// How many fresh nodes `pods` need once the room of `upcoming` nodes is used, first fit.
-fn nodes_needed(mut upcoming: Vec<Room>, fresh: Room, pods: &[Resources]) -> u32 {
-    let mut new: Vec<Room> = Vec::new();
-    for r in pods {
-        if upcoming.iter_mut().any(|room| room.take(r)) || new.iter_mut().any(|room| room.take(r)) {
-            continue;
-        }
-        let mut room = fresh;
-        if room.take(r) {
-            new.push(room);
-        }
-    }
-    new.len() as u32
-}
 
 /// One group's state between steps.
 struct Group {
@@ -302,41 +269,11 @@ fn per_node_requests(nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Vec<Resources> {
 
 fn fresh_room(template: &FakeNode, per_node: &[Resources]) -> Room {
     let node: Node = serde_json::from_value(template.to_json()).expect("a FakeNode is a Node");
-    let (free, pods) = node_allocatable(&node);
-    let mut room = Room { free, pods };
+    let mut room = Room::of(&node);
     for r in per_node {
         room.take(r);
     }
     room
-}
-
-/// A pod the scheduler found no room for, that an autoscaler adds a node for.
-fn wants_a_node(p: &Pod) -> bool {
-    let spec = p.spec.as_ref();
-    let unbound = spec
-        .and_then(|s| s.node_name.as_deref())
-        .is_none_or(str::is_empty);
-    let status = p.status.as_ref();
-    let nominated = status
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let unschedulable = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        });
-    let priority = spec.and_then(|s| s.priority).unwrap_or(0);
-    // Like cluster-autoscaler, no node for a DaemonSet's pod: it is pinned to its node.
-    unbound
-        && unschedulable
-        && !is_daemon(p)
-        && !nominated
-        && p.metadata.deletion_timestamp.is_none()
-        && priority >= EXPENDABLE_CUTOFF
 }
 
 /// The autoscaler running against the cluster until dropped: two reflectors and a loop.

@@ -33,11 +33,33 @@ pub struct Timeline {
     pub end: f64,
 }
 
+/// The latest of `times`, if every one is known.
+fn all_of(times: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    times
+        .collect::<Option<Vec<f64>>>()
+        .map(|v| v.into_iter().fold(0.0, f64::max))
+}
+
 fn since(t0: Instant, t: Instant) -> f64 {
     t.saturating_duration_since(t0).as_secs_f64()
 }
 
 impl Timeline {
+    /// When the last original node was done, if every one was.
+    pub fn makespan(&self) -> Option<f64> {
+        all_of(self.rows.iter().map(|r| r.done))
+    }
+
+    /// When the last original node held no workload pod (or was done), if every one did.
+    pub fn all_emptied(&self) -> Option<f64> {
+        all_of(self.rows.iter().map(|r| r.emptied.or(r.done)))
+    }
+
+    /// How many original nodes were done.
+    pub fn done_count(&self) -> usize {
+        self.rows.iter().filter(|r| r.done.is_some()).count()
+    }
+
     pub fn from_record(
         record: &Record,
         names: &[String],
@@ -312,6 +334,22 @@ mod tests {
             )]),
             end: 10.0,
         }
+    }
+
+    #[test]
+    fn the_makespan_is_the_last_node_done_and_only_once_every_node_is() {
+        let mut t = timeline();
+        assert_eq!(t.makespan(), Some(10.0));
+        assert_eq!(
+            t.all_emptied(),
+            Some(10.0),
+            "a node never seen empty counts when done"
+        );
+        assert_eq!(t.done_count(), 2);
+        t.rows[0].done = None;
+        assert_eq!(t.makespan(), None);
+        assert_eq!(t.all_emptied(), Some(10.0));
+        assert_eq!(t.done_count(), 1);
     }
 
     #[test]

@@ -202,6 +202,31 @@ impl BenchCluster {
         }
     }
 
+    /// On the real control plane, where the cycle of the budget that allows one disruption and
+    /// saw the most evictions went since the reset ([`crate::cycle`]); nothing on the simulator,
+    /// whose controllers all act at its steps.
+    pub fn budget_cycle(&self, snap: &Snapshot) -> anyhow::Result<Vec<String>> {
+        let BenchCluster::Real(r) = self else {
+            return Ok(Vec::new());
+        };
+        let audit = r.audit_since_reset()?;
+        let busiest = snap
+            .budgets
+            .iter()
+            .filter(|(_, (expected, allowed))| *expected > 1 && *allowed == 1)
+            .map(|(key, _)| {
+                let name = key.split_once('/').map_or(key.as_str(), |(_, n)| n);
+                (name, crate::cycle::budget_cycles(audit.lines(), name))
+            })
+            .max_by_key(|(name, cycles)| (cycles.len(), std::cmp::Reverse(*name)));
+        Ok(match busiest {
+            Some((name, cycles)) if !cycles.is_empty() => {
+                crate::cycle::CycleParts::of(&cycles).lines(name)
+            }
+            _ => Vec::new(),
+        })
+    }
+
     /// What the contestant did since the reset. `rotor` says who it was (on the simulator every
     /// request is counted, less the benchmark's `taints` node patches).
     pub fn counted(&self, rotor: bool, taints: u64) -> anyhow::Result<(Counted, Option<Value>)> {

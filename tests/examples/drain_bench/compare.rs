@@ -375,6 +375,11 @@ fn run_contestant(
         }
     };
     let (counted, sim_stats) = cluster.counted(who != Contestant::Kubectl, names.len() as u64)?;
+    let cycle = cluster.budget_cycle(&snap)?;
+    for line in &cycle {
+        eprintln!("drain_bench: {label}: {line}");
+    }
+    notes.extend(cycle);
     let record = recorder.record();
     drop(recorder);
     let timeline = Timeline::from_record(&record, &names, &kubectl_done, t0);

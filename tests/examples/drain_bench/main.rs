@@ -61,13 +61,15 @@
 //!
 //! The modules: `compare` runs the contestants on a `cluster` (`sim` or `real`), `snapshot`
 //! reads the cluster at t=0 and `lower_bound` derives the bound from it (pure), `recorder` and
-//! `timeline` keep and draw the run, `summary` gathers the runs, `memory` measures the
+//! `timeline` keep and draw the run, `cycle` reads a budget's cycle from the real control plane's
+//! audit log, `summary` gathers the runs, `memory` measures the
 //! simulator and the drainer at each scale (watching its one drained node with
 //! `Recorder::one_node`); `drainer` runs the drainer; `karpenter_peer` is the contest against
 //! Karpenter.
 
 mod cluster;
 mod compare;
+mod cycle;
 mod drainer;
 mod karpenter_peer;
 mod lower_bound;

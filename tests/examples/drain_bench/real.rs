@@ -189,10 +189,14 @@ impl RealBench {
         &self,
         who: &Requester,
     ) -> anyhow::Result<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
+        Ok(count_requests(self.audit_since_reset()?.lines(), who))
+    }
+
+    /// The audit log's records since the last [`RealBench::reset_counters`].
+    pub fn audit_since_reset(&self) -> anyhow::Result<String> {
         let from = *self.audit_from.lock().expect("audit offset");
         let text = std::fs::read(self.cluster.dir().join("audit.log")).context("the audit log")?;
-        let text = String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default());
-        Ok(count_requests(text.lines(), who))
+        Ok(String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default()).into_owned())
     }
 
     /// Stops the budget watch: the violations it saw, described.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use rotor_sim::cluster::objects::is_daemon;
+use rotor_sim::cluster::objects::{is_daemon, unschedulable};
 
 use crate::real_cluster::{FakeNode, RealCluster};
 
@@ -116,18 +116,9 @@ pub fn wants_a_node(pod: &Pod) -> bool {
     let nominated = status
         .and_then(|s| s.nominated_node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
-    let unschedulable = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        });
     let priority = i64::from(spec.and_then(|s| s.priority).unwrap_or(0));
     unbound
-        && unschedulable
+        && unschedulable(pod)
         && !is_daemon(pod)
         && !nominated
         && pod.metadata.deletion_timestamp.is_none()

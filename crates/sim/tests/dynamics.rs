@@ -14,6 +14,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt};
+use rotor_sim::cluster::objects::unschedulable;
 use serde_json::{Value, json};
 
 const WORKLOADS: &str = r#"
@@ -519,21 +520,7 @@ async fn given_a_full_group_when_a_node_is_drained_then_unschedulable_pods_cause
     // The replacements fit nowhere and are marked unschedulable ...
     let pending = wait_until("unschedulable web pods", WAIT, || async {
         let pods = sim.pods_labelled("shop", "app=web").await;
-        let pending: Vec<Pod> = pods
-            .into_iter()
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| {
-                        cs.iter().any(|c| {
-                            c.type_ == "PodScheduled"
-                                && c.status == "False"
-                                && c.reason.as_deref() == Some("Unschedulable")
-                        })
-                    })
-            })
-            .collect();
+        let pending: Vec<Pod> = pods.into_iter().filter(unschedulable).collect();
         (pending.len() == 2).then_some(pending)
     })
     .await;

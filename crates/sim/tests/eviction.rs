@@ -15,6 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::response::StatusSummary;
+use rotor_sim::cluster::objects::unschedulable;
 use serde_json::{Value, json};
 
 const PDB_REFUSAL: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
@@ -370,18 +371,7 @@ async fn given_a_pending_pod_whose_budget_allows_zero_when_evicting_then_it_is_d
     // The pod fits no node; its budget is processed and allows nothing.
     let pending = wait_until("hog to be marked unschedulable", WAIT, || async {
         let p = sim.pods("shop").get("hog").await.unwrap();
-        let unschedulable = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    c.type_ == "PodScheduled"
-                        && c.status == "False"
-                        && c.reason.as_deref() == Some("Unschedulable")
-                })
-            });
-        unschedulable.then_some(p)
+        unschedulable(&p).then_some(p)
     })
     .await;
     assert_eq!(phase(&pending), "Pending");

@@ -170,67 +170,51 @@ impl CycleParts {
 mod tests {
     use super::*;
 
+    /// An audit record; an eviction of a pod whose name ends in `x` is refused (429).
     fn record(at: &str, until: &str, verb: &str, resource: &str, sub: &str, name: &str) -> String {
+        let resource = if resource == "pdb" {
+            "poddisruptionbudgets"
+        } else {
+            resource
+        };
+        let code = match verb {
+            "create" if sub == "eviction" && name.ends_with('x') => 429,
+            "create" => 201,
+            _ => 200,
+        };
         serde_json::json!({
             "stage": "ResponseComplete", "verb": verb,
             "requestReceivedTimestamp": at, "stageTimestamp": until,
             "objectRef": {"resource": resource, "subresource": sub, "name": name},
-            "responseStatus": {"code": if verb == "create" && sub == "eviction" && name.ends_with("x") { 429 } else if verb == "create" { 201 } else { 200 }}
+            "responseStatus": {"code": code}
         })
         .to_string()
     }
 
     #[test]
     fn each_eviction_is_followed_to_its_replacement_the_budget_and_the_next_eviction() {
-        let t = |s: &str| format!("2026-11-27T10:00:{s}Z");
-        let log = [
-            record(
-                &t("00.0"),
-                &t("00.2"),
-                "create",
-                "pods",
-                "eviction",
-                "web-a",
-            ),
+        // (received, answered, verb, resource, subresource, name), seconds past 10:00; "pdb"
+        // stands for poddisruptionbudgets.
+        let calls = [
+            ("00.0", "00.2", "create", "pods", "eviction", "web-a"),
             // Refused by the budget (429): not an eviction.
-            record(
-                &t("00.5"),
-                &t("00.6"),
-                "create",
-                "pods",
-                "eviction",
-                "web-x",
-            ),
-            record(&t("00.6"), &t("00.7"), "create", "pods", "binding", "web-b"),
-            record(&t("02.8"), &t("02.9"), "patch", "pods", "status", "web-b"),
-            record(
-                &t("03.4"),
-                &t("03.5"),
-                "update",
-                "poddisruptionbudgets",
-                "status",
-                "web",
-            ),
-            // Another budget's pods and status are not this budget's.
-            record(
-                &t("03.6"),
-                &t("03.7"),
-                "update",
-                "poddisruptionbudgets",
-                "status",
-                "db",
-            ),
-            record(
-                &t("04.0"),
-                &t("04.2"),
-                "create",
-                "pods",
-                "eviction",
-                "web-c",
-            ),
-            record(&t("04.4"), &t("04.5"), "create", "pods", "binding", "web-d"),
-            record(&t("06.5"), &t("06.7"), "patch", "pods", "status", "web-d"),
+            ("00.5", "00.6", "create", "pods", "eviction", "web-x"),
+            ("00.6", "00.7", "create", "pods", "binding", "web-b"),
+            ("02.8", "02.9", "patch", "pods", "status", "web-b"),
+            ("03.4", "03.5", "update", "pdb", "status", "web"),
+            // Another budget's status is not this budget's.
+            ("03.6", "03.7", "update", "pdb", "status", "db"),
+            ("04.0", "04.2", "create", "pods", "eviction", "web-c"),
+            ("04.4", "04.5", "create", "pods", "binding", "web-d"),
+            ("06.5", "06.7", "patch", "pods", "status", "web-d"),
         ];
+        let t = |s: &str| format!("2026-11-27T10:00:{s}Z");
+        let log: Vec<String> = calls
+            .iter()
+            .map(|(at, until, verb, res, sub, name)| {
+                record(&t(at), &t(until), verb, res, sub, name)
+            })
+            .collect();
         let cycles = budget_cycles(log.iter().map(String::as_str), "web");
         assert_eq!(cycles.len(), 2);
         let close = |a: f64, b: f64| (a - b).abs() < 1e-6;

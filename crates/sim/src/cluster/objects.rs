@@ -69,6 +69,21 @@ pub fn pod_ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The scheduler found no node for the pod: condition `PodScheduled` is `False` with reason
+/// `Unschedulable`.
+pub fn unschedulable(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        })
+}
+
 pub fn terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }

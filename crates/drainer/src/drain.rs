@@ -42,7 +42,8 @@ use crate::replace_by::{Announcement, ReplaceBy};
 use crate::reserve::{SurgeOutcome, SurgeSlots, make_room};
 use crate::restart::{News, Next, RolloutRestarts};
 use crate::state::{
-    DrainRecord, Intent, Transition, apply, begin_check, misreadings, retry_backoff,
+    DrainRecord, Intent, Transition, apply, begin_check, changes_nothing, misreadings,
+    retry_backoff,
 };
 use crate::surge::SurgeConfig;
 use crate::watched::WatchedPods;
@@ -270,27 +271,15 @@ async fn publish(ctx: &Ctx, event: NodeEvent, note: String, regarding: &ObjectRe
     }
 }
 
-/// Writes the changed annotations of a record.
+/// Writes the changed annotations of a record, unless nothing changed.
 async fn save(
     nodes: &Api<Node>,
     name: &str,
     new: &DrainRecord,
     old: &DrainRecord,
 ) -> Result<(), kube::Error> {
-    save_over(nodes, name, new.annotation_patch(old)).await
-}
-
-/// Sends an annotation patch made by [`DrainRecord::annotation_patch`] or
-/// [`DrainRecord::annotation_patch_for`], unless it changes nothing.
-async fn save_over(
-    nodes: &Api<Node>,
-    name: &str,
-    patch: serde_json::Value,
-) -> Result<(), kube::Error> {
-    if patch["metadata"]["annotations"]
-        .as_object()
-        .is_some_and(|a| a.is_empty())
-    {
+    let patch = new.annotation_patch(old);
+    if changes_nothing(&patch) {
         return Ok(());
     }
     nodes
@@ -364,10 +353,7 @@ fn start_write(
         next = apply(&next, t);
     }
     let mut patch = next.annotation_patch_for(node.metadata.annotations.as_ref());
-    let unchanged = patch["metadata"]["annotations"]
-        .as_object()
-        .is_some_and(|a| a.is_empty());
-    if cordoned && unchanged {
+    if cordoned && changes_nothing(&patch) {
         return (next, None);
     }
     patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);

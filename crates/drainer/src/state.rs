@@ -122,25 +122,24 @@ impl DrainRecord {
 
     /// A JSON merge patch `{"metadata":{"annotations":{...}}}` turning `previous` into `self`:
     /// changed keys get their new value, keys to remove get `null`, unchanged keys are left out.
-    /// The annotations object is empty when nothing changed.
+    /// The annotations object is empty when nothing changed ([`changes_nothing`]).
     pub fn annotation_patch(&self, previous: &DrainRecord) -> Value {
         let old = previous.to_annotations();
-        let changes = self
-            .to_annotations()
-            .into_iter()
-            .filter(|(key, value)| old.get(key) != Some(value))
-            .map(|(key, value)| (key.to_owned(), value.map_or(Value::Null, Value::String)))
-            .collect::<Map<_, _>>();
-        json!({"metadata": {"annotations": changes}})
+        self.patch_where(|key, value| old.get(key) != Some(value))
     }
 
     /// Like [`DrainRecord::annotation_patch`], but against the node's raw annotations, so that
     /// values nobody can read (garbage someone wrote by hand) are overwritten or removed too.
     pub fn annotation_patch_for(&self, current: Option<&BTreeMap<String, String>>) -> Value {
+        self.patch_where(|key, value| current.and_then(|a| a.get(key)) != value.as_ref())
+    }
+
+    /// The merge patch of the annotations for which `changed` holds.
+    fn patch_where(&self, changed: impl Fn(&str, &Option<String>) -> bool) -> Value {
         let changes = self
             .to_annotations()
             .into_iter()
-            .filter(|(key, value)| current.and_then(|a| a.get(*key)) != value.as_ref())
+            .filter(|(key, value)| changed(key, value))
             .map(|(key, value)| (key.to_owned(), value.map_or(Value::Null, Value::String)))
             .collect::<Map<_, _>>();
         json!({"metadata": {"annotations": changes}})
@@ -437,6 +436,13 @@ pub fn retry_backoff(attempts: u32) -> Duration {
 
 #[cfg(test)]
 mod fuzz;
+
+/// True when an annotation patch of [`DrainRecord`] changes no annotation: it need not be sent.
+pub fn changes_nothing(patch: &Value) -> bool {
+    patch["metadata"]["annotations"]
+        .as_object()
+        .is_some_and(Map::is_empty)
+}
 
 #[cfg(test)]
 mod tests {
@@ -766,6 +772,8 @@ mod tests {
             after.annotation_patch(&after),
             serde_json::json!({"metadata": {"annotations": {}}})
         );
+        assert!(changes_nothing(&after.annotation_patch(&after)));
+        assert!(!changes_nothing(&after.annotation_patch(&before)));
     }
 
     #[test]

@@ -210,13 +210,14 @@ impl BenchCluster {
             return Ok(Vec::new());
         };
         let audit = r.audit_since_reset()?;
+        let calls = crate::cycle::AuditCalls::parse(audit.lines());
         let busiest = snap
             .budgets
             .iter()
             .filter(|(_, (expected, allowed))| *expected > 1 && *allowed == 1)
             .map(|(key, _)| {
                 let name = key.split_once('/').map_or(key.as_str(), |(_, n)| n);
-                (name, crate::cycle::budget_cycles(audit.lines(), name))
+                (name, calls.budget_cycles(name))
             })
             .max_by_key(|(name, cycles)| (cycles.len(), std::cmp::Reverse(*name)));
         Ok(match busiest {

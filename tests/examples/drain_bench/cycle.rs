@@ -58,20 +58,40 @@ pub struct Cycle {
     pub next: Option<f64>,
 }
 
-/// The cycles of budget `budget`'s pods, in the order of their evictions (the last has no
-/// `next`). An eviction whose replacement never appears in the log ends the list.
-pub fn budget_cycles<'a>(lines: impl Iterator<Item = &'a str>, budget: &str) -> Vec<Cycle> {
-    let prefix = format!("{budget}-");
-    let mut calls: Vec<Call> = lines
-        .filter(|l| l.contains(budget))
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|r| Call::of(&r))
-        .filter(|c| c.name.starts_with(&prefix) || c.name == budget)
-        .collect();
-    calls.sort_by(|a, b| a.received.total_cmp(&b.received));
+/// The pod and budget calls of an audit log, parsed once for every budget's cycles.
+pub struct AuditCalls(Vec<Call>);
+
+impl AuditCalls {
+    pub fn parse<'a>(lines: impl Iterator<Item = &'a str>) -> AuditCalls {
+        let mut calls: Vec<Call> = lines
+            .filter(|l| l.contains("\"pods\"") || l.contains("\"poddisruptionbudgets\""))
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|r| Call::of(&r))
+            .filter(|c| c.resource == "pods" || c.resource == "poddisruptionbudgets")
+            .collect();
+        calls.sort_by(|a, b| a.received.total_cmp(&b.received));
+        AuditCalls(calls)
+    }
+
+    /// The cycles of budget `budget`'s pods, in the order of their evictions (the last has no
+    /// `next`). An eviction whose replacement never appears in the log ends the list.
+    pub fn budget_cycles(&self, budget: &str) -> Vec<Cycle> {
+        let prefix = format!("{budget}-");
+        let calls: Vec<&Call> = self
+            .0
+            .iter()
+            .filter(|c| c.name.starts_with(&prefix) || c.name == budget)
+            .collect();
+        cycles_of(&calls, budget)
+    }
+}
+
+/// The cycles of one budget's calls, sorted by arrival.
+fn cycles_of(calls: &[&Call], budget: &str) -> Vec<Cycle> {
     let pod = |c: &Call, sub: &str| c.resource == "pods" && c.subresource == sub;
     let evictions: Vec<&Call> = calls
         .iter()
+        .copied()
         .filter(|c| pod(c, "eviction") && c.verb == "create" && (200..300).contains(&c.code))
         .collect();
     let mut cycles = Vec::new();
@@ -215,7 +235,7 @@ mod tests {
                 record(&t(at), &t(until), verb, res, sub, name)
             })
             .collect();
-        let cycles = budget_cycles(log.iter().map(String::as_str), "web");
+        let cycles = AuditCalls::parse(log.iter().map(String::as_str)).budget_cycles("web");
         assert_eq!(cycles.len(), 2);
         let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
         let first = &cycles[0];

@@ -94,6 +94,17 @@ pub struct Timing {
     /// Default time a pod takes to exit after SIGTERM (capped by its grace period).
     #[serde(default = "d_pod_shutdown", deserialize_with = "de_duration")]
     pub pod_shutdown: Duration,
+    /// How long the scheduler takes per pod it binds. It binds one pod after another, so the
+    /// replacements of a burst of evictions are bound over this many times their number.
+    /// Default 0: every pod that fits is bound at the step that finds it.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub bind_time: Duration,
+    /// How long the disruption controller takes per budget it syncs. It has one worker and
+    /// syncs the budgets whose pods changed one after another, in the order they changed, so
+    /// under load a budget counts a Ready pod only after the budgets queued before it. Default
+    /// 0: every budget is synced at the step that changed its pods.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub budget_sync_time: Duration,
     /// Changes each kind keeps for watches to resume from; older versions get 410.
     #[serde(default)]
     pub watch_history: Option<usize>,
@@ -137,6 +148,8 @@ impl Default for Timing {
             bookmark_interval: d_bookmark(),
             pod_startup: d_pod_startup(),
             pod_shutdown: d_pod_shutdown(),
+            bind_time: Duration::ZERO,
+            budget_sync_time: Duration::ZERO,
             watch_history: None,
             max_events: d_max_events(),
         }

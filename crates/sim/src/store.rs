@@ -414,6 +414,22 @@ impl<K: SimObject> Collection<K> {
         Ok((backlog, self.tx.subscribe()))
     }
 
+    /// The changes after `from_rv`, oldest first, for a controller that reacts to each object
+    /// written; `Expired` if the log no longer reaches back that far.
+    pub fn changes_since(
+        &self,
+        from_rv: u64,
+    ) -> Result<impl Iterator<Item = &Arc<Change<K>>>, Expired> {
+        if from_rv < self.compacted_through {
+            return Err(Expired {
+                requested: from_rv,
+                oldest: self.compacted_through,
+            });
+        }
+        let first = self.log.partition_point(|c| c.rv <= from_rv);
+        Ok(self.log.range(first..))
+    }
+
     pub fn live_receiver(&self) -> broadcast::Receiver<Arc<Change<K>>> {
         self.tx.subscribe()
     }
@@ -462,6 +478,27 @@ mod tests {
         c.compact_all();
         assert!(c.subscribe(2).is_err());
         assert!(c.subscribe(3).is_ok());
+    }
+
+    #[test]
+    fn changes_since_gives_the_later_writes_in_order_until_the_log_is_trimmed() {
+        let mut c: Collection<ConfigMap> = Collection::new(Revision::default(), 3);
+        c.put(cm("ns", "a")); // rv 1
+        c.put(cm("ns", "b")); // rv 2
+        c.remove("ns", "a"); // rv 3
+        let later: Vec<(u64, ChangeType)> = c
+            .changes_since(1)
+            .unwrap()
+            .map(|ch| (ch.rv, ch.change))
+            .collect();
+        assert_eq!(
+            later,
+            vec![(2, ChangeType::Added), (3, ChangeType::Deleted)]
+        );
+        assert_eq!(c.changes_since(3).unwrap().count(), 0);
+        c.put(cm("ns", "c")); // rv 4, drops rv 1 from the log
+        assert!(c.changes_since(0).is_err());
+        assert_eq!(c.changes_since(1).unwrap().count(), 3);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! the last one and no timer due does nothing, so an idle 150,000-pod cluster costs nothing.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -74,7 +75,7 @@ impl Cluster {
                 .count();
             self.stats.unschedulable_pod_seconds += dt * waiting as f64;
         }
-        self.last_tick = Some(now);
+        let prev_step = self.last_tick.replace(now).unwrap_or(now);
         let changed = self.rev.current() != self.reconciled_rv;
         let due = self.next_timed_transition.is_some_and(|t| t <= now);
         if !changed && !due && !settle {
@@ -99,26 +100,18 @@ impl Cluster {
         timer.lap("daemonsets");
         self.reconcile_mirror_pods(now);
         timer.lap("mirror pods");
-        self.schedule(now);
+        next = self.schedule(now, prev_step, settle, next);
         timer.lap("scheduler");
         next = self.autoscale(now, next);
         timer.lap("autoscaler");
-        self.sync_budgets(now);
+        if let Some(wake) = self.sync_budgets(now, settle) {
+            next = earliest(next, wake);
+        }
         timer.lap("budgets");
         self.last_step = timer.laps;
         // Budgets hold evicted pods out of the healthy count for a while; wake up to expire them.
-        for b in self.pdbs.values() {
-            for t in b
-                .status
-                .iter()
-                .flat_map(|s| s.disrupted_pods.iter().flatten())
-                .map(|(_, t)| t.0)
-            {
-                next = earliest(
-                    next,
-                    add_secs(t, super::pdb::DISRUPTED_POD_TIMEOUT_SECS as f64 + 0.5),
-                );
-            }
+        if let Some(t) = self.next_disrupted_timeout() {
+            next = earliest(next, t);
         }
         // A step that wrote anything runs again next tick: its own writes may enable more work
         // (a launched node to boot, a created pod to schedule). Quiet steps converge.
@@ -290,9 +283,22 @@ impl Cluster {
         next
     }
 
-    /// Binds every pending pod that fits somewhere; marks the rest Unschedulable with the
-    /// scheduler's reason.
-    fn schedule(&mut self, now: Timestamp) {
+    /// Binds every pending pod that fits somewhere, as fast as `timing.bindTime` lets the
+    /// scheduler (a pod created since the last step is taken from its creation, one found
+    /// earlier from that step); marks the rest Unschedulable with the scheduler's reason.
+    /// Returns `next`, or the step at which the scheduler gets to the pods it had no time for.
+    fn schedule(
+        &mut self,
+        now: Timestamp,
+        prev_step: Timestamp,
+        settle: bool,
+        mut next: Option<Timestamp>,
+    ) -> Option<Timestamp> {
+        let cost = if settle {
+            Duration::ZERO
+        } else {
+            self.timing.bind_time
+        };
         let pending: Vec<Arc<Pod>> = {
             let mut v: Vec<Arc<Pod>> = self
                 .pods
@@ -316,7 +322,7 @@ impl Cluster {
                 .is_some_and(|p| node_name(p).is_none() && !terminating(p))
         });
         if pending.is_empty() {
-            return;
+            return next;
         }
         let mut slots: Vec<NodeSlot> = self
             .nodes
@@ -385,6 +391,13 @@ impl Cluster {
                     let Some(n) = self.nodes.get("", &node).cloned() else {
                         continue;
                     };
+                    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                    let ready = created.map_or(prev_step, |c| c.max(prev_step));
+                    if !self.bind_worker.take(cost, ready, now, self.timing.tick) {
+                        let wake = self.bind_worker.wake_at(cost, ready, self.timing.tick);
+                        next = earliest(next, wake);
+                        continue;
+                    }
                     bind_and_start(&mut p, &n, now);
                     self.unschedulable_since.remove(&key);
                     self.pods.put(p);
@@ -418,6 +431,7 @@ impl Cluster {
         for (pod, preemption) in preemptions {
             self.preempt(&pod, preemption, now);
         }
+        next
     }
 
     /// Removes the victims (each with its own grace period) and nominates the node for the
@@ -457,5 +471,68 @@ impl Cluster {
                 .nominated_node_name = Some(preemption.node);
         }
         self.pods.put(p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use jiff::Timestamp;
+    use serde_json::json;
+
+    use crate::cluster::objects::node_name;
+    use crate::scenario::Scenario;
+
+    /// Evicts the 10 pods of a Deployment at once, then steps every tick: how many of their
+    /// replacements each step binds.
+    fn binds_per_step(bind_time: &str) -> Vec<usize> {
+        let yaml = format!(
+            r#"
+timing: {{tick: 100ms, podStartup: 1s, podShutdown: 0s, bindTime: {bind_time}}}
+nodeGroups: [{{name: g, size: 2, template: {{cpu: "16", memory: 64Gi}}}}]
+workloads: [{{kind: Deployment, name: web, namespace: shop, replicas: 10}}]
+"#
+        );
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let mut c = crate::seed::build(&Scenario::from_yaml(&yaml, "t").unwrap(), t0);
+        let now = t0 + Duration::from_secs(1);
+        c.step(now, false);
+        let old: Vec<String> = c
+            .pods
+            .range(Some("shop"), None)
+            .map(|(_, p)| p.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(old.len(), 10);
+        for name in &old {
+            c.evict_pod("shop", name, &json!({}), now).unwrap();
+        }
+        let bound = |c: &crate::cluster::Cluster| {
+            c.pods
+                .range(Some("shop"), None)
+                .filter(|(k, p)| !old.contains(&k.1) && node_name(p).is_some())
+                .count()
+        };
+        let mut before = 0;
+        (1..=5)
+            .map(|k| {
+                c.step(now + Duration::from_millis(100 * k), false);
+                let after = bound(&c);
+                let n = after - before;
+                before = after;
+                n
+            })
+            .collect()
+    }
+
+    #[test]
+    fn with_a_bind_time_a_burst_of_replacements_is_bound_at_the_schedulers_pace() {
+        // 25 ms a pod: each step binds what the scheduler finishes within half a tick of it.
+        assert_eq!(binds_per_step("25ms"), vec![2, 4, 4, 0, 0]);
+    }
+
+    #[test]
+    fn without_a_bind_time_every_replacement_is_bound_at_the_step_that_creates_it() {
+        assert_eq!(binds_per_step("0s"), vec![10, 0, 0, 0, 0]);
     }
 }

@@ -3,6 +3,7 @@
 //! loop take turns on it, so every request and every controller step is atomic.
 
 pub mod autoscaler;
+pub mod disruption;
 pub mod lifecycle;
 pub mod objects;
 pub mod pdb;
@@ -10,6 +11,7 @@ pub mod pods;
 pub mod priority;
 pub mod scheduler;
 pub mod stats;
+pub mod worker;
 pub mod workloads;
 
 use std::collections::BTreeMap;
@@ -107,6 +109,11 @@ pub struct Cluster {
     pub node_usage: std::collections::HashMap<String, (u64, objects::Resources, i64)>,
     /// How long each controller took in the last step that ran them, in the order they ran.
     pub last_step: Vec<(&'static str, Duration)>,
+    /// The scheduler's binds, one after another (`timing.bindTime` each).
+    pub bind_worker: worker::SerialWorker,
+    /// The disruption controller's queue and its one worker (`timing.budgetSyncTime` a sync).
+    pub budget_queue: disruption::BudgetQueue,
+    pub budget_worker: worker::SerialWorker,
 }
 
 /// How many changes each kind keeps for watches to resume from.
@@ -153,6 +160,9 @@ impl Cluster {
             last_run: LastRun::default(),
             last_step: Vec::new(),
             node_usage: std::collections::HashMap::new(),
+            bind_worker: worker::SerialWorker::default(),
+            budget_queue: disruption::BudgetQueue::default(),
+            budget_worker: worker::SerialWorker::default(),
         }
     }
 

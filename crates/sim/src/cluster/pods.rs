@@ -1,9 +1,10 @@
 //! Pod deletion and eviction as the apiserver performs them: graceful deletion (a
-//! deletionTimestamp, then removal once the pod has exited), the eviction subresource's PDB
-//! checks in the real order, and the disruption controller's status updates. Every voluntary
-//! removal of a healthy pod is checked against live budgets and counted when it breaks one.
+//! deletionTimestamp, then removal once the pod has exited) and the eviction subresource's PDB
+//! checks, in the real order. Every voluntary removal of a healthy pod is checked against live
+//! budgets and counted when it breaks one. The budgets' status is the disruption controller's
+//! (`disruption.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -67,7 +68,7 @@ impl Cluster {
             .collect()
     }
 
-    fn pods_covered_by<'a>(&'a self, budget: &PodDisruptionBudget) -> Vec<&'a Pod> {
+    pub(super) fn pods_covered_by<'a>(&'a self, budget: &PodDisruptionBudget) -> Vec<&'a Pod> {
         let ns = budget.metadata.namespace.as_deref().unwrap_or("");
         let sel = selector(budget);
         self.pods
@@ -302,98 +303,5 @@ impl Cluster {
         }
         self.delete_pod(ns, name, opts, Removal::Eviction, now)?;
         Ok(())
-    }
-
-    /// The disruption controller: recompute the budgets whose inputs may have changed and write
-    /// those whose status did.
-    ///
-    /// A budget's status is a function of the budget, the pods of its namespace and their
-    /// controllers' scale (ReplicaSets, Deployments, StatefulSets of the same namespace), and of
-    /// the time only through its disrupted pods: budgets with none, in namespaces where none of
-    /// those kinds was written since the last run, are left as they are.
-    pub fn sync_budgets(&mut self, now: Timestamp) {
-        let since = std::mem::replace(&mut self.last_run.budgets, self.rev.current());
-        let budgets: Vec<Arc<PodDisruptionBudget>> = self
-            .pdbs
-            .values()
-            .filter(|b| {
-                let ns = b.metadata.namespace.as_deref().unwrap_or("");
-                let disrupted = b
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.disrupted_pods.as_ref())
-                    .is_some_and(|d| !d.is_empty());
-                disrupted
-                    || self.pdbs.written_since(ns, since)
-                    || self.pods.written_since(ns, since)
-                    || self.replicasets.written_since(ns, since)
-                    || self.deployments.written_since(ns, since)
-                    || self.statefulsets.written_since(ns, since)
-            })
-            .cloned()
-            .collect();
-        if budgets.is_empty() {
-            return;
-        }
-        // Every status first (none reads another budget), then the writes, in the same order.
-        let mut by_label: HashMap<&str, PodsByLabel<'_>> = HashMap::new();
-        let mut statuses = Vec::with_capacity(budgets.len());
-        for budget in &budgets {
-            let ns = budget.metadata.namespace.as_deref().unwrap_or("");
-            let sel = selector(budget);
-            let pods: Vec<&Pod> = match first_match_label(budget) {
-                // Every pod the budget covers carries each of its matchLabels: look those up.
-                Some((k, v)) => by_label
-                    .entry(ns)
-                    .or_insert_with(|| PodsByLabel::of(self.pods.range(Some(ns), None)))
-                    .get(k, v)
-                    .iter()
-                    .copied()
-                    .filter(|p| covers(budget, sel.as_ref(), p))
-                    .collect(),
-                None => self.pods_covered_by(budget),
-            };
-            let scale = |p: &Pod| self.scale_of_pod(p);
-            statuses.push(pdb::compute_status(budget, &pods, &scale, now));
-        }
-        drop(by_label);
-        for (budget, status) in budgets.iter().zip(statuses) {
-            self.pdbs.modify(budget, |b| b.status = Some(status));
-        }
-    }
-}
-
-/// One `matchLabels` pair of a budget's selector, if it has any.
-fn first_match_label(budget: &PodDisruptionBudget) -> Option<(&str, &str)> {
-    budget
-        .spec
-        .as_ref()?
-        .selector
-        .as_ref()?
-        .match_labels
-        .as_ref()?
-        .iter()
-        .next()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-}
-
-/// The pods of one namespace by each of their labels (key and value), in key order.
-struct PodsByLabel<'a>(HashMap<(&'a str, &'a str), Vec<&'a Pod>>);
-
-impl<'a> PodsByLabel<'a> {
-    fn of(pods: impl Iterator<Item = (&'a crate::store::ObjKey, &'a Arc<Pod>)>) -> Self {
-        let mut m: HashMap<(&str, &str), Vec<&Pod>> = HashMap::new();
-        for (_, p) in pods {
-            for (k, v) in p.metadata.labels.iter().flatten() {
-                m.entry((k.as_str(), v.as_str()))
-                    .or_default()
-                    .push(p.as_ref());
-            }
-        }
-        PodsByLabel(m)
-    }
-
-    fn get(&self, key: &'a str, value: &'a str) -> &[&'a Pod] {
-        self.0.get(&(key, value)).map_or(&[], Vec::as_slice)
     }
 }

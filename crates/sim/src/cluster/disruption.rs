@@ -1,0 +1,389 @@
+//! The disruption controller: keeps each PodDisruptionBudget's status (healthy pods, expected
+//! pods, disruptions allowed, the pods being disrupted) in step with its pods.
+//!
+//! Like kube-controller-manager's, it queues the budgets whose inputs changed, each once, in
+//! the order they changed, and syncs them one after another with one worker. With
+//! `timing.budgetSyncTime` each sync takes that long ([`SerialWorker`]), so when many budgets
+//! change at once a budget counts its Ready pod only after those queued before it, as on a
+//! real control plane under a rotation's load. With no sync time every queued budget is synced
+//! at the step that queued it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use super::pdb::{self, DISRUPTED_POD_TIMEOUT_SECS, covers, selector};
+use super::{Cluster, add_secs};
+use crate::store::{Change, ChangeType, ObjKey, SimObject, key_of};
+
+/// Budgets waiting for the disruption controller's worker, each once, oldest first, with the
+/// time each was queued.
+#[derive(Debug, Default)]
+pub struct BudgetQueue {
+    order: VecDeque<(ObjKey, Timestamp)>,
+    queued: HashSet<ObjKey>,
+}
+
+impl BudgetQueue {
+    /// Queues `key` unless it is already waiting (it keeps its place, as in a work queue).
+    pub fn push(&mut self, key: ObjKey, at: Timestamp) {
+        if self.queued.insert(key.clone()) {
+            self.order.push_back((key, at));
+        }
+    }
+
+    fn front(&self) -> Option<Timestamp> {
+        self.order.front().map(|(_, at)| *at)
+    }
+
+    fn pop(&mut self) -> Option<ObjKey> {
+        let (key, _) = self.order.pop_front()?;
+        self.queued.remove(&key);
+        Some(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
+impl Cluster {
+    /// Queues the budgets whose inputs changed since the last run, syncs those the worker gets
+    /// to by `now`, and writes the statuses that changed. Returns when to run again for the
+    /// rest of the queue.
+    /// `settle` (building a steady cluster) syncs every queued budget at once.
+    pub(super) fn sync_budgets(&mut self, now: Timestamp, settle: bool) -> Option<Timestamp> {
+        let since = self.last_run.budgets;
+        for key in self.budgets_to_sync(since, now) {
+            self.budget_queue.push(key, now);
+        }
+        let tick = self.timing.tick;
+        let cost = if settle {
+            Duration::ZERO
+        } else {
+            self.timing.budget_sync_time
+        };
+        let mut due = Vec::new();
+        let mut wake = None;
+        while let Some(queued) = self.budget_queue.front() {
+            if !self.budget_worker.take(cost, queued, now, tick) {
+                wake = Some(self.budget_worker.wake_at(cost, queued, tick));
+                break;
+            }
+            due.extend(self.budget_queue.pop());
+        }
+        let budgets: Vec<Arc<PodDisruptionBudget>> = due
+            .iter()
+            .filter_map(|key| self.pdbs.get_key(key).cloned())
+            .collect();
+        self.write_statuses(&budgets, now);
+        // After the writes: the controller's own status writes are not a change to react to.
+        self.last_run.budgets = self.rev.current();
+        wake
+    }
+
+    /// The budgets whose status may have changed since resourceVersion `since`.
+    ///
+    /// A budget's status is a function of the budget, its pods and their controllers' scale,
+    /// and of the time only through its disrupted pods. With no sync time, every budget of a
+    /// namespace with such a write is taken (cheap to find at scale, and a budget synced for
+    /// nothing writes nothing). With a sync time a needless sync would hold the others up, so
+    /// only the budgets the real controller reacts to are taken: those written, those covering
+    /// a pod written (before or after the write), those of a namespace whose workloads changed
+    /// scale, and those with a disrupted pod past its timeout.
+    fn budgets_to_sync(&self, since: u64, now: Timestamp) -> Vec<ObjKey> {
+        let budget_key = |b: &Arc<PodDisruptionBudget>| key_of(b.as_ref());
+        if self.timing.budget_sync_time.is_zero() {
+            return self
+                .pdbs
+                .values()
+                .filter(|b| {
+                    let ns = b.metadata.namespace.as_deref().unwrap_or("");
+                    has_disrupted(b, None)
+                        || self.pdbs.written_since(ns, since)
+                        || self.pods.written_since(ns, since)
+                        || self.replicasets.written_since(ns, since)
+                        || self.deployments.written_since(ns, since)
+                        || self.statefulsets.written_since(ns, since)
+                })
+                .map(budget_key)
+                .collect();
+        }
+        let (Ok(budget_changes), Ok(pod_changes)) = (
+            self.pdbs.changes_since(since),
+            self.pods.changes_since(since),
+        ) else {
+            // The log was trimmed past the last run: take every budget.
+            return self.pdbs.values().map(budget_key).collect();
+        };
+        // In the order they were written, as the real controller's queue has them.
+        let mut written: Vec<(u64, ObjKey)> = budget_changes
+            .filter(|c| c.change != ChangeType::Deleted)
+            .map(|c| (c.rv, key_of(c.obj.as_ref())))
+            .collect();
+        let mut selectors = HashMap::new();
+        for change in pod_changes {
+            let ns = change.obj.metadata.namespace.as_deref().unwrap_or("");
+            for (key, b) in self.pdbs.range(Some(ns), None) {
+                let sel = selectors.entry(key.clone()).or_insert_with(|| selector(b));
+                let before = change
+                    .prev
+                    .as_deref()
+                    .is_some_and(|p| covers(b, sel.as_ref(), p));
+                if before || covers(b, sel.as_ref(), &change.obj) {
+                    written.push((change.rv, key.clone()));
+                }
+            }
+        }
+        written.sort_by_key(|(rv, _)| *rv);
+        let mut scaled: HashSet<String> = HashSet::new();
+        scaled.extend(scale_changes(self.replicasets.changes_since(since), |r| {
+            r.spec.as_ref().and_then(|s| s.replicas)
+        }));
+        scaled.extend(scale_changes(self.deployments.changes_since(since), |d| {
+            d.spec.as_ref().and_then(|s| s.replicas)
+        }));
+        scaled.extend(scale_changes(self.statefulsets.changes_since(since), |s| {
+            s.spec.as_ref().and_then(|s| s.replicas)
+        }));
+        let timed = self
+            .pdbs
+            .iter()
+            .filter(|(key, b)| scaled.contains(&key.0) || has_disrupted(b, Some(now)))
+            .map(|(key, _)| key.clone());
+        let mut seen = HashSet::new();
+        written
+            .into_iter()
+            .map(|(_, key)| key)
+            .chain(timed)
+            .filter(|key| seen.insert(key.clone()))
+            .collect()
+    }
+
+    /// The disruption controller's sync of `budgets`: every status first (none reads
+    /// another budget), then the writes of those that changed, in the same order.
+    fn write_statuses(&mut self, budgets: &[Arc<PodDisruptionBudget>], now: Timestamp) {
+        if budgets.is_empty() {
+            return;
+        }
+        let mut by_label: HashMap<&str, PodsByLabel<'_>> = HashMap::new();
+        let mut statuses = Vec::with_capacity(budgets.len());
+        for budget in budgets {
+            let ns = budget.metadata.namespace.as_deref().unwrap_or("");
+            let sel = selector(budget);
+            let pods: Vec<&Pod> = match first_match_label(budget) {
+                // Every pod the budget covers carries each of its matchLabels: look those up.
+                Some((k, v)) => by_label
+                    .entry(ns)
+                    .or_insert_with(|| PodsByLabel::of(self.pods.range(Some(ns), None)))
+                    .get(k, v)
+                    .iter()
+                    .copied()
+                    .filter(|p| covers(budget, sel.as_ref(), p))
+                    .collect(),
+                None => self.pods_covered_by(budget),
+            };
+            let scale = |p: &Pod| self.scale_of_pod(p);
+            statuses.push(pdb::compute_status(budget, &pods, &scale, now));
+        }
+        drop(by_label);
+        for (budget, status) in budgets.iter().zip(statuses) {
+            self.pdbs.modify(budget, |b| b.status = Some(status));
+        }
+    }
+
+    /// When the next disrupted pod of any budget times out (the controller then counts it
+    /// again if it is still healthy).
+    pub(super) fn next_disrupted_timeout(&self) -> Option<Timestamp> {
+        self.pdbs
+            .values()
+            .flat_map(|b| disrupted_times(b))
+            .map(|t| add_secs(t, DISRUPTED_POD_TIMEOUT_SECS as f64 + 0.5))
+            .min()
+    }
+}
+
+fn disrupted_times(b: &PodDisruptionBudget) -> impl Iterator<Item = Timestamp> + '_ {
+    b.status
+        .iter()
+        .flat_map(|s| s.disrupted_pods.iter().flatten())
+        .map(|(_, t)| t.0)
+}
+
+/// Whether the budget has a disrupted pod (past its timeout at `now`, if given).
+fn has_disrupted(b: &PodDisruptionBudget, timed_out_at: Option<Timestamp>) -> bool {
+    disrupted_times(b).any(|t| {
+        timed_out_at.is_none_or(|now| now.as_second() - t.as_second() >= DISRUPTED_POD_TIMEOUT_SECS)
+    })
+}
+
+/// The namespaces of workloads whose replica count was set or changed.
+fn scale_changes<'a, K: SimObject + 'a, E>(
+    changes: Result<impl Iterator<Item = &'a Arc<Change<K>>>, E>,
+    replicas: impl Fn(&K) -> Option<i32>,
+) -> Vec<String> {
+    let Ok(changes) = changes else {
+        return Vec::new();
+    };
+    changes
+        .filter(|c| c.prev.as_deref().map(&replicas) != Some(replicas(&c.obj)))
+        .map(|c| c.obj.metadata().namespace.clone().unwrap_or_default())
+        .collect()
+}
+
+/// One `matchLabels` pair of a budget's selector, if it has any.
+fn first_match_label(budget: &PodDisruptionBudget) -> Option<(&str, &str)> {
+    budget
+        .spec
+        .as_ref()?
+        .selector
+        .as_ref()?
+        .match_labels
+        .as_ref()?
+        .iter()
+        .next()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+/// The pods of one namespace by each of their labels (key and value), in key order.
+struct PodsByLabel<'a>(HashMap<(&'a str, &'a str), Vec<&'a Pod>>);
+
+impl<'a> PodsByLabel<'a> {
+    fn of(pods: impl Iterator<Item = (&'a ObjKey, &'a Arc<Pod>)>) -> Self {
+        let mut m: HashMap<(&str, &str), Vec<&Pod>> = HashMap::new();
+        for (_, p) in pods {
+            for (k, v) in p.metadata.labels.iter().flatten() {
+                m.entry((k.as_str(), v.as_str()))
+                    .or_default()
+                    .push(p.as_ref());
+            }
+        }
+        PodsByLabel(m)
+    }
+
+    fn get(&self, key: &'a str, value: &'a str) -> &[&'a Pod] {
+        self.0.get(&(key, value)).map_or(&[], Vec::as_slice)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use jiff::Timestamp;
+    use serde_json::json;
+
+    use crate::cluster::Cluster;
+    use crate::scenario::Scenario;
+
+    /// Six Deployments of two pods, each under a budget allowing one disruption.
+    fn six_budgets(sync: &str) -> (Cluster, Timestamp) {
+        let yaml = format!(
+            r#"
+timing: {{tick: 100ms, podStartup: 1s, podShutdown: 0s, budgetSyncTime: {sync}}}
+nodeGroups: [{{name: g, size: 4, template: {{cpu: "16", memory: 64Gi}}}}]
+workloads:
+  - {{kind: Deployment, name: web, namespace: shop, replicas: 2, copies: 6, pdb: {{maxUnavailable: 1}}}}
+"#
+        );
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let s = Scenario::from_yaml(&yaml, "t").unwrap();
+        (crate::seed::build(&s, t0), t0)
+    }
+
+    fn allowing(c: &Cluster) -> usize {
+        c.pdbs
+            .values()
+            .filter(|b| b.status.as_ref().is_some_and(|s| s.disruptions_allowed > 0))
+            .count()
+    }
+
+    /// Evicts one pod of each budget at once, then steps every tick for 3 s: how many budgets
+    /// allow a disruption after each step.
+    fn after_one_eviction_each(sync: &str) -> Vec<usize> {
+        let (mut c, t0) = six_budgets(sync);
+        assert_eq!(allowing(&c), 6);
+        let now = t0 + Duration::from_secs(1);
+        c.step(now, false);
+        for i in 0..6 {
+            let pod = c
+                .pods
+                .range(Some("shop"), None)
+                .map(|(_, p)| p.metadata.name.clone().unwrap())
+                .find(|n| n.starts_with(&format!("web-{i}-")))
+                .unwrap();
+            c.evict_pod("shop", &pod, &json!({}), now).unwrap();
+        }
+        assert_eq!(
+            allowing(&c),
+            0,
+            "each eviction takes its budget's one disruption"
+        );
+        (1..=30)
+            .map(|k| {
+                c.step(now + Duration::from_millis(100 * k), false);
+                allowing(&c)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn with_a_sync_time_budgets_count_their_ready_pods_one_after_another_in_queue_order() {
+        let steps = after_one_eviction_each("100ms");
+        // The replacements turn Ready at one step; with a worker taking a tick per budget, the
+        // six budgets allow again over six steps, one a step.
+        let first = steps
+            .iter()
+            .position(|n| *n > 0)
+            .expect("a budget allows again");
+        assert_eq!(
+            steps[first..first + 6],
+            [1, 2, 3, 4, 5, 6],
+            "after each step: {steps:?}"
+        );
+    }
+
+    #[test]
+    fn without_a_sync_time_every_budget_counts_its_ready_pod_at_once() {
+        let steps = after_one_eviction_each("0s");
+        let first = steps
+            .iter()
+            .position(|n| *n > 0)
+            .expect("a budget allows again");
+        assert_eq!(steps[first], 6, "after each step: {steps:?}");
+        // The same step as with a sync time finds the replacements Ready.
+        let queued = after_one_eviction_each("100ms");
+        assert_eq!(queued.iter().position(|n| *n > 0), Some(first + 1));
+    }
+
+    #[test]
+    fn a_pod_change_queues_only_the_budgets_covering_it() {
+        let (mut c, t0) = six_budgets("100ms");
+        let now = t0 + Duration::from_secs(1);
+        c.step(now, false);
+        let since = c.last_run.budgets;
+        let pod = c
+            .pods
+            .range(Some("shop"), None)
+            .map(|(_, p)| p.clone())
+            .find(|p| p.metadata.name.as_deref().unwrap().starts_with("web-3-"))
+            .unwrap();
+        let mut changed = (*pod).clone();
+        changed
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("touched".into(), "yes".into());
+        c.pods.put(changed);
+        let keys = c.budgets_to_sync(since, now);
+        assert_eq!(keys, vec![("shop".to_string(), "web-3".to_string())]);
+    }
+}

@@ -34,8 +34,9 @@ use tokio::runtime::Handle;
 
 use crate::real_autoscaler::{BOOTING_TAINT, Groups, RealAutoscaler, template};
 
-/// The kwok stage's start-up annotation (tests/kwok/stages.yaml).
+/// The kwok stages' start-up and shutdown annotations (tests/kwok/stages.yaml).
 const KWOK_STARTUP_ANNOTATION: &str = "e2e.rotor.dev/startup";
+const KWOK_SHUTDOWN_ANNOTATION: &str = "e2e.rotor.dev/shutdown";
 /// The ServiceAccount the kubectl loop runs as, so that its requests can be told apart.
 const KUBECTL_ACCOUNT: &str = "bench-kubectl";
 /// How long the workloads may take to be scheduled and Ready before t=0.
@@ -409,8 +410,8 @@ pub(crate) fn workloads_yaml(scenario: &Scenario) -> anyhow::Result<String> {
 }
 
 /// One workload of the scenario as the objects a real cluster runs it from: its pod template
-/// as the simulator builds it, with kwok's start-up annotation, the shutdown time as the grace
-/// period, and without PersistentVolumeClaims.
+/// as the simulator builds it, with kwok's start-up and shutdown annotations, the shutdown time
+/// rounded up as the grace period, and without PersistentVolumeClaims.
 fn workload_objects(w: &WorkloadSpec, scenario: &Scenario) -> anyhow::Result<Vec<Value>> {
     let template = pod_template(w);
     let mut template = serde_json::to_value(&template).context("a pod template")?;
@@ -424,6 +425,10 @@ fn workload_objects(w: &WorkloadSpec, scenario: &Scenario) -> anyhow::Result<Vec
     annotations[STARTUP_ANNOTATION] = json!(format!("{}ms", startup.as_millis()));
     annotations[SHUTDOWN_ANNOTATION] = json!(format!("{}ms", shutdown.as_millis()));
     annotations[KWOK_STARTUP_ANNOTATION] = json!(format!("{}ms", startup.as_millis()));
+    // The pod exits this long after its deletion, as on the simulator. Without it kwok removes
+    // it at its deletionTimestamp, which the API server keeps to the second: a pod with 1 s of
+    // grace went 0.03 to 1 s after its eviction (median 0.6 s), not 1 s.
+    annotations[KWOK_SHUTDOWN_ANNOTATION] = json!(format!("{}ms", shutdown.as_millis()));
     let spec = &mut template["spec"];
     spec["terminationGracePeriodSeconds"] = json!(shutdown.as_secs_f64().ceil() as i64);
     if let Some(volumes) = spec["volumes"].as_array_mut() {

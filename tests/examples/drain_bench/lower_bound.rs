@@ -64,6 +64,11 @@ const STEP_JITTER: Duration = Duration::from_millis(20);
 ///    start-up). So with the C nodes of largest g_i started at t=0 and the rest after G:
 ///    bound = G + (sum of the other g_i - C x max_i(g_i - d_i)) / C.
 ///
+/// The scenario's `bindTime` and `budgetSyncTime` (the scheduler's and the disruption
+/// controller's time per item on the simulator) are left out: they only ever delay, and an idle
+/// worker with less than half a tick an item finishes within the step, as the bound's cycle
+/// assumes. They make the budgets' cycles longer only under load, which the bound cannot see.
+///
 /// The bound is the largest of the three. It ignores, so a real run is always above it: how
 /// much room the autoscaler adds after the first node (it sizes each scale-up for the pods
 /// pending then, so a later eviction may wait scaleUpDelay + nodeStartup again), the

@@ -335,15 +335,20 @@ workloads:
             .collect()
     }
 
+    /// The first step after which a budget allows a disruption again.
+    fn first_allowing(steps: &[usize]) -> usize {
+        steps
+            .iter()
+            .position(|n| *n > 0)
+            .expect("a budget allows again")
+    }
+
     #[test]
     fn with_a_sync_time_budgets_count_their_ready_pods_one_after_another_in_queue_order() {
         let steps = after_one_eviction_each("100ms");
         // The replacements turn Ready at one step; with a worker taking a tick per budget, the
         // six budgets allow again over six steps, one a step.
-        let first = steps
-            .iter()
-            .position(|n| *n > 0)
-            .expect("a budget allows again");
+        let first = first_allowing(&steps);
         assert_eq!(
             steps[first..first + 6],
             [1, 2, 3, 4, 5, 6],
@@ -354,14 +359,11 @@ workloads:
     #[test]
     fn without_a_sync_time_every_budget_counts_its_ready_pod_at_once() {
         let steps = after_one_eviction_each("0s");
-        let first = steps
-            .iter()
-            .position(|n| *n > 0)
-            .expect("a budget allows again");
+        let first = first_allowing(&steps);
         assert_eq!(steps[first], 6, "after each step: {steps:?}");
         // The same step as with a sync time finds the replacements Ready.
         let queued = after_one_eviction_each("100ms");
-        assert_eq!(queued.iter().position(|n| *n > 0), Some(first + 1));
+        assert_eq!(first_allowing(&queued), first + 1);
     }
 
     #[test]

@@ -45,14 +45,6 @@ impl BudgetQueue {
         self.queued.remove(&key);
         Some(key)
     }
-
-    pub fn len(&self) -> usize {
-        self.order.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
-    }
 }
 
 impl Cluster {
@@ -220,9 +212,7 @@ fn disrupted_times(b: &PodDisruptionBudget) -> impl Iterator<Item = Timestamp> +
 
 /// Whether the budget has a disrupted pod (past its timeout at `now`, if given).
 fn has_disrupted(b: &PodDisruptionBudget, timed_out_at: Option<Timestamp>) -> bool {
-    disrupted_times(b).any(|t| {
-        timed_out_at.is_none_or(|now| now.as_second() - t.as_second() >= DISRUPTED_POD_TIMEOUT_SECS)
-    })
+    disrupted_times(b).any(|t| timed_out_at.is_none_or(|now| pdb::disruption_timed_out(t, now)))
 }
 
 /// The namespaces of workloads whose replica count was set or changed.

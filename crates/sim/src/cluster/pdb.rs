@@ -80,6 +80,12 @@ pub fn healthy(pod: &Pod) -> bool {
     pod_ready(pod) && !terminating(pod)
 }
 
+/// Whether a pod disrupted (evicted) at `at` no longer counts as disrupted at `now`: the
+/// disruption controller then counts it healthy again if it still runs.
+pub fn disruption_timed_out(at: Timestamp, now: Timestamp) -> bool {
+    now.as_second() - at.as_second() >= DISRUPTED_POD_TIMEOUT_SECS
+}
+
 /// The status the disruption controller would write now.
 pub fn compute_status(
     pdb: &PodDisruptionBudget,
@@ -92,7 +98,7 @@ pub fn compute_status(
     // and were evicted recently.
     let mut disrupted = BTreeMap::new();
     for (name, t) in old.disrupted_pods.clone().unwrap_or_default() {
-        let fresh = now.as_second() - t.0.as_second() < DISRUPTED_POD_TIMEOUT_SECS;
+        let fresh = !disruption_timed_out(t.0, now);
         let live = pods
             .iter()
             .any(|p| p.metadata.name.as_deref() == Some(name.as_str()) && !terminating(p));

@@ -282,7 +282,7 @@ fn managed(
 
 /// A stable pseudo-random 64-bit value for a string (FNV-1a), for ids that must not collide
 /// across groups.
-fn fnv(s: &str) -> u64 {
+pub fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)
     })

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
@@ -109,11 +110,17 @@ impl Cluster {
                 .map(budget_key)
                 .collect();
         }
-        let (Ok(budget_changes), Ok(pod_changes)) = (
+        let replicas_of_rs = |r: &ReplicaSet| r.spec.as_ref().and_then(|s| s.replicas);
+        let replicas_of_deploy = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas);
+        let replicas_of_sts = |s: &StatefulSet| s.spec.as_ref().and_then(|s| s.replicas);
+        let (Ok(budget_changes), Ok(pod_changes), Some(rs), Some(deploy), Some(sts)) = (
             self.pdbs.changes_since(since),
             self.pods.changes_since(since),
+            scale_changes(self.replicasets.changes_since(since), replicas_of_rs),
+            scale_changes(self.deployments.changes_since(since), replicas_of_deploy),
+            scale_changes(self.statefulsets.changes_since(since), replicas_of_sts),
         ) else {
-            // The log was trimmed past the last run: take every budget.
+            // A log was trimmed past the last run: what changed is unknown, take every budget.
             return self.pdbs.values().map(budget_key).collect();
         };
         // In the order they were written, as the real controller's queue has them.
@@ -136,16 +143,7 @@ impl Cluster {
             }
         }
         written.sort_by_key(|(rv, _)| *rv);
-        let mut scaled: HashSet<String> = HashSet::new();
-        scaled.extend(scale_changes(self.replicasets.changes_since(since), |r| {
-            r.spec.as_ref().and_then(|s| s.replicas)
-        }));
-        scaled.extend(scale_changes(self.deployments.changes_since(since), |d| {
-            d.spec.as_ref().and_then(|s| s.replicas)
-        }));
-        scaled.extend(scale_changes(self.statefulsets.changes_since(since), |s| {
-            s.spec.as_ref().and_then(|s| s.replicas)
-        }));
+        let scaled: HashSet<String> = rs.into_iter().chain(deploy).chain(sts).collect();
         let timed = self
             .pdbs
             .iter()
@@ -215,18 +213,19 @@ fn has_disrupted(b: &PodDisruptionBudget, timed_out_at: Option<Timestamp>) -> bo
     disrupted_times(b).any(|t| timed_out_at.is_none_or(|now| pdb::disruption_timed_out(t, now)))
 }
 
-/// The namespaces of workloads whose replica count was set or changed.
+/// The namespaces of workloads whose replica count was set or changed; `None` if the log was
+/// trimmed past `since`.
 fn scale_changes<'a, K: SimObject + 'a, E>(
     changes: Result<impl Iterator<Item = &'a Arc<Change<K>>>, E>,
     replicas: impl Fn(&K) -> Option<i32>,
-) -> Vec<String> {
-    let Ok(changes) = changes else {
-        return Vec::new();
-    };
-    changes
-        .filter(|c| c.prev.as_deref().map(&replicas) != Some(replicas(&c.obj)))
-        .map(|c| c.obj.metadata().namespace.clone().unwrap_or_default())
-        .collect()
+) -> Option<Vec<String>> {
+    let changes = changes.ok()?;
+    Some(
+        changes
+            .filter(|c| c.prev.as_deref().map(&replicas) != Some(replicas(&c.obj)))
+            .map(|c| c.obj.metadata().namespace.clone().unwrap_or_default())
+            .collect(),
+    )
 }
 
 /// One `matchLabels` pair of a budget's selector, if it has any.
@@ -377,5 +376,22 @@ workloads:
         c.pods.put(changed);
         let keys = c.budgets_to_sync(since, now);
         assert_eq!(keys, vec![("shop".to_string(), "web-3".to_string())]);
+    }
+
+    #[test]
+    fn a_trimmed_workload_log_queues_every_budget() {
+        let (mut c, t0) = six_budgets("100ms");
+        let now = t0 + Duration::from_secs(1);
+        c.step(now, false);
+        let since = c.last_run.budgets;
+        assert!(c.budgets_to_sync(since, now).is_empty(), "nothing changed");
+        // A ReplicaSet scaled, then the ReplicaSets' log trimmed: the change is lost, and it
+        // could change any budget's expected count.
+        let rs = c.replicasets.values().next().unwrap().clone();
+        let mut scaled = (*rs).clone();
+        scaled.spec.as_mut().unwrap().replicas = Some(3);
+        c.replicasets.put(scaled);
+        c.replicasets.compact_all();
+        assert_eq!(c.budgets_to_sync(since, now).len(), 6);
     }
 }

@@ -211,21 +211,14 @@ impl BenchCluster {
         };
         let audit = r.audit_since_reset()?;
         let calls = crate::cycle::AuditCalls::parse(audit.lines());
-        let busiest = snap
-            .budgets
-            .iter()
-            .filter(|(_, (expected, allowed))| *expected > 1 && *allowed == 1)
-            .map(|(key, _)| {
-                let name = key.split_once('/').map_or(key.as_str(), |(_, n)| n);
-                (name, calls.budget_cycles(name))
-            })
-            .max_by_key(|(name, cycles)| (cycles.len(), std::cmp::Reverse(*name)));
-        Ok(match busiest {
-            Some((name, cycles)) if !cycles.is_empty() => {
-                crate::cycle::CycleParts::of(&cycles).lines(name)
-            }
-            _ => Vec::new(),
-        })
+        Ok(
+            match crate::cycle::busiest(&snap.budgets, |name| calls.budget_cycles(name)) {
+                Some((name, cycles)) => {
+                    crate::cycle::CycleParts::of(&cycles).lines(name, "audit log")
+                }
+                None => Vec::new(),
+            },
+        )
     }
 
     /// What the contestant did since the reset. `rotor` says who it was (on the simulator every

@@ -382,6 +382,15 @@ fn run_contestant(
     notes.extend(cycle);
     let record = recorder.record();
     drop(recorder);
+    // The same cycle from the benchmark's own watches, on both backends alike.
+    if let Some((name, cycles)) =
+        crate::cycle::busiest(&snap.budgets, |budget| record.budget_cycles(budget))
+    {
+        for line in crate::cycle::CycleParts::of(&cycles).lines(name, "watches") {
+            eprintln!("drain_bench: {label}: {line}");
+            notes.push(line);
+        }
+    }
     let timeline = Timeline::from_record(&record, &names, &kubectl_done, t0);
     let drained = timeline.done_count();
     let makespan = timeline.makespan();

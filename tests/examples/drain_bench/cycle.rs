@@ -1,10 +1,13 @@
-//! Where a budget's cycle goes on the real control plane, read from the audit log. A budget that
-//! allows one disruption lets the next eviction through only once the last evicted pod's
-//! replacement is bound (the scheduler), reported Ready (kwok, after the pod's start-up) and
-//! counted healthy (the disruption controller's status write); then the contestant sends the
-//! next eviction. For each eviction of a budget's pods this gives those steps' times, and
-//! [`CycleParts`] their spread: the part of the makespan that is the control plane's own
-//! reaction, which rotor-sim (a step every tick, each controller at once) does not have.
+//! Where a budget's cycle goes. A budget that allows one disruption lets the next eviction
+//! through only once the last evicted pod's replacement is bound (the scheduler), reported Ready
+//! (the kubelet: kwok or the simulator, after the pod's start-up) and counted healthy (the
+//! disruption controller's status write); then the contestant sends the next eviction. For each
+//! eviction of a budget's pods this gives those steps' times, and [`CycleParts`] their spread.
+//!
+//! Two sources give the same [`Moment`]s: the real control plane's audit log ([`AuditCalls`]:
+//! when each request came and was answered), and the benchmark's own watches on both backends
+//! (`crate::recorder`: when each change was seen), so that the simulator's reaction times can be
+//! checked part by part against the real control plane's.
 //!
 //! The pods are matched by name: the scenario names each budget after its workload, whose pods
 //! are `<workload>-...`.
@@ -77,58 +80,108 @@ impl AuditCalls {
     /// `next`). An eviction whose replacement never appears in the log ends the list.
     pub fn budget_cycles(&self, budget: &str) -> Vec<Cycle> {
         let prefix = format!("{budget}-");
-        let calls: Vec<&Call> = self
+        let pod = |c: &Call, sub: &str| c.resource == "pods" && c.subresource == sub;
+        let moments: Vec<Moment> = self
             .0
             .iter()
             .filter(|c| c.name.starts_with(&prefix) || c.name == budget)
+            .filter_map(|c| {
+                let what = if pod(c, "eviction") && c.verb == "create" {
+                    // A refused eviction (429) is not one.
+                    (200..300).contains(&c.code).then_some(Happened::Evicted)?
+                } else if pod(c, "binding") {
+                    Happened::Bound
+                } else if pod(c, "status") {
+                    // kwok reports the pod once, Ready, after its start-up.
+                    Happened::Ready
+                } else if c.resource == "poddisruptionbudgets"
+                    && c.subresource == "status"
+                    && c.name == budget
+                    && c.code == 200
+                {
+                    Happened::Counted
+                } else {
+                    return None;
+                };
+                Some(Moment {
+                    sent: c.received,
+                    at: c.done,
+                    what,
+                    name: c.name.clone(),
+                })
+            })
             .collect();
-        cycles_of(&calls, budget)
+        cycles_of(&moments)
     }
 }
 
-/// The cycles of one budget's calls, sorted by arrival.
-fn cycles_of(calls: &[&Call], budget: &str) -> Vec<Cycle> {
-    let pod = |c: &Call, sub: &str| c.resource == "pods" && c.subresource == sub;
-    let evictions: Vec<&Call> = calls
-        .iter()
-        .copied()
-        .filter(|c| pod(c, "eviction") && c.verb == "create" && (200..300).contains(&c.code))
-        .collect();
+/// What happened to one of a budget's pods, or to the budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Happened {
+    /// The pod was evicted (its deletion began).
+    Evicted,
+    /// A pod was bound to a node.
+    Bound,
+    /// The pod turned Ready (from the audit log: its status was written).
+    Ready,
+    /// The budget's status counted more healthy pods (from the audit log: it was written).
+    Counted,
+}
+
+/// One [`Happened`], in seconds on one clock: `sent` when the request came (from a watch: when
+/// the change was seen), `at` when it took effect (answered; from a watch: seen).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Moment {
+    pub sent: f64,
+    pub at: f64,
+    pub what: Happened,
+    /// The pod's name; the budget's for [`Happened::Counted`].
+    pub name: String,
+}
+
+/// The cycles of one budget from its pods' and its own moments, in any order.
+pub fn cycles_of(moments: &[Moment]) -> Vec<Cycle> {
+    let mut moments: Vec<&Moment> = moments.iter().collect();
+    moments.sort_by(|a, b| a.sent.total_cmp(&b.sent));
+    let of = |what: Happened| moments.iter().copied().filter(move |m| m.what == what);
+    let evictions: Vec<&Moment> = of(Happened::Evicted).collect();
     let mut cycles = Vec::new();
     for (i, ev) in evictions.iter().enumerate() {
-        let Some(bind) = calls
-            .iter()
-            .find(|c| pod(c, "binding") && c.received >= ev.done)
-        else {
+        let Some(bind) = of(Happened::Bound).find(|m| m.sent >= ev.at) else {
             break;
         };
-        // kwok reports the pod once, Ready, after its start-up; the last status write counts.
-        let ready = calls
-            .iter()
-            .filter(|c| pod(c, "status") && c.name == bind.name && c.received >= bind.received)
-            .map(|c| c.done)
+        // The last report counts: the pod is Ready by then.
+        let ready = of(Happened::Ready)
+            .filter(|m| m.name == bind.name && m.sent >= bind.sent)
+            .map(|m| m.at)
             .reduce(f64::max);
-        let counted = ready.and_then(|r| {
-            calls
-                .iter()
-                .find(|c| {
-                    c.resource == "poddisruptionbudgets"
-                        && c.subresource == "status"
-                        && c.name == budget
-                        && c.code == 200
-                        && c.received >= r
-                })
-                .map(|c| c.done)
-        });
-        let next = evictions.get(i + 1).map(|n| n.received);
+        let counted = ready.and_then(|r| of(Happened::Counted).find(|m| m.sent >= r).map(|m| m.at));
+        let next = evictions.get(i + 1).map(|n| n.sent);
         cycles.push(Cycle {
-            bound: bind.done - ev.done,
-            ready: ready.map(|r| r - ev.done),
+            bound: bind.at - ev.at,
+            ready: ready.map(|r| r - ev.at),
             counted: counted.zip(ready).map(|(c, r)| c - r),
             next: next.zip(counted).map(|(n, c)| n - c),
         });
     }
     cycles
+}
+
+/// Of the budgets that allow one disruption over more than one pod (`budgets`: `namespace/name`
+/// to (expected pods, allowed disruptions)), the one with the most cycles.
+pub fn busiest(
+    budgets: &std::collections::BTreeMap<String, (i64, i64)>,
+    cycles: impl Fn(&str) -> Vec<Cycle>,
+) -> Option<(&str, Vec<Cycle>)> {
+    budgets
+        .iter()
+        .filter(|(_, (expected, allowed))| *expected > 1 && *allowed == 1)
+        .map(|(key, _)| {
+            let name = key.split_once('/').map_or(key.as_str(), |(_, n)| n);
+            (name, cycles(name))
+        })
+        .filter(|(_, c)| !c.is_empty())
+        .max_by_key(|(name, cycles)| (cycles.len(), std::cmp::Reverse(*name)))
 }
 
 /// Minimum, median and maximum of each part over a budget's cycles.
@@ -158,12 +211,12 @@ impl CycleParts {
         }
     }
 
-    /// One line per part, for the report.
-    pub fn lines(&self, budget: &str) -> Vec<String> {
+    /// One line per part, for the report; `source` says where the moments were read.
+    pub fn lines(&self, budget: &str, source: &str) -> Vec<String> {
         let f = |(lo, mid, hi): (f64, f64, f64)| format!("{lo:.2} / {mid:.2} / {hi:.2} s");
         vec![
             format!(
-                "budget {budget}: {} evictions' cycles (min / median / max)",
+                "budget {budget}: {} evictions' cycles from the {source} (min / median / max)",
                 self.cycles
             ),
             format!(
@@ -171,7 +224,7 @@ impl CycleParts {
                 f(self.bound)
             ),
             format!(
-                "  replacement Ready after the eviction (start-up, kwok) {}",
+                "  replacement Ready after the eviction (start-up, kubelet) {}",
                 f(self.ready)
             ),
             format!(

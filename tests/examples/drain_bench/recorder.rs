@@ -1,14 +1,18 @@
 //! The benchmark's clock and its record of a run, the same on both backends: three watches
 //! (nodes, pods, PodDisruptionBudgets) opened before t=0, so that they cost no counted request,
 //! noting when each node was cordoned, emptied and drained (or removed), how many workload pods
-//! were Pending, and each budget's allowed disruptions, over time. The timeline picture
-//! ([`crate::timeline`]) is drawn from it.
+//! were Pending, and each budget's allowed disruptions, over time, and when each workload pod was
+//! evicted, bound and Ready and each budget counted more healthy pods (the [`Moment`]s a budget's
+//! cycle is read from, [`crate::cycle`]). The timeline picture ([`crate::timeline`]) is drawn from
+//! it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context;
+
+use crate::cycle::{Cycle, Happened, Moment};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -43,6 +47,8 @@ impl NodeTimes {
 struct PodSeen {
     node: Option<String>,
     pending: bool,
+    ready: bool,
+    deleting: bool,
 }
 
 #[derive(Default)]
@@ -54,6 +60,10 @@ struct State {
     pending: usize,
     pending_series: Vec<(Instant, usize)>,
     budget_series: BTreeMap<String, Vec<(Instant, i64)>>,
+    /// Each budget's healthy pods as last seen, by name.
+    healthy: HashMap<String, i32>,
+    /// What the watches saw happen to pods and budgets, with the budget's or pod's name.
+    moments: Vec<(Instant, Happened, String)>,
     ended: Option<String>,
 }
 
@@ -68,6 +78,36 @@ pub struct Record {
     pub nodes: HashMap<String, NodeTimes>,
     pub pending: Vec<(Instant, usize)>,
     pub budgets: BTreeMap<String, Vec<(Instant, i64)>>,
+    moments: Vec<(Instant, Happened, String)>,
+}
+
+impl Record {
+    /// The cycles of budget `budget` as the watches saw them: its pods' evictions (deletion
+    /// begun), bindings and Ready, and its count of healthy pods rising.
+    pub fn budget_cycles(&self, budget: &str) -> Vec<Cycle> {
+        let Some(base) = self.moments.iter().map(|(at, ..)| *at).min() else {
+            return Vec::new();
+        };
+        let prefix = format!("{budget}-");
+        let moments: Vec<Moment> = self
+            .moments
+            .iter()
+            .filter(|(_, what, name)| match what {
+                Happened::Counted => name == budget,
+                _ => name.starts_with(&prefix),
+            })
+            .map(|(at, what, name)| {
+                let secs = at.duration_since(base).as_secs_f64();
+                Moment {
+                    sent: secs,
+                    at: secs,
+                    what: *what,
+                    name: name.clone(),
+                }
+            })
+            .collect();
+        crate::cycle::cycles_of(&moments)
+    }
 }
 
 impl Recorder {
@@ -83,10 +123,10 @@ impl Recorder {
         let at = Instant::now();
         let mut s = State::default();
         for p in &listed.pods {
-            apply_pod(&mut s, p, false);
+            apply_pod(&mut s, p, false, None);
         }
         for b in &listed.budgets {
-            apply_budget(&mut s, b, at);
+            apply_budget(&mut s, b, at, false);
         }
         s.pending_series.push((at, s.pending));
         let state = Arc::new(Mutex::new(s));
@@ -174,6 +214,7 @@ impl Recorder {
             nodes: s.nodes.clone(),
             pending: s.pending_series.clone(),
             budgets: s.budget_series.clone(),
+            moments: s.moments.clone(),
         }
     }
 }
@@ -275,8 +316,8 @@ fn closed(node: &Node) -> bool {
 
 fn on_pod(s: &mut State, event: WatchEvent<Pod>, now: Instant) {
     match event {
-        WatchEvent::Added(p) | WatchEvent::Modified(p) => apply_pod(s, &p, false),
-        WatchEvent::Deleted(p) => apply_pod(s, &p, true),
+        WatchEvent::Added(p) | WatchEvent::Modified(p) => apply_pod(s, &p, false, Some(now)),
+        WatchEvent::Deleted(p) => apply_pod(s, &p, true, Some(now)),
         WatchEvent::Bookmark(_) => return,
         WatchEvent::Error(e) => {
             s.ended
@@ -321,14 +362,16 @@ fn is_workload(p: &Pod) -> bool {
     !daemon && !mirror && !placeholder
 }
 
-fn apply_pod(s: &mut State, p: &Pod, deleted: bool) {
+/// Notes a pod as listed or (with `seen`, when its watch event came) as changed.
+fn apply_pod(s: &mut State, p: &Pod, deleted: bool, seen: Option<Instant>) {
     if !is_workload(p) {
         return;
     }
+    let name = p.metadata.name.as_deref().unwrap_or_default();
     let key = format!(
         "{}/{}",
         p.metadata.namespace.as_deref().unwrap_or_default(),
-        p.metadata.name.as_deref().unwrap_or_default()
+        name
     );
     let finished = p
         .status
@@ -344,6 +387,31 @@ fn apply_pod(s: &mut State, p: &Pod, deleted: bool) {
             s.pending -= 1;
         }
     }
+    let node = p
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.node_name.clone())
+        .filter(|n| !n.is_empty());
+    let now = PodSeen {
+        pending: node.is_none(),
+        node,
+        ready: pod_ready(p),
+        deleting: deleted || p.metadata.deletion_timestamp.is_some(),
+    };
+    if let Some(at) = seen {
+        let mut note = |what| s.moments.push((at, what, name.to_string()));
+        let was = before.as_ref();
+        if now.deleting && was.is_some_and(|b| !b.deleting) {
+            note(Happened::Evicted);
+        }
+        // Seen bound, either after Pending or on its first appearance.
+        if now.node.is_some() && was.is_none_or(|b| b.pending) {
+            note(Happened::Bound);
+        }
+        if now.ready && was.is_none_or(|b| !b.ready) {
+            note(Happened::Ready);
+        }
+    }
     if deleted || finished {
         // Touch the node so that its emptying is noted.
         if let Some(n) = before.and_then(|b| b.node) {
@@ -351,27 +419,25 @@ fn apply_pod(s: &mut State, p: &Pod, deleted: bool) {
         }
         return;
     }
-    let node = p
-        .spec
-        .as_ref()
-        .and_then(|sp| sp.node_name.clone())
-        .filter(|n| !n.is_empty());
-    let seen = PodSeen {
-        pending: node.is_none(),
-        node,
-    };
-    if let Some(n) = &seen.node {
+    if let Some(n) = &now.node {
         *s.on_node.entry(n.clone()).or_default() += 1;
     }
-    if seen.pending {
+    if now.pending {
         s.pending += 1;
     }
-    s.pods.insert(key, seen);
+    s.pods.insert(key, now);
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|st| st.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn on_budget(s: &mut State, event: WatchEvent<PodDisruptionBudget>, now: Instant) {
     match event {
-        WatchEvent::Added(b) | WatchEvent::Modified(b) => apply_budget(s, &b, now),
+        WatchEvent::Added(b) | WatchEvent::Modified(b) => apply_budget(s, &b, now, true),
         WatchEvent::Error(e) => {
             s.ended
                 .get_or_insert_with(|| format!("budget watch error: {e}"));
@@ -380,15 +446,17 @@ fn on_budget(s: &mut State, event: WatchEvent<PodDisruptionBudget>, now: Instant
     }
 }
 
-fn apply_budget(s: &mut State, b: &PodDisruptionBudget, now: Instant) {
+/// Notes a budget as listed or (`watched`) as changed at `now`.
+fn apply_budget(s: &mut State, b: &PodDisruptionBudget, now: Instant, watched: bool) {
     // A budget over no pods (the shipped drainer's, scaled to zero here) says nothing.
     if b.status.as_ref().is_some_and(|st| st.expected_pods == 0) {
         return;
     }
+    let name = b.metadata.name.as_deref().unwrap_or_default();
     let key = format!(
         "{}/{}",
         b.metadata.namespace.as_deref().unwrap_or_default(),
-        b.metadata.name.as_deref().unwrap_or_default()
+        name
     );
     let allowed = b
         .status
@@ -397,5 +465,137 @@ fn apply_budget(s: &mut State, b: &PodDisruptionBudget, now: Instant) {
     let series = s.budget_series.entry(key).or_default();
     if series.last().map(|(_, a)| *a) != Some(allowed) {
         series.push((now, allowed));
+    }
+    let healthy = b.status.as_ref().map_or(0, |st| st.current_healthy);
+    let before = s.healthy.insert(name.to_string(), healthy);
+    if watched && before.is_some_and(|h| healthy > h) {
+        s.moments.push((now, Happened::Counted, name.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    use super::*;
+
+    fn pod(name: &str, node: Option<&str>, ready: bool, deleting: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("shop".into()),
+                deletion_timestamp: deleting.then_some(Time(jiff::Timestamp::UNIX_EPOCH)),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(str::to_string),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn budget(name: &str, healthy: i32) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("shop".into()),
+                ..Default::default()
+            },
+            status: Some(PodDisruptionBudgetStatus {
+                current_healthy: healthy,
+                desired_healthy: 1,
+                expected_pods: 2,
+                disruptions_allowed: healthy - 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_watches_give_each_evictions_bind_ready_count_and_next_eviction() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut s = State::default();
+        // Listed before the run: two Ready pods under a budget of one disruption.
+        apply_pod(&mut s, &pod("web-a", Some("n1"), true, false), false, None);
+        apply_pod(&mut s, &pod("web-c", Some("n2"), true, false), false, None);
+        apply_budget(&mut s, &budget("web", 2), t0, false);
+        on_pod(
+            &mut s,
+            WatchEvent::Modified(pod("web-a", Some("n1"), false, true)),
+            at(0),
+        );
+        on_budget(&mut s, WatchEvent::Modified(budget("web", 1)), at(50));
+        on_pod(
+            &mut s,
+            WatchEvent::Added(pod("web-b", None, false, false)),
+            at(100),
+        );
+        on_pod(
+            &mut s,
+            WatchEvent::Modified(pod("web-b", Some("n3"), false, false)),
+            at(300),
+        );
+        on_pod(
+            &mut s,
+            WatchEvent::Deleted(pod("web-a", Some("n1"), false, true)),
+            at(1000),
+        );
+        on_pod(
+            &mut s,
+            WatchEvent::Modified(pod("web-b", Some("n3"), true, false)),
+            at(2300),
+        );
+        // Another budget's count is not this one's.
+        on_budget(&mut s, WatchEvent::Modified(budget("db", 2)), at(2400));
+        on_budget(&mut s, WatchEvent::Modified(budget("web", 2)), at(2500));
+        on_pod(
+            &mut s,
+            WatchEvent::Modified(pod("web-c", Some("n2"), false, true)),
+            at(2800),
+        );
+
+        let record = Record {
+            nodes: HashMap::new(),
+            pending: Vec::new(),
+            budgets: BTreeMap::new(),
+            moments: s.moments.clone(),
+        };
+        let cycles = record.budget_cycles("web");
+        // The second eviction's replacement never came: one cycle, whose `next` is that eviction.
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        let first = &cycles[0];
+        assert!(close(first.bound, 0.3), "{first:?}");
+        assert!(close(first.ready.unwrap(), 2.3), "{first:?}");
+        assert!(close(first.counted.unwrap(), 0.2), "{first:?}");
+        assert!(close(first.next.unwrap(), 0.3), "{first:?}");
+        assert_eq!(
+            s.moments
+                .iter()
+                .filter(|m| m.1 == Happened::Evicted)
+                .count(),
+            2
+        );
+        assert_eq!(
+            s.moments
+                .iter()
+                .filter(|m| m.1 == Happened::Counted)
+                .count(),
+            1
+        );
     }
 }

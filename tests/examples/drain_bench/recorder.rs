@@ -11,15 +11,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context;
-
-use crate::cycle::{Cycle, Happened, Moment};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::WatchEvent;
+use rotor_sim::cluster::objects::pod_ready;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
+
+use crate::cycle::{Cycle, Happened, Moment};
 
 /// What the record saw of one node.
 #[derive(Clone, Debug, Default)]
@@ -428,13 +429,6 @@ fn apply_pod(s: &mut State, p: &Pod, deleted: bool, seen: Option<Instant>) {
     s.pods.insert(key, now);
 }
 
-fn pod_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|st| st.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 fn on_budget(s: &mut State, event: WatchEvent<PodDisruptionBudget>, now: Instant) {
     match event {
         WatchEvent::Added(b) | WatchEvent::Modified(b) => apply_budget(s, &b, now, true),
@@ -477,14 +471,15 @@ fn apply_budget(s: &mut State, b: &PodDisruptionBudget, now: Instant, watched: b
 mod tests {
     use std::time::Duration;
 
-    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::PodSpec;
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use rotor_sim::cluster::objects::set_pod_condition;
 
     use super::*;
 
     fn pod(name: &str, node: Option<&str>, ready: bool, deleting: bool) -> Pod {
-        Pod {
+        let mut p = Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("shop".into()),
@@ -495,15 +490,10 @@ mod tests {
                 node_name: node.map(str::to_string),
                 ..Default::default()
             }),
-            status: Some(PodStatus {
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        }
+            status: None,
+        };
+        set_pod_condition(&mut p, "Ready", ready, jiff::Timestamp::UNIX_EPOCH);
+        p
     }
 
     fn budget(name: &str, healthy: i32) -> PodDisruptionBudget {

@@ -355,12 +355,19 @@ workloads:
         assert_eq!(first_allowing(&queued), first + 1);
     }
 
-    #[test]
-    fn a_pod_change_queues_only_the_budgets_covering_it() {
+    /// [`six_budgets`] with a 100 ms sync, stepped once a second in: the cluster, that time,
+    /// and the version its budgets were last synced at.
+    fn six_budgets_synced() -> (Cluster, Timestamp, u64) {
         let (mut c, t0) = six_budgets("100ms");
         let now = t0 + Duration::from_secs(1);
         c.step(now, false);
         let since = c.last_run.budgets;
+        (c, now, since)
+    }
+
+    #[test]
+    fn a_pod_change_queues_only_the_budgets_covering_it() {
+        let (mut c, now, since) = six_budgets_synced();
         let pod = c
             .pods
             .range(Some("shop"), None)
@@ -380,10 +387,7 @@ workloads:
 
     #[test]
     fn a_trimmed_workload_log_queues_every_budget() {
-        let (mut c, t0) = six_budgets("100ms");
-        let now = t0 + Duration::from_secs(1);
-        c.step(now, false);
-        let since = c.last_run.budgets;
+        let (mut c, now, since) = six_budgets_synced();
         assert!(c.budgets_to_sync(since, now).is_empty(), "nothing changed");
         // A ReplicaSet scaled, then the ReplicaSets' log trimmed: the change is lost, and it
         // could change any budget's expected count.

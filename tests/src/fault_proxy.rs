@@ -1093,10 +1093,16 @@ mod tests {
         ]);
         let text = describe_output("kubectl create --raw", &out);
         assert!(!out.status.success(), "{text}");
+        // How Go words the reset depends on when it lands: during the read, at end of stream,
+        // or while the TLS connection is still being written to (seen under load).
         assert!(
-            ["connection reset by peer", "EOF"]
-                .iter()
-                .any(|e| stderr(&out).contains(e)),
+            [
+                "connection reset by peer",
+                "EOF",
+                "use of closed network connection",
+            ]
+            .iter()
+            .any(|e| stderr(&out).contains(e)),
             "{text}"
         );
         assert!(!stderr(&out).contains("injected"), "{text}");

@@ -79,12 +79,10 @@ impl AuditCalls {
     /// The cycles of budget `budget`'s pods, in the order of their evictions (the last has no
     /// `next`). An eviction whose replacement never appears in the log ends the list.
     pub fn budget_cycles(&self, budget: &str) -> Vec<Cycle> {
-        let prefix = format!("{budget}-");
         let pod = |c: &Call, sub: &str| c.resource == "pods" && c.subresource == sub;
         let moments: Vec<Moment> = self
             .0
             .iter()
-            .filter(|c| c.name.starts_with(&prefix) || c.name == budget)
             .filter_map(|c| {
                 let what = if pod(c, "eviction") && c.verb == "create" {
                     // A refused eviction (429) is not one.
@@ -96,7 +94,6 @@ impl AuditCalls {
                     Happened::Ready
                 } else if c.resource == "poddisruptionbudgets"
                     && c.subresource == "status"
-                    && c.name == budget
                     && c.code == 200
                 {
                     Happened::Counted
@@ -111,7 +108,7 @@ impl AuditCalls {
                 })
             })
             .collect();
-        cycles_of(&moments)
+        cycles_of(budget, &moments)
     }
 }
 
@@ -139,9 +136,18 @@ pub struct Moment {
     pub name: String,
 }
 
-/// The cycles of one budget from its pods' and its own moments, in any order.
-pub fn cycles_of(moments: &[Moment]) -> Vec<Cycle> {
-    let mut moments: Vec<&Moment> = moments.iter().collect();
+/// The cycles of budget `budget` from the moments of every pod and budget, in any order.
+pub fn cycles_of(budget: &str, moments: &[Moment]) -> Vec<Cycle> {
+    // A budget's moments: its pods' (named after its workload, `<budget>-...`) and its own
+    // count.
+    let prefix = format!("{budget}-");
+    let mut moments: Vec<&Moment> = moments
+        .iter()
+        .filter(|m| match m.what {
+            Happened::Counted => m.name == budget,
+            _ => m.name.starts_with(&prefix),
+        })
+        .collect();
     moments.sort_by(|a, b| a.sent.total_cmp(&b.sent));
     let of = |what: Happened| moments.iter().copied().filter(move |m| m.what == what);
     let evictions: Vec<&Moment> = of(Happened::Evicted).collect();
@@ -270,6 +276,9 @@ mod tests {
         // stands for poddisruptionbudgets.
         let calls = [
             ("00.0", "00.2", "create", "pods", "eviction", "web-a"),
+            // Other budgets' pods are not this budget's, though one's name starts with "web".
+            ("00.3", "00.4", "create", "pods", "binding", "db-0"),
+            ("00.4", "00.45", "create", "pods", "eviction", "webhook-1"),
             // Refused by the budget (429): not an eviction.
             ("00.5", "00.6", "create", "pods", "eviction", "web-x"),
             ("00.6", "00.7", "create", "pods", "binding", "web-b"),

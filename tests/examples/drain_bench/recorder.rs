@@ -61,7 +61,7 @@ struct State {
     pending: usize,
     pending_series: Vec<(Instant, usize)>,
     budget_series: BTreeMap<String, Vec<(Instant, i64)>>,
-    /// Each budget's healthy pods as last seen, by name.
+    /// Each budget's healthy pods as last seen, by `namespace/name`.
     healthy: HashMap<String, i32>,
     /// What the watches saw happen to pods and budgets, with the budget's or pod's name.
     moments: Vec<(Instant, Happened, String)>,
@@ -89,14 +89,9 @@ impl Record {
         let Some(base) = self.moments.iter().map(|(at, ..)| *at).min() else {
             return Vec::new();
         };
-        let prefix = format!("{budget}-");
         let moments: Vec<Moment> = self
             .moments
             .iter()
-            .filter(|(_, what, name)| match what {
-                Happened::Counted => name == budget,
-                _ => name.starts_with(&prefix),
-            })
             .map(|(at, what, name)| {
                 let secs = at.duration_since(base).as_secs_f64();
                 Moment {
@@ -107,7 +102,7 @@ impl Record {
                 }
             })
             .collect();
-        crate::cycle::cycles_of(&moments)
+        crate::cycle::cycles_of(budget, &moments)
     }
 }
 
@@ -456,12 +451,12 @@ fn apply_budget(s: &mut State, b: &PodDisruptionBudget, now: Instant, watched: b
         .status
         .as_ref()
         .map_or(0, |st| i64::from(st.disruptions_allowed));
+    let healthy = b.status.as_ref().map_or(0, |st| st.current_healthy);
+    let before = s.healthy.insert(key.clone(), healthy);
     let series = s.budget_series.entry(key).or_default();
     if series.last().map(|(_, a)| *a) != Some(allowed) {
         series.push((now, allowed));
     }
-    let healthy = b.status.as_ref().map_or(0, |st| st.current_healthy);
-    let before = s.healthy.insert(name.to_string(), healthy);
     if watched && before.is_some_and(|h| healthy > h) {
         s.moments.push((now, Happened::Counted, name.to_string()));
     }

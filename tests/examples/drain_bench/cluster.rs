@@ -13,8 +13,9 @@ use rotor_sim::scenario::Scenario;
 use serde_json::Value;
 use tokio::runtime::Handle;
 
+use crate::api_times;
 use crate::drainer::{Bins, Drainer};
-use crate::real::{RealBench, drainer_user, kubectl_user};
+use crate::real::{RealBench, Requester, drainer_user, kubectl_user, request_spans};
 use crate::sim::{BenchSim, counts};
 use crate::snapshot::Snapshot;
 
@@ -202,23 +203,46 @@ impl BenchCluster {
         }
     }
 
-    /// On the real control plane, where the cycle of the budget that allows one disruption and
-    /// saw the most evictions went since the reset ([`crate::cycle`]); nothing on the simulator,
-    /// whose controllers all act at its steps.
-    pub fn budget_cycle(&self, snap: &Snapshot) -> anyhow::Result<Vec<String>> {
+    /// On the real control plane, read from the audit log since the reset: where the cycle of
+    /// the budget that allows one disruption and saw the most evictions went
+    /// ([`crate::cycle`]), and how long the API server took over the contestant's requests
+    /// (`rotor` says who it was). Nothing on the simulator, whose controllers all act at its
+    /// steps and which answers at once.
+    pub fn audit_readings(&self, snap: &Snapshot, rotor: bool) -> anyhow::Result<Vec<String>> {
         let BenchCluster::Real(r) = self else {
             return Ok(Vec::new());
         };
         let audit = r.audit_since_reset()?;
         let calls = crate::cycle::AuditCalls::parse(audit.lines());
-        Ok(
-            match crate::cycle::busiest(&snap.budgets, |name| calls.budget_cycles(name)) {
-                Some((name, cycles)) => {
-                    crate::cycle::CycleParts::of(&cycles).lines(name, "audit log")
-                }
-                None => Vec::new(),
-            },
-        )
+        let mut lines = match crate::cycle::busiest(&snap.budgets, |name| calls.budget_cycles(name))
+        {
+            Some((name, cycles)) => crate::cycle::CycleParts::of(&cycles).lines(name, "audit log"),
+            None => Vec::new(),
+        };
+        let user = if rotor {
+            drainer_user()
+        } else {
+            kubectl_user()
+        };
+        let spans = |who: &Requester| request_spans(audit.lines(), who);
+        lines.extend(api_times::contestant_lines(&spans(&Requester::User(&user))));
+        // The two controllers whose pace sets a budget's cycle, the simulator's `bindTime`
+        // and `budgetSyncTime`.
+        let workers = [
+            (
+                "the scheduler's bindings",
+                spans(&Requester::Agent(SCHEDULER_AGENT)).remove("create pods/binding"),
+            ),
+            (
+                "the disruption controller's budget status writes",
+                spans(&Requester::User(DISRUPTION_CONTROLLER))
+                    .remove("update poddisruptionbudgets/status"),
+            ),
+        ];
+        for (what, spans) in workers {
+            lines.extend(api_times::worker_line(what, &spans.unwrap_or_default()));
+        }
+        Ok(lines)
     }
 
     /// What the contestant did since the reset. `rotor` says who it was (on the simulator every
@@ -282,6 +306,11 @@ impl BenchCluster {
         }
     }
 }
+
+/// kube-scheduler runs as the admin; its requests are told apart by their User-Agent.
+const SCHEDULER_AGENT: &str = "kube-scheduler/";
+/// kube-controller-manager runs each controller as its own ServiceAccount.
+const DISRUPTION_CONTROLLER: &str = "system:serviceaccount:kube-system:disruption-controller";
 
 /// Fails unless `backend` can run here.
 pub fn check(backend: Backend) -> anyhow::Result<()> {

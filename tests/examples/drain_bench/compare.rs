@@ -375,11 +375,11 @@ fn run_contestant(
         }
     };
     let (counted, sim_stats) = cluster.counted(who != Contestant::Kubectl, names.len() as u64)?;
-    let cycle = cluster.budget_cycle(&snap)?;
-    for line in &cycle {
+    let readings = cluster.audit_readings(&snap, who != Contestant::Kubectl)?;
+    for line in &readings {
         eprintln!("drain_bench: {label}: {line}");
     }
-    notes.extend(cycle);
+    notes.extend(readings);
     let record = recorder.record();
     drop(recorder);
     // The same cycle from the benchmark's own watches, on both backends alike.

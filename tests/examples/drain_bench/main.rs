@@ -26,6 +26,8 @@
 //! `tools/karpenter/build.sh` built: [`karpenter_peer`]). Progress goes to
 //! stderr, figures to stdout. A benchmark reports; it does not assert: targets missed are printed
 //! as MISS and the exit status stays 0 (it is non-zero only when something could not run).
+//! The scratch directory (each run's logs; on the real control plane its audit log too) is
+//! removed at the end unless `ROTOR_E2E_KEEP` is set.
 //!
 //! For each backend, concurrency C, run and contestant a fresh cluster runs the scenario:
 //! `rotor-sim serve`, or a real control plane with kwok nodes ([`real`]: the scenario's nodes,
@@ -61,12 +63,13 @@
 //!
 //! The modules: `compare` runs the contestants on a `cluster` (`sim` or `real`), `snapshot`
 //! reads the cluster at t=0 and `lower_bound` derives the bound from it (pure), `recorder` and
-//! `timeline` keep and draw the run, `cycle` reads a budget's cycle from the real control plane's
-//! audit log, `summary` gathers the runs, `memory` measures the
-//! simulator and the drainer at each scale (watching its one drained node with
-//! `Recorder::one_node`); `drainer` runs the drainer; `karpenter_peer` is the contest against
-//! Karpenter.
+//! `timeline` keep and draw the run, `cycle` reads a budget's cycle from the watches and the
+//! real control plane's audit log, `api_times` the real API server's time over requests,
+//! `summary` gathers the runs, `memory` measures the simulator and the drainer at each scale
+//! (watching its one drained node with `Recorder::one_node`); `drainer` runs the drainer;
+//! `karpenter_peer` is the contest against Karpenter.
 
+mod api_times;
 mod cluster;
 mod compare;
 mod cycle;

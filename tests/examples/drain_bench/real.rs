@@ -255,53 +255,56 @@ impl Requester<'_> {
     }
 }
 
-/// Counts audit records (one JSON document a line) of `who`: each request once, by its audit
-/// ID (a watch at `ResponseStarted`, as it may still be open; any other at `ResponseComplete`).
+/// The audit records (one JSON document a line) of `who`, each request once, by its audit ID
+/// (a watch at `ResponseStarted`, as it may still be open; any other at `ResponseComplete`).
+fn requests_made<'a>(
+    lines: impl Iterator<Item = &'a str> + 'a,
+    who: &'a Requester<'a>,
+) -> impl Iterator<Item = Value> + 'a {
+    let mut seen: HashSet<String> = HashSet::new();
+    lines
+        // Most records are the controllers' and kwok's: skip those before parsing.
+        .filter(|line| line.contains(who.hint()))
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| who.made(e))
+        .filter(move |e| {
+            let counted_stage = if e["verb"] == "watch" {
+                "ResponseStarted"
+            } else {
+                "ResponseComplete"
+            };
+            e["stage"] == counted_stage
+                && seen.insert(e["auditID"].as_str().unwrap_or_default().to_string())
+        })
+}
+
+/// A request's kind, `verb resource[/subresource]` (or `verb path` for a non-resource URL).
+fn kind_of(e: &Value) -> String {
+    let r = &e["objectRef"];
+    let what = match (r["resource"].as_str(), r["subresource"].as_str()) {
+        (Some(res), Some(sub)) => format!("{res}/{sub}"),
+        (Some(res), None) => res.to_string(),
+        (None, _) => e["requestURI"]
+            .as_str()
+            .unwrap_or_default()
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+    };
+    format!("{} {what}", e["verb"].as_str().unwrap_or_default())
+}
+
+/// Counts the requests of `who` by kind, and its evictions by outcome (the simulator's names).
 pub fn count_requests<'a>(
-    lines: impl Iterator<Item = &'a str>,
-    who: &Requester,
+    lines: impl Iterator<Item = &'a str> + 'a,
+    who: &'a Requester<'a>,
 ) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
     let mut requests: BTreeMap<String, u64> = BTreeMap::new();
     let mut evictions: BTreeMap<String, u64> = BTreeMap::new();
-    let mut seen: HashSet<String> = HashSet::new();
-    for line in lines {
-        // Most records are the controllers' and kwok's: skip those before parsing.
-        if !line.contains(who.hint()) {
-            continue;
-        }
-        let Ok(e) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        if !who.made(&e) {
-            continue;
-        }
-        let verb = e["verb"].as_str().unwrap_or_default();
-        let stage = e["stage"].as_str().unwrap_or_default();
-        let counted_stage = if verb == "watch" {
-            "ResponseStarted"
-        } else {
-            "ResponseComplete"
-        };
-        if stage != counted_stage {
-            continue;
-        }
-        if !seen.insert(e["auditID"].as_str().unwrap_or_default().to_string()) {
-            continue;
-        }
-        let r = &e["objectRef"];
-        let what = match (r["resource"].as_str(), r["subresource"].as_str()) {
-            (Some(res), Some(sub)) => format!("{res}/{sub}"),
-            (Some(res), None) => res.to_string(),
-            (None, _) => e["requestURI"]
-                .as_str()
-                .unwrap_or_default()
-                .split('?')
-                .next()
-                .unwrap_or_default()
-                .to_string(),
-        };
-        *requests.entry(format!("{verb} {what}")).or_default() += 1;
-        if what == "pods/eviction" && verb == "create" {
+    for e in requests_made(lines, who) {
+        let kind = kind_of(&e);
+        if kind == "create pods/eviction" {
             let outcome = match e["responseStatus"]["code"].as_i64() {
                 Some(200..=299) => "success",
                 Some(429) => "budget",
@@ -312,8 +315,32 @@ pub fn count_requests<'a>(
             };
             *evictions.entry(outcome.into()).or_default() += 1;
         }
+        *requests.entry(kind).or_default() += 1;
     }
     (requests, evictions)
+}
+
+/// Each request of `who` as its arrival and its answer at the API server (seconds since the
+/// epoch), by kind, in the order they arrived; watches, which stay open, left out.
+pub fn request_spans<'a>(
+    lines: impl Iterator<Item = &'a str> + 'a,
+    who: &'a Requester<'a>,
+) -> BTreeMap<String, Vec<(f64, f64)>> {
+    let mut spans: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for e in requests_made(lines, who).filter(|e| e["verb"] != "watch") {
+        let at = |key: &str| -> Option<f64> {
+            let t: jiff::Timestamp = e[key].as_str()?.parse().ok()?;
+            Some(t.as_nanosecond() as f64 / 1e9)
+        };
+        if let (Some(came), Some(answered)) = (at("requestReceivedTimestamp"), at("stageTimestamp"))
+        {
+            spans.entry(kind_of(&e)).or_default().push((came, answered));
+        }
+    }
+    for v in spans.values_mut() {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    spans
 }
 
 async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
@@ -578,6 +605,57 @@ mod tests {
             evictions,
             BTreeMap::from([("success".to_string(), 1), ("budget".to_string(), 1)])
         );
+    }
+
+    #[test]
+    fn request_spans_are_the_api_servers_from_arrival_to_answer_without_watches() {
+        let user = drainer_user();
+        let rec = |id: &str, stage: &str, verb: &str, res: &str, from: &str, to: &str| {
+            json!({"auditID": id, "stage": stage, "verb": verb,
+                "user": {"username": user}, "objectRef": {"resource": res},
+                "requestReceivedTimestamp": format!("2026-11-27T10:00:{from}Z"),
+                "stageTimestamp": format!("2026-11-27T10:00:{to}Z")})
+            .to_string()
+        };
+        let lines = [
+            // A watch stays open: its time is not a round trip.
+            rec("a", "ResponseStarted", "watch", "nodes", "00.000", "00.001"),
+            rec(
+                "a",
+                "ResponseComplete",
+                "watch",
+                "nodes",
+                "00.000",
+                "30.000",
+            ),
+            rec("b", "ResponseStarted", "patch", "nodes", "01.000", "01.002"),
+            rec(
+                "b",
+                "ResponseComplete",
+                "patch",
+                "nodes",
+                "01.000",
+                "01.040",
+            ),
+            rec(
+                "c",
+                "ResponseComplete",
+                "patch",
+                "nodes",
+                "02.000",
+                "02.010",
+            ),
+            rec("d", "ResponseComplete", "list", "pods", "03.000", "03.005"),
+        ];
+        let spans = request_spans(lines.iter().map(String::as_str), &Requester::User(&user));
+        let secs = |v: &[(f64, f64)]| -> Vec<i64> {
+            v.iter()
+                .map(|(a, b)| ((b - a) * 1e3).round() as i64)
+                .collect()
+        };
+        assert_eq!(spans.len(), 2, "{spans:?}");
+        assert_eq!(secs(&spans["patch nodes"]), [40, 10], "{spans:?}");
+        assert_eq!(secs(&spans["list pods"]), [5], "{spans:?}");
     }
 
     #[test]

@@ -99,12 +99,24 @@ pub struct Timing {
     /// Default 0: every pod that fits is bound at the step that finds it.
     #[serde(default, deserialize_with = "de_duration")]
     pub bind_time: Duration,
-    /// How long the disruption controller takes per budget it syncs. It has one worker and
-    /// syncs the budgets whose pods changed one after another, in the order they changed, so
-    /// under load a budget counts a Ready pod only after the budgets queued before it. Default
-    /// 0: every budget is synced at the step that changed its pods.
+    /// How long the disruption controller takes per budget status it writes. It has one worker
+    /// and syncs the budgets whose pods changed one after another, in the order they changed,
+    /// so under load a budget counts a Ready pod only after the budgets queued before it; a
+    /// sync that finds nothing to write costs nothing. Default 0: every budget is synced at the
+    /// step that changed its pods.
     #[serde(default, deserialize_with = "de_duration")]
     pub budget_sync_time: Duration,
+    /// How long the API server takes over a request before it answers: every verb but a watch,
+    /// whose events are not delayed. A write takes effect at the end of it, as on a real API
+    /// server, where the time goes to admission and storage, so a client that writes and then
+    /// acts on the answer is as slow as on one. Default 0: answered at once.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub api_latency: Duration,
+    /// The API server's time over an eviction instead of `apiLatency`: it writes the budget's
+    /// status and then the pod, so on a real control plane it takes several times longer than
+    /// other requests. Default: `apiLatency`.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub eviction_latency: Option<Duration>,
     /// Changes each kind keeps for watches to resume from; older versions get 410.
     #[serde(default)]
     pub watch_history: Option<usize>,
@@ -150,6 +162,8 @@ impl Default for Timing {
             pod_shutdown: d_pod_shutdown(),
             bind_time: Duration::ZERO,
             budget_sync_time: Duration::ZERO,
+            api_latency: Duration::ZERO,
+            eviction_latency: None,
             watch_history: None,
             max_events: d_max_events(),
         }

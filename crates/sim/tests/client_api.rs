@@ -570,3 +570,90 @@ async fn given_the_simulator_kubeconfig_when_a_client_connects_then_discovery_an
     .await;
     sim.stop().await;
 }
+
+/// With `timing.apiLatency` a request is answered that long after it came, and a write takes
+/// effect only then, as on a real API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_an_api_latency_when_creating_a_pod_then_it_exists_only_once_answered() {
+    let sim = common::SimCluster::start(
+        r#"
+timing: {tick: 20ms, apiLatency: 400ms}
+nodeGroups: [{name: general, size: 1, template: {cpu: "8", memory: 32Gi}}]
+workloads:
+  - {kind: Pod, name: debug, namespace: default}
+"#,
+    )
+    .await;
+    let exists = |name: &str| {
+        sim.sim
+            .sim
+            .cluster
+            .lock()
+            .unwrap()
+            .pods
+            .get("default", name)
+            .is_some()
+    };
+    let pods: Api<Pod> = Api::namespaced(sim.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "late"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .unwrap();
+    let create = tokio::spawn({
+        let pods = pods.clone();
+        async move { pods.create(&PostParams::default(), &pod).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !exists("late"),
+        "the create took effect before its answer time"
+    );
+    create.await.unwrap().expect("the create is answered");
+    assert!(
+        exists("late"),
+        "the create was answered but did not take effect"
+    );
+}
+
+/// `timing.evictionLatency` holds an eviction that long, and only an eviction: a read sent
+/// meanwhile is answered, and finds the pod not yet evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_an_eviction_latency_when_evicting_then_only_the_eviction_waits() {
+    let sim = common::SimCluster::start(
+        r#"
+timing: {tick: 20ms, evictionLatency: 2s}
+nodeGroups: [{name: general, size: 1, template: {cpu: "8", memory: 32Gi}}]
+workloads:
+  - {kind: Pod, name: debug, namespace: default}
+"#,
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(sim.client.clone(), "default");
+    let evict = tokio::spawn({
+        let pods = pods.clone();
+        async move {
+            pods.evict("debug", &kube::api::EvictParams::default())
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let during = pods
+        .get("debug")
+        .await
+        .expect("a read is answered meanwhile");
+    assert!(
+        !evict.is_finished(),
+        "the eviction was answered before its time"
+    );
+    assert!(
+        during.metadata.deletion_timestamp.is_none(),
+        "the eviction took effect before its answer"
+    );
+    evict.await.unwrap().expect("the eviction is answered");
+    let after = pods.get("debug").await;
+    assert!(
+        after.map_or(true, |p| p.metadata.deletion_timestamp.is_some()),
+        "the eviction was answered but the pod is not being deleted"
+    );
+}

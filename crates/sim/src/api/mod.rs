@@ -74,13 +74,21 @@ pub async fn dispatch(
         Some(s) => format!("{}/{s}", target.plural),
         None => target.plural.clone(),
     };
-    // Count, then apply injected latency and errors.
+    // Count, then apply the scenario's and the injected latency, and injected errors.
     let (latency, injected) = {
         let mut c = sim.cluster.lock().expect("cluster lock");
         c.stats.count_request(verb, &resource);
+        // A watch's events are not delayed: its latency is its stream's, not an answer's.
+        let answer = match (verb, resource.as_str()) {
+            ("watch", _) => Duration::ZERO,
+            ("create", "pods/eviction") => {
+                c.timing.eviction_latency.unwrap_or(c.timing.api_latency)
+            }
+            _ => c.timing.api_latency,
+        };
         drop(c);
         let mut f = sim.faults.lock().expect("faults lock");
-        (f.latency, f.injected_error(verb, &resource))
+        (answer + f.latency, f.injected_error(verb, &resource))
     };
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;

@@ -3,10 +3,12 @@
 //!
 //! Like kube-controller-manager's, it queues the budgets whose inputs changed, each once, in
 //! the order they changed, and syncs them one after another with one worker. With
-//! `timing.budgetSyncTime` each sync takes that long ([`SerialWorker`]), so when many budgets
-//! change at once a budget counts its Ready pod only after those queued before it, as on a
-//! real control plane under a rotation's load. With no sync time every queued budget is synced
-//! at the step that queued it.
+//! `timing.budgetSyncTime` each sync that writes a changed status takes that long
+//! ([`SerialWorker`]), so when many budgets change at once a budget counts its Ready pod only
+//! after those queued before it, as on a real control plane under a rotation's load. A sync
+//! that finds nothing to write costs nothing: the real controller reads its caches and spends
+//! its time on the status write. With no sync time every queued budget is synced at the step
+//! that queued it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 
 use super::pdb::{self, DISRUPTED_POD_TIMEOUT_SECS, covers, selector};
 use super::{Cluster, add_secs};
@@ -41,6 +43,11 @@ impl BudgetQueue {
         self.order.front().map(|(_, at)| *at)
     }
 
+    /// The queued budgets, oldest first.
+    fn keys(&self) -> impl Iterator<Item = &ObjKey> {
+        self.order.iter().map(|(key, _)| key)
+    }
+
     fn pop(&mut self) -> Option<ObjKey> {
         let (key, _) = self.order.pop_front()?;
         self.queued.remove(&key);
@@ -64,20 +71,36 @@ impl Cluster {
         } else {
             self.timing.budget_sync_time
         };
-        let mut due = Vec::new();
+        // The queue's budgets in order, each with its status as a sync now would compute it.
+        let queued: Vec<Option<Arc<PodDisruptionBudget>>> = self
+            .budget_queue
+            .keys()
+            .map(|key| self.pdbs.get_key(key).cloned())
+            .collect();
+        let present: Vec<Arc<PodDisruptionBudget>> = queued.iter().flatten().cloned().collect();
+        let mut statuses = self.statuses_of(&present, now).into_iter();
+        let mut writes = Vec::new();
         let mut wake = None;
-        while let Some(queued) = self.budget_queue.front() {
-            if !self.budget_worker.take(cost, queued, now, tick) {
-                wake = Some(self.budget_worker.wake_at(cost, queued, tick));
+        for budget in queued {
+            let Some(at) = self.budget_queue.front() else {
+                break;
+            };
+            // The real controller's time goes to its status writes: a sync that finds the
+            // status unchanged (or the budget gone) writes nothing and costs next to nothing.
+            let write = budget.and_then(|b| {
+                let status = statuses.next()?;
+                (b.status.as_ref() != Some(&status)).then_some((b, status))
+            });
+            if write.is_some() && !self.budget_worker.take(cost, at, now, tick) {
+                wake = Some(self.budget_worker.wake_at(cost, at, tick));
                 break;
             }
-            due.extend(self.budget_queue.pop());
+            self.budget_queue.pop();
+            writes.extend(write);
         }
-        let budgets: Vec<Arc<PodDisruptionBudget>> = due
-            .iter()
-            .filter_map(|key| self.pdbs.get_key(key).cloned())
-            .collect();
-        self.write_statuses(&budgets, now);
+        for (budget, status) in writes {
+            self.pdbs.modify(&budget, |b| b.status = Some(status));
+        }
         // After the writes: the controller's own status writes are not a change to react to.
         self.last_run.budgets = self.rev.current();
         wake
@@ -158,12 +181,13 @@ impl Cluster {
             .collect()
     }
 
-    /// The disruption controller's sync of `budgets`: every status first (none reads
-    /// another budget), then the writes of those that changed, in the same order.
-    fn write_statuses(&mut self, budgets: &[Arc<PodDisruptionBudget>], now: Timestamp) {
-        if budgets.is_empty() {
-            return;
-        }
+    /// The status the disruption controller would compute for each of `budgets` now (none
+    /// reads another budget), in the same order.
+    fn statuses_of(
+        &self,
+        budgets: &[Arc<PodDisruptionBudget>],
+        now: Timestamp,
+    ) -> Vec<PodDisruptionBudgetStatus> {
         let mut by_label: HashMap<&str, PodsByLabel<'_>> = HashMap::new();
         let mut statuses = Vec::with_capacity(budgets.len());
         for budget in budgets {
@@ -184,10 +208,7 @@ impl Cluster {
             let scale = |p: &Pod| self.scale_of_pod(p);
             statuses.push(pdb::compute_status(budget, &pods, &scale, now));
         }
-        drop(by_label);
-        for (budget, status) in budgets.iter().zip(statuses) {
-            self.pdbs.modify(budget, |b| b.status = Some(status));
-        }
+        statuses
     }
 
     /// When the next disrupted pod of any budget times out (the controller then counts it
@@ -268,6 +289,7 @@ mod tests {
     use std::time::Duration;
 
     use jiff::Timestamp;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use serde_json::json;
 
     use crate::cluster::Cluster;
@@ -355,6 +377,19 @@ workloads:
         assert_eq!(first_allowing(&queued), first + 1);
     }
 
+    #[test]
+    fn a_sync_time_under_half_a_tick_counts_a_few_ready_pods_at_the_step_that_reports_them() {
+        let at_once = first_allowing(&after_one_eviction_each("0s"));
+        // Six budgets at 5 ms each are done 30 ms into the step: all count at once.
+        let steps = after_one_eviction_each("5ms");
+        assert_eq!(
+            first_allowing(&steps),
+            at_once,
+            "after each step: {steps:?}"
+        );
+        assert_eq!(steps[at_once], 6, "after each step: {steps:?}");
+    }
+
     /// [`six_budgets`] with a 100 ms sync, stepped once a second in: the cluster, that time,
     /// and the version its budgets were last synced at.
     fn six_budgets_synced() -> (Cluster, Timestamp, u64) {
@@ -383,6 +418,41 @@ workloads:
         c.pods.put(changed);
         let keys = c.budgets_to_sync(since, now);
         assert_eq!(keys, vec![("shop".to_string(), "web-3".to_string())]);
+    }
+
+    #[test]
+    fn a_sync_that_finds_nothing_to_write_holds_no_budget_up() {
+        let (mut c, now, _) = six_budgets_synced();
+        // Five budgets queued first by pod writes that change none of their statuses...
+        for i in 0..5 {
+            let prefix = format!("web-{i}-");
+            let mut touched = c
+                .pods
+                .range(Some("shop"), None)
+                .map(|(_, p)| (**p).clone())
+                .find(|p| p.metadata.name.as_deref().unwrap().starts_with(&prefix))
+                .unwrap();
+            touched
+                .metadata
+                .annotations
+                .get_or_insert_default()
+                .insert("touched".into(), "yes".into());
+            c.pods.put(touched);
+        }
+        // ...then the sixth made to allow no disruption.
+        let mut strict = (**c.pdbs.get("shop", "web-5").unwrap()).clone();
+        strict.spec.as_mut().unwrap().max_unavailable = Some(IntOrString::Int(0));
+        c.pdbs.put(strict);
+        let allowed = |c: &Cluster| {
+            let b = c.pdbs.get("shop", "web-5").unwrap();
+            b.status.as_ref().unwrap().disruptions_allowed
+        };
+        assert_eq!(allowed(&c), 1);
+        // A 100 ms sync is written at the step after the one that queued it. Behind five
+        // syncs of 100 ms it would wait half a second more; they write nothing, so it does not.
+        c.step(now + Duration::from_millis(100), false);
+        c.step(now + Duration::from_millis(200), false);
+        assert_eq!(allowed(&c), 0);
     }
 
     #[test]

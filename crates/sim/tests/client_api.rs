@@ -571,19 +571,24 @@ async fn given_the_simulator_kubeconfig_when_a_client_connects_then_discovery_an
     sim.stop().await;
 }
 
+/// One node and the bare pod `default/debug`, on `timing`.
+async fn one_bare_pod(timing: &str) -> common::SimCluster {
+    common::SimCluster::start(&format!(
+        r#"
+timing: {timing}
+nodeGroups: [{{name: general, size: 1, template: {{cpu: "8", memory: 32Gi}}}}]
+workloads:
+  - {{kind: Pod, name: debug, namespace: default}}
+"#
+    ))
+    .await
+}
+
 /// With `timing.apiLatency` a request is answered that long after it came, and a write takes
 /// effect only then, as on a real API server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_an_api_latency_when_creating_a_pod_then_it_exists_only_once_answered() {
-    let sim = common::SimCluster::start(
-        r#"
-timing: {tick: 20ms, apiLatency: 400ms}
-nodeGroups: [{name: general, size: 1, template: {cpu: "8", memory: 32Gi}}]
-workloads:
-  - {kind: Pod, name: debug, namespace: default}
-"#,
-    )
-    .await;
+    let sim = one_bare_pod("{tick: 20ms, apiLatency: 400ms}").await;
     let exists = |name: &str| {
         sim.sim
             .sim
@@ -620,15 +625,7 @@ workloads:
 /// meanwhile is answered, and finds the pod not yet evicted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_an_eviction_latency_when_evicting_then_only_the_eviction_waits() {
-    let sim = common::SimCluster::start(
-        r#"
-timing: {tick: 20ms, evictionLatency: 2s}
-nodeGroups: [{name: general, size: 1, template: {cpu: "8", memory: 32Gi}}]
-workloads:
-  - {kind: Pod, name: debug, namespace: default}
-"#,
-    )
-    .await;
+    let sim = one_bare_pod("{tick: 20ms, evictionLatency: 2s}").await;
     let pods: Api<Pod> = Api::namespaced(sim.client.clone(), "default");
     let evict = tokio::spawn({
         let pods = pods.clone();

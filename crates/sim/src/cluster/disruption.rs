@@ -400,22 +400,27 @@ workloads:
         (c, now, since)
     }
 
-    #[test]
-    fn a_pod_change_queues_only_the_budgets_covering_it() {
-        let (mut c, now, since) = six_budgets_synced();
-        let pod = c
+    /// Writes an annotation on a pod of Deployment `workload`: a change to no budget's status.
+    fn touch_a_pod_of(c: &mut Cluster, workload: &str) {
+        let prefix = format!("{workload}-");
+        let mut touched = c
             .pods
             .range(Some("shop"), None)
-            .map(|(_, p)| p.clone())
-            .find(|p| p.metadata.name.as_deref().unwrap().starts_with("web-3-"))
+            .map(|(_, p)| (**p).clone())
+            .find(|p| p.metadata.name.as_deref().unwrap().starts_with(&prefix))
             .unwrap();
-        let mut changed = (*pod).clone();
-        changed
+        touched
             .metadata
             .annotations
             .get_or_insert_default()
             .insert("touched".into(), "yes".into());
-        c.pods.put(changed);
+        c.pods.put(touched);
+    }
+
+    #[test]
+    fn a_pod_change_queues_only_the_budgets_covering_it() {
+        let (mut c, now, since) = six_budgets_synced();
+        touch_a_pod_of(&mut c, "web-3");
         let keys = c.budgets_to_sync(since, now);
         assert_eq!(keys, vec![("shop".to_string(), "web-3".to_string())]);
     }
@@ -425,19 +430,7 @@ workloads:
         let (mut c, now, _) = six_budgets_synced();
         // Five budgets queued first by pod writes that change none of their statuses...
         for i in 0..5 {
-            let prefix = format!("web-{i}-");
-            let mut touched = c
-                .pods
-                .range(Some("shop"), None)
-                .map(|(_, p)| (**p).clone())
-                .find(|p| p.metadata.name.as_deref().unwrap().starts_with(&prefix))
-                .unwrap();
-            touched
-                .metadata
-                .annotations
-                .get_or_insert_default()
-                .insert("touched".into(), "yes".into());
-            c.pods.put(touched);
+            touch_a_pod_of(&mut c, &format!("web-{i}"));
         }
         // ...then the sixth made to allow no disruption.
         let mut strict = (**c.pdbs.get("shop", "web-5").unwrap()).clone();

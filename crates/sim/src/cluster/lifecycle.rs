@@ -18,7 +18,7 @@ use super::objects::{
 };
 use super::pods::Removal;
 use super::scheduler::{NodeSlot, Placement, Preemption, Scheduler};
-use super::{Cluster, add_secs, secs_between};
+use super::{Cluster, add_secs, secs_between, worker};
 use crate::api::collection::DeleteOptions;
 
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
@@ -51,11 +51,6 @@ impl PhaseTimer {
         self.laps.push((phase, now - self.at));
         self.at = now;
     }
-}
-
-fn midway(a: Timestamp, b: Timestamp) -> Timestamp {
-    let (a, b) = (a.as_millisecond(), b.as_millisecond());
-    Timestamp::from_millisecond(a + (b - a) / 2).expect("between two timestamps")
 }
 
 fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
@@ -109,7 +104,7 @@ impl Cluster {
         timer.lap("scheduler");
         next = self.autoscale(now, next);
         timer.lap("autoscaler");
-        if let Some(wake) = self.sync_budgets(now, settle) {
+        if let Some(wake) = self.sync_budgets(now, prev_step, settle) {
             next = earliest(next, wake);
         }
         timer.lap("budgets");
@@ -402,7 +397,7 @@ impl Cluster {
                         // Made by a controller at this step (a replacement), for what happened
                         // since the last one: a real scheduler would have had it about as that
                         // happened, on average halfway between the steps.
-                        Some(c) if c >= now => midway(prev_step, now),
+                        Some(c) if c >= now => worker::midway(prev_step, now),
                         Some(c) => c.max(prev_step),
                         None => prev_step,
                     };

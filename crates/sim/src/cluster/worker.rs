@@ -20,6 +20,16 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Halfway between two steps: when, on average, something a step finds happened since the
+/// last one (a pod evicted, a replacement's start-up ended). A real controller would have had
+/// it then, so its worker's time on it is counted from there.
+pub fn midway(last_step: Timestamp, now: Timestamp) -> Timestamp {
+    plus(
+        last_step,
+        (now.as_millisecond() - last_step.as_millisecond()) / 2,
+    )
+}
+
 /// When the worker finishes what it has taken; `None` before its first item.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SerialWorker {

@@ -136,6 +136,11 @@ pub struct Moment {
     pub name: String,
 }
 
+/// The pod watch and the budget watch deliver changes made together (at one simulator step, or
+/// a count written milliseconds after the Ready report) in either order: a count seen this
+/// much before the Ready report is taken as following it.
+const SAME_MOMENT: f64 = 0.02;
+
 /// The cycles of budget `budget` from the moments of every pod and budget, in any order.
 pub fn cycles_of(budget: &str, moments: &[Moment]) -> Vec<Cycle> {
     // A budget's moments: its pods' (named after its workload, `<budget>-...`) and its own
@@ -161,12 +166,16 @@ pub fn cycles_of(budget: &str, moments: &[Moment]) -> Vec<Cycle> {
             .filter(|m| m.name == bind.name && m.sent >= bind.sent)
             .map(|m| m.at)
             .reduce(f64::max);
-        let counted = ready.and_then(|r| of(Happened::Counted).find(|m| m.sent >= r).map(|m| m.at));
+        let counted = ready.and_then(|r| {
+            of(Happened::Counted)
+                .find(|m| m.sent >= r - SAME_MOMENT)
+                .map(|m| m.at)
+        });
         let next = evictions.get(i + 1).map(|n| n.sent);
         cycles.push(Cycle {
             bound: bind.at - ev.at,
             ready: ready.map(|r| r - ev.at),
-            counted: counted.zip(ready).map(|(c, r)| c - r),
+            counted: counted.zip(ready).map(|(c, r)| (c - r).max(0.0)),
             next: next.zip(counted).map(|(n, c)| n - c),
         });
     }
@@ -268,6 +277,31 @@ mod tests {
             "responseStatus": {"code": code}
         })
         .to_string()
+    }
+
+    #[test]
+    fn a_count_seen_just_before_the_ready_report_it_follows_is_its_count() {
+        let m = |at: f64, what: Happened, name: &str| Moment {
+            sent: at,
+            at,
+            what,
+            name: name.into(),
+        };
+        // One simulator step made web-b Ready and wrote the count; the budget watch's event
+        // came 5 ms before the pod watch's. The next count, 2 s later, is another pod's.
+        let moments = [
+            m(0.0, Happened::Evicted, "web-a"),
+            m(0.1, Happened::Bound, "web-b"),
+            m(2.095, Happened::Counted, "web"),
+            m(2.1, Happened::Ready, "web-b"),
+            m(2.3, Happened::Evicted, "web-c"),
+            m(4.1, Happened::Counted, "web"),
+        ];
+        let cycles = cycles_of("web", &moments);
+        let first = &cycles[0];
+        assert_eq!(first.counted, Some(0.0), "{first:?}");
+        let next = first.next.unwrap();
+        assert!((next - 0.205).abs() < 1e-9, "{first:?}");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 use serde_json::Value;
 
+use crate::real::audit_seconds;
 use crate::summary::median;
 
 /// One audit record, as far as the cycle needs it (seconds since the epoch).
@@ -33,10 +34,7 @@ impl Call {
         if record["stage"] != "ResponseComplete" {
             return None;
         }
-        let time = |key: &str| -> Option<f64> {
-            let t: jiff::Timestamp = record[key].as_str()?.parse().ok()?;
-            Some(t.as_nanosecond() as f64 / 1e9)
-        };
+        let time = |key: &str| audit_seconds(record, key);
         let r = &record["objectRef"];
         let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
         Some(Call {

@@ -320,6 +320,13 @@ pub fn count_requests<'a>(
     (requests, evictions)
 }
 
+/// An audit record's time stamp `key` (e.g. `requestReceivedTimestamp`), in seconds since the
+/// epoch.
+pub fn audit_seconds(record: &Value, key: &str) -> Option<f64> {
+    let t: jiff::Timestamp = record[key].as_str()?.parse().ok()?;
+    Some(t.as_nanosecond() as f64 / 1e9)
+}
+
 /// Each request of `who` as its arrival and its answer at the API server (seconds since the
 /// epoch), by kind, in the order they arrived; watches, which stay open, left out.
 pub fn request_spans<'a>(
@@ -328,10 +335,7 @@ pub fn request_spans<'a>(
 ) -> BTreeMap<String, Vec<(f64, f64)>> {
     let mut spans: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for e in requests_made(lines, who).filter(|e| e["verb"] != "watch") {
-        let at = |key: &str| -> Option<f64> {
-            let t: jiff::Timestamp = e[key].as_str()?.parse().ok()?;
-            Some(t.as_nanosecond() as f64 / 1e9)
-        };
+        let at = |key: &str| audit_seconds(&e, key);
         if let (Some(came), Some(answered)) = (at("requestReceivedTimestamp"), at("stageTimestamp"))
         {
             spans.entry(kind_of(&e)).or_default().push((came, answered));

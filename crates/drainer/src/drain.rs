@@ -24,6 +24,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget_turns::BudgetTurns;
 use crate::config::DrainerConfig;
 use crate::deployments::{self, Read};
 use crate::error::DrainError;
@@ -70,6 +71,8 @@ pub struct Ctx {
     pub in_flight: InFlight,
     /// When rotor's evictions took each budget's disruptions, for choosing the next node.
     pub pace: BudgetPace,
+    /// Each budget's turn to have an eviction on the wire (see [`crate::budget_turns`]).
+    pub budget_turns: BudgetTurns,
     /// The nodes holding placeholders, for `--max-surge`.
     pub surge_slots: SurgeSlots,
     /// How many nodes the cluster has, as the node watch last counted, for percentages.
@@ -1049,14 +1052,21 @@ async fn evict_pass(
     // server (100 ms and more on a busy one), and a node's pods one after another would hold its
     // drain for seconds. Sending them at once takes nothing from the budgets: the plan charged
     // each budget no more than it allows, and the API server checks every eviction against its
-    // budget atomically. The answers are then taken in the plan's order.
+    // budget atomically. They are answered in any order (one may wait for its budget's turn
+    // behind another drain's) and then taken in the plan's order.
     // (The futures are collected first: a closure in the stream's type trips the compiler's
     // check that the spawned drain task is Send.)
-    let sends: Vec<_> = attempts.iter().map(|a| send(task, a)).collect();
-    let outcomes: Vec<EvictionOutcome> = futures::stream::iter(sends)
-        .buffered(EVICTIONS_IN_FLIGHT)
+    let sends: Vec<_> = attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| async move { (i, send(task, a).await) })
+        .collect();
+    let mut answers: Vec<(usize, EvictionOutcome)> = futures::stream::iter(sends)
+        .buffer_unordered(EVICTIONS_IN_FLIGHT)
         .collect()
         .await;
+    answers.sort_by_key(|(i, _)| *i);
+    let outcomes = answers.into_iter().map(|(_, outcome)| outcome);
     for (attempt, outcome) in attempts.into_iter().zip(outcomes) {
         let (pod, grace) = (attempt.pod, attempt.grace);
         let at = answered(task, pods, queue, &paces, attempt, outcome, policy, now).await;
@@ -1158,12 +1168,18 @@ struct Attempt<'a> {
 
 /// The wire call of one attempt: an eviction, or past `--force-after` a deletion.
 async fn send(task: &Evicting<'_>, attempt: &Attempt<'_>) -> EvictionOutcome {
-    let client = &task.ctx.evict_client;
+    let ctx = task.ctx;
     if attempt.forced {
-        evict::force_delete(client, attempt.pod, attempt.grace).await
-    } else {
-        evict::evict(client, attempt.pod, attempt.grace).await
+        return evict::force_delete(&ctx.evict_client, attempt.pod, attempt.grace).await;
     }
+    // An eviction charged to a budget writes the budget's status: it waits for no other of
+    // rotor's evictions under that budget to be on the wire, as two at once conflict and the
+    // loser is retried half a second later. A deletion and an uncharged eviction write none.
+    let _turn = match attempt.charged {
+        Some(charge) => Some(ctx.budget_turns.take(&charge.budget).await),
+        None => None,
+    };
+    evict::evict(&ctx.evict_client, attempt.pod, attempt.grace).await
 }
 
 /// Takes the answer to one eviction or forced deletion: feeds it to the queue, and counts it in

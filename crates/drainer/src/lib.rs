@@ -9,14 +9,16 @@
 //! the circuit breaker halts a rotation), `restart` (when a one-replica Deployment is restarted
 //! rather than its pod evicted).
 //!
-//! The I/O sits at the edges: `evict` (the Eviction API), `deployments` (the rollout restart's
-//! reads and patch), `drain` (one node's drain task), `controller` (the loop over nodes),
+//! The I/O sits at the edges: `evict` (the Eviction API; `budget_turns` keeps one eviction per
+//! budget on the wire), `deployments` (the rollout restart's reads and patch), `drain` (one
+//! node's drain task), `controller` (the loop over nodes),
 //! `leader` (the Lease), `notify` (webhook notifications), `rotation` (the fleet-wide record
 //! beside the Lease), `runtime` (wiring), `status` (the `status` subcommand), `metrics`,
 //! `config` (flags). `error` holds what can fail, in words an operator can act on; `anyhow` is
 //! used only by the binary.
 
 pub mod breaker;
+pub mod budget_turns;
 pub mod budgets;
 pub mod config;
 pub mod controller;

@@ -96,6 +96,7 @@ pub async fn run(
         claims: Default::default(),
         in_flight: Default::default(),
         pace: Default::default(),
+        budget_turns: Default::default(),
         surge_slots: Default::default(),
         fleet_size: Default::default(),
         rotation: crate::rotation::RecordRef::beside_lease(

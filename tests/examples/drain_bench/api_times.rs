@@ -79,6 +79,20 @@ pub fn worker_line(what: &str, spans: &[(f64, f64)]) -> Option<String> {
     })
 }
 
+/// The eviction handler's writes of budgets' status and how many conflicted (409) with another
+/// write of the same budget: the handler tries those again only half a second later, so each
+/// is an eviction that took 0.5 s more. `None` without writes.
+pub fn budget_write_line(codes: &BTreeMap<u16, usize>) -> Option<String> {
+    let writes: usize = codes.values().sum();
+    if writes == 0 {
+        return None;
+    }
+    let conflicts = codes.get(&409).copied().unwrap_or(0);
+    Some(format!(
+        "the eviction handler's budget status writes: {writes}, {conflicts} of them conflicts (each retried 0.5 s later)"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +142,19 @@ mod tests {
         let alone = worker_line("writes", &[(1.0, 1.01), (2.0, 2.01)]).unwrap();
         assert!(alone.ends_with("never busy"), "{alone}");
         assert_eq!(worker_line("nothing", &[]), None);
+    }
+
+    #[test]
+    fn budget_write_conflicts_are_the_409s_among_every_answer() {
+        let codes = BTreeMap::from([(200, 451), (409, 104)]);
+        assert_eq!(
+            budget_write_line(&codes).as_deref(),
+            Some(
+                "the eviction handler's budget status writes: 555, 104 of them conflicts (each retried 0.5 s later)"
+            )
+        );
+        let clean = budget_write_line(&BTreeMap::from([(200, 3)])).unwrap();
+        assert!(clean.contains(": 3, 0 of them conflicts"), "{clean}");
+        assert_eq!(budget_write_line(&BTreeMap::new()), None);
     }
 }

@@ -15,7 +15,7 @@ use tokio::runtime::Handle;
 
 use crate::api_times;
 use crate::drainer::{Bins, Drainer};
-use crate::real::{RealBench, Requester, drainer_user, kubectl_user, request_spans};
+use crate::real::{RealBench, Requester, answer_codes, drainer_user, kubectl_user, request_spans};
 use crate::sim::{BenchSim, counts};
 use crate::snapshot::Snapshot;
 
@@ -242,6 +242,12 @@ impl BenchCluster {
         for (what, spans) in workers {
             lines.extend(api_times::worker_line(what, &spans.unwrap_or_default()));
         }
+        let handler = Requester::User(EVICTION_HANDLER);
+        lines.extend(api_times::budget_write_line(&answer_codes(
+            audit.lines(),
+            &handler,
+            "update poddisruptionbudgets/status",
+        )));
         Ok(lines)
     }
 
@@ -311,6 +317,8 @@ impl BenchCluster {
 const SCHEDULER_AGENT: &str = "kube-scheduler/";
 /// kube-controller-manager runs each controller as its own ServiceAccount.
 const DISRUPTION_CONTROLLER: &str = "system:serviceaccount:kube-system:disruption-controller";
+/// Who the API server's eviction handler writes a budget's status as.
+const EVICTION_HANDLER: &str = "system:apiserver";
 
 /// Fails unless `backend` can run here.
 pub fn check(backend: Backend) -> anyhow::Result<()> {

@@ -347,6 +347,20 @@ pub fn request_spans<'a>(
     spans
 }
 
+/// How the API server answered `who`'s requests of one `kind`, as a count per status code.
+pub fn answer_codes<'a>(
+    lines: impl Iterator<Item = &'a str> + 'a,
+    who: &'a Requester<'a>,
+    kind: &str,
+) -> BTreeMap<u16, usize> {
+    let mut codes: BTreeMap<u16, usize> = BTreeMap::new();
+    for e in requests_made(lines, who).filter(|e| kind_of(e) == kind) {
+        let code = e["responseStatus"]["code"].as_u64().unwrap_or(0);
+        *codes.entry(u16::try_from(code).unwrap_or(0)).or_default() += 1;
+    }
+    codes
+}
+
 async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(kubeconfig)

@@ -79,7 +79,8 @@ pub struct Timing {
     /// From a node's creation to its Ready condition.
     #[serde(default = "d_node_startup", deserialize_with = "de_duration")]
     pub node_startup: Duration,
-    /// How long a pod must be unschedulable before its group scales up.
+    /// How long a pod must be unschedulable before its group scales up; the scale-up is sized
+    /// for every pod unschedulable then, also those that have waited less.
     #[serde(default = "d_scale_up", deserialize_with = "de_duration")]
     pub scale_up_delay: Duration,
     /// How long a cordoned or drain-tainted node must be empty before it is removed.

@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::{
-    TestSim, WAIT, is_ready, is_terminating, name, node_of, phase, pod_gone, uid, wait_until,
+    FAST_TIMING, TestSim, WAIT, is_ready, is_terminating, name, node_of, phase, pod_gone, uid,
+    wait_until,
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
@@ -589,22 +590,26 @@ workloads:
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_three_pods_that_each_need_a_node_when_they_become_unschedulable_then_one_scale_up_adds_three_nodes()
+async fn given_three_pods_that_each_need_a_node_when_they_become_unschedulable_one_after_another_then_one_scale_up_adds_three_nodes()
  {
-    let sim = TestSim::start(ONE_POD_PER_NODE).await;
+    // FAST_TIMING with a scaleUpDelay long enough for the drains below, and drained nodes
+    // kept until after it (else their replacements make room first).
+    let timing = FAST_TIMING
+        .replace("scaleUpDelay: 300ms", "scaleUpDelay: 1500ms")
+        .replace("scaleDownDelay: 500ms", "scaleDownDelay: 5s");
+    let sim = TestSim::start_timed(&timing, ONE_POD_PER_NODE).await;
     let nodes = sim.node_names().await;
     assert_eq!(nodes.len(), 4);
-    // Paused, so that the three pods turn unschedulable in the same step however slowly this
-    // loop runs on a loaded machine (unpaused, a tick between two drains let the autoscaler
-    // size a growth for one pod).
-    sim.pause(true).await;
+    // Drained 0.3 s apart, as a drainer's evictions come: the pods turn unschedulable at
+    // different steps, all within scaleUpDelay of the first.
     for old in &nodes[..3] {
         cordon(&sim, old).await;
         drain(&sim, old).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    sim.pause(false).await;
-    // The group's first growth is sized for all three pods at once (cluster-autoscaler's
-    // estimate), not one node that must boot before the next is asked for.
+    // The group's first growth, once the first pod has waited scaleUpDelay, is sized for all
+    // three pods at once (cluster-autoscaler's scan counts every unschedulable pod), not one
+    // node that must boot before the next is asked for.
     let desired = wait_until("the group to grow", WAIT, || async {
         let d = sim.admin_get("stats").await["nodeGroups"]["general"]["desired"]
             .as_u64()

@@ -158,9 +158,11 @@ impl Groups {
                 launch(g, now, self.timing.node_startup);
             }
         }
-        // Scale up for pods unschedulable for scaleUpDelay.
+        // Scale up once a pod has been unschedulable for scaleUpDelay, sized for every pod
+        // unschedulable now (as the simulator's autoscaler does).
         let mut waiting_now: Vec<String> = Vec::new();
         let mut waiting: Vec<Resources> = Vec::new();
+        let mut one_due = false;
         for p in pods {
             if !wants_a_node(p) {
                 continue;
@@ -172,13 +174,12 @@ impl Groups {
             );
             let since = *self.unschedulable_since.entry(key.clone()).or_insert(now);
             waiting_now.push(key);
-            if since + self.timing.scale_up_delay <= now {
-                waiting.push(pod_requests(p));
-            }
+            one_due |= since + self.timing.scale_up_delay <= now;
+            waiting.push(pod_requests(p));
         }
         self.unschedulable_since
             .retain(|k, _| waiting_now.contains(k));
-        if !waiting.is_empty() {
+        if one_due {
             let per_node = per_node_requests(nodes, pods);
             for g in &mut self.groups {
                 if g.desired >= g.spec.max() {
@@ -498,5 +499,22 @@ mod tests {
             .map(|n| node(n, false))
             .collect();
         assert!(g.step(&nodes, &pods, at(10.0)).create.is_empty());
+    }
+
+    #[test]
+    fn one_scale_up_is_sized_for_every_pod_unschedulable_when_the_first_is_due() {
+        let mut g = groups();
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let nodes = vec![node("general-0", false), node("general-1", false)];
+        // One pod of one CPU, then four more 0.3 s later (a drain's evictions come spread out).
+        let first = vec![pod("p0", None, true)];
+        assert_eq!(g.step(&nodes, &first, t0), Actions::default());
+        let pods: Vec<_> = (0..5).map(|i| pod(&format!("p{i}"), None, true)).collect();
+        assert_eq!(g.step(&nodes, &pods, at(0.3)), Actions::default());
+        // The first is due at 2 s: the scale-up counts all five (2 nodes of 4 CPUs), where
+        // sized for the first alone it would launch one and wait out scaleUpDelay for the rest.
+        assert_eq!(g.step(&nodes, &pods, at(2.0)), Actions::default());
+        assert_eq!(g.step(&nodes, &pods, at(4.0)).create.len(), 2);
     }
 }

@@ -202,25 +202,34 @@ impl Cluster {
                 self.launch_node(g, now, false);
             }
         }
-        // Scale up for pods that have waited too long. Like cluster-autoscaler, one scale-up is
-        // sized for all of them at once: they are packed first into the room left on the
-        // group's nodes still booting (upcoming nodes), then into as many new nodes from the
-        // template as they need. A group scales up at most once per scaleUpDelay.
+        // Scale up once a pod has waited scaleUpDelay. Like cluster-autoscaler, one scale-up
+        // is sized for every pod unschedulable at that moment, also those that have waited
+        // less (its scan counts every unschedulable pod): they are packed first into the room
+        // left on the group's nodes still booting (upcoming nodes), then into as many new nodes
+        // from the template as they need. A group scales up at most once per scaleUpDelay.
         let delay = self.timing.scale_up_delay.as_secs_f64();
         let mut waiting: Vec<Pod> = Vec::new();
+        let mut one_due = false;
         for ((ns, name), since) in &self.unschedulable_since {
+            let Some(pod) = self.pods.get(ns, name) else {
+                continue;
+            };
+            // Like cluster-autoscaler: no node for expendable pods, nor for pods a
+            // preemption is already making room for.
+            let expendable = super::priority::priority(pod) < AUTOSCALER_EXPENDABLE_CUTOFF;
+            if expendable || super::priority::nominated_node(pod).is_some() {
+                continue;
+            }
             let due = add_secs(*since, delay);
             if due > now {
                 next = earliest(next, due);
-            } else if let Some(pod) = self.pods.get(ns, name) {
-                // Like cluster-autoscaler: no node for expendable pods, nor for pods a
-                // preemption is already making room for.
-                let expendable = super::priority::priority(pod) < AUTOSCALER_EXPENDABLE_CUTOFF;
-                let nominated = super::priority::nominated_node(pod).is_some();
-                if !expendable && !nominated {
-                    waiting.push((**pod).clone());
-                }
+            } else {
+                one_due = true;
             }
+            waiting.push((**pod).clone());
+        }
+        if !one_due {
+            waiting.clear();
         }
         for g in &groups {
             if waiting.is_empty() {

@@ -48,8 +48,13 @@ impl Deref for TestSim {
 impl TestSim {
     /// Starts a simulator for `FAST_TIMING` plus `body` (node groups, workloads, ...).
     pub async fn start(body: &str) -> TestSim {
+        TestSim::start_timed(FAST_TIMING, body).await
+    }
+
+    /// Starts a simulator for `timing` (a scenario's `timing:` section) plus `body`.
+    pub async fn start_timed(timing: &str, body: &str) -> TestSim {
         TestSim {
-            cluster: SimCluster::start(&format!("{FAST_TIMING}{body}")).await,
+            cluster: SimCluster::start(&format!("{timing}{body}")).await,
         }
     }
 

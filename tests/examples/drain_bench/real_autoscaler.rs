@@ -479,15 +479,24 @@ mod tests {
         assert_eq!(g.step(&nodes, &pods, at(6.5)), Actions::default());
     }
 
+    /// A group at its size of two full nodes, and a clock from now (seconds to an instant).
+    fn two_full_nodes() -> (Groups, Vec<Arc<Node>>, impl Fn(f64) -> Instant) {
+        let t0 = Instant::now();
+        let nodes = vec![node("general-0", false), node("general-1", false)];
+        (groups(), nodes, move |s| t0 + Duration::from_secs_f64(s))
+    }
+
+    /// `n` unschedulable pods of one CPU each.
+    fn unschedulable(n: usize) -> Vec<Arc<Pod>> {
+        (0..n).map(|i| pod(&format!("p{i}"), None, true)).collect()
+    }
+
     #[test]
     fn pods_unschedulable_for_the_delay_get_as_many_nodes_as_they_need_up_to_max() {
-        let mut g = groups();
-        let t0 = Instant::now();
-        let at = |s: f64| t0 + Duration::from_secs_f64(s);
-        let nodes = vec![node("general-0", false), node("general-1", false)];
+        let (mut g, nodes, at) = two_full_nodes();
         // 5 pods of one CPU: a fresh 4-CPU node holds 4, so 2 nodes.
-        let pods: Vec<_> = (0..5).map(|i| pod(&format!("p{i}"), None, true)).collect();
-        assert_eq!(g.step(&nodes, &pods, t0), Actions::default());
+        let pods = unschedulable(5);
+        assert_eq!(g.step(&nodes, &pods, at(0.0)), Actions::default());
         assert_eq!(g.step(&nodes, &pods, at(1.0)), Actions::default());
         // Launched at 2 s, when the delay is up; created once booted, at 4 s.
         assert_eq!(g.step(&nodes, &pods, at(2.0)), Actions::default());
@@ -503,14 +512,13 @@ mod tests {
 
     #[test]
     fn one_scale_up_is_sized_for_every_pod_unschedulable_when_the_first_is_due() {
-        let mut g = groups();
-        let t0 = Instant::now();
-        let at = |s: f64| t0 + Duration::from_secs_f64(s);
-        let nodes = vec![node("general-0", false), node("general-1", false)];
+        let (mut g, nodes, at) = two_full_nodes();
         // One pod of one CPU, then four more 0.3 s later (a drain's evictions come spread out).
-        let first = vec![pod("p0", None, true)];
-        assert_eq!(g.step(&nodes, &first, t0), Actions::default());
-        let pods: Vec<_> = (0..5).map(|i| pod(&format!("p{i}"), None, true)).collect();
+        assert_eq!(
+            g.step(&nodes, &unschedulable(1), at(0.0)),
+            Actions::default()
+        );
+        let pods = unschedulable(5);
         assert_eq!(g.step(&nodes, &pods, at(0.3)), Actions::default());
         // The first is due at 2 s: the scale-up counts all five (2 nodes of 4 CPUs), where
         // sized for the first alone it would launch one and wait out scaleUpDelay for the rest.

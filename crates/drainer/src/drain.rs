@@ -1172,8 +1172,8 @@ async fn send(task: &Evicting<'_>, attempt: &Attempt<'_>) -> EvictionOutcome {
     if attempt.forced {
         return evict::force_delete(&ctx.evict_client, attempt.pod, attempt.grace).await;
     }
-    // An eviction charged to a budget writes the budget's status: it waits for no other of
-    // rotor's evictions under that budget to be on the wire, as two at once conflict and the
+    // An eviction charged to a budget writes the budget's status: it waits until no other of
+    // rotor's evictions under that budget is on the wire, as two at once conflict and the
     // loser is retried half a second later. A deletion and an uncharged eviction write none.
     let _turn = match attempt.charged {
         Some(charge) => Some(ctx.budget_turns.take(&charge.budget).await),

@@ -623,6 +623,13 @@ mod tests {
             evictions,
             BTreeMap::from([("success".to_string(), 1), ("budget".to_string(), 1)])
         );
+        // One kind's answers by status code (how the budget writes' conflicts are read).
+        let codes = answer_codes(
+            lines.iter().map(String::as_str),
+            &Requester::User(&user),
+            "create pods/eviction",
+        );
+        assert_eq!(codes, BTreeMap::from([(201, 1), (429, 1)]));
     }
 
     #[test]

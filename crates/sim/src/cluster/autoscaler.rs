@@ -8,6 +8,8 @@
 //! replaces the node, as an Auto Scaling group does when an instance is terminated without
 //! decrementing its capacity.
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rotor_apimachinery::scheduling::AUTOSCALER_EXPENDABLE_CUTOFF;
@@ -105,7 +107,7 @@ impl Cluster {
                 .values()
                 .filter(move |p| node_name(p) == Some(name.as_str()) && !terminal(p))
         };
-        let in_group = |n: &&std::sync::Arc<Node>| node_group_of(n) == Some(g);
+        let in_group = |n: &&Arc<Node>| node_group_of(n) == Some(g);
         let per_node: Vec<Resources> = self
             .nodes
             .values()
@@ -208,7 +210,8 @@ impl Cluster {
         // left on the group's nodes still booting (upcoming nodes), then into as many new nodes
         // from the template as they need. A group scales up at most once per scaleUpDelay.
         let delay = self.timing.scale_up_delay.as_secs_f64();
-        let mut waiting: Vec<Pod> = Vec::new();
+        // Shared, not copied: most steps find no pod due and drop the list.
+        let mut waiting: Vec<Arc<Pod>> = Vec::new();
         let mut one_due = false;
         for ((ns, name), since) in &self.unschedulable_since {
             let Some(pod) = self.pods.get(ns, name) else {
@@ -226,7 +229,7 @@ impl Cluster {
             } else {
                 one_due = true;
             }
-            waiting.push((**pod).clone());
+            waiting.push(Arc::clone(pod));
         }
         if !one_due {
             waiting.clear();
@@ -240,7 +243,7 @@ impl Cluster {
                 continue;
             }
             let template = build_node(&grp.spec, u64::MAX, now, true);
-            let (fits, rest): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut waiting)
+            let (fits, rest): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = std::mem::take(&mut waiting)
                 .into_iter()
                 .partition(|p| template_fits(&template, p));
             waiting = rest;
@@ -255,7 +258,7 @@ impl Cluster {
             }
             let (upcoming, fresh) = self.group_room(g, &template);
             let grp = &self.node_groups[g];
-            let requests: Vec<Resources> = fits.iter().map(pod_requests).collect();
+            let requests: Vec<Resources> = fits.iter().map(|p| pod_requests(p)).collect();
             let count = nodes_needed(upcoming, fresh, &requests)
                 .min(grp.spec.max().saturating_sub(grp.desired));
             if count == 0 {

@@ -30,9 +30,8 @@ impl BudgetTurns {
     pub async fn take(&self, budget: &BudgetKey) -> Turn {
         let lock = {
             let mut turns = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            // Budgets come and go with their workloads: keep only those someone holds or
-            // waits for (each holds a clone of its lock).
-            turns.retain(|_, lock| Arc::strong_count(lock) > 1);
+            // Budgets come and go with their workloads: keep only those in use.
+            turns.retain(|_, lock| in_use(lock));
             turns.entry(budget.clone()).or_default().clone()
         };
         Turn {
@@ -44,11 +43,13 @@ impl BudgetTurns {
     #[cfg(test)]
     fn in_use(&self) -> usize {
         let turns = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        turns
-            .values()
-            .filter(|lock| Arc::strong_count(lock) > 1)
-            .count()
+        turns.values().filter(|lock| in_use(lock)).count()
     }
+}
+
+/// Whether someone holds or waits for the turn: each holds a clone of its lock beside the map's.
+fn in_use(lock: &Arc<TurnLock<()>>) -> bool {
+    Arc::strong_count(lock) > 1
 }
 
 #[cfg(test)]

@@ -167,6 +167,26 @@ fn drainer_audit(cluster: &RealCluster) -> (usize, usize, Vec<String>) {
     (evictions, deletes, forbidden)
 }
 
+/// The drainer's pod lists the API server read through to etcd rather than from its watch
+/// cache (no `resourceVersion=0`), by request URI. A drain's first list, the candidates'
+/// listing and the gate's Pending pods are all meant to come from the cache.
+fn consistent_pod_lists(cluster: &RealCluster) -> Vec<String> {
+    cluster
+        .audit_by(DRAINER)
+        .iter()
+        .filter(|e| {
+            e["verb"] == "list"
+                && e["objectRef"]["resource"] == "pods"
+                && e["stage"] == "ResponseComplete"
+        })
+        .map(|e| e["requestURI"].as_str().unwrap_or_default().to_string())
+        .filter(|uri| {
+            !uri.split(['?', '&'])
+                .any(|part| part == "resourceVersion=0")
+        })
+        .collect()
+}
+
 fn assert_no_violation(verdict: &BudgetVerdict) {
     assert!(
         verdict.never_armed.is_empty(),
@@ -241,6 +261,11 @@ fn given_every_old_node_tainted_then_rotor_drains_them_all_within_every_budget_w
         forbidden,
         Vec::<String>::new(),
         "the shipped RBAC refused requests"
+    );
+    assert_eq!(
+        consistent_pod_lists(cluster),
+        Vec::<String>::new(),
+        "pod lists read through to etcd instead of the watch cache"
     );
     assert!(drainer.log().contains("drained"), "{}", drainer.log());
     eprintln!(

@@ -851,10 +851,17 @@ async fn evict_until_drained(
     let ctx = task.ctx;
     let pods_api: Api<Pod> = Api::all(ctx.client.clone());
     let selector = format!("spec.nodeName={}", task.name);
-    // kube-runtime's watcher, with its default back-off between failed attempts.
-    let mut pod_events = watcher(pods_api, watcher::Config::default().fields(&selector))
-        .default_backoff()
-        .boxed();
+    // kube-runtime's watcher, with its default back-off between failed attempts. Its lists are
+    // served from the API server's watch cache (`any_semantic`, resourceVersion 0) rather than
+    // read through to etcd: a drain's evictions wait for that first list, and a consistent read
+    // costs tens of milliseconds at every start. A cached list may lag etcd by moments; the
+    // watch goes on from the list's version, so a pod the list missed arrives as an event just
+    // after it, like a pod bound just after a consistent list would: the race `--settle` and
+    // the node's quiet time before it counts as drained are there for. One node's pods need no
+    // pages, and kube sends no resourceVersion 0 on a list with a page size.
+    let mut config = watcher::Config::default().fields(&selector).any_semantic();
+    config.page_size = None;
+    let mut pod_events = watcher(pods_api, config).default_backoff().boxed();
     let mut budget_changes = ctx.budget_changes.clone();
     let mut pods = WatchedPods::default();
     let mut reported = BlockedPodsGauge { ctx, reported: 0 };

@@ -205,7 +205,11 @@ async fn list_demands(ctx: &Ctx, names: &[String]) -> Vec<(String, BudgetDemand)
         .map(|name| {
             let pods = pods.clone();
             async move {
-                let params = ListParams::default().fields(&format!("spec.nodeName={name}"));
+                // From the API server's watch cache: a list a moment old changes a score at
+                // most, and a consistent read of each candidate waits for the cache to catch up.
+                let params = ListParams::default()
+                    .fields(&format!("spec.nodeName={name}"))
+                    .match_any();
                 (name, pods.list(&params).await)
             }
         })

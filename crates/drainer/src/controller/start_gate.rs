@@ -199,8 +199,15 @@ async fn gate_blockers(
         return Ok(pending.clone());
     }
     let pods: Api<Pod> = Api::all(ctx.client.clone());
+    // From the API server's watch cache: a pod holds the gate only after --pending-grace, which a
+    // list a moment old cannot change, while a consistent list waits for the cache to catch up
+    // (and before Kubernetes 1.31 reads every pod of the cluster from etcd to filter by phase).
     let pending = pods
-        .list(&ListParams::default().fields("status.phase=Pending"))
+        .list(
+            &ListParams::default()
+                .fields("status.phase=Pending")
+                .match_any(),
+        )
         .await
         .map_err(GateUnknown::ListPending)?
         .items;

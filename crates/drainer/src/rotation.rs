@@ -8,8 +8,9 @@
 //! The keys are plain strings an operator reads with `kubectl get configmap -o yaml`:
 //! `healthGate` (`open` or `closed`), `healthGateSince` (RFC 3339) and `healthGateReason`;
 //! `halted` (`true`), `haltedSince`, `haltedReason`; `resumedAt`; `waiting` (why each tainted node
-//! that has not started waits, as JSON, written when the leader logs a change). Each part is
-//! written by a field manager of its own, so that applying one never takes away another's keys.
+//! that has not started waits, as JSON, written when the leader logs a change, at most every
+//! 10 s). Each part is written by a field manager of its own, so that applying one never takes
+//! away another's keys.
 
 use std::collections::BTreeMap;
 

@@ -312,10 +312,10 @@ impl Shell {
                 machine.take_decision(&mut round, decision);
             }
         }
-        if self.held_log.update(round.held.clone(), Instant::now()) {
+        self.held_log.update(round.held.clone(), Instant::now());
+        if let Some(held) = self.held_log.take_due_write(Instant::now()) {
             // For `status`: why each waiting node waits, beside the drains' own records.
-            let waiting = round
-                .held
+            let waiting = held
                 .iter()
                 .map(|(node, why)| (node.clone(), why.to_string()))
                 .collect();

@@ -104,26 +104,9 @@ impl fmt::Display for GateBlocker {
 pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> Vec<GateBlocker> {
     let mut blockers: Vec<GateBlocker> = pods
         .iter()
+        .filter(|pod| may_hold_gate(pod, cfg))
         .filter_map(|pod| {
-            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-            if cfg.ignored_namespaces.iter().any(|ns| ns == namespace) {
-                return None;
-            }
-            if pod.metadata.deletion_timestamp.is_some() {
-                return None;
-            }
-            // rotor's own placeholders wait for capacity on purpose; they are not workloads.
-            if crate::surge::is_placeholder(pod) {
-                return None;
-            }
-            if crate::pods::is_bound(pod) {
-                return None;
-            }
-            let status = pod.status.as_ref()?;
-            if status.phase.as_deref() != Some("Pending") {
-                return None;
-            }
-            let condition = status.conditions.as_ref()?.iter().find(|c| {
+            let condition = pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| {
                 c.type_ == "PodScheduled"
                     && c.status == "False"
                     && c.reason.as_deref() == Some("Unschedulable")
@@ -143,6 +126,52 @@ pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> V
         .collect();
     blockers.sort();
     blockers
+}
+
+/// Until when a read of pending pods made at `listed_at`, in which none held the gate, still
+/// says so. A pod holds the gate `pending_grace` after the time [`pending_pod_blockers`] counts
+/// from: its `PodScheduled` condition's transition, which a condition that only changes its
+/// reason keeps, so no later than any such transition it already shows; its creation when a
+/// condition has no time, or may come without one. A pod not pending at the read starts
+/// counting after it. So the earliest of those times over the pods read, or the read itself,
+/// plus the grace: before then a new read would find no blocker either, and the gate need not
+/// send it.
+pub fn pending_read_holds_until(pods: &[Pod], cfg: &GateConfig, listed_at: Timestamp) -> Timestamp {
+    let earliest = pods
+        .iter()
+        .filter(|pod| may_hold_gate(pod, cfg))
+        .filter_map(|pod| {
+            let scheduled: Vec<Option<Timestamp>> = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|c| c.type_ == "PodScheduled")
+                .map(|c| c.last_transition_time.as_ref().map(|t| t.0))
+                .collect();
+            let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let untimed = scheduled.is_empty() || scheduled.iter().any(Option::is_none);
+            scheduled
+                .into_iter()
+                .flatten()
+                .chain(created.filter(|_| untimed))
+                .min()
+        })
+        .fold(listed_at, Timestamp::min);
+    crate::eviction_queue::later(earliest, cfg.pending_grace)
+}
+
+/// Whether a pod is one the gate weighs: pending and not bound to a node, not terminating,
+/// not one of rotor's surge placeholders (they wait for capacity on purpose; they are not
+/// workloads), outside the ignored namespaces.
+fn may_hold_gate(pod: &Pod, cfg: &GateConfig) -> bool {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    !cfg.ignored_namespaces.iter().any(|ns| ns == namespace)
+        && pod.metadata.deletion_timestamp.is_none()
+        && !crate::surge::is_placeholder(pod)
+        && !crate::pods::is_bound(pod)
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
 }
 
 /// The workload that controls an evicted pod: its kind (as the owner reference names it),
@@ -330,6 +359,63 @@ mod tests {
             .into_iter()
             .map(|v| serde_json::from_value(v).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn a_read_with_no_pod_past_its_grace_stands_until_one_could_pass_it() {
+        let listed_at = ts("2025-03-01T12:03:00Z");
+        // Nothing pending: a pod that turns unschedulable after the read passes the grace no
+        // sooner than the grace after the read.
+        assert_eq!(
+            pending_read_holds_until(&[], &cfg(300), listed_at),
+            ts("2025-03-01T12:08:00Z")
+        );
+        // Unschedulable since 12:01: it would block at 12:06, and is not blocking at 12:03.
+        let read = pods(vec![pending("shop", "web-1")]);
+        assert!(pending_pod_blockers(&read, &cfg(300), listed_at).is_empty());
+        assert_eq!(
+            pending_read_holds_until(&read, &cfg(300), listed_at),
+            ts("2025-03-01T12:06:00Z")
+        );
+        // Just before that time a read would still find nothing; at it, the pod blocks.
+        assert!(pending_pod_blockers(&read, &cfg(300), ts("2025-03-01T12:05:59Z")).is_empty());
+        assert_eq!(
+            pending_pod_blockers(&read, &cfg(300), ts("2025-03-01T12:06:00Z")).len(),
+            1
+        );
+        // Held by scheduling gates since 12:00:30: once released and found unschedulable, the
+        // condition keeps its time (only its reason changes), so it counts from 12:00:30.
+        let mut gated = pending("shop", "gated");
+        gated["status"]["conditions"][0]["reason"] = json!("SchedulingGated");
+        gated["status"]["conditions"][0]["lastTransitionTime"] = json!("2025-03-01T12:00:30Z");
+        assert_eq!(
+            pending_read_holds_until(
+                &pods(vec![pending("shop", "web-1"), gated]),
+                &cfg(300),
+                listed_at
+            ),
+            ts("2025-03-01T12:05:30Z")
+        );
+        // Not looked at by the scheduler yet: its condition may come without a time, and then
+        // it counts from its creation (12:00).
+        let mut fresh = pending("shop", "fresh");
+        fresh["status"]["conditions"] = json!([]);
+        assert_eq!(
+            pending_read_holds_until(&pods(vec![fresh]), &cfg(300), listed_at),
+            ts("2025-03-01T12:05:00Z")
+        );
+        // Pods the gate does not weigh change nothing: an ignored namespace, a bound pod.
+        let mut bound = pending("shop", "bound");
+        bound["spec"]["nodeName"] = json!("node-1");
+        bound["status"]["conditions"] = json!([]);
+        assert_eq!(
+            pending_read_holds_until(
+                &pods(vec![pending("batch", "job-1"), bound]),
+                &cfg(300),
+                listed_at
+            ),
+            ts("2025-03-01T12:08:00Z")
+        );
     }
 
     #[test]

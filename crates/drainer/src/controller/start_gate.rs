@@ -11,7 +11,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 use crate::drain::Ctx;
-use crate::gate::{GateBlocker, WorkloadRef, concerns, pending_pod_blockers, workload_blockers};
+use crate::gate::{
+    GateBlocker, WorkloadRef, concerns, pending_pod_blockers, pending_read_holds_until,
+    workload_blockers,
+};
 use crate::workloads::{IndexUnusable, WorkloadIndex, WorkloadKey};
 
 /// The gate between one drained node and the next.
@@ -31,8 +34,8 @@ pub(super) struct Gate {
     logged: BTreeSet<String>,
     logged_at: Option<Instant>,
     armed: bool,
-    /// The last read of pending pods: when, and what held the gate then.
-    pending: Option<(Instant, Vec<GateBlocker>)>,
+    /// The last read of pending pods: what held the gate then, and until when it stands.
+    pending: Option<PendingRead>,
     /// The last check could not read the cluster: hold, whatever --gate-timeout says (fail
     /// closed).
     failing: bool,
@@ -95,10 +98,13 @@ impl Gate {
             // Open. Workloads still short within what running drains evicted stay, and the
             // gate stays armed for them: the next start judges them again.
             let still_short = std::mem::take(&mut self.owners);
+            let pending = self.pending.take();
             *self = Gate::default();
             if !still_short.is_empty() {
                 self.arm(still_short);
             }
+            // A read that found no pod past its grace stands for the next starts too.
+            self.pending = pending;
             return Ok(());
         }
         let since = *self.held_since.get_or_insert_with(Instant::now);
@@ -164,9 +170,18 @@ fn held_reason(blockers: &[GateBlocker]) -> String {
     parts.join("; ")
 }
 
-/// How long one read of pending pods stands for the gate: they are not watched (that would
-/// be a cluster-wide pod cache), so a gate held by one is re-read on the tick.
+/// How long one read of pending pods that found a pod past its grace stands: they are not
+/// watched (that would be a cluster-wide pod cache), so a gate held by one is re-read on the
+/// tick. A read that found none stands until a pod could pass its grace
+/// ([`pending_read_holds_until`]).
 const PENDING_RECHECK: Duration = Duration::from_secs(1);
+
+/// One read of pending pods: what held the gate, and until when that stands.
+struct PendingRead {
+    blockers: Vec<GateBlocker>,
+    /// On the monotonic clock, so that a step of the wall clock cannot stretch it.
+    until: Instant,
+}
 
 /// Why the gate cannot tell whether the cluster has settled; it holds (fails closed) meanwhile.
 #[derive(Debug, thiserror::Error)]
@@ -178,8 +193,9 @@ enum GateUnknown {
 }
 
 /// What holds the gate now. Workloads come from the watched index, and those found Ready again
-/// (or gone) leave `gate.owners`; pending pods are read (one list, reused for
-/// [`PENDING_RECHECK`]) only once no workload holds it. An index that cannot be trusted is an
+/// (or gone) leave `gate.owners`; pending pods are read only once no workload holds it, and a
+/// read is reused while it stands ([`PendingRead`]): a rotation of many nodes, each start
+/// passing the gate, lists them about once per `--pending-grace`, not at every start. An index that cannot be trusted is an
 /// error, so the gate fails closed.
 async fn gate_blockers(
     ctx: &Ctx,
@@ -193,10 +209,10 @@ async fn gate_blockers(
     if !blockers.is_empty() {
         return Ok(blockers);
     }
-    if let Some((at, pending)) = &gate.pending
-        && at.elapsed() < PENDING_RECHECK
+    if let Some(read) = &gate.pending
+        && Instant::now() < read.until
     {
-        return Ok(pending.clone());
+        return Ok(read.blockers.clone());
     }
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     // From the API server's watch cache: a pod holds the gate only after --pending-grace, which a
@@ -211,8 +227,19 @@ async fn gate_blockers(
         .await
         .map_err(GateUnknown::ListPending)?
         .items;
-    let blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, Timestamp::now());
-    gate.pending = Some((Instant::now(), blockers.clone()));
+    let now = Timestamp::now();
+    let blockers = pending_pod_blockers(&pending, &ctx.cfg.gate, now);
+    let stands_for = if blockers.is_empty() {
+        let until = pending_read_holds_until(&pending, &ctx.cfg.gate, now);
+        Duration::try_from(until.duration_since(now)).unwrap_or_default()
+    } else {
+        PENDING_RECHECK
+    };
+    let until = Instant::now() + stands_for;
+    gate.pending = Some(PendingRead {
+        blockers: blockers.clone(),
+        until,
+    });
     Ok(blockers)
 }
 

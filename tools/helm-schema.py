@@ -27,7 +27,7 @@ REPEATABLE = {
 }
 DURATIONS = {
     "node-startup-grace", "drain-timeout", "force-after", "max-grace-period", "pending-grace",
-    "gate-timeout", "budget-recheck", "settle", "replace-by-warning", "halt-after",
+    "gate-timeout", "budget-recheck", "blocked-after", "settle", "replace-by-warning", "halt-after",
     "health-timeout", "health-interval", "surge-timeout", "lease-duration",
     "release-lease-after", "replace-within", "max-age", "aws-call-timeout",
 }

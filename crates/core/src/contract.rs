@@ -384,7 +384,8 @@ pub enum DrainPhase {
     /// The drain gave up (deadline passed or an unrecoverable error); see [`LAST_ERROR_ANNOTATION`].
     Failed,
     /// Waiting on something only a person can resolve (an opted-out pod, a budget that can never
-    /// allow an eviction); see [`BLOCKER_ANNOTATION`].
+    /// allow an eviction), or on budgets that have let nothing through for the drainer's
+    /// `--blocked-after`; see [`BLOCKER_ANNOTATION`].
     Blocked,
 }
 

@@ -149,6 +149,14 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_BUDGET_RECHECK", default_value = "30s", value_parser = parse_duration)]
     pub budget_recheck: Duration,
 
+    /// How long a drain held only by budgets that will allow in time (the pods evicted before
+    /// are not Ready again yet) may go without an eviction before the node turns blocked and a
+    /// DrainBlocked Warning Event names the budget; until then it shows evicting, at its
+    /// budgets' pace. Blockers that waiting will not clear (an opt-out, a budget that never
+    /// allows, an eviction RBAC or admission refuses) show at once. 0 shows every wait at once.
+    #[arg(long, env = "ROTOR_BLOCKED_AFTER", default_value = "30s", value_parser = parse_duration)]
+    pub blocked_after: Duration,
+
     /// How long a node must have been unschedulable before it may be declared drained: a pod
     /// the scheduler bound from a stale cache just before shows up within it. Counted from when
     /// this drainer first saw a NoSchedule drain taint on the node (since its start or the last
@@ -331,6 +339,8 @@ pub struct DrainerConfig {
     pub gate: GateConfig,
     pub gate_timeout: Duration,
     pub budget_recheck: Duration,
+    /// `--blocked-after`.
+    pub blocked_after: Duration,
     pub settle: Duration,
     /// `--require-approval`.
     pub require_approval: bool,
@@ -399,6 +409,7 @@ impl DrainArgs {
             },
             gate_timeout: self.gate_timeout,
             budget_recheck: self.budget_recheck,
+            blocked_after: self.blocked_after,
             settle: self.settle,
             require_approval: self.require_approval,
             restart_single_replica: self.restart_single_replica,

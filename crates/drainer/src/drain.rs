@@ -831,6 +831,9 @@ struct Memory {
     /// What this drain has already said about odd input (pods' opt-out values, grace periods
     /// that outlast the deadline), so each is said once.
     said: std::collections::HashSet<String>,
+    /// When this drain last had an eviction accepted (or began evicting): a budget that only
+    /// needs time shows as a blocker once nothing has gone for `--blocked-after`.
+    progressed_at: Timestamp,
 }
 
 /// What one pass over the node's pods concluded.
@@ -874,6 +877,7 @@ async fn evict_until_drained(
             .restart_single_replica
             .then(RolloutRestarts::default),
         said: Default::default(),
+        progressed_at: Timestamp::now(),
     };
     loop {
         let mut wake = task.deadline;
@@ -947,6 +951,7 @@ async fn evict_pass(
         replace_by,
         restarts,
         said,
+        progressed_at,
     } = memory;
     let now = Timestamp::now();
     if now >= task.deadline {
@@ -1075,6 +1080,9 @@ async fn evict_pass(
     answers.sort_by_key(|(i, _)| *i);
     let outcomes = answers.into_iter().map(|(_, outcome)| outcome);
     for (attempt, outcome) in attempts.into_iter().zip(outcomes) {
+        if outcome == EvictionOutcome::Evicted {
+            *progressed_at = now;
+        }
         let (pod, grace) = (attempt.pod, attempt.grace);
         let at = answered(task, pods, queue, &paces, attempt, outcome, policy, now).await;
         if queue.evicted(&pod.uid) && said.insert(format!("grace {}", pod.uid)) {
@@ -1107,7 +1115,17 @@ async fn evict_pass(
         Some(first) => !matches!(first, Blocker::BudgetRefusing { .. }),
         None => !restart_failures.is_empty() || queue.has_operator_problem(),
     };
-    record_blockers(task, record, blockers.first(), needs_someone).await;
+    let shown = shown_blocker(
+        blockers.first(),
+        needs_someone,
+        *progressed_at,
+        now,
+        ctx.cfg.blocked_after,
+    );
+    if let Some(at) = shown.look_again {
+        wake = wake.min(at);
+    }
+    record_blockers(task, record, shown.blocker, needs_someone).await;
     Pass { ended: None, wake }
 }
 
@@ -1397,6 +1415,44 @@ async fn announce_replace_by(task: &Evicting<'_>, said: &Announcement, pods: &[P
     }
 }
 
+/// What the node's record shows of a pass's first blocker, and when to look again.
+#[derive(Debug, PartialEq, Eq)]
+struct ShownBlocker<'a> {
+    /// The blocker to record (the node turns `blocked`); `None`: the node shows `evicting`.
+    blocker: Option<&'a String>,
+    /// When a blocker held back now would be shown, if nothing changes before.
+    look_again: Option<Timestamp>,
+}
+
+/// A blocker that waiting will not clear (`needs_someone`) shows at once. One that only needs
+/// time (a budget whose pods evicted before are not Ready again yet) is the budget's ordinary
+/// pace: it shows only once the drain has had no eviction accepted for `blocked_after` (since
+/// `progressed_at`). Otherwise a drain paced by its budgets would flip between `blocked` and
+/// `evicting` at every turn, each flip a node write and a Warning Event about nothing wrong.
+fn shown_blocker(
+    blocker: Option<&String>,
+    needs_someone: bool,
+    progressed_at: Timestamp,
+    now: Timestamp,
+    blocked_after: Duration,
+) -> ShownBlocker<'_> {
+    let due = later(progressed_at, blocked_after);
+    match blocker {
+        Some(b) if needs_someone || now >= due => ShownBlocker {
+            blocker: Some(b),
+            look_again: None,
+        },
+        Some(_) => ShownBlocker {
+            blocker: None,
+            look_again: Some(due),
+        },
+        None => ShownBlocker {
+            blocker: None,
+            look_again: None,
+        },
+    }
+}
+
 /// Records on the node what blocks its drain (the first blocker), or that it is evicting again;
 /// a new blocker is also announced as a Warning Event, and, when it `needs_someone` (waiting
 /// will not clear it), to the webhooks as the node stuck.
@@ -1455,6 +1511,63 @@ mod tests {
                 drain_timeout: Duration::from_secs(3600),
             },
         )
+    }
+
+    #[test]
+    fn a_budget_that_only_needs_time_shows_once_nothing_was_evicted_for_blocked_after() {
+        let budget =
+            "shop/web-1: The disruption budget web needs 3 healthy pods and has 2 currently"
+                .to_string();
+        let opt_out =
+            "pod shop/db-0 has rotor.dev/do-not-disrupt=true and is never evicted".to_string();
+        let evicted = at("2026-11-27T10:00:00Z");
+        let after = Duration::from_secs(30);
+        // The budget's ordinary pace: 5 s after the last accepted eviction the node still shows
+        // `evicting`, and the pass looks again when the wait would be worth showing.
+        let shown = shown_blocker(
+            Some(&budget),
+            false,
+            evicted,
+            at("2026-11-27T10:00:05Z"),
+            after,
+        );
+        assert_eq!(
+            shown,
+            ShownBlocker {
+                blocker: None,
+                look_again: Some(at("2026-11-27T10:00:30Z"))
+            }
+        );
+        // 30 s with nothing evicted: the budget is named.
+        let shown = shown_blocker(
+            Some(&budget),
+            false,
+            evicted,
+            at("2026-11-27T10:00:30Z"),
+            after,
+        );
+        assert_eq!(shown.blocker, Some(&budget));
+        assert_eq!(shown.look_again, None);
+        // What waiting will not clear is named at once.
+        let shown = shown_blocker(
+            Some(&opt_out),
+            true,
+            evicted,
+            at("2026-11-27T10:00:01Z"),
+            after,
+        );
+        assert_eq!(shown.blocker, Some(&opt_out));
+        // With 0, every wait at once; with no blocker, nothing to show or to look at.
+        let shown = shown_blocker(Some(&budget), false, evicted, evicted, Duration::ZERO);
+        assert_eq!(shown.blocker, Some(&budget));
+        let shown = shown_blocker(None, false, evicted, at("2026-11-27T11:00:00Z"), after);
+        assert_eq!(
+            shown,
+            ShownBlocker {
+                blocker: None,
+                look_again: None
+            }
+        );
     }
 
     #[test]

@@ -1082,7 +1082,16 @@ nodeGroups:
     let drainer = TestDrainer::start(
         &cluster,
         "d",
-        &["--max-concurrent", "2", "--max-unavailable", "2"],
+        // b's wait on x below only needs time in the drainer's eyes (x is a budget that
+        // allows one): shown after --blocked-after without an eviction.
+        &[
+            "--max-concurrent",
+            "2",
+            "--max-unavailable",
+            "2",
+            "--blocked-after",
+            "1s",
+        ],
     );
 
     // Pods take 3 s to stop, so a and c hold both slots for that long: once both have started,

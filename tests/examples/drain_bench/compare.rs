@@ -51,7 +51,7 @@ pub fn compare(
         secs(t.scale_down_delay),
     );
     println!(
-        "rotor:   rotor-drainer run --max-concurrent C --max-unavailable C --settle {SETTLE_FLAG} (other flags at their defaults: --pending-grace 2m, --gate-timeout 15m, --budget-recheck 30s)"
+        "rotor:   rotor-drainer run --max-concurrent C --max-unavailable C --settle {SETTLE_FLAG} (other flags at their defaults: --pending-grace 2m, --gate-timeout 15m, --budget-recheck 30s, --blocked-after 30s)"
     );
     if let Some(mu) = &args.rotor_max_unavailable {
         println!(

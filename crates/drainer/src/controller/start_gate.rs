@@ -97,14 +97,16 @@ impl Gate {
         {
             // Open. Workloads still short within what running drains evicted stay, and the
             // gate stays armed for them: the next start judges them again.
+            // A read of pending pods that found none past its grace stands for the next starts
+            // too.
             let still_short = std::mem::take(&mut self.owners);
-            let pending = self.pending.take();
-            *self = Gate::default();
+            *self = Gate {
+                pending: self.pending.take(),
+                ..Gate::default()
+            };
             if !still_short.is_empty() {
                 self.arm(still_short);
             }
-            // A read that found no pod past its grace stands for the next starts too.
-            self.pending = pending;
             return Ok(());
         }
         let since = *self.held_since.get_or_insert_with(Instant::now);
@@ -195,8 +197,8 @@ enum GateUnknown {
 /// What holds the gate now. Workloads come from the watched index, and those found Ready again
 /// (or gone) leave `gate.owners`; pending pods are read only once no workload holds it, and a
 /// read is reused while it stands ([`PendingRead`]): a rotation of many nodes, each start
-/// passing the gate, lists them about once per `--pending-grace`, not at every start. An index that cannot be trusted is an
-/// error, so the gate fails closed.
+/// passing the gate, lists them about once per `--pending-grace`, not at every start. An index
+/// that cannot be trusted is an error, so the gate fails closed.
 async fn gate_blockers(
     ctx: &Ctx,
     gate: &mut Gate,

@@ -15,7 +15,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use rotor_drainer::events::NodeEvent;
+use rotor_drainer::record::events::NodeEvent;
 use rotor_e2e::doc_tables::{
     self, MarkedTable, Page, assert_no_problems, blank_code_spans, code_spans, fenced_blocks,
     prose_lines,
@@ -517,7 +517,7 @@ fn the_notices_table_lists_exactly_the_notices_the_drainer_sends() {
         .iter()
         .filter_map(|row| code_spans(&row.cells[0]).into_iter().next())
         .collect();
-    let sent: Vec<String> = rotor_drainer::notify::NoticeKind::ALL
+    let sent: Vec<String> = rotor_drainer::record::notify::NoticeKind::ALL
         .iter()
         .map(|k| k.name().to_string())
         .collect();

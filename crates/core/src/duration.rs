@@ -1,7 +1,7 @@
 //! Durations as rotor's flags and scenario files write them, parsed by one function so that every
 //! flag accepts the same forms: jiff's friendly format (`500ms`, `90s`, `15m`, `1h30m`, `30d`,
 //! `2w`) or ISO 8601 (`PT15M`, `P30D`), a day being 24 hours. Months and years are refused (their
-//! length varies), and so is a negative duration.
+//! length varies), and so is a negative duration. [`later`] adds one to a point in time.
 
 use std::time::Duration;
 
@@ -18,6 +18,13 @@ pub enum DurationError {
     VariableLength { text: String },
     #[error("duration {text:?} must not be negative")]
     Negative { text: String },
+}
+
+/// `now + d`, or `now` when that cannot be represented (a duration past jiff's range, which only
+/// a flag far beyond any sensible value reaches).
+pub fn later(now: jiff::Timestamp, d: Duration) -> jiff::Timestamp {
+    now.checked_add(jiff::SignedDuration::try_from(d).unwrap_or_default())
+        .unwrap_or(now)
 }
 
 /// Parses `text` (see the module header).

@@ -7,12 +7,15 @@ use std::time::Duration;
 use clap::Args;
 use rotor_core::NodeBudget;
 
-use crate::gate::GateConfig;
-use crate::health::{AlertSelector, DEFAULT_ALERT_SELECTOR, HealthConfig};
-use crate::notify::NotifyConfig;
-use crate::pods::DrainOptions;
-use crate::surge::SurgeConfig;
-use crate::window::MaintenanceWindow;
+use crate::drain::pods::DrainOptions;
+use crate::drain::shared::DrainSettings;
+use crate::drain::surge::SurgeConfig;
+use crate::fleet::controller::FleetSettings;
+use crate::fleet::gate::GateConfig;
+use crate::fleet::health::{AlertSelector, DEFAULT_ALERT_SELECTOR, HealthConfig};
+use crate::fleet::starts::FleetLimits;
+use crate::fleet::window::MaintenanceWindow;
+use crate::record::notify::NotifyConfig;
 
 /// A duration flag: `90s`, `15m`, `1h30m` (or ISO 8601); see [`rotor_core::duration`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -358,6 +361,43 @@ pub struct DrainerConfig {
     pub notify: Option<NotifyConfig>,
     /// Surge, when `--surge` is on.
     pub surge: Option<SurgeConfig>,
+}
+
+impl DrainerConfig {
+    /// The loop over nodes' share of the settings.
+    pub fn fleet_settings(&self) -> FleetSettings {
+        FleetSettings {
+            limits: FleetLimits {
+                max_concurrent: self.max_concurrent,
+                max_unavailable: self.max_unavailable,
+                startup_grace: self.node_startup_grace,
+            },
+            windows: self.windows.clone(),
+            require_approval: self.require_approval,
+            halt_after: self.halt_after,
+            halt_stops_drains: self.halt_stops_drains,
+            surge: self.surge.is_some(),
+            gate: self.gate.clone(),
+            gate_timeout: self.gate_timeout,
+            health: self.health.clone(),
+            options: self.options.clone(),
+        }
+    }
+
+    /// Each drain's share of the settings.
+    pub fn drain_settings(&self) -> DrainSettings {
+        DrainSettings {
+            drain_timeout: self.drain_timeout,
+            force_after: self.force_after,
+            options: self.options.clone(),
+            budget_recheck: self.budget_recheck,
+            blocked_after: self.blocked_after,
+            settle: self.settle,
+            restart_single_replica: self.restart_single_replica,
+            replace_by: self.replace_by,
+            several_at_once: self.max_concurrent > 1,
+        }
+    }
 }
 
 impl DrainArgs {

@@ -5,7 +5,7 @@
 use jiff::Timestamp;
 
 /// Why one node's drain attempt gave up. The drain is retried after a back-off (see
-/// [`crate::state::Transition::Retry`]); nothing here undoes the cordon or the taint.
+/// [`crate::record::node::Transition::Retry`]); nothing here undoes the cordon or the taint.
 #[derive(Debug, thiserror::Error)]
 pub enum DrainError {
     #[error("cannot read node {node}: {error}")]

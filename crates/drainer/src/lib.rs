@@ -17,34 +17,11 @@
 //! `config` (flags). `error` holds what can fail, in words an operator can act on; `anyhow` is
 //! used only by the binary.
 
-pub mod breaker;
-pub mod budget_turns;
-pub mod budgets;
 pub mod config;
-pub mod controller;
-pub mod deployments;
 pub mod drain;
 pub mod error;
-pub mod events;
-pub mod evict;
-pub mod eviction_queue;
-pub mod fence;
 pub mod fleet;
-pub mod gate;
-pub mod health;
 pub mod leader;
 pub mod metrics;
-pub mod notify;
-pub mod pace;
-pub mod pods;
-pub mod replace_by;
-pub mod reserve;
-pub mod restart;
-pub mod rotation;
+pub mod record;
 pub mod runtime;
-pub mod state;
-pub mod status;
-pub mod surge;
-pub mod watched;
-pub mod window;
-pub mod workloads;

@@ -10,8 +10,9 @@ use rotor_core::admin::AdminArgs;
 use rotor_core::client::{KubeArgs, client, load_config};
 use rotor_core::telemetry::{self, LogArgs};
 use rotor_drainer::config::{DrainArgs, LeaderArgs};
-use rotor_drainer::rotation::{self, RecordRef, RotationView};
-use rotor_drainer::status::{StatusRow, render_table};
+use rotor_drainer::record::rotation::{RecordRef, RotationView};
+use rotor_drainer::record::rotation_io;
+use rotor_drainer::record::status::{StatusRow, render_table};
 
 #[derive(Parser)]
 #[command(
@@ -147,7 +148,7 @@ async fn status(kube_args: KubeArgs, output: Output, record: RecordRef) -> anyho
     let config = load_config(&kube_args).await?;
     let c = client(config)?;
     // The fleet-wide part is a courtesy: without read access to it, the nodes still show.
-    let rotation = match rotation::read(&c, &record).await {
+    let rotation = match rotation_io::read(&c, &record).await {
         Ok(view) => view,
         Err(e) => {
             eprintln!(
@@ -186,7 +187,7 @@ async fn status(kube_args: KubeArgs, output: Output, record: RecordRef) -> anyho
 async fn resume(kube_args: KubeArgs, record: RecordRef) -> anyhow::Result<()> {
     let config = load_config(&kube_args).await?;
     let c = client(config)?;
-    let lifted = rotation::resume(&c, &record).await.map_err(|e| {
+    let lifted = rotation_io::resume(&c, &record).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot resume through the rotation record configmap {}/{}: {e} (it needs get and patch on that ConfigMap)",
             record.namespace,

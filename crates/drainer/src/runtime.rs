@@ -6,25 +6,30 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::Api;
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::Store;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
 use prometheus_client::registry::Registry;
 use rotor_core::admin::{AdminServer, AdminState, Readiness};
 use rotor_core::client::client;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{DrainerConfig, LeaderArgs};
-use crate::drain::Ctx;
+use crate::drain::budgets_io::BudgetWatch;
+use crate::drain::eviction_io::EvictionWire;
+use crate::drain::published::Published;
+use crate::drain::shared::Drains;
+use crate::drain::surge::SurgeConfig;
+use crate::drain::surge_io::{SurgeRoom, sweep};
 use crate::error::RunError;
-use crate::fence::{Fence, fenced_client};
-use crate::leader::{Election, LeaderConfig};
+use crate::fleet::controller::Fleet;
+use crate::leader::election::{Election, LeaderConfig};
+use crate::leader::fence::{Fence, fenced_client};
 use crate::metrics::Metrics;
-use crate::surge::SurgeConfig;
+use crate::record::events_io::Announcer;
+use crate::record::notify_io::Notifier;
+use crate::record::rotation::RecordRef;
 
 /// Runs the drainer until `stop` is cancelled (Ok) or the lease is lost (Err).
 pub async fn run(
@@ -39,7 +44,7 @@ pub async fn run(
     let config = with_user_agent(config, &identity);
     // The election, the watches and the start-up sweep use `kube_client`; everything done as
     // the leader goes through the fenced clients, whose writes stop the moment this replica's
-    // hold on the lease may have run out (see `crate::fence`).
+    // hold on the lease may have run out (see `crate::leader::fence`).
     let fence = Fence::default();
     let kube_client = client(config.clone())?;
     let acting_client = fenced_client(config.clone(), &fence, true)?;
@@ -68,42 +73,56 @@ pub async fn run(
     readiness.set_ready(true);
     tracing::info!(%identity, lease = %leader_args.lease_name, namespace = %leader_args.lease_namespace, "watching the cluster; contending for the leader lease only while a node needs rotor");
 
+    // Every task started below is owned by `tasks` (or joined by name, as the election and the
+    // admin server are) and awaited before `run` returns; `tasks_stop` ends the long-lived ones.
+    let tasks = TaskTracker::new();
+    let tasks_stop = CancellationToken::new();
     // Every replica keeps the same watches, leading or not: the node watch tells it when to
     // contend, and a new leader starts with its caches warm.
-    let budgets = BudgetCache::start(kube_client.clone());
+    let budgets = BudgetWatch::start(kube_client.clone(), &tasks, tasks_stop.clone());
     let reporter = Reporter {
         controller: "rotor-drainer".into(),
         instance: Some(identity),
     };
-    let notifier =
-        crate::notify::Notifier::start(cfg.notify.clone()).map_err(RunError::NotifyClient)?;
+    let notifier = Notifier::start(cfg.notify.clone(), &tasks, tasks_stop.clone())
+        .map_err(RunError::NotifyClient)?;
     if let Some(surge) = cfg.surge.clone() {
         // Room made ahead for a node records nothing on the node, so if the drainer stopped and
         // the node's taint went meanwhile, no node needs rotor and no new term's sweep would
-        // come: every replica sweeps once as it starts, leading or not. A live leader only
-        // loses room made ahead, which its drain makes again.
+        // come: every replica sweeps once as it starts, leading or not (so with the client that
+        // is not fenced). A live leader only loses room made ahead, which its drain makes again.
         let client = kube_client.clone();
-        tokio::spawn(async move { crate::reserve::sweep(&client, &surge).await });
+        tasks.spawn(async move { sweep(&client, &surge).await });
     }
-    let ctx = Arc::new(Ctx {
+    let announcer = Announcer::new(acting_client.clone(), reporter, notifier);
+    let published = Arc::new(Published::default());
+    let surge = cfg.surge.clone().map(|surge| {
+        Arc::new(SurgeRoom::new(
+            acting_client.clone(),
+            surge,
+            cfg.options.clone(),
+            metrics.surge_nodes.clone(),
+        ))
+    });
+    let drains = Arc::new(Drains {
+        client: acting_client.clone(),
+        wire: EvictionWire::new(evict_client),
+        settings: cfg.drain_settings(),
+        announcer: announcer.clone(),
+        metrics: metrics.clone(),
+        budgets: budgets.clone(),
+        published: published.clone(),
+        surge,
+    });
+    let fleet = Arc::new(Fleet {
         client: acting_client,
-        evict_client,
-        cfg,
-        reporter,
+        settings: cfg.fleet_settings(),
         metrics,
-        budgets: budgets.store,
-        budget_changes: budgets.changes,
-        claims: Default::default(),
-        in_flight: Default::default(),
-        pace: Default::default(),
-        budget_turns: Default::default(),
-        surge_slots: Default::default(),
-        fleet_size: Default::default(),
-        rotation: crate::rotation::RecordRef::beside_lease(
-            &leader_args.lease_namespace,
-            &leader_args.lease_name,
-        ),
-        notifier,
+        rotation: RecordRef::beside_lease(&leader_args.lease_namespace, &leader_args.lease_name),
+        announcer,
+        drains,
+        published,
+        tasks: tasks.clone(),
     });
 
     // Acting stops when we shut down or lose the lease (not when we release it: the controller
@@ -120,11 +139,11 @@ pub async fn run(
     };
     let result = async {
         tokio::select! {
-            ready = ctx.budgets.wait_until_ready() => ready.map_err(RunError::BudgetCache)?,
+            ready = budgets.wait_until_ready() => ready.map_err(RunError::BudgetCache)?,
             _ = acting.cancelled() => return Ok(()),
         }
-        crate::controller::run(
-            ctx.clone(),
+        crate::fleet::controller::run(
+            fleet,
             &mut election,
             leader_args.release_lease_after,
             acting.clone(),
@@ -133,10 +152,11 @@ pub async fn run(
     }
     .await;
     acting.cancel();
-    budgets.task.abort();
+    tasks_stop.cancel();
     election_stop.cancel();
     election.join().await;
     let lost_lease = lost.await.unwrap_or(false);
+    wait_for_tasks(&tasks).await;
     admin_stop.cancel();
     let _ = admin_task.await;
     result?;
@@ -164,7 +184,7 @@ async fn check_surge_priority_class(
         .ok_or_else(|| RunError::SurgePriorityClassMissing {
             name: surge.priority_class.clone(),
         })?;
-    if let Some(warning) = crate::surge::priority_warning(class.value) {
+    if let Some(warning) = crate::drain::surge::priority_warning(class.value) {
         tracing::warn!(priority_class = %surge.priority_class, value = class.value, "{warning}");
     }
     Ok(())
@@ -186,48 +206,23 @@ fn lease_config(leader_args: &LeaderArgs) -> LeaderConfig {
     }
 }
 
-/// PodDisruptionBudgets cached cluster-wide, and a counter bumped on every change so that
-/// drains waiting on a refused eviction retry at once.
-struct BudgetCache {
-    store: Store<PodDisruptionBudget>,
-    changes: tokio::sync::watch::Receiver<u64>,
-    task: tokio::task::JoinHandle<()>,
-}
+/// How long a shutdown waits for the tasks beside the drains (Event posts, record writes,
+/// placeholder clean-up) before it goes on without them: well inside the pod's default
+/// 30 s termination grace period.
+const TASKS_GRACE: Duration = Duration::from_secs(10);
 
-impl BudgetCache {
-    fn start(client: kube::Client) -> BudgetCache {
-        let (store, writer) = reflector::store::<PodDisruptionBudget>();
-        let (changes_tx, changes) = tokio::sync::watch::channel(0u64);
-        // The cache holds every budget of the cluster (thousands in a large one), and the
-        // drainer reads only their names, selectors, generations and status: the managed fields
-        // and annotations (a kubectl last-applied copy of the spec) go before they are stored.
-        let budgets = watcher(
-            Api::<PodDisruptionBudget>::all(client),
-            watcher::Config::default(),
-        )
-        .modify(|pdb| {
-            pdb.metadata.managed_fields = None;
-            pdb.metadata.annotations = None;
-        });
-        let stream = reflector(writer, budgets)
-            .default_backoff()
-            .touched_objects();
-        let task = tokio::spawn(async move {
-            let mut stream = stream.boxed();
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(_) => changes_tx.send_modify(|n| *n += 1),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "PodDisruptionBudget watch failed; it restarts with back-off")
-                    }
-                }
-            }
-        });
-        BudgetCache {
-            store,
-            changes,
-            task,
-        }
+/// Waits for every task on `tasks` to end, for at most [`TASKS_GRACE`].
+async fn wait_for_tasks(tasks: &TaskTracker) {
+    tasks.close();
+    if tokio::time::timeout(TASKS_GRACE, tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            running = tasks.len(),
+            "some tasks beside the drains were still running {}s into the shutdown; stopping without them (a node's record or Event may be missing its last update)",
+            TASKS_GRACE.as_secs()
+        );
     }
 }
 

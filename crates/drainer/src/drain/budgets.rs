@@ -1,0 +1,225 @@
+//! The disruption-budget arithmetic of a drain: the budgets as the Eviction API reads them, which
+//! let a not-Ready pod through without a disruption, which can never allow an eviction (read
+//! from their own status), what a node's drain asks of each budget ([`BudgetDemand`]) and how
+//! fast each budget gives disruptions back ([`budget_paces`]). Pure functions over the
+//! PodDisruptionBudgets; the planner in [`crate::drain::pods`] calls them (and decides, per pod, which
+//! budgets the Eviction API consults).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use rotor_apimachinery::disruption::budget_selector;
+use rotor_apimachinery::labels::LabelSelector;
+
+/// A PodDisruptionBudget's identity, shown as `namespace/name`: the key of every per-budget
+/// map (what a drain demands, what is left, how fast each budget paces), so that a budget is
+/// never looked up by a pod's or a node's name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BudgetKey(String);
+
+impl BudgetKey {
+    pub fn of(pdb: &PodDisruptionBudget) -> BudgetKey {
+        BudgetKey(key_of(&pdb.metadata))
+    }
+}
+
+impl std::fmt::Display for BudgetKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Tests name budgets as `namespace/name`.
+#[cfg(test)]
+impl From<&str> for BudgetKey {
+    fn from(key: &str) -> BudgetKey {
+        BudgetKey(key.to_owned())
+    }
+}
+
+/// A budget as the eviction API sees it: its key and its selector, if that selects anything.
+pub(crate) struct BudgetView<'a> {
+    pub(crate) key: BudgetKey,
+    pub(crate) namespace: &'a str,
+    pub(crate) selector: LabelSelector,
+    pub(crate) pdb: &'a PodDisruptionBudget,
+}
+
+/// The budgets the eviction API would consult for a pod: same namespace, selector valid and not
+/// null (an empty selector covers every pod of the namespace, a null one none).
+pub(crate) fn budget_views(pdbs: &[PodDisruptionBudget]) -> Vec<BudgetView<'_>> {
+    pdbs.iter()
+        .filter_map(|pdb| {
+            let selector = budget_selector(pdb)?;
+            Some(BudgetView {
+                key: BudgetKey::of(pdb),
+                namespace: pdb.metadata.namespace.as_deref().unwrap_or_default(),
+                selector,
+                pdb,
+            })
+        })
+        .collect()
+}
+
+/// The `namespace/name` of an object's metadata: how pods are named, and what a
+/// [`BudgetKey`] holds.
+pub(crate) fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// What [`BudgetDemand::waits`] says of a node whose drain would block (several budgets, a budget that
+/// never allows, a do-not-disrupt pod, a refused kind of pod): start it after the others.
+pub const WOULD_BLOCK: u32 = 1_000;
+
+/// What a node's drain asks of the disruption budgets: for each budget, how
+/// many of its pods that budget would be charged for; or that the drain would block (several
+/// budgets, a budget that never allows, a do-not-disrupt pod, a refused kind of pod). The
+/// controller weighs candidates with it, and running drains publish what they still need, so
+/// that several starts do not all queue on the same budget.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BudgetDemand {
+    pub blocks: bool,
+    pub pods: BTreeMap<BudgetKey, u32>,
+}
+
+impl BudgetDemand {
+    /// How long these pods would queue on their budgets, in evictions: for each budget, its
+    /// pods here beyond what it has left to give (`allowed`: the disruptions it allows now, less
+    /// what running drains and earlier picks claimed; negative when pods elsewhere already
+    /// queue on it, and they go first). Budgets not in `allowed` give nothing. A drain that would
+    /// block scores [`WOULD_BLOCK`].
+    pub fn waits(&self, allowed: &BTreeMap<BudgetKey, i64>) -> u32 {
+        if self.blocks {
+            return WOULD_BLOCK;
+        }
+        let waits: i64 = self
+            .pods
+            .iter()
+            .map(|(budget, pods)| {
+                let left = allowed.get(budget).copied().unwrap_or(0);
+                (i64::from(*pods) - left).max(0)
+            })
+            .sum();
+        u32::try_from(waits)
+            .unwrap_or(u32::MAX)
+            .min(WOULD_BLOCK - 1)
+    }
+
+    /// Claims these pods' disruptions from `allowed`, for the next choice to see.
+    pub fn claim(&self, allowed: &mut BTreeMap<BudgetKey, i64>) {
+        for (budget, pods) in &self.pods {
+            *allowed.entry(budget.clone()).or_default() -= i64::from(*pods);
+        }
+    }
+}
+
+/// How fast a budget lets evictions through, read from its status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DisruptionPace {
+    /// What it allows now (`status.disruptionsAllowed`).
+    pub allowed_now: i64,
+    /// How many disruptions it allows at once when every pod is healthy (`expectedPods -
+    /// desiredHealthy`, at least 1): how many evictions one round of replacements lets through.
+    pub per_round: i64,
+}
+
+/// Each budget's [`DisruptionPace`].
+pub fn budget_paces<'a>(
+    pdbs: impl IntoIterator<Item = &'a PodDisruptionBudget>,
+) -> BTreeMap<BudgetKey, DisruptionPace> {
+    pdbs.into_iter()
+        .map(|pdb| {
+            let status = pdb.status.as_ref();
+            let allowed = status.map_or(0, |s| i64::from(s.disruptions_allowed));
+            let per_round = status.map_or(1, |s| {
+                i64::from(s.expected_pods) - i64::from(s.desired_healthy)
+            });
+            let pace = DisruptionPace {
+                allowed_now: allowed,
+                per_round: per_round.max(1),
+            };
+            (BudgetKey::of(pdb), pace)
+        })
+        .collect()
+}
+
+/// The eviction API lets a not-Ready pod through this budget without consuming it.
+pub(crate) fn unready_pod_passes(pdb: &PodDisruptionBudget) -> bool {
+    let always_allow = pdb
+        .spec
+        .as_ref()
+        .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
+        == Some("AlwaysAllow");
+    let healthy = pdb
+        .status
+        .as_ref()
+        .is_some_and(|s| s.desired_healthy > 0 && s.current_healthy >= s.desired_healthy);
+    always_allow || healthy
+}
+
+/// Why `pdb` can never allow an eviction, or `None` when it may.
+///
+/// Never: `maxUnavailable` 0 or `"0%"`; `minAvailable` `"100%"` (or more); `minAvailable` that,
+/// scaled to the expected pod count, reaches that count. The expected count is `replicas_hint`
+/// when given (e.g. the owning workload's `spec.replicas`), else the budget's
+/// `status.expectedPods` when it is positive and the status is current (`observedGeneration` not
+/// behind `metadata.generation`). A budget whose status currently allows disruptions is never
+/// reported, whatever its spec says. Values the disruption controller cannot use (a string that
+/// is not a percentage) are not judged.
+pub fn budget_never_allows(
+    pdb: &PodDisruptionBudget,
+    replicas_hint: Option<i32>,
+) -> Option<String> {
+    let spec = pdb.spec.as_ref()?;
+    let status = pdb.status.as_ref();
+    if status.is_some_and(|s| s.disruptions_allowed > 0) {
+        return None;
+    }
+    let status_current = status.is_some_and(|s| {
+        s.observed_generation.unwrap_or(0) >= pdb.metadata.generation.unwrap_or(0)
+    });
+    let expected = replicas_hint
+        .or_else(|| status.filter(|_| status_current).map(|s| s.expected_pods))
+        .filter(|n| *n > 0);
+
+    if let Some(max_unavailable) = &spec.max_unavailable {
+        return match max_unavailable {
+            IntOrString::Int(0) => Some("maxUnavailable is 0".to_owned()),
+            IntOrString::String(s) if parse_percent(s) == Some(0) => {
+                Some(format!("maxUnavailable is {s}"))
+            }
+            _ => None,
+        };
+    }
+    match spec.min_available.as_ref()? {
+        IntOrString::Int(min) => {
+            let expected = expected?;
+            (*min >= expected).then(|| {
+                format!("minAvailable {min} leaves no pod to spare out of {expected} expected")
+            })
+        }
+        IntOrString::String(s) => {
+            let percent = parse_percent(s)?;
+            if percent >= 100 {
+                return Some(format!("minAvailable is {s}"));
+            }
+            let expected = expected?;
+            // The disruption controller rounds minAvailable percentages up.
+            let expected_count = u64::from(expected.unsigned_abs());
+            let desired = (u64::from(percent) * expected_count).div_ceil(100);
+            (desired >= expected_count).then(|| {
+                format!("minAvailable {s} of {expected} expected pods is {desired}: none to spare")
+            })
+        }
+    }
+}
+
+/// `"25%"` as 25; `None` for anything else.
+fn parse_percent(value: &str) -> Option<u32> {
+    value.strip_suffix('%')?.parse().ok()
+}

@@ -1,0 +1,408 @@
+//! What to evict next on a draining node, and when to try again: the eviction engine's policy,
+//! with no I/O and no clock of its own (the time is an argument). The drain task asks the queue
+//! about each pod the plan names ([`EvictionQueue::next_step`]), makes the call it is told to
+//! (the wire is [`crate::drain::eviction_io`]), and hands back the answer ([`EvictionQueue::record`]). The
+//! rules, each applied where it is written below:
+//! - a pod whose eviction was accepted is not sent again; its deletion is awaited on the watch;
+//! - a pod whose budget the budget cache says allows nothing now waits for the budget to move
+//!   (or for `--budget-recheck`) instead of spending a request on a certain 429;
+//! - a budget's 429 waits the same way; a 429 with Retry-After waits as long as it says;
+//! - several budgets over one pod (500) and an eviction refused by RBAC or admission (401, 403,
+//!   or the 4xx an admission policy or webhook chose) block the node, naming who refused, until
+//!   an operator acts, and are retried in case they did;
+//! - other failures back off exponentially (2 s doubling to 30 s), per pod;
+//! - past `--force-after`, pods that budgets hold are deleted instead of evicted.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use jiff::Timestamp;
+use rotor_core::duration::later;
+
+use crate::drain::answers::EvictionOutcome;
+use crate::drain::pods::{Charge, PodRef};
+
+/// What to do about one pod now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing now: already evicted, or its next try is later (`Some(at)`: wake then).
+    Skip(Option<Timestamp>),
+    /// Its budget allows no eviction now: wait until `at` (or a budget change). `first` is true
+    /// when this is news (worth a log line).
+    WaitForBudget { at: Timestamp, first: bool },
+    /// Post an eviction.
+    Evict,
+    /// Delete it (past `--force-after`, its budget having refused it).
+    Force,
+}
+
+/// What the queue concludes from an answer, for the task to report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    /// When to wake for this pod's next try, if it has one the task should wait for.
+    pub wake: Option<Timestamp>,
+    /// The pod had waited on its budget before this eviction went through (for the pace).
+    pub waited: bool,
+    /// This refusal is news (worth a log line).
+    pub first_refusal: bool,
+    /// The back-off before the next try, after a failure.
+    pub backoff: Option<Duration>,
+}
+
+/// The per-pod history of one drain's evictions.
+#[derive(Debug, Default)]
+pub struct EvictionQueue {
+    /// Pods whose eviction was accepted (their deletion is awaited through the watch).
+    evicted: HashSet<String>,
+    /// Earliest next attempt per pod uid.
+    next_try: HashMap<String, Timestamp>,
+    /// Budget refusals per pod uid (the blocker text).
+    refused: BTreeMap<String, String>,
+    /// Failures per pod uid, for the back-off.
+    failures: HashMap<String, u32>,
+    /// Blockers that only an operator can clear (several budgets, a denied eviction).
+    fatal: BTreeMap<String, String>,
+}
+
+/// The knobs the queue decides with.
+#[derive(Clone, Copy, Debug)]
+pub struct QueuePolicy {
+    /// `--budget-recheck`: how long a budget wait lasts when no budget change ends it sooner.
+    pub budget_recheck: Duration,
+    /// Past `--force-after`: pods that budgets hold are deleted.
+    pub forcing: bool,
+}
+
+impl EvictionQueue {
+    /// What to do about `pod` now. `charged` is the budget the eviction would be charged to, and
+    /// how many disruptions the budget cache says it allows now.
+    pub fn next_step(
+        &mut self,
+        pod: &PodRef,
+        charged: Option<&Charge>,
+        policy: QueuePolicy,
+        now: Timestamp,
+    ) -> Step {
+        if self.evicted.contains(&pod.uid) {
+            return Step::Skip(None);
+        }
+        if let Some(at) = self.next_try.get(&pod.uid)
+            && *at > now
+        {
+            return Step::Skip(Some(*at));
+        }
+        let forced = policy.forcing && self.refused.contains_key(&pod.uid);
+        if forced {
+            return Step::Force;
+        }
+        if let Some(Charge {
+            budget,
+            allowed_now: 0,
+        }) = charged
+        {
+            // A refusal already on record (the API's own words) stays as it is.
+            let first = !self.refused.contains_key(&pod.uid);
+            self.refused.entry(pod.uid.clone()).or_insert_with(|| {
+                format!("{pod}: disruption budget {budget} allows no eviction now")
+            });
+            let at = later(now, policy.budget_recheck);
+            self.next_try.insert(pod.uid.clone(), at);
+            return Step::WaitForBudget { at, first };
+        }
+        Step::Evict
+    }
+
+    /// Past `--force-after`, a pod the plan leaves to its budget is one the budget refuses:
+    /// recorded so that [`EvictionQueue::next_step`] forces it.
+    pub fn held_by_budget(&mut self, pod: &PodRef) {
+        self.refused
+            .entry(pod.uid.clone())
+            .or_insert_with(|| format!("{pod}: held by its budget"));
+    }
+
+    /// Takes in the answer to the eviction (or deletion) of `pod`.
+    pub fn record(
+        &mut self,
+        pod: &PodRef,
+        outcome: &EvictionOutcome,
+        policy: QueuePolicy,
+        now: Timestamp,
+    ) -> Recorded {
+        let uid = &pod.uid;
+        let mut recorded = Recorded {
+            wake: None,
+            waited: false,
+            first_refusal: false,
+            backoff: None,
+        };
+        match outcome {
+            EvictionOutcome::Evicted | EvictionOutcome::Gone => {
+                recorded.waited = self.refused.contains_key(uid);
+                self.evicted.insert(uid.clone());
+                self.refused.remove(uid);
+                self.fatal.remove(uid);
+            }
+            EvictionOutcome::BudgetRefused { message } => {
+                recorded.first_refusal = !self.refused.contains_key(uid);
+                self.refused
+                    .insert(uid.clone(), format!("{pod}: {message}"));
+                recorded.wake = Some(self.retry_at(uid, later(now, policy.budget_recheck)));
+            }
+            EvictionOutcome::RetryLater { after, .. } => {
+                recorded.wake = Some(self.retry_at(uid, later(now, *after)));
+            }
+            EvictionOutcome::MultipleBudgets { message } => {
+                self.fatal.insert(
+                    uid.clone(),
+                    format!("{pod}: {message} Remove the overlap between the budgets."),
+                );
+                // Retried at the recheck pace, but nothing to wake for sooner.
+                self.retry_at(uid, later(now, policy.budget_recheck));
+            }
+            EvictionOutcome::Denied { .. } | EvictionOutcome::Failed { .. } => {
+                if let EvictionOutcome::Denied { by, message } = outcome {
+                    // Only people can lift a refusal: say on the node at once who refused and
+                    // what to change, instead of retrying silently until the deadline. Still
+                    // retried, in case they did.
+                    self.fatal.insert(
+                        uid.clone(),
+                        format!(
+                            "{pod}: the API server refused the eviction ({message}); {}",
+                            by.remedy()
+                        ),
+                    );
+                }
+                let failures = self.failures.entry(uid.clone()).or_insert(0);
+                *failures += 1;
+                let backoff = failure_backoff(*failures);
+                recorded.backoff = Some(backoff);
+                recorded.wake = Some(self.retry_at(uid, later(now, backoff)));
+            }
+        }
+        recorded
+    }
+
+    /// A budget moved: every refused pod is reconsidered at once against the budgets as they
+    /// are now (and sent only if its budget allows one, see [`EvictionQueue::next_step`]).
+    pub fn budget_moved(&mut self) {
+        for uid in self.refused.keys() {
+            self.next_try.remove(uid);
+        }
+    }
+
+    /// The pod is gone from the node: nothing more to wait for.
+    pub fn pod_gone(&mut self, uid: &str) {
+        self.next_try.remove(uid);
+        self.refused.remove(uid);
+        self.fatal.remove(uid);
+    }
+
+    /// Whether the eviction of `uid` was accepted.
+    pub fn evicted(&self, uid: &str) -> bool {
+        self.evicted.contains(uid)
+    }
+
+    /// Pods waiting on a budget's refusal now.
+    pub fn refused(&self) -> usize {
+        self.refused.len()
+    }
+
+    /// Whether something only an operator can clear holds the node.
+    pub fn has_fatal(&self) -> bool {
+        !self.fatal.is_empty()
+    }
+
+    /// What holds the node, beyond the plan's own blockers: the operator's problems first,
+    /// then the budgets' refusals.
+    pub fn blockers(&self) -> impl Iterator<Item = &String> {
+        self.fatal.values().chain(self.refused.values())
+    }
+
+    /// Whether a refusal only an operator can clear (not a budget's) holds a pod.
+    pub fn has_operator_problem(&self) -> bool {
+        !self.fatal.is_empty()
+    }
+
+    fn retry_at(&mut self, uid: &str, at: Timestamp) -> Timestamp {
+        self.next_try.insert(uid.to_string(), at);
+        at
+    }
+}
+
+/// The back-off after a pod's `failures`-th failed eviction: 2 s, doubling, at most 30 s.
+pub fn failure_backoff(failures: u32) -> Duration {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_secs(2))
+        .with_factor(2.0)
+        .with_max_delay(Duration::from_secs(30))
+        .without_max_times()
+        .build()
+        .nth(failures.saturating_sub(1) as usize)
+        .unwrap_or(Duration::from_secs(30))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn charge(budget: &str, allowed_now: i32) -> Charge {
+        Charge {
+            budget: budget.into(),
+            allowed_now,
+        }
+    }
+
+    fn pod(name: &str) -> PodRef {
+        PodRef {
+            namespace: "shop".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    const POLICY: QueuePolicy = QueuePolicy {
+        budget_recheck: Duration::from_secs(60),
+        forcing: false,
+    };
+
+    #[test]
+    fn each_answer_of_the_eviction_api_sets_the_next_try() {
+        let t0 = at("2025-03-01T12:00:00Z");
+        let secs = |s: i64| t0 + jiff::SignedDuration::from_secs(s);
+        // (the answer, the next try, whether the node is held for an operator)
+        let cases: Vec<(EvictionOutcome, Option<Timestamp>, bool)> = vec![
+            (EvictionOutcome::Evicted, None, false),
+            (EvictionOutcome::Gone, None, false),
+            (
+                EvictionOutcome::BudgetRefused {
+                    message: "Cannot evict pod as it would violate the pod's disruption budget."
+                        .into(),
+                },
+                Some(secs(60)),
+                false,
+            ),
+            (
+                EvictionOutcome::RetryLater {
+                    after: Duration::from_secs(10),
+                    message: "too many requests".into(),
+                },
+                Some(secs(10)),
+                false,
+            ),
+            (
+                EvictionOutcome::MultipleBudgets {
+                    message: "This pod has more than one PodDisruptionBudget.".into(),
+                },
+                None,
+                true,
+            ),
+            (
+                EvictionOutcome::Denied {
+                    by: crate::drain::answers::Denial::Policy("no-evictions".into()),
+                    message: "denied request".into(),
+                },
+                Some(secs(2)),
+                true,
+            ),
+            (
+                EvictionOutcome::Failed {
+                    code: Some(400),
+                    message: "bad request".into(),
+                },
+                Some(secs(2)),
+                false,
+            ),
+            (
+                EvictionOutcome::Failed {
+                    code: Some(500),
+                    message: "etcd timeout".into(),
+                },
+                Some(secs(2)),
+                false,
+            ),
+        ];
+        for (outcome, wake, fatal) in cases {
+            let mut queue = EvictionQueue::default();
+            let web = pod("web-1");
+            assert_eq!(queue.next_step(&web, None, POLICY, t0), Step::Evict);
+            let recorded = queue.record(&web, &outcome, POLICY, t0);
+            assert_eq!(recorded.wake, wake, "{outcome:?}");
+            assert_eq!(queue.has_fatal(), fatal, "{outcome:?}");
+            let done = matches!(outcome, EvictionOutcome::Evicted | EvictionOutcome::Gone);
+            assert_eq!(queue.evicted(&web.uid), done, "{outcome:?}");
+            // Never sent again once accepted; otherwise not before its next try.
+            let expected = if done {
+                Step::Skip(None)
+            } else if matches!(outcome, EvictionOutcome::MultipleBudgets { .. }) {
+                Step::Skip(Some(secs(60)))
+            } else {
+                Step::Skip(wake)
+            };
+            assert_eq!(
+                queue.next_step(&web, None, POLICY, t0),
+                expected,
+                "{outcome:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_budget_that_allows_nothing_is_waited_for_and_a_change_ends_the_wait() {
+        let t0 = at("2025-03-01T12:00:00Z");
+        let mut queue = EvictionQueue::default();
+        let web = pod("web-1");
+        let wait = queue.next_step(&web, Some(&charge("shop/web", 0)), POLICY, t0);
+        assert_eq!(
+            wait,
+            Step::WaitForBudget {
+                at: t0 + jiff::SignedDuration::from_secs(60),
+                first: true
+            }
+        );
+        assert_eq!(queue.refused(), 1);
+        assert_eq!(
+            queue.blockers().collect::<Vec<_>>(),
+            ["shop/web-1: disruption budget shop/web allows no eviction now"]
+        );
+        // The budget moved and now allows one: sent at once.
+        queue.budget_moved();
+        assert_eq!(
+            queue.next_step(&web, Some(&charge("shop/web", 1)), POLICY, t0),
+            Step::Evict
+        );
+        let recorded = queue.record(&web, &EvictionOutcome::Evicted, POLICY, t0);
+        assert!(recorded.waited, "it had waited on its budget");
+        assert_eq!(queue.refused(), 0);
+    }
+
+    #[test]
+    fn past_force_after_a_refused_pod_is_deleted() {
+        let t0 = at("2025-03-01T12:00:00Z");
+        let forcing = QueuePolicy {
+            forcing: true,
+            ..POLICY
+        };
+        let mut queue = EvictionQueue::default();
+        let db = pod("db-0");
+        // Not refused yet: evicted as usual even when forcing.
+        assert_eq!(queue.next_step(&db, None, forcing, t0), Step::Evict);
+        queue.held_by_budget(&db);
+        assert_eq!(
+            queue.next_step(&db, Some(&charge("shop/db", 0)), forcing, t0),
+            Step::Force
+        );
+        queue.pod_gone(&db.uid);
+        assert_eq!(queue.refused(), 0);
+    }
+
+    #[test]
+    fn failures_back_off_from_two_seconds_to_thirty() {
+        let schedule: Vec<u64> = (1..=7).map(|n| failure_backoff(n).as_secs()).collect();
+        assert_eq!(schedule, [2, 4, 8, 16, 30, 30, 30]);
+    }
+}

@@ -1,0 +1,37 @@
+//! One node's drain, from the taint to an empty node: the task ([`task`]) records the start,
+//! cordons, makes room first with `--surge`, then passes over the node's pods until none is
+//! left, and records how it ended. What the drains publish for the loop over nodes (what they
+//! still need from the budgets, what they evicted) lives here too, so the fleet imports the
+//! drain and never the other way round.
+//!
+//! Decides (pure, no I/O): [`pods`] (what to do with each pod, which budget an eviction charges),
+//! [`budgets`] (which budgets never allow one, and their pace), [`pace`] (how fast each budget
+//! gives disruptions back), [`eviction`] (the eviction queue: evict, wait, back off or force),
+//! [`restart`] (when a one-replica Deployment is restarted rather than its pod evicted),
+//! [`surge`] (which pods need room, and each placeholder), [`replace_by`] (the replace-by
+//! deadline), [`watched`] (the node's pods as the watch shows them).
+//!
+//! Does (I/O): [`task`] (the drain task and its passes), [`eviction_io`] (the Eviction API;
+//! [`budget_turns`] keeps one eviction per budget on the wire), [`restart_io`] (the rollout
+//! restart's reads and patch), [`surge_io`] (placeholder pods).
+
+pub mod answers;
+pub mod budget_turns;
+pub mod budgets;
+pub mod budgets_io;
+pub mod eviction;
+pub mod eviction_io;
+pub mod outcome;
+pub mod pace;
+pub mod pass;
+pub mod pass_io;
+pub mod pods;
+pub mod published;
+pub mod replace_by;
+pub mod restart;
+pub mod restart_io;
+pub mod shared;
+pub mod surge;
+pub mod surge_io;
+pub mod task;
+pub mod watched;

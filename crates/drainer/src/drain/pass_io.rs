@@ -1,0 +1,583 @@
+//! One drain's passes over its node's pods, until the node is empty: each pass plans every pod
+//! ([`crate::drain::pods`]), asks the eviction queue what to do with each
+//! ([`crate::drain::eviction`]), sends the evictions ([`crate::drain::eviction_io`]), feeds the
+//! answers back, and records what blocks the node ([`crate::drain::pass`] decides what shows).
+//! A pass runs when the node's pod watch, a budget change or the next retry time wakes it,
+//! never on a fixed poll.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use rotor_core::contract::DrainPhase;
+use rotor_core::duration::later;
+
+use crate::drain::answers::EvictionOutcome;
+use crate::drain::budgets::{BudgetDemand, BudgetKey, DisruptionPace, budget_paces};
+use crate::drain::eviction::{EvictionQueue, QueuePolicy, Step};
+use crate::drain::outcome::DrainResult;
+use crate::drain::pass::{quiet, replace_by_held, say_odd_input, shown_blocker};
+use crate::drain::pods::{Blocker, Charge, DrainOptions, PodRef, plan_node_withholding};
+use crate::drain::published::owner_of;
+use crate::drain::replace_by::{Announcement, ReplaceBy};
+use crate::drain::restart::RolloutRestarts;
+use crate::drain::restart_io::restart_lone_replicas;
+use crate::drain::shared::{Drains, Stops};
+use crate::drain::watched::WatchedPods;
+use crate::error::DrainError;
+use crate::record::events::NodeEvent;
+use crate::record::node::{DrainRecord, Transition, apply};
+use crate::record::node_io::save;
+use crate::record::notify::{Notice, NoticeKind};
+
+/// How many of one drain's evictions may be in flight at once (see [`evict_pass`]).
+const EVICTIONS_IN_FLIGHT: usize = 8;
+
+/// One drain's evictions, until the node is empty: what the node's eviction needs besides its
+/// record (which it updates as the drain goes).
+pub(crate) struct Evicting<'a> {
+    pub drains: &'a Drains,
+    pub nodes: &'a Api<Node>,
+    pub node: &'a Node,
+    pub name: String,
+    pub taint: &'a Taint,
+    /// The drain fails at this time.
+    pub deadline: Timestamp,
+    /// When the drain (this attempt) started: `--force-after` counts from it.
+    pub started: Timestamp,
+    /// The node's replace-by time, when `--enforce-replace-by` is on and the node has one.
+    pub replace_by: Option<ReplaceBy>,
+    /// The node is drained no earlier than this (see [`settled_at`]).
+    pub settled: Timestamp,
+}
+
+/// What one attempt remembers from one pass over the node's pods to the next.
+struct Memory {
+    queue: EvictionQueue,
+    /// Since when nothing has been left to evict: the node must stay so for the quiet time.
+    empty_since: Option<Timestamp>,
+    /// The node's replace-by time, with what has been said about it.
+    replace_by: Option<ReplaceBy>,
+    /// `--restart-single-replica`: what was decided for each pod of a ReplicaSet.
+    restarts: Option<RolloutRestarts>,
+    /// What this drain has already said about odd input (pods' opt-out values, grace periods
+    /// that outlast the deadline), so each is said once.
+    said: std::collections::HashSet<String>,
+    /// When this drain last had an eviction accepted (or began evicting): a budget that only
+    /// needs time shows as a blocker once nothing has gone for `--blocked-after`.
+    progressed_at: Timestamp,
+}
+
+/// What one pass over the node's pods concluded.
+struct Pass {
+    /// Drained, or failed at the deadline.
+    ended: Option<DrainResult>,
+    /// When the next pass is due unless a pod or a budget changes first.
+    wake: Timestamp,
+}
+
+pub(crate) async fn evict_until_drained(
+    task: &Evicting<'_>,
+    record: &mut DrainRecord,
+    stops: &Stops,
+) -> DrainResult {
+    let drains = task.drains;
+    let pods_api: Api<Pod> = Api::all(drains.client.clone());
+    let selector = format!("spec.nodeName={}", task.name);
+    // kube-runtime's watcher, with its default back-off between failed attempts. Its lists are
+    // served from the API server's watch cache (`any_semantic`, resourceVersion 0) rather than
+    // read through to etcd: a drain's evictions wait for that first list, and a consistent read
+    // costs tens of milliseconds at every start. A cached list may lag etcd by moments; the
+    // watch goes on from the list's version, so a pod the list missed arrives as an event just
+    // after it, like a pod bound just after a consistent list would: the race `--settle` and
+    // the node's quiet time before it counts as drained are there for. One node's pods need no
+    // pages, and kube sends no resourceVersion 0 on a list with a page size.
+    let mut config = watcher::Config::default().fields(&selector).any_semantic();
+    config.page_size = None;
+    let mut pod_events = watcher(pods_api, config).default_backoff().boxed();
+    let mut budget_changes = drains.budgets.changes();
+    let mut pods = WatchedPods::default();
+    let mut reported = BlockedPodsGauge {
+        metrics: &drains.metrics,
+        reported: 0,
+    };
+    let mut memory = Memory {
+        queue: EvictionQueue::default(),
+        empty_since: None,
+        replace_by: task.replace_by.clone(),
+        restarts: drains
+            .settings
+            .restart_single_replica
+            .then(RolloutRestarts::default),
+        said: Default::default(),
+        progressed_at: Timestamp::now(),
+    };
+    loop {
+        let mut wake = task.deadline;
+        if let Some(pods) = pods.listed() {
+            let pass = evict_pass(task, record, pods, &mut memory).await;
+            reported.set(memory.queue.refused() as i64);
+            if let Some(ended) = pass.ended {
+                return ended;
+            }
+            wake = pass.wake;
+        }
+        let sleep_for = wake
+            .duration_since(Timestamp::now())
+            .unsigned_abs()
+            .max(Duration::from_millis(50));
+        tokio::select! {
+            _ = stops.stop.cancelled() => return DrainResult::Interrupted,
+            _ = stops.abort.cancelled() => return DrainResult::Cancelled,
+            _ = tokio::time::sleep(sleep_for) => {}
+            changed = budget_changes.changed() => if changed.is_ok() {
+                memory.queue.budget_moved();
+            },
+            ev = pod_events.next() => match ev {
+                Some(Ok(event)) => if let Some(uid) = pods.apply(event) {
+                    memory.queue.pod_gone(&uid);
+                },
+                Some(Err(e)) => tracing::warn!(node = %task.name, error = %e, "watching the node's pods failed; it restarts with back-off"),
+                None => return DrainResult::Failed { error: DrainError::PodWatchEnded { node: task.name.clone() } },
+            },
+        }
+    }
+}
+
+/// The `budget_blocked_pods` gauge's share of one drain: kept equal to its refused pods, and
+/// given back whole when the drain ends, however it ends.
+struct BlockedPodsGauge<'a> {
+    metrics: &'a crate::metrics::Metrics,
+    reported: i64,
+}
+
+impl BlockedPodsGauge<'_> {
+    fn set(&mut self, refused: i64) {
+        if refused != self.reported {
+            self.metrics
+                .budget_blocked_pods
+                .inc_by(refused - self.reported);
+            self.reported = refused;
+        }
+    }
+}
+
+impl Drop for BlockedPodsGauge<'_> {
+    fn drop(&mut self) {
+        self.metrics.budget_blocked_pods.dec_by(self.reported);
+    }
+}
+
+/// One pass over the node's pods: fail at the deadline, finish once empty and settled, else
+/// plan, ask the queue about each pod, evict, and record what blocks the node.
+async fn evict_pass(
+    task: &Evicting<'_>,
+    record: &mut DrainRecord,
+    pods: &HashMap<String, Pod>,
+    memory: &mut Memory,
+) -> Pass {
+    let (drains, name) = (task.drains, task.name.as_str());
+    let Memory {
+        queue,
+        empty_since,
+        replace_by,
+        restarts,
+        said,
+        progressed_at,
+    } = memory;
+    let now = Timestamp::now();
+    if now >= task.deadline {
+        let error = DrainError::DeadlinePassed {
+            deadline: task.deadline,
+            pods: pods.values().map(|p| PodRef::of(p).to_string()).collect(),
+        };
+        return Pass {
+            ended: Some(DrainResult::Failed { error }),
+            wake: now,
+        };
+    }
+    let mut wake = task.deadline;
+    let pod_list: Vec<Pod> = pods.values().cloned().collect();
+    let budgets = drains.budgets.for_pods(&pod_list);
+    // Past the node's replace-by time (--enforce-replace-by), opt-outs no longer hold it.
+    let past_replace_by = replace_by.as_ref().is_some_and(|d| d.passed(now));
+    let options = DrainOptions {
+        override_opt_outs: past_replace_by,
+        ..drains.settings.options.clone()
+    };
+    // --restart-single-replica: what a Deployment's rollout replaces is withheld from the plan
+    // (never evicted, no budget charged); the node is drained once it is gone.
+    let plan_now = |restarts: &Option<RolloutRestarts>| {
+        plan_node_withholding(&pod_list, &budgets, task.taint, &options, |uid| {
+            restarts.as_ref().is_some_and(|r| r.withheld(uid))
+        })
+    };
+    let mut plan = plan_now(restarts);
+    if let Some(lone) = restarts.as_mut() {
+        lone.keep_only(&pod_list);
+        if restart_lone_replicas(drains, task.node, lone, pods, &plan, now).await {
+            plan = plan_now(restarts);
+        }
+    }
+    if let Some(at) = restarts.as_ref().and_then(RolloutRestarts::next_look) {
+        wake = wake.min(at);
+    }
+    if plan.is_drained() && !queue.has_fatal() {
+        let since = *empty_since.get_or_insert(now);
+        let ready_at = task
+            .settled
+            .max(later(since, quiet(drains.settings.settle)));
+        if now >= ready_at {
+            return Pass {
+                ended: Some(DrainResult::Drained),
+                wake: now,
+            };
+        }
+        wake = wake.min(ready_at);
+    } else {
+        *empty_since = None;
+    }
+    if let Some(deadline) = replace_by.as_mut() {
+        let held = replace_by_held(&pod_list, &plan);
+        if let Some(said) = deadline.announce(now, &held) {
+            announce_replace_by(task, &said, &pod_list).await;
+        }
+        if let Some(at) = deadline.next_wake(now) {
+            wake = wake.min(at);
+        }
+    }
+    let force_at = drains.settings.force_after.map(|f| later(task.started, f));
+    let policy = QueuePolicy {
+        budget_recheck: drains.settings.budget_recheck,
+        // Past the replace-by time, a budget that never allows is overridden as --force-after
+        // would: the last resort, a deletion with the pod's grace period.
+        forcing: force_at.is_some_and(|t| now >= t) || past_replace_by,
+    };
+    // Published before the evictions too: the requests below take a while, and a start chosen
+    // meanwhile must see that these pods are about to take their disruptions.
+    drains
+        .published
+        .claims
+        .set(name, BudgetDemand::of(&plan, |uid| !queue.evicted(uid)));
+    // Evict what the plan allows now; past --force-after, also delete what budgets hold.
+    let mut targets: Vec<(PodRef, Option<i64>)> = plan.evict_now.clone();
+    if policy.forcing {
+        for (pod, grace) in &plan.budget_blocked {
+            queue.held_by_budget(pod);
+            targets.push((pod.clone(), *grace));
+        }
+    }
+    say_odd_input(name, &targets, pods, said);
+    let paces = budget_paces(&budgets);
+    let mut attempts: Vec<Attempt<'_>> = Vec::new();
+    for (pod, grace) in &targets {
+        let charged = plan.charged.get(&pod.uid);
+        let step = queue.next_step(pod, charged, policy, now);
+        let at = match step {
+            Step::Skip(at) => at,
+            Step::WaitForBudget { at, first } => {
+                if first {
+                    let budget = charged.map(|c| &c.budget);
+                    tracing::info!(node = %name, pod = %pod, budget = ?budget, "its disruption budget allows no eviction now; waiting for it to allow one");
+                }
+                Some(at)
+            }
+            Step::Evict | Step::Force => {
+                attempts.push(Attempt {
+                    pod,
+                    grace: *grace,
+                    forced: step == Step::Force,
+                    charged,
+                });
+                None
+            }
+        };
+        if let Some(at) = at {
+            wake = wake.min(at);
+        }
+    }
+    // The pass's evictions go out together, a few at a time: each is a round trip to the API
+    // server (100 ms and more on a busy one), and a node's pods one after another would hold its
+    // drain for seconds. Sending them at once takes nothing from the budgets: the plan charged
+    // each budget no more than it allows, and the API server checks every eviction against its
+    // budget atomically. They are answered in any order (one may wait for its budget's turn
+    // behind another drain's) and then taken in the plan's order.
+    // (The futures are collected first: a closure in the stream's type trips the compiler's
+    // check that the spawned drain task is Send.)
+    let sends: Vec<_> = attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| async move { (i, send(task.drains, a).await) })
+        .collect();
+    let mut answers: Vec<(usize, EvictionOutcome)> = futures::stream::iter(sends)
+        .buffer_unordered(EVICTIONS_IN_FLIGHT)
+        .collect()
+        .await;
+    answers.sort_by_key(|(i, _)| *i);
+    let outcomes = answers.into_iter().map(|(_, outcome)| outcome);
+    let facts = PassFacts {
+        pods,
+        paces: &paces,
+        policy,
+        now,
+    };
+    for (attempt, outcome) in attempts.into_iter().zip(outcomes) {
+        if outcome == EvictionOutcome::Evicted {
+            *progressed_at = now;
+        }
+        let (pod, grace) = (attempt.pod, attempt.grace);
+        let at = answered(task, &facts, queue, attempt, outcome).await;
+        if queue.evicted(&pod.uid) && said.insert(format!("grace {}", pod.uid)) {
+            warn_long_grace(task, pods, pod, grace, now).await;
+        }
+        if let Some(at) = at {
+            wake = wake.min(at);
+        }
+    }
+    if let Some(t) = force_at
+        && t > now
+        && (queue.refused() > 0 || !plan.budget_blocked.is_empty())
+    {
+        wake = wake.min(t);
+    }
+    drains
+        .published
+        .claims
+        .set(name, BudgetDemand::of(&plan, |uid| !queue.evicted(uid)));
+    let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
+    let restart_failures = restarts
+        .as_ref()
+        .map(RolloutRestarts::failures)
+        .unwrap_or_default();
+    blockers.extend(restart_failures.iter().cloned());
+    blockers.extend(queue.blockers().cloned());
+    // The first blocker (the one recorded and announced) needs someone when it is not a budget
+    // that will allow in time: an opt-out, a refused pod kind, a budget that never allows, a
+    // failed rollout restart, a refusal by the API server. The plan's blockers come first, then
+    // the restarts', then the queue's refusals.
+    let needs_someone = match plan.blockers.first() {
+        Some(first) => !matches!(first, Blocker::BudgetRefusing { .. }),
+        None => !restart_failures.is_empty() || queue.has_operator_problem(),
+    };
+    let shown = shown_blocker(
+        blockers.first(),
+        needs_someone,
+        *progressed_at,
+        now,
+        drains.settings.blocked_after,
+    );
+    if let Some(at) = shown.look_again {
+        wake = wake.min(at);
+    }
+    record_blockers(task, record, shown.blocker, needs_someone).await;
+    Pass { ended: None, wake }
+}
+
+/// Warns, in the log and as Events on the node and the pod, when the pod just evicted may take
+/// longer to stop than the drain has left: its grace period outlasts the deadline.
+async fn warn_long_grace(
+    task: &Evicting<'_>,
+    pods: &HashMap<String, Pod>,
+    pod_ref: &PodRef,
+    grace: Option<i64>,
+    now: Timestamp,
+) {
+    let left = task.deadline.duration_since(now).unsigned_abs();
+    let Some(seconds) = pods
+        .get(&pod_ref.uid)
+        .and_then(|pod| crate::drain::pods::grace_outlasts(pod, grace, left))
+    else {
+        return;
+    };
+    let note = format!(
+        "Evicted pod {pod_ref} with a grace period of {seconds}s, longer than the {}s this drain has left: if it uses all of it, the drain fails at its deadline ({}) and retries. rotor does not delete it outside the Eviction API; --max-grace-period caps grace periods.",
+        left.as_secs(),
+        task.deadline
+    );
+    tracing::warn!(node = %task.name, pod = %pod_ref, grace_s = seconds, left_s = left.as_secs(), "{note}");
+    task.drains
+        .announcer
+        .on_node(task.node, NodeEvent::GraceOutlastsDrain, note.clone())
+        .await;
+    task.drains
+        .announcer
+        .on_pod(
+            &pod_ref.object_reference(),
+            NodeEvent::GraceOutlastsDrain,
+            note,
+        )
+        .await;
+}
+
+/// What a pass knows while it takes its evictions' answers.
+struct PassFacts<'a> {
+    pods: &'a HashMap<String, Pod>,
+    paces: &'a BTreeMap<BudgetKey, DisruptionPace>,
+    policy: QueuePolicy,
+    now: Timestamp,
+}
+
+/// One eviction (or forced deletion) to make.
+struct Attempt<'a> {
+    pod: &'a PodRef,
+    grace: Option<i64>,
+    forced: bool,
+    /// The budget the eviction is charged to, and what the budget cache says it allows now.
+    charged: Option<&'a Charge>,
+}
+
+/// The wire call of one attempt: an eviction, or past `--force-after` a deletion.
+async fn send(drains: &Drains, attempt: &Attempt<'_>) -> EvictionOutcome {
+    let budget = attempt.charged.map(|c| &c.budget);
+    drains
+        .wire
+        .send(attempt.pod, attempt.grace, attempt.forced, budget)
+        .await
+}
+
+/// Takes the answer to one eviction or forced deletion: feeds it to the queue, and counts it in
+/// the metrics, the budget's pace and the gate's in-flight workloads. Returns when to try the
+/// pod again, if the task should wake for it.
+async fn answered(
+    task: &Evicting<'_>,
+    facts: &PassFacts<'_>,
+    queue: &mut EvictionQueue,
+    attempt: Attempt<'_>,
+    outcome: EvictionOutcome,
+) -> Option<Timestamp> {
+    let (drains, name, pod) = (task.drains, task.name.as_str(), attempt.pod);
+    let PassFacts {
+        pods,
+        paces,
+        policy,
+        now,
+    } = *facts;
+    if attempt.forced && outcome == EvictionOutcome::Evicted {
+        drains.metrics.eviction("forced");
+        tracing::warn!(node = %name, pod = %pod, "deleted the pod past --force-after, against its disruption budget");
+        drains.announcer.on_node(task.node, NodeEvent::PodForced, format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
+    }
+    let recorded = queue.record(pod, &outcome, policy, now);
+    match &outcome {
+        EvictionOutcome::Evicted => {
+            if !attempt.forced {
+                drains.metrics.eviction("evicted");
+            }
+            let budget = attempt.charged.map(|c| c.budget.to_string());
+            tracing::info!(node = %name, pod = %pod, budget = budget.as_deref().unwrap_or("none"), "evicted");
+            if let Some(Charge { budget, .. }) = attempt.charged
+                && !attempt.forced
+            {
+                let per_round = paces.get(budget).map_or(1, |pace| pace.per_round);
+                drains.published.pace.evicted(
+                    budget,
+                    usize::try_from(per_round).unwrap_or(1),
+                    std::time::Instant::now(),
+                    recorded.waited,
+                );
+            }
+            // The gate waits for this pod's workload to be Ready again before the next node
+            // starts. With several drains at once, a workload a budget covers is left to its
+            // budget, which already refuses any eviction that would take it below what its
+            // owner declared it tolerates, and paces the drains evicting from it.
+            let leave_to_budget = drains.settings.several_at_once && attempt.charged.is_some();
+            if let Some(owner) = pods
+                .get(&pod.uid)
+                .and_then(owner_of)
+                .filter(|_| !leave_to_budget)
+            {
+                drains.published.in_flight.record(name, &owner);
+            }
+        }
+        EvictionOutcome::Gone => drains.metrics.eviction("gone"),
+        EvictionOutcome::BudgetRefused { message } => {
+            drains.metrics.eviction("budget");
+            if recorded.first_refusal {
+                tracing::info!(node = %name, pod = %pod, %message, "disruption budget refuses the eviction; waiting for it to allow one");
+            }
+        }
+        EvictionOutcome::RetryLater { after, message } => {
+            drains.metrics.eviction("retry");
+            tracing::info!(node = %name, pod = %pod, %message, retry_in_s = after.as_secs(), "eviction asked to retry later");
+        }
+        EvictionOutcome::MultipleBudgets { .. } => drains.metrics.eviction("multiple_budgets"),
+        EvictionOutcome::Denied { by, message } => {
+            drains.metrics.eviction("denied");
+            let retry_in_s = recorded.backoff.unwrap_or_default().as_secs();
+            tracing::warn!(node = %name, pod = %pod, ?by, %message, retry_in_s, "eviction refused: {}", by.remedy());
+        }
+        EvictionOutcome::Failed { code, message } => {
+            drains.metrics.eviction("failed");
+            let retry_in_s = recorded.backoff.unwrap_or_default().as_secs();
+            tracing::warn!(node = %name, pod = %pod, ?code, %message, retry_in_s, "eviction failed");
+        }
+    }
+    recorded.wake
+}
+
+/// Says what the replace-by time is about to override, or has: a Warning on the node and on each
+/// pod concerned, and the log.
+async fn announce_replace_by(task: &Evicting<'_>, said: &Announcement, pods: &[Pod]) {
+    let event = if said.passed() {
+        NodeEvent::ReplaceByPassed
+    } else {
+        NodeEvent::ReplaceByNear
+    };
+    let note = said.node_note();
+    tracing::warn!(node = %task.name, pods = ?said.pods(), "{note}");
+    task.drains.announcer.on_node(task.node, event, note).await;
+    for pod in pods {
+        let pod_ref = PodRef::of(pod);
+        if said.pods().contains(&pod_ref.to_string()) {
+            task.drains
+                .announcer
+                .on_pod(
+                    &pod_ref.object_reference(),
+                    event,
+                    said.pod_note(&task.name),
+                )
+                .await;
+        }
+    }
+}
+
+/// Records on the node what blocks its drain (the first blocker), or that it is evicting again;
+/// a new blocker is also announced as a Warning Event, and, when it `needs_someone` (waiting
+/// will not clear it), to the webhooks as the node stuck.
+async fn record_blockers(
+    task: &Evicting<'_>,
+    record: &mut DrainRecord,
+    blocker: Option<&String>,
+    needs_someone: bool,
+) {
+    let next = match blocker {
+        Some(b) => apply(record, Transition::Blocked(b.clone())),
+        None => apply(record, Transition::Evicting),
+    };
+    if next == *record {
+        return;
+    }
+    if next.phase == Some(DrainPhase::Blocked) && next.blocker != record.blocker {
+        tracing::info!(node = %task.name, blocker = ?next.blocker, "drain blocked");
+        let note = next.blocker.clone().unwrap_or_default();
+        if needs_someone {
+            task.drains.announcer.notifier().send(Notice::new(
+                NoticeKind::NodeStuck,
+                Some(&task.name),
+                note.clone(),
+            ));
+        }
+        task.drains
+            .announcer
+            .on_node(task.node, NodeEvent::Blocked, note)
+            .await;
+    }
+    match save(task.nodes, &task.name, &next, record).await {
+        Ok(()) => *record = next,
+        Err(e) => tracing::warn!(node = %task.name, error = %e, "could not record drain progress"),
+    }
+}

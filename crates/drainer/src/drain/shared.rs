@@ -1,0 +1,65 @@
+//! What every drain task shares: the handles a drain and its passes use, each for one job,
+//! and the two ways a task is stopped. Built once by the runtime; the loop over nodes only
+//! starts tasks with it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::drain::budgets_io::BudgetWatch;
+use crate::drain::eviction_io::EvictionWire;
+use crate::drain::pods::DrainOptions;
+use crate::drain::published::Published;
+use crate::drain::surge_io::SurgeRoom;
+use crate::metrics::Metrics;
+use crate::record::events_io::Announcer;
+
+/// One drain's settings, from the flags (`crate::config`).
+#[derive(Clone, Debug)]
+pub struct DrainSettings {
+    /// `--drain-timeout`: an attempt fails at this deadline.
+    pub drain_timeout: Duration,
+    /// `--force-after`: past it, pods a budget holds are deleted.
+    pub force_after: Option<Duration>,
+    /// Which pods are evicted, kept or block the drain.
+    pub options: DrainOptions,
+    /// `--budget-recheck`: how soon a refused eviction is tried again.
+    pub budget_recheck: Duration,
+    /// `--blocked-after`: how long a budget's ordinary pace may hold a drain before it shows.
+    pub blocked_after: Duration,
+    /// `--settle`: how long an empty node must have been unschedulable.
+    pub settle: Duration,
+    /// `--restart-single-replica`.
+    pub restart_single_replica: bool,
+    /// `--enforce-replace-by`, with its warning period; `None` when off.
+    pub replace_by: Option<Duration>,
+    /// More than one drain may run at once (`--max-concurrent` above 1).
+    pub several_at_once: bool,
+}
+
+/// The handles every drain task uses. What the loop over nodes reads of the drains comes
+/// through [`Published`].
+pub struct Drains {
+    /// For reads, watches and node patches (kube's default retry on).
+    pub client: kube::Client,
+    /// Evictions and forced deletions (default retry off, so 429s reach the queue).
+    pub wire: EvictionWire,
+    pub settings: DrainSettings,
+    pub announcer: Announcer,
+    pub metrics: Metrics,
+    pub budgets: BudgetWatch,
+    /// What the drains publish for the loop over nodes.
+    pub published: Arc<Published>,
+    /// `--surge`: the placeholders' I/O, shared with the loop (which makes room ahead).
+    pub surge: Option<Arc<SurgeRoom>>,
+}
+
+/// The two ways a drain task is stopped.
+#[derive(Clone, Default)]
+pub struct Stops {
+    /// Stop and undo: the node's taint went.
+    pub abort: CancellationToken,
+    /// Stop where it is, its state kept on the node: a shutdown, a lost lease, a halt.
+    pub stop: CancellationToken,
+}

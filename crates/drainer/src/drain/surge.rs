@@ -1,0 +1,455 @@
+//! Surge: room made for a node's pods before they are evicted, so that they do not wait Pending
+//! for capacity. For each pod a controller will recreate, rotor creates a placeholder pod that
+//! requests what the pod requests, may go where the pod may go (except the node being drained
+//! and any node carrying rotor's taint or cordoned), and has a low priority. A cluster autoscaler
+//! or Karpenter adds nodes for pending placeholders; once they are scheduled, the evicted pods'
+//! replacements, which have a higher priority, preempt them at once.
+//!
+//! Pure functions over pods and nodes; the creating, waiting and deleting are in
+//! [`crate::drain::surge_io`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, Container, Node, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, ResourceRequirements, SeccompProfile,
+    SecurityContext, Taint, Toleration, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use rotor_apimachinery::quantity::parse_quantity;
+use rotor_apimachinery::scheduling::AUTOSCALER_EXPENDABLE_CUTOFF;
+use rotor_apimachinery::taints::tolerates;
+use rotor_core::NodeBudget;
+
+use crate::drain::pods::{DrainOptions, PodVerdict, classify, controller_kind, is_bound};
+
+/// On every placeholder: which node's drain it makes room for (see [`surge_label_value`]).
+pub const SURGE_FOR_LABEL: &str = "rotor.dev/surge-for";
+/// On every placeholder: the drained node's full name (a label value holds only 63 characters).
+pub const SURGE_NODE_ANNOTATION: &str = "rotor.dev/surge-node";
+/// On every placeholder: the pod it stands for, `namespace/name`.
+pub const SURGE_POD_ANNOTATION: &str = "rotor.dev/surge-for-pod";
+/// The standard label naming the tool that manages an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "rotor-drainer";
+
+/// The taint the node lifecycle controller's cordon implies: a placeholder must not tolerate it,
+/// or it could be scheduled onto a cordoned node.
+const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+/// The surge flags, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SurgeConfig {
+    /// Where placeholders are created (rotor's own namespace).
+    pub namespace: String,
+    /// The PriorityClass they run at: negative, above the autoscaler's expendable cut-off.
+    pub priority_class: String,
+    /// The image of their one container; it only has to start and sleep.
+    pub image: String,
+    /// How long a drain waits for its placeholders to be scheduled before evicting anyway.
+    pub timeout: Duration,
+    /// How many nodes' placeholders may be outstanding at once; `None`: one per running drain.
+    pub max_surge: Option<NodeBudget>,
+}
+
+/// The label value naming `node`: its name when that is a valid label value (63 characters at
+/// most, which most node names are), else a hash of it. The full name is in
+/// [`SURGE_NODE_ANNOTATION`].
+pub fn surge_label_value(node: &str) -> String {
+    let valid = !node.is_empty()
+        && node.len() <= 63
+        && node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && node.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && node.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        node.to_string()
+    } else {
+        format!("node-{:016x}", fnv1a(node.as_bytes()))
+    }
+}
+
+/// The label selector of `node`'s placeholders.
+pub fn placeholder_selector(node: &str) -> String {
+    format!(
+        "{SURGE_FOR_LABEL}={},{MANAGED_BY_LABEL}={MANAGED_BY}",
+        surge_label_value(node)
+    )
+}
+
+/// The label selector of every placeholder rotor made.
+pub fn all_placeholders_selector() -> String {
+    format!("{SURGE_FOR_LABEL},{MANAGED_BY_LABEL}={MANAGED_BY}")
+}
+
+/// True for a placeholder rotor made (it is not a workload: the gate ignores it while Pending).
+pub fn is_placeholder(pod: &Pod) -> bool {
+    pod.metadata.labels.as_ref().is_some_and(|l| {
+        l.contains_key(SURGE_FOR_LABEL)
+            && l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+    })
+}
+
+/// The drained node a placeholder stands in for.
+pub fn placeholder_node(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(SURGE_NODE_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// The pods on a node that need room elsewhere: those the drain will evict and that a
+/// controller recreates. A pod nobody recreates (a bare pod) needs no room; a pod that stays
+/// (DaemonSet, mirror, tolerating the taint, opted out) neither.
+pub fn pods_needing_room<'a>(
+    pods: &'a [Pod],
+    drain_taint: &Taint,
+    opts: &DrainOptions,
+) -> Vec<&'a Pod> {
+    pods.iter()
+        .filter(|pod| !is_placeholder(pod))
+        .filter(|pod| matches!(classify(pod, drain_taint, opts), PodVerdict::Evict { .. }))
+        .filter(|pod| controller_kind(pod).is_some())
+        .collect()
+}
+
+/// What the scheduler reserves for `pod`, per resource, in thousandths: the larger of its
+/// containers' requests together (with sidecars, init containers that keep running) and its
+/// largest ordinary init container, plus its overhead. Quantities that do not parse count as
+/// zero (the API server has already validated them).
+pub fn effective_requests(pod: &Pod) -> BTreeMap<String, i128> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return BTreeMap::new();
+    };
+    let requests = |c: &Container| -> BTreeMap<String, i128> {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .map(|r| {
+                r.iter()
+                    .map(|(k, q)| (k.clone(), parse_quantity(&q.0).map_or(0, |q| q.to_milli())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut running: BTreeMap<String, i128> = BTreeMap::new();
+    let mut init_peak: BTreeMap<String, i128> = BTreeMap::new();
+    let inits = spec.init_containers.iter().flatten();
+    for c in inits {
+        if c.restart_policy.as_deref() == Some("Always") {
+            for (k, v) in requests(c) {
+                *running.entry(k).or_default() += v;
+            }
+        } else {
+            for (k, v) in requests(c) {
+                let peak = init_peak.entry(k).or_default();
+                *peak = (*peak).max(v);
+            }
+        }
+    }
+    for c in &spec.containers {
+        for (k, v) in requests(c) {
+            *running.entry(k).or_default() += v;
+        }
+    }
+    for (k, v) in init_peak {
+        let total = running.entry(k).or_default();
+        *total = (*total).max(v);
+    }
+    for (k, q) in spec.overhead.iter().flatten() {
+        *running.entry(k.clone()).or_default() += parse_quantity(&q.0).map_or(0, |q| q.to_milli());
+    }
+    running.retain(|_, v| *v > 0);
+    running
+}
+
+/// A quantity in thousandths as the API writes it back: whole units when it has no fraction,
+/// else milli-units (CPU is always written in millicores).
+fn quantity_of(milli: i128) -> Quantity {
+    if milli % 1000 == 0 {
+        Quantity((milli / 1000).to_string())
+    } else {
+        Quantity(format!("{milli}m"))
+    }
+}
+
+/// The placeholder for `pod`, on `node`'s drain (whose taint is `drain_taint`); `None` when the
+/// pod requests nothing, so there is nothing to reserve.
+pub fn placeholder(pod: &Pod, node: &Node, drain_taint: &Taint, cfg: &SurgeConfig) -> Option<Pod> {
+    let requests = effective_requests(pod);
+    if requests.is_empty() {
+        return None;
+    }
+    let node_name = node.metadata.name.clone().unwrap_or_default();
+    let pod_namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let labels = BTreeMap::from([
+        (SURGE_FOR_LABEL.to_string(), surge_label_value(&node_name)),
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+    ]);
+    let annotations = BTreeMap::from([
+        (SURGE_NODE_ANNOTATION.to_string(), node_name.clone()),
+        (
+            SURGE_POD_ANNOTATION.to_string(),
+            format!("{pod_namespace}/{pod_name}"),
+        ),
+    ]);
+    Some(Pod {
+        metadata: ObjectMeta {
+            name: Some(placeholder_name(&node_name, &uid)),
+            namespace: Some(cfg.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            // Owned by the drained node: when the node is deleted, the garbage collector
+            // removes whatever placeholders rotor did not.
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node_name.clone(),
+                uid: node.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            priority_class_name: Some(cfg.priority_class.clone()),
+            // Preempted at once when a real pod needs the room.
+            termination_grace_period_seconds: Some(0),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            node_selector: spec.node_selector.clone(),
+            affinity: Some(placeholder_affinity(
+                spec.affinity.clone(),
+                &node_name,
+                &pod_namespace,
+            )),
+            tolerations: placeholder_tolerations(spec.tolerations.as_deref(), drain_taint),
+            // Topology spread is left out: it counts pods in the placeholder's own namespace,
+            // where the workload's pods are not, so it could not constrain anything.
+            containers: vec![Container {
+                name: "reserve".into(),
+                image: Some(cfg.image.clone()),
+                resources: Some(ResourceRequirements {
+                    requests: Some(
+                        requests
+                            .into_iter()
+                            .map(|(k, v)| (k, quantity_of(v)))
+                            .collect(),
+                    ),
+                    ..ResourceRequirements::default()
+                }),
+                // What the Pod Security Standards' "restricted" level asks, which rotor's
+                // namespace enforces.
+                security_context: Some(SecurityContext {
+                    run_as_non_root: Some(true),
+                    run_as_user: Some(65_535),
+                    seccomp_profile: Some(SeccompProfile {
+                        type_: "RuntimeDefault".into(),
+                        ..SeccompProfile::default()
+                    }),
+                    allow_privilege_escalation: Some(false),
+                    read_only_root_filesystem: Some(true),
+                    capabilities: Some(Capabilities {
+                        drop: Some(vec!["ALL".into()]),
+                        ..Capabilities::default()
+                    }),
+                    ..SecurityContext::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// A name that is the same every time for the same node and pod, so that creating the
+/// placeholders again after a restart finds them (409) instead of doubling them.
+pub fn placeholder_name(node: &str, pod_uid: &str) -> String {
+    let prefix: String = node.chars().take(40).collect();
+    let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    let hash = fnv1a(format!("{node}\n{pod_uid}").as_bytes());
+    format!("rotor-surge-{prefix}-{hash:016x}")
+}
+
+/// The pod's affinity, plus "not on the drained node" (a term of a required node affinity
+/// is an OR of terms, so the exclusion goes into each), with its pod (anti-)affinity terms
+/// pinned to the pod's namespace (a term without namespaces means the pod's own namespace,
+/// which for the placeholder would be rotor's).
+fn placeholder_affinity(affinity: Option<Affinity>, node: &str, pod_namespace: &str) -> Affinity {
+    let mut affinity = affinity.unwrap_or_default();
+    let not_here = NodeSelectorRequirement {
+        key: "metadata.name".into(),
+        operator: "NotIn".into(),
+        values: Some(vec![node.to_string()]),
+    };
+    let node_affinity = affinity.node_affinity.get_or_insert_with(Default::default);
+    let required = node_affinity
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(NodeSelector::default);
+    if required.node_selector_terms.is_empty() {
+        required
+            .node_selector_terms
+            .push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        term.match_fields
+            .get_or_insert_with(Vec::new)
+            .push(not_here.clone());
+    }
+    if let Some(pa) = affinity.pod_affinity.as_mut() {
+        pin_terms(
+            &mut pa.required_during_scheduling_ignored_during_execution,
+            &mut pa.preferred_during_scheduling_ignored_during_execution,
+            pod_namespace,
+        );
+    }
+    if let Some(pa) = affinity.pod_anti_affinity.as_mut() {
+        pin_terms(
+            &mut pa.required_during_scheduling_ignored_during_execution,
+            &mut pa.preferred_during_scheduling_ignored_during_execution,
+            pod_namespace,
+        );
+    }
+    affinity
+}
+
+/// Gives each pod (anti-)affinity term without namespaces the pod's own namespace, which is
+/// what such a term meant for the pod.
+fn pin_terms(
+    required: &mut Option<Vec<PodAffinityTerm>>,
+    preferred: &mut Option<Vec<WeightedPodAffinityTerm>>,
+    pod_namespace: &str,
+) {
+    let pin = |term: &mut PodAffinityTerm| {
+        let has_namespaces = term.namespaces.as_ref().is_some_and(|n| !n.is_empty());
+        if !has_namespaces && term.namespace_selector.is_none() {
+            term.namespaces = Some(vec![pod_namespace.to_string()]);
+        }
+    };
+    required.iter_mut().flatten().for_each(pin);
+    preferred
+        .iter_mut()
+        .flatten()
+        .for_each(|w| pin(&mut w.pod_affinity_term));
+}
+
+/// The pod's tolerations, less any that would let the placeholder onto a node being drained
+/// (rotor's taint) or a cordoned one: room there is about to go.
+fn placeholder_tolerations(
+    tolerations: Option<&[Toleration]>,
+    drain_taint: &Taint,
+) -> Option<Vec<Toleration>> {
+    let cordoned = Taint {
+        key: UNSCHEDULABLE_TAINT.into(),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    };
+    let kept: Vec<Toleration> = tolerations?
+        .iter()
+        .filter(|t| !tolerates(t, drain_taint) && !tolerates(t, &cordoned))
+        .cloned()
+        .collect();
+    (!kept.is_empty()).then_some(kept)
+}
+
+/// How far a node's reservation has got.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reservation {
+    /// Placeholders that exist and are bound to a node.
+    pub scheduled: usize,
+    /// Placeholders that exist and wait for a node (`namespace/name`, the scheduler's reason).
+    pub pending: Vec<(String, Option<String>)>,
+}
+
+impl Reservation {
+    /// Reads the placeholders of one node. One that is gone (preempted already, or deleted)
+    /// no longer holds room and is not waited for.
+    pub fn of<'a>(placeholders: impl IntoIterator<Item = &'a Pod>) -> Reservation {
+        let mut r = Reservation::default();
+        for p in placeholders
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            if is_bound(p) {
+                r.scheduled += 1;
+            } else {
+                let reason = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| {
+                        c.iter()
+                            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                    })
+                    .and_then(|c| c.message.clone());
+                r.pending.push((
+                    format!(
+                        "{}/{}",
+                        p.metadata.namespace.as_deref().unwrap_or_default(),
+                        p.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    reason,
+                ));
+            }
+        }
+        r
+    }
+
+    /// Every placeholder that still exists has a node.
+    pub fn complete(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+/// The placeholders no drain needs any more: those whose node is gone or is not being drained
+/// (`draining` says whether a node's drain is active). A new leader removes them, so a crash
+/// between creating placeholders and removing them leaves nothing behind for long.
+pub fn orphaned(placeholders: &[Pod], draining: impl Fn(&str) -> bool) -> Vec<&Pod> {
+    placeholders
+        .iter()
+        .filter(|p| placeholder_node(p).is_none_or(|node| !draining(node)))
+        .collect()
+}
+
+/// Whether another node may reserve room now: fewer than `--max-surge` nodes hold
+/// placeholders (`holding`), the cap read against the fleet's size.
+pub fn may_surge(max_surge: Option<NodeBudget>, holding: usize, fleet_size: usize) -> bool {
+    max_surge.is_none_or(|cap| holding < cap.resolve(fleet_size).max(1))
+}
+
+/// What is wrong with a placeholder priority of `value`, if anything: placeholders must be
+/// preempted by ordinary pods (priority 0 by default) and must still make an autoscaler act.
+pub fn priority_warning(value: i32) -> Option<String> {
+    if value >= 0 {
+        Some(format!(
+            "the surge PriorityClass has value {value}: pods of priority 0 (the default) cannot preempt its placeholders, so evicted pods may wait for the room the placeholders hold; use a negative value such as -5"
+        ))
+    } else if value < AUTOSCALER_EXPENDABLE_CUTOFF {
+        Some(format!(
+            "the surge PriorityClass has value {value}, below cluster-autoscaler's default expendable cut-off ({AUTOSCALER_EXPENDABLE_CUTOFF}): it adds no node for such pending placeholders; use a value from {AUTOSCALER_EXPENDABLE_CUTOFF} to -1"
+        ))
+    } else {
+        None
+    }
+}
+
+/// FNV-1a, 64 bits: a hash that stays the same across rotor versions and platforms, for names.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+#[cfg(test)]
+mod tests;

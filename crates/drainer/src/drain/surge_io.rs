@@ -1,0 +1,414 @@
+//! The I/O of surge ([`crate::drain::surge`] decides): create a node's placeholders, wait until the
+//! scheduler has placed them (an autoscaler adding nodes for them if it must), and remove them
+//! once the node is drained, when its drain is cancelled, or, for a previous leader's leftovers,
+//! when a new leader starts. A surge never stops a drain: whatever fails, the drain goes on
+//! without the room and says why.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio_util::sync::CancellationToken;
+
+use rotor_core::find_drain_taint;
+
+use crate::drain::pods::DrainOptions;
+use crate::drain::surge::{
+    Reservation, SurgeConfig, all_placeholders_selector, may_surge, orphaned, placeholder,
+    placeholder_node, placeholder_selector, pods_needing_room,
+};
+use crate::drain::watched::WatchedPods;
+use crate::record::node::DrainRecord;
+
+/// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
+const POLL: Duration = Duration::from_secs(1);
+
+/// The nodes whose placeholders are outstanding, for `--max-surge`.
+#[derive(Debug, Default)]
+struct SurgeSlots(Mutex<BTreeSet<String>>);
+
+impl SurgeSlots {
+    /// Takes a slot for `node` if it holds one already or one is free; `holding` shows how
+    /// many are held.
+    fn take(&self, node: &str, cfg: &SurgeConfig, fleet_size: usize, holding: &Gauge) -> bool {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if held.contains(node) {
+            return true;
+        }
+        let free = may_surge(cfg.max_surge, held.len(), fleet_size);
+        if free {
+            held.insert(node.to_string());
+            holding.set(held.len() as i64);
+        }
+        free
+    }
+
+    fn give_back(&self, node: &str, holding: &Gauge) {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(node);
+        holding.set(held.len() as i64);
+    }
+}
+
+/// What surge's I/O works with: the client, the settings, the `--max-surge` slots and the
+/// fleet's size they are a share of. One per drainer, shared by the drains (which make room)
+/// and the loop over nodes (which makes room ahead, releases it and sweeps leftovers).
+pub struct SurgeRoom {
+    client: kube::Client,
+    cfg: SurgeConfig,
+    /// The drain's pod filters: room is made for the pods a drain would evict.
+    options: DrainOptions,
+    slots: SurgeSlots,
+    /// How many nodes the cluster has, as the node watch last counted, for a `--max-surge`
+    /// percentage.
+    fleet_size: AtomicUsize,
+    /// The `surge_nodes` gauge: how many slots are held.
+    holding: Gauge,
+}
+
+impl SurgeRoom {
+    pub fn new(
+        client: kube::Client,
+        cfg: SurgeConfig,
+        options: DrainOptions,
+        holding: Gauge,
+    ) -> SurgeRoom {
+        SurgeRoom {
+            client,
+            cfg,
+            options,
+            slots: SurgeSlots::default(),
+            fleet_size: AtomicUsize::new(0),
+            holding,
+        }
+    }
+
+    pub fn config(&self) -> &SurgeConfig {
+        &self.cfg
+    }
+
+    /// The node watch counted `nodes` nodes.
+    pub fn set_fleet_size(&self, nodes: usize) {
+        self.fleet_size.store(nodes, Ordering::Relaxed);
+    }
+
+    fn take_slot(&self, node: &str) -> bool {
+        let fleet_size = self.fleet_size.load(Ordering::Relaxed);
+        self.slots.take(node, &self.cfg, fleet_size, &self.holding)
+    }
+
+    fn give_back(&self, node: &str) {
+        self.slots.give_back(node, &self.holding);
+    }
+
+    /// [`sweep`] with this room's client (the leader's) and settings.
+    pub async fn sweep(&self) {
+        sweep(&self.client, &self.cfg).await
+    }
+}
+
+/// How a node's surge went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SurgeOutcome {
+    /// Every placeholder has a node: there is room for the pods.
+    Ready {
+        placeholders: usize,
+        waited: Duration,
+    },
+    /// No pod on the node needs room (nothing a controller recreates, or nothing requested).
+    NothingToReserve,
+    /// `--surge-timeout` passed with placeholders still pending; they stay until the drain
+    /// ends, in case the capacity arrives late.
+    TimedOut {
+        scheduled: usize,
+        pending: Vec<(String, Option<String>)>,
+    },
+    /// `--max-surge` nodes held placeholders for all of `--surge-timeout`.
+    NoSlot,
+    /// The placeholders could not be created or read; those created were removed.
+    Failed(String),
+    /// The drain was cancelled or the drainer is stopping.
+    Interrupted,
+}
+
+/// Makes room for `node`'s pods before they are evicted: takes a `--max-surge` slot, creates a
+/// placeholder per pod that needs room, and waits until all are scheduled, for at most
+/// `--surge-timeout` in all.
+pub async fn make_room(
+    room: &SurgeRoom,
+    node: &Node,
+    drain_taint: &Taint,
+    abort: &CancellationToken,
+    stop: &CancellationToken,
+) -> SurgeOutcome {
+    let cfg = &room.cfg;
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let started = Instant::now();
+    let give_up_at = started + cfg.timeout;
+    while !room.take_slot(&name) {
+        if Instant::now() >= give_up_at {
+            return SurgeOutcome::NoSlot;
+        }
+        if !pause(abort, stop).await {
+            return SurgeOutcome::Interrupted;
+        }
+    }
+    let wanted = match create_placeholders(room, node, drain_taint).await {
+        Ok(0) => {
+            room.give_back(&name);
+            return SurgeOutcome::NothingToReserve;
+        }
+        Ok(count) => count,
+        Err(why) => {
+            release(room, &name).await;
+            return SurgeOutcome::Failed(why);
+        }
+    };
+    tracing::info!(node = %name, placeholders = wanted, "placeholders in place; waiting for them to be scheduled");
+    match wait_until_scheduled(room, &name, give_up_at, abort, stop).await {
+        Waited::Scheduled => SurgeOutcome::Ready {
+            placeholders: wanted,
+            waited: started.elapsed(),
+        },
+        Waited::TimedOut(reservation) => SurgeOutcome::TimedOut {
+            scheduled: reservation.scheduled,
+            pending: reservation.pending,
+        },
+        Waited::Interrupted => SurgeOutcome::Interrupted,
+    }
+}
+
+/// How the wait for a node's placeholders ended.
+enum Waited {
+    Scheduled,
+    TimedOut(Reservation),
+    Interrupted,
+}
+
+/// Waits on a watch of `node`'s placeholders until every one is bound, so the drain evicts the
+/// moment the scheduler has placed the last (a poll would add up to its period to every drain).
+/// Until the watch has listed, and while it fails, nothing counts as scheduled.
+async fn wait_until_scheduled(
+    room: &SurgeRoom,
+    node: &str,
+    give_up_at: Instant,
+    abort: &CancellationToken,
+    stop: &CancellationToken,
+) -> Waited {
+    let cfg = &room.cfg;
+    let api: Api<Pod> = Api::namespaced(room.client.clone(), &cfg.namespace);
+    let selector = placeholder_selector(node);
+    // kube-runtime's watcher, with its default back-off between failed attempts.
+    let mut events = watcher(api, watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .boxed();
+    let mut placeholders = WatchedPods::default();
+    let mut last_error: Option<String> = None;
+    let deadline = tokio::time::Instant::from_std(give_up_at);
+    loop {
+        let reservation = if let Some(placeholders) = placeholders.listed() {
+            Reservation::of(placeholders.values())
+        } else {
+            Reservation {
+                scheduled: 0,
+                pending: vec![(
+                    "(not read yet)".into(),
+                    last_error
+                        .clone()
+                        .or_else(|| Some("the placeholders' watch has not listed".into())),
+                )],
+            }
+        };
+        if reservation.complete() {
+            return Waited::Scheduled;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return Waited::Interrupted,
+            _ = abort.cancelled() => return Waited::Interrupted,
+            _ = tokio::time::sleep_until(deadline) => return Waited::TimedOut(reservation),
+            ev = events.next() => match ev {
+                Some(Ok(event)) => {
+                    placeholders.apply(event);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(%node, error = %e, "watching the placeholders failed; it restarts with back-off");
+                    last_error = Some(e.to_string());
+                }
+                // The watcher's stream does not end; if it did, time out rather than spin.
+                None => {
+                    tokio::time::sleep_until(deadline).await;
+                    return Waited::TimedOut(reservation);
+                }
+            },
+        }
+    }
+}
+
+/// Creates a placeholder for each of `node`'s pods that needs room (one made earlier for the same
+/// pod, by this drain before a restart or ahead of it, is kept: the same name for the same pod).
+/// Returns how many the node needs; on an error, says what failed and what rotor needs.
+async fn create_placeholders(
+    room: &SurgeRoom,
+    node: &Node,
+    drain_taint: &Taint,
+) -> Result<usize, String> {
+    let cfg = &room.cfg;
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let on_node: Api<Pod> = Api::all(room.client.clone());
+    let pods = on_node
+        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+        .await
+        .map_err(|e| format!("cannot list the pods on node {name}: {e}"))?
+        .items;
+    let wanted: Vec<Pod> = pods_needing_room(&pods, drain_taint, &room.options)
+        .into_iter()
+        .filter_map(|pod| placeholder(pod, node, drain_taint, cfg))
+        .collect();
+    let placeholders: Api<Pod> = Api::namespaced(room.client.clone(), &cfg.namespace);
+    for pod in &wanted {
+        match placeholders.create(&PostParams::default(), pod).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => {
+                let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+                return Err(format!(
+                    "cannot create placeholder {}/{pod_name}: {e} (rotor-drainer needs create on pods in {}, and the PriorityClass {} must exist)",
+                    cfg.namespace, cfg.namespace, cfg.priority_class
+                ));
+            }
+        }
+    }
+    Ok(wanted.len())
+}
+
+/// Makes room ahead for `node`, next in line to drain: takes a `--max-surge` slot if one is free
+/// and creates its placeholders, without waiting for them. Its drain finds them (and the slot)
+/// when it starts; the machine releases them if the node leaves the line first.
+pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
+    let nodes: Api<Node> = Api::all(room.client.clone());
+    let node = match nodes.get_opt(name).await {
+        Ok(Some(node)) => node,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(node = %name, error = %e, "cannot read the node to make room ahead of its drain; its drain makes the room when it starts");
+            return;
+        }
+    };
+    let Some(taint) = find_drain_taint(&node).cloned() else {
+        return;
+    };
+    if !room.take_slot(name) {
+        tracing::debug!(node = %name, "no --max-surge slot free: no room made ahead");
+        return;
+    }
+    match create_placeholders(room, &node, &taint).await {
+        Ok(0) => room.give_back(name),
+        Ok(count) => {
+            tracing::info!(node = %name, placeholders = count, "next in line: made room ahead of its drain")
+        }
+        Err(why) => {
+            tracing::warn!(node = %name, "could not make room ahead of the drain: {why}; its drain tries again when it starts");
+            release(room, name).await;
+        }
+    }
+}
+
+/// Waits one poll; false when the drain is cancelled or the drainer stops.
+async fn pause(abort: &CancellationToken, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(POLL) => true,
+        _ = abort.cancelled() => false,
+        _ = stop.cancelled() => false,
+    }
+}
+
+/// Removes `node`'s placeholders and gives back its `--max-surge` slot. Errors are logged: the
+/// next leader's [`sweep`], or the garbage collector once the node is deleted, removes what is
+/// left.
+pub async fn release(room: &SurgeRoom, node: &str) {
+    let cfg = &room.cfg;
+    room.give_back(node);
+    let placeholders: Api<Pod> = Api::namespaced(room.client.clone(), &cfg.namespace);
+    let listed = placeholders
+        .list(&ListParams::default().labels(&placeholder_selector(node)))
+        .await;
+    let pods = match listed {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(%node, error = %e, "could not list the node's placeholders to remove them");
+            return;
+        }
+    };
+    let removed = delete_all(&room.client, cfg, pods.iter()).await;
+    if removed > 0 {
+        tracing::info!(%node, removed, "removed the node's placeholders");
+    }
+}
+
+/// Removes the placeholders whose drain is over (their node is gone, or not being drained): a
+/// previous leader's leftovers. Every drainer runs it once as it starts, and a new leader once
+/// more.
+pub async fn sweep(client: &kube::Client, cfg: &SurgeConfig) {
+    let placeholders: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
+    let pods = match placeholders
+        .list(&ListParams::default().labels(&all_placeholders_selector()))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(namespace = %cfg.namespace, error = %e, "could not list placeholders left by an earlier leader");
+            return;
+        }
+    };
+    if pods.is_empty() {
+        return;
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut draining: BTreeMap<String, bool> = BTreeMap::new();
+    for node in pods.iter().filter_map(placeholder_node) {
+        if draining.contains_key(node) {
+            continue;
+        }
+        let active = match nodes.get_opt(node).await {
+            Ok(Some(n)) => {
+                DrainRecord::from_annotations(n.metadata.annotations.as_ref()).is_active()
+            }
+            Ok(None) => false,
+            // Unknown: keep them; the next leader, or the node's deletion, removes them.
+            Err(_) => true,
+        };
+        draining.insert(node.to_string(), active);
+    }
+    let orphans = orphaned(&pods, |node| draining.get(node).copied().unwrap_or(false));
+    let removed = delete_all(client, cfg, orphans.into_iter()).await;
+    if removed > 0 {
+        tracing::info!(removed, "removed placeholders left by an earlier leader");
+    }
+}
+
+/// Deletes `pods` (placeholders, never workloads); returns how many went.
+async fn delete_all<'a>(
+    client: &kube::Client,
+    cfg: &SurgeConfig,
+    pods: impl Iterator<Item = &'a Pod>,
+) -> usize {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
+    let mut removed = 0;
+    for pod in pods {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => removed += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(namespace = %cfg.namespace, pod = name, error = %e, "could not remove a placeholder")
+            }
+        }
+    }
+    removed
+}

@@ -1,0 +1,396 @@
+//! One node's drain, as a task: record the start (or resume the recorded one), cordon, make
+//! room first with `--surge`, then pass over the node's pods until it is empty
+//! ([`crate::drain::pass_io`]), and record how it ended. Progress lives on the node as
+//! annotations and is announced as Events, so a restarted drainer picks up where this left.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::api::Api;
+use rotor_apimachinery::taints::keeps_pods_off;
+use rotor_core::contract::{DrainPhase, DrainReason, find_drain_taint};
+use rotor_core::duration::later;
+
+use crate::drain::outcome::{DrainOutcome, DrainResult};
+use crate::drain::pass::settled_at;
+use crate::drain::pass_io::{Evicting, evict_until_drained};
+use crate::drain::replace_by::ReplaceBy;
+use crate::drain::shared::{Drains, Stops};
+use crate::drain::surge::SurgeConfig;
+use crate::drain::surge_io::{SurgeOutcome, make_room, release};
+use crate::error::DrainError;
+use crate::record::events::NodeEvent;
+use crate::record::node::{
+    DrainRecord, Intent, Transition, apply, begin_check, misreadings, retry_backoff,
+};
+use crate::record::node_io::{clean_up, save, start_and_cordon};
+
+/// The node as the drain read it, due to start.
+struct ReadNode<'a> {
+    node: &'a Node,
+    name: &'a str,
+    taint: Taint,
+    record: DrainRecord,
+    at: Timestamp,
+}
+
+/// Drains one node until it is drained, fails, loses its taint (`stops.abort`) or the drainer
+/// stops (`stops.stop`). `tainted_since` is when this drainer first saw the node carry a drain
+/// taint that keeps pods off, continuously since (see [`settled_at`]); `None` counts from the
+/// cordon.
+pub async fn drain_node(
+    drains: Arc<Drains>,
+    name: String,
+    intent: Intent,
+    tainted_since: Option<std::time::Instant>,
+    stops: Stops,
+) -> DrainOutcome {
+    let nodes: Api<Node> = Api::all(drains.client.clone());
+    let node = match nodes.get_opt(&name).await {
+        Ok(Some(n)) => n,
+        Ok(None) => {
+            return DrainOutcome {
+                result: DrainResult::NodeGone,
+                record: None,
+            };
+        }
+        Err(e) => {
+            return DrainOutcome {
+                result: DrainResult::Failed {
+                    error: DrainError::ReadNode {
+                        node: name,
+                        error: e,
+                    },
+                },
+                record: None,
+            };
+        }
+    };
+    let before = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
+    let now = Timestamp::now();
+    let Some(taint) = find_drain_taint(&node).cloned() else {
+        return DrainOutcome {
+            result: DrainResult::Cancelled,
+            record: Some(before),
+        };
+    };
+    // Shut down or lost the lease while the node was read: another replica may be acting now.
+    if stops.stop.is_cancelled() {
+        return DrainOutcome {
+            result: DrainResult::Interrupted,
+            record: Some(before),
+        };
+    }
+    if let Some(why) = begin_check(intent, &before, now, retry_backoff) {
+        tracing::debug!(node = %name, why, "not draining: the node's record changed since the cache saw it");
+        return DrainOutcome {
+            result: DrainResult::Skipped { why },
+            record: Some(before),
+        };
+    }
+    announce_misreadings(&drains, &node, now).await;
+    let read = ReadNode {
+        node: &node,
+        name: &name,
+        taint,
+        record: before,
+        at: now,
+    };
+    let (result, record) = drain_fresh(&drains, &nodes, read, tainted_since, &stops).await;
+    // The placeholders' work is done however the drain ended, except at a shutdown: the next
+    // leader resumes this drain and finds them (or its sweep removes them).
+    if let Some(room) = &drains.surge
+        && !matches!(result, DrainResult::Interrupted)
+    {
+        release(room, &name).await;
+    }
+    DrainOutcome {
+        result,
+        record: Some(record),
+    }
+}
+
+/// [`drain_node`] once the node is read and due: records the start, cordons, evicts, and
+/// records how it ended. Returns the result and the last record written.
+async fn drain_fresh(
+    drains: &Drains,
+    nodes: &Api<Node>,
+    read: ReadNode<'_>,
+    tainted_since: Option<std::time::Instant>,
+    stops: &Stops,
+) -> (DrainResult, DrainRecord) {
+    let ReadNode {
+        node,
+        name,
+        taint,
+        record: before,
+        at: now,
+    } = read;
+    let resumed = before.resumes(now, drains.settings.drain_timeout);
+    let start = if matches!(before.phase, Some(DrainPhase::Failed)) {
+        Transition::Retry {
+            now,
+            drain_timeout: drains.settings.drain_timeout,
+        }
+    } else {
+        Transition::Start {
+            now,
+            drain_timeout: drains.settings.drain_timeout,
+        }
+    };
+    let started = apply(&before, start);
+    // With no surge step, evictions begin at once: the same write says so.
+    let then = drains.surge.is_none().then_some(Transition::Evicting);
+    let mut record = match start_and_cordon(nodes, name, node, &started, then).await {
+        Ok(r) => r,
+        Err(e) => {
+            let error = DrainError::Cordon {
+                node: name.to_string(),
+                error: e,
+            };
+            return (DrainResult::Failed { error }, before);
+        }
+    };
+    let deadline = record
+        .deadline
+        .unwrap_or_else(|| later(now, drains.settings.drain_timeout));
+    announce_start(drains, node, &taint, deadline, resumed).await;
+    if let Some(room) = &drains.surge {
+        let outcome = make_room(room, node, &taint, &stops.abort, &stops.stop).await;
+        announce_surge(drains, node, room.config(), &outcome).await;
+        if outcome == SurgeOutcome::Interrupted {
+            let result = if stops.stop.is_cancelled() {
+                DrainResult::Interrupted
+            } else {
+                DrainResult::Cancelled
+            };
+            return (result, record);
+        }
+    }
+    let started = record.started_at.unwrap_or(now);
+    // The taint's age counts only if the taint as read now keeps pods off; otherwise only the
+    // cordon just written does, from now.
+    let protected_for = tainted_since
+        .filter(|_| keeps_pods_off(&taint))
+        .map(|since| since.elapsed());
+    let settled = settled_at(protected_for, Timestamp::now(), drains.settings.settle);
+    let replace_by = drains.settings.replace_by.and_then(|warning| {
+        match rotor_core::contract::replace_by(&node.metadata) {
+            Ok(at) => at.map(|at| ReplaceBy::new(at, warning)),
+            Err(value) => {
+                // Never act on a guess: a time that does not parse is not enforced.
+                tracing::warn!(node = %name, %value, "rotor.dev/replace-by is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z); it is not enforced");
+                None
+            }
+        }
+    });
+    let task = Evicting {
+        drains,
+        nodes,
+        node,
+        name: name.to_string(),
+        taint: &taint,
+        deadline,
+        started,
+        replace_by,
+        settled,
+    };
+    let result = evict_until_drained(&task, &mut record, stops).await;
+    let record = record_end(&task, &result, record).await;
+    (result, record)
+}
+
+/// Says which of the node's drain record annotations rotor disregards as this drain begins
+/// (see [`crate::record::node::misreadings`]), in the log and as a Warning Event; nothing when all
+/// are usable.
+async fn announce_misreadings(drains: &Drains, node: &Node, now: Timestamp) {
+    let found = misreadings(
+        node.metadata.annotations.as_ref(),
+        now,
+        drains.settings.drain_timeout,
+    );
+    if found.is_empty() {
+        return;
+    }
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let list = found
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let note = format!(
+        "rotor disregards drain record annotations it did not write: {list}. They count as absent: a drain under way with no usable deadline starts a new attempt, and rotor overwrites them now. Nothing is evicted on their account."
+    );
+    tracing::warn!(node = %name, "{note}");
+    drains
+        .announcer
+        .on_node(node, NodeEvent::RecordIgnored, note)
+        .await;
+}
+
+/// Says that the drain starts (or resumes, after a restart or failover), in the log and as an
+/// Event on the node.
+async fn announce_start(
+    drains: &Drains,
+    node: &Node,
+    taint: &Taint,
+    deadline: Timestamp,
+    resumed: bool,
+) {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    if resumed {
+        tracing::info!(node = %name, %deadline, "resuming the recorded drain");
+        drains
+            .announcer
+            .on_node(
+                node,
+                NodeEvent::Resumed,
+                format!("rotor resumed draining this node (deadline {deadline})."),
+            )
+            .await;
+    } else {
+        let value = taint.value.as_deref().unwrap_or_default();
+        if value.parse::<DrainReason>().is_err() {
+            tracing::info!(node = %name, value, "the drain taint's value is not one of rotor's reasons; draining anyway, as any value of {} asks for a drain", taint.key);
+        }
+        tracing::info!(node = %name, reason = ?taint.value, %deadline, "starting to drain");
+        drains
+            .announcer
+            .on_node(
+                node,
+                NodeEvent::Started,
+                format!(
+                    "rotor started draining this node (taint {}={}, deadline {deadline}).",
+                    taint.key,
+                    taint.value.clone().unwrap_or_default()
+                ),
+            )
+            .await;
+    }
+}
+
+/// Says how the surge went, in the log, the metrics and an Event on the node.
+async fn announce_surge(drains: &Drains, node: &Node, surge: &SurgeConfig, outcome: &SurgeOutcome) {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let (metric, event, note) = match outcome {
+        SurgeOutcome::Ready {
+            placeholders,
+            waited,
+        } => (
+            "ready",
+            NodeEvent::SurgeReady,
+            format!(
+                "rotor made room for this node's pods: {placeholders} placeholder(s) scheduled in {}s; evicting now.",
+                waited.as_secs()
+            ),
+        ),
+        SurgeOutcome::NothingToReserve => (
+            "nothing_to_reserve",
+            NodeEvent::SurgeNothingToReserve,
+            "No pod on this node needs room elsewhere (none is recreated by a controller, or none requests resources); evicting now.".to_string(),
+        ),
+        SurgeOutcome::TimedOut { scheduled, pending } => {
+            let first = pending
+                .first()
+                .map(|(pod, why)| format!("; e.g. {pod}: {}", why.as_deref().unwrap_or("no reason given yet")))
+                .unwrap_or_default();
+            (
+                "timed_out",
+                NodeEvent::SurgeTimedOut,
+                format!(
+                    "{} of {} placeholder(s) were still unscheduled after --surge-timeout ({}s){first}. Evicting anyway: the pods may wait Pending. Check that a cluster autoscaler can add nodes for them (quotas, group maximum size).",
+                    pending.len(),
+                    pending.len() + scheduled,
+                    surge.timeout.as_secs()
+                ),
+            )
+        }
+        SurgeOutcome::NoSlot => (
+            "no_slot",
+            NodeEvent::SurgeNoSlot,
+            format!(
+                "--max-surge nodes held placeholders for all of --surge-timeout ({}s); evicting without making room.",
+                surge.timeout.as_secs()
+            ),
+        ),
+        SurgeOutcome::Failed(why) => (
+            "failed",
+            NodeEvent::SurgeFailed,
+            format!("{why}. Evicting without making room."),
+        ),
+        SurgeOutcome::Interrupted => return,
+    };
+    drains.metrics.surge(metric);
+    if event.is_warning() {
+        tracing::warn!(node = %name, "{note}");
+    } else {
+        tracing::info!(node = %name, "{note}");
+    }
+    drains.announcer.on_node(node, event, note).await;
+}
+
+/// Records how the drain ended on the node (drained, or failed with its reason) and says so;
+/// undoes rotor's state when the taint went away. Returns the record as last written.
+async fn record_end(
+    task: &Evicting<'_>,
+    result: &DrainResult,
+    mut record: DrainRecord,
+) -> DrainRecord {
+    let (drains, nodes, node, name, started) = (
+        task.drains,
+        task.nodes,
+        task.node,
+        task.name.as_str(),
+        task.started,
+    );
+    match result {
+        DrainResult::Drained => {
+            let done = apply(
+                &record,
+                Transition::Drained {
+                    now: Timestamp::now(),
+                },
+            );
+            match save(nodes, name, &done, &record).await {
+                Ok(()) => record = done,
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "could not record the drained phase")
+                }
+            }
+            let secs = Timestamp::now()
+                .duration_since(started)
+                .as_secs_f64()
+                .max(0.0);
+            drains.metrics.drain_duration.observe(secs);
+            tracing::info!(node = %name, seconds = secs.round(), "node drained");
+            drains.announcer.on_node(node, NodeEvent::Drained, format!("rotor drained this node in {:.0}s; it stays cordoned and tainted for retirement.", secs)).await;
+        }
+        DrainResult::Failed { error } => {
+            let failed = apply(
+                &record,
+                Transition::Failed {
+                    error: error.to_string(),
+                    now: Timestamp::now(),
+                },
+            );
+            match save(nodes, name, &failed, &record).await {
+                Ok(()) => record = failed,
+                Err(e) => tracing::warn!(node = %name, error = %e, "could not record the failure"),
+            }
+            tracing::warn!(node = %name, %error, "drain failed; it will be retried after a back-off");
+            drains
+                .announcer
+                .on_node(node, NodeEvent::Failed, error.to_string())
+                .await;
+        }
+        DrainResult::Cancelled => match clean_up(&drains.client, &drains.announcer, name).await {
+            Ok(()) => record = DrainRecord::default(),
+            Err(e) => {
+                tracing::warn!(node = %name, error = %e, "could not undo rotor's drain state after the taint was removed")
+            }
+        },
+        DrainResult::NodeGone | DrainResult::Interrupted | DrainResult::Skipped { .. } => {}
+    }
+    record
+}

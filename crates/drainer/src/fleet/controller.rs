@@ -1,0 +1,539 @@
+//! The drainer's control loop: watch nodes (keeping only a small summary of each, not the
+//! object), and on every change or tick decide what runs. Drains that were recorded as started
+//! resume; drains whose taint disappeared are stopped and undone; new drains start only inside a
+//! maintenance window, when the gate is open, and within the fleet limits the `fleet` module
+//! computes. Every replica runs the loop; it contends for the leader lease while some node needs
+//! rotor and acts only while it leads. While no node needs rotor it makes no API request besides
+//! its watches, leader or not: the leader releases the lease after `--release-lease-after`.
+//!
+//! The decisions are in `machine.rs` (a state machine, no I/O); this module only carries the
+//! watches' events to it and runs its commands. `start_gate` holds the next start until the
+//! cluster has absorbed the last drains; `choice` orders the candidates by what their pods'
+//! budgets allow now; both read the cluster, so the shell asks them between the machine's steps.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::drain::outcome::{DrainOutcome, DrainResult};
+use crate::drain::pods::DrainOptions;
+use crate::drain::published::Published;
+use crate::drain::shared::{Drains, Stops};
+use crate::drain::surge_io::{release, reserve_ahead};
+use crate::drain::task::drain_node;
+use crate::error::RunError;
+use crate::fleet::gate::GateConfig;
+use crate::fleet::health::HealthConfig;
+use crate::fleet::starts::{FleetLimits, HeldReason, NodeView};
+use crate::fleet::window::MaintenanceWindow;
+use crate::fleet::workloads::{WorkloadIndex, WorkloadUpdate};
+use crate::leader::election::Election;
+use crate::metrics::{Metrics, PhaseLabel};
+use crate::record::events::NodeEvent;
+use crate::record::events_io::Announcer;
+use crate::record::node_io::clean_up;
+use crate::record::notify::{Notice, NoticeKind};
+use crate::record::rotation::RecordRef;
+use crate::record::rotation_io::{watch_halt, write_halt, write_waiting};
+
+use super::choice::{self, ChoiceReads};
+use super::gate_io::{Gate, GateReads};
+use super::health_io::HealthGate;
+use super::held_log::HeldLog;
+use super::machine::{Command, Event, LeaseCommand, Machine, MachineConfig, StartRound};
+
+/// The loop's settings, from the flags (`crate::config`).
+#[derive(Clone, Debug)]
+pub struct FleetSettings {
+    /// `--max-concurrent`, `--max-unavailable`, `--node-startup-grace`.
+    pub limits: FleetLimits,
+    /// `--window`: when drains may start.
+    pub windows: Vec<MaintenanceWindow>,
+    /// `--require-approval`.
+    pub require_approval: bool,
+    /// `--halt-after`: the circuit breaker, when on.
+    pub halt_after: Option<Duration>,
+    /// `--halt-stops-drains`.
+    pub halt_stops_drains: bool,
+    /// `--surge`: room is made ahead for the nodes next in line.
+    pub surge: bool,
+    /// `--pending-grace` and what the gate ignores.
+    pub gate: GateConfig,
+    /// `--gate-timeout`.
+    pub gate_timeout: Duration,
+    /// The health gate, when a check is set.
+    pub health: Option<HealthConfig>,
+    /// The drain's pod filters: candidates are weighed as their drains would plan them.
+    pub options: DrainOptions,
+}
+
+/// What the loop over nodes works with, each handle for one job.
+pub struct Fleet {
+    /// The watches (nodes, workloads, the rotation record) and the leader's reads and writes.
+    pub client: kube::Client,
+    pub settings: FleetSettings,
+    pub metrics: Metrics,
+    /// The rotation's record beside the Lease (halt, health gate, waiting nodes).
+    pub rotation: RecordRef,
+    /// Events on nodes, and the webhooks.
+    pub announcer: Announcer,
+    /// What the drain tasks share; the loop starts them with it.
+    pub drains: Arc<Drains>,
+    /// What the running drains publish (their claims on the budgets, what they evicted).
+    pub published: Arc<Published>,
+    /// The loop's tasks beside the drains (record writes, Events, room made ahead): owned,
+    /// so that a shutdown waits for them.
+    pub tasks: TaskTracker,
+}
+
+/// Runs the control loop until `stop`. Every replica runs it: it watches, contends for the lease
+/// in `election` while some node needs rotor, acts only while it leads, and releases the lease
+/// once no node has needed rotor for `release_after` and nothing it started is still running.
+pub async fn run(
+    fleet: Arc<Fleet>,
+    election: &mut Election,
+    release_after: Duration,
+    stop: CancellationToken,
+) -> Result<(), RunError> {
+    let nodes_api: Api<Node> = Api::all(fleet.client.clone());
+    // Small pages: each listed Node is summarised and dropped at once, so the page is the
+    // peak (500 full Nodes with their image lists are several MiB at 5,000 nodes).
+    let mut node_events = watcher(nodes_api, watcher::Config::default().page_size(100))
+        .default_backoff()
+        .boxed();
+    let mut workload_events = super::workloads_io::watch(fleet.client.clone()).boxed();
+    // The circuit breaker's halt lives in the rotation record; every replica follows it, so
+    // that a new leader honours a halt and a resume reaches whoever leads.
+    let mut halt_events = match fleet.settings.halt_after {
+        Some(_) => watch_halt(fleet.client.clone(), &fleet.rotation).boxed(),
+        None => futures::stream::pending().boxed(),
+    };
+    let mut leading_changes = election.leading.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    let mut machine = Machine::new(MachineConfig {
+        limits: fleet.settings.limits.clone(),
+        windows: fleet.settings.windows.clone(),
+        release_after,
+        reserve_ahead: if fleet.settings.surge {
+            fleet.settings.limits.max_concurrent
+        } else {
+            0
+        },
+        require_approval: fleet.settings.require_approval,
+        halt_after: fleet.settings.halt_after,
+        halt_stops_drains: fleet.settings.halt_stops_drains,
+    });
+    let mut shell = Shell {
+        fleet: fleet.clone(),
+        stop: stop.clone(),
+        tasks: JoinSet::new(),
+        stoppers: HashMap::new(),
+        // A new leader does not know what the last drains evicted (that was in the previous
+        // leader's memory), so even its first start waits for the gate: the workload index
+        // listed, and no pod unschedulable past --pending-grace.
+        gate: Gate::new_term(),
+        workloads: WorkloadIndex::default(),
+        demand_cache: choice::DemandCache::default(),
+        held_log: HeldLog::default(),
+        gate_reads: GateReads {
+            client: fleet.client.clone(),
+            published: fleet.published.clone(),
+            metrics: fleet.metrics.clone(),
+            cfg: fleet.settings.gate.clone(),
+            timeout: fleet.settings.gate_timeout,
+        },
+        choice_reads: ChoiceReads {
+            client: fleet.client.clone(),
+            budgets: fleet.drains.budgets.clone(),
+            published: fleet.published.clone(),
+            options: fleet.settings.options.clone(),
+        },
+        health: match fleet.settings.health.clone() {
+            Some(cfg) => Some(
+                HealthGate::new(
+                    cfg,
+                    fleet.metrics.clone(),
+                    fleet.client.clone(),
+                    fleet.rotation.clone(),
+                    fleet.tasks.clone(),
+                )
+                .map_err(RunError::HealthClient)?,
+            ),
+            None => None,
+        },
+    };
+    // The node watch's initial list, gathered until it is complete.
+    let mut listing: Vec<NodeView> = Vec::new();
+    loop {
+        let burst_over = machine.burst_settles_at(Instant::now());
+        let event = tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => None,
+            changed = leading_changes.changed() => if changed.is_err() {
+                return Err(RunError::ElectionEnded);
+            } else { None },
+            _ = tokio::time::sleep_until(burst_over.unwrap_or_else(Instant::now).into()), if burst_over.is_some() => None,
+            Some(read) = halt_events.next() => match read {
+                Ok(state) => Some(Event::HaltRead(state)),
+                Err(e) => { tracing::warn!(error = %e, configmap = %fleet.rotation.name, "watching the rotation record failed; it restarts with back-off (a halt or resume is seen once it does)"); None }
+            },
+            Some(update) = workload_events.next() => {
+                if let WorkloadUpdate::Failed { kind, error, .. } = &update {
+                    tracing::warn!(kind = kind.as_str(), %error, "workload watch failed; it restarts with back-off, and the gate holds meanwhile");
+                }
+                let changed = shell.workloads.apply(update);
+                // Only a change the held gate waits on is worth a pass over the fleet.
+                if !shell.gate.waits_on(&changed, &shell.workloads) {
+                    continue;
+                }
+                None
+            }
+            ev = node_events.next() => match ev {
+                Some(Ok(watcher::Event::Init)) => { listing.clear(); continue }
+                Some(Ok(watcher::Event::InitApply(n))) => { listing.push(NodeView::of(&n)); continue }
+                Some(Ok(watcher::Event::InitDone)) => Some(Event::NodesListed(std::mem::take(&mut listing))),
+                Some(Ok(watcher::Event::Apply(n))) => Some(Event::NodeApplied(NodeView::of(&n))),
+                Some(Ok(watcher::Event::Delete(n))) => Some(Event::NodeDeleted(n.metadata.name.unwrap_or_default())),
+                Some(Err(e)) => { tracing::warn!(error = %e, "node watch failed; it restarts with back-off"); None }
+                None => return Err(RunError::NodeWatchEnded),
+            },
+            Some(done) = shell.tasks.join_next() => Some(shell.task_ended(done.map_err(RunError::TaskPanicked)?)),
+        };
+        if let Some(event) = event {
+            for command in machine.apply(event, Instant::now()) {
+                shell.run(command).await;
+            }
+            // Every replica reports the halt it knows, so the figure survives a failover.
+            fleet.metrics.halted.set(i64::from(machine.halted()));
+            if let Some(room) = &fleet.drains.surge {
+                room.set_fleet_size(machine.node_count());
+            }
+        }
+        if !machine.listed() {
+            continue;
+        }
+        let lease = machine.lease_step(
+            Instant::now(),
+            Timestamp::now(),
+            election.is_contending(),
+            election.is_leading(),
+        );
+        for command in lease {
+            Shell::lease(election, command).await;
+        }
+        // The one reading of the election that decides whether this pass acts.
+        let (commands, round) =
+            machine.act(Instant::now(), Timestamp::now(), election.is_leading());
+        for command in commands {
+            shell.run(command).await;
+        }
+        let Some(round) = round else {
+            // Only the leader asks the health checks: a replica that is not leading (any more)
+            // reports the gate open, so that `min` over replicas is the leader's verdict.
+            fleet.metrics.health_gate_open.set(1);
+            continue;
+        };
+        let round = shell.weigh_starts(&machine, round).await;
+        // The gate and the choice may have waited on the API: act only if still leading.
+        if stop.is_cancelled() || !election.is_leading() {
+            continue;
+        }
+        for command in machine.start(round) {
+            shell.run(command).await;
+        }
+    }
+    // Shutdown: let running drains stop where they are; their state stays on the nodes.
+    while shell.tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// What the shell holds besides the machine: the tasks it runs, and the parts of the decision
+/// that read the cluster (the start gate, the workload index it reads, the demand cache).
+struct Shell {
+    fleet: Arc<Fleet>,
+    stop: CancellationToken,
+    tasks: JoinSet<(String, DrainOutcome)>,
+    /// How to stop each running drain.
+    stoppers: HashMap<String, Stops>,
+    gate: Gate,
+    gate_reads: GateReads,
+    choice_reads: ChoiceReads,
+    workloads: WorkloadIndex,
+    demand_cache: choice::DemandCache,
+    held_log: HeldLog,
+    /// `--health-prometheus`, `--health-url`: none when no check is set.
+    health: Option<HealthGate>,
+}
+
+impl Shell {
+    /// A task ended: withdraw what it published for the controller, as an event.
+    fn task_ended(&mut self, (node, outcome): (String, DrainOutcome)) -> Event {
+        self.stoppers.remove(&node);
+        self.fleet.published.claims.take(&node);
+        // Whatever the end, what the drain evicted must be Ready again before the next start:
+        // its share of the disruption no longer counts as in flight.
+        let evicted = self
+            .fleet
+            .published
+            .in_flight
+            .take(&node)
+            .map(|counts| counts.into_keys().collect())
+            .unwrap_or_default();
+        if let DrainResult::Skipped { why } = &outcome.result {
+            tracing::debug!(%node, why, "drain task skipped");
+        }
+        Event::TaskEnded {
+            node,
+            result: outcome.result,
+            record: outcome.record,
+            evicted,
+        }
+    }
+
+    /// Runs the lease step's commands.
+    async fn lease(election: &mut Election, command: LeaseCommand) {
+        match command {
+            LeaseCommand::Contend { node, why } => {
+                tracing::info!(%node, why, "a node needs rotor: contending for the leader lease");
+                election.contend();
+            }
+            LeaseCommand::StandDown { leading, idle } => {
+                if leading {
+                    tracing::info!(
+                        idle_secs = idle.as_secs(),
+                        "no node needs rotor: standing down, giving the leader lease back"
+                    );
+                }
+                // Returns once this replica no longer leads and the lease is released.
+                election.stand_down().await;
+            }
+            LeaseCommand::StandBy { waiting } => {
+                if waiting.is_empty() {
+                    tracing::info!(
+                        "no node needs rotor: standing by without the leader lease, watching for drain taints"
+                    );
+                } else {
+                    let shown: Vec<&str> = waiting.iter().take(5).map(String::as_str).collect();
+                    tracing::info!(
+                        waiting = waiting.len(),
+                        nodes = %shown.join(", "),
+                        "no tainted node can start now: standing by without the leader lease until one can (a window opens, a retry falls due, an opt-out goes)"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Asks the start gate, then the budget-aware choice, about the machine's round of starts.
+    async fn weigh_starts(&mut self, machine: &Machine, mut round: StartRound) -> StartRound {
+        if !round.start.is_empty() && self.gate.armed() {
+            // Checked on the pass after a drain finishes, then on every change to a workload it
+            // waits for (from the watches, so it opens as soon as the last one is Ready) and on
+            // the tick.
+            if let Err(why) = self
+                .gate
+                .check(&self.gate_reads, &self.workloads, round.elapsed)
+                .await
+            {
+                round.gate_held = self.gate.holding();
+                round.hold(HeldReason::Gate(why));
+            }
+        }
+        // The cluster has absorbed the last drains; the world outside must be healthy too.
+        // Asked only when something would start, so an idle drainer sends nothing.
+        if !round.start.is_empty()
+            && let Some(health) = &mut self.health
+            && let Err(why) = health.check().await
+        {
+            round.hold(HeldReason::Health(why));
+        }
+        // A slot is free and the gate is open: if there is a choice, prefer the candidates whose
+        // pods' budgets let a drain proceed now over one that would sit in the slot waiting.
+        if !round.start.is_empty() {
+            let limits = self.fleet.settings.limits.clone();
+            let starting = round.start.len();
+            if let Some(decision) = choice::rechoose(
+                &self.choice_reads,
+                &mut self.demand_cache,
+                &mut round.view,
+                &limits,
+                starting,
+            )
+            .await
+            {
+                machine.take_decision(&mut round, decision);
+            }
+        }
+        self.held_log.update(round.held.clone(), Instant::now());
+        if let Some(held) = self.held_log.take_due_write(Instant::now()) {
+            // For `status`: why each waiting node waits, beside the drains' own records.
+            let waiting = held
+                .iter()
+                .map(|(node, why)| (node.clone(), why.to_string()))
+                .collect();
+            let (client, record) = (self.fleet.client.clone(), self.fleet.rotation.clone());
+            self.fleet.tasks.spawn(async move {
+                if let Err(e) = write_waiting(&client, &record, &waiting).await {
+                    tracing::debug!(error = %e, "could not write the waiting nodes into the rotation record");
+                }
+            });
+        }
+        round
+    }
+
+    /// Runs one of the machine's commands.
+    async fn run(&mut self, command: Command) {
+        match command {
+            Command::ForgetDemand(node) => self.demand_cache.forget(&node),
+            Command::CountDrainEnd(how) => self.fleet.metrics.drain_finished(how),
+            Command::ArmGate(owners) => self.gate.arm(owners),
+            Command::NewTerm => {
+                tracing::info!("leading: starting to drain tainted nodes");
+                self.gate = Gate::new_term();
+                self.demand_cache = choice::DemandCache::default();
+                if let Some(health) = &mut self.health {
+                    health.new_term();
+                }
+                // A previous leader may have stopped between creating placeholders and
+                // removing them; those of nodes no longer draining go now.
+                if let Some(room) = self.fleet.drains.surge.clone() {
+                    self.fleet.tasks.spawn(async move { room.sweep().await });
+                }
+            }
+            Command::PublishPhases(counts) => {
+                for (phase, count) in counts {
+                    self.fleet
+                        .metrics
+                        .nodes_by_phase
+                        .get_or_create(&PhaseLabel {
+                            phase: phase.to_string(),
+                        })
+                        .set(count);
+                }
+            }
+            Command::Abort(node) => {
+                if let Some(stoppers) = self.stoppers.get(&node) {
+                    stoppers.abort.cancel();
+                }
+            }
+            Command::Pause(node) => {
+                tracing::warn!(%node, "rotation halted: stopping this drain where it is (--halt-stops-drains); it resumes after `rotor-drainer resume`");
+                if let Some(stoppers) = self.stoppers.get(&node) {
+                    stoppers.stop.cancel();
+                }
+            }
+            Command::Halt(halt) => {
+                tracing::error!(reason = %halt.reason, "rotation halted: no drain starts until `rotor-drainer resume` (fix the cause first)");
+                self.fleet.announcer.notifier().send(Notice::new(
+                    NoticeKind::RotationHalted,
+                    None,
+                    format!(
+                        "{}; no drain starts until `rotor-drainer resume`",
+                        halt.reason
+                    ),
+                ));
+                let (client, record) = (self.fleet.client.clone(), self.fleet.rotation.clone());
+                self.fleet.tasks.spawn(async move {
+                    if let Err(e) = write_halt(&client, &record, &halt).await {
+                        tracing::error!(configmap = %record.name, namespace = %record.namespace, error = %e, "could not write the halt into the rotation record: this leader stays halted, but `status` does not show it and a new leader would not know (check the drainer's RBAC on configmaps)");
+                    }
+                });
+            }
+            Command::Notify { kind, detail } => {
+                self.fleet
+                    .announcer
+                    .notifier()
+                    .send(Notice::new(kind, None, detail));
+            }
+            Command::Resumed => {
+                tracing::info!("rotation resumed: drains may start again");
+                self.gate.restart_clock();
+            }
+            Command::CleanUp(node) => {
+                let fleet = self.fleet.clone();
+                self.tasks.spawn(async move {
+                    if let Err(e) = clean_up(&fleet.client, &fleet.announcer, &node).await {
+                        tracing::warn!(%node, error = %e, "could not undo rotor's drain state");
+                    }
+                    // Placeholders are rotor's drain state too (a drain interrupted by a
+                    // restart leaves them until its node is cleaned up or drained).
+                    if let Some(room) = &fleet.drains.surge {
+                        release(room, &node).await;
+                    }
+                    let outcome = DrainOutcome {
+                        result: DrainResult::NodeGone,
+                        record: None,
+                    };
+                    (node, outcome)
+                });
+            }
+            // Best effort, beside the drains: a failure only means the node's own drain makes
+            // its room when it starts.
+            Command::ReserveAhead(node) => {
+                if let Some(room) = self.fleet.drains.surge.clone() {
+                    self.fleet
+                        .tasks
+                        .spawn(async move { reserve_ahead(&room, &node).await });
+                }
+            }
+            // Beside the drains, like every Event: a failure is only logged.
+            Command::AnnounceHeld { node, why } => {
+                tracing::info!(%node, %why, "drain held");
+                let (client, announcer) = (self.fleet.client.clone(), self.fleet.announcer.clone());
+                self.fleet.tasks.spawn(async move {
+                    let nodes: Api<Node> = Api::all(client);
+                    match nodes.get_opt(&node).await {
+                        Ok(Some(object)) => {
+                            announcer.on_node(&object, NodeEvent::HeldByHooks, why).await
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(%node, error = %e, "could not read the node to post its DrainHeld Event")
+                        }
+                    }
+                });
+            }
+            Command::ReleaseAhead(node) => {
+                if let Some(room) = self.fleet.drains.surge.clone() {
+                    self.fleet
+                        .tasks
+                        .spawn(async move { release(&room, &node).await });
+                }
+            }
+            Command::Drain {
+                node,
+                intent,
+                tainted_since,
+            } => {
+                // Until the drain publishes its own claims (after listing its pods), the demand
+                // it was chosen with stands for them, so the next choice does not overlook it.
+                if let Some(demand) = self.demand_cache.take(&node) {
+                    self.fleet.published.claims.set(&node, demand);
+                }
+                let stops = Stops {
+                    abort: CancellationToken::new(),
+                    // A halt stops the drain as a shutdown would: where it is, state kept.
+                    stop: self.stop.child_token(),
+                };
+                self.stoppers.insert(node.clone(), stops.clone());
+                let drains = self.fleet.drains.clone();
+                self.tasks.spawn(async move {
+                    let outcome =
+                        drain_node(drains, node.clone(), intent, tainted_since, stops).await;
+                    (node, outcome)
+                });
+            }
+        }
+    }
+}

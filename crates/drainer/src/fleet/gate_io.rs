@@ -1,0 +1,295 @@
+//! The runtime side of the start gate: what the next start waits for, read from the workload
+//! index and the pending pods, logged when it changes, bounded by `--gate-timeout` (except when
+//! the gate cannot read the cluster: then it holds, failing closed). The decisions themselves are
+//! in [`crate::fleet::gate`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+use crate::drain::published::{Published, WorkloadRef};
+use crate::fleet::gate::{
+    GateBlocker, GateConfig, concerns, pending_pod_blockers, pending_read_holds_until,
+    workload_blockers,
+};
+use crate::fleet::workloads::{IndexUnusable, WorkloadIndex, WorkloadKey};
+use crate::metrics::Metrics;
+
+/// What the gate reads besides the workload index, and its settings.
+pub(super) struct GateReads {
+    /// Lists the pending pods.
+    pub client: kube::Client,
+    /// What the running drains evicted.
+    pub published: Arc<Published>,
+    pub metrics: Metrics,
+    /// `--pending-grace` and the namespaces it ignores.
+    pub cfg: GateConfig,
+    /// `--gate-timeout`.
+    pub timeout: Duration,
+}
+
+/// The gate between one drained node and the next.
+#[derive(Default)]
+pub(super) struct Gate {
+    /// Workloads evicted from drains finished since the last start and not yet seen Ready
+    /// again; each leaves the set once it is, so it is not fetched again.
+    owners: BTreeSet<WorkloadRef>,
+    /// When the gate first held the next start.
+    held_since: Option<Instant>,
+    /// What held it at the last check, one line per blocker.
+    last_report: Vec<String>,
+    /// Why the next drains wait, in words that do not change with every replica count (it is
+    /// the held drains' reason, logged when it changes).
+    held_reason: String,
+    /// The blockers named in the last "waiting for the cluster to settle" line, and when.
+    logged: BTreeSet<String>,
+    logged_at: Option<Instant>,
+    armed: bool,
+    /// The last read of pending pods: what held the gate then, and until when it stands.
+    pending: Option<PendingRead>,
+    /// The last check could not read the cluster: hold, whatever --gate-timeout says (fail
+    /// closed).
+    failing: bool,
+}
+
+impl Gate {
+    /// The gate of a new leader: armed with nothing, so the first start still waits for the
+    /// workload index and for pending pods.
+    pub(super) fn new_term() -> Gate {
+        let mut gate = Gate::default();
+        gate.arm([]);
+        gate
+    }
+
+    /// A drain finished: the workloads it evicted join those the next start waits for.
+    pub(super) fn arm(&mut self, owners: impl IntoIterator<Item = WorkloadRef>) {
+        self.owners.extend(owners);
+        self.armed = true;
+    }
+
+    /// Whether a start must pass the gate first.
+    pub(super) fn armed(&self) -> bool {
+        self.armed
+    }
+
+    /// How long the gate has held the next start and what holds it, one blocker after the
+    /// other: for the circuit breaker. `None` while it is open, or while it cannot read the
+    /// cluster (an API that does not answer says nothing about the workloads).
+    pub(super) fn holding(&self) -> Option<(Duration, String)> {
+        let since = self.held_since.filter(|_| !self.failing)?;
+        Some((since.elapsed(), self.last_report.join("; ")))
+    }
+
+    /// The halt was lifted: what holds the gate counts from now, for the breaker and for
+    /// `--gate-timeout` alike.
+    pub(super) fn restart_clock(&mut self) {
+        if self.held_since.is_some() {
+            self.held_since = Some(Instant::now());
+        }
+    }
+
+    /// Whether a change to the workloads `changed` may open the gate while it holds.
+    pub(super) fn waits_on(&self, changed: &[WorkloadKey], workloads: &WorkloadIndex) -> bool {
+        self.held_since.is_some() && concerns(&self.owners, changed, workloads)
+    }
+
+    /// Checks the gate before a start; `Err` says why the start waits. `elapsed` (since the
+    /// last pass) counts towards the gate-blocked-seconds metric while it holds. An open gate,
+    /// or one held past `--gate-timeout` without failing, is reset for the next drains.
+    pub(super) async fn check(
+        &mut self,
+        reads: &GateReads,
+        workloads: &WorkloadIndex,
+        elapsed: Duration,
+    ) -> Result<(), String> {
+        let checked = gate_blockers(reads, self, workloads).await;
+        if let Ok(blockers) = &checked
+            && blockers.is_empty()
+        {
+            // Open. Workloads still short within what running drains evicted stay, and the
+            // gate stays armed for them: the next start judges them again.
+            // A read of pending pods that found none past its grace stands for the next starts
+            // too.
+            let still_short = std::mem::take(&mut self.owners);
+            *self = Gate {
+                pending: self.pending.take(),
+                ..Gate::default()
+            };
+            if !still_short.is_empty() {
+                self.arm(still_short);
+            }
+            return Ok(());
+        }
+        let since = *self.held_since.get_or_insert_with(Instant::now);
+        reads
+            .metrics
+            .gate_blocked_seconds
+            .inc_by(elapsed.as_secs_f64());
+        match checked {
+            Ok(blockers) => {
+                self.failing = false;
+                self.last_report = blockers.iter().map(GateBlocker::to_string).collect();
+                self.held_reason = held_reason(&blockers);
+                // A line when something new holds it, not at every replica that turns Ready;
+                // counts that only change are repeated at most every GATE_LOG_INTERVAL.
+                let subjects: BTreeSet<String> =
+                    blockers.iter().map(GateBlocker::subject).collect();
+                let due = self
+                    .logged_at
+                    .is_none_or(|at| at.elapsed() >= GATE_LOG_INTERVAL);
+                if !subjects.is_subset(&self.logged) || due {
+                    tracing::info!(blockers = ?self.last_report, "waiting for the cluster to settle before the next drain");
+                    self.logged = subjects;
+                    self.logged_at = Some(Instant::now());
+                }
+            }
+            Err(e) => {
+                let report = vec![format!("gate check failed: {e}")];
+                if !self.failing || report != self.last_report {
+                    tracing::warn!(error = %e, "could not check the gate; holding the next drain");
+                }
+                self.failing = true;
+                self.held_reason = report[0].clone();
+                self.last_report = report;
+            }
+        }
+        if !self.failing && since.elapsed() >= reads.timeout {
+            tracing::warn!(blockers = ?self.last_report, "the gate held longer than --gate-timeout; starting the next node anyway");
+            *self = Gate::default();
+            return Ok(());
+        }
+        Err(self.held_reason.clone())
+    }
+}
+
+/// How often a held gate repeats its line when only the counts in it change.
+const GATE_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The held drains' reason for a gate held by `blockers`: which kinds of blocker, not their
+/// counts, so that it changes only when the situation does.
+fn held_reason(blockers: &[GateBlocker]) -> String {
+    let workloads = blockers
+        .iter()
+        .any(|b| matches!(b, GateBlocker::WorkloadNotReady { .. }));
+    let pending = blockers
+        .iter()
+        .any(|b| matches!(b, GateBlocker::PendingPod { .. }));
+    let mut parts = Vec::new();
+    if workloads {
+        parts.push("workloads evicted by earlier drains are not Ready again");
+    }
+    if pending {
+        parts.push("pods are unschedulable past --pending-grace");
+    }
+    parts.join("; ")
+}
+
+/// How long one read of pending pods that found a pod past its grace stands: they are not
+/// watched (that would be a cluster-wide pod cache), so a gate held by one is re-read on the
+/// tick. A read that found none stands until a pod could pass its grace
+/// ([`pending_read_holds_until`]).
+const PENDING_RECHECK: Duration = Duration::from_secs(1);
+
+/// One read of pending pods: what held the gate, and until when that stands.
+struct PendingRead {
+    blockers: Vec<GateBlocker>,
+    /// On the monotonic clock, so that a step of the wall clock cannot stretch it.
+    until: Instant,
+}
+
+/// Why the gate cannot tell whether the cluster has settled; it holds (fails closed) meanwhile.
+#[derive(Debug, thiserror::Error)]
+enum GateUnknown {
+    #[error("the workload index cannot be trusted: {0}")]
+    Index(IndexUnusable),
+    #[error("cannot list pending pods: {0}")]
+    ListPending(kube::Error),
+}
+
+/// What holds the gate now. Workloads come from the watched index, and those found Ready again
+/// (or gone) leave `gate.owners`; pending pods are read only once no workload holds it, and a
+/// read is reused while it stands ([`PendingRead`]): a rotation of many nodes, each start
+/// passing the gate, lists them about once per `--pending-grace`, not at every start. An index
+/// that cannot be trusted is an error, so the gate fails closed.
+async fn gate_blockers(
+    reads: &GateReads,
+    gate: &mut Gate,
+    workloads: &WorkloadIndex,
+) -> Result<Vec<GateBlocker>, GateUnknown> {
+    if let Some(why) = workloads.unusable(Instant::now()) {
+        return Err(GateUnknown::Index(why));
+    }
+    let blockers = workload_blockers(
+        &mut gate.owners,
+        workloads,
+        &reads.published.in_flight.totals(),
+    );
+    if !blockers.is_empty() {
+        return Ok(blockers);
+    }
+    if let Some(read) = &gate.pending
+        && Instant::now() < read.until
+    {
+        return Ok(read.blockers.clone());
+    }
+    let pods: Api<Pod> = Api::all(reads.client.clone());
+    // From the API server's watch cache: a pod holds the gate only after --pending-grace, which a
+    // list a moment old cannot change, while a consistent list waits for the cache to catch up
+    // (and before Kubernetes 1.31 reads every pod of the cluster from etcd to filter by phase).
+    let pending = pods
+        .list(
+            &ListParams::default()
+                .fields("status.phase=Pending")
+                .match_any(),
+        )
+        .await
+        .map_err(GateUnknown::ListPending)?
+        .items;
+    let now = Timestamp::now();
+    let blockers = pending_pod_blockers(&pending, &reads.cfg, now);
+    let stands_for = if blockers.is_empty() {
+        let until = pending_read_holds_until(&pending, &reads.cfg, now);
+        Duration::try_from(until.duration_since(now)).unwrap_or_default()
+    } else {
+        PENDING_RECHECK
+    };
+    let until = Instant::now() + stands_for;
+    gate.pending = Some(PendingRead {
+        blockers: blockers.clone(),
+        until,
+    });
+    Ok(blockers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_held_reason_names_the_kinds_of_blocker_not_their_counts() {
+        let workload = |ready| GateBlocker::WorkloadNotReady {
+            workload: "Deployment shop/web".into(),
+            ready,
+            wanted: 3,
+            in_flight: 0,
+        };
+        let pod = GateBlocker::PendingPod {
+            pod: "shop/web-1".into(),
+            for_secs: 200,
+            reason: None,
+        };
+        assert_eq!(held_reason(&[workload(1)]), held_reason(&[workload(2)]));
+        assert_eq!(
+            held_reason(&[workload(1), pod.clone()]),
+            "workloads evicted by earlier drains are not Ready again; pods are unschedulable past --pending-grace"
+        );
+        assert_eq!(
+            held_reason(&[pod]),
+            "pods are unschedulable past --pending-grace"
+        );
+    }
+}

@@ -1,0 +1,859 @@
+//! The control loop's decisions, as a state machine with no I/O: events in (the node watch's
+//! list and changes, a drain task's end, a wake-up), commands out (contend for the lease or
+//! stand down, publish the phases, undo, resume or start a drain). The shell in
+//! [`super::controller::run`] only carries events in and runs the commands; the order of a pass is here:
+//!
+//! 1. [`Machine::lease_step`]: contend while some node needs rotor; give the lease back once
+//!    none has for `--release-lease-after` and nothing rotor started still runs.
+//! 2. [`Machine::act`] (every replica publishes; only the leader goes on): a new term forgets
+//!    what an earlier one knew; drains whose taint went are stopped; rotor's state on untainted
+//!    nodes is undone; drains recorded as started resume; then the fleet limits, the maintenance
+//!    windows and the taint burst decide which candidates may start ([`StartRound`]).
+//! 3. The shell asks the start gate and the budget-aware choice about the round (both read the
+//!    cluster), then [`Machine::start`] turns what is left into drains.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use rotor_core::contract::DrainPhase;
+
+use crate::drain::outcome::DrainResult;
+use crate::drain::published::WorkloadRef;
+use crate::fleet::breaker::{gate_trip, rotation_began, stalled_replacement};
+use crate::fleet::starts::{
+    FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, StartBlock, candidate_names,
+    choose_nodes_to_start, start_block,
+};
+use crate::fleet::window::{MaintenanceWindow, any_open};
+use crate::record::node::{DrainRecord, Intent, retry_backoff};
+use crate::record::notify::NoticeKind;
+use crate::record::rotation::{Halt, HaltState};
+
+/// What the machine is told.
+#[derive(Debug)]
+pub(super) enum Event {
+    /// The node watch listed every node (at start, or a re-list after the watch lost its place).
+    NodesListed(Vec<NodeView>),
+    /// A node was added or changed.
+    NodeApplied(NodeView),
+    /// A node was deleted.
+    NodeDeleted(String),
+    /// The rotation record's halt changed (the record watch, with `--halt-after`).
+    HaltRead(HaltState),
+    /// A drain or clean-up task ended. `record` is what the task last wrote on the node (the
+    /// watch may not have delivered it yet); `evicted` the gated workloads it evicted from.
+    TaskEnded {
+        node: String,
+        result: DrainResult,
+        record: Option<DrainRecord>,
+        evicted: Vec<WorkloadRef>,
+    },
+}
+
+/// What the machine asks the shell to do.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Command {
+    /// Forget the budget demand known for this node (its pods may have changed).
+    ForgetDemand(String),
+    /// Count a drain's end in the metrics, by how it ended.
+    CountDrainEnd(&'static str),
+    /// The next start waits for these workloads to be Ready again (and pending pods to clear).
+    ArmGate(Vec<WorkloadRef>),
+    /// Publish how many nodes are in each drain phase.
+    PublishPhases(BTreeMap<&'static str, i64>),
+    /// This replica has just become the leader: what it knew from an earlier term is stale
+    /// (the start gate and the demand cache start afresh).
+    NewTerm,
+    /// Stop the drain of this node: its taint went away or the node is gone.
+    Abort(String),
+    /// Undo rotor's state on this untainted node (nobody is draining it).
+    CleanUp(String),
+    /// Run this node's drain.
+    Drain {
+        node: String,
+        intent: Intent,
+        tainted_since: Option<Instant>,
+    },
+    /// Make room for this node's pods ahead of its drain (`--surge`): it is next in line.
+    ReserveAhead(String),
+    /// Remove the room made ahead for this node: it is no longer in line.
+    ReleaseAhead(String),
+    /// Say on this node (an Event) that pre-drain hooks or a missing approval hold it, in
+    /// `why`'s words.
+    AnnounceHeld { node: String, why: String },
+    /// The circuit breaker tripped: write the halt into the rotation record and say so.
+    Halt(Halt),
+    /// Stop this node's drain where it is, its state kept on the node (`--halt-stops-drains`).
+    Pause(String),
+    /// The halt was lifted: the breaker's clocks start afresh.
+    Resumed,
+    /// Tell the webhooks (`--notify-webhook`).
+    Notify { kind: NoticeKind, detail: String },
+}
+
+/// What the lease step asks of the shell.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum LeaseCommand {
+    /// Contend for the leader lease: `node` needs rotor, for `why`.
+    Contend { node: String, why: &'static str },
+    /// Stop contending and release the lease (the shell waits until it is released); `idle` is
+    /// how long no node has needed rotor.
+    StandDown { leading: bool, idle: Duration },
+    /// Log that this replica stands by without the lease; `waiting` names tainted nodes that
+    /// only wait (empty: nothing is tainted).
+    StandBy { waiting: Vec<String> },
+}
+
+/// The starts a pass proposes, before the start gate and the budget-aware choice have their say.
+#[derive(Debug)]
+pub(super) struct StartRound {
+    /// Nodes to start, in order.
+    pub start: Vec<String>,
+    /// Tainted nodes that do not start, and why.
+    pub held: Vec<Held>,
+    /// The fleet as the choice sees it: nodes with a drain task that has not yet recorded its
+    /// start count as queued.
+    pub view: Vec<NodeView>,
+    /// Time since the last pass while leading (counts towards the gate's blocked-seconds).
+    pub elapsed: Duration,
+    /// How long the start gate has held, and why, when it holds (set by the shell; what the
+    /// circuit breaker judges).
+    pub gate_held: Option<(Duration, String)>,
+    /// Whether the nodes unavailable before this round left room under `--max-unavailable`.
+    unavailable_room: bool,
+    /// When the round was proposed.
+    wall: Timestamp,
+}
+
+impl StartRound {
+    /// Holds this round's starts for `why` (see [`hold_starts`]).
+    pub(super) fn hold(&mut self, why: HeldReason) {
+        hold_starts(&mut self.held, &mut self.start, why, self.unavailable_room);
+    }
+}
+
+/// The fleet's configuration, as far as the machine decides with it.
+#[derive(Clone, Debug)]
+pub(super) struct MachineConfig {
+    pub limits: FleetLimits,
+    pub windows: Vec<MaintenanceWindow>,
+    /// `--release-lease-after`.
+    pub release_after: Duration,
+    /// How many nodes next in line get room made ahead of their drain: `--max-concurrent` with
+    /// `--surge`, 0 without.
+    pub reserve_ahead: usize,
+    /// `--require-approval`: a drain starts only on a node approved by annotation.
+    pub require_approval: bool,
+    /// `--halt-after`: the circuit breaker, when on.
+    pub halt_after: Option<Duration>,
+    /// `--halt-stops-drains`.
+    pub halt_stops_drains: bool,
+}
+
+/// What the control loop knows between events.
+pub(super) struct Machine {
+    cfg: MachineConfig,
+    /// Every node, summarised; empty until the node watch has listed them.
+    nodes: BTreeMap<String, NodeView>,
+    listed: bool,
+    /// Nodes with a drain task; nodes with a clean-up task.
+    running: BTreeSet<String>,
+    cleaning: BTreeSet<String>,
+    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]), with how
+    /// many starts have passed each over since.
+    reserved: BTreeMap<String, usize>,
+    /// What was last announced on each node that hooks or approval hold ([`Command::AnnounceHeld`]).
+    holds_announced: BTreeMap<String, HeldReason>,
+    /// The circuit breaker's state, from the rotation record or tripped here.
+    halt: HaltState,
+    /// The record's watch has answered once (with `--halt-after`, nothing starts before: a
+    /// halt written by an earlier leader must hold this one too).
+    halt_known: bool,
+    /// The record showed a halt at its last read: its going away is a resume. A halt tripped
+    /// here and not yet written is lifted only by a resume written after it.
+    halt_in_record: bool,
+    /// When this process first listed the nodes: only nodes created since are watched from
+    /// their start, so only they can be known never to have been Ready.
+    watching_since: Option<Timestamp>,
+    /// Running drains told to stop for the halt.
+    paused: BTreeSet<String>,
+    /// The rotation under way, as the notices tell it: from the first start while no tainted
+    /// node had a drain record, to no tainted node left undrained; `None` between rotations.
+    rotation: Option<Rotation>,
+    burst: TaintBurst,
+    was_leading: bool,
+    idle_since: Option<Instant>,
+    standing_by: bool,
+    last_pass: Option<Instant>,
+}
+
+impl Machine {
+    pub(super) fn new(cfg: MachineConfig) -> Self {
+        Machine {
+            cfg,
+            nodes: BTreeMap::new(),
+            listed: false,
+            running: BTreeSet::new(),
+            cleaning: BTreeSet::new(),
+            reserved: BTreeMap::new(),
+            holds_announced: BTreeMap::new(),
+            halt: HaltState::default(),
+            halt_known: false,
+            halt_in_record: false,
+            watching_since: None,
+            paused: BTreeSet::new(),
+            rotation: None,
+            burst: TaintBurst::default(),
+            was_leading: false,
+            idle_since: None,
+            standing_by: false,
+            last_pass: None,
+        }
+    }
+
+    /// How many nodes the watch knows.
+    pub(super) fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the node watch has listed the nodes: no pass runs before.
+    pub(super) fn listed(&self) -> bool {
+        self.listed
+    }
+
+    /// When the taint burst under way settles, for the shell to wake then.
+    pub(super) fn burst_settles_at(&self, now: Instant) -> Option<Instant> {
+        self.burst.settles_at(now)
+    }
+
+    /// Takes in one event.
+    pub(super) fn apply(&mut self, event: Event, now: Instant) -> Vec<Command> {
+        match event {
+            Event::NodesListed(listed) => {
+                let mut fresh = BTreeMap::new();
+                for mut view in listed {
+                    view.awaiting_approval = self.cfg.require_approval && !view.drain_approved;
+                    carry_ever_ready(&self.nodes, &mut view);
+                    // Whether the taint stayed while nobody watched is unknown: from now.
+                    sight_taint(None, &mut view, now);
+                    fresh.insert(view.name.clone(), view);
+                }
+                self.nodes = fresh;
+                self.listed = true;
+                Vec::new()
+            }
+            Event::NodeApplied(mut view) => {
+                view.awaiting_approval = self.cfg.require_approval && !view.drain_approved;
+                let old = self.nodes.get(&view.name);
+                carry_ever_ready(&self.nodes, &mut view);
+                sight_taint(old, &mut view, now);
+                let mut commands = Vec::new();
+                if view.tainted && old.is_none_or(|old| !old.tainted) {
+                    self.burst.taint_arrived(now);
+                    // Pods may have arrived while it was untainted: read them afresh.
+                    commands.push(Command::ForgetDemand(view.name.clone()));
+                }
+                self.nodes.insert(view.name.clone(), view);
+                commands
+            }
+            Event::NodeDeleted(name) => {
+                self.nodes.remove(&name);
+                vec![Command::ForgetDemand(name)]
+            }
+            Event::HaltRead(state) => {
+                self.halt_known = true;
+                let was_in_record =
+                    std::mem::replace(&mut self.halt_in_record, state.halted.is_some());
+                let lifted = match (&self.halt.halted, &state.halted) {
+                    (Some(halt), None) => {
+                        was_in_record || state.resumed_at.is_some_and(|r| r >= halt.since)
+                    }
+                    _ => false,
+                };
+                if state.halted.is_some() || self.halt.halted.is_none() || lifted {
+                    self.halt = state;
+                } else {
+                    // A halt tripped here whose write has not shown yet: it stands.
+                    self.halt.resumed_at = state.resumed_at;
+                }
+                if lifted {
+                    self.paused.clear();
+                    vec![Command::Resumed]
+                } else {
+                    Vec::new()
+                }
+            }
+            Event::TaskEnded {
+                node,
+                result,
+                record,
+                evicted,
+            } => {
+                self.running.remove(&node);
+                self.cleaning.remove(&node);
+                self.paused.remove(&node);
+                // The watch has not necessarily delivered the task's last write yet; without
+                // this the next pass would see the old phase and resume a finished drain.
+                if let Some(record) = record
+                    && let Some(view) = self.nodes.get_mut(&node)
+                {
+                    view.record = record;
+                }
+                let mut commands = Vec::new();
+                match &result {
+                    DrainResult::Drained => {
+                        commands.push(Command::CountDrainEnd("drained"));
+                        if let Some(rotation) = &mut self.rotation {
+                            rotation.drained += 1;
+                        }
+                    }
+                    DrainResult::Failed { .. } => commands.push(Command::CountDrainEnd("failed")),
+                    DrainResult::Cancelled => commands.push(Command::CountDrainEnd("cancelled")),
+                    DrainResult::Skipped { .. }
+                    | DrainResult::NodeGone
+                    | DrainResult::Interrupted => {}
+                }
+                if let Some(owners) = gate_after(&result, evicted) {
+                    commands.push(Command::ArmGate(owners));
+                }
+                commands
+            }
+        }
+    }
+
+    /// The lease half of a pass. `contending` and `leading` are the election's state now. The
+    /// shell runs the commands (a stand-down returns once the lease is released) before
+    /// [`Machine::act`].
+    pub(super) fn lease_step(
+        &mut self,
+        now: Instant,
+        wall: Timestamp,
+        contending: bool,
+        leading: bool,
+    ) -> Vec<LeaseCommand> {
+        let may_start = any_open(&self.cfg.windows, wall) && self.halt.halted.is_none();
+        let may_resume = !self.drains_halted();
+        let needed = self.nodes.values().find_map(|n| {
+            needs_rotor(n, wall, may_start, may_resume).map(|why| (n.name.clone(), why))
+        });
+        let mut commands = Vec::new();
+        match needed {
+            Some((node, why)) => {
+                self.idle_since = None;
+                if !contending {
+                    commands.push(LeaseCommand::Contend { node, why });
+                    self.standing_by = false;
+                }
+            }
+            None if self.running.is_empty() && self.cleaning.is_empty() => {
+                let idle = now.duration_since(*self.idle_since.get_or_insert(now));
+                let release = !leading || idle >= self.cfg.release_after;
+                let mut still_contending = contending;
+                if release && contending {
+                    commands.push(LeaseCommand::StandDown { leading, idle });
+                    still_contending = false;
+                }
+                if !self.standing_by && !still_contending {
+                    // Tainted nodes that only wait (for a window, a retry or an opt-out to go)
+                    // are named, so that the quiet is not mistaken for "nothing tainted".
+                    let waiting = self
+                        .nodes
+                        .values()
+                        .filter(|n| n.tainted && !n.is_drained())
+                        .map(|n| n.name.clone())
+                        .collect();
+                    commands.push(LeaseCommand::StandBy { waiting });
+                    self.standing_by = true;
+                }
+            }
+            None => self.idle_since = None,
+        }
+        commands
+    }
+
+    /// The acting half of a pass, given whether this replica leads now (read once, after the
+    /// lease step). Returns the commands to run at once and, while leading, the round of starts.
+    pub(super) fn act(
+        &mut self,
+        now: Instant,
+        wall: Timestamp,
+        leading: bool,
+    ) -> (Vec<Command>, Option<StartRound>) {
+        self.watching_since.get_or_insert(wall);
+        // Every replica reports the phases it sees on the nodes, so the figures survive a
+        // release of the lease (a view of the cluster: the same from each replica).
+        let mut commands = vec![Command::PublishPhases(phase_counts(&self.nodes))];
+        let new_term = leading && !self.was_leading;
+        self.was_leading = leading;
+        if !leading {
+            // A later term tells the rotation from what it finds then.
+            self.rotation = None;
+            return (commands, None);
+        }
+        if new_term {
+            // What this replica knew from an earlier term (another replica may have led since)
+            // is stale: like any new leader, its first start passes the gate.
+            commands.push(Command::NewTerm);
+            self.last_pass = None;
+            // The new term's sweep removes placeholders of nodes not draining, those made
+            // ahead included.
+            self.reserved.clear();
+            // Taking over a rotation under way: it was announced by the leader that began it.
+            if self.rotation.is_none() && self.nodes.values().any(NodeView::is_active) {
+                self.rotation = Some(Rotation::default());
+            }
+        }
+        let elapsed = self
+            .last_pass
+            .map_or(Duration::ZERO, |at| now.duration_since(at));
+        self.last_pass = Some(now);
+        // Stop drains whose taint went away or whose node is gone.
+        for name in &self.running {
+            if self.nodes.get(name).is_none_or(|n| !n.tainted) {
+                commands.push(Command::Abort(name.clone()));
+            }
+        }
+        // Undo rotor's state on untainted nodes nobody is draining (e.g. while we were down).
+        for n in self.nodes.values() {
+            let ours = n.record.phase.is_some() || n.record.cordoned_by_rotor;
+            if !n.tainted && ours && !self.busy(&n.name) {
+                commands.push(Command::CleanUp(n.name.clone()));
+            }
+        }
+        // Room made ahead for a node that is no longer in line goes; a node that started its
+        // drain owns its room now.
+        let reserved = std::mem::take(&mut self.reserved);
+        for (name, passed_over) in reserved {
+            let still_waiting = self
+                .nodes
+                .get(&name)
+                .is_some_and(|n| n.tainted && start_block(n, wall, retry_backoff).is_none());
+            if self.running.contains(&name) {
+                continue;
+            } else if still_waiting {
+                self.reserved.insert(name, passed_over);
+            } else {
+                commands.push(Command::ReleaseAhead(name));
+            }
+        }
+        commands.extend(self.breaker_step(wall));
+        commands.extend(self.rotation_finished());
+        // Resume drains recorded as started (a restart or a failover), unless a halt stopped
+        // them.
+        for n in self.nodes.values() {
+            if n.tainted && n.record.is_active() && !self.busy(&n.name) && !self.drains_halted() {
+                commands.push(Command::Drain {
+                    node: n.name.clone(),
+                    intent: Intent::Resume,
+                    tainted_since: n.tainted_since,
+                });
+            }
+        }
+        for command in &commands {
+            match command {
+                Command::CleanUp(name) => self.cleaning.insert(name.clone()),
+                Command::Drain { node, .. } => self.running.insert(node.clone()),
+                _ => false,
+            };
+        }
+        let round = self.propose_starts(now, wall, elapsed);
+        (commands, Some(round))
+    }
+
+    /// The fleet limits' choice among the candidates, then the holds that apply to every start:
+    /// the maintenance windows and a burst of taints still arriving.
+    fn propose_starts(&self, now: Instant, wall: Timestamp, elapsed: Duration) -> StartRound {
+        let view: Vec<NodeView> = self
+            .nodes
+            .values()
+            .map(|n| {
+                let mut v = n.clone();
+                if self.running.contains(&n.name) && !v.record.is_active() {
+                    v.record.phase = Some(DrainPhase::Queued);
+                }
+                v.room_made_ahead = self.reserved.contains_key(&n.name);
+                v
+            })
+            .collect();
+        let decision = choose_nodes_to_start(&view, &self.cfg.limits, wall, retry_backoff);
+        let mut round = StartRound {
+            unavailable_room: decision.unavailable < decision.allowed_unavailable,
+            start: Vec::new(),
+            held: Vec::new(),
+            view,
+            elapsed,
+            gate_held: None,
+            wall,
+        };
+        self.take_decision(&mut round, decision);
+        if !round.start.is_empty() && !any_open(&self.cfg.windows, wall) {
+            round.hold(HeldReason::OutsideWindows);
+        }
+        if !round.start.is_empty() && self.burst.settles_at(now).is_some() {
+            round.hold(HeldReason::TaintsArriving);
+        }
+        if let Some(halt) = &self.halt.halted {
+            round.hold(HeldReason::Halted(halt.reason.clone()));
+        } else if self.cfg.halt_after.is_some() && !self.halt_known {
+            round.hold(HeldReason::Gate(
+                "reading the rotation record first (--halt-after): a halt there holds every start"
+                    .into(),
+            ));
+        }
+        round
+    }
+
+    /// Whether the rotation is halted (for the `halted` gauge, on every replica).
+    pub(super) fn halted(&self) -> bool {
+        self.halt.halted.is_some()
+    }
+
+    /// Tainted nodes not drained yet: what the rotation still has to do.
+    fn undrained(&self) -> usize {
+        self.nodes
+            .values()
+            .filter(|n| n.tainted && !n.is_drained())
+            .count()
+    }
+
+    /// The rotation is over when no tainted node is left undrained and nothing runs.
+    fn rotation_finished(&mut self) -> Option<Command> {
+        if self.rotation.is_none() || !self.running.is_empty() || self.undrained() > 0 {
+            return None;
+        }
+        let drained = self.rotation.take().map_or(0, |r| r.drained);
+        let retiring = self.nodes.values().filter(|n| n.is_drained()).count();
+        Some(Command::Notify {
+            kind: NoticeKind::RotationFinished,
+            detail: format!(
+                "every tainted node is drained: {drained} by this leader in this rotation; {retiring} drained node(s) wait to be retired"
+            ),
+        })
+    }
+
+    /// Whether a halt stops the drains under way (`--halt-stops-drains`).
+    fn drains_halted(&self) -> bool {
+        self.cfg.halt_stops_drains && self.halt.halted.is_some()
+    }
+
+    /// The circuit breaker's part of a pass: trip on a replacement that never came up, and stop
+    /// the drains under way if the halt says so.
+    fn breaker_step(&mut self, wall: Timestamp) -> Vec<Command> {
+        let mut commands = Vec::new();
+        if let Some(halt_after) = self.cfg.halt_after
+            && self.halt.halted.is_none()
+            && let Some(began) = rotation_began(self.nodes.values())
+            && let Some(reason) = stalled_replacement(
+                self.nodes.values(),
+                self.watching_since.map_or(began, |w| w.max(began)),
+                self.halt.resumed_at,
+                wall,
+                halt_after,
+            )
+        {
+            commands.push(self.trip(reason, wall));
+        }
+        if self.drains_halted() {
+            for name in &self.running {
+                if self.paused.insert(name.clone()) {
+                    commands.push(Command::Pause(name.clone()));
+                }
+            }
+        }
+        commands
+    }
+
+    /// Halts the rotation for `reason`.
+    fn trip(&mut self, reason: String, wall: Timestamp) -> Command {
+        let halt = Halt {
+            since: wall,
+            reason,
+        };
+        self.halt.halted = Some(halt.clone());
+        Command::Halt(halt)
+    }
+
+    /// Puts a fleet decision (the first, or the budget-aware choice's) into `round`. A node
+    /// whose clean-up is still running (untainted, then tainted again) waits for it.
+    pub(super) fn take_decision(&self, round: &mut StartRound, decision: FleetDecision) {
+        round.held = decision.held;
+        round.start = decision
+            .start
+            .into_iter()
+            .filter(|n| !self.busy(n))
+            .collect();
+    }
+
+    /// The round's starts, as drains to run, then room made ahead for the nodes next in line;
+    /// the shell calls it only while it still leads.
+    pub(super) fn start(&mut self, round: StartRound) -> Vec<Command> {
+        // The gate held past --halt-after: what the last drains evicted is not coming back.
+        if let (Some(halt_after), Some((held_for, why)), None) =
+            (self.cfg.halt_after, &round.gate_held, &self.halt.halted)
+            && let Some(reason) = gate_trip(*held_for, halt_after, why)
+        {
+            return vec![self.trip(reason, round.wall)];
+        }
+        let mut commands = Vec::new();
+        if let Some(first) = round.start.first()
+            && self.rotation.is_none()
+        {
+            self.rotation = Some(Rotation::default());
+            commands.push(Command::Notify {
+                kind: NoticeKind::RotationStarted,
+                detail: format!(
+                    "{} tainted node(s) to drain, {} at a time at most; starting with {first}",
+                    self.undrained(),
+                    self.cfg.limits.max_concurrent
+                ),
+            });
+        }
+        commands.extend(round.start.iter().map(|node| {
+            self.running.insert(node.clone());
+            // Its room, if made ahead, is its drain's now.
+            self.reserved.remove(node);
+            Command::Drain {
+                tainted_since: self.nodes.get(node).and_then(|n| n.tainted_since),
+                node: node.clone(),
+                intent: Intent::Start,
+            }
+        }));
+        commands.extend(self.reserve_ahead(&round));
+        commands.extend(self.announce_holds(&round));
+        commands
+    }
+
+    /// An Event on each node that pre-drain hooks or a missing approval hold, when it is news:
+    /// what holds it changed since the last one (so an operator reading the node sees who or
+    /// what holds it, once).
+    fn announce_holds(&mut self, round: &StartRound) -> Vec<Command> {
+        let held: BTreeMap<&String, &HeldReason> = round
+            .held
+            .iter()
+            .filter(|(_, why)| {
+                matches!(
+                    why,
+                    HeldReason::PreDrainHooks(_) | HeldReason::AwaitingApproval
+                )
+            })
+            .map(|(node, why)| (node, why))
+            .collect();
+        self.holds_announced
+            .retain(|node, _| held.contains_key(node));
+        let mut commands = Vec::new();
+        for (node, why) in held {
+            if self.holds_announced.get(node) != Some(why) {
+                self.holds_announced.insert(node.clone(), why.clone());
+                commands.push(Command::AnnounceHeld {
+                    node: node.clone(),
+                    why: why.to_string(),
+                });
+            }
+        }
+        commands
+    }
+
+    /// With `--surge`, the candidates that would start next (in the round's order, up to
+    /// `reserve_ahead` at once) get their room made while the drains before them run, so their
+    /// own drains need not wait for an autoscaler. Only behind a running drain: with none, the
+    /// next candidate is held for moments at most (a burst of taints settling, the gate) and
+    /// makes its own room when it starts; reserving for it too would create every placeholder
+    /// twice. Not outside the maintenance windows: room that no drain may use yet only costs.
+    ///
+    /// Room made ahead is meant for the next `reserve_ahead` starts. When the round's order was
+    /// weighed by the candidates' budgets (a start with a choice to make), a node holding room
+    /// that falls behind the next `reserve_ahead` has been passed over by the round's starts;
+    /// passed over by `reserve_ahead` starts, it gives its room back: its budgets keep it
+    /// waiting while others start, and the room is worth more to the node the choice will take
+    /// next. Among nodes that wait equally, one with room stays ahead
+    /// ([`NodeView::room_made_ahead`]), and room moves only after a full turn of starts, so a
+    /// budget that holds a node for one start does not cost its placeholders twice. An
+    /// unweighed order (a round without a choice) only fills free places.
+    fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
+        if self.cfg.reserve_ahead == 0
+            || self.running.is_empty()
+            || !any_open(&self.cfg.windows, round.wall)
+        {
+            return Vec::new();
+        }
+        let next_in_line: Vec<String> = candidate_names(&round.view, round.wall, retry_backoff)
+            .into_iter()
+            .filter(|name| !self.busy(name))
+            .take(self.cfg.reserve_ahead)
+            .collect();
+        let mut commands = Vec::new();
+        let weighed = |name: &str| {
+            round
+                .view
+                .iter()
+                .any(|v| v.name == name && v.budget_waits.is_some())
+        };
+        let starts = round.start.len();
+        let turn = self.cfg.reserve_ahead;
+        let mut released = Vec::new();
+        for (name, passed_over) in self.reserved.iter_mut() {
+            if starts > 0 && weighed(name) && !next_in_line.contains(name) {
+                *passed_over += starts;
+                if *passed_over >= turn {
+                    released.push(name.clone());
+                }
+            }
+        }
+        for name in released {
+            self.reserved.remove(&name);
+            commands.push(Command::ReleaseAhead(name));
+        }
+        for name in next_in_line {
+            if self.reserved.len() >= self.cfg.reserve_ahead {
+                break;
+            }
+            if !self.reserved.contains_key(&name) {
+                self.reserved.insert(name.clone(), 0);
+                commands.push(Command::ReserveAhead(name));
+            }
+        }
+        commands
+    }
+
+    fn busy(&self, name: &str) -> bool {
+        self.running.contains(name) || self.cleaning.contains(name)
+    }
+}
+
+fn phase_counts(nodes: &BTreeMap<String, NodeView>) -> BTreeMap<&'static str, i64> {
+    let mut counts: BTreeMap<&'static str, i64> =
+        DrainPhase::ALL.iter().map(|p| (p.slug(), 0)).collect();
+    for n in nodes.values() {
+        if let Some(p) = n.record.phase {
+            *counts.entry(p.slug()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// What the next start waits for once a drain task ends (`None`: nothing new), given the
+/// workloads it `evicted` from. A drained node always arms the gate; a drain that ended otherwise
+/// (failed, stopped, its node gone) arms it only if it evicted something, whose workloads must be
+/// Ready again just the same.
+fn gate_after(result: &DrainResult, evicted: Vec<WorkloadRef>) -> Option<Vec<WorkloadRef>> {
+    (matches!(result, DrainResult::Drained) || !evicted.is_empty()).then_some(evicted)
+}
+
+/// Why `node` needs a leading drainer now, if it does: its drain is under way (to resume, after
+/// a failover), it has rotor's drain state without the taint (to undo), or it carries the taint
+/// and may start now: not drained, not opted out with `rotor.dev/do-not-disrupt`, not backing off
+/// after a failure, inside a maintenance window and not halted (`may_start`). A drain under way
+/// needs it unless a halt stopped it (`may_resume`). A node that only waits (to be retired, for
+/// its opt-out to go, for its retry time, a window or a resume) needs nothing yet: the node
+/// watch shows the first two change, and the once-a-second pass notices the others.
+fn needs_rotor(
+    node: &NodeView,
+    now: Timestamp,
+    may_start: bool,
+    may_resume: bool,
+) -> Option<&'static str> {
+    if !node.tainted {
+        return (node.record.phase.is_some() || node.record.cordoned_by_rotor)
+            .then_some("it has rotor's drain state but no drain taint, to undo");
+    }
+    if node.record.is_active() {
+        return may_resume.then_some("its drain is under way");
+    }
+    // The fleet's own test of whether a tainted node may start, so the two cannot drift apart.
+    // A node its pre-drain hooks hold needs a leader too: to say on the node who holds it.
+    match start_block(node, now, retry_backoff) {
+        _ if !may_start => None,
+        None => Some("it carries the drain taint"),
+        Some(StartBlock::PreDrainHooks | StartBlock::AwaitingApproval) => {
+            Some("it carries the drain taint and waits for its hooks or approval, to report")
+        }
+        Some(_) => None,
+    }
+}
+
+/// A rotation under way, for its notices.
+#[derive(Debug, Default)]
+struct Rotation {
+    /// Nodes this leader drained in it.
+    drained: usize,
+}
+
+/// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)
+/// come as one watch event per node. Choosing at the first one would pick among the few seen so
+/// far, and with several slots, often neighbours that queue on the same budgets; so new starts
+/// wait until no new taint has arrived for [`TAINT_QUIET`], at most [`TAINT_BURST_MAX`] after the
+/// first. Resumed drains and the taints found by the initial node list do not wait.
+#[derive(Default)]
+struct TaintBurst {
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+const TAINT_QUIET: Duration = Duration::from_millis(250);
+const TAINT_BURST_MAX: Duration = Duration::from_secs(2);
+
+impl TaintBurst {
+    fn taint_arrived(&mut self, now: Instant) {
+        if self.settles_at(now).is_none() {
+            self.first = Some(now);
+        }
+        self.last = Some(now);
+    }
+
+    /// When the burst under way at `now` is over; `None` when none is.
+    fn settles_at(&self, now: Instant) -> Option<Instant> {
+        let (first, last) = (self.first?, self.last?);
+        let over = (last + TAINT_QUIET).min(first + TAINT_BURST_MAX);
+        (over > now).then_some(over)
+    }
+}
+
+/// Holds this round's starts for `why`. The nodes the fleet limits held were held counting those
+/// starts as drains ("max-concurrent 3 reached (3 draining)" while none is); with the starts
+/// held, those that only the starts kept out wait for `why` first, and say so. There was a free
+/// slot (something was starting), so that is every node held by max-concurrent, and those held
+/// by max-unavailable when the nodes unavailable before the starts left room
+/// (`unavailable_room`); otherwise that limit holds them whatever starts.
+fn hold_starts(
+    held: &mut Vec<Held>,
+    start: &mut Vec<String>,
+    why: HeldReason,
+    unavailable_room: bool,
+) {
+    for (_, reason) in held.iter_mut() {
+        let only_the_starts = match reason.limit() {
+            Some(Limit::MaxConcurrent) => true,
+            Some(Limit::MaxUnavailable) => unavailable_room,
+            None => false,
+        };
+        if only_the_starts {
+            *reason = why.clone();
+        }
+    }
+    held.extend(start.drain(..).map(|n| (n, why.clone())));
+}
+
+/// Sets `view.tainted_since` (see [`NodeView`]): kept from `old`, the last view of the node, while
+/// its drain taint keeps pods off; `now` when that has just begun or nothing earlier is known;
+/// `None` otherwise. So a taint that went and came back counts from its return, and the
+/// monotonic clock keeps a step of the wall clock from making a new taint look old.
+fn sight_taint(old: Option<&NodeView>, view: &mut NodeView, now: Instant) {
+    view.tainted_since = (view.tainted && view.taint_keeps_pods_off)
+        .then(|| old.and_then(|o| o.tainted_since).unwrap_or(now));
+}
+
+/// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
+/// makes it unavailable rather than "still starting" (see [`NodeView::is_starting`]). Only for
+/// the same node: a new one that reuses the name (IP-based names are reused) starts afresh.
+fn carry_ever_ready(known: &BTreeMap<String, NodeView>, view: &mut NodeView) {
+    if known
+        .get(&view.name)
+        .is_some_and(|old| old.ever_ready && old.created == view.created)
+    {
+        view.ever_ready = true;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,28 @@
+//! The loop over nodes: which tainted node drains when. The shell ([`controller`]) carries the
+//! node, workload and rotation-record watches to a pure state machine ([`machine`]) and runs the
+//! commands it returns: start, resume, stop or undo a drain, contend for the Lease, arm the gate.
+//!
+//! Decides (pure, no I/O): [`machine`] (the pass over the fleet), [`starts`] (which nodes may
+//! start under `--max-concurrent` / `--max-unavailable`), [`window`] (maintenance windows),
+//! [`gate`] (may the next node start: workloads Ready again, no pod stuck Pending),
+//! [`breaker`] (when a rotation halts), [`health`] (the health gate's verdicts), [`held_log`]
+//! (when the waiting nodes are written), [`workloads`] (the replica counts the gate reads, as an
+//! index the watches update).
+//!
+//! Does (I/O): [`controller`] (the loop), [`gate_io`] (the gate's reads), [`health_io`] (asks
+//! Prometheus and the health URLs), [`choice`] (reads the candidates' pods to weigh them), [`workloads_io`] (the workload
+//! watches).
+
+pub mod breaker;
+mod choice;
+pub mod controller;
+pub mod gate;
+mod gate_io;
+pub mod health;
+mod health_io;
+mod held_log;
+mod machine;
+pub mod starts;
+pub mod window;
+pub mod workloads;
+mod workloads_io;

@@ -1,0 +1,137 @@
+//! Writing the node record: the drain's annotations, the cordon that goes with its start, and
+//! undoing both when the taint goes. Guarded by resourceVersion where a write must not claim
+//! someone else's cordon; what each write says is decided in [`crate::record::node`].
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use rotor_core::contract::FIELD_MANAGER;
+use serde_json::json;
+
+use crate::record::events::NodeEvent;
+use crate::record::events_io::Announcer;
+use crate::record::node::{DrainRecord, Transition, changes_nothing, start_write};
+
+/// Writes the changed annotations of a record, unless nothing changed.
+pub async fn save(
+    nodes: &Api<Node>,
+    name: &str,
+    new: &DrainRecord,
+    old: &DrainRecord,
+) -> Result<(), kube::Error> {
+    let patch = new.annotation_patch(old);
+    if changes_nothing(&patch) {
+        return Ok(());
+    }
+    nodes
+        .patch(name, &patch_params(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// Records the drain's start and cordons the node in one write (the node then shows the whole
+/// step or none of it), noting whether rotor placed the cordon: a node already cordoned keeps
+/// `cordoned_by_rotor` false, so rotor never undoes someone else's cordon. `then` is a
+/// transition folded into the same write (`Evicting` when no surge step comes between).
+///
+/// The write is guarded by resourceVersion so a cordon placed by someone else in between is
+/// never claimed. It goes first over `read`, the node as the drain read it; a conflict re-reads.
+/// It is made against the node's raw annotations, so values nobody can read are overwritten.
+pub async fn start_and_cordon(
+    nodes: &Api<Node>,
+    name: &str,
+    read: &Node,
+    started: &DrainRecord,
+    then: Option<Transition>,
+) -> Result<DrainRecord, kube::Error> {
+    let mut first = Some(read.clone());
+    let attempt = || {
+        let first = first.take();
+        let then = then.clone();
+        async move {
+            let node = match first {
+                Some(node) => node,
+                None => nodes.get(name).await?,
+            };
+            let (next, patch) = start_write(&node, started, then);
+            if let Some(patch) = patch {
+                nodes
+                    .patch(name, &patch_params(), &Patch::Merge(&patch))
+                    .await?;
+            }
+            Ok(next)
+        }
+    };
+    attempt.retry(conflict_backoff()).when(is_conflict).await
+}
+
+/// Re-read and retry a guarded node write a few times when someone else wrote in between.
+fn conflict_backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_millis(500))
+        .with_max_times(5)
+        .with_jitter()
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// Undoes what rotor did to a node whose taint went away: its own cordon, its annotations.
+pub async fn clean_up(
+    client: &kube::Client,
+    announcer: &Announcer,
+    name: &str,
+) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let attempt = || async {
+        let Some(node) = nodes.get_opt(name).await? else {
+            return Ok(None);
+        };
+        let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
+        let mut patch = DrainRecord::cleared().annotation_patch(&record);
+        patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+        let uncordon = record.cordoned_by_rotor
+            && node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+        if uncordon {
+            patch["spec"] = json!({"unschedulable": false});
+        }
+        nodes
+            .patch(name, &patch_params(), &Patch::Merge(&patch))
+            .await?;
+        Ok(Some((node, uncordon)))
+    };
+    if let Some((node, uncordon)) = attempt.retry(conflict_backoff()).when(is_conflict).await? {
+        let what = if uncordon {
+            "uncordoned it and cleared"
+        } else {
+            "cleared"
+        };
+        tracing::info!(
+            node = name,
+            "drain taint removed; {what} rotor's annotations"
+        );
+        announcer
+            .on_node(
+                &node,
+                NodeEvent::Cancelled,
+                format!("The drain taint was removed; rotor {what} its drain state."),
+            )
+            .await;
+    }
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! The rotation's record: a ConfigMap beside the leader Lease, named after it
+//! (`<lease-name>-rotation`, `rotor-drainer-rotation` by default), where the leader writes what
+//! holds the whole fleet rather than one node, so that `rotor-drainer status` and `kubectl` show
+//! it without access to the drainer: the health gate (written when its verdict changes, never on
+//! every check) and a halt of the circuit breaker (`--halt-after`), which every replica
+//! watches and which only `rotor-drainer resume` lifts.
+//!
+//! The keys are plain strings an operator reads with `kubectl get configmap -o yaml`:
+//! `healthGate` (`open` or `closed`), `healthGateSince` (RFC 3339) and `healthGateReason`;
+//! `halted` (`true`), `haltedSince`, `haltedReason`; `resumedAt`; `waiting` (why each tainted node
+//! that has not started waits, as JSON, written when the leader logs a change, at most every
+//! 10 s). Each part is written by a field manager of its own, so that applying one never takes
+//! away another's keys.
+//!
+//! This file holds the record's format (pure); [`crate::record::rotation_io`] reads and writes it.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+/// A halt, as written in the rotation record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Halt {
+    pub since: Timestamp,
+    pub reason: String,
+}
+
+/// The breaker's part of the rotation record: whether the rotation is halted, and when it was
+/// last resumed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HaltState {
+    pub halted: Option<Halt>,
+    pub resumed_at: Option<Timestamp>,
+}
+
+pub const HEALTH_GATE_KEY: &str = "healthGate";
+pub const HEALTH_GATE_SINCE_KEY: &str = "healthGateSince";
+pub const HEALTH_GATE_REASON_KEY: &str = "healthGateReason";
+pub const HALTED_KEY: &str = "halted";
+pub const HALTED_SINCE_KEY: &str = "haltedSince";
+pub const HALTED_REASON_KEY: &str = "haltedReason";
+pub const RESUMED_AT_KEY: &str = "resumedAt";
+/// Why each tainted node that has not started waits, as a JSON object `{node: reason}`.
+pub const WAITING_KEY: &str = "waiting";
+
+/// Nodes listed under [`WAITING_KEY`] at most: a ConfigMap holds 1 MiB, and a reason is a line.
+pub const WAITING_SHOWN: usize = 2000;
+
+/// Where the record is: the Lease's namespace, and its name with `-rotation`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl RecordRef {
+    pub fn beside_lease(lease_namespace: &str, lease_name: &str) -> RecordRef {
+        RecordRef {
+            namespace: lease_namespace.to_string(),
+            name: format!("{lease_name}-rotation"),
+        }
+    }
+}
+
+/// The health gate as last judged by the leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HealthGateState {
+    pub open: bool,
+    pub since: Timestamp,
+    /// Why it is closed; empty when open.
+    pub reason: String,
+}
+
+impl HealthGateState {
+    pub(crate) fn to_data(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (
+                HEALTH_GATE_KEY.to_string(),
+                if self.open { "open" } else { "closed" }.to_string(),
+            ),
+            (HEALTH_GATE_SINCE_KEY.to_string(), self.since.to_string()),
+            (HEALTH_GATE_REASON_KEY.to_string(), self.reason.clone()),
+        ])
+    }
+
+    /// Reads the state back from the record's data; `None` if the gate was never written or
+    /// the data is not what rotor writes (someone edited it: status shows nothing rather
+    /// than a guess).
+    pub fn from_data(data: &BTreeMap<String, String>) -> Option<HealthGateState> {
+        let open = match data.get(HEALTH_GATE_KEY)?.as_str() {
+            "open" => true,
+            "closed" => false,
+            _ => return None,
+        };
+        Some(HealthGateState {
+            open,
+            since: data.get(HEALTH_GATE_SINCE_KEY)?.parse().ok()?,
+            reason: data
+                .get(HEALTH_GATE_REASON_KEY)
+                .cloned()
+                .unwrap_or_default(),
+        })
+    }
+
+    /// One line for `status`.
+    pub fn line(&self) -> String {
+        if self.open {
+            format!("health gate: open since {}", self.since)
+        } else {
+            format!(
+                "health gate: closed since {} (no new drain starts): {}",
+                self.since, self.reason
+            )
+        }
+    }
+}
+
+/// The breaker's keys read from the record's data. A `halted` other than `true`, or a time that
+/// does not parse, reads as not halted: rotor writes exactly these, and a resume removes them.
+pub fn halt_from_data(data: &BTreeMap<String, String>) -> HaltState {
+    let halted = (data.get(HALTED_KEY).map(String::as_str) == Some("true")).then(|| Halt {
+        since: data
+            .get(HALTED_SINCE_KEY)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(Timestamp::UNIX_EPOCH),
+        reason: data.get(HALTED_REASON_KEY).cloned().unwrap_or_default(),
+    });
+    HaltState {
+        halted,
+        resumed_at: data.get(RESUMED_AT_KEY).and_then(|t| t.parse().ok()),
+    }
+}
+
+pub(crate) fn halt_to_data(halt: &Halt) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (HALTED_KEY.to_string(), "true".to_string()),
+        (HALTED_SINCE_KEY.to_string(), halt.since.to_string()),
+        (HALTED_REASON_KEY.to_string(), halt.reason.clone()),
+    ])
+}
+
+/// The record as `status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RotationView {
+    pub health_gate: Option<HealthGateState>,
+    pub halted: Option<Halt>,
+    pub resumed_at: Option<Timestamp>,
+    /// Why each waiting node waits, as the leader last judged; empty when unknown.
+    #[serde(skip)]
+    pub waiting: BTreeMap<String, String>,
+}
+
+impl RotationView {
+    pub fn of(data: &BTreeMap<String, String>) -> RotationView {
+        let halt = halt_from_data(data);
+        RotationView {
+            health_gate: HealthGateState::from_data(data),
+            halted: halt.halted,
+            resumed_at: halt.resumed_at,
+            // Not what rotor writes (someone edited it): no reasons rather than a guess.
+            waiting: data
+                .get(WAITING_KEY)
+                .and_then(|json| serde_json::from_str(json).ok())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The lines `status` prints above the nodes.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some(halt) = &self.halted {
+            lines.push(format!(
+                "rotation HALTED since {} (no drain starts until `rotor-drainer resume`): {}",
+                halt.since, halt.reason
+            ));
+        }
+        if let Some(health) = &self.health_gate {
+            lines.push(health.line());
+        }
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_health_gate_round_trips_through_the_record() {
+        let closed = HealthGateState {
+            open: false,
+            since: "2026-11-26T14:00:00Z".parse().unwrap(),
+            reason: "Prometheus at http://p/: 1 alert(s) firing".into(),
+        };
+        let data = closed.to_data();
+        assert_eq!(data[HEALTH_GATE_KEY], "closed");
+        assert_eq!(data[HEALTH_GATE_SINCE_KEY], "2026-11-26T14:00:00Z");
+        assert_eq!(HealthGateState::from_data(&data), Some(closed.clone()));
+        assert_eq!(
+            closed.line(),
+            "health gate: closed since 2026-11-26T14:00:00Z (no new drain starts): Prometheus at http://p/: 1 alert(s) firing"
+        );
+    }
+
+    #[test]
+    fn a_halt_round_trips_and_status_shows_it_first() {
+        let halt = Halt {
+            since: "2026-11-26T15:00:00Z".parse().unwrap(),
+            reason: "the cluster has not absorbed the last drains".into(),
+        };
+        let mut data = halt_to_data(&halt);
+        data.insert(RESUMED_AT_KEY.into(), "2026-11-26T14:00:00Z".into());
+        data.insert(HEALTH_GATE_KEY.into(), "open".into());
+        data.insert(HEALTH_GATE_SINCE_KEY.into(), "2026-11-26T13:00:00Z".into());
+        let view = RotationView::of(&data);
+        assert_eq!(view.halted, Some(halt));
+        assert_eq!(
+            view.resumed_at,
+            Some("2026-11-26T14:00:00Z".parse().unwrap())
+        );
+        assert_eq!(
+            view.lines(),
+            [
+                "rotation HALTED since 2026-11-26T15:00:00Z (no drain starts until `rotor-drainer resume`): the cluster has not absorbed the last drains",
+                "health gate: open since 2026-11-26T13:00:00Z",
+            ]
+        );
+        // Anything but exactly "true" is not a halt.
+        data.insert(HALTED_KEY.into(), "yes".into());
+        assert_eq!(halt_from_data(&data).halted, None);
+    }
+
+    #[test]
+    fn a_record_someone_else_edited_shows_nothing_rather_than_a_guess() {
+        let mut data = BTreeMap::from([
+            (HEALTH_GATE_KEY.to_string(), "maybe".to_string()),
+            (
+                HEALTH_GATE_SINCE_KEY.to_string(),
+                "2026-11-26T14:00:00Z".to_string(),
+            ),
+        ]);
+        assert_eq!(HealthGateState::from_data(&data), None);
+        data.insert(HEALTH_GATE_KEY.into(), "open".into());
+        data.insert(HEALTH_GATE_SINCE_KEY.into(), "yesterday".into());
+        assert_eq!(HealthGateState::from_data(&data), None);
+        assert_eq!(HealthGateState::from_data(&BTreeMap::new()), None);
+    }
+}

@@ -1,0 +1,159 @@
+//! Reading and writing the rotation's record ([`crate::record::rotation`] says what its keys
+//! hold): server-side apply, a field manager per part, so writing one part never takes away
+//! another's keys.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::record::rotation::*;
+
+/// The field managers of the record's parts.
+const HEALTH_MANAGER: &str = "rotor-drainer-health";
+const HALT_MANAGER: &str = "rotor-drainer-halt";
+const RESUME_MANAGER: &str = "rotor-drainer-resume";
+const WAITING_MANAGER: &str = "rotor-drainer-waiting";
+
+/// Applies `data` to the record as `manager` (server-side apply: created if missing, the other
+/// managers' keys left alone).
+async fn apply(
+    client: &kube::Client,
+    at: &RecordRef,
+    manager: &str,
+    data: BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &at.namespace);
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": at.name,
+            "labels": { "app.kubernetes.io/name": "rotor-drainer" },
+        },
+        "data": data,
+    });
+    api.patch(
+        &at.name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Writes the health gate's state into the record.
+pub async fn write_health(
+    client: &kube::Client,
+    at: &RecordRef,
+    state: &HealthGateState,
+) -> Result<(), kube::Error> {
+    apply(client, at, HEALTH_MANAGER, state.to_data()).await
+}
+
+/// Writes why the tainted nodes that have not started wait (the leader's last round), at most
+/// [`WAITING_SHOWN`] of them.
+pub async fn write_waiting(
+    client: &kube::Client,
+    at: &RecordRef,
+    waiting: &BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
+    let shown: BTreeMap<&String, &String> = waiting.iter().take(WAITING_SHOWN).collect();
+    let json = serde_json::to_string(&shown).expect("a map of strings serializes");
+    apply(
+        client,
+        at,
+        WAITING_MANAGER,
+        BTreeMap::from([(WAITING_KEY.to_string(), json)]),
+    )
+    .await
+}
+
+/// Writes a halt into the record.
+pub async fn write_halt(
+    client: &kube::Client,
+    at: &RecordRef,
+    halt: &Halt,
+) -> Result<(), kube::Error> {
+    apply(client, at, HALT_MANAGER, halt_to_data(halt)).await
+}
+
+/// Lifts a halt: removes the halt's keys and records when (what restarts the breaker's
+/// clocks). Returns the halt lifted; `None` if the rotation was not halted (nothing is written).
+pub async fn resume(client: &kube::Client, at: &RecordRef) -> Result<Option<Halt>, kube::Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &at.namespace);
+    let Some(record) = api.get_opt(&at.name).await? else {
+        return Ok(None);
+    };
+    let Some(halt) = halt_from_data(&record.data.unwrap_or_default()).halted else {
+        return Ok(None);
+    };
+    // A merge patch, as a person's `kubectl patch` would be: the halt's manager gives its keys
+    // up, and the next halt applies them again.
+    let patch = serde_json::json!({
+        "data": {
+            HALTED_KEY: null,
+            HALTED_SINCE_KEY: null,
+            HALTED_REASON_KEY: null,
+            RESUMED_AT_KEY: Timestamp::now().to_string(),
+        }
+    });
+    api.patch(
+        &at.name,
+        &PatchParams {
+            field_manager: Some(RESUME_MANAGER.into()),
+            ..PatchParams::default()
+        },
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(Some(halt))
+}
+
+/// Reads the record; empty when there is none.
+pub async fn read(client: &kube::Client, at: &RecordRef) -> Result<RotationView, kube::Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &at.namespace);
+    Ok(api
+        .get_opt(&at.name)
+        .await?
+        .and_then(|cm| cm.data)
+        .map(|data| RotationView::of(&data))
+        .unwrap_or_default())
+}
+
+/// The breaker's state as the record changes: a watch of the one ConfigMap (by name, so the
+/// Role can name it), with kube-runtime's back-off. Each (re-)list answers once, with the
+/// record's state or, without a record, not halted; a deleted record reads as not halted.
+pub fn watch_halt(
+    client: kube::Client,
+    at: &RecordRef,
+) -> impl futures::Stream<Item = Result<HaltState, kube::runtime::watcher::Error>> + use<> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: Api<ConfigMap> = Api::namespaced(client, &at.namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", at.name));
+    watcher(api, config)
+        .default_backoff()
+        // `listed_one`: the list under way has shown the record.
+        .scan(false, |listed_one, event| {
+            let read = match event {
+                Ok(watcher::Event::Init) => {
+                    *listed_one = false;
+                    None
+                }
+                Ok(watcher::Event::InitApply(cm)) => {
+                    *listed_one = true;
+                    Some(Ok(halt_from_data(&cm.data.unwrap_or_default())))
+                }
+                Ok(watcher::Event::InitDone) => (!*listed_one).then(|| Ok(HaltState::default())),
+                Ok(watcher::Event::Apply(cm)) => {
+                    Some(Ok(halt_from_data(&cm.data.unwrap_or_default())))
+                }
+                Ok(watcher::Event::Delete(_)) => Some(Ok(HaltState::default())),
+                Err(e) => Some(Err(e)),
+            };
+            futures::future::ready(Some(read))
+        })
+        .filter_map(futures::future::ready)
+}

@@ -36,8 +36,8 @@ use crate::kube_retry::retry_transient;
 use rotor_core::NodeBudget;
 
 use crate::plan::{Action, Candidate, PlanLimits, PlannedNode, plan};
-use crate::provider::slim;
-use crate::providers::Assessor;
+use crate::provider::Assessor;
+use crate::provider::seam::slim;
 
 /// Most writes attempted on one node (the first plus retries after conflicts).
 pub const MAX_ATTEMPTS: u32 = 5;
@@ -296,7 +296,7 @@ impl<'a> Applier<'a> {
         results
     }
 
-    /// Terminates the instance of a drained node through the provider's [`Retirer`](crate::provider::Retirer), then records
+    /// Terminates the instance of a drained node through the provider's [`Retirer`](crate::provider::seam::Retirer), then records
     /// an Event on the node. Without a retirer (Kubernetes provider) it fails and does nothing.
     async fn retire(
         &self,

@@ -11,9 +11,9 @@ use clap::{Args, Parser, ValueEnum};
 use rotor_apimachinery::labels::{LabelSelector, Operator, Requirement};
 use rotor_core::{KubeArgs, LogArgs, NodeBudget, TaintEffect};
 
-use crate::aws_provider::{AwsConfig, CallTimeouts, DEFAULT_CALL_TIMEOUT, GroupDiscovery};
-use crate::drift::TagExclusion;
 use crate::plan::PlanLimits;
+use crate::provider::aws::{AwsConfig, CallTimeouts, DEFAULT_CALL_TIMEOUT, GroupDiscovery};
+use crate::provider::aws_rules::TagExclusion;
 
 /// Node labels that name a node's group, tried in this order (the first one present wins):
 /// EKS managed node groups, eksctl node groups, Karpenter node pools, GKE node pools, AKS agent
@@ -370,7 +370,7 @@ pub struct SelectorConfig {
     pub node_selector: Option<String>,
     /// Node labels naming a node's group, first present wins.
     pub group_labels: Vec<String>,
-    /// Surge at the Auto Scaling group level ([`crate::group_surge`]); AWS provider only.
+    /// Surge at the Auto Scaling group level ([`crate::provider::aws_group_surge`]); AWS provider only.
     pub group_surge: bool,
     /// Where the compliance figures go after the run.
     pub metrics: MetricsSinks,

@@ -325,12 +325,14 @@ mod tests {
     #[test]
     fn lookup_failures_are_listed_in_json_and_text() {
         let mut report = report(false);
-        report.lookup_failures.push(crate::provider::LookupFailure {
-            operation: "DescribeLaunchTemplateVersions",
-            subject: "lt-0abc".into(),
-            error: "InvalidLaunchTemplateId.NotFound: gone".into(),
-            groups: vec!["g-1".into(), "g-2".into()],
-        });
+        report
+            .lookup_failures
+            .push(crate::provider::seam::LookupFailure {
+                operation: "DescribeLaunchTemplateVersions",
+                subject: "lt-0abc".into(),
+                error: "InvalidLaunchTemplateId.NotFound: gone".into(),
+                groups: vec!["g-1".into(), "g-2".into()],
+            });
         assert_eq!(
             to_json(&report)["lookupFailures"],
             json!([{"operation": "DescribeLaunchTemplateVersions", "subject": "lt-0abc",

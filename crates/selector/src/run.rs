@@ -15,10 +15,10 @@ use kube::Client;
 use crate::api_calls::ApiCalls;
 use crate::apply::{Applier, WriteOutcome, WriteResult, describe, writes};
 use crate::cli::SelectorConfig;
-use crate::group_surge::{GroupSurge, plan_group_surge};
 use crate::plan::{Action, PlanSummary, PlannedNode, plan, summary};
-use crate::provider::{LookupFailure, ProviderError, list_nodes};
-use crate::providers::{Assessor, Provider};
+use crate::provider::aws_group_surge::{GroupSurge, plan_group_surge};
+use crate::provider::seam::{LookupFailure, ProviderError, list_nodes};
+use crate::provider::{Assessor, Provider};
 use crate::verdict::Verdict;
 
 /// A look-up failed; nothing was written.

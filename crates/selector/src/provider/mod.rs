@@ -1,19 +1,27 @@
 //! The configured provider: which of the providers a run uses ([`Provider`], built from the
 //! validated flags) and what it learned ([`Assessor`]), each dispatching to the provider's own
 //! module. The seam every provider implements (its errors, the node facts every provider reads
-//! alike, retiring) is [`crate::provider`]; a provider plugs in by adding a variant to both
+//! alike, retiring) is [`crate::provider::seam`]; a provider plugs in by adding a variant to both
 //! enums here.
+
+pub mod aws;
+pub mod aws_group_surge;
+pub mod aws_model;
+pub mod aws_rules;
+pub mod kubernetes;
+pub mod kubernetes_rules;
+pub mod seam;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 
 use crate::api_calls::ApiCalls;
-use crate::aws_provider::{AwsAssessor, AwsProvider};
 use crate::cli::ProviderConfig;
-use crate::kube_provider::{KubernetesAssessor, KubernetesProvider};
 use crate::plan::Candidate;
-use crate::provider::{LookupFailure, ProviderError, Retirer};
+use crate::provider::aws::{AwsAssessor, AwsProvider};
+use crate::provider::kubernetes::{KubernetesAssessor, KubernetesProvider};
+use crate::provider::seam::{LookupFailure, ProviderError, Retirer};
 
 /// A provider, configured.
 #[derive(Clone, Debug)]

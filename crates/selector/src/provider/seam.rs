@@ -1,11 +1,11 @@
 //! The provider seam. A run lists the nodes (restricted by `--node-selector`), then asks the
-//! configured [`Provider`](crate::providers::Provider) to look up what it needs once (the Kubernetes
+//! configured [`Provider`](crate::provider::Provider) to look up what it needs once (the Kubernetes
 //! provider reads `/version`; the AWS provider describes groups and instances) and gets back
-//! an [`Assessor`](crate::providers::Assessor): everything the provider learned, able to judge
+//! an [`Assessor`](crate::provider::Assessor): everything the provider learned, able to judge
 //! any node of the cluster without further I/O. The planner and the apply step only ever see
 //! [`Candidate`]s, and when a write meets a conflict the apply step re-judges the re-read node
 //! with the same assessor. This module is what every provider implements against; which
-//! provider runs is decided in [`crate::providers`].
+//! provider runs is decided in [`crate::provider`].
 //!
 //! What is read from the Node itself is the same for every provider and lives here
 //! ([`node_candidate`]): name, zone, group, creation time, the current drain taint, the drain
@@ -53,7 +53,7 @@ pub enum AwsSetupError {
 }
 
 /// Retires (terminates) the instance behind a drained node. Only cloud providers have one
-/// ([`crate::providers::Assessor::retirer`]); the Kubernetes provider never retires.
+/// ([`crate::provider::Assessor::retirer`]); the Kubernetes provider never retires.
 pub trait Retirer: Send + Sync {
     /// (API, operation) counted in [`ApiCalls`] for each retire.
     fn call(&self) -> (&'static str, &'static str);

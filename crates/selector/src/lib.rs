@@ -7,10 +7,11 @@
 //!   node age);
 //! - [`verdict`]: what a rule concludes about a node ([`Verdict`], [`SkipReason`]);
 //! - [`plan`](mod@plan): from verdicts to taint / untaint / keep / skip / retire, within budgets;
-//! - [`compliance`]: a run's figures (out of date by reason and group, the oldest) as Prometheus
-//!   text and a report;
 //! - [`provider::aws_group_surge`]: `--group-surge`, raising an Auto Scaling group's capacity
-//!   ahead of its drains and giving it back through retires.
+//!   ahead of its drains and giving it back through retires;
+//! - [`report`]: what a run decided and did ([`Report`](report::Report)), per node and group;
+//! - [`compliance`]: a run's figures (out of date by reason and group, the oldest) as Prometheus
+//!   text and a report; [`output`]: the report as a table or JSON.
 //!
 //! The I/O sits at the edges, one job per module:
 //! - [`cli`]: flags (each with a `ROTOR_*` variable) and their validation into a
@@ -23,8 +24,8 @@
 //! - [`provider::aws`]: the AWS provider (Auto Scaling and EC2 Describe calls, retiring);
 //! - [`apply`]: resourceVersion-guarded merge patches, conflict re-checks, Events;
 //! - [`kube_retry`]: the short retry of 429/503/504 around every Kubernetes read and patch;
-//! - [`run`](mod@run): one run, list → assess → plan → apply, into a [`Report`](run::Report);
-//! - [`output`]: the report as a table or JSON; [`api_calls`]: what the run cost.
+//! - [`run`](mod@run): one run, list → assess → plan → apply, into a [`Report`](report::Report);
+//! - [`api_calls`]: what the run cost.
 
 pub mod api_calls;
 pub mod apply;
@@ -34,6 +35,7 @@ pub mod kube_retry;
 pub mod output;
 pub mod plan;
 pub mod provider;
+pub mod report;
 pub mod run;
 pub mod verdict;
 

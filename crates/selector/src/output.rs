@@ -11,9 +11,8 @@
 
 use serde_json::{Value, json};
 
-use crate::apply::WriteResult;
 use crate::plan::{Action, PlannedNode};
-use crate::run::{NodeReport, Report};
+use crate::report::{NodeReport, Report, WriteResult};
 use crate::verdict::Verdict;
 
 /// The reason slug shown for a planned node (see the module documentation).
@@ -192,8 +191,8 @@ mod tests {
 
     use super::*;
     use crate::api_calls::ApiCalls;
-    use crate::apply::WriteOutcome;
     use crate::plan::Candidate;
+    use crate::report::WriteOutcome;
     use crate::verdict::SkipReason;
 
     fn candidate(name: &str, verdict: Verdict, taint: Option<&str>) -> Candidate {

@@ -34,9 +34,9 @@ use crate::api_calls::ApiCalls;
 use crate::kube_retry::retry_transient;
 use rotor_core::NodeBudget;
 
+use crate::node_list::slim;
 use crate::plan::{Action, Candidate, PlanLimits, PlannedNode, plan};
 use crate::provider::Assessor;
-use crate::provider::seam::slim;
 use crate::report::{WriteOutcome, WriteResult};
 
 /// Most writes attempted on one node (the first plus retries after conflicts).

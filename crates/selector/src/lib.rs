@@ -5,6 +5,7 @@
 //! - [`provider::aws_rules`]: the AWS drift and skip rules, in order, first match wins;
 //! - [`provider::kubernetes_rules`]: the Kubernetes-only rules (kubelet behind the control plane,
 //!   node age);
+//! - [`provider::node_facts`]: what every provider reads alike from a Node;
 //! - [`verdict`]: what a rule concludes about a node ([`Verdict`], [`SkipReason`]);
 //! - [`plan`](mod@plan): from verdicts to taint / untaint / keep / skip / retire, within budgets;
 //! - [`provider::aws_group_surge`]: `--group-surge`, raising an Auto Scaling group's capacity
@@ -16,10 +17,11 @@
 //! The I/O sits at the edges, one job per module:
 //! - [`cli`]: flags (each with a `ROTOR_*` variable) and their validation into a
 //!   [`SelectorConfig`](cli::SelectorConfig);
-//! - [`provider`]: the configured provider ([`Provider`](provider::Provider) looks up,
-//!   [`Assessor`](provider::Assessor) judges nodes into [`Candidate`]s);
-//! - [`provider::seam`]: the provider seam (errors, the node facts every provider reads alike,
-//!   retiring) and node listing;
+//! - [`node_list`]: listing the nodes a run considers;
+//! - [`provider`]: what judges nodes, one module per provider beside its pure rules; the
+//!   configured [`Provider`](provider::Provider) looks up, its
+//!   [`Assessor`](provider::Assessor) judges nodes into [`Candidate`]s; the seam every provider
+//!   implements against is [`provider::seam`];
 //! - [`provider::kubernetes`]: the Kubernetes provider (`GET /version`);
 //! - [`provider::aws`]: the AWS provider (Auto Scaling and EC2 Describe calls, retiring);
 //! - [`apply`]: resourceVersion-guarded merge patches, conflict re-checks, Events;
@@ -32,6 +34,7 @@ pub mod apply;
 pub mod cli;
 pub mod compliance;
 pub mod kube_retry;
+pub mod node_list;
 pub mod output;
 pub mod plan;
 pub mod provider;

@@ -33,14 +33,14 @@ use clap::Parser;
 use common::{FLEET, TestCluster};
 use mock::{Counter, Handler, on, on_slow};
 use rotor_selector::api_calls::{AWS, ApiCalls};
-use rotor_selector::cli::{Cli, ProviderConfig, SelectorConfig};
+use rotor_selector::cli::{Cli, SelectorConfig};
 use rotor_selector::output;
-use rotor_selector::provider::Provider;
 use rotor_selector::provider::aws::{
     AwsClients, AwsConfig, AwsProvider, CallTimeouts, GroupDiscovery, fetch_snapshot,
     judge_snapshot, op,
 };
 use rotor_selector::provider::seam::LookupFailure;
+use rotor_selector::provider::{Provider, ProviderConfig};
 use rotor_selector::run::run_with;
 use rotor_selector::verdict::Verdict;
 

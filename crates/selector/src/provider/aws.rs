@@ -55,8 +55,8 @@ use crate::provider::aws_rules::{
     DriftInputs, FailedLookup, InstanceVerdict, TagExclusion, failed_lookup_skips, fleet_verdicts,
     group_template_specs, node_verdict, resolve_group_version,
 };
-pub use crate::provider::seam::AwsSetupError;
-use crate::provider::seam::{LookupFailure, ProviderError, Retirer, node_candidate};
+use crate::provider::node_facts::node_candidate;
+use crate::provider::seam::{AwsSetupError, LookupFailure, ProviderError, Retirer};
 use crate::verdict::SkipReason;
 
 /// Most group names per `DescribeAutoScalingGroups` call (the API's limit).

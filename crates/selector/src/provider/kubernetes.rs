@@ -14,7 +14,8 @@ use crate::api_calls::ApiCalls;
 use crate::kube_retry::retry_transient;
 use crate::plan::Candidate;
 use crate::provider::kubernetes_rules;
-use crate::provider::seam::{ProviderError, first_label, node_candidate};
+use crate::provider::node_facts::{first_label, node_candidate};
+use crate::provider::seam::ProviderError;
 
 /// The Kubernetes provider's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]

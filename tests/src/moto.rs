@@ -5,7 +5,7 @@
 
 use aws_sdk_autoscaling::types as asg;
 use aws_sdk_ec2::types as ec2t;
-use rotor_selector::aws_provider::AwsClients;
+use rotor_selector::provider::aws::AwsClients;
 use rotor_sim::moto::{INSTALL_HINT, MotoServer, REGION};
 
 /// moto's server (rotor-sim starts it for the demo too), killed on drop.

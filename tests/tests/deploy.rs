@@ -854,7 +854,7 @@ fn the_iam_policies_beside_the_aws_overlay_say_what_the_security_docs_say() {
         .expect("a statement for the surge tag");
     assert_eq!(
         tagging["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
-        serde_json::json!([rotor_selector::group_surge::SURGE_BASE_TAG]),
+        serde_json::json!([rotor_selector::provider::aws_group_surge::SURGE_BASE_TAG]),
         "the tag statement allows only rotor's tag"
     );
     let mut shipped = selector;

@@ -18,7 +18,6 @@
 //! `rotor-selector`); an Event that cannot be recorded is logged, not fatal.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
@@ -35,9 +34,10 @@ use crate::api_calls::ApiCalls;
 use crate::kube_retry::retry_transient;
 use rotor_core::NodeBudget;
 
+use crate::node_list::slim;
 use crate::plan::{Action, Candidate, PlanLimits, PlannedNode, plan};
-use crate::provider::slim;
-use crate::providers::Assessor;
+use crate::provider::Assessor;
+use crate::report::{WriteOutcome, WriteResult};
 
 /// Most writes attempted on one node (the first plus retries after conflicts).
 pub const MAX_ATTEMPTS: u32 = 5;
@@ -53,57 +53,6 @@ pub const UNTAINTED_REASON: &str = "DrainTaintRemoved";
 
 /// Event reason when the selector terminated a drained node's instance.
 pub const RETIRED_REASON: &str = "InstanceRetired";
-
-/// What became of one planned write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WriteOutcome {
-    /// Not written: `--dry-run`.
-    DryRun,
-    /// Written.
-    Applied,
-    /// Not written: a concurrent change made the action no longer apply, or the node is gone.
-    Dropped { why: String },
-    /// Not written: an error, or conflicts that outlasted the retries.
-    Failed { error: String },
-}
-
-impl WriteOutcome {
-    /// `dry-run`, `applied`, `dropped` or `failed`.
-    pub const fn label(&self) -> &'static str {
-        match self {
-            WriteOutcome::DryRun => "dry-run",
-            WriteOutcome::Applied => "applied",
-            WriteOutcome::Dropped { .. } => "dropped",
-            WriteOutcome::Failed { .. } => "failed",
-        }
-    }
-
-    /// Why it was dropped or how it failed.
-    pub fn message(&self) -> Option<&str> {
-        match self {
-            WriteOutcome::DryRun | WriteOutcome::Applied => None,
-            WriteOutcome::Dropped { why } => Some(why),
-            WriteOutcome::Failed { error } => Some(error),
-        }
-    }
-}
-
-impl fmt::Display for WriteOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.message() {
-            Some(message) => write!(f, "{}: {message}", self.label()),
-            None => f.write_str(self.label()),
-        }
-    }
-}
-
-/// One planned write and what became of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WriteResult {
-    pub outcome: WriteOutcome,
-    /// Patches sent (0 in a dry run).
-    pub attempts: u32,
-}
 
 /// True for the actions that write to the cluster.
 pub fn writes(action: &Action) -> bool {
@@ -296,7 +245,7 @@ impl<'a> Applier<'a> {
         results
     }
 
-    /// Terminates the instance of a drained node through the provider's [`Retirer`](crate::provider::Retirer), then records
+    /// Terminates the instance of a drained node through the provider's [`Retirer`](crate::provider::seam::Retirer), then records
     /// an Event on the node. Without a retirer (Kubernetes provider) it fails and does nothing.
     async fn retire(
         &self,

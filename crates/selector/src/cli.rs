@@ -11,9 +11,10 @@ use clap::{Args, Parser, ValueEnum};
 use rotor_apimachinery::labels::{LabelSelector, Operator, Requirement};
 use rotor_core::{KubeArgs, LogArgs, NodeBudget, TaintEffect};
 
-use crate::aws_provider::{AwsConfig, CallTimeouts, DEFAULT_CALL_TIMEOUT, GroupDiscovery};
-use crate::drift::TagExclusion;
 use crate::plan::PlanLimits;
+use crate::provider::aws::{AwsConfig, CallTimeouts, DEFAULT_CALL_TIMEOUT, GroupDiscovery};
+use crate::provider::aws_rules::TagExclusion;
+use crate::provider::{ProviderConfig, ProviderKind};
 
 /// Node labels that name a node's group, tried in this order (the first one present wins):
 /// EKS managed node groups, eksctl node groups, Karpenter node pools, GKE node pools, AKS agent
@@ -42,32 +43,6 @@ pub struct Cli {
     pub kube: KubeArgs,
     #[command(flatten)]
     pub log: LogArgs,
-}
-
-/// Where the verdicts come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ProviderKind {
-    /// From the Kubernetes API alone: kubelet minor version behind the API server's, and (with
-    /// --max-age) nodes older than the maximum age.
-    Kubernetes,
-    /// From AWS: the instance no longer matches its Auto Scaling group.
-    Aws,
-}
-
-impl ProviderKind {
-    /// `kubernetes` or `aws`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ProviderKind::Kubernetes => "kubernetes",
-            ProviderKind::Aws => "aws",
-        }
-    }
-}
-
-impl fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// How the plan is printed on stdout.
@@ -335,28 +310,6 @@ pub enum ConfigError {
     GroupSurgeNeedsRetire,
 }
 
-/// The provider to use, with its own settings. Only providers this build has can be named here.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProviderConfig {
-    /// The Kubernetes-only provider.
-    Kubernetes {
-        /// The max-age rule, when on.
-        max_age: Option<Duration>,
-    },
-    /// The AWS provider.
-    Aws(AwsConfig),
-}
-
-impl ProviderConfig {
-    /// `kubernetes` or `aws`.
-    pub const fn name(&self) -> &'static str {
-        match self {
-            ProviderConfig::Kubernetes { .. } => ProviderKind::Kubernetes.name(),
-            ProviderConfig::Aws(_) => ProviderKind::Aws.name(),
-        }
-    }
-}
-
 /// Validated settings for one run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectorConfig {
@@ -370,7 +323,7 @@ pub struct SelectorConfig {
     pub node_selector: Option<String>,
     /// Node labels naming a node's group, first present wins.
     pub group_labels: Vec<String>,
-    /// Surge at the Auto Scaling group level ([`crate::group_surge`]); AWS provider only.
+    /// Surge at the Auto Scaling group level ([`crate::provider::aws_group_surge`]); AWS provider only.
     pub group_surge: bool,
     /// Where the compliance figures go after the run.
     pub metrics: MetricsSinks,

@@ -12,9 +12,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::apply::WriteOutcome;
 use crate::plan::Action;
-use crate::run::Report;
+use crate::report::{Report, WriteOutcome};
 use crate::verdict::Verdict;
 
 /// One run's compliance figures.
@@ -250,9 +249,8 @@ struct SkipLabel {
 mod tests {
     use super::*;
     use crate::api_calls::ApiCalls;
-    use crate::apply::WriteResult;
     use crate::plan::{Candidate, PlannedNode};
-    use crate::run::NodeReport;
+    use crate::report::{NodeReport, WriteResult};
     use crate::verdict::SkipReason;
     use rotor_core::DrainReason;
 

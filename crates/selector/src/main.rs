@@ -15,7 +15,7 @@ use rotor_core::telemetry;
 use rotor_selector::cli::{Cli, MetricsSinks, OutputFormat, SelectorConfig};
 use rotor_selector::compliance::Compliance;
 use rotor_selector::output;
-use rotor_selector::providers::Provider;
+use rotor_selector::provider::Provider;
 use rotor_selector::run::run_with;
 
 fn main() -> ExitCode {

@@ -11,9 +11,8 @@
 
 use serde_json::{Value, json};
 
-use crate::apply::WriteResult;
 use crate::plan::{Action, PlannedNode};
-use crate::run::{NodeReport, Report};
+use crate::report::{NodeReport, Report, WriteResult};
 use crate::verdict::Verdict;
 
 /// The reason slug shown for a planned node (see the module documentation).
@@ -192,8 +191,8 @@ mod tests {
 
     use super::*;
     use crate::api_calls::ApiCalls;
-    use crate::apply::WriteOutcome;
     use crate::plan::Candidate;
+    use crate::report::WriteOutcome;
     use crate::verdict::SkipReason;
 
     fn candidate(name: &str, verdict: Verdict, taint: Option<&str>) -> Candidate {
@@ -325,12 +324,14 @@ mod tests {
     #[test]
     fn lookup_failures_are_listed_in_json_and_text() {
         let mut report = report(false);
-        report.lookup_failures.push(crate::provider::LookupFailure {
-            operation: "DescribeLaunchTemplateVersions",
-            subject: "lt-0abc".into(),
-            error: "InvalidLaunchTemplateId.NotFound: gone".into(),
-            groups: vec!["g-1".into(), "g-2".into()],
-        });
+        report
+            .lookup_failures
+            .push(crate::provider::seam::LookupFailure {
+                operation: "DescribeLaunchTemplateVersions",
+                subject: "lt-0abc".into(),
+                error: "InvalidLaunchTemplateId.NotFound: gone".into(),
+                groups: vec!["g-1".into(), "g-2".into()],
+            });
         assert_eq!(
             to_json(&report)["lookupFailures"],
             json!([{"operation": "DescribeLaunchTemplateVersions", "subject": "lt-0abc",

@@ -66,7 +66,7 @@ pub enum Action {
     Skip { why: String },
     /// Terminate its instance in its group. The group replaces it, unless `shrink_group`: then
     /// the desired capacity is decremented, the replacement having been launched ahead
-    /// ([`crate::group_surge`]).
+    /// ([`crate::provider::aws_group_surge`]).
     Retire { shrink_group: bool },
 }
 

@@ -13,12 +13,14 @@ use jiff::Timestamp;
 use kube::Client;
 
 use crate::api_calls::ApiCalls;
-use crate::apply::{Applier, WriteOutcome, WriteResult, describe, writes};
+use crate::apply::{Applier, describe, writes};
 use crate::cli::SelectorConfig;
-use crate::group_surge::{GroupSurge, plan_group_surge};
-use crate::plan::{Action, PlanSummary, PlannedNode, plan, summary};
-use crate::provider::{LookupFailure, ProviderError, list_nodes};
-use crate::providers::{Assessor, Provider};
+use crate::node_list::list_nodes;
+use crate::plan::{Action, PlannedNode, plan, summary};
+use crate::provider::aws_group_surge::{GroupSurge, plan_group_surge};
+use crate::provider::seam::ProviderError;
+use crate::provider::{Assessor, Provider};
+use crate::report::{GroupSurgeReport, NodeReport, Report, WriteOutcome, WriteResult};
 use crate::verdict::Verdict;
 
 /// A look-up failed; nothing was written.
@@ -41,99 +43,6 @@ impl RunError {
     /// reports as failed (2 is kept for bad flags and configuration, found before any call).
     pub fn exit_code(&self) -> u8 {
         1
-    }
-}
-
-/// What one run decided and did.
-#[derive(Clone, Debug)]
-pub struct Report {
-    /// `kubernetes` or `aws`.
-    pub provider: &'static str,
-    pub dry_run: bool,
-    /// Every node considered, in name order.
-    pub nodes: Vec<NodeReport>,
-    /// The API calls made, by API and call.
-    pub api_calls: ApiCalls,
-    /// Look-ups that failed for some groups only; their nodes were skipped.
-    pub lookup_failures: Vec<LookupFailure>,
-    /// `--group-surge`: one decision per group, with what became of its write.
-    pub group_surges: Vec<GroupSurgeReport>,
-}
-
-/// One group's surge decision and, for a step that writes, what became of it.
-#[derive(Clone, Debug)]
-pub struct GroupSurgeReport {
-    pub surge: GroupSurge,
-    pub write: Option<WriteResult>,
-}
-
-/// One node: the plan for it, and what became of its write when it has one.
-#[derive(Clone, Debug)]
-pub struct NodeReport {
-    pub planned: PlannedNode,
-    pub write: Option<WriteResult>,
-}
-
-/// Plan counts and write outcomes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RunSummary {
-    pub nodes: usize,
-    pub plan: PlanSummary,
-    pub applied: usize,
-    pub dropped: usize,
-    pub failed: usize,
-}
-
-impl Report {
-    /// Plan counts and write outcomes.
-    pub fn summary(&self) -> RunSummary {
-        let plans: Vec<PlannedNode> = self.nodes.iter().map(|n| n.planned.clone()).collect();
-        let mut counts = RunSummary {
-            nodes: self.nodes.len(),
-            plan: summary(&plans),
-            ..RunSummary::default()
-        };
-        for write in self.nodes.iter().filter_map(|n| n.write.as_ref()) {
-            match write.outcome {
-                WriteOutcome::Applied => counts.applied += 1,
-                WriteOutcome::Dropped { .. } => counts.dropped += 1,
-                WriteOutcome::Failed { .. } => counts.failed += 1,
-                WriteOutcome::DryRun => {}
-            }
-        }
-        counts
-    }
-
-    /// The writes that failed: (node or group, action or surge step, error).
-    pub fn failures(&self) -> Vec<(&str, &'static str, &str)> {
-        fn failed(write: &Option<WriteResult>) -> Option<&str> {
-            match write {
-                Some(WriteResult {
-                    outcome: WriteOutcome::Failed { error },
-                    ..
-                }) => Some(error.as_str()),
-                _ => None,
-            }
-        }
-        let nodes = self.nodes.iter().filter_map(|n| {
-            failed(&n.write).map(|error| {
-                (
-                    n.planned.candidate.node.as_str(),
-                    n.planned.action.kind(),
-                    error,
-                )
-            })
-        });
-        let groups = self.group_surges.iter().filter_map(|g| {
-            failed(&g.write).map(|error| (g.surge.group.as_str(), g.surge.step.kind(), error))
-        });
-        nodes.chain(groups).collect()
-    }
-
-    /// 0 when every group was judged and every planned write was applied or dropped (or it was
-    /// a dry run); 1 when a look-up failed for some groups or a write failed.
-    pub fn exit_code(&self) -> u8 {
-        u8::from(!self.failures().is_empty() || !self.lookup_failures.is_empty())
     }
 }
 

@@ -63,7 +63,7 @@ pub enum SkipReason {
         version: Option<String>,
     },
     /// The instance-type rule does not apply: overrides use attribute-based instance requirements.
-    /// Reported per group by [`crate::drift::instance_type_rule_skip`]; never a node's verdict.
+    /// Reported per group by [`crate::provider::aws_rules::instance_type_rule_skip`]; never a node's verdict.
     AttributeBasedOverrides { group: String },
     /// The image rule is on but the image of the template version is not known.
     TemplateImageUnknown { template: String, version: i64 },

@@ -33,14 +33,14 @@ use clap::Parser;
 use common::{FLEET, TestCluster};
 use mock::{Counter, Handler, on, on_slow};
 use rotor_selector::api_calls::{AWS, ApiCalls};
-use rotor_selector::aws_provider::{
+use rotor_selector::cli::{Cli, SelectorConfig};
+use rotor_selector::output;
+use rotor_selector::provider::aws::{
     AwsClients, AwsConfig, AwsProvider, CallTimeouts, GroupDiscovery, fetch_snapshot,
     judge_snapshot, op,
 };
-use rotor_selector::cli::{Cli, ProviderConfig, SelectorConfig};
-use rotor_selector::output;
-use rotor_selector::provider::LookupFailure;
-use rotor_selector::providers::Provider;
+use rotor_selector::provider::seam::LookupFailure;
+use rotor_selector::provider::{Provider, ProviderConfig};
 use rotor_selector::run::run_with;
 use rotor_selector::verdict::Verdict;
 
@@ -709,16 +709,18 @@ async fn call_plan_at_5000_instances_in_50_groups() {
     let fleet = judge_snapshot(&snapshot, &config(false), jiff::Timestamp::now()).fleet;
     println!("config drift: {calls} ({:?} with mocks)", started.elapsed());
     assert_eq!(fleet.len(), GROUPS * PER_GROUP);
-    let drifted =
-        |fleet: &std::collections::BTreeMap<_, rotor_selector::drift::InstanceVerdict>,
-         reason: &str| {
-            fleet
+    let drifted = |fleet: &std::collections::BTreeMap<
+        _,
+        rotor_selector::provider::aws_rules::InstanceVerdict,
+    >,
+                   reason: &str| {
+        fleet
             .values()
             .filter(
                 |v| matches!(&v.verdict, Verdict::Drifted { reason: r, .. } if r.slug() == reason),
             )
             .count()
-        };
+    };
     assert_eq!(drifted(&fleet, "launch-template-version"), GROUPS);
     assert_eq!(calls.total(AWS), 2, "{calls}");
     assert!(calls.total(AWS) <= 3);

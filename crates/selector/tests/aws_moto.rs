@@ -15,7 +15,7 @@ use rotor_e2e::moto::{
     Moto, create_group, create_template, describe_group, group_instances, instance_ids,
     new_default_version, set_default_version, start_moto, two_images,
 };
-use rotor_selector::aws_provider::AwsClients;
+use rotor_selector::provider::aws::AwsClients;
 use serde_json::Value;
 
 const SCENARIO: &str = r#"
@@ -386,7 +386,7 @@ async fn capacity(aws: &AwsClients, group: &str) -> (i32, Option<String>) {
     let tag = group
         .tags()
         .iter()
-        .find(|t| t.key() == Some(rotor_selector::group_surge::SURGE_BASE_TAG))
+        .find(|t| t.key() == Some(rotor_selector::provider::aws_group_surge::SURGE_BASE_TAG))
         .and_then(|t| t.value().map(str::to_owned));
     (group.desired_capacity().unwrap(), tag)
 }

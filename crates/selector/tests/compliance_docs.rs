@@ -10,7 +10,7 @@ use rotor_e2e::workspace_root;
 use rotor_selector::api_calls::ApiCalls;
 use rotor_selector::compliance::Compliance;
 use rotor_selector::plan::{Action, Candidate, PlannedNode};
-use rotor_selector::run::{NodeReport, Report};
+use rotor_selector::report::{NodeReport, Report};
 use rotor_selector::verdict::{SkipReason, Verdict};
 
 #[test]

@@ -20,8 +20,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::aws_model::AutoScalingGroup;
 use crate::plan::{Action, PlannedNode};
+use crate::provider::aws_model::AutoScalingGroup;
 
 /// Group tag holding the desired capacity before rotor raised it.
 pub const SURGE_BASE_TAG: &str = "rotor.dev/surge-base";

@@ -1,4 +1,4 @@
-//! The AWS provider: thin I/O around the pure drift rules of [`crate::drift`].
+//! The AWS provider: thin I/O around the pure drift rules of [`crate::provider::aws_rules`].
 //!
 //! Credentials, region and endpoint come from the SDK's standard chain
 //! (`aws_config::defaults(BehaviorVersion::latest())`: environment, shared config, IRSA web
@@ -25,7 +25,7 @@
 //! only the groups naming it are skipped ([`concerns_only_the_request`]). Retiring a drained node
 //! is `TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=false)`, or `=true` when
 //! it gives a group surge back; `--group-surge` also calls `CreateOrUpdateTags`,
-//! `SetDesiredCapacity` and `DeleteTags` ([`crate::group_surge`]).
+//! `SetDesiredCapacity` and `DeleteTags` ([`crate::provider::aws_group_surge`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -44,19 +44,19 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::api_calls::{AWS, ApiCalls};
-use crate::aws_model::{
+use crate::plan::Candidate;
+use crate::provider::aws_group_surge::{GroupCapacity, GroupSurge, SURGE_BASE_TAG, SurgeStep};
+use crate::provider::aws_model::{
     AutoScalingGroup, GroupInstance, InstanceDetails, LaunchTemplateInfo, LaunchTemplateSpec,
     MixedInstancesPolicy, Override, TemplateVersionImage, index_instance_details,
     index_template_images, index_templates,
 };
-use crate::drift::{
+use crate::provider::aws_rules::{
     DriftInputs, FailedLookup, InstanceVerdict, TagExclusion, failed_lookup_skips, fleet_verdicts,
     group_template_specs, node_verdict, resolve_group_version,
 };
-use crate::group_surge::{GroupCapacity, GroupSurge, SURGE_BASE_TAG, SurgeStep};
-use crate::plan::Candidate;
-pub use crate::provider::AwsSetupError;
-use crate::provider::{LookupFailure, ProviderError, Retirer, node_candidate};
+use crate::provider::node_facts::node_candidate;
+use crate::provider::seam::{AwsSetupError, LookupFailure, ProviderError, Retirer};
 use crate::verdict::SkipReason;
 
 /// Most group names per `DescribeAutoScalingGroups` call (the API's limit).

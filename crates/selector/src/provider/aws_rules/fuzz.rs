@@ -1,7 +1,7 @@
 //! Properties of `--exclude-tag` (issue 18): any text is a tag exclusion or a refusal, it
 //! prints back to itself, and it excludes exactly the groups with that tag (and value). Each
 //! runs `PROPTEST_CASES` cases (256 by default); failures found so far are replayed first from
-//! `proptest-regressions/drift/fuzz.txt`.
+//! `proptest-regressions/provider/aws_rules/fuzz.txt`.
 
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;

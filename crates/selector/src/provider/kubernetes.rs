@@ -1,5 +1,5 @@
 //! The Kubernetes provider: no cloud, only the Kubernetes API. One look-up per run, `GET /version`
-//! for the API server's version; then each node is judged by [`kube_rules::kubernetes_verdict`]:
+//! for the API server's version; then each node is judged by [`kubernetes_rules::kubernetes_verdict`]:
 //! kubelet minor version behind the API server's → `kubelet-version`; with `--max-age`, created
 //! longer ago than that → `max-age`; a version that does not parse or a missing field → skip.
 //! A node's group is the first configured group label present on it.
@@ -12,9 +12,10 @@ use kube::Client;
 
 use crate::api_calls::ApiCalls;
 use crate::kube_retry::retry_transient;
-use crate::kube_rules;
 use crate::plan::Candidate;
-use crate::provider::{ProviderError, first_label, node_candidate};
+use crate::provider::kubernetes_rules;
+use crate::provider::node_facts::{first_label, node_candidate};
+use crate::provider::seam::ProviderError;
 
 /// The Kubernetes provider's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,7 +74,7 @@ pub struct KubernetesAssessor {
 impl KubernetesAssessor {
     /// The node as the planner sees it, with the Kubernetes rules' verdict.
     pub fn candidate(&self, node: &Node) -> Candidate {
-        let verdict = kube_rules::kubernetes_verdict(
+        let verdict = kubernetes_rules::kubernetes_verdict(
             node,
             &self.control_plane_version,
             self.provider.max_age,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use rotor_core::{DrainReason, parse_aws_provider_id};
 
-use crate::aws_model::{
+use crate::provider::aws_model::{
     AutoScalingGroup, GroupInstance, InstanceDetails, LaunchTemplateInfo, LaunchTemplateSpec,
 };
 use crate::verdict::{SkipReason, Verdict, age_beyond, approx_duration, exact_duration};
@@ -179,7 +179,7 @@ fn group_vanished(group: &AutoScalingGroup, inputs: &DriftInputs) -> Option<Skip
     }
     Some(SkipReason::LookupFailed {
         group: group.name.clone(),
-        // aws_provider::op::DESCRIBE_INSTANCES (not imported: the provider imports this module).
+        // aws::op::DESCRIBE_INSTANCES (not imported: the provider imports this module).
         operation: "DescribeInstances",
         template: group.name.clone(),
         error: format!(
@@ -611,7 +611,9 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::aws_model::{index_instance_details, index_template_images, index_templates};
+    use crate::provider::aws_model::{
+        index_instance_details, index_template_images, index_templates,
+    };
 
     const NOW: &str = "2025-06-01T00:00:00Z";
 
@@ -654,7 +656,7 @@ mod tests {
 
         fn with_image_rule(mut self) -> Self {
             // DescribeLaunchTemplateVersions(ResolveAlias=true) for the versions groups resolve to.
-            let versions = serde_json::from_value::<Vec<crate::aws_model::TemplateVersionImage>>(
+            let versions = serde_json::from_value::<Vec<crate::provider::aws_model::TemplateVersionImage>>(
                 json!([
                     {"LaunchTemplateId": "lt-0abc", "VersionNumber": 5, "LaunchTemplateData": {"ImageId": "ami-new"}},
                     {"LaunchTemplateId": "lt-0abc", "VersionNumber": 4, "LaunchTemplateData": {"ImageId": "ami-four"}}

@@ -1,3 +1,5 @@
+//! The group surge rules on one Auto Scaling group's plans: raise, wait, no room, give back.
+
 use rotor_core::DrainReason;
 
 use super::*;

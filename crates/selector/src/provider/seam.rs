@@ -1,0 +1,84 @@
+//! The provider seam: what every provider implements against and the run relies on, whichever
+//! provider is configured. A look-up that fails for the whole fleet is a [`ProviderError`] (the
+//! run fails and nothing is written); one that fails for some groups only is a [`LookupFailure`]
+//! (those groups are skipped); a provider that can terminate instances hands out a [`Retirer`].
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// The AWS settings cannot be used; a configuration error (exit 2), found before any call.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsSetupError {
+    /// No region in the environment, the shared config profile or the instance metadata.
+    #[error(
+        "--provider aws needs an AWS region and none was found: set AWS_REGION (or a region in the AWS config profile; on EC2 the instance metadata provides it)"
+    )]
+    RegionMissing,
+}
+
+/// Retires (terminates) the instance behind a drained node. Only cloud providers have one
+/// ([`crate::provider::Assessor::retirer`]); the Kubernetes provider never retires.
+pub trait Retirer: Send + Sync {
+    /// (API, operation) counted in [`ApiCalls`](crate::api_calls::ApiCalls) for each retire.
+    fn call(&self) -> (&'static str, &'static str);
+
+    /// Terminates `instance`, decrementing its group's desired capacity when `shrink_group`
+    /// (a surge replacement already runs); on success, a line saying what was done.
+    fn retire<'a>(
+        &'a self,
+        instance: &'a str,
+        shrink_group: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;
+}
+
+/// Looking up what a provider needs failed; the run fails and nothing is written.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// A Kubernetes API call failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was being read, e.g. `GET /version`.
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// An AWS call failed (after the SDK's retries).
+    #[error("AWS {operation} failed: {message}")]
+    Aws {
+        /// The operation, e.g. `DescribeAutoScalingGroups`.
+        operation: &'static str,
+        /// The error code and message, e.g. `AccessDenied: User ... is not authorized`.
+        message: String,
+    },
+    /// The AWS clients cannot be built (the binary checks this before any call).
+    #[error(transparent)]
+    AwsSetup(#[from] AwsSetupError),
+}
+
+/// A look-up that failed for part of the fleet only: the groups it concerns were skipped (their
+/// nodes show `skip` with reason `lookup-failed`), the others were judged and planned. The run
+/// reports it and exits 1 once the rest is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LookupFailure {
+    /// The operation, e.g. `DescribeLaunchTemplateVersions`.
+    pub operation: &'static str,
+    /// What it was about, e.g. a launch template id.
+    pub subject: String,
+    /// The error code and message.
+    pub error: String,
+    /// The groups skipped because of it.
+    pub groups: Vec<String>,
+}
+
+impl std::fmt::Display for LookupFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} for {} failed: {}; skipped group(s) {}",
+            self.operation,
+            self.subject,
+            self.error,
+            self.groups.join(", ")
+        )
+    }
+}

@@ -1,7 +1,10 @@
-//! The eviction pass's decisions, with no I/O: when an empty node counts as drained (the
-//! settle and quiet times), which pods a replace-by time overrides, what the node's record
-//! shows of a pass's blockers, and what input is read otherwise than its writer may have meant.
-//! The pass itself ([`crate::drain::pass_io`]) only carries them out.
+//! The eviction pass's decisions, with no I/O. A pass over the node's pods asks, in order:
+//! is the node drained ([`settle`]: empty, and unschedulable long enough); what to send now and
+//! when to wake for the rest ([`choose_sends`], over the eviction queue); after the answers,
+//! when `--force-after` needs a wake ([`force_wake`]); and what the node's record shows
+//! ([`what_shows`]). Also which pods a replace-by time overrides, and what input is read
+//! otherwise than its writer may have meant. The pass itself ([`crate::drain::pass_io`]) reads
+//! the pods, sends what these say and reports the answers.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -10,7 +13,170 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use rotor_core::duration::later;
 
-use crate::drain::pods::{NodePlan, PodRef};
+use crate::drain::eviction::{EvictionQueue, QueuePolicy, Step};
+use crate::drain::pods::{Blocker, Charge, NodePlan, PodRef};
+
+/// Whether a node the plan finds empty is drained now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Empty, unschedulable for `--settle` and quiet: drained.
+    Drained,
+    /// Empty, but not for long enough: look again then.
+    WaitUntil(Timestamp),
+    /// Pods are left (or a refusal only an operator can clear).
+    NotEmpty,
+}
+
+/// Whether the node is drained: `empty` (nothing left to evict, wait for or unblock, and no
+/// fatal refusal), since `empty_since` (kept by the pass; set or cleared here), no earlier than
+/// `settled` (see [`settled_at`]) and quiet for [`quiet`]`(settle)`.
+pub fn settle(
+    empty: bool,
+    empty_since: &mut Option<Timestamp>,
+    settled: Timestamp,
+    settle: Duration,
+    now: Timestamp,
+) -> Settled {
+    if !empty {
+        *empty_since = None;
+        return Settled::NotEmpty;
+    }
+    let since = *empty_since.get_or_insert(now);
+    let ready_at = settled.max(later(since, quiet(settle)));
+    if now >= ready_at {
+        Settled::Drained
+    } else {
+        Settled::WaitUntil(ready_at)
+    }
+}
+
+/// One eviction (or forced deletion) to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    pub pod: PodRef,
+    /// The grace period to ask for (`None`: the pod's own).
+    pub grace: Option<i64>,
+    /// A deletion past `--force-after` (or the replace-by time), not an eviction.
+    pub forced: bool,
+    /// The budget the eviction is charged to, and what the budget cache says it allows now.
+    pub charged: Option<Charge>,
+}
+
+/// What a pass sends now, and what it holds back.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Sends {
+    /// The pods the pass would act on: what the plan evicts now and, when forcing, what the
+    /// budgets hold (for [`say_odd_input`]).
+    pub targets: Vec<(PodRef, Option<i64>)>,
+    /// What goes on the wire, in the plan's order.
+    pub attempts: Vec<Attempt>,
+    /// Pods whose budget allows no eviction now, newly (worth a log line), with the budget.
+    pub newly_waiting: Vec<(PodRef, Option<Charge>)>,
+    /// The earliest time a held-back pod is due again.
+    pub wake: Option<Timestamp>,
+}
+
+/// What to send now: each pod the plan evicts now (and, when `policy.forcing`, each that its
+/// budget holds, as a deletion) goes through the queue, which skips those evicted or not due,
+/// holds those whose budget allows none, and lets the rest go.
+pub fn choose_sends(
+    plan: &NodePlan,
+    queue: &mut EvictionQueue,
+    policy: QueuePolicy,
+    now: Timestamp,
+) -> Sends {
+    let mut sends = Sends {
+        targets: plan.evict_now.clone(),
+        ..Sends::default()
+    };
+    if policy.forcing {
+        for (pod, grace) in &plan.budget_blocked {
+            queue.held_by_budget(pod);
+            sends.targets.push((pod.clone(), *grace));
+        }
+    }
+    for (pod, grace) in &sends.targets {
+        let charged = plan.charged.get(&pod.uid);
+        let due = match queue.next_step(pod, charged, policy, now) {
+            Step::Skip(at) => at,
+            Step::WaitForBudget { at, first } => {
+                if first {
+                    sends.newly_waiting.push((pod.clone(), charged.cloned()));
+                }
+                Some(at)
+            }
+            step @ (Step::Evict | Step::Force) => {
+                sends.attempts.push(Attempt {
+                    pod: pod.clone(),
+                    grace: *grace,
+                    forced: step == Step::Force,
+                    charged: charged.cloned(),
+                });
+                None
+            }
+        };
+        sends.wake = match (sends.wake, due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    sends
+}
+
+/// When the pass must wake for `--force-after` (at `force_at`): only while it is ahead and a
+/// pod is held by its budget, the ones it would delete.
+pub fn force_wake(
+    force_at: Option<Timestamp>,
+    now: Timestamp,
+    queue: &EvictionQueue,
+    plan: &NodePlan,
+) -> Option<Timestamp> {
+    force_at.filter(|t| *t > now && (queue.refused() > 0 || !plan.budget_blocked.is_empty()))
+}
+
+/// What the node's record shows after a pass, and when to look again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shown {
+    /// The blocker to record (the node turns `blocked`); `None`: the node shows `evicting`.
+    pub blocker: Option<String>,
+    /// Waiting will not clear the first blocker: the webhooks hear of the node as stuck.
+    pub needs_someone: bool,
+    /// When a blocker held back now would be shown, if nothing changes before.
+    pub look_again: Option<Timestamp>,
+}
+
+/// What the record shows of a pass's blockers: the plan's first, then the failed rollout
+/// restarts', then the queue's refusals. The first needs someone when it is not a budget that
+/// will allow in time (an opt-out, a refused pod kind, a budget that never allows, a failed
+/// rollout restart, a refusal by the API server); it shows as [`shown_blocker`] says.
+pub fn what_shows(
+    plan: &NodePlan,
+    restart_failures: &[String],
+    queue: &EvictionQueue,
+    progressed_at: Timestamp,
+    now: Timestamp,
+    blocked_after: Duration,
+) -> Shown {
+    let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
+    blockers.extend(restart_failures.iter().cloned());
+    blockers.extend(queue.blockers().cloned());
+    let needs_someone = match plan.blockers.first() {
+        Some(first) => !matches!(first, Blocker::BudgetRefusing { .. }),
+        None => !restart_failures.is_empty() || queue.has_operator_problem(),
+    };
+    let shown = shown_blocker(
+        blockers.first(),
+        needs_someone,
+        progressed_at,
+        now,
+        blocked_after,
+    );
+    Shown {
+        blocker: shown.blocker.cloned(),
+        needs_someone,
+        look_again: shown.look_again,
+    }
+}
 
 /// The earliest time an empty node may be declared drained: `--settle` after the node became
 /// unschedulable, given how long ago that was (`protected_for`: the age of a drain taint that
@@ -195,5 +361,261 @@ mod tests {
         // Only the cordon, written now: the full settle time.
         assert_eq!(settled_at(None, now, settle), at("2026-11-22T10:00:03Z"));
         assert_eq!(quiet(settle), Duration::from_millis(750));
+    }
+
+    fn pod(name: &str) -> PodRef {
+        PodRef {
+            namespace: "shop".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    fn budget(name: &str) -> crate::drain::budgets::BudgetKey {
+        let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "shop"}
+            }))
+            .unwrap();
+        crate::drain::budgets::BudgetKey::of(&pdb)
+    }
+
+    fn charge(name: &str, allowed_now: i32) -> Charge {
+        Charge {
+            budget: budget(name),
+            allowed_now,
+        }
+    }
+
+    fn policy(forcing: bool) -> QueuePolicy {
+        QueuePolicy {
+            budget_recheck: Duration::from_secs(10),
+            forcing,
+        }
+    }
+
+    #[test]
+    fn an_empty_node_is_drained_once_settled_and_quiet() {
+        let settle_for = Duration::from_secs(4); // quiet: 1 s
+        let t0 = at("2026-11-28T10:00:00Z");
+        // (empty, empty since, settled at, now) -> outcome, empty since after
+        let cases = [
+            (false, Some(t0), t0, t0, Settled::NotEmpty, None),
+            (
+                true,
+                None,
+                t0,
+                t0,
+                Settled::WaitUntil(at("2026-11-28T10:00:01Z")),
+                Some(t0),
+            ),
+            (
+                true,
+                Some(t0),
+                t0,
+                at("2026-11-28T10:00:01Z"),
+                Settled::Drained,
+                Some(t0),
+            ),
+            // Tainted just now: the settle time, not the quiet time, decides.
+            (
+                true,
+                Some(t0),
+                at("2026-11-28T10:00:04Z"),
+                at("2026-11-28T10:00:02Z"),
+                Settled::WaitUntil(at("2026-11-28T10:00:04Z")),
+                Some(t0),
+            ),
+        ];
+        for (empty, since, settled, now, want, since_after) in cases {
+            let mut empty_since = since;
+            assert_eq!(
+                settle(empty, &mut empty_since, settled, settle_for, now),
+                want,
+                "empty={empty} since={since:?} now={now}"
+            );
+            assert_eq!(empty_since, since_after);
+        }
+    }
+
+    #[test]
+    fn the_pass_sends_what_the_queue_lets_go_and_wakes_for_the_rest() {
+        let now = at("2026-11-28T10:00:00Z");
+        let plan = NodePlan {
+            evict_now: vec![
+                (pod("web-1"), None),
+                (pod("db-0"), Some(30)),
+                (pod("job-1"), None),
+            ],
+            charged: [
+                ("uid-web-1".to_string(), charge("web", 1)),
+                ("uid-db-0".to_string(), charge("db", 0)),
+            ]
+            .into(),
+            ..NodePlan::default()
+        };
+        let mut queue = EvictionQueue::default();
+        let sends = choose_sends(&plan, &mut queue, policy(false), now);
+        // web-1's budget allows one, job-1 has none: both go, in the plan's order. db-0's
+        // budget allows none: it waits (news, once) and the pass wakes at the recheck.
+        assert_eq!(
+            sends.attempts,
+            vec![
+                Attempt {
+                    pod: pod("web-1"),
+                    grace: None,
+                    forced: false,
+                    charged: Some(charge("web", 1)),
+                },
+                Attempt {
+                    pod: pod("job-1"),
+                    grace: None,
+                    forced: false,
+                    charged: None,
+                },
+            ]
+        );
+        assert_eq!(
+            sends.newly_waiting,
+            vec![(pod("db-0"), Some(charge("db", 0)))]
+        );
+        assert_eq!(sends.wake, Some(at("2026-11-28T10:00:10Z")));
+        assert_eq!(sends.targets.len(), 3);
+        // The next pass, a second later: web-1 and job-1 were evicted, db-0 is not due yet
+        // and no longer news.
+        for p in ["web-1", "job-1"] {
+            queue.record(
+                &pod(p),
+                &crate::drain::answers::EvictionOutcome::Evicted,
+                policy(false),
+                now,
+            );
+        }
+        let later_on = at("2026-11-28T10:00:01Z");
+        let sends = choose_sends(&plan, &mut queue, policy(false), later_on);
+        assert!(sends.attempts.is_empty(), "{sends:?}");
+        assert!(sends.newly_waiting.is_empty());
+        assert_eq!(sends.wake, Some(at("2026-11-28T10:00:10Z")));
+    }
+
+    #[test]
+    fn forcing_deletes_what_the_budgets_hold() {
+        let now = at("2026-11-28T11:00:00Z");
+        let plan = NodePlan {
+            budget_blocked: vec![(pod("pinned-0"), Some(5))],
+            blockers: vec![Blocker::BudgetNeverAllows {
+                budget: budget("pinned"),
+                reason: "maxUnavailable is 0".into(),
+            }],
+            ..NodePlan::default()
+        };
+        let mut queue = EvictionQueue::default();
+        // Not forcing: nothing to send, nothing to wake for.
+        let sends = choose_sends(&plan, &mut queue, policy(false), now);
+        assert_eq!(sends, Sends::default());
+        // Past --force-after: the held pod is deleted, with its grace period.
+        let sends = choose_sends(&plan, &mut queue, policy(true), now);
+        assert_eq!(
+            sends.attempts,
+            vec![Attempt {
+                pod: pod("pinned-0"),
+                grace: Some(5),
+                forced: true,
+                charged: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn force_after_wakes_the_pass_only_while_ahead_and_something_is_held() {
+        let now = at("2026-11-28T10:00:00Z");
+        let force_at = Some(at("2026-11-28T10:30:00Z"));
+        let held = NodePlan {
+            budget_blocked: vec![(pod("pinned-0"), None)],
+            ..NodePlan::default()
+        };
+        let queue = EvictionQueue::default();
+        assert_eq!(force_wake(force_at, now, &queue, &held), force_at);
+        assert_eq!(
+            force_wake(force_at, now, &queue, &NodePlan::default()),
+            None
+        );
+        assert_eq!(force_wake(None, now, &queue, &held), None);
+        assert_eq!(
+            force_wake(force_at, at("2026-11-28T10:30:00Z"), &queue, &held),
+            None,
+            "already due: the pass forces now"
+        );
+    }
+
+    #[test]
+    fn the_record_shows_the_first_blocker_and_whether_it_needs_someone() {
+        let now = at("2026-11-28T10:00:05Z");
+        let progressed = at("2026-11-28T10:00:00Z");
+        let after = Duration::from_secs(30);
+        let opt_out = Blocker::DoNotDisrupt {
+            pod: "shop/db-0".into(),
+            annotation: "rotor.dev/do-not-disrupt",
+        };
+        let refusing = Blocker::BudgetRefusing {
+            budget: budget("web"),
+            pod: "shop/web-1".into(),
+            message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+        };
+        let queue = EvictionQueue::default();
+        let plan_with = |blockers: Vec<Blocker>| NodePlan {
+            blockers,
+            ..NodePlan::default()
+        };
+        // An opt-out needs someone and shows at once.
+        let shown = what_shows(
+            &plan_with(vec![opt_out.clone()]),
+            &[],
+            &queue,
+            progressed,
+            now,
+            after,
+        );
+        assert_eq!(shown.blocker, Some(opt_out.to_string()));
+        assert!(shown.needs_someone);
+        // A budget that refuses only needs time: held back until --blocked-after.
+        let shown = what_shows(
+            &plan_with(vec![refusing.clone()]),
+            &[],
+            &queue,
+            progressed,
+            now,
+            after,
+        );
+        assert_eq!(
+            shown,
+            Shown {
+                blocker: None,
+                needs_someone: false,
+                look_again: Some(at("2026-11-28T10:00:30Z")),
+            }
+        );
+        // A failed rollout restart comes after the plan's blockers and needs someone.
+        let failure = vec!["shop/api-0: could not restart Deployment api: forbidden".to_string()];
+        let shown = what_shows(
+            &NodePlan::default(),
+            &failure,
+            &queue,
+            progressed,
+            now,
+            after,
+        );
+        assert_eq!(shown.blocker, Some(failure[0].clone()));
+        assert!(shown.needs_someone);
+        // Nothing blocks: the node shows evicting.
+        let shown = what_shows(&NodePlan::default(), &[], &queue, progressed, now, after);
+        assert_eq!(
+            shown,
+            Shown {
+                blocker: None,
+                needs_someone: false,
+                look_again: None,
+            }
+        );
     }
 }

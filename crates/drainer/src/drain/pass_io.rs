@@ -18,10 +18,12 @@ use rotor_core::duration::later;
 
 use crate::drain::answers::EvictionOutcome;
 use crate::drain::budgets::{BudgetDemand, BudgetKey, DisruptionPace, budget_paces};
-use crate::drain::eviction::{EvictionQueue, QueuePolicy, Step};
+use crate::drain::eviction::{EvictionQueue, QueuePolicy};
 use crate::drain::outcome::DrainResult;
-use crate::drain::pass::{quiet, replace_by_held, say_odd_input, shown_blocker};
-use crate::drain::pods::{Blocker, Charge, DrainOptions, PodRef, plan_node_withholding};
+use crate::drain::pass::{
+    Attempt, Settled, choose_sends, force_wake, replace_by_held, say_odd_input, settle, what_shows,
+};
+use crate::drain::pods::{Charge, DrainOptions, PodRef, plan_node_withholding};
 use crate::drain::published::owner_of;
 use crate::drain::replace_by::{Announcement, ReplaceBy};
 use crate::drain::restart::RolloutRestarts;
@@ -226,20 +228,21 @@ async fn evict_pass(
     if let Some(at) = restarts.as_ref().and_then(RolloutRestarts::next_look) {
         wake = wake.min(at);
     }
-    if plan.is_drained() && !queue.has_fatal() {
-        let since = *empty_since.get_or_insert(now);
-        let ready_at = task
-            .settled
-            .max(later(since, quiet(drains.settings.settle)));
-        if now >= ready_at {
+    match settle(
+        plan.is_drained() && !queue.has_fatal(),
+        empty_since,
+        task.settled,
+        drains.settings.settle,
+        now,
+    ) {
+        Settled::Drained => {
             return Pass {
                 ended: Some(DrainResult::Drained),
                 wake: now,
             };
         }
-        wake = wake.min(ready_at);
-    } else {
-        *empty_since = None;
+        Settled::WaitUntil(at) => wake = wake.min(at),
+        Settled::NotEmpty => {}
     }
     if let Some(deadline) = replace_by.as_mut() {
         let held = replace_by_held(&pod_list, &plan);
@@ -263,42 +266,14 @@ async fn evict_pass(
         .published
         .claims
         .set(name, BudgetDemand::of(&plan, |uid| !queue.evicted(uid)));
-    // Evict what the plan allows now; past --force-after, also delete what budgets hold.
-    let mut targets: Vec<(PodRef, Option<i64>)> = plan.evict_now.clone();
-    if policy.forcing {
-        for (pod, grace) in &plan.budget_blocked {
-            queue.held_by_budget(pod);
-            targets.push((pod.clone(), *grace));
-        }
+    let sends = choose_sends(&plan, queue, policy, now);
+    say_odd_input(name, &sends.targets, pods, said);
+    for (pod, charged) in &sends.newly_waiting {
+        let budget = charged.as_ref().map(|c| &c.budget);
+        tracing::info!(node = %name, pod = %pod, budget = ?budget, "its disruption budget allows no eviction now; waiting for it to allow one");
     }
-    say_odd_input(name, &targets, pods, said);
-    let paces = budget_paces(&budgets);
-    let mut attempts: Vec<Attempt<'_>> = Vec::new();
-    for (pod, grace) in &targets {
-        let charged = plan.charged.get(&pod.uid);
-        let step = queue.next_step(pod, charged, policy, now);
-        let at = match step {
-            Step::Skip(at) => at,
-            Step::WaitForBudget { at, first } => {
-                if first {
-                    let budget = charged.map(|c| &c.budget);
-                    tracing::info!(node = %name, pod = %pod, budget = ?budget, "its disruption budget allows no eviction now; waiting for it to allow one");
-                }
-                Some(at)
-            }
-            Step::Evict | Step::Force => {
-                attempts.push(Attempt {
-                    pod,
-                    grace: *grace,
-                    forced: step == Step::Force,
-                    charged,
-                });
-                None
-            }
-        };
-        if let Some(at) = at {
-            wake = wake.min(at);
-        }
+    if let Some(at) = sends.wake {
+        wake = wake.min(at);
     }
     // The pass's evictions go out together, a few at a time: each is a round trip to the API
     // server (100 ms and more on a busy one), and a node's pods one after another would hold its
@@ -308,12 +283,17 @@ async fn evict_pass(
     // behind another drain's) and then taken in the plan's order.
     // (The futures are collected first: a closure in the stream's type trips the compiler's
     // check that the spawned drain task is Send.)
-    let sends: Vec<_> = attempts
+    let wire = &drains.wire;
+    let requests: Vec<_> = sends
+        .attempts
         .iter()
         .enumerate()
-        .map(|(i, a)| async move { (i, send(task.drains, a).await) })
+        .map(|(i, a)| async move {
+            let budget = a.charged.as_ref().map(|c| &c.budget);
+            (i, wire.send(&a.pod, a.grace, a.forced, budget).await)
+        })
         .collect();
-    let mut answers: Vec<(usize, EvictionOutcome)> = futures::stream::iter(sends)
+    let mut answers: Vec<(usize, EvictionOutcome)> = futures::stream::iter(requests)
         .buffer_unordered(EVICTIONS_IN_FLIGHT)
         .collect()
         .await;
@@ -321,51 +301,37 @@ async fn evict_pass(
     let outcomes = answers.into_iter().map(|(_, outcome)| outcome);
     let facts = PassFacts {
         pods,
-        paces: &paces,
+        paces: &budget_paces(&budgets),
         policy,
         now,
     };
-    for (attempt, outcome) in attempts.into_iter().zip(outcomes) {
+    for (attempt, outcome) in sends.attempts.iter().zip(outcomes) {
         if outcome == EvictionOutcome::Evicted {
             *progressed_at = now;
         }
-        let (pod, grace) = (attempt.pod, attempt.grace);
         let at = answered(task, &facts, queue, attempt, outcome).await;
-        if queue.evicted(&pod.uid) && said.insert(format!("grace {}", pod.uid)) {
-            warn_long_grace(task, pods, pod, grace, now).await;
+        if queue.evicted(&attempt.pod.uid) && said.insert(format!("grace {}", attempt.pod.uid)) {
+            warn_long_grace(task, pods, &attempt.pod, attempt.grace, now).await;
         }
         if let Some(at) = at {
             wake = wake.min(at);
         }
     }
-    if let Some(t) = force_at
-        && t > now
-        && (queue.refused() > 0 || !plan.budget_blocked.is_empty())
-    {
-        wake = wake.min(t);
+    if let Some(at) = force_wake(force_at, now, queue, &plan) {
+        wake = wake.min(at);
     }
     drains
         .published
         .claims
         .set(name, BudgetDemand::of(&plan, |uid| !queue.evicted(uid)));
-    let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
     let restart_failures = restarts
         .as_ref()
         .map(RolloutRestarts::failures)
         .unwrap_or_default();
-    blockers.extend(restart_failures.iter().cloned());
-    blockers.extend(queue.blockers().cloned());
-    // The first blocker (the one recorded and announced) needs someone when it is not a budget
-    // that will allow in time: an opt-out, a refused pod kind, a budget that never allows, a
-    // failed rollout restart, a refusal by the API server. The plan's blockers come first, then
-    // the restarts', then the queue's refusals.
-    let needs_someone = match plan.blockers.first() {
-        Some(first) => !matches!(first, Blocker::BudgetRefusing { .. }),
-        None => !restart_failures.is_empty() || queue.has_operator_problem(),
-    };
-    let shown = shown_blocker(
-        blockers.first(),
-        needs_someone,
+    let shown = what_shows(
+        &plan,
+        &restart_failures,
+        queue,
         *progressed_at,
         now,
         drains.settings.blocked_after,
@@ -373,7 +339,7 @@ async fn evict_pass(
     if let Some(at) = shown.look_again {
         wake = wake.min(at);
     }
-    record_blockers(task, record, shown.blocker, needs_someone).await;
+    record_blockers(task, record, shown.blocker, shown.needs_someone).await;
     Pass { ended: None, wake }
 }
 
@@ -421,24 +387,6 @@ struct PassFacts<'a> {
     now: Timestamp,
 }
 
-/// One eviction (or forced deletion) to make.
-struct Attempt<'a> {
-    pod: &'a PodRef,
-    grace: Option<i64>,
-    forced: bool,
-    /// The budget the eviction is charged to, and what the budget cache says it allows now.
-    charged: Option<&'a Charge>,
-}
-
-/// The wire call of one attempt: an eviction, or past `--force-after` a deletion.
-async fn send(drains: &Drains, attempt: &Attempt<'_>) -> EvictionOutcome {
-    let budget = attempt.charged.map(|c| &c.budget);
-    drains
-        .wire
-        .send(attempt.pod, attempt.grace, attempt.forced, budget)
-        .await
-}
-
 /// Takes the answer to one eviction or forced deletion: feeds it to the queue, and counts it in
 /// the metrics, the budget's pace and the gate's in-flight workloads. Returns when to try the
 /// pod again, if the task should wake for it.
@@ -446,10 +394,10 @@ async fn answered(
     task: &Evicting<'_>,
     facts: &PassFacts<'_>,
     queue: &mut EvictionQueue,
-    attempt: Attempt<'_>,
+    attempt: &Attempt,
     outcome: EvictionOutcome,
 ) -> Option<Timestamp> {
-    let (drains, name, pod) = (task.drains, task.name.as_str(), attempt.pod);
+    let (drains, name, pod) = (task.drains, task.name.as_str(), &attempt.pod);
     let PassFacts {
         pods,
         paces,
@@ -467,9 +415,9 @@ async fn answered(
             if !attempt.forced {
                 drains.metrics.eviction("evicted");
             }
-            let budget = attempt.charged.map(|c| c.budget.to_string());
+            let budget = attempt.charged.as_ref().map(|c| c.budget.to_string());
             tracing::info!(node = %name, pod = %pod, budget = budget.as_deref().unwrap_or("none"), "evicted");
-            if let Some(Charge { budget, .. }) = attempt.charged
+            if let Some(Charge { budget, .. }) = &attempt.charged
                 && !attempt.forced
             {
                 let per_round = paces.get(budget).map_or(1, |pace| pace.per_round);
@@ -551,11 +499,11 @@ async fn announce_replace_by(task: &Evicting<'_>, said: &Announcement, pods: &[P
 async fn record_blockers(
     task: &Evicting<'_>,
     record: &mut DrainRecord,
-    blocker: Option<&String>,
+    blocker: Option<String>,
     needs_someone: bool,
 ) {
     let next = match blocker {
-        Some(b) => apply(record, Transition::Blocked(b.clone())),
+        Some(b) => apply(record, Transition::Blocked(b)),
         None => apply(record, Transition::Evicting),
     };
     if next == *record {

@@ -25,7 +25,7 @@ use axum::http::{HeaderMap, Method, Uri, header};
 use serde_json::{Value, json};
 
 use crate::api::request::{Route, query_map, route, verb_of};
-use crate::api::status::ApiError;
+use crate::meta::ApiError;
 pub use policy::{Policy, PolicyError, ServiceAccount};
 use rules::{Attributes, Decision, ResourceAttributes, Target, authorize};
 

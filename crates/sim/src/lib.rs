@@ -15,7 +15,8 @@
 //! - [`scenario`] and [`seed`]: YAML scenarios and the cluster they describe;
 //! - [`server`] and [`admin`]: the running process, fault injection and `/sim/v1`;
 //! - [`moto`]: the AWS emulator beside it, for the AWS provider's demo and tests;
-//! - [`authz`]: bearer tokens and RBAC, enforced only when a policy is loaded.
+//! - [`authz`]: bearer tokens and RBAC, enforced only when a policy is loaded;
+//! - [`request_info`]: what a request addresses and its verb, read by [`api`] and [`authz`].
 
 pub mod admin;
 pub mod api;
@@ -26,6 +27,7 @@ pub mod kubeconfig;
 pub mod managed_fields;
 pub mod meta;
 pub mod moto;
+pub mod request_info;
 pub mod scenario;
 pub mod seed;
 pub mod server;

@@ -4,7 +4,6 @@
 //! request is counted by verb and resource and may be delayed or failed by injected faults.
 
 pub mod collection;
-pub mod request;
 mod response;
 pub mod scale;
 pub mod table;
@@ -23,11 +22,11 @@ use serde_json::{Value, json};
 use crate::cluster::Cluster;
 use crate::cluster::pods::Removal;
 use crate::meta::{ApiError, DeleteOptions, success_status};
+use crate::request_info::{Route, Target, query_map, route, verb_of};
 use crate::state::Sim;
 use collection::{
     ApiCollection, Filter, ListQuery, PatchType, WatchContext, WatchQuery, WriteContext,
 };
-pub use request::{Route, Target, query_map, route, verb_of};
 
 fn json_response(code: StatusCode, body: Vec<u8>) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()

@@ -82,7 +82,7 @@ fn print_step(
     rv_before: u64,
 ) {
     let phases: Vec<String> = c
-        .last_step
+        .last_step_times()
         .iter()
         .filter(|(_, d)| *d >= Duration::from_millis(1))
         .map(|(p, d)| format!("{p} {}", ms(*d)))

@@ -55,15 +55,17 @@ struct PauseBody {
 }
 
 async fn pause(State(sim): State<Arc<Sim>>, Json(b): Json<PauseBody>) -> Response {
-    sim.cluster.lock().expect("cluster lock").paused = b.paused;
+    sim.cluster
+        .lock()
+        .expect("cluster lock")
+        .set_paused(b.paused);
     tracing::info!(paused = b.paused, "control plane pause changed");
     Json(json!({"paused": b.paused})).into_response()
 }
 
 async fn step(State(sim): State<Arc<Sim>>) -> Response {
     let mut c = sim.cluster.lock().expect("cluster lock");
-    c.reconciled_rv = 0;
-    c.step(jiff::Timestamp::now(), false);
+    c.step_regardless(jiff::Timestamp::now());
     Json(json!({"resourceVersion": c.rev.current().to_string()})).into_response()
 }
 
@@ -88,7 +90,7 @@ pub fn snapshot(c: &Cluster) -> Value {
             *nodes.entry("drainTainted").or_default() += 1;
         }
     }
-    for (name, g) in &c.node_groups {
+    for (name, g) in c.node_groups() {
         let live: Vec<_> = c
             .nodes
             .values()
@@ -111,7 +113,7 @@ pub fn snapshot(c: &Cluster) -> Value {
             .count();
         groups.insert(
             name.clone(),
-            json!({"desired": g.desired, "nodes": live.len(), "fromCurrentTemplate": current, "template": g.spec.template}),
+            json!({"desired": g.desired(), "nodes": live.len(), "fromCurrentTemplate": current, "template": g.spec.template}),
         );
     }
     let mut pods = BTreeMap::<&str, u64>::new();
@@ -158,7 +160,7 @@ pub fn snapshot(c: &Cluster) -> Value {
         "evictions": s.evictions,
         "budgetViolations": s.budget_violations.len(),
         "budgetViolationList": s.budget_violations,
-        "unschedulablePods": c.unschedulable_since.len(),
+        "unschedulablePods": c.unschedulable_pods(),
         "unschedulablePodSeconds": (s.unschedulable_pod_seconds * 1000.0).round() / 1000.0,
         "nodes": nodes,
         "nodeGroups": groups,
@@ -166,7 +168,7 @@ pub fn snapshot(c: &Cluster) -> Value {
         "nodesLaunched": s.nodes_launched,
         "nodesRemoved": s.nodes_removed,
         "podsCreated": s.pods_created,
-        "paused": c.paused,
+        "paused": c.paused(),
     })
 }
 
@@ -212,7 +214,7 @@ async fn set_template(
     Json(changes): Json<Value>,
 ) -> Response {
     let mut c = sim.cluster.lock().expect("cluster lock");
-    let Some(g) = c.node_groups.get_mut(&name) else {
+    let Some(g) = c.node_group_mut(&name) else {
         return (
             StatusCode::NOT_FOUND,
             Json(json!({"error": format!("no node group named {name:?}")})),

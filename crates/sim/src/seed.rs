@@ -18,8 +18,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::cluster::Cluster;
 use crate::cluster::objects::{SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, pod_from_template};
-use crate::cluster::{Cluster, NodeGroup};
 use crate::scenario::{IntOrPercent, Scenario, WorkloadKind, WorkloadSpec};
 
 fn meta(ns: &str, name: &str, now: Timestamp, labels: BTreeMap<String, String>) -> ObjectMeta {
@@ -252,14 +252,7 @@ pub fn build(s: &Scenario, now: Timestamp) -> Cluster {
     }
     c.static_pods = s.static_pods.clone();
     for g in &s.node_groups {
-        c.node_groups.insert(
-            g.name.clone(),
-            NodeGroup {
-                spec: g.clone(),
-                desired: g.size,
-                next_index: 0,
-            },
-        );
+        c.add_node_group(g.clone());
         for _ in 0..g.size {
             c.launch_node(&g.name, now, s.start_settled);
         }

@@ -64,7 +64,7 @@ pub async fn control_loop(sim: Arc<Sim>, token: CancellationToken) {
             _ = token.cancelled() => return,
             _ = interval.tick() => {
                 let mut c = sim.cluster.lock().expect("cluster lock");
-                if !c.paused {
+                if !c.paused() {
                     c.step(jiff::Timestamp::now(), false);
                 }
             }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::api::status::ApiError;
 use crate::cluster::Cluster;
+use crate::meta::ApiError;
 
 /// One injected error: requests matching verb and resource fail with `code` at `rate`.
 #[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]

@@ -17,8 +17,8 @@ use rotor_apimachinery::patch;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
-use super::status::ApiError;
 use crate::kinds::SimKind;
+use crate::meta::{ApiError, DeleteOptions, generate_name};
 use crate::store::{Change, ChangeType, Collection, ObjKey};
 
 /// Which objects a list or watch selects.
@@ -118,62 +118,6 @@ impl PatchType {
             "application/json-patch+json" => Ok(PatchType::Json),
             _ => Err(ApiError::unsupported_media_type(ct)),
         }
-    }
-}
-
-/// Preconditions and grace period from a DeleteOptions body and query.
-#[derive(Clone, Debug, Default)]
-pub struct DeleteOptions {
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
-    pub grace_period_seconds: Option<i64>,
-}
-
-impl DeleteOptions {
-    /// Whether the options ask for a dry run, which the simulator does not perform.
-    pub fn dry_run(v: &Value) -> bool {
-        v["dryRun"].as_array().is_some_and(|a| !a.is_empty())
-    }
-
-    pub fn from_value(v: &Value) -> Self {
-        let pre = &v["preconditions"];
-        DeleteOptions {
-            uid: pre["uid"].as_str().map(str::to_string),
-            resource_version: pre["resourceVersion"].as_str().map(str::to_string),
-            grace_period_seconds: v["gracePeriodSeconds"].as_i64(),
-        }
-    }
-
-    /// Checks the preconditions against an object; the error names what differed.
-    pub fn check(&self, meta: &ObjectMeta, group: &str, plural: &str) -> Result<(), ApiError> {
-        let name = meta.name.as_deref().unwrap_or("");
-        if let Some(uid) = &self.uid
-            && meta.uid.as_deref() != Some(uid)
-        {
-            return Err(ApiError::precondition_failed(
-                group,
-                plural,
-                name,
-                format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta.uid.as_deref().unwrap_or("")
-                ),
-            ));
-        }
-        if let Some(rv) = &self.resource_version
-            && meta.resource_version.as_deref() != Some(rv)
-        {
-            return Err(ApiError::precondition_failed(
-                group,
-                plural,
-                name,
-                format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta.resource_version.as_deref().unwrap_or("")
-                ),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -354,34 +298,30 @@ impl<K: SimKind> ApiCollection for Collection<K> {
 
     fn watch(&self, q: WatchQuery, ctx: WatchContext) -> Result<mpsc::Receiver<Bytes>, ApiError> {
         q.filter.check_fields::<K>()?;
-        let filter = q.filter.clone();
+        let filter = &q.filter;
         let ns = filter.namespace.as_deref().filter(|_| K::NAMESPACED);
-        let (initial, start_rv) = match q.resource_version {
+        let (initial, rv) = match q.resource_version {
             Some(rv) => (Vec::new(), rv),
             None => {
                 let items: Vec<Arc<K>> = self
-                    .select(&filter, ns, None)
+                    .select(filter, ns, None)
                     .filter(|(_, o)| filter.matches(o.as_ref()))
                     .map(|(_, o)| o.clone())
                     .collect();
                 (items, self.current_rv())
             }
         };
-        let (backlog, rx) = self
-            .subscribe(start_rv)
+        let (backlog, live) = self
+            .subscribe(rv)
             .map_err(|e| ApiError::expired(e.requested, e.oldest))?;
-        let (tx, out) = mpsc::channel(256);
-        tokio::spawn(stream_watch::<K>(
-            filter,
+        let start = WatchStart {
             initial,
             backlog,
-            rx,
-            start_rv,
-            q.bookmarks,
-            q.timeout,
-            ctx,
-            tx,
-        ));
+            live,
+            rv,
+        };
+        let (tx, out) = mpsc::channel(256);
+        tokio::spawn(stream_watch::<K>(q, start, ctx, tx));
         Ok(out)
     }
 }
@@ -455,19 +395,34 @@ fn visible_change<K: SimKind>(filter: &Filter, c: &Change<K>) -> Option<ChangeTy
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn stream_watch<K: SimKind>(
-    filter: Filter,
+/// Where a watch stream starts: the objects it opens with as ADDED (when no resourceVersion was
+/// asked for), the changes after the version it starts from still in the log, and the live
+/// changes after those.
+struct WatchStart<K: SimKind> {
     initial: Vec<Arc<K>>,
     backlog: Vec<Arc<Change<K>>>,
-    mut rx: broadcast::Receiver<Arc<Change<K>>>,
-    start_rv: u64,
-    bookmarks: bool,
-    timeout: Duration,
+    live: broadcast::Receiver<Arc<Change<K>>>,
+    rv: u64,
+}
+
+async fn stream_watch<K: SimKind>(
+    q: WatchQuery,
+    start: WatchStart<K>,
     mut ctx: WatchContext,
     tx: mpsc::Sender<Bytes>,
 ) {
-    let mut last_rv = start_rv;
+    let WatchQuery {
+        filter,
+        bookmarks,
+        timeout,
+        ..
+    } = q;
+    let WatchStart {
+        initial,
+        backlog,
+        live: mut rx,
+        rv: mut last_rv,
+    } = start;
     for obj in initial {
         if tx
             .send(object_line::<K>("ADDED", obj.as_ref(), ctx.as_table))
@@ -534,21 +489,6 @@ async fn stream_watch<K: SimKind>(
 /// as the apiserver does.
 pub fn watch_error_line(err: &ApiError) -> Bytes {
     watch_line("ERROR", &err.status_json())
-}
-
-fn random_suffix(len: usize) -> String {
-    // The apiserver's generateName alphabet (no vowels, no ambiguous characters).
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let bytes = uuid::Uuid::new_v4().into_bytes();
-    bytes
-        .iter()
-        .take(len)
-        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
-        .collect()
-}
-
-pub fn generate_name(prefix: &str) -> String {
-    format!("{prefix}{}", random_suffix(5))
 }
 
 /// Records which top-level fields a manager wrote, so objects carry managedFields shaped (and

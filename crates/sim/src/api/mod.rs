@@ -4,9 +4,8 @@
 //! request is counted by verb and resource and may be delayed or failed by injected faults.
 
 pub mod collection;
-pub mod request;
+mod response;
 pub mod scale;
-pub mod status;
 pub mod table;
 
 use std::collections::HashMap;
@@ -22,12 +21,12 @@ use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
 use crate::cluster::pods::Removal;
+use crate::meta::{ApiError, DeleteOptions, success_status};
+use crate::request_info::{Route, Target, query_map, route, verb_of};
 use crate::state::Sim;
 use collection::{
-    DeleteOptions, Filter, ListQuery, PatchType, WatchContext, WatchQuery, WriteContext,
+    ApiCollection, Filter, ListQuery, PatchType, WatchContext, WatchQuery, WriteContext,
 };
-pub use request::{Route, Target, query_map, route, verb_of};
-use status::{ApiError, success_status};
 
 fn json_response(code: StatusCode, body: Vec<u8>) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -100,6 +99,30 @@ pub async fn dispatch(
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
+}
+
+/// The collection serving `group/version/plural`, if the simulator serves it.
+fn collection_serving<'a>(
+    cluster: &'a mut Cluster,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Option<&'a mut dyn ApiCollection> {
+    Some(match (group, version, plural) {
+        ("", "v1", "namespaces") => &mut cluster.namespaces,
+        ("", "v1", "nodes") => &mut cluster.nodes,
+        ("", "v1", "pods") => &mut cluster.pods,
+        ("", "v1", "events") => &mut cluster.events,
+        ("events.k8s.io", "v1", "events") => &mut cluster.events_v1,
+        ("policy", "v1", "poddisruptionbudgets") => &mut cluster.pdbs,
+        ("apps", "v1", "deployments") => &mut cluster.deployments,
+        ("apps", "v1", "replicasets") => &mut cluster.replicasets,
+        ("apps", "v1", "statefulsets") => &mut cluster.statefulsets,
+        ("apps", "v1", "daemonsets") => &mut cluster.daemonsets,
+        ("coordination.k8s.io", "v1", "leases") => &mut cluster.leases,
+        ("scheduling.k8s.io", "v1", "priorityclasses") => &mut cluster.priority_classes,
+        _ => return None,
+    })
 }
 
 fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
@@ -189,8 +212,7 @@ async fn handle(
         ));
     }
     let current_rv = cluster.rev.current();
-    let coll = cluster
-        .api_collection(&t.group, &t.version, &t.plural)
+    let coll = collection_serving(cluster, &t.group, &t.version, &t.plural)
         .ok_or_else(|| ApiError::not_found(&t.group, &t.plural, &name))?;
     if sub == Some("scale") {
         let out = serve_scale(coll, verb, &ns, &name, headers, body, &ctx)?;
@@ -331,7 +353,7 @@ fn serve_pod_verb(
                 now,
                 manager: &field_manager(call.query, call.headers),
             };
-            let out = collection::ApiCollection::create_json(&mut cluster.pods, &ns, v, &ctx)?;
+            let out = ApiCollection::create_json(&mut cluster.pods, &ns, v, &ctx)?;
             Ok(Some(json_response(StatusCode::CREATED, out)))
         }
         ("POST", Some("eviction")) => {
@@ -373,7 +395,7 @@ fn serve_pod_verb(
 /// as the real server does: a 200 whose only event is an ERROR with the 410 Status.
 fn open_watch(
     sim: &Sim,
-    coll: &mut dyn collection::ApiCollection,
+    coll: &mut dyn ApiCollection,
     call: &Call,
 ) -> Result<tokio::sync::mpsc::Receiver<Bytes>, ApiError> {
     let q = call.query;
@@ -427,7 +449,7 @@ fn watch_response(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
 
 /// GET, PUT and PATCH of `<workload>/scale`: read or write `spec.replicas` through a Scale.
 fn serve_scale(
-    coll: &mut dyn collection::ApiCollection,
+    coll: &mut dyn ApiCollection,
     verb: &str,
     ns: &str,
     name: &str,

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::status::ApiError;
+use crate::meta::ApiError;
 
 /// Kinds (by plural) that serve `/scale`.
 pub fn serves_scale(group: &str, plural: &str) -> bool {

@@ -24,8 +24,8 @@ use axum::http::{HeaderMap, Method, Uri, header};
 
 use serde_json::{Value, json};
 
-use crate::api::request::{Route, query_map, route, verb_of};
-use crate::api::status::ApiError;
+use crate::meta::ApiError;
+use crate::request_info::{Route, query_map, route, verb_of};
 pub use policy::{Policy, PolicyError, ServiceAccount};
 use rules::{Attributes, Decision, ResourceAttributes, Target, authorize};
 

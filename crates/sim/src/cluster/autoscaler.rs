@@ -8,6 +8,7 @@
 //! replaces the node, as an Auto Scaling group does when an instance is terminated without
 //! decrementing its capacity.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -20,10 +21,33 @@ use super::objects::{
     node_ready, node_taints, node_unschedulable, pod_requests, terminal,
 };
 use super::scheduler::{NodeSlot, untolerated};
-use super::{Cluster, add_secs, object_ref_node};
+use super::{Cluster, add_secs, earliest, object_ref_node};
+use crate::scenario::NodeGroupSpec;
 
-fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
-    Some(a.map_or(b, |a| a.min(b)))
+/// A node group as the autoscaler sees it: its current template and target size.
+#[derive(Clone, Debug)]
+pub struct NodeGroup {
+    pub spec: NodeGroupSpec,
+    desired: u32,
+    /// Sequence for node names and instance ids, never reused.
+    next_index: u64,
+}
+
+impl NodeGroup {
+    /// How many nodes the group keeps.
+    pub fn desired(&self) -> u32 {
+        self.desired
+    }
+}
+
+/// What the autoscaler keeps from one step to the next.
+#[derive(Debug, Default)]
+pub struct AutoscalerMemory {
+    groups: BTreeMap<String, NodeGroup>,
+    /// When each drained node was first seen empty (for scale-down).
+    empty_since: BTreeMap<String, Timestamp>,
+    /// When each group last asked for a new node because of unschedulable pods.
+    last_scale_up: BTreeMap<String, Timestamp>,
 }
 
 /// Whether a fresh node from this template could run the pod.
@@ -95,6 +119,28 @@ pub fn nodes_needed(mut upcoming: Vec<Room>, fresh: Room, pods: &[Resources]) ->
 }
 
 impl Cluster {
+    /// The node groups, by name.
+    pub fn node_groups(&self) -> &BTreeMap<String, NodeGroup> {
+        &self.autoscaler.groups
+    }
+
+    /// A node group to change (its template: nodes launched from now on use it).
+    pub fn node_group_mut(&mut self, name: &str) -> Option<&mut NodeGroup> {
+        self.autoscaler.groups.get_mut(name)
+    }
+
+    /// Adds a node group at its configured size; launching its nodes is up to the caller.
+    pub fn add_node_group(&mut self, spec: NodeGroupSpec) {
+        let group = NodeGroup {
+            desired: spec.size,
+            next_index: 0,
+            spec,
+        };
+        self.autoscaler
+            .groups
+            .insert(group.spec.name.clone(), group);
+    }
+
     /// The room group `g` offers waiting pods: on each of its nodes still booting (not cordoned,
     /// tainted for draining or being deleted: those will not take pods), and on a fresh node from
     /// `template`. Both lose what the per-node pods (DaemonSet and mirror pods) of one of the
@@ -152,7 +198,7 @@ impl Cluster {
 
     /// Creates one node of `group` from its current template.
     pub fn launch_node(&mut self, group: &str, now: Timestamp, ready: bool) -> Option<String> {
-        let g = self.node_groups.get_mut(group)?;
+        let g = self.autoscaler.groups.get_mut(group)?;
         let index = g.next_index;
         g.next_index += 1;
         let node = build_node(&g.spec, index, now, ready);
@@ -166,7 +212,7 @@ impl Cluster {
     pub fn remove_node(&mut self, name: &str, reason: &str, now: Timestamp) {
         if let Some(node) = self.nodes.remove("", name) {
             self.stats.nodes_removed += 1;
-            self.empty_since.remove(name);
+            self.autoscaler.empty_since.remove(name);
             self.record_event(
                 object_ref_node(&node),
                 "Normal",
@@ -191,7 +237,7 @@ impl Cluster {
         now: Timestamp,
         mut next: Option<Timestamp>,
     ) -> Option<Timestamp> {
-        let groups: Vec<String> = self.node_groups.keys().cloned().collect();
+        let groups: Vec<String> = self.autoscaler.groups.keys().cloned().collect();
         // Keep every group at its desired size.
         for g in &groups {
             let live = self
@@ -199,7 +245,7 @@ impl Cluster {
                 .values()
                 .filter(|n| node_group_of(n) == Some(g.as_str()))
                 .count() as u32;
-            let desired = self.node_groups[g].desired;
+            let desired = self.autoscaler.groups[g].desired;
             for _ in live..desired {
                 self.launch_node(g, now, false);
             }
@@ -213,7 +259,7 @@ impl Cluster {
         // Shared, not copied: most steps find no pod due and drop the list.
         let mut waiting: Vec<Arc<Pod>> = Vec::new();
         let mut one_due = false;
-        for ((ns, name), since) in &self.unschedulable_since {
+        for ((ns, name), since) in self.unschedulable_since() {
             let Some(pod) = self.pods.get(ns, name) else {
                 continue;
             };
@@ -238,7 +284,7 @@ impl Cluster {
             if waiting.is_empty() {
                 break;
             }
-            let grp = &self.node_groups[g];
+            let grp = &self.autoscaler.groups[g];
             if grp.desired >= grp.spec.max() {
                 continue;
             }
@@ -250,22 +296,22 @@ impl Cluster {
             if fits.is_empty() {
                 continue;
             }
-            if let Some(last) = self.last_scale_up.get(g)
+            if let Some(last) = self.autoscaler.last_scale_up.get(g)
                 && add_secs(*last, delay) > now
             {
                 next = earliest(next, add_secs(*last, delay));
                 continue;
             }
             let (upcoming, fresh) = self.group_room(g, &template);
-            let grp = &self.node_groups[g];
+            let grp = &self.autoscaler.groups[g];
             let requests: Vec<Resources> = fits.iter().map(|p| pod_requests(p)).collect();
             let count = nodes_needed(upcoming, fresh, &requests)
                 .min(grp.spec.max().saturating_sub(grp.desired));
             if count == 0 {
                 continue;
             }
-            self.last_scale_up.insert(g.clone(), now);
-            if let Some(grp) = self.node_groups.get_mut(g) {
+            self.autoscaler.last_scale_up.insert(g.clone(), now);
+            if let Some(grp) = self.autoscaler.groups.get_mut(g) {
                 grp.desired += count;
             }
             let mut launched = Vec::new();
@@ -292,16 +338,20 @@ impl Cluster {
                         && !terminal(p)
                 });
             if !empty {
-                self.empty_since.remove(&name);
+                self.autoscaler.empty_since.remove(&name);
                 continue;
             }
-            let since = *self.empty_since.entry(name.clone()).or_insert(now);
+            let since = *self
+                .autoscaler
+                .empty_since
+                .entry(name.clone())
+                .or_insert(now);
             let due = add_secs(since, down_delay);
             if due > now {
                 next = earliest(next, due);
                 continue;
             }
-            if let Some(g) = self.node_groups.get_mut(&group)
+            if let Some(g) = self.autoscaler.groups.get_mut(&group)
                 && g.desired > g.spec.size.max(g.spec.min())
             {
                 g.desired -= 1;

@@ -20,20 +20,32 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 
 use super::pdb::{self, DISRUPTED_POD_TIMEOUT_SECS, covers, selector};
+use super::worker::{SerialWorker, midway};
 use super::{Cluster, add_secs};
 use crate::store::{Change, ChangeType, ObjKey, SimObject, key_of};
+
+/// What the disruption controller keeps from one step to the next.
+#[derive(Debug, Default)]
+pub struct DisruptionMemory {
+    queue: BudgetQueue,
+    /// The one worker that syncs the queue (`timing.budgetSyncTime` a sync).
+    worker: SerialWorker,
+    /// The resourceVersion at which it last ran: the next run looks only at what was written
+    /// since.
+    last_run: u64,
+}
 
 /// Budgets waiting for the disruption controller's worker, each once, oldest first, with the
 /// time each was queued.
 #[derive(Debug, Default)]
-pub struct BudgetQueue {
+struct BudgetQueue {
     order: VecDeque<(ObjKey, Timestamp)>,
     queued: HashSet<ObjKey>,
 }
 
 impl BudgetQueue {
     /// Queues `key` unless it is already waiting (it keeps its place, as in a work queue).
-    pub fn push(&mut self, key: ObjKey, at: Timestamp) {
+    fn push(&mut self, key: ObjKey, at: Timestamp) {
         if self.queued.insert(key.clone()) {
             self.order.push_back((key, at));
         }
@@ -66,11 +78,11 @@ impl Cluster {
         last_step: Timestamp,
         settle: bool,
     ) -> Option<Timestamp> {
-        let since = self.last_run.budgets;
+        let since = self.disruption.last_run;
         // What changed them happened since the last step, on average halfway.
-        let changed_at = super::worker::midway(last_step, now);
+        let changed_at = midway(last_step, now);
         for key in self.budgets_to_sync(since, now) {
-            self.budget_queue.push(key, changed_at);
+            self.disruption.queue.push(key, changed_at);
         }
         let tick = self.timing.tick;
         let cost = if settle {
@@ -80,7 +92,8 @@ impl Cluster {
         };
         // The queue's budgets in order, each with its status as a sync now would compute it.
         let queued: Vec<Option<Arc<PodDisruptionBudget>>> = self
-            .budget_queue
+            .disruption
+            .queue
             .keys()
             .map(|key| self.pdbs.get_key(key).cloned())
             .collect();
@@ -89,7 +102,7 @@ impl Cluster {
         let mut writes = Vec::new();
         let mut wake = None;
         for budget in queued {
-            let Some(at) = self.budget_queue.front() else {
+            let Some(at) = self.disruption.queue.front() else {
                 break;
             };
             // The real controller's time goes to its status writes: a sync that finds the
@@ -98,18 +111,18 @@ impl Cluster {
                 let status = statuses.next()?;
                 (b.status.as_ref() != Some(&status)).then_some((b, status))
             });
-            if write.is_some() && !self.budget_worker.take(cost, at, now, tick) {
-                wake = Some(self.budget_worker.wake_at(cost, at, tick));
+            if write.is_some() && !self.disruption.worker.take(cost, at, now, tick) {
+                wake = Some(self.disruption.worker.wake_at(cost, at, tick));
                 break;
             }
-            self.budget_queue.pop();
+            self.disruption.queue.pop();
             writes.extend(write);
         }
         for (budget, status) in writes {
             self.pdbs.modify(&budget, |b| b.status = Some(status));
         }
         // After the writes: the controller's own status writes are not a change to react to.
-        self.last_run.budgets = self.rev.current();
+        self.disruption.last_run = self.rev.current();
         wake
     }
 
@@ -406,7 +419,7 @@ workloads:
         let (mut c, t0) = six_budgets("100ms");
         let now = t0 + Duration::from_secs(1);
         c.step(now, false);
-        let since = c.last_run.budgets;
+        let since = c.disruption.last_run;
         (c, now, since)
     }
 

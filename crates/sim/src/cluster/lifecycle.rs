@@ -8,18 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::objects::{
-    RequestsMemo, Resources, SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, WORK_KUBELET, WORK_PENDING,
-    annotation_duration, bind_and_start, mark_node_ready, mark_pod_ready, node_name, node_ready,
-    node_unschedulable, pod_ready, set_pod_condition, terminal, terminating,
+    SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION, WORK_KUBELET, annotation_duration, bind_and_start,
+    mark_node_ready, mark_pod_ready, node_name, node_ready, node_unschedulable, pod_ready,
+    terminal, terminating,
 };
-use super::pods::Removal;
-use super::scheduler::{NodeSlot, Placement, Preemption, Scheduler};
-use super::{Cluster, add_secs, secs_between, worker};
-use crate::api::collection::DeleteOptions;
+use super::{Cluster, add_secs, earliest, secs_between};
 
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
@@ -30,7 +27,21 @@ fn has_unschedulable_taint(node: &Node) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| t.key == UNSCHEDULABLE_TAINT))
 }
 
-/// How long each controller took in one step, for [`Cluster::last_step`].
+/// What the control loop keeps from one step to the next.
+#[derive(Debug, Default)]
+pub struct ControlLoopMemory {
+    /// The resourceVersion the controllers last reconciled at; unchanged means nothing to do
+    /// but timed transitions.
+    reconciled_rv: u64,
+    next_timed_transition: Option<Timestamp>,
+    last_tick: Option<Timestamp>,
+    /// How long each controller took in the last step that ran them, in the order they ran.
+    last_step_times: Vec<(&'static str, Duration)>,
+    /// Set through the admin API: the control loop skips its steps.
+    paused: bool,
+}
+
+/// How long each controller took in one step, for [`Cluster::last_step_times`].
 struct PhaseTimer {
     at: std::time::Instant,
     laps: Vec<(&'static str, std::time::Duration)>,
@@ -53,31 +64,41 @@ impl PhaseTimer {
     }
 }
 
-fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
-    Some(a.map_or(b, |a| a.min(b)))
-}
-
 impl Cluster {
+    /// Whether the control loop skips its steps (set through the admin API).
+    pub fn paused(&self) -> bool {
+        self.control_loop.paused
+    }
+
+    pub fn set_paused(&mut self, paused: bool) {
+        self.control_loop.paused = paused;
+    }
+
+    /// How long each controller took in the last step that ran them, in the order they ran.
+    pub fn last_step_times(&self) -> &[(&'static str, Duration)] {
+        &self.control_loop.last_step_times
+    }
+
+    /// Runs the control plane once even if nothing changed since the last step and no timer
+    /// is due.
+    pub fn step_regardless(&mut self, now: Timestamp) {
+        self.control_loop.reconciled_rv = 0;
+        self.step(now, false);
+    }
+
     /// Runs the control plane once. `settle` makes every timer fire at once (used to build a
     /// steady-state cluster before serving).
     pub fn step(&mut self, now: Timestamp, settle: bool) {
-        if let Some(last) = self.last_tick {
+        if let Some(last) = self.control_loop.last_tick {
             let dt = secs_between(last, now).max(0.0);
-            // Placeholders (priority below 0) wait for room on purpose; workloads' pods count.
-            let waiting = self
-                .unschedulable_since
-                .keys()
-                .filter(|(ns, name)| {
-                    self.pods
-                        .get(ns, name)
-                        .is_some_and(|p| super::priority::counts_as_waiting(p))
-                })
-                .count();
-            self.stats.unschedulable_pod_seconds += dt * waiting as f64;
+            self.stats.unschedulable_pod_seconds += dt * self.pods_waiting() as f64;
         }
-        let prev_step = self.last_tick.replace(now).unwrap_or(now);
-        let changed = self.rev.current() != self.reconciled_rv;
-        let due = self.next_timed_transition.is_some_and(|t| t <= now);
+        let prev_step = self.control_loop.last_tick.replace(now).unwrap_or(now);
+        let changed = self.rev.current() != self.control_loop.reconciled_rv;
+        let due = self
+            .control_loop
+            .next_timed_transition
+            .is_some_and(|t| t <= now);
         if !changed && !due && !settle {
             return;
         }
@@ -108,19 +129,19 @@ impl Cluster {
             next = earliest(next, wake);
         }
         timer.lap("budgets");
-        self.last_step = timer.laps;
+        self.control_loop.last_step_times = timer.laps;
         // Budgets hold evicted pods out of the healthy count for a while; wake up to expire them.
         if let Some(t) = self.next_disrupted_timeout() {
             next = earliest(next, t);
         }
         // A step that wrote anything runs again next tick: its own writes may enable more work
         // (a launched node to boot, a created pod to schedule). Quiet steps converge.
-        self.reconciled_rv = if self.rev.current() == before {
+        self.control_loop.reconciled_rv = if self.rev.current() == before {
             before
         } else {
             0
         };
-        self.next_timed_transition = next;
+        self.control_loop.next_timed_transition = next;
     }
 
     fn nodes_lifecycle(
@@ -281,267 +302,5 @@ impl Cluster {
             }
         }
         next
-    }
-
-    /// Binds every pending pod that fits somewhere, as fast as `timing.bindTime` lets the
-    /// scheduler (a pod a client created since the last step is taken from its creation, one a
-    /// controller created at this step from halfway since the last, one found earlier from
-    /// that step); marks the rest Unschedulable with the scheduler's reason.
-    /// Returns `next`, or the step at which the scheduler gets to the pods it had no time for.
-    fn schedule(
-        &mut self,
-        now: Timestamp,
-        prev_step: Timestamp,
-        settle: bool,
-        mut next: Option<Timestamp>,
-    ) -> Option<Timestamp> {
-        let cost = if settle {
-            Duration::ZERO
-        } else {
-            self.timing.bind_time
-        };
-        let pending: Vec<Arc<Pod>> = {
-            let mut v: Vec<Arc<Pod>> = self
-                .pods
-                .indexed(self.pod_index.work, WORK_PENDING)
-                .map(|(_, p)| p)
-                .filter(|p| node_name(p).is_none() && !terminating(p) && !terminal(p))
-                .cloned()
-                .collect();
-            // The scheduling queue: higher priority first, then oldest.
-            v.sort_by_key(|p| {
-                (
-                    std::cmp::Reverse(super::priority::priority(p)),
-                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                )
-            });
-            v
-        };
-        self.unschedulable_since.retain(|k, _| {
-            self.pods
-                .get(&k.0, &k.1)
-                .is_some_and(|p| node_name(p).is_none() && !terminating(p))
-        });
-        if pending.is_empty() {
-            return next;
-        }
-        let mut slots: Vec<NodeSlot> = self
-            .nodes
-            .values()
-            .map(|n| NodeSlot::from_node(n))
-            .collect();
-        let placed: Vec<&Pod> = self
-            .pods
-            .values()
-            .map(|p| p.as_ref())
-            .filter(|p| node_name(p).is_some() && !terminal(p))
-            .collect();
-        // Each node's running pods and their requests, recomputed only for nodes whose pods
-        // were written since they were last summed.
-        let by_node = self.pod_index.node;
-        let mut requests = RequestsMemo::default();
-        let current = self.rev.current();
-        for slot in &mut slots {
-            let written = self.pods.index_written(by_node, &slot.name);
-            let cached = self.node_usage.get(&slot.name).copied();
-            let (used, count) = match cached {
-                Some((at, used, count)) if written.is_none_or(|w| w <= at) => (used, count),
-                _ => {
-                    let mut used = Resources::default();
-                    let mut count = 0;
-                    for (_, p) in self.pods.indexed(by_node, &slot.name) {
-                        if !terminal(p) {
-                            used.add(requests.of(p));
-                            count += 1;
-                        }
-                    }
-                    self.node_usage
-                        .insert(slot.name.clone(), (current, used, count));
-                    (used, count)
-                }
-            };
-            slot.free = slot.free.minus(&used);
-            slot.free_pods -= count;
-        }
-
-        let mut decisions = Vec::new();
-        let mut preemptions = Vec::new();
-        {
-            let mut sched = Scheduler::new(slots, &placed);
-            for pod in &pending {
-                let placement = sched.place(pod);
-                // A pod already nominated waits for its victims to go rather than pick more.
-                if matches!(placement, Placement::Unschedulable(_))
-                    && super::priority::nominated_node(pod).is_none()
-                    && let Some(p) = sched.preemption(pod)
-                {
-                    sched.reserve(&p, pod);
-                    preemptions.push((pod.clone(), p));
-                }
-                decisions.push((pod.clone(), placement));
-            }
-        }
-        for (pod, decision) in decisions {
-            let key = (
-                pod.metadata.namespace.clone().unwrap_or_default(),
-                pod.metadata.name.clone().unwrap_or_default(),
-            );
-            let mut p = (*pod).clone();
-            match decision {
-                Placement::Bind(node) => {
-                    let Some(n) = self.nodes.get("", &node).cloned() else {
-                        continue;
-                    };
-                    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                    let ready = match created {
-                        // Made by a controller at this step (a replacement), for what happened
-                        // since the last one: a real scheduler would have had it about as that
-                        // happened, on average halfway between the steps.
-                        Some(c) if c >= now => worker::midway(prev_step, now),
-                        Some(c) => c.max(prev_step),
-                        None => prev_step,
-                    };
-                    if !self.bind_worker.take(cost, ready, now, self.timing.tick) {
-                        let wake = self.bind_worker.wake_at(cost, ready, self.timing.tick);
-                        next = earliest(next, wake);
-                        continue;
-                    }
-                    bind_and_start(&mut p, &n, now);
-                    self.unschedulable_since.remove(&key);
-                    self.pods.put(p);
-                }
-                Placement::Unschedulable(why) => {
-                    self.unschedulable_since.entry(key).or_insert(now);
-                    let already = p
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-                        .is_some_and(|c| {
-                            c.status == "False" && c.message.as_deref() == Some(why.as_str())
-                        });
-                    if !already {
-                        set_pod_condition(&mut p, "PodScheduled", false, now);
-                        if let Some(c) = p
-                            .status
-                            .as_mut()
-                            .and_then(|s| s.conditions.as_mut())
-                            .and_then(|cs| cs.iter_mut().find(|c| c.type_ == "PodScheduled"))
-                        {
-                            c.reason = Some("Unschedulable".into());
-                            c.message = Some(why);
-                        }
-                        self.pods.put(p);
-                    }
-                }
-            }
-        }
-        for (pod, preemption) in preemptions {
-            self.preempt(&pod, preemption, now);
-        }
-        next
-    }
-
-    /// Removes the victims (each with its own grace period) and nominates the node for the
-    /// pod, which is bound there once the room is free.
-    fn preempt(&mut self, pod: &Pod, preemption: Preemption, now: Timestamp) {
-        let (ns, name) = (
-            pod.metadata.namespace.clone().unwrap_or_default(),
-            pod.metadata.name.clone().unwrap_or_default(),
-        );
-        tracing::debug!(pod = %format!("{ns}/{name}"), node = %preemption.node, victims = ?preemption.victims, "preempting lower-priority pods");
-        for (vns, vname) in &preemption.victims {
-            let _ = self.delete_pod(
-                vns,
-                vname,
-                &DeleteOptions::default(),
-                Removal::Preempted,
-                now,
-            );
-        }
-        let Some(current) = self.pods.get(&ns, &name) else {
-            return;
-        };
-        let mut p = (**current).clone();
-        // Victims without a grace period are gone at once, and the real scheduler binds the
-        // pod in its next cycle, milliseconds later: bind now. Otherwise the pod waits,
-        // nominated, until the victims have terminated.
-        let gone = preemption
-            .victims
-            .iter()
-            .all(|(vns, vname)| self.pods.get(vns, vname).is_none());
-        if gone && let Some(node) = self.nodes.get("", &preemption.node).cloned() {
-            bind_and_start(&mut p, &node, now);
-            self.unschedulable_since.remove(&(ns, name));
-        } else {
-            p.status
-                .get_or_insert_with(Default::default)
-                .nominated_node_name = Some(preemption.node);
-        }
-        self.pods.put(p);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use jiff::Timestamp;
-    use serde_json::json;
-
-    use crate::cluster::objects::node_name;
-    use crate::scenario::Scenario;
-
-    /// Evicts the 10 pods of a Deployment at once, then steps every tick: how many of their
-    /// replacements each step binds.
-    fn binds_per_step(bind_time: &str) -> Vec<usize> {
-        let yaml = format!(
-            r#"
-timing: {{tick: 100ms, podStartup: 1s, podShutdown: 0s, bindTime: {bind_time}}}
-nodeGroups: [{{name: g, size: 2, template: {{cpu: "16", memory: 64Gi}}}}]
-workloads: [{{kind: Deployment, name: web, namespace: shop, replicas: 10}}]
-"#
-        );
-        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
-        let mut c = crate::seed::build(&Scenario::from_yaml(&yaml, "t").unwrap(), t0);
-        let now = t0 + Duration::from_secs(1);
-        c.step(now, false);
-        let old: Vec<String> = c
-            .pods
-            .range(Some("shop"), None)
-            .map(|(_, p)| p.metadata.name.clone().unwrap())
-            .collect();
-        assert_eq!(old.len(), 10);
-        for name in &old {
-            c.evict_pod("shop", name, &json!({}), now).unwrap();
-        }
-        let bound = |c: &crate::cluster::Cluster| {
-            c.pods
-                .range(Some("shop"), None)
-                .filter(|(k, p)| !old.contains(&k.1) && node_name(p).is_some())
-                .count()
-        };
-        let mut before = 0;
-        (1..=5)
-            .map(|k| {
-                c.step(now + Duration::from_millis(100 * k), false);
-                let after = bound(&c);
-                let n = after - before;
-                before = after;
-                n
-            })
-            .collect()
-    }
-
-    #[test]
-    fn with_a_bind_time_a_burst_of_replacements_is_bound_at_the_schedulers_pace() {
-        // 25 ms a pod: each step binds what the scheduler finishes within half a tick of it,
-        // the replacements taken from halfway since the step before the one that made them.
-        assert_eq!(binds_per_step("25ms"), vec![4, 4, 2, 0, 0]);
-    }
-
-    #[test]
-    fn without_a_bind_time_every_replacement_is_bound_at_the_step_that_creates_it() {
-        assert_eq!(binds_per_step("0s"), vec![10, 0, 0, 0, 0]);
     }
 }

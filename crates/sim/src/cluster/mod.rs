@@ -1,5 +1,5 @@
-//! The simulated cluster's state: every collection, the node groups, timing, and the counters
-//! the admin API reports. One `Cluster` sits behind one mutex; API handlers and the control
+//! The simulated cluster's state: every collection, timing, the counters the admin API reports,
+//! and what each simulated controller remembers between steps. One `Cluster` sits behind one mutex; API handlers and the control
 //! loop take turns on it, so every request and every controller step is atomic.
 
 pub mod autoscaler;
@@ -27,8 +27,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 
-use crate::api::collection::ApiCollection;
-use crate::scenario::{NodeGroupSpec, Timing};
+use crate::scenario::{StaticPodSpec, Timing};
 use crate::store::{Collection, IndexId, Revision};
 pub use stats::Stats;
 
@@ -46,28 +45,9 @@ pub struct PodIndexes {
     pub node_agent: IndexId,
 }
 
-/// The resourceVersion at which each controller last ran, so that the next run looks only at
-/// the namespaces (or kinds) written since: every controller is a function of the objects it
-/// reads, so skipping those nothing was written to changes nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LastRun {
-    pub deployments: u64,
-    pub replicasets: u64,
-    pub statefulsets: u64,
-    pub daemonsets: u64,
-    pub mirror_pods: u64,
-    pub budgets: u64,
-}
-
-/// A node group as the autoscaler sees it: its current template and target size.
-#[derive(Clone, Debug)]
-pub struct NodeGroup {
-    pub spec: NodeGroupSpec,
-    pub desired: u32,
-    /// Sequence for node names and instance ids, never reused.
-    pub next_index: u64,
-}
-
+/// The simulated cluster: the objects every controller and the API read and write, the
+/// scenario's settings and counters, and what each simulated controller remembers between steps
+/// (kept in that controller's module).
 pub struct Cluster {
     pub rev: Revision,
     pub namespaces: Collection<Namespace>,
@@ -82,38 +62,19 @@ pub struct Cluster {
     pub daemonsets: Collection<DaemonSet>,
     pub leases: Collection<Lease>,
     pub priority_classes: Collection<PriorityClass>,
+    pub pod_index: PodIndexes,
 
     pub timing: Timing,
     pub control_plane_version: String,
-    pub node_groups: BTreeMap<String, NodeGroup>,
     /// Static pods the kubelet of every node runs (as mirror pods), by name prefix.
-    pub static_pods: Vec<crate::scenario::StaticPodSpec>,
+    pub static_pods: Vec<StaticPodSpec>,
     pub stats: Stats,
-    /// When each pending pod was first found unschedulable.
-    pub unschedulable_since: BTreeMap<(String, String), Timestamp>,
-    /// When each drained node was first seen empty (for scale-down).
-    pub empty_since: BTreeMap<String, Timestamp>,
-    /// When each group last asked for a new node because of unschedulable pods.
-    pub last_scale_up: BTreeMap<String, Timestamp>,
-    /// The resourceVersion the controllers last reconciled at; unchanged means nothing to do
-    /// but timed transitions.
-    pub reconciled_rv: u64,
-    pub next_timed_transition: Option<Timestamp>,
-    pub last_tick: Option<Timestamp>,
-    /// Set through the admin API: the control loop skips its steps.
-    pub paused: bool,
-    pub pod_index: PodIndexes,
-    pub last_run: LastRun,
-    /// Each node's requested resources and running pods, and the resourceVersion they were
-    /// summed at: the scheduler sums again only nodes whose pods were written since.
-    pub node_usage: std::collections::HashMap<String, (u64, objects::Resources, i64)>,
-    /// How long each controller took in the last step that ran them, in the order they ran.
-    pub last_step: Vec<(&'static str, Duration)>,
-    /// The scheduler's binds, one after another (`timing.bindTime` each).
-    pub bind_worker: worker::SerialWorker,
-    /// The disruption controller's queue and its one worker (`timing.budgetSyncTime` a sync).
-    pub budget_queue: disruption::BudgetQueue,
-    pub budget_worker: worker::SerialWorker,
+
+    control_loop: lifecycle::ControlLoopMemory,
+    scheduler: scheduler::SchedulerMemory,
+    workloads: workloads::WorkloadsMemory,
+    disruption: disruption::DisruptionMemory,
+    autoscaler: autoscaler::AutoscalerMemory,
 }
 
 /// How many changes each kind keeps for watches to resume from.
@@ -144,50 +105,17 @@ impl Cluster {
             leases: Collection::new(rev.clone(), cap),
             priority_classes: Collection::new(rev.clone(), cap),
             rev,
+            pod_index,
             timing,
             control_plane_version,
-            node_groups: BTreeMap::new(),
             static_pods: Vec::new(),
             stats: Stats::default(),
-            unschedulable_since: BTreeMap::new(),
-            empty_since: BTreeMap::new(),
-            last_scale_up: BTreeMap::new(),
-            reconciled_rv: 0,
-            next_timed_transition: None,
-            last_tick: None,
-            paused: false,
-            pod_index,
-            last_run: LastRun::default(),
-            last_step: Vec::new(),
-            node_usage: std::collections::HashMap::new(),
-            bind_worker: worker::SerialWorker::default(),
-            budget_queue: disruption::BudgetQueue::default(),
-            budget_worker: worker::SerialWorker::default(),
+            control_loop: Default::default(),
+            scheduler: Default::default(),
+            workloads: Default::default(),
+            disruption: Default::default(),
+            autoscaler: Default::default(),
         }
-    }
-
-    /// The collection serving `group/version/plural`, if the simulator serves it.
-    pub fn api_collection(
-        &mut self,
-        group: &str,
-        version: &str,
-        plural: &str,
-    ) -> Option<&mut dyn ApiCollection> {
-        Some(match (group, version, plural) {
-            ("", "v1", "namespaces") => &mut self.namespaces,
-            ("", "v1", "nodes") => &mut self.nodes,
-            ("", "v1", "pods") => &mut self.pods,
-            ("", "v1", "events") => &mut self.events,
-            ("events.k8s.io", "v1", "events") => &mut self.events_v1,
-            ("policy", "v1", "poddisruptionbudgets") => &mut self.pdbs,
-            ("apps", "v1", "deployments") => &mut self.deployments,
-            ("apps", "v1", "replicasets") => &mut self.replicasets,
-            ("apps", "v1", "statefulsets") => &mut self.statefulsets,
-            ("apps", "v1", "daemonsets") => &mut self.daemonsets,
-            ("coordination.k8s.io", "v1", "leases") => &mut self.leases,
-            ("scheduling.k8s.io", "v1", "priorityclasses") => &mut self.priority_classes,
-            _ => return None,
-        })
     }
 
     /// Drop every kind's change log: the next watch resuming from an older version gets 410.
@@ -243,9 +171,7 @@ impl Cluster {
         let base = regarding.name.clone().unwrap_or_default();
         let ev = CoreEvent {
             metadata: ObjectMeta {
-                name: Some(crate::api::collection::generate_name(&format!(
-                    "{base}.sim-"
-                ))),
+                name: Some(crate::meta::generate_name(&format!("{base}.sim-"))),
                 namespace: Some(ns),
                 uid: Some(uuid::Uuid::new_v4().to_string()),
                 creation_timestamp: Some(Time(now)),
@@ -330,6 +256,11 @@ pub fn secs_between(a: Timestamp, b: Timestamp) -> f64 {
 
 pub fn add_secs(t: Timestamp, secs: f64) -> Timestamp {
     Timestamp::from_millisecond(t.as_millisecond() + (secs * 1000.0) as i64).unwrap_or(t)
+}
+
+/// The earlier of a wake-up time already due, if any, and `b`.
+fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
+    Some(a.map_or(b, |a| a.min(b)))
 }
 
 /// Keeps `Arc` imports tidy for submodules that hand objects around.

@@ -217,6 +217,27 @@ pub fn set_pod_condition(pod: &mut Pod, type_: &str, status: bool, now: Timestam
     }
 }
 
+/// Sets a pod condition as [`set_pod_condition`] does, with the reason and message it is set for.
+pub fn set_pod_condition_with_reason(
+    pod: &mut Pod,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) {
+    set_pod_condition(pod, type_, status, now);
+    if let Some(c) = pod
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|cs| cs.iter_mut().find(|c| c.type_ == type_))
+    {
+        c.reason = Some(reason.into());
+        c.message = Some(message);
+    }
+}
+
 pub fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()

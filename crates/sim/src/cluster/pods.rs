@@ -14,13 +14,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
 use super::objects::{
-    mark_pod_ready, node_name, phase, pod_ready, set_pod_condition, terminal, terminating,
+    mark_pod_ready, node_name, phase, pod_ready, set_pod_condition_with_reason, terminal,
+    terminating,
 };
 use super::pdb::{self, covers, healthy, selector};
 use super::stats::BudgetViolation;
 use super::{Cluster, add_secs};
-use crate::api::collection::DeleteOptions;
-use crate::api::status::{ApiError, success_status};
+use crate::meta::{ApiError, DeleteOptions, success_status};
 
 /// Who asked for a pod to go: voluntary removals are checked against budgets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,16 +289,14 @@ impl Cluster {
     ) -> Result<(), ApiError> {
         if let Some(p) = self.pods.get(ns, name) {
             let mut p = (**p).clone();
-            set_pod_condition(&mut p, "DisruptionTarget", true, now);
-            if let Some(c) = p
-                .status
-                .as_mut()
-                .and_then(|s| s.conditions.as_mut())
-                .and_then(|cs| cs.iter_mut().find(|c| c.type_ == "DisruptionTarget"))
-            {
-                c.reason = Some("EvictionByEvictionAPI".into());
-                c.message = Some("Eviction API: evicting".into());
-            }
+            set_pod_condition_with_reason(
+                &mut p,
+                "DisruptionTarget",
+                true,
+                "EvictionByEvictionAPI",
+                "Eviction API: evicting".into(),
+                now,
+            );
             self.pods.put(p);
         }
         self.delete_pod(ns, name, opts, Removal::Eviction, now)?;

@@ -10,7 +10,7 @@ use rotor_apimachinery::scheduling::BUILT_IN_PRIORITY_CLASSES;
 use serde_json::{Value, json};
 
 use super::Cluster;
-use crate::api::status::ApiError;
+use crate::meta::ApiError;
 
 /// The node a preemption nominated for a pending pod, which waits for it; an autoscaler adds
 /// no node for such a pod.

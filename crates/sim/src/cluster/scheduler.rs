@@ -4,17 +4,40 @@
 //! the one with the fewest pods of the same controller (kube-scheduler's default spreading), then
 //! the least allocated; equal nodes are told apart by where each pod's scan starts, a hash of its
 //! name, as the real scheduler picks at random among equal scores. Placement is a pure function
-//! over `NodeSlot`s.
+//! over `NodeSlot`s; [`Cluster::schedule`] runs it at every step and binds at the pace
+//! `timing.bindTime` allows.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use rotor_apimachinery::labels::LabelSelector;
 
 use super::objects::{
-    Resources, controller_of, fnv, node_allocatable, node_ready, node_taints, node_unschedulable,
-    pod_requests,
+    RequestsMemo, Resources, WORK_PENDING, bind_and_start, controller_of, fnv, node_allocatable,
+    node_name, node_ready, node_taints, node_unschedulable, pod_requests,
+    set_pod_condition_with_reason, terminal, terminating,
 };
+use super::pods::Removal;
+use super::priority;
+use super::worker::{SerialWorker, midway};
+use super::{Cluster, earliest};
+use crate::meta::DeleteOptions;
+use crate::store::ObjKey;
+
+/// What the scheduler keeps from one step to the next.
+#[derive(Debug, Default)]
+pub struct SchedulerMemory {
+    /// When each pending pod was first found unschedulable.
+    unschedulable_since: BTreeMap<ObjKey, Timestamp>,
+    /// Each node's requested resources and running pods, and the resourceVersion they were
+    /// summed at: the scheduler sums again only nodes whose pods were written since.
+    node_usage: HashMap<String, (u64, Resources, i64)>,
+    /// The scheduler's binds, one after another (`timing.bindTime` each).
+    bind_worker: SerialWorker,
+}
 
 /// What the scheduler knows about one node.
 #[derive(Clone, Debug)]
@@ -393,6 +416,236 @@ impl Scheduler<'_> {
     }
 }
 
+impl Cluster {
+    /// How many pending pods the scheduler has found unschedulable.
+    pub fn unschedulable_pods(&self) -> usize {
+        self.scheduler.unschedulable_since.len()
+    }
+
+    /// When each pod the scheduler found unschedulable was first found so, by key.
+    pub(super) fn unschedulable_since(&self) -> &BTreeMap<ObjKey, Timestamp> {
+        &self.scheduler.unschedulable_since
+    }
+
+    /// The unschedulable pods that count as waiting: placeholders (priority below 0) wait for
+    /// room on purpose; workloads' pods count.
+    pub(super) fn pods_waiting(&self) -> usize {
+        self.scheduler
+            .unschedulable_since
+            .keys()
+            .filter(|(ns, name)| {
+                self.pods
+                    .get(ns, name)
+                    .is_some_and(|p| priority::counts_as_waiting(p))
+            })
+            .count()
+    }
+
+    /// Binds every pending pod that fits somewhere, as fast as `timing.bindTime` lets the
+    /// scheduler (a pod a client created since the last step is taken from its creation, one a
+    /// controller created at this step from halfway since the last, one found earlier from
+    /// that step); marks the rest Unschedulable with the scheduler's reason.
+    /// Returns `next`, or the step at which the scheduler gets to the pods it had no time for.
+    pub(super) fn schedule(
+        &mut self,
+        now: Timestamp,
+        prev_step: Timestamp,
+        settle: bool,
+        mut next: Option<Timestamp>,
+    ) -> Option<Timestamp> {
+        let cost = if settle {
+            Duration::ZERO
+        } else {
+            self.timing.bind_time
+        };
+        let pending: Vec<Arc<Pod>> = {
+            let mut v: Vec<Arc<Pod>> = self
+                .pods
+                .indexed(self.pod_index.work, WORK_PENDING)
+                .map(|(_, p)| p)
+                .filter(|p| node_name(p).is_none() && !terminating(p) && !terminal(p))
+                .cloned()
+                .collect();
+            // The scheduling queue: higher priority first, then oldest.
+            v.sort_by_key(|p| {
+                (
+                    std::cmp::Reverse(priority::priority(p)),
+                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                )
+            });
+            v
+        };
+        self.scheduler.unschedulable_since.retain(|k, _| {
+            self.pods
+                .get(&k.0, &k.1)
+                .is_some_and(|p| node_name(p).is_none() && !terminating(p))
+        });
+        if pending.is_empty() {
+            return next;
+        }
+        let mut slots: Vec<NodeSlot> = self
+            .nodes
+            .values()
+            .map(|n| NodeSlot::from_node(n))
+            .collect();
+        let placed: Vec<&Pod> = self
+            .pods
+            .values()
+            .map(|p| p.as_ref())
+            .filter(|p| node_name(p).is_some() && !terminal(p))
+            .collect();
+        // Each node's running pods and their requests, recomputed only for nodes whose pods
+        // were written since they were last summed.
+        let by_node = self.pod_index.node;
+        let mut requests = RequestsMemo::default();
+        let current = self.rev.current();
+        for slot in &mut slots {
+            let written = self.pods.index_written(by_node, &slot.name);
+            let cached = self.scheduler.node_usage.get(&slot.name).copied();
+            let (used, count) = match cached {
+                Some((at, used, count)) if written.is_none_or(|w| w <= at) => (used, count),
+                _ => {
+                    let mut used = Resources::default();
+                    let mut count = 0;
+                    for (_, p) in self.pods.indexed(by_node, &slot.name) {
+                        if !terminal(p) {
+                            used.add(requests.of(p));
+                            count += 1;
+                        }
+                    }
+                    self.scheduler
+                        .node_usage
+                        .insert(slot.name.clone(), (current, used, count));
+                    (used, count)
+                }
+            };
+            slot.free = slot.free.minus(&used);
+            slot.free_pods -= count;
+        }
+
+        let mut decisions = Vec::new();
+        let mut preemptions = Vec::new();
+        {
+            let mut sched = Scheduler::new(slots, &placed);
+            for pod in &pending {
+                let placement = sched.place(pod);
+                // A pod already nominated waits for its victims to go rather than pick more.
+                if matches!(placement, Placement::Unschedulable(_))
+                    && priority::nominated_node(pod).is_none()
+                    && let Some(p) = sched.preemption(pod)
+                {
+                    sched.reserve(&p, pod);
+                    preemptions.push((pod.clone(), p));
+                }
+                decisions.push((pod.clone(), placement));
+            }
+        }
+        for (pod, decision) in decisions {
+            let key = (
+                pod.metadata.namespace.clone().unwrap_or_default(),
+                pod.metadata.name.clone().unwrap_or_default(),
+            );
+            let mut p = (*pod).clone();
+            match decision {
+                Placement::Bind(node) => {
+                    let Some(n) = self.nodes.get("", &node).cloned() else {
+                        continue;
+                    };
+                    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                    let ready = match created {
+                        // Made by a controller at this step (a replacement), for what happened
+                        // since the last one: a real scheduler would have had it about as that
+                        // happened, on average halfway between the steps.
+                        Some(c) if c >= now => midway(prev_step, now),
+                        Some(c) => c.max(prev_step),
+                        None => prev_step,
+                    };
+                    if !self
+                        .scheduler
+                        .bind_worker
+                        .take(cost, ready, now, self.timing.tick)
+                    {
+                        let wake =
+                            self.scheduler
+                                .bind_worker
+                                .wake_at(cost, ready, self.timing.tick);
+                        next = earliest(next, wake);
+                        continue;
+                    }
+                    bind_and_start(&mut p, &n, now);
+                    self.scheduler.unschedulable_since.remove(&key);
+                    self.pods.put(p);
+                }
+                Placement::Unschedulable(why) => {
+                    self.scheduler.unschedulable_since.entry(key).or_insert(now);
+                    let already = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+                        .is_some_and(|c| {
+                            c.status == "False" && c.message.as_deref() == Some(why.as_str())
+                        });
+                    if !already {
+                        set_pod_condition_with_reason(
+                            &mut p,
+                            "PodScheduled",
+                            false,
+                            "Unschedulable",
+                            why,
+                            now,
+                        );
+                        self.pods.put(p);
+                    }
+                }
+            }
+        }
+        for (pod, preemption) in preemptions {
+            self.preempt(&pod, preemption, now);
+        }
+        next
+    }
+
+    /// Removes the victims (each with its own grace period) and nominates the node for the
+    /// pod, which is bound there once the room is free.
+    fn preempt(&mut self, pod: &Pod, preemption: Preemption, now: Timestamp) {
+        let (ns, name) = (
+            pod.metadata.namespace.clone().unwrap_or_default(),
+            pod.metadata.name.clone().unwrap_or_default(),
+        );
+        tracing::debug!(pod = %format!("{ns}/{name}"), node = %preemption.node, victims = ?preemption.victims, "preempting lower-priority pods");
+        for (vns, vname) in &preemption.victims {
+            let _ = self.delete_pod(
+                vns,
+                vname,
+                &DeleteOptions::default(),
+                Removal::Preempted,
+                now,
+            );
+        }
+        let Some(current) = self.pods.get(&ns, &name) else {
+            return;
+        };
+        let mut p = (**current).clone();
+        // Victims without a grace period are gone at once, and the real scheduler binds the
+        // pod in its next cycle, milliseconds later: bind now. Otherwise the pod waits,
+        // nominated, until the victims have terminated.
+        let gone = preemption
+            .victims
+            .iter()
+            .all(|(vns, vname)| self.pods.get(vns, vname).is_none());
+        if gone && let Some(node) = self.nodes.get("", &preemption.node).cloned() {
+            bind_and_start(&mut p, &node, now);
+            self.scheduler.unschedulable_since.remove(&(ns, name));
+        } else {
+            p.status
+                .get_or_insert_with(Default::default)
+                .nominated_node_name = Some(preemption.node);
+        }
+        self.pods.put(p);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,6 +654,9 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSel, ObjectMeta};
+    use serde_json::json;
+
+    use crate::scenario::Scenario;
 
     fn slot(name: &str, cpu_m: i128, pods: i64) -> NodeSlot {
         let r = Resources {
@@ -655,5 +911,58 @@ mod tests {
         assert_eq!(s.preemption(&ranked("low", "100m", -5, None, false)), None);
         // Too big even with every lower-priority pod gone.
         assert_eq!(s.preemption(&ranked("huge", "1500m", 0, None, false)), None);
+    }
+
+    /// Evicts the 10 pods of a Deployment at once, then steps every tick: how many of their
+    /// replacements each step binds.
+    fn binds_per_step(bind_time: &str) -> Vec<usize> {
+        let yaml = format!(
+            r#"
+timing: {{tick: 100ms, podStartup: 1s, podShutdown: 0s, bindTime: {bind_time}}}
+nodeGroups: [{{name: g, size: 2, template: {{cpu: "16", memory: 64Gi}}}}]
+workloads: [{{kind: Deployment, name: web, namespace: shop, replicas: 10}}]
+"#
+        );
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let mut c = crate::seed::build(&Scenario::from_yaml(&yaml, "t").unwrap(), t0);
+        let now = t0 + Duration::from_secs(1);
+        c.step(now, false);
+        let old: Vec<String> = c
+            .pods
+            .range(Some("shop"), None)
+            .map(|(_, p)| p.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(old.len(), 10);
+        for name in &old {
+            c.evict_pod("shop", name, &json!({}), now).unwrap();
+        }
+        let bound = |c: &crate::cluster::Cluster| {
+            c.pods
+                .range(Some("shop"), None)
+                .filter(|(k, p)| !old.contains(&k.1) && node_name(p).is_some())
+                .count()
+        };
+        let mut before = 0;
+        (1..=5)
+            .map(|k| {
+                c.step(now + Duration::from_millis(100 * k), false);
+                let after = bound(&c);
+                let n = after - before;
+                before = after;
+                n
+            })
+            .collect()
+    }
+
+    #[test]
+    fn with_a_bind_time_a_burst_of_replacements_is_bound_at_the_schedulers_pace() {
+        // 25 ms a pod: each step binds what the scheduler finishes within half a tick of it,
+        // the replacements taken from halfway since the step before the one that made them.
+        assert_eq!(binds_per_step("25ms"), vec![4, 4, 2, 0, 0]);
+    }
+
+    #[test]
+    fn without_a_bind_time_every_replacement_is_bound_at_the_step_that_creates_it() {
+        assert_eq!(binds_per_step("0s"), vec![10, 0, 0, 0, 0]);
     }
 }

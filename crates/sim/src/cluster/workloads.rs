@@ -24,7 +24,20 @@ use super::objects::{
 };
 use super::pods::Removal;
 use super::scheduler::untolerated;
-use crate::api::collection::{DeleteOptions, generate_name};
+use crate::meta::{DeleteOptions, NAME_ALPHABET, generate_name};
+
+/// What the workload controllers keep from one step to the next: the resourceVersion at which
+/// each last ran, so that the next run looks only at the namespaces (or kinds) written since.
+/// Every controller is a function of the objects it reads, so skipping those nothing was
+/// written to changes nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkloadsMemory {
+    deployments: u64,
+    replicasets: u64,
+    statefulsets: u64,
+    daemonsets: u64,
+    mirror_pods: u64,
+}
 
 fn owner(api_version: &str, kind: &str, meta: &ObjectMeta) -> OwnerReference {
     OwnerReference {
@@ -39,15 +52,14 @@ fn owner(api_version: &str, kind: &str, meta: &ObjectMeta) -> OwnerReference {
 
 /// A short stable hash of a pod template, like the `pod-template-hash` label.
 fn template_hash(t: &PodTemplateSpec) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let s = serde_json::to_string(t).unwrap_or_default();
     let mut h = s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)
     });
     (0..10)
         .map(|_| {
-            let c = ALPHABET[(h % ALPHABET.len() as u64) as usize] as char;
-            h /= ALPHABET.len() as u64;
+            let c = NAME_ALPHABET[(h % NAME_ALPHABET.len() as u64) as usize] as char;
+            h /= NAME_ALPHABET.len() as u64;
             c
         })
         .collect()
@@ -95,7 +107,7 @@ impl Cluster {
 
     pub(super) fn reconcile_deployments(&mut self, now: Timestamp) {
         // A Deployment reads itself and its ReplicaSets: skip namespaces neither changed in.
-        let since = std::mem::replace(&mut self.last_run.deployments, self.rev.current());
+        let since = std::mem::replace(&mut self.workloads.deployments, self.rev.current());
         let deployments: Vec<_> = self
             .deployments
             .values()
@@ -208,7 +220,7 @@ impl Cluster {
 
     pub(super) fn reconcile_replicasets(&mut self, now: Timestamp) {
         // A ReplicaSet reads itself and its pods: skip namespaces neither changed in.
-        let since = std::mem::replace(&mut self.last_run.replicasets, self.rev.current());
+        let since = std::mem::replace(&mut self.workloads.replicasets, self.rev.current());
         let sets: Vec<_> = self
             .replicasets
             .values()
@@ -277,7 +289,7 @@ impl Cluster {
     pub(super) fn reconcile_statefulsets(&mut self, now: Timestamp) {
         // A StatefulSet reads itself and the pods of its namespace: skip namespaces neither
         // changed in.
-        let since = std::mem::replace(&mut self.last_run.statefulsets, self.rev.current());
+        let since = std::mem::replace(&mut self.workloads.statefulsets, self.rev.current());
         let sets: Vec<_> = self
             .statefulsets
             .values()
@@ -363,7 +375,7 @@ impl Cluster {
 
     pub(super) fn reconcile_daemonsets(&mut self, now: Timestamp) {
         // A DaemonSet reads itself, every node and its pods: skip it unless one changed.
-        let since = std::mem::replace(&mut self.last_run.daemonsets, self.rev.current());
+        let since = std::mem::replace(&mut self.workloads.daemonsets, self.rev.current());
         let nodes_changed = self.nodes.any_written_since(since);
         let sets: Vec<_> = self
             .daemonsets
@@ -446,7 +458,7 @@ impl Cluster {
             return;
         }
         // The kubelets read their node and the mirror pods: skip unless one changed.
-        let since = std::mem::replace(&mut self.last_run.mirror_pods, self.rev.current());
+        let since = std::mem::replace(&mut self.workloads.mirror_pods, self.rev.current());
         let changed = since == 0
             || self.nodes.any_written_since(since)
             || self

@@ -33,7 +33,11 @@ pub fn set_control_plane_version(c: &mut Cluster, version: &str) {
 /// Points every node group at a template with this kubelet version and/or image; nodes launched
 /// from now on use it. Returns the groups changed.
 pub fn set_templates(c: &mut Cluster, kubelet: Option<&str>, image: Option<&str>) -> Vec<String> {
-    for g in c.node_groups.values_mut() {
+    let names: Vec<String> = c.node_groups().keys().cloned().collect();
+    for name in &names {
+        let Some(g) = c.node_group_mut(name) else {
+            continue;
+        };
         if let Some(k) = kubelet {
             g.spec.template.kubelet_version = k.to_owned();
         }
@@ -41,7 +45,7 @@ pub fn set_templates(c: &mut Cluster, kubelet: Option<&str>, image: Option<&str>
             g.spec.template.image = i.to_owned();
         }
     }
-    c.node_groups.keys().cloned().collect()
+    names
 }
 
 /// Sets each node's image label to `image` (the AMI its instance really runs, once the AWS
@@ -50,7 +54,7 @@ pub fn relabel_images(c: &mut Cluster, image: &str) {
     let nodes: Vec<_> = c.nodes.values().cloned().collect();
     for n in nodes {
         let Some(label) = rotor_sim::cluster::objects::node_group_of(&n)
-            .and_then(|g| c.node_groups.get(g))
+            .and_then(|g| c.node_groups().get(g))
             .map(|g| g.spec.template.image_label.clone())
         else {
             continue;
@@ -217,7 +221,7 @@ workloads:
             ["g"]
         );
         assert_eq!(c.control_plane_version, "v1.34.0");
-        let t = &c.node_groups["g"].spec.template;
+        let t = &c.node_groups()["g"].spec.template;
         assert_eq!(
             (t.kubelet_version.as_str(), t.image.as_str()),
             ("v1.34.0", "ami-new")

@@ -94,14 +94,14 @@ impl AwsWorld {
 
         let groups: Vec<(String, String, Vec<String>, u32, u32)> = {
             let c = sim.cluster.lock().expect("cluster lock");
-            c.node_groups
+            c.node_groups()
                 .iter()
                 .map(|(name, g)| {
                     (
                         name.clone(),
                         g.spec.template.instance_type.clone(),
                         g.spec.zones.clone(),
-                        g.desired,
+                        g.desired(),
                         g.spec.max(),
                     )
                 })
@@ -245,9 +245,9 @@ impl AwsWorld {
                 .filter(|n| self.templates.contains_key(&n.group))
                 .collect();
             let desired: BTreeMap<String, i32> = c
-                .node_groups
+                .node_groups()
                 .iter()
-                .map(|(k, g)| (k.clone(), i32::try_from(g.desired).unwrap_or(i32::MAX)))
+                .map(|(k, g)| (k.clone(), i32::try_from(g.desired()).unwrap_or(i32::MAX)))
                 .collect();
             (nodes, desired)
         };

@@ -29,7 +29,7 @@ pub fn snapshot(c: &Cluster, at: f64, shown: Shown) -> Snapshot {
     Snapshot {
         at,
         nodes,
-        unschedulable_pods: c.unschedulable_since.len(),
+        unschedulable_pods: c.unschedulable_pods(),
         // Outcomes as the simulator's eviction handler names them (cluster/stats.rs).
         evictions: count(&["success", "unhealthy-allowed", "bypass"]),
         refusals: count(&["budget", "budget-unprocessed", "multiple-pdbs"]),
@@ -52,7 +52,7 @@ fn node_view(c: &Cluster, n: &Node, shown: Shown) -> NodeView {
         .and_then(|s| s.node_info.as_ref())
         .map(|i| i.kubelet_version.clone())
         .unwrap_or_default();
-    let group = node_group_of(n).and_then(|g| c.node_groups.get(g));
+    let group = node_group_of(n).and_then(|g| c.node_groups().get(g));
     let image = group
         .and_then(|g| labels.and_then(|l| l.get(&g.spec.template.image_label)))
         .cloned()
@@ -106,7 +106,7 @@ mod tests {
         assert_eq!(s.nodes[0].version, "v1.33.4");
         assert_eq!(s.nodes[1].zone, "us-east-1b");
 
-        c.node_groups.get_mut("g").unwrap().spec.template.image = "ami-new".into();
+        c.node_group_mut("g").unwrap().spec.template.image = "ami-new".into();
         let s = snapshot(&c, 1.0, Shown::Image);
         assert!(s.nodes.iter().all(|n| n.outdated));
         assert_eq!(s.nodes[0].version, "ami-old");

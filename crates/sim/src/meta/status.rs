@@ -1,8 +1,7 @@
 //! API errors as the apiserver reports them: a `metav1.Status` body with the HTTP code, reason,
-//! message, and details (causes, retryAfterSeconds) clients branch on.
+//! message, and details (causes, retryAfterSeconds) clients branch on; and the Status of a
+//! success. The cluster model answers with these; the API layer puts them on the wire.
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone)]
@@ -176,24 +175,6 @@ fn qualified(group: &str, plural: &str) -> String {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = serde_json::to_vec(&self.status_json()).unwrap_or_default();
-        let mut resp = (
-            StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            [(header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response();
-        if let Some(s) = self.retry_after
-            && let Ok(v) = HeaderValue::from_str(&s.to_string())
-        {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        resp
-    }
-}
-
 /// The body of a successful eviction or a deletion answered with a Status.
 pub fn success_status(code: u16) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code})
@@ -204,12 +185,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retry_after_goes_in_details_and_header() {
+    fn retry_after_goes_in_details() {
         let e = ApiError::too_many_requests("busy").with_retry_after(10);
+        assert_eq!(e.retry_after, Some(10));
         assert_eq!(e.status_json()["details"]["retryAfterSeconds"], 10);
-        let resp = e.into_response();
-        assert_eq!(resp.status(), 429);
-        assert_eq!(resp.headers()[header::RETRY_AFTER], "10");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What an HTTP request addresses, read from its path, query and method as the apiserver's
 //! request info reads them: the resource or discovery document, the query parameters, and the
-//! verb the apiserver would log and authorize. Pure; the authorizer reads it too.
+//! verb the apiserver would log and authorize. Pure, below both readers: the API serves the
+//! request and the authorizer, which the API consults through the shared state, checks it.
 
 use std::collections::HashMap;
 

@@ -25,8 +25,8 @@ pub struct Notifier {
 
 impl Notifier {
     /// Starts the task that sends notices on `tasks`, or a no-op notifier without `cfg`. The
-    /// task ends at `stop`, after the notice it is sending (the rest of the queue is dropped:
-    /// a shutdown must not wait on webhooks).
+    /// task ends at `stop`, whatever it is sending: a shutdown does not wait on webhooks (what
+    /// is still queued is dropped).
     pub fn start(
         cfg: Option<NotifyConfig>,
         tasks: &TaskTracker,
@@ -44,7 +44,10 @@ impl Notifier {
             } {
                 let body = notice.body(&cfg.cluster);
                 for webhook in &cfg.webhooks {
-                    deliver(&http, webhook, &body, notice.kind).await;
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        () = deliver(&http, webhook, &body, notice.kind) => {}
+                    }
                 }
             }
         });

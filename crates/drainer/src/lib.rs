@@ -1,21 +1,20 @@
 //! rotor-drainer: drains nodes that carry rotor's drain taint, safely and across restarts.
 //!
-//! Decisions are pure functions over Kubernetes objects and plain data (no I/O, no async, no
-//! clock reads): `pods` (what to do with each pod), `state` (the per-node record kept in
-//! annotations), `fleet` (which nodes may start), `window` (maintenance windows), `gate` (may
-//! the next node start), `workloads` (the replica counts the gate reads, as an index the watches
-//! update), `pace` (how fast each budget gives disruptions back, from rotor's own evictions),
-//! `health` (how the health gate judges Prometheus's alerts and health URLs), `breaker` (when
-//! the circuit breaker halts a rotation), `restart` (when a one-replica Deployment is restarted
-//! rather than its pod evicted).
+//! Laid out by role, one folder per concern; in each, `X.rs` decides (pure functions and state
+//! machines over plain data: no `async`, no `Api`, no clock read) and `X_io.rs` carries it out:
+//! - [`fleet`]: the loop over nodes: which tainted node drains when (the state machine, the
+//!   start limits, the choice, the gate, windows, the breaker, the health gate);
+//! - [`drain`]: one node's drain, from the cordon to an empty node (the task and its passes,
+//!   what to do with each pod and which budget it charges, the eviction queue and the wire,
+//!   the rollout restart, surge), and what the drains publish for the loop;
+//! - [`record`]: what others read (the node record, Events, the rotation record,
+//!   notifications, the `status` subcommand);
+//! - [`leader`]: who acts (the Lease, and the fence on a former leader's writes).
 //!
-//! The I/O sits at the edges: `evict` (the Eviction API; `budget_turns` keeps one eviction per
-//! budget on the wire), `deployments` (the rollout restart's reads and patch), `drain` (one
-//! node's drain task), `controller` (the loop over nodes),
-//! `leader` (the Lease), `notify` (webhook notifications), `rotation` (the fleet-wide record
-//! beside the Lease), `runtime` (wiring), `status` (the `status` subcommand), `metrics`,
-//! `config` (flags). `error` holds what can fail, in words an operator can act on; `anyhow` is
-//! used only by the binary.
+//! Folders import only from those below them: `leader` < `record` < `drain` < `fleet`
+//! (`tests/layout.rs` keeps this). Beside them: `config` (flags, and the settings each folder
+//! gets from them), `runtime` (wiring), `metrics`, and `error` (what can fail, in words an
+//! operator can act on; `anyhow` is used only by the binary).
 
 pub mod config;
 pub mod drain;

@@ -19,6 +19,7 @@ use rotor_core::duration::later;
 use crate::drain::answers::EvictionOutcome;
 use crate::drain::budgets::{BudgetDemand, BudgetKey, DisruptionPace, budget_paces};
 use crate::drain::eviction::{EvictionQueue, QueuePolicy};
+use crate::drain::eviction_io::EvictionWire;
 use crate::drain::outcome::DrainResult;
 use crate::drain::pass::{
     Attempt, Settled, choose_sends, force_wake, replace_by_held, say_odd_input, settle, what_shows,
@@ -275,30 +276,7 @@ async fn evict_pass(
     if let Some(at) = sends.wake {
         wake = wake.min(at);
     }
-    // The pass's evictions go out together, a few at a time: each is a round trip to the API
-    // server (100 ms and more on a busy one), and a node's pods one after another would hold its
-    // drain for seconds. Sending them at once takes nothing from the budgets: the plan charged
-    // each budget no more than it allows, and the API server checks every eviction against its
-    // budget atomically. They are answered in any order (one may wait for its budget's turn
-    // behind another drain's) and then taken in the plan's order.
-    // (The futures are collected first: a closure in the stream's type trips the compiler's
-    // check that the spawned drain task is Send.)
-    let wire = &drains.wire;
-    let requests: Vec<_> = sends
-        .attempts
-        .iter()
-        .enumerate()
-        .map(|(i, a)| async move {
-            let budget = a.charged.as_ref().map(|c| &c.budget);
-            (i, wire.send(&a.pod, a.grace, a.forced, budget).await)
-        })
-        .collect();
-    let mut answers: Vec<(usize, EvictionOutcome)> = futures::stream::iter(requests)
-        .buffer_unordered(EVICTIONS_IN_FLIGHT)
-        .collect()
-        .await;
-    answers.sort_by_key(|(i, _)| *i);
-    let outcomes = answers.into_iter().map(|(_, outcome)| outcome);
+    let outcomes = send_all(&drains.wire, &sends.attempts).await;
     let facts = PassFacts {
         pods,
         paces: &budget_paces(&budgets),
@@ -377,6 +355,31 @@ async fn warn_long_grace(
             note,
         )
         .await;
+}
+
+/// Sends a pass's evictions together, a few at a time, and returns their answers in the
+/// attempts' order. Each is a round trip to the API server (100 ms and more on a busy one), and
+/// a node's pods one after another would hold its drain for seconds. Sending them at once takes
+/// nothing from the budgets: the plan charged each budget no more than it allows, and the API
+/// server checks every eviction against its budget atomically. They are answered in any order
+/// (one may wait for its budget's turn behind another drain's).
+async fn send_all(wire: &EvictionWire, attempts: &[Attempt]) -> Vec<EvictionOutcome> {
+    // (The futures are collected first: a closure in the stream's type trips the compiler's
+    // check that the spawned drain task is Send.)
+    let requests: Vec<_> = attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| async move {
+            let budget = a.charged.as_ref().map(|c| &c.budget);
+            (i, wire.send(&a.pod, a.grace, a.forced, budget).await)
+        })
+        .collect();
+    let mut answers: Vec<(usize, EvictionOutcome)> = futures::stream::iter(requests)
+        .buffer_unordered(EVICTIONS_IN_FLIGHT)
+        .collect()
+        .await;
+    answers.sort_by_key(|(i, _)| *i);
+    answers.into_iter().map(|(_, outcome)| outcome).collect()
 }
 
 /// What a pass knows while it takes its evictions' answers.

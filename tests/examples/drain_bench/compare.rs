@@ -77,13 +77,19 @@ pub fn compare(
             for run in 1..=args.runs {
                 println!();
                 println!("-- {} C={c} run {run} of {} --", backend.name(), args.runs);
+                let bench = Bench {
+                    args,
+                    bins,
+                    runtime,
+                    scenario: &scenario,
+                };
                 let one = |who: Contestant, wanted: bool| -> anyhow::Result<Option<RunResult>> {
                     if !wanted {
                         return Ok(None);
                     }
                     let dir =
                         scratch.join(format!("{}-{}-c{c}-run{run}", backend.slug(), who.slug()));
-                    run_contestant(who, backend, c, args, bins, runtime, &scenario, &dir).map(Some)
+                    run_contestant(bench, who, backend, c, &dir).map(Some)
                 };
                 let rotor = one(Contestant::Rotor, args.rotor)?;
                 let surged = one(Contestant::RotorSurge, args.rotor && args.surge)?;
@@ -283,18 +289,30 @@ fn print_requests(rotor: Option<&RunResult>, kubectl: Option<&RunResult>) {
     }
 }
 
+/// What every contestant's run shares: the flags, the binaries, the runtime the clusters' clients
+/// run on, and the scenario.
+#[derive(Clone, Copy)]
+struct Bench<'a> {
+    args: &'a Args,
+    bins: &'a Bins,
+    runtime: &'a Handle,
+    scenario: &'a Scenario,
+}
+
 /// One contestant on a fresh cluster: set up, taint every node at t=0, drain, measure.
-#[allow(clippy::too_many_arguments)]
 fn run_contestant(
+    bench: Bench<'_>,
     who: Contestant,
     backend: Backend,
     c: usize,
-    args: &Args,
-    bins: &Bins,
-    runtime: &Handle,
-    scenario: &Scenario,
     dir: &Path,
 ) -> anyhow::Result<RunResult> {
+    let Bench {
+        args,
+        bins,
+        runtime,
+        scenario,
+    } = bench;
     std::fs::create_dir_all(dir)?;
     let max_unavailable = args
         .rotor_max_unavailable

@@ -8,6 +8,11 @@
 //! replaces the node, as an Auto Scaling group does when an instance is terminated without
 //! decrementing its capacity.
 
+// A file beside this one (not under it), so that mod.rs names it without naming this file.
+#[path = "autoscaler_memory.rs"]
+pub(super) mod memory;
+pub use memory::NodeGroup;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -23,32 +28,6 @@ use super::objects::{
 use super::scheduler::{NodeSlot, untolerated};
 use super::{Cluster, add_secs, earliest, object_ref_node};
 use crate::scenario::NodeGroupSpec;
-
-/// A node group as the autoscaler sees it: its current template and target size.
-#[derive(Clone, Debug)]
-pub struct NodeGroup {
-    pub spec: NodeGroupSpec,
-    desired: u32,
-    /// Sequence for node names and instance ids, never reused.
-    next_index: u64,
-}
-
-impl NodeGroup {
-    /// How many nodes the group keeps.
-    pub fn desired(&self) -> u32 {
-        self.desired
-    }
-}
-
-/// What the autoscaler keeps from one step to the next.
-#[derive(Debug, Default)]
-pub struct AutoscalerMemory {
-    groups: BTreeMap<String, NodeGroup>,
-    /// When each drained node was first seen empty (for scale-down).
-    empty_since: BTreeMap<String, Timestamp>,
-    /// When each group last asked for a new node because of unschedulable pods.
-    last_scale_up: BTreeMap<String, Timestamp>,
-}
 
 /// Whether a fresh node from this template could run the pod.
 fn template_fits(node: &Node, pod: &Pod) -> bool {

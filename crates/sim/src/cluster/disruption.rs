@@ -10,7 +10,11 @@
 //! its time on the status write. With no sync time every queued budget is synced at the step
 //! that queued it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+// A file beside this one (not under it), so that mod.rs names it without naming this file.
+#[path = "disruption_memory.rs"]
+pub(super) mod memory;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,52 +24,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 
 use super::pdb::{self, DISRUPTED_POD_TIMEOUT_SECS, covers, selector};
-use super::worker::{SerialWorker, midway};
+use super::worker::midway;
 use super::{Cluster, add_secs};
 use crate::store::{Change, ChangeType, ObjKey, SimObject, key_of};
-
-/// What the disruption controller keeps from one step to the next.
-#[derive(Debug, Default)]
-pub struct DisruptionMemory {
-    queue: BudgetQueue,
-    /// The one worker that syncs the queue (`timing.budgetSyncTime` a sync).
-    worker: SerialWorker,
-    /// The resourceVersion at which it last ran: the next run looks only at what was written
-    /// since.
-    last_run: u64,
-}
-
-/// Budgets waiting for the disruption controller's worker, each once, oldest first, with the
-/// time each was queued.
-#[derive(Debug, Default)]
-struct BudgetQueue {
-    order: VecDeque<(ObjKey, Timestamp)>,
-    queued: HashSet<ObjKey>,
-}
-
-impl BudgetQueue {
-    /// Queues `key` unless it is already waiting (it keeps its place, as in a work queue).
-    fn push(&mut self, key: ObjKey, at: Timestamp) {
-        if self.queued.insert(key.clone()) {
-            self.order.push_back((key, at));
-        }
-    }
-
-    fn front(&self) -> Option<Timestamp> {
-        self.order.front().map(|(_, at)| *at)
-    }
-
-    /// The queued budgets, oldest first.
-    fn keys(&self) -> impl Iterator<Item = &ObjKey> {
-        self.order.iter().map(|(key, _)| key)
-    }
-
-    fn pop(&mut self) -> Option<ObjKey> {
-        let (key, _) = self.order.pop_front()?;
-        self.queued.remove(&key);
-        Some(key)
-    }
-}
 
 impl Cluster {
     /// Queues the budgets whose inputs changed since the last run, syncs those the worker gets

@@ -70,11 +70,11 @@ pub struct Cluster {
     pub static_pods: Vec<StaticPodSpec>,
     pub stats: Stats,
 
-    control_loop: lifecycle::ControlLoopMemory,
-    scheduler: scheduler::SchedulerMemory,
-    workloads: workloads::WorkloadsMemory,
-    disruption: disruption::DisruptionMemory,
-    autoscaler: autoscaler::AutoscalerMemory,
+    control_loop: lifecycle::memory::ControlLoopMemory,
+    scheduler: scheduler::memory::SchedulerMemory,
+    workloads: workloads::memory::WorkloadsMemory,
+    disruption: disruption::memory::DisruptionMemory,
+    autoscaler: autoscaler::memory::AutoscalerMemory,
 }
 
 /// How many changes each kind keeps for watches to resume from.

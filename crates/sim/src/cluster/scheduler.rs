@@ -7,6 +7,10 @@
 //! over `NodeSlot`s; [`Cluster::schedule`] runs it at every step and binds at the pace
 //! `timing.bindTime` allows.
 
+// A file beside this one (not under it), so that mod.rs names it without naming this file.
+#[path = "scheduler_memory.rs"]
+pub(super) mod memory;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,22 +26,10 @@ use super::objects::{
 };
 use super::pods::Removal;
 use super::priority;
-use super::worker::{SerialWorker, midway};
+use super::worker::midway;
 use super::{Cluster, earliest};
 use crate::meta::DeleteOptions;
 use crate::store::ObjKey;
-
-/// What the scheduler keeps from one step to the next.
-#[derive(Debug, Default)]
-pub struct SchedulerMemory {
-    /// When each pending pod was first found unschedulable.
-    unschedulable_since: BTreeMap<ObjKey, Timestamp>,
-    /// Each node's requested resources and running pods, and the resourceVersion they were
-    /// summed at: the scheduler sums again only nodes whose pods were written since.
-    node_usage: HashMap<String, (u64, Resources, i64)>,
-    /// The scheduler's binds, one after another (`timing.bindTime` each).
-    bind_worker: SerialWorker,
-}
 
 /// What the scheduler knows about one node.
 #[derive(Clone, Debug)]

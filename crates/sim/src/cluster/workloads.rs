@@ -3,6 +3,10 @@
 //! one at a time and in order; DaemonSets keep one pod on every node whose taints they
 //! tolerate (cordon included); every node's kubelet keeps its static pods' mirror pods.
 
+// A file beside this one (not under it), so that mod.rs names it without naming this file.
+#[path = "workloads_memory.rs"]
+pub(super) mod memory;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -25,19 +29,6 @@ use super::objects::{
 use super::pods::Removal;
 use super::scheduler::untolerated;
 use crate::meta::{DeleteOptions, NAME_ALPHABET, generate_name};
-
-/// What the workload controllers keep from one step to the next: the resourceVersion at which
-/// each last ran, so that the next run looks only at the namespaces (or kinds) written since.
-/// Every controller is a function of the objects it reads, so skipping those nothing was
-/// written to changes nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WorkloadsMemory {
-    deployments: u64,
-    replicasets: u64,
-    statefulsets: u64,
-    daemonsets: u64,
-    mirror_pods: u64,
-}
 
 fn owner(api_version: &str, kind: &str, meta: &ObjectMeta) -> OwnerReference {
     OwnerReference {

@@ -16,7 +16,6 @@ const SHELLS: &[&str] = &[
     "drain/task.rs",
     "drain/budget_turns.rs",
     "fleet/controller.rs",
-    "fleet/choice.rs",
     "leader/election.rs",
     "leader/fence.rs",
     "record/status.rs",

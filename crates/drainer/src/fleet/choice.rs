@@ -1,6 +1,6 @@
 //! Which candidates start when drain slots are free: the ones whose pods' budgets let a drain
-//! proceed now, found by listing the candidates' pods (a few per pass, each node about once per
-//! rotation) and weighing what each would ask of its budgets ([`BudgetDemand`]) against what the
+//! proceed now, found by listing the candidates' pods ([`crate::fleet::choice_io`]: a few per
+//! pass, each node about once per rotation) and weighing what each would ask of its budgets ([`BudgetDemand`]) against what the
 //! budgets allow, less what running drains and earlier picks of the same pass have claimed.
 //! Among nodes that would wait equally, the one whose busiest budget will finish last goes
 //! first (the most rounds of evictions left, counting how far into its current round each
@@ -8,23 +8,14 @@
 //! idle.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, Taint};
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::Taint;
 use rotor_core::contract::{DRAIN_TAINT_KEY, DrainPhase};
 
-use crate::drain::budgets::{BudgetDemand, BudgetKey, DisruptionPace, budget_paces};
-use crate::drain::budgets_io::BudgetWatch;
-use crate::drain::pods::{DrainOptions, plan_node};
-use crate::drain::published::Published;
-use crate::fleet::starts::{
-    FleetDecision, FleetLimits, NodeView, candidate_names, candidates_to_score,
-    choose_nodes_to_start,
-};
+use crate::drain::budgets::{BudgetDemand, BudgetKey, DisruptionPace};
+use crate::fleet::starts::{FleetDecision, FleetLimits, NodeView, choose_nodes_to_start};
 use crate::record::node::retry_backoff;
 
 /// What candidates' drains would ask of the budgets, kept between passes. While a node carries
@@ -54,7 +45,29 @@ impl DemandCache {
         self.entries.remove(name).map(|(_, demand)| demand)
     }
 
-    fn get(&self, name: &str, now: Instant) -> Option<&BudgetDemand> {
+    /// Keeps only the entries of `candidates`.
+    pub(super) fn keep_only(&mut self, candidates: &HashSet<String>) {
+        self.entries.retain(|name, _| candidates.contains(name));
+    }
+
+    /// `name`'s demand, listed at `at`.
+    pub(super) fn insert(&mut self, name: String, at: Instant, demand: BudgetDemand) {
+        self.entries.insert(name, (at, demand));
+    }
+
+    /// The demands of `candidates` still trusted at `now`.
+    pub(super) fn known(
+        &self,
+        candidates: &HashSet<String>,
+        now: Instant,
+    ) -> HashMap<String, BudgetDemand> {
+        candidates
+            .iter()
+            .filter_map(|name| self.get(name, now).map(|d| (name.clone(), d.clone())))
+            .collect()
+    }
+
+    pub(super) fn get(&self, name: &str, now: Instant) -> Option<&BudgetDemand> {
         self.entries
             .get(name)
             .filter(|(at, _)| now.duration_since(*at) < DEMAND_TTL)
@@ -62,76 +75,46 @@ impl DemandCache {
     }
 }
 
-/// What the choice reads: the candidates' pods, the budgets, and what the running drains claim.
-pub(super) struct ChoiceReads {
-    /// Lists the candidates' pods.
-    pub client: kube::Client,
-    pub budgets: BudgetWatch,
-    pub published: Arc<Published>,
-    /// The drain's pod filters: a candidate is weighed as its drain would plan it.
-    pub options: DrainOptions,
+/// What the budgets allow now, as the choice weighs it.
+pub(super) struct BudgetsNow {
+    /// Each budget's pace (`budget_paces` over the budget watch).
+    pub paces: BTreeMap<BudgetKey, DisruptionPace>,
+    /// What each allows now, less what the running drains claim.
+    pub allowed: BTreeMap<BudgetKey, i64>,
+    /// Pods still to evict under each budget by the running drains, as negative counts claimed
+    /// from zero.
+    pub claimed: BTreeMap<BudgetKey, i64>,
+    /// How far each budget is from giving back its next disruption, in rounds
+    /// ([`crate::drain::pace::delays`]).
+    pub delays: BTreeMap<BudgetKey, f64>,
 }
 
-/// Scores the candidates in `view` and decides again with the scores, when the first decision
-/// started `starting` nodes. Candidates not in `cache` are listed, a sample of them per pass
-/// ([`candidates_to_score`]). `None` when there is no choice to make or nothing could be
-/// scored: the caller keeps its first decision.
-pub(super) async fn rechoose(
-    reads: &ChoiceReads,
-    cache: &mut DemandCache,
+/// Decides the starts again with the candidates' `demands` scored against `budgets`: each
+/// candidate's urgency (the rounds its busiest budget has left, counting every known
+/// candidate's pods), then the picks in turn ([`choose_in_turn`]).
+pub(super) fn weigh(
     view: &mut [NodeView],
     limits: &FleetLimits,
-    starting: usize,
-) -> Option<FleetDecision> {
-    let now = Timestamp::now();
-    let clock = Instant::now();
-    let candidates: HashSet<String> = candidate_names(view, now, retry_backoff)
-        .into_iter()
-        .collect();
-    cache.entries.retain(|name, _| candidates.contains(name));
-    if candidates.len() <= starting {
-        return None;
-    }
-    let to_list = candidates_to_score(
-        view,
-        now,
-        retry_backoff,
-        starting + SCORED_HEAD_EXTRA,
-        SCORED_SPREAD,
-        |name| cache.get(name, clock).is_some(),
-    );
-    for (name, demand) in list_demands(reads, &to_list).await {
-        cache.entries.insert(name, (clock, demand));
-    }
-    let demands: HashMap<String, BudgetDemand> = candidates
-        .iter()
-        .filter_map(|name| cache.get(name, clock).map(|d| (name.clone(), d.clone())))
-        .collect();
-    if demands.is_empty() {
-        return None;
-    }
-    let paces = budget_paces(reads.budgets.all().iter().map(|b| b.as_ref()));
-    let mut allowed: BTreeMap<BudgetKey, i64> = paces
-        .iter()
-        .map(|(key, pace)| (key.clone(), pace.allowed_now))
-        .collect();
-    reads.published.claims.claim_from(&mut allowed);
-    let mut left = BTreeMap::new();
-    reads.published.claims.claim_from(&mut left);
+    now: Timestamp,
+    demands: &HashMap<String, BudgetDemand>,
+    budgets: BudgetsNow,
+) -> FleetDecision {
+    let BudgetsNow {
+        paces,
+        allowed,
+        mut claimed,
+        delays,
+    } = budgets;
     // A node that would block never gets through its budgets' rounds: it adds none.
     for demand in demands.values().filter(|d| !d.blocks) {
-        demand.claim(&mut left);
+        demand.claim(&mut claimed);
     }
-    let delays =
-        crate::drain::pace::delays(&reads.published.pace.lanes(clock), &allowed, &paces, clock);
     for v in view.iter_mut() {
         v.budget_urgency = demands
             .get(&v.name)
-            .map_or(0, |d| urgency(d, &left, &paces, &delays));
+            .map_or(0, |d| urgency(d, &claimed, &paces, &delays));
     }
-    let decision = choose_in_turn(view, limits, now, &demands, allowed);
-    tracing::debug!(listed = to_list.len(), known = demands.len(), chosen = ?decision.start, "candidates weighed by what their pods' budgets allow");
-    Some(decision)
+    choose_in_turn(view, limits, now, demands, allowed)
 }
 
 /// How many rounds the busiest budget among a node's pods still has ahead of it, in hundredths:
@@ -168,7 +151,7 @@ fn urgency(
 /// and it counts as draining. So two starts in one pass do not both go to nodes whose pods
 /// queue on the same budget when another node's pods would not. Unscored candidates (no entry
 /// in `demands`) come after scored ones, as before.
-pub(super) fn choose_in_turn(
+fn choose_in_turn(
     view: &mut [NodeView],
     limits: &FleetLimits,
     now: Timestamp,
@@ -203,52 +186,12 @@ pub(super) fn choose_in_turn(
 /// Which candidates not yet known are listed in one pass (see [`candidates_to_score`]): the
 /// free slots' worth plus this many at the head of the order, and this many spread over the
 /// rest. Each costs one list of a node's pods.
-const SCORED_HEAD_EXTRA: usize = 2;
-const SCORED_SPREAD: usize = 5;
-
-/// Lists each node's pods and plans its drain against the budget cache: what it would ask of
-/// each budget. Scoring only orders the candidates, so a node whose pods cannot be read is left
-/// out (unscored, after the scored ones) rather than failing the pass.
-async fn list_demands(reads: &ChoiceReads, names: &[String]) -> Vec<(String, BudgetDemand)> {
-    if names.is_empty() {
-        return Vec::new();
-    }
-    let taint = drain_taint_for_scoring();
-    let pods: Api<Pod> = Api::all(reads.client.clone());
-    let lists = futures::stream::iter(names.iter().cloned())
-        .map(|name| {
-            let pods = pods.clone();
-            async move {
-                // From the API server's watch cache: a list a moment old changes a score at
-                // most, and a consistent read of each candidate waits for the cache to catch up.
-                let params = ListParams::default()
-                    .fields(&format!("spec.nodeName={name}"))
-                    .match_any();
-                (name, pods.list(&params).await)
-            }
-        })
-        .buffer_unordered(4)
-        .collect::<Vec<_>>()
-        .await;
-    let mut demands = Vec::new();
-    for (name, list) in lists {
-        match list {
-            Ok(list) => {
-                let budgets = reads.budgets.for_pods(&list.items);
-                let plan = plan_node(&list.items, &budgets, &taint, &reads.options);
-                demands.push((name, BudgetDemand::of(&plan, |_| true)));
-            }
-            Err(e) => {
-                tracing::debug!(node = %name, error = %e, "could not list the pods of a candidate; it is not scored")
-            }
-        }
-    }
-    demands
-}
+pub(super) const SCORED_HEAD_EXTRA: usize = 2;
+pub(super) const SCORED_SPREAD: usize = 5;
 
 /// The drain taint as a pod's tolerations are matched against it when scoring a candidate (the
 /// drain itself uses the node's own taint).
-fn drain_taint_for_scoring() -> Taint {
+pub(super) fn drain_taint_for_scoring() -> Taint {
     Taint {
         key: DRAIN_TAINT_KEY.to_string(),
         effect: "NoSchedule".to_string(),
@@ -422,5 +365,33 @@ mod tests {
         let decision = choose_in_turn(&mut view, &limits(2), now(), &demands, allowed);
         assert_eq!(decision.start, ["a", "b"]);
         assert_eq!(decision.held.len(), 1);
+    }
+
+    #[test]
+    fn weighing_counts_the_running_drains_and_every_candidate_that_can_finish() {
+        let mut view = vec![tainted("a", 9), tainted("b", 8), tainted("c", 7)];
+        let mut blocking = demand(&["slow"]);
+        blocking.blocks = true;
+        let demands = HashMap::from([
+            ("a".to_string(), demand(&["slow"])),
+            ("b".to_string(), demand(&["fast"])),
+            ("c".to_string(), blocking),
+        ]);
+        let budgets = BudgetsNow {
+            paces: BTreeMap::new(),
+            allowed: one_each(&["slow", "fast"]),
+            // The running drains still have two pods to evict under `slow`.
+            claimed: BTreeMap::from([(BudgetKey::from("slow"), -2)]),
+            delays: BTreeMap::new(),
+        };
+        let decision = weigh(&mut view, &limits(1), now(), &demands, budgets);
+        // `slow` has three pods left, one a round: the running drains' two and a's; c would
+        // block, so its pod never gets through and adds no round. `fast` has b's one.
+        let urgency: Vec<(&str, u32)> = view
+            .iter()
+            .map(|v| (v.name.as_str(), v.budget_urgency))
+            .collect();
+        assert_eq!(urgency, vec![("a", 300), ("b", 100), ("c", 300)]);
+        assert_eq!(decision.start.len(), 1, "{decision:?}");
     }
 }

@@ -45,7 +45,8 @@ use crate::record::notify::{Notice, NoticeKind};
 use crate::record::rotation::RecordRef;
 use crate::record::rotation_io::{watch_halt, write_halt, write_waiting};
 
-use super::choice::{self, ChoiceReads};
+use super::choice::DemandCache;
+use super::choice_io::{ChoiceReads, rechoose};
 use super::gate_io::{Gate, GateReads};
 use super::health_io::HealthGate;
 use super::held_log::HeldLog;
@@ -144,7 +145,7 @@ pub async fn run(
         // listed, and no pod unschedulable past --pending-grace.
         gate: Gate::new_term(),
         workloads: WorkloadIndex::default(),
-        demand_cache: choice::DemandCache::default(),
+        demand_cache: DemandCache::default(),
         held_log: HeldLog::default(),
         gate_reads: GateReads {
             client: fleet.client.clone(),
@@ -270,7 +271,7 @@ struct Shell {
     gate_reads: GateReads,
     choice_reads: ChoiceReads,
     workloads: WorkloadIndex,
-    demand_cache: choice::DemandCache,
+    demand_cache: DemandCache,
     held_log: HeldLog,
     /// `--health-prometheus`, `--health-url`: none when no check is set.
     health: Option<HealthGate>,
@@ -363,7 +364,7 @@ impl Shell {
         if !round.start.is_empty() {
             let limits = self.fleet.settings.limits.clone();
             let starting = round.start.len();
-            if let Some(decision) = choice::rechoose(
+            if let Some(decision) = rechoose(
                 &self.choice_reads,
                 &mut self.demand_cache,
                 &mut round.view,
@@ -401,7 +402,7 @@ impl Shell {
             Command::NewTerm => {
                 tracing::info!("leading: starting to drain tainted nodes");
                 self.gate = Gate::new_term();
-                self.demand_cache = choice::DemandCache::default();
+                self.demand_cache = DemandCache::default();
                 if let Some(health) = &mut self.health {
                     health.new_term();
                 }

@@ -7,14 +7,16 @@
 //! [`gate`] (may the next node start: workloads Ready again, no pod stuck Pending),
 //! [`breaker`] (when a rotation halts), [`health`] (the health gate's verdicts), [`held_log`]
 //! (when the waiting nodes are written), [`workloads`] (the replica counts the gate reads, as an
-//! index the watches update).
+//! index the watches update), [`choice`] (which candidates go first, by what their budgets
+//! allow).
 //!
 //! Does (I/O): [`controller`] (the loop), [`gate_io`] (the gate's reads), [`health_io`] (asks
-//! Prometheus and the health URLs), [`choice`] (reads the candidates' pods to weigh them), [`workloads_io`] (the workload
-//! watches).
+//! Prometheus and the health URLs), [`choice_io`] (reads the candidates' pods for [`choice`]
+//! to weigh), [`workloads_io`] (the workload watches).
 
 pub mod breaker;
 mod choice;
+mod choice_io;
 pub mod controller;
 pub mod gate;
 mod gate_io;

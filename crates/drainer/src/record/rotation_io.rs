@@ -8,7 +8,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 
-use crate::record::rotation::*;
+use crate::record::rotation::{
+    HALTED_KEY, HALTED_REASON_KEY, HALTED_SINCE_KEY, Halt, HaltState, HealthGateState,
+    RESUMED_AT_KEY, RecordRef, RotationView, WAITING_KEY, WAITING_SHOWN, halt_from_data,
+    halt_to_data,
+};
 
 /// The field managers of the record's parts.
 const HEALTH_MANAGER: &str = "rotor-drainer-health";

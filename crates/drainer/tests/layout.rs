@@ -101,6 +101,14 @@ fn module_of(file: &str) -> String {
     path.replace('/', "::")
 }
 
+/// The file of the longest prefix of `path` (`a::b::C`) that is a module of the crate.
+fn file_of(path: &str, modules: &BTreeMap<String, String>) -> Option<String> {
+    let parts: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+    (1..=parts.len())
+        .rev()
+        .find_map(|n| modules.get(&parts[..n].join("::")).cloned())
+}
+
 /// The files of `crate::` modules that `text` imports: each `crate::a::b` path resolved to the
 /// longest module prefix that is a file of the crate.
 fn imports(text: &str, modules: &BTreeMap<String, String>) -> BTreeSet<String> {
@@ -113,30 +121,16 @@ fn imports(text: &str, modules: &BTreeMap<String, String>) -> BTreeSet<String> {
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
             .collect();
-        let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
-        for n in (1..=segments.len()).rev() {
-            if let Some(file) = modules.get(&segments[..n].join("::")) {
-                found.insert(file.clone());
-                break;
-            }
-        }
+        found.extend(file_of(&path, modules));
         // `use crate::a::{b, c::d}`: the braces' items are under `a`.
         if let Some(open) = rest
             .strip_prefix(path.as_str())
             .and_then(|r| r.strip_prefix('{'))
         {
-            let base = segments.join("::");
             let inner: String = open.chars().take_while(|c| *c != '}').collect();
             for item in inner.split(',') {
                 let item = item.trim().trim_start_matches("self");
-                let full = format!("{base}::{}", item.trim_start_matches("::"));
-                let parts: Vec<&str> = full.split("::").filter(|s| !s.is_empty()).collect();
-                for n in (1..=parts.len()).rev() {
-                    if let Some(file) = modules.get(&parts[..n].join("::")) {
-                        found.insert(file.clone());
-                        break;
-                    }
-                }
+                found.extend(file_of(&format!("{path}{item}"), modules));
             }
         }
     }

@@ -29,12 +29,12 @@ pub enum Settled {
 
 /// Whether the node is drained: `empty` (nothing left to evict, wait for or unblock, and no
 /// fatal refusal), since `empty_since` (kept by the pass; set or cleared here), no earlier than
-/// `settled` (see [`settled_at`]) and quiet for [`quiet`]`(settle)`.
+/// `settled` (see [`settled_at`]) and quiet for [`quiet`]`(settle_time)` (`--settle`).
 pub fn settle(
     empty: bool,
     empty_since: &mut Option<Timestamp>,
     settled: Timestamp,
-    settle: Duration,
+    settle_time: Duration,
     now: Timestamp,
 ) -> Settled {
     if !empty {
@@ -42,7 +42,7 @@ pub fn settle(
         return Settled::NotEmpty;
     }
     let since = *empty_since.get_or_insert(now);
-    let ready_at = settled.max(later(since, quiet(settle)));
+    let ready_at = settled.max(later(since, quiet(settle_time)));
     if now >= ready_at {
         Settled::Drained
     } else {

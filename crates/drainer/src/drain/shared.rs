@@ -56,7 +56,7 @@ pub struct Drains {
 }
 
 /// The two ways a drain task is stopped.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Stops {
     /// Stop and undo: the node's taint went.
     pub abort: CancellationToken,

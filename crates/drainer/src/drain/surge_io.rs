@@ -29,33 +29,6 @@ use crate::record::node::DrainRecord;
 /// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
 const POLL: Duration = Duration::from_secs(1);
 
-/// The nodes whose placeholders are outstanding, for `--max-surge`.
-#[derive(Debug, Default)]
-struct SurgeSlots(Mutex<BTreeSet<String>>);
-
-impl SurgeSlots {
-    /// Takes a slot for `node` if it holds one already or one is free; `holding` shows how
-    /// many are held.
-    fn take(&self, node: &str, cfg: &SurgeConfig, fleet_size: usize, holding: &Gauge) -> bool {
-        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if held.contains(node) {
-            return true;
-        }
-        let free = may_surge(cfg.max_surge, held.len(), fleet_size);
-        if free {
-            held.insert(node.to_string());
-            holding.set(held.len() as i64);
-        }
-        free
-    }
-
-    fn give_back(&self, node: &str, holding: &Gauge) {
-        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        held.remove(node);
-        holding.set(held.len() as i64);
-    }
-}
-
 /// What surge's I/O works with: the client, the settings, the `--max-surge` slots and the
 /// fleet's size they are a share of. One per drainer, shared by the drains (which make room)
 /// and the loop over nodes (which makes room ahead, releases it and sweeps leftovers).
@@ -64,7 +37,8 @@ pub struct SurgeRoom {
     cfg: SurgeConfig,
     /// The drain's pod filters: room is made for the pods a drain would evict.
     options: DrainOptions,
-    slots: SurgeSlots,
+    /// The nodes whose placeholders are outstanding, for `--max-surge`.
+    held: Mutex<BTreeSet<String>>,
     /// How many nodes the cluster has, as the node watch last counted, for a `--max-surge`
     /// percentage.
     fleet_size: AtomicUsize,
@@ -83,7 +57,7 @@ impl SurgeRoom {
             client,
             cfg,
             options,
-            slots: SurgeSlots::default(),
+            held: Mutex::default(),
             fleet_size: AtomicUsize::new(0),
             holding,
         }
@@ -98,13 +72,25 @@ impl SurgeRoom {
         self.fleet_size.store(nodes, Ordering::Relaxed);
     }
 
+    /// Takes a slot for `node` if it holds one already or one is free.
     fn take_slot(&self, node: &str) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.contains(node) {
+            return true;
+        }
         let fleet_size = self.fleet_size.load(Ordering::Relaxed);
-        self.slots.take(node, &self.cfg, fleet_size, &self.holding)
+        let free = may_surge(self.cfg.max_surge, held.len(), fleet_size);
+        if free {
+            held.insert(node.to_string());
+            self.holding.set(held.len() as i64);
+        }
+        free
     }
 
     fn give_back(&self, node: &str) {
-        self.slots.give_back(node, &self.holding);
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(node);
+        self.holding.set(held.len() as i64);
     }
 
     /// [`sweep`] with this room's client (the leader's) and settings.

@@ -4,7 +4,8 @@
 //!
 //! Decides (pure, no I/O): [`machine`] (the pass over the fleet), [`starts`] (which nodes may
 //! start under `--max-concurrent` / `--max-unavailable`), [`window`] (maintenance windows),
-//! [`gate`] (may the next node start: workloads Ready again, no pod stuck Pending),
+//! [`pools`] (which RotationPolicy governs a node, and the budget
+//! in force for its pool), [`gate`] (may the next node start: workloads Ready again, no pod stuck Pending),
 //! [`breaker`] (when a rotation halts), [`health`] (the health gate's verdicts), [`held_log`]
 //! (when the waiting nodes are written), [`workloads`] (the replica counts the gate reads, as an
 //! index the watches update), [`choice`] (which candidates go first, by what their budgets
@@ -24,6 +25,7 @@ pub mod health;
 mod health_io;
 mod held_log;
 mod machine;
+pub mod pools;
 pub mod starts;
 pub mod window;
 pub mod workloads;

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 /// How nodes of one pool are rotated: which nodes it governs, how many of them may be
 /// disrupted at once and when, and how each is drained. Nodes that no policy selects follow
 /// rotor-drainer's flags.
+// Clippy reads the repeated `printcolumn(..., type_ = ...)` arguments as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
     group = "rotor.dev",

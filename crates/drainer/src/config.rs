@@ -13,6 +13,7 @@ use crate::drain::surge::SurgeConfig;
 use crate::fleet::controller::FleetSettings;
 use crate::fleet::gate::GateConfig;
 use crate::fleet::health::{AlertSelector, DEFAULT_ALERT_SELECTOR, HealthConfig};
+use crate::fleet::pools::FlagDrain;
 use crate::fleet::starts::FleetLimits;
 use crate::fleet::window::MaintenanceWindow;
 use crate::record::notify::NotifyConfig;
@@ -381,6 +382,12 @@ impl DrainerConfig {
             gate_timeout: self.gate_timeout,
             health: self.health.clone(),
             options: self.options.clone(),
+            flag_drain: FlagDrain {
+                drain_timeout: self.drain_timeout,
+                force_after: self.force_after,
+                surge_timeout: self.surge.as_ref().map(|s| s.timeout),
+            },
+            watch_policies: true,
         }
     }
 

@@ -106,7 +106,7 @@ pub async fn run(
     });
     let drains = Arc::new(Drains {
         client: acting_client.clone(),
-        wire: EvictionWire::new(evict_client),
+        wire: Arc::new(EvictionWire::new(evict_client)),
         settings: cfg.drain_settings(),
         announcer: announcer.clone(),
         metrics: metrics.clone(),

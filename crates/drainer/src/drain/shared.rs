@@ -39,12 +39,14 @@ pub struct DrainSettings {
 }
 
 /// The handles every drain task uses. What the loop over nodes reads of the drains comes
-/// through [`Published`].
+/// through [`Published`]. Cheap to clone: a pool with settings of its own gets a copy
+/// ([`Drains::with_settings`]) that shares every handle.
+#[derive(Clone)]
 pub struct Drains {
     /// For reads, watches and node patches (kube's default retry on).
     pub client: kube::Client,
     /// Evictions and forced deletions (default retry off, so 429s reach the queue).
-    pub wire: EvictionWire,
+    pub wire: Arc<EvictionWire>,
     pub settings: DrainSettings,
     pub announcer: Announcer,
     pub metrics: Metrics,
@@ -53,6 +55,17 @@ pub struct Drains {
     pub published: Arc<Published>,
     /// `--surge`: the placeholders' I/O, shared with the loop (which makes room ahead).
     pub surge: Option<Arc<SurgeRoom>>,
+}
+
+impl Drains {
+    /// These handles with other settings (a RotationPolicy's), and surge only if `surge`.
+    pub fn with_settings(&self, settings: DrainSettings, surge: bool) -> Drains {
+        Drains {
+            settings,
+            surge: self.surge.clone().filter(|_| surge),
+            ..self.clone()
+        }
+    }
 }
 
 /// The two ways a drain task is stopped.

@@ -33,6 +33,7 @@ use crate::drain::task::drain_node;
 use crate::error::RunError;
 use crate::fleet::gate::GateConfig;
 use crate::fleet::health::HealthConfig;
+use crate::fleet::pools::{DrainPolicy, FlagDrain};
 use crate::fleet::starts::{FleetLimits, HeldReason, NodeView};
 use crate::fleet::window::MaintenanceWindow;
 use crate::fleet::workloads::{WorkloadIndex, WorkloadUpdate};
@@ -75,6 +76,10 @@ pub struct FleetSettings {
     pub health: Option<HealthConfig>,
     /// The drain's pod filters: candidates are weighed as their drains would plan them.
     pub options: DrainOptions,
+    /// What RotationPolicies' drain settings fall back to.
+    pub flag_drain: FlagDrain,
+    /// Watch RotationPolicies (off only in tests without the CRD's RBAC).
+    pub watch_policies: bool,
 }
 
 /// What the loop over nodes works with, each handle for one job.
@@ -118,6 +123,11 @@ pub async fn run(
         Some(_) => watch_halt(fleet.client.clone(), &fleet.rotation).boxed(),
         None => futures::stream::pending().boxed(),
     };
+    let mut policy_events = if fleet.settings.watch_policies {
+        super::pools_io::watch(fleet.client.clone()).boxed()
+    } else {
+        futures::stream::pending().boxed()
+    };
     let mut leading_changes = election.leading.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -134,6 +144,8 @@ pub async fn run(
         require_approval: fleet.settings.require_approval,
         halt_after: fleet.settings.halt_after,
         halt_stops_drains: fleet.settings.halt_stops_drains,
+        flag_drain: fleet.settings.flag_drain.clone(),
+        watch_policies: fleet.settings.watch_policies,
     });
     let mut shell = Shell {
         fleet: fleet.clone(),
@@ -189,6 +201,7 @@ pub async fn run(
                 Ok(state) => Some(Event::HaltRead(state)),
                 Err(e) => { tracing::warn!(error = %e, configmap = %fleet.rotation.name, "watching the rotation record failed; it restarts with back-off (a halt or resume is seen once it does)"); None }
             },
+            Some(event) = policy_events.next() => Some(event),
             Some(update) = workload_events.next() => {
                 if let WorkloadUpdate::Failed { kind, error, .. } = &update {
                     tracing::warn!(kind = kind.as_str(), %error, "workload watch failed; it restarts with back-off, and the gate holds meanwhile");
@@ -278,6 +291,17 @@ struct Shell {
 }
 
 impl Shell {
+    /// The handles a drain runs with: the flags' settings, or its policy's over them.
+    fn drains_for(&self, policy: Option<&DrainPolicy>) -> Arc<Drains> {
+        let base = &self.fleet.drains;
+        match policy {
+            None => base.clone(),
+            Some(policy) => {
+                Arc::new(base.with_settings(policy.drain.over(&base.settings), policy.surge))
+            }
+        }
+    }
+
     /// A task ended: withdraw what it published for the controller, as an event.
     fn task_ended(&mut self, (node, outcome): (String, DrainOutcome)) -> Event {
         self.stoppers.remove(&node);
@@ -451,6 +475,14 @@ impl Shell {
                     }
                 });
             }
+            Command::WritePolicyStatus { policy, status } => {
+                let client = self.fleet.client.clone();
+                self.fleet.tasks.spawn(async move {
+                    if let Err(e) = super::pools_io::write_status(client, &policy, &status).await {
+                        tracing::warn!(%policy, error = %e, "could not write the RotationPolicy's status (it is written again on the next change; check the drainer's RBAC on rotationpolicies/status)");
+                    }
+                });
+            }
             Command::Notify { kind, detail } => {
                 self.fleet
                     .announcer
@@ -516,6 +548,7 @@ impl Shell {
                 node,
                 intent,
                 tainted_since,
+                policy,
             } => {
                 // Until the drain publishes its own claims (after listing its pods), the demand
                 // it was chosen with stands for them, so the next choice does not overlook it.
@@ -528,7 +561,7 @@ impl Shell {
                     stop: self.stop.child_token(),
                 };
                 self.stoppers.insert(node.clone(), stops.clone());
-                let drains = self.fleet.drains.clone();
+                let drains = self.drains_for(policy.as_ref());
                 self.tasks.spawn(async move {
                     let outcome =
                         drain_node(drains, node.clone(), intent, tainted_since, stops).await;

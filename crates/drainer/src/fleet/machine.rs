@@ -21,9 +21,10 @@ use rotor_core::contract::DrainPhase;
 use crate::drain::outcome::DrainResult;
 use crate::drain::published::WorkloadRef;
 use crate::fleet::breaker::{gate_trip, rotation_began, stalled_replacement};
+use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef, Pools, allowance};
 use crate::fleet::starts::{
-    FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, StartBlock, candidate_names,
-    choose_nodes_to_start, start_block,
+    FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, PoolRules, StartBlock,
+    candidate_names, choose_in_pools, start_block,
 };
 use crate::fleet::window::{MaintenanceWindow, any_open};
 use crate::record::node::{DrainRecord, Intent, retry_backoff};
@@ -41,6 +42,14 @@ pub(super) enum Event {
     NodeDeleted(String),
     /// The rotation record's halt changed (the record watch, with `--halt-after`).
     HaltRead(HaltState),
+    /// The RotationPolicy watch listed every policy (at start, or a re-list).
+    PoliciesListed(Vec<Pool>),
+    /// A policy was added or changed.
+    PolicyApplied(Pool),
+    /// A policy was deleted.
+    PolicyDeleted(String),
+    /// The RotationPolicy resource is not installed (no CRD): every node follows the flags.
+    PoliciesAbsent,
     /// A drain or clean-up task ended. `record` is what the task last wrote on the node (the
     /// watch may not have delivered it yet); `evicted` the gated workloads it evicted from.
     TaskEnded {
@@ -69,11 +78,12 @@ pub(super) enum Command {
     Abort(String),
     /// Undo rotor's state on this untainted node (nobody is draining it).
     CleanUp(String),
-    /// Run this node's drain.
+    /// Run this node's drain, with the drain settings of `policy` (the flags' when `None`).
     Drain {
         node: String,
         intent: Intent,
         tainted_since: Option<Instant>,
+        policy: Option<DrainPolicy>,
     },
     /// Make room for this node's pods ahead of its drain (`--surge`): it is next in line.
     ReserveAhead(String),
@@ -90,7 +100,15 @@ pub(super) enum Command {
     Resumed,
     /// Tell the webhooks (`--notify-webhook`).
     Notify { kind: NoticeKind, detail: String },
+    /// Write this policy's status (the pool's progress; at most every [`STATUS_EVERY`]).
+    WritePolicyStatus {
+        policy: String,
+        status: rotor_policy::RotationPolicyStatus,
+    },
 }
+
+/// The least time between two status writes of one policy.
+pub(super) const STATUS_EVERY: Duration = Duration::from_secs(5);
 
 /// What the lease step asks of the shell.
 #[derive(Clone, Debug, PartialEq)]
@@ -124,6 +142,7 @@ pub(super) struct StartRound {
     unavailable_room: bool,
     /// When the round was proposed.
     wall: Timestamp,
+    now: Instant,
 }
 
 impl StartRound {
@@ -149,6 +168,11 @@ pub(super) struct MachineConfig {
     pub halt_after: Option<Duration>,
     /// `--halt-stops-drains`.
     pub halt_stops_drains: bool,
+    /// What policies' drain settings fall back to, and whether the drainer can surge.
+    pub flag_drain: FlagDrain,
+    /// RotationPolicies are watched: nothing starts before the watch has answered (a policy
+    /// tighter than the flags must not be missed). Off only where no watch runs (tests).
+    pub watch_policies: bool,
 }
 
 /// What the control loop knows between events.
@@ -182,6 +206,12 @@ pub(super) struct Machine {
     /// node had a drain record, to no tainted node left undrained; `None` between rotations.
     rotation: Option<Rotation>,
     burst: TaintBurst,
+    /// The RotationPolicies, read.
+    pools: Pools,
+    /// The policy watch has answered (listed, or found no CRD).
+    pools_known: bool,
+    /// Each policy's status as last written, and when.
+    statuses: BTreeMap<String, (rotor_policy::RotationPolicyStatus, Instant)>,
     was_leading: bool,
     idle_since: Option<Instant>,
     standing_by: bool,
@@ -191,6 +221,7 @@ pub(super) struct Machine {
 impl Machine {
     pub(super) fn new(cfg: MachineConfig) -> Self {
         Machine {
+            pools_known: !cfg.watch_policies,
             cfg,
             nodes: BTreeMap::new(),
             listed: false,
@@ -205,6 +236,8 @@ impl Machine {
             paused: BTreeSet::new(),
             rotation: None,
             burst: TaintBurst::default(),
+            pools: Pools::default(),
+            statuses: BTreeMap::new(),
             was_leading: false,
             idle_since: None,
             standing_by: false,
@@ -233,7 +266,7 @@ impl Machine {
             Event::NodesListed(listed) => {
                 let mut fresh = BTreeMap::new();
                 for mut view in listed {
-                    view.awaiting_approval = self.cfg.require_approval && !view.drain_approved;
+                    self.place(&mut view);
                     carry_ever_ready(&self.nodes, &mut view);
                     // Whether the taint stayed while nobody watched is unknown: from now.
                     sight_taint(None, &mut view, now);
@@ -244,7 +277,7 @@ impl Machine {
                 Vec::new()
             }
             Event::NodeApplied(mut view) => {
-                view.awaiting_approval = self.cfg.require_approval && !view.drain_approved;
+                self.place(&mut view);
                 let old = self.nodes.get(&view.name);
                 carry_ever_ready(&self.nodes, &mut view);
                 sight_taint(old, &mut view, now);
@@ -260,6 +293,30 @@ impl Machine {
             Event::NodeDeleted(name) => {
                 self.nodes.remove(&name);
                 vec![Command::ForgetDemand(name)]
+            }
+            Event::PoliciesListed(pools) => {
+                self.pools = Pools::new(pools.into_iter().map(|p| self.checked(p)));
+                self.pools_known = true;
+                self.place_all();
+                Vec::new()
+            }
+            Event::PolicyApplied(pool) => {
+                let pool = self.checked(pool);
+                self.pools.insert(pool);
+                self.place_all();
+                Vec::new()
+            }
+            Event::PolicyDeleted(name) => {
+                self.pools.remove(&name);
+                self.statuses.remove(&name);
+                self.place_all();
+                Vec::new()
+            }
+            Event::PoliciesAbsent => {
+                self.pools = Pools::default();
+                self.pools_known = true;
+                self.place_all();
+                Vec::new()
             }
             Event::HaltRead(state) => {
                 self.halt_known = true;
@@ -332,9 +389,9 @@ impl Machine {
         contending: bool,
         leading: bool,
     ) -> Vec<LeaseCommand> {
-        let may_start = any_open(&self.cfg.windows, wall) && self.halt.halted.is_none();
         let may_resume = !self.drains_halted();
         let needed = self.nodes.values().find_map(|n| {
+            let may_start = self.halt.halted.is_none() && self.pool_open(n, wall);
             needs_rotor(n, wall, may_start, may_resume).map(|why| (n.name.clone(), why))
         });
         let mut commands = Vec::new();
@@ -396,6 +453,8 @@ impl Machine {
             // is stale: like any new leader, its first start passes the gate.
             commands.push(Command::NewTerm);
             self.last_pass = None;
+            // Whatever an earlier term wrote may have been changed since: write afresh.
+            self.statuses.clear();
             // The new term's sweep removes placeholders of nodes not draining, those made
             // ahead included.
             self.reserved.clear();
@@ -447,6 +506,7 @@ impl Machine {
                     node: n.name.clone(),
                     intent: Intent::Resume,
                     tainted_since: n.tainted_since,
+                    policy: self.drain_policy(&n.pool),
                 });
             }
         }
@@ -476,7 +536,11 @@ impl Machine {
                 v
             })
             .collect();
-        let decision = choose_nodes_to_start(&view, &self.cfg.limits, wall, retry_backoff);
+        let rules = PoolRules {
+            pools: &self.pools,
+            flags_open: any_open(&self.cfg.windows, wall),
+        };
+        let decision = choose_in_pools(&view, &self.cfg.limits, rules, wall, retry_backoff);
         let mut round = StartRound {
             unavailable_room: decision.unavailable < decision.allowed_unavailable,
             start: Vec::new(),
@@ -485,10 +549,13 @@ impl Machine {
             elapsed,
             gate_held: None,
             wall,
+            now,
         };
         self.take_decision(&mut round, decision);
-        if !round.start.is_empty() && !any_open(&self.cfg.windows, wall) {
-            round.hold(HeldReason::OutsideWindows);
+        if !round.start.is_empty() && !self.pools_known {
+            round.hold(HeldReason::Gate(
+                "reading the RotationPolicies first: a policy's budget must not be missed".into(),
+            ));
         }
         if !round.start.is_empty() && self.burst.settles_at(now).is_some() {
             round.hold(HeldReason::TaintsArriving);
@@ -613,14 +680,17 @@ impl Machine {
             self.running.insert(node.clone());
             // Its room, if made ahead, is its drain's now.
             self.reserved.remove(node);
+            let view = self.nodes.get(node);
             Command::Drain {
-                tainted_since: self.nodes.get(node).and_then(|n| n.tainted_since),
+                tainted_since: view.and_then(|n| n.tainted_since),
+                policy: view.and_then(|n| self.drain_policy(&n.pool)),
                 node: node.clone(),
                 intent: Intent::Start,
             }
         }));
         commands.extend(self.reserve_ahead(&round));
         commands.extend(self.announce_holds(&round));
+        commands.extend(self.status_writes(round.now, round.wall));
         commands
     }
 
@@ -671,15 +741,19 @@ impl Machine {
     /// budget that holds a node for one start does not cost its placeholders twice. An
     /// unweighed order (a round without a choice) only fills free places.
     fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
-        if self.cfg.reserve_ahead == 0
-            || self.running.is_empty()
-            || !any_open(&self.cfg.windows, round.wall)
-        {
+        if self.cfg.reserve_ahead == 0 || self.running.is_empty() {
             return Vec::new();
         }
+        // Only nodes whose pool surges and may start now: room no drain may use yet only costs.
         let next_in_line: Vec<String> = candidate_names(&round.view, round.wall, retry_backoff)
             .into_iter()
-            .filter(|name| !self.busy(name))
+            .filter(|name| {
+                !self.busy(name)
+                    && self
+                        .nodes
+                        .get(name)
+                        .is_some_and(|n| self.surges(&n.pool) && self.pool_open(n, round.wall))
+            })
             .take(self.cfg.reserve_ahead)
             .collect();
         let mut commands = Vec::new();
@@ -718,6 +792,119 @@ impl Machine {
 
     fn busy(&self, name: &str) -> bool {
         self.running.contains(name) || self.cleaning.contains(name)
+    }
+
+    /// A policy checked against the flags it falls back to.
+    fn checked(&self, mut pool: Pool) -> Pool {
+        pool.check_against(&self.cfg.flag_drain);
+        pool
+    }
+
+    /// Puts a node in its pool; whether it awaits approval follows the pool's setting.
+    fn place(&self, view: &mut NodeView) {
+        view.pool = self.pools.assign(&view.labels);
+        let require_approval = match view.pool.policy().and_then(|p| self.pools.get(p)) {
+            Some(pool) => pool
+                .drain
+                .require_approval
+                .unwrap_or(self.cfg.require_approval),
+            None => self.cfg.require_approval,
+        };
+        view.awaiting_approval = require_approval && !view.drain_approved;
+    }
+
+    /// Every node placed afresh (the policies changed).
+    fn place_all(&mut self) {
+        let mut nodes = std::mem::take(&mut self.nodes);
+        for view in nodes.values_mut() {
+            self.place(view);
+        }
+        self.nodes = nodes;
+    }
+
+    /// Whether the pool of `node` may start a drain now, as far as time decides: the flags'
+    /// windows for a node no policy selects; for a policy's node, a budget in force for its
+    /// drain reason and the policy readable. An overlap never may.
+    fn pool_open(&self, node: &NodeView, wall: Timestamp) -> bool {
+        match &node.pool {
+            PoolRef::Flags => any_open(&self.cfg.windows, wall),
+            PoolRef::Overlap(_) => false,
+            PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
+                pool.invalid.is_none()
+                    && allowance(&pool.budgets, Some(&node.reason), 1, wall)
+                        .budget
+                        .is_some()
+            }),
+        }
+    }
+
+    /// What a drain of a node of `pool` runs with, when a policy governs it.
+    fn drain_policy(&self, pool: &PoolRef) -> Option<DrainPolicy> {
+        let pool = self.pools.get(pool.policy()?)?;
+        Some(DrainPolicy {
+            name: pool.name.clone(),
+            drain: pool.drain.clone(),
+            surge: pool.surges(&self.cfg.flag_drain),
+        })
+    }
+
+    /// Whether drains of this pool make room first.
+    fn surges(&self, pool: &PoolRef) -> bool {
+        match pool.policy().and_then(|p| self.pools.get(p)) {
+            Some(pool) => pool.surges(&self.cfg.flag_drain),
+            None => self.cfg.flag_drain.surge_timeout.is_some(),
+        }
+    }
+
+    /// Each policy's status, where it changed since its last write and that write is at least
+    /// [`STATUS_EVERY`] old.
+    fn status_writes(&mut self, now: Instant, wall: Timestamp) -> Vec<Command> {
+        let mut commands = Vec::new();
+        let mut due_writes = Vec::new();
+        for pool in self.pools.iter() {
+            // A drain started this pass counts as under way before it records so.
+            let members: Vec<NodeView> = self
+                .nodes
+                .values()
+                .filter(|n| n.pool.policy() == Some(pool.name.as_str()))
+                .map(|n| {
+                    let mut v = n.clone();
+                    if self.running.contains(&n.name) && !v.record.is_active() {
+                        v.record.phase = Some(DrainPhase::Queued);
+                    }
+                    v
+                })
+                .collect();
+            let members: Vec<&NodeView> = members.iter().collect();
+            let overlapping: Vec<&str> = self
+                .nodes
+                .values()
+                .filter(
+                    |n| matches!(&n.pool, PoolRef::Overlap(names) if names.contains(&pool.name)),
+                )
+                .map(|n| n.name.as_str())
+                .collect();
+            let last = self.statuses.get(&pool.name);
+            let status = super::pool_status::pool_status(
+                pool,
+                &members,
+                &overlapping,
+                self.halt.halted.as_ref().map(|h| h.reason.as_str()),
+                last.map(|(s, _)| s),
+                wall,
+            );
+            let due = last.is_none_or(|(written, at)| {
+                *written != status && now.duration_since(*at) >= STATUS_EVERY
+            });
+            if due {
+                due_writes.push((pool.name.clone(), status));
+            }
+        }
+        for (policy, status) in due_writes {
+            self.statuses.insert(policy.clone(), (status.clone(), now));
+            commands.push(Command::WritePolicyStatus { policy, status });
+        }
+        commands
     }
 }
 
@@ -855,5 +1042,7 @@ fn carry_ever_ready(known: &BTreeMap<String, NodeView>, view: &mut NodeView) {
     }
 }
 
+#[cfg(test)]
+mod pool_tests;
 #[cfg(test)]
 mod tests;

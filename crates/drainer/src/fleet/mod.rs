@@ -5,7 +5,7 @@
 //! Decides (pure, no I/O): [`machine`] (the pass over the fleet), [`starts`] (which nodes may
 //! start under `--max-concurrent` / `--max-unavailable`), [`window`] (maintenance windows),
 //! [`pools`] (which RotationPolicy governs a node, and the budget
-//! in force for its pool), [`gate`] (may the next node start: workloads Ready again, no pod stuck Pending),
+//! in force for its pool), [`pool_status`] (a policy's status from its nodes), [`gate`] (may the next node start: workloads Ready again, no pod stuck Pending),
 //! [`breaker`] (when a rotation halts), [`health`] (the health gate's verdicts), [`held_log`]
 //! (when the waiting nodes are written), [`workloads`] (the replica counts the gate reads, as an
 //! index the watches update), [`choice`] (which candidates go first, by what their budgets
@@ -13,7 +13,8 @@
 //!
 //! Does (I/O): [`controller`] (the loop), [`gate_io`] (the gate's reads), [`health_io`] (asks
 //! Prometheus and the health URLs), [`choice_io`] (reads the candidates' pods for [`choice`]
-//! to weigh), [`workloads_io`] (the workload watches).
+//! to weigh), [`workloads_io`] (the workload watches), [`pools_io`] (the RotationPolicy watch and status
+//! writes).
 
 pub mod breaker;
 mod choice;
@@ -25,7 +26,9 @@ pub mod health;
 mod health_io;
 mod held_log;
 mod machine;
+pub mod pool_status;
 pub mod pools;
+mod pools_io;
 pub mod starts;
 pub mod window;
 pub mod workloads;

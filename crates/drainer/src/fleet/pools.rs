@@ -23,6 +23,7 @@ use rotor_apimachinery::labels::LabelSelector;
 use rotor_core::NodeBudget;
 use rotor_policy::{PolicyBudget, PoolDrainSettings, RotationPolicy};
 
+use crate::drain::shared::DrainSettings;
 use crate::fleet::window::MaintenanceWindow;
 
 /// Which pool governs a node.
@@ -68,8 +69,12 @@ pub struct Budget {
 }
 
 impl Budget {
-    fn applies_to(&self, reason: &str) -> bool {
-        self.reasons.is_empty() || self.reasons.iter().any(|r| r == reason)
+    /// `None`: any reason (what a pool's status shows when no node of it is tainted).
+    fn applies_to(&self, reason: Option<&str>) -> bool {
+        match reason {
+            Some(reason) => self.reasons.is_empty() || self.reasons.iter().any(|r| r == reason),
+            None => true,
+        }
     }
 }
 
@@ -82,6 +87,32 @@ pub struct PoolDrain {
     pub require_approval: Option<bool>,
     pub restart_single_replica: Option<bool>,
     pub surge: Option<bool>,
+}
+
+impl PoolDrain {
+    /// The drain settings of a node of this pool: the pool's where it sets them, else `base`
+    /// (the flags').
+    pub fn over(&self, base: &DrainSettings) -> DrainSettings {
+        let mut settings = base.clone();
+        settings.drain_timeout = self.timeout.unwrap_or(base.drain_timeout);
+        settings.force_after = self.force_after.or(base.force_after);
+        if let Some(cap) = self.max_grace_period {
+            settings.options.max_grace_period = Some(cap.as_secs() as i64);
+        }
+        settings.restart_single_replica = self
+            .restart_single_replica
+            .unwrap_or(base.restart_single_replica);
+        settings
+    }
+}
+
+/// What a drain of a policy's node runs with: the policy's name, its drain settings and
+/// whether it makes room first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainPolicy {
+    pub name: String,
+    pub drain: PoolDrain,
+    pub surge: bool,
 }
 
 /// A RotationPolicy, read.
@@ -152,6 +183,54 @@ impl Pool {
             drain,
             invalid: (!problems.is_empty()).then(|| problems.join("; ")),
         }
+    }
+}
+
+/// What a pool's drain settings fall back to (the flags), and what this drainer can do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlagDrain {
+    /// `--drain-timeout`.
+    pub drain_timeout: Duration,
+    /// `--force-after`.
+    pub force_after: Option<Duration>,
+    /// `--surge-timeout` when the drainer runs with `--surge` (its placeholders' PriorityClass
+    /// checked at start-up); `None` without.
+    pub surge_timeout: Option<Duration>,
+}
+
+impl Pool {
+    /// Checks the pool's settings together with the flags they fall back to; what contradicts
+    /// makes the pool invalid (its nodes held), as the flags' own validation would refuse it.
+    pub fn check_against(&mut self, flags: &FlagDrain) {
+        let mut problems: Vec<String> = self.invalid.take().into_iter().collect();
+        let timeout = self.drain.timeout.unwrap_or(flags.drain_timeout);
+        let force_after = self.drain.force_after.or(flags.force_after);
+        if let Some(force_after) = force_after
+            && force_after >= timeout
+        {
+            problems.push(format!(
+                "drain: forceAfter ({}s) is not shorter than timeout ({}s), counting the flags it falls back to",
+                force_after.as_secs(),
+                timeout.as_secs()
+            ));
+        }
+        match (self.surges(flags), flags.surge_timeout) {
+            (true, None) => problems.push(
+                "drain.surge is true, but rotor-drainer runs without --surge (which checks the placeholders' PriorityClass at start-up): start it with --surge, or set surge: false".into(),
+            ),
+            (true, Some(surge_timeout)) if surge_timeout >= timeout => problems.push(format!(
+                "drain: timeout ({}s) must be longer than the drainer's --surge-timeout ({}s)",
+                timeout.as_secs(),
+                surge_timeout.as_secs()
+            )),
+            _ => {}
+        }
+        self.invalid = (!problems.is_empty()).then(|| problems.join("; "));
+    }
+
+    /// Whether the pool's drains make room first: its `drain.surge`, else the drainer's `--surge`.
+    pub fn surges(&self, flags: &FlagDrain) -> bool {
+        self.drain.surge.unwrap_or(flags.surge_timeout.is_some())
     }
 }
 
@@ -289,7 +368,12 @@ impl Allowance {
 /// The budget in force for a node of a pool of `total` nodes whose drain reason is `reason`
 /// (see the rules atop this file). Ties between budgets resolving to the same count keep the
 /// first written.
-pub fn allowance(budgets: &[Budget], reason: &str, total: usize, now: Timestamp) -> Allowance {
+pub fn allowance(
+    budgets: &[Budget],
+    reason: Option<&str>,
+    total: usize,
+    now: Timestamp,
+) -> Allowance {
     let applying: Vec<&Budget> = budgets.iter().filter(|b| b.applies_to(reason)).collect();
     let active_scheduled: Vec<&Budget> = applying
         .iter()
@@ -374,19 +458,19 @@ mod tests {
         let budgets = [budget("20%", None, &[]), budget("3", None, &[])];
         let now = ts("2026-11-28T12:00:00Z");
         // 20% of 12 is 2.4: 3 nodes, as Karpenter rounds.
-        let a = allowance(&budgets, "image", 12, now);
+        let a = allowance(&budgets, Some("image"), 12, now);
         assert_eq!((a.budget, a.allowed), (Some(NodeBudget::Percent(20)), 3));
         assert_eq!(a.shown(12), "20% = 3 of 12");
         // 20% of 4 is 0.8: 1 node, tighter than 3.
-        let a = allowance(&budgets, "image", 4, now);
+        let a = allowance(&budgets, Some("image"), 4, now);
         assert_eq!((a.allowed, a.until), (1, None));
         // 10% of 1 node is 1, never 0.
         assert_eq!(
-            allowance(&[budget("10%", None, &[])], "x", 1, now).allowed,
+            allowance(&[budget("10%", None, &[])], Some("x"), 1, now).allowed,
             1
         );
         assert_eq!(
-            allowance(&[budget("0", None, &[])], "x", 5, now).shown(5),
+            allowance(&[budget("0", None, &[])], Some("x"), 5, now).shown(5),
             "0 (paused)"
         );
     }
@@ -400,11 +484,11 @@ mod tests {
         ];
         // Friday 2026-11-27 10:00 Berlin (09:00 UTC): the freeze is active and in force,
         // though the unscheduled budget is looser.
-        let a = allowance(&budgets, "image", 10, ts("2026-11-27T09:00:00Z"));
+        let a = allowance(&budgets, Some("image"), 10, ts("2026-11-27T09:00:00Z"));
         assert_eq!((a.allowed, a.shown(10).as_str()), (0, "0 (paused)"));
         assert_eq!(a.until, Some(ts("2026-11-27T17:00:00Z")));
         // Friday 19:00 Berlin: outside, the unscheduled budget; until Monday 08:00 Berlin.
-        let a = allowance(&budgets, "image", 10, ts("2026-11-27T18:00:00Z"));
+        let a = allowance(&budgets, Some("image"), 10, ts("2026-11-27T18:00:00Z"));
         assert_eq!(a.allowed, 2);
         assert_eq!(a.until, Some(ts("2026-11-30T07:00:00Z")));
     }
@@ -418,10 +502,10 @@ mod tests {
             &[],
         )];
         // Saturday 2026-11-28 23:00 New York (04:00 UTC Sunday): open.
-        let a = allowance(&budgets, "image", 4, ts("2026-11-29T04:00:00Z"));
+        let a = allowance(&budgets, Some("image"), 4, ts("2026-11-29T04:00:00Z"));
         assert_eq!((a.allowed, a.until), (1, Some(ts("2026-11-29T11:00:00Z"))));
         // Monday noon: closed until Saturday 22:00 New York.
-        let a = allowance(&budgets, "image", 4, ts("2026-11-30T17:00:00Z"));
+        let a = allowance(&budgets, Some("image"), 4, ts("2026-11-30T17:00:00Z"));
         assert_eq!((a.budget, a.allowed), (None, 0));
         assert_eq!(a.shown(4), "none (outside every schedule)");
         assert_eq!(a.until, Some(ts("2026-12-06T03:00:00Z")));
@@ -434,20 +518,20 @@ mod tests {
         let budgets = [budget("1", Some("30 2 * * * for 1h in Europe/Berlin"), &[])];
         // Summer: 02:30 CEST is 00:30 UTC.
         assert_eq!(
-            allowance(&budgets, "x", 3, ts("2026-07-01T00:45:00Z")).allowed,
+            allowance(&budgets, Some("x"), 3, ts("2026-07-01T00:45:00Z")).allowed,
             1
         );
         assert_eq!(
-            allowance(&budgets, "x", 3, ts("2026-07-01T01:45:00Z")).allowed,
+            allowance(&budgets, Some("x"), 3, ts("2026-07-01T01:45:00Z")).allowed,
             0
         );
         // Winter: 02:30 CET is 01:30 UTC.
         assert_eq!(
-            allowance(&budgets, "x", 3, ts("2026-12-01T01:45:00Z")).allowed,
+            allowance(&budgets, Some("x"), 3, ts("2026-12-01T01:45:00Z")).allowed,
             1
         );
         assert_eq!(
-            allowance(&budgets, "x", 3, ts("2026-12-01T00:45:00Z")).allowed,
+            allowance(&budgets, Some("x"), 3, ts("2026-12-01T00:45:00Z")).allowed,
             0
         );
         // The spring gap: whatever the cron library does with the missing 02:30, the budget
@@ -455,12 +539,12 @@ mod tests {
         let open_minutes = (0..24 * 60)
             .filter(|m| {
                 let at = ts("2026-03-28T22:00:00Z") + jiff::SignedDuration::from_mins(*m);
-                allowance(&budgets, "x", 3, at).allowed == 1
+                allowance(&budgets, Some("x"), 3, at).allowed == 1
             })
             .count();
         assert!(open_minutes <= 60, "{open_minutes}");
         assert_eq!(
-            allowance(&budgets, "x", 3, ts("2026-03-30T00:45:00Z")).allowed,
+            allowance(&budgets, Some("x"), 3, ts("2026-03-30T00:45:00Z")).allowed,
             1
         );
     }
@@ -470,10 +554,13 @@ mod tests {
         // Drift one at a time; age-based rotation paused.
         let budgets = [budget("0", None, &["max-age"]), budget("1", None, &[])];
         let now = ts("2026-11-28T12:00:00Z");
-        assert_eq!(allowance(&budgets, "max-age", 5, now).allowed, 0);
-        assert_eq!(allowance(&budgets, "launch-template", 5, now).allowed, 1);
+        assert_eq!(allowance(&budgets, Some("max-age"), 5, now).allowed, 0);
+        assert_eq!(
+            allowance(&budgets, Some("launch-template"), 5, now).allowed,
+            1
+        );
         // No budget for the reason: closed.
-        let a = allowance(&[budget("2", None, &["image"])], "manual", 5, now);
+        let a = allowance(&[budget("2", None, &["image"])], Some("manual"), 5, now);
         assert_eq!(a.budget, None);
     }
 

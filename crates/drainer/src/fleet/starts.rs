@@ -11,6 +11,7 @@
 //! grace it counts as NotReady, so replacements that never come up (a broken image) stop the
 //! rotation.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use rotor_core::contract::{
 use rotor_apimachinery::taints::keeps_pods_off;
 use rotor_core::NodeBudget;
 
+use crate::fleet::pools::{Pool, PoolRef, Pools, allowance};
 use crate::record::node::DrainRecord;
 
 /// What the fleet decision needs to know about one node.
@@ -76,6 +78,12 @@ pub struct NodeView {
     /// what it reserved). Among nodes with equal `budget_waits` it goes first: its drain evicts
     /// at once, and passing it over would leave room already paid for unused.
     pub room_made_ahead: bool,
+    /// The node's labels: what RotationPolicies select it by.
+    pub labels: BTreeMap<String, String>,
+    /// The drain taint's value (its reason slug); empty when untainted.
+    pub reason: String,
+    /// The pool that governs it (the machine assigns it from the policies it knows).
+    pub pool: PoolRef,
 }
 
 impl NodeView {
@@ -112,6 +120,11 @@ impl NodeView {
             budget_waits: None,
             budget_urgency: 0,
             room_made_ahead: false,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            reason: find_drain_taint(node)
+                .and_then(|t| t.value.clone())
+                .unwrap_or_default(),
+            pool: PoolRef::Flags,
         }
     }
 
@@ -202,6 +215,27 @@ pub enum HeldReason {
     Health(String),
     /// The circuit breaker halted the rotation, for this reason.
     Halted(String),
+    /// Several RotationPolicies select the node at the same priority (their names).
+    PolicyOverlap(Vec<String>),
+    /// Its RotationPolicy cannot be followed, for this reason (fail closed).
+    PolicyInvalid { policy: String, why: String },
+    /// Its RotationPolicy's budgets allow no drain now: outside every scheduled budget (or none
+    /// applies to its drain reason), until `opens` if known.
+    PolicyClosed {
+        policy: String,
+        opens: Option<Timestamp>,
+    },
+    /// Its RotationPolicy's budget in force is 0 (the pool is paused), until `until` if known.
+    PolicyPaused {
+        policy: String,
+        until: Option<Timestamp>,
+    },
+    /// Starting it would take more of its pool's nodes out than the budget in force allows.
+    PolicyBudget {
+        policy: String,
+        budget: String,
+        unavailable: usize,
+    },
 }
 
 impl HeldReason {
@@ -264,6 +298,43 @@ impl fmt::Display for HeldReason {
             HeldReason::Halted(why) => {
                 write!(f, "rotation halted until `rotor-drainer resume`: {why}")
             }
+            HeldReason::PolicyOverlap(names) => write!(
+                f,
+                "selected by RotationPolicies {} at the same priority: give one a higher priority or narrow their nodeSelectors",
+                names.join(", ")
+            ),
+            HeldReason::PolicyInvalid { policy, why } => write!(
+                f,
+                "RotationPolicy {policy} cannot be followed, so its nodes wait: {why}"
+            ),
+            HeldReason::PolicyClosed { policy, opens } => {
+                write!(
+                    f,
+                    "RotationPolicy {policy}: outside every scheduled budget for this drain reason"
+                )?;
+                match opens {
+                    Some(at) => write!(f, "; the next opens at {}", format_timestamp(*at)),
+                    None => Ok(()),
+                }
+            }
+            HeldReason::PolicyPaused { policy, until } => {
+                write!(
+                    f,
+                    "RotationPolicy {policy}: the budget in force is 0 (paused)"
+                )?;
+                match until {
+                    Some(at) => write!(f, " until {}", format_timestamp(*at)),
+                    None => Ok(()),
+                }
+            }
+            HeldReason::PolicyBudget {
+                policy,
+                budget,
+                unavailable,
+            } => write!(
+                f,
+                "RotationPolicy {policy}: budget {budget} reached ({unavailable} of its nodes unavailable)"
+            ),
         }
     }
 }
@@ -459,16 +530,48 @@ pub fn choose_nodes_to_start(
     now: Timestamp,
     retry_backoff: impl Fn(u32) -> Duration,
 ) -> FleetDecision {
-    let starting = nodes
-        .iter()
-        .filter(|n| n.is_starting(now, limits.startup_grace))
-        .count();
-    let total = nodes.len() - starting;
+    let no_policies = Pools::default();
+    let rules = PoolRules {
+        pools: &no_policies,
+        flags_open: true,
+    };
+    choose_in_pools(nodes, limits, rules, now, retry_backoff)
+}
+
+/// What a choice applies besides the fleet limits: the RotationPolicies, and whether the flags'
+/// `--window`s are open (they govern only the nodes no policy selects).
+#[derive(Clone, Copy, Debug)]
+pub struct PoolRules<'a> {
+    pub pools: &'a Pools,
+    pub flags_open: bool,
+}
+
+/// [`choose_nodes_to_start`] with each node's pool: a node no policy selects is held by
+/// `--max-unavailable` (over those nodes alone) and the flags' windows; a node a policy governs
+/// by that policy's budget in force (over the policy's nodes, see
+/// [`crate::fleet::pools::allowance`]); a node several policies select at one priority, and a
+/// node whose policy cannot be followed, never start. `--max-concurrent` bounds every start.
+pub fn choose_in_pools(
+    nodes: &[NodeView],
+    limits: &FleetLimits,
+    rules: PoolRules<'_>,
+    now: Timestamp,
+    retry_backoff: impl Fn(u32) -> Duration,
+) -> FleetDecision {
+    let counted = |n: &&NodeView| !n.is_starting(now, limits.startup_grace);
+    let starting = nodes.len() - nodes.iter().filter(counted).count();
+    let mut pool_total: BTreeMap<&PoolRef, usize> = BTreeMap::new();
+    let mut pool_unavailable: BTreeMap<&PoolRef, usize> = BTreeMap::new();
+    for n in nodes.iter().filter(counted) {
+        *pool_total.entry(&n.pool).or_default() += 1;
+        if n.is_unavailable() {
+            *pool_unavailable.entry(&n.pool).or_default() += 1;
+        }
+    }
+    let flags = PoolRef::Flags;
+    let total = pool_total.get(&flags).copied().unwrap_or(0);
+    let unavailable = pool_unavailable.get(&flags).copied().unwrap_or(0);
     let active = nodes.iter().filter(|n| n.is_active()).count();
-    let unavailable = nodes
-        .iter()
-        .filter(|n| n.is_unavailable() && !n.is_starting(now, limits.startup_grace))
-        .count();
     let allowed_unavailable = limits.max_unavailable.resolve(total);
     let mut decision = FleetDecision {
         active,
@@ -481,42 +584,101 @@ pub fn choose_nodes_to_start(
     let candidates = candidates(nodes, now, &retry_backoff, Some(&mut decision.held));
 
     let mut started = 0;
-    let mut newly_unavailable = 0;
+    // Nodes this decision makes unavailable, by pool.
+    let mut newly: BTreeMap<&PoolRef, usize> = BTreeMap::new();
     for node in candidates {
         let already_unavailable = node.is_unavailable();
         let draining = active + started;
-        let unavailable_now = unavailable + newly_unavailable;
-        let why = if allowed_unavailable == 0 {
-            Some(HeldReason::NoneAllowed {
-                max_unavailable: limits.max_unavailable,
-                total,
-            })
-        } else if draining >= limits.max_concurrent {
-            Some(HeldReason::MaxConcurrent {
-                max_concurrent: limits.max_concurrent,
-                draining,
-            })
-        } else if !already_unavailable && unavailable_now >= allowed_unavailable {
-            Some(HeldReason::MaxUnavailable {
-                max_unavailable: limits.max_unavailable,
-                unavailable: unavailable_now,
-                total,
-            })
-        } else {
-            None
+        let unavailable_now = pool_unavailable.get(&node.pool).copied().unwrap_or(0)
+            + newly.get(&node.pool).copied().unwrap_or(0);
+        let slots_full = (draining >= limits.max_concurrent).then_some(HeldReason::MaxConcurrent {
+            max_concurrent: limits.max_concurrent,
+            draining,
+        });
+        let why = match &node.pool {
+            PoolRef::Flags => {
+                if !rules.flags_open {
+                    Some(HeldReason::OutsideWindows)
+                } else if allowed_unavailable == 0 {
+                    Some(HeldReason::NoneAllowed {
+                        max_unavailable: limits.max_unavailable,
+                        total,
+                    })
+                } else if slots_full.is_some() {
+                    slots_full
+                } else if !already_unavailable && unavailable_now >= allowed_unavailable {
+                    Some(HeldReason::MaxUnavailable {
+                        max_unavailable: limits.max_unavailable,
+                        unavailable: unavailable_now,
+                        total,
+                    })
+                } else {
+                    None
+                }
+            }
+            PoolRef::Overlap(names) => Some(HeldReason::PolicyOverlap(names.clone())),
+            PoolRef::Policy(name) => {
+                let pool_size = pool_total.get(&node.pool).copied().unwrap_or(0);
+                match rules.pools.get(name) {
+                    None => Some(HeldReason::PolicyInvalid {
+                        policy: name.clone(),
+                        why: "the drainer no longer knows it".into(),
+                    }),
+                    Some(pool) => {
+                        policy_hold(pool, node, pool_size, unavailable_now, now).or(slots_full)
+                    }
+                }
+            }
         };
         match why {
             Some(why) => decision.held.push((node.name.clone(), why)),
             None => {
                 started += 1;
                 if !already_unavailable {
-                    newly_unavailable += 1;
+                    *newly.entry(&node.pool).or_default() += 1;
                 }
                 decision.start.push(node.name.clone());
             }
         }
     }
     decision
+}
+
+/// What a policy's own rules say about starting `node` now, in a pool of `pool_size` nodes of
+/// which `unavailable` are out: invalid, closed and paused hold even a cordoned node (fail
+/// closed); the budget holds only a node its start would take out.
+fn policy_hold(
+    pool: &Pool,
+    node: &NodeView,
+    pool_size: usize,
+    unavailable: usize,
+    now: Timestamp,
+) -> Option<HeldReason> {
+    let policy = pool.name.clone();
+    if let Some(why) = &pool.invalid {
+        return Some(HeldReason::PolicyInvalid {
+            policy,
+            why: why.clone(),
+        });
+    }
+    let allowance = allowance(&pool.budgets, Some(&node.reason), pool_size, now);
+    if allowance.budget.is_none() {
+        return Some(HeldReason::PolicyClosed {
+            policy,
+            opens: allowance.until,
+        });
+    }
+    if allowance.allowed == 0 {
+        return Some(HeldReason::PolicyPaused {
+            policy,
+            until: allowance.until,
+        });
+    }
+    (!node.is_unavailable() && unavailable >= allowance.allowed).then(|| HeldReason::PolicyBudget {
+        policy,
+        budget: allowance.shown(pool_size),
+        unavailable,
+    })
 }
 
 #[cfg(test)]
@@ -583,6 +745,7 @@ mod tests {
         let n: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "ip-10-0-0-1", "creationTimestamp": "2025-01-02T03:04:05Z",
+                         "labels": {"pool": "gpu"},
                          "annotations": {"rotor.dev/phase": "evicting", "rotor.dev/do-not-disrupt": "true"}},
             "spec": {"unschedulable": true, "taints": [
                 {"key": "rotor.dev/drain", "value": "max-age", "effect": "NoSchedule"}]},
@@ -615,6 +778,9 @@ mod tests {
                 budget_waits: None,
                 budget_urgency: 0,
                 room_made_ahead: false,
+                labels: [("pool".to_string(), "gpu".to_string())].into(),
+                reason: "max-age".into(),
+                pool: PoolRef::Flags,
             }
         );
         // PreferNoSchedule only asks the scheduler to avoid the node.

@@ -4,6 +4,9 @@ use super::*;
 use crate::drain::published::WorkloadRef;
 use rotor_core::NodeBudget;
 
+use crate::fleet::pools::FlagDrain;
+use crate::fleet::starts::choose_nodes_to_start;
+
 fn wall() -> Timestamp {
     "2025-03-01T12:00:00Z".parse().unwrap()
 }
@@ -24,14 +27,24 @@ fn config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
         require_approval: false,
         halt_after: None,
         halt_stops_drains: false,
+        flag_drain: FlagDrain {
+            drain_timeout: Duration::from_secs(1800),
+            ..FlagDrain::default()
+        },
+        watch_policies: false,
     }
 }
 
 /// `config` with `--surge`: room made ahead for as many nodes as may drain at once.
 fn surge_config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
+    let base = config(max_concurrent, windows);
     MachineConfig {
         reserve_ahead: max_concurrent,
-        ..config(max_concurrent, windows)
+        flag_drain: FlagDrain {
+            surge_timeout: Some(Duration::from_secs(300)),
+            ..base.flag_drain.clone()
+        },
+        ..base
     }
 }
 

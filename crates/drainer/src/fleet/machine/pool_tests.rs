@@ -1,0 +1,332 @@
+//! The machine with RotationPolicies: each pool at its own budget and schedule, overlaps held,
+//! nothing started before the policies are known, statuses written on change and bounded.
+
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use rotor_core::NodeBudget;
+use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
+
+use super::*;
+use crate::fleet::pools::{FlagDrain, Pool};
+
+/// Saturday 2025-03-01, noon UTC.
+fn wall() -> Timestamp {
+    "2025-03-01T12:00:00Z".parse().unwrap()
+}
+
+fn config(max_concurrent: usize) -> MachineConfig {
+    MachineConfig {
+        limits: FleetLimits {
+            max_concurrent,
+            max_unavailable: NodeBudget::Count(1),
+            startup_grace: Duration::from_secs(600),
+        },
+        windows: Vec::new(),
+        release_after: Duration::from_secs(30),
+        reserve_ahead: 0,
+        require_approval: false,
+        halt_after: None,
+        halt_stops_drains: false,
+        flag_drain: FlagDrain {
+            drain_timeout: Duration::from_secs(1800),
+            ..FlagDrain::default()
+        },
+        watch_policies: true,
+    }
+}
+
+/// A policy over nodes labelled `pool=<pool>`, with budgets `(nodes, schedule, duration)`.
+fn policy(name: &str, pool: &str, budgets: &[(&str, Option<(&str, &str)>)]) -> Pool {
+    let mut p = RotationPolicy::new(
+        name,
+        RotationPolicySpec {
+            node_selector: Default::default(),
+            priority: 0,
+            budgets: budgets
+                .iter()
+                .map(|(nodes, schedule)| PolicyBudget {
+                    nodes: nodes.to_string(),
+                    schedule: schedule.map(|(s, _)| s.to_string()),
+                    duration: schedule.map(|(_, d)| d.to_string()),
+                    ..Default::default()
+                })
+                .collect(),
+            drain: None,
+        },
+    );
+    p.spec
+        .node_selector
+        .match_labels
+        .insert("pool".into(), pool.into());
+    Pool::read(&p)
+}
+
+/// A Ready tainted node of `pool` ("" for none), `age_days` old.
+fn tainted(name: &str, pool: &str, age_days: i64) -> NodeView {
+    let mut v = NodeView {
+        name: name.into(),
+        ready: true,
+        ever_ready: true,
+        tainted: true,
+        taint_keeps_pods_off: true,
+        reason: "image".into(),
+        created: Some(wall() - jiff::SignedDuration::from_hours(24 * age_days)),
+        ..NodeView::default()
+    };
+    if !pool.is_empty() {
+        v.labels.insert("pool".into(), pool.into());
+    }
+    v
+}
+
+fn pass(machine: &mut Machine, now: Instant) -> (Vec<Command>, Vec<Held>) {
+    machine.lease_step(now, wall(), true, true);
+    let (mut commands, round) = machine.act(now, wall(), true);
+    let round = round.expect("a leading pass proposes starts");
+    let held = round.held.clone();
+    commands.extend(machine.start(round));
+    (commands, held)
+}
+
+fn started(commands: &[Command]) -> Vec<(String, Option<String>)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Drain { node, policy, .. } => {
+                Some((node.clone(), policy.as_ref().map(|p| p.name.clone())))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn held_text(held: &[Held], node: &str) -> String {
+    held.iter()
+        .find(|(n, _)| n == node)
+        .map(|(_, why)| why.to_string())
+        .unwrap_or_else(|| panic!("{node} is not held: {held:?}"))
+}
+
+fn statuses(commands: &[Command]) -> BTreeMap<String, rotor_policy::RotationPolicyStatus> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::WritePolicyStatus { policy, status } => Some((policy.clone(), status.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn nodes() -> Vec<NodeView> {
+    vec![
+        tainted("sys-1", "system", 9),
+        tainted("sys-2", "system", 8),
+        tainted("gen-1", "general", 9),
+        tainted("gen-2", "general", 8),
+        tainted("gen-3", "general", 7),
+        tainted("gen-4", "general", 6),
+        tainted("other-1", "", 9),
+        tainted("other-2", "", 8),
+    ]
+}
+
+#[test]
+fn nothing_starts_before_the_policies_are_known_and_without_a_crd_the_flags_govern() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    machine.apply(Event::NodesListed(nodes()), t0);
+    let (commands, held) = pass(&mut machine, t0);
+    assert_eq!(started(&commands), []);
+    assert!(held_text(&held, "sys-1").contains("reading the RotationPolicies first"));
+    // No CRD: one pool, the flags' --max-unavailable 1 over all eight nodes.
+    machine.apply(Event::PoliciesAbsent, t0);
+    let (commands, held) = pass(&mut machine, t0);
+    // The oldest first (by name among equals).
+    assert_eq!(started(&commands), [("gen-1".to_string(), None)]);
+    assert!(held_text(&held, "sys-1").starts_with("max-unavailable 1 reached (1 of 8"));
+}
+
+#[test]
+fn pools_rotate_side_by_side_each_at_its_own_budget() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    machine.apply(Event::NodesListed(nodes()), t0);
+    machine.apply(
+        Event::PoliciesListed(vec![
+            policy("system", "system", &[("1", None)]),
+            policy("general", "general", &[("50%", None)]),
+        ]),
+        t0,
+    );
+    let (commands, held) = pass(&mut machine, t0);
+    // system: 1 of 2; general: 50% of 4 = 2; the rest (no policy): --max-unavailable 1 of 2.
+    let mut starts = started(&commands);
+    starts.sort();
+    assert_eq!(
+        starts,
+        [
+            ("gen-1".to_string(), Some("general".to_string())),
+            ("gen-2".to_string(), Some("general".to_string())),
+            ("other-1".to_string(), None),
+            ("sys-1".to_string(), Some("system".to_string())),
+        ]
+    );
+    assert_eq!(
+        held_text(&held, "gen-3"),
+        "RotationPolicy general: budget 50% = 2 of 4 reached (2 of its nodes unavailable)"
+    );
+    assert_eq!(
+        held_text(&held, "sys-2"),
+        "RotationPolicy system: budget 1 of 2 reached (1 of its nodes unavailable)"
+    );
+    assert!(held_text(&held, "other-2").starts_with("max-unavailable 1 reached (1 of 2"));
+    // --max-concurrent stays the ceiling over every pool.
+    let mut machine = Machine::new(config(2));
+    machine.apply(Event::NodesListed(nodes()), t0);
+    machine.apply(
+        Event::PoliciesListed(vec![policy("general", "general", &[("100%", None)])]),
+        t0,
+    );
+    let (commands, held) = pass(&mut machine, t0);
+    assert_eq!(started(&commands).len(), 2);
+    assert!(held_text(&held, "gen-3").starts_with("max-concurrent 2 reached"));
+}
+
+#[test]
+fn a_closed_schedule_holds_its_pool_only_and_its_status_says_until_when() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    machine.apply(Event::NodesListed(nodes()), t0);
+    // Weeknights only; wall() is a Saturday.
+    machine.apply(
+        Event::PoliciesListed(vec![
+            policy("system", "system", &[("1", Some(("0 22 * * 1-5", "6h")))]),
+            policy("general", "general", &[("1", None)]),
+        ]),
+        t0,
+    );
+    let (commands, held) = pass(&mut machine, t0);
+    assert_eq!(
+        started(&commands)
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>(),
+        ["gen-1", "other-1"]
+    );
+    assert_eq!(
+        held_text(&held, "sys-1"),
+        "RotationPolicy system: outside every scheduled budget for this drain reason; the next opens at 2025-03-03T22:00:00Z"
+    );
+    let written = statuses(&commands);
+    let system = &written["system"];
+    assert_eq!(
+        system.budget.as_deref(),
+        Some("none (outside every schedule)")
+    );
+    assert_eq!(system.budget_until.as_deref(), Some("2025-03-03T22:00:00Z"));
+    let closed = system
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "WindowClosed")
+        .unwrap();
+    assert_eq!(closed.status, "True");
+    assert_eq!((system.nodes, system.out_of_date), (2, 2));
+    let general = &written["general"];
+    assert_eq!(
+        (general.draining, general.budget.as_deref()),
+        (1, Some("1 of 4"))
+    );
+}
+
+#[test]
+fn an_overlap_holds_the_node_and_shows_on_both_policies() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    machine.apply(Event::NodesListed(nodes()), t0);
+    let mut everything = policy("everything", "system", &[("1", None)]);
+    everything.selector = rotor_apimachinery::labels::LabelSelector::everything();
+    machine.apply(
+        Event::PoliciesListed(vec![everything, policy("system", "system", &[("1", None)])]),
+        t0,
+    );
+    let (commands, held) = pass(&mut machine, t0);
+    assert_eq!(
+        held_text(&held, "sys-1"),
+        "selected by RotationPolicies everything, system at the same priority: give one a higher priority or narrow their nodeSelectors"
+    );
+    assert!(!started(&commands).iter().any(|(n, _)| n.starts_with("sys")));
+    for policy in ["everything", "system"] {
+        let status = &statuses(&commands)[policy];
+        let overlap = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Overlap")
+            .unwrap();
+        assert_eq!(overlap.status, "True", "{policy}");
+        assert!(
+            overlap.message.contains("sys-1, sys-2"),
+            "{}",
+            overlap.message
+        );
+    }
+}
+
+#[test]
+fn a_policy_that_cannot_be_followed_holds_its_nodes_and_its_drains_take_its_settings() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    machine.apply(Event::NodesListed(nodes()), t0);
+    // Surge without --surge: fail closed, saying how to fix it.
+    let mut system = policy("system", "system", &[("1", None)]);
+    system.drain.surge = Some(true);
+    let mut general = policy("general", "general", &[("1", None)]);
+    general.drain = crate::fleet::pools::PoolDrain {
+        timeout: Some(Duration::from_secs(7200)),
+        ..Default::default()
+    };
+    machine.apply(Event::PoliciesListed(vec![system, general]), t0);
+    let (commands, held) = pass(&mut machine, t0);
+    let why = held_text(&held, "sys-1");
+    assert!(why.contains("runs without --surge"), "{why}");
+    let invalid = &statuses(&commands)["system"].conditions[0];
+    assert_eq!(
+        (invalid.type_.as_str(), invalid.status.as_str()),
+        ("Invalid", "True")
+    );
+    let general = commands
+        .iter()
+        .find_map(|c| match c {
+            Command::Drain {
+                node,
+                policy: Some(policy),
+                ..
+            } if node == "gen-1" => Some(policy.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(general.drain.timeout, Some(Duration::from_secs(7200)));
+    assert!(!general.surge);
+}
+
+#[test]
+fn statuses_are_written_on_change_at_most_every_few_seconds() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    machine.apply(Event::NodesListed(nodes()), t0);
+    machine.apply(
+        Event::PoliciesListed(vec![policy("general", "general", &[("1", None)])]),
+        t0,
+    );
+    let (commands, _) = pass(&mut machine, t0);
+    assert_eq!(statuses(&commands)["general"].draining, 1);
+    // Nothing changed: nothing written.
+    let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(1));
+    assert!(statuses(&commands).is_empty());
+    // A change a second later waits for the interval.
+    machine.apply(Event::NodeApplied(tainted("gen-5", "general", 1)), t0);
+    let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(2));
+    assert!(statuses(&commands).is_empty());
+    let (commands, _) = pass(&mut machine, t0 + STATUS_EVERY);
+    assert_eq!(statuses(&commands)["general"].nodes, 5);
+}

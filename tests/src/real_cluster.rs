@@ -699,18 +699,29 @@ current-context: {user}
 
     /// Applies YAML or JSON objects as the admin, server-side (`rotor-e2e` as field manager).
     pub fn apply(&self, objects: &str) {
+        let out = self.apply_result(objects);
+        assert!(
+            out.status.success(),
+            "{}",
+            describe_output("kubectl apply --server-side", &out)
+        );
+    }
+
+    /// [`RealCluster::apply`] that returns kubectl's output whatever its status, for a test of
+    /// what the apiserver refuses (its reasons are on stderr).
+    pub fn apply_result(&self, objects: &str) -> Output {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = self.dir.join(format!("apply-{n}.yaml"));
         std::fs::write(&path, objects).expect("write objects to apply");
         let path = path.display().to_string();
-        self.kubectl_ok(&[
+        self.kubectl(&[
             "apply",
             "--server-side",
             "--field-manager=rotor-e2e",
             "-f",
             &path,
-        ]);
+        ])
     }
 
     /// `kubectl apply --server-side -k <dir>` (relative to the workspace root, e.g.

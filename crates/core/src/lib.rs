@@ -26,7 +26,9 @@ pub mod shutdown;
 pub mod telemetry;
 
 pub use admin::{AdminArgs, AdminServer, AdminState, Readiness};
-pub use client::{ClientError, KubeArgs, client, client_without_retry, load_config};
+pub use client::{
+    ClientError, KubeArgs, client, client_without_retry, load_config, watch_failure_status,
+};
 pub use contract::{
     DRAIN_TAINT_KEY, DrainPhase, DrainReason, FIELD_MANAGER, TaintEffect, drain_taint,
     find_drain_taint, node_opted_out, pod_opt_out,

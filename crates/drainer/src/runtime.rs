@@ -19,6 +19,7 @@ use crate::config::{DrainerConfig, LeaderArgs};
 use crate::drain::budgets_io::BudgetWatch;
 use crate::drain::eviction_io::EvictionWire;
 use crate::drain::published::Published;
+use crate::drain::rules_io::DrainRuleWatch;
 use crate::drain::shared::Drains;
 use crate::drain::surge::SurgeConfig;
 use crate::drain::surge_io::{SurgeRoom, sweep};
@@ -111,6 +112,7 @@ pub async fn run(
         announcer: announcer.clone(),
         metrics: metrics.clone(),
         budgets: budgets.clone(),
+        rules: DrainRuleWatch::start(kube_client.clone(), &tasks, tasks_stop.clone()),
         published: published.clone(),
         surge,
     });

@@ -52,7 +52,7 @@ pub struct RotationPolicySpec {
     /// Which nodes this policy governs, by their labels (matchLabels and matchExpressions, as
     /// in a Deployment's selector). An empty selector selects every node.
     #[serde(default)]
-    pub node_selector: PolicyNodeSelector,
+    pub node_selector: LabelSelectorSpec,
 
     /// Settles overlaps: a node selected by several policies follows the one with the highest
     /// priority. Two or more at the highest priority is an overlap: the node does not start
@@ -82,26 +82,27 @@ fn default_budgets() -> Vec<PolicyBudget> {
     }]
 }
 
-/// A label selector over nodes (the shape of `metav1.LabelSelector`).
+/// A label selector (the shape of `metav1.LabelSelector`): every requirement must hold; an
+/// empty selector selects everything.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct PolicyNodeSelector {
-    /// Labels a node must carry, each with this value.
+pub struct LabelSelectorSpec {
+    /// Labels the object must carry, each with this value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub match_labels: BTreeMap<String, String>,
-    /// Requirements a node's labels must meet, all of them.
+    /// Requirements the object's labels must meet, all of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
-    pub match_expressions: Vec<PolicyNodeRequirement>,
+    pub match_expressions: Vec<LabelRequirement>,
 }
 
-/// One requirement on a node's labels.
+/// One requirement on an object's labels.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)").message("matchExpressions: In and NotIn need values; Exists and DoesNotExist take none")
 )]
-pub struct PolicyNodeRequirement {
+pub struct LabelRequirement {
     /// The label's key.
     #[schemars(length(min = 1, max = 317))]
     pub key: String,

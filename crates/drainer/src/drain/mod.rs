@@ -8,12 +8,14 @@
 //! [`budgets`] (which budgets never allow one, and their pace), [`pace`] (how fast each budget
 //! gives disruptions back), [`eviction`] (the eviction queue: evict, wait, back off or force),
 //! [`restart`] (when a one-replica Deployment is restarted rather than its pod evicted),
-//! [`surge`] (which pods need room, and each placeholder), [`replace_by`] (the replace-by
+//! [`rules`] (what DrainRules say about each pod), [`surge`] (which pods need room, and each
+//! placeholder), [`replace_by`] (the replace-by
 //! deadline), [`watched`] (the node's pods as the watch shows them).
 //!
 //! Does (I/O): [`task`] (the drain task and its passes), [`eviction_io`] (the Eviction API;
 //! [`budget_turns`] keeps one eviction per budget on the wire), [`restart_io`] (the rollout
-//! restart's reads and patch), [`surge_io`] (placeholder pods).
+//! restart's reads and patch), [`surge_io`] (placeholder pods), [`rules_io`] (the DrainRule and namespace
+//! watches).
 
 pub mod answers;
 pub mod budget_turns;
@@ -30,6 +32,8 @@ pub mod published;
 pub mod replace_by;
 pub mod restart;
 pub mod restart_io;
+pub mod rules;
+pub mod rules_io;
 pub mod shared;
 pub mod surge;
 pub mod surge_io;

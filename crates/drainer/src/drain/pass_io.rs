@@ -24,11 +24,12 @@ use crate::drain::outcome::DrainResult;
 use crate::drain::pass::{
     Attempt, Settled, choose_sends, force_wake, replace_by_held, say_odd_input, settle, what_shows,
 };
-use crate::drain::pods::{Charge, DrainOptions, PodRef, plan_node_withholding};
+use crate::drain::pods::{Charge, DrainOptions, PodRef, plan_node_with};
 use crate::drain::published::owner_of;
 use crate::drain::replace_by::{Announcement, ReplaceBy};
 use crate::drain::restart::RolloutRestarts;
 use crate::drain::restart_io::restart_lone_replicas;
+use crate::drain::rules::PodRule;
 use crate::drain::shared::{Drains, Stops};
 use crate::drain::watched::WatchedPods;
 use crate::error::DrainError;
@@ -214,10 +215,29 @@ async fn evict_pass(
     };
     // --restart-single-replica: what a Deployment's rollout replaces is withheld from the plan
     // (never evicted, no budget charged); the node is drained once it is gone.
+    // What DrainRules say about each pod; nothing is evicted on a rule not known yet.
+    let (rules, namespaces) = drains.rules.now();
+    let node_labels = task.node.metadata.labels.clone().unwrap_or_default();
+    let node_rules = rules
+        .as_ref()
+        .map(|r| r.on_node(&node_labels, namespaces.as_deref()));
+    let rule_of = |pod: &Pod| match &node_rules {
+        None => PodRule::Unknown,
+        Some(rules) => {
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            rules.rule_of(namespace, &labels).0
+        }
+    };
     let plan_now = |restarts: &Option<RolloutRestarts>| {
-        plan_node_withholding(&pod_list, &budgets, task.taint, &options, |uid| {
-            restarts.as_ref().is_some_and(|r| r.withheld(uid))
-        })
+        plan_node_with(
+            &pod_list,
+            &budgets,
+            task.taint,
+            &options,
+            |uid| restarts.as_ref().is_some_and(|r| r.withheld(uid)),
+            rule_of,
+        )
     };
     let mut plan = plan_now(restarts);
     if let Some(lone) = restarts.as_mut() {
@@ -228,6 +248,15 @@ async fn evict_pass(
     }
     if let Some(at) = restarts.as_ref().and_then(RolloutRestarts::next_look) {
         wake = wake.min(at);
+    }
+    // Rules not known yet: look again soon (the watches fill them in).
+    if !plan.undecided.is_empty() {
+        wake = wake.min(later(now, Duration::from_secs(1)));
+    }
+    for pod in &plan.waiting_completion {
+        if said.insert(format!("wait-completed {}", pod.uid)) {
+            tracing::info!(node = %name, %pod, "a DrainRule says to wait for this pod to complete; it is not evicted");
+        }
     }
     match settle(
         plan.is_drained() && !queue.has_fatal(),

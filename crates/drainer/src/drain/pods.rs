@@ -17,6 +17,7 @@ use crate::drain::budgets::{
     BudgetDemand, BudgetKey, BudgetView, budget_never_allows, budget_views, key_of,
     unready_pod_passes,
 };
+use crate::drain::rules::PodRule;
 
 /// Annotation the kubelet puts on mirror pods (static pods seen through the API).
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -427,6 +428,14 @@ pub struct NodePlan {
     /// Pods that could be evicted but for their budgets (never allowing, or several): what
     /// `--force-after` deletes. Never do-not-disrupt pods.
     pub budget_blocked: Vec<(PodRef, Option<i64>)>,
+    /// Pods a DrainRule says to wait for (`WaitCompleted`): never evicted; the node is not
+    /// drained while one runs.
+    pub waiting_completion: Vec<PodRef>,
+    /// Pods whose DrainRule cannot be known yet (the rules or their namespace's labels not
+    /// listed): neither evicted nor skipped until it is.
+    pub undecided: Vec<PodRef>,
+    /// Pods a DrainRule skips (`Skip`): left on the node, holding nothing.
+    pub skipped: usize,
     /// For evictable pods (keyed by uid) that exactly one budget would be charged for: that
     /// budget and the disruptions its status allows now. The drainer waits on the budget watch
     /// instead of sending an eviction it knows would be refused, and with several drains at once
@@ -450,6 +459,8 @@ impl NodePlan {
             && self.withheld.is_empty()
             && self.blockers.is_empty()
             && self.deferred.is_empty()
+            && self.waiting_completion.is_empty()
+            && self.undecided.is_empty()
     }
 }
 
@@ -469,8 +480,7 @@ pub fn plan_node(
     plan_node_withholding(pods, pdbs, drain_taint, opts, |_| false)
 }
 
-/// [`plan_node`], with the evictable pods for which `withheld` (given the pod's UID) is true
-/// set aside in [`NodePlan::withheld`] instead of evicted.
+/// [`plan_node_with`] without DrainRules: every pod drains at order 0.
 pub fn plan_node_withholding(
     pods: &[Pod],
     pdbs: &[PodDisruptionBudget],
@@ -478,29 +488,91 @@ pub fn plan_node_withholding(
     opts: &DrainOptions,
     withheld: impl Fn(&str) -> bool,
 ) -> NodePlan {
+    plan_node_with(pods, pdbs, drain_taint, opts, withheld, |_| {
+        PodRule::Drain { order: 0 }
+    })
+}
+
+/// [`plan_node`], with the evictable pods for which `withheld` (given the pod's UID) is true
+/// set aside in [`NodePlan::withheld`] instead of evicted, and each pod's DrainRule from
+/// `rule_of`.
+///
+/// A rule applies to pods the drain would evict or that would block it (DaemonSet, mirror,
+/// finished, terminating and tolerating pods are what they are): `Skip` leaves the pod,
+/// `WaitCompleted` waits for it, a rule not known yet waits too (nothing is guessed). `Drain`
+/// pods go by ascending order: while a pod of a lower order is left (to evict, withheld,
+/// blocked or terminating), higher orders are deferred; within an order, ordinary pods before
+/// critical ones.
+pub fn plan_node_with(
+    pods: &[Pod],
+    pdbs: &[PodDisruptionBudget],
+    drain_taint: &Taint,
+    opts: &DrainOptions,
+    withheld: impl Fn(&str) -> bool,
+    rule_of: impl Fn(&Pod) -> PodRule,
+) -> NodePlan {
     let budgets = budget_views(pdbs);
     let mut sorted: Vec<&Pod> = pods.iter().collect();
     sorted.sort_by_key(|pod| PodRef::of(pod));
 
     let mut plan = NodePlan::default();
-    let mut evictable: Vec<(EvictionTier, PodRef, Option<i64>)> = Vec::new();
-    // Ordinary pods that still hold back the critical tier: evictable or blocked, not terminating.
+    let mut evictable: Vec<(i32, EvictionTier, PodRef, Option<i64>)> = Vec::new();
+    // Ordinary pods that still hold back the critical tier: evictable or blocked, not
+    // terminating; by order.
     let mut ordinary_left = false;
+    let mut ordinary_left_in: std::collections::BTreeSet<i32> = Default::default();
+    // The lowest order with a pod left on the node (terminating ones included).
+    let mut lowest_left: Option<i32> = None;
 
     for pod in sorted {
         let pod_ref = PodRef::of(pod);
-        match classify(pod, drain_taint, opts) {
-            PodVerdict::Ignore(_) => plan.ignored += 1,
-            PodVerdict::WaitGone => plan.waiting_for.push(pod_ref),
+        let verdict = classify(pod, drain_taint, opts);
+        let order = match (&verdict, rule_of(pod)) {
+            (PodVerdict::Ignore(_), _) => {
+                plan.ignored += 1;
+                continue;
+            }
+            (PodVerdict::WaitGone, PodRule::Drain { order }) => {
+                lowest_left = Some(lowest_left.map_or(order, |l| l.min(order)));
+                plan.waiting_for.push(pod_ref);
+                continue;
+            }
+            (PodVerdict::WaitGone, _) => {
+                plan.waiting_for.push(pod_ref);
+                continue;
+            }
+            (_, PodRule::Skip) => {
+                plan.skipped += 1;
+                continue;
+            }
+            (_, PodRule::WaitCompleted) => {
+                plan.waiting_completion.push(pod_ref);
+                continue;
+            }
+            (_, PodRule::Unknown) => {
+                plan.undecided.push(pod_ref);
+                continue;
+            }
+            (_, PodRule::Drain { order }) => order,
+        };
+        lowest_left = Some(lowest_left.map_or(order, |l| l.min(order)));
+        match verdict {
+            PodVerdict::Ignore(_) | PodVerdict::WaitGone => {}
             PodVerdict::Blocked(blocker) => {
-                ordinary_left |= eviction_tier(pod) == EvictionTier::Ordinary;
+                if eviction_tier(pod) == EvictionTier::Ordinary {
+                    ordinary_left = true;
+                    ordinary_left_in.insert(order);
+                }
                 push_unique(&mut plan.blockers, blocker);
             }
             PodVerdict::Evict {
                 tier,
                 grace_period_seconds,
             } => {
-                ordinary_left |= tier == EvictionTier::Ordinary;
+                if tier == EvictionTier::Ordinary {
+                    ordinary_left = true;
+                    ordinary_left_in.insert(order);
+                }
                 if withheld(&pod_ref.uid) {
                     plan.withheld.push(pod_ref);
                     continue;
@@ -524,7 +596,7 @@ pub fn plan_node_withholding(
                             };
                             plan.charged.insert(pod_ref.uid.clone(), charge);
                         }
-                        evictable.push((tier, pod_ref, grace_period_seconds));
+                        evictable.push((order, tier, pod_ref, grace_period_seconds));
                     }
                 }
             }
@@ -532,8 +604,9 @@ pub fn plan_node_withholding(
     }
 
     plan.holds_critical = ordinary_left;
-    for (tier, pod_ref, grace) in evictable {
-        if tier == EvictionTier::Critical && ordinary_left {
+    for (order, tier, pod_ref, grace) in evictable {
+        let later_order = lowest_left.is_some_and(|lowest| order > lowest);
+        if later_order || (tier == EvictionTier::Critical && ordinary_left_in.contains(&order)) {
             plan.deferred.push(pod_ref);
         } else {
             plan.evict_now.push((pod_ref, grace));
@@ -1708,5 +1781,102 @@ mod tests {
             );
             assert!(opt_outs_not_honoured(&p).is_empty(), "{value}");
         }
+    }
+
+    /// The rule each pod's `rule` label names: `skip`, `wait`, `unknown`, or an order.
+    fn by_label(pod: &Pod) -> PodRule {
+        let label = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("rule"))
+            .map(String::as_str);
+        match label {
+            Some("skip") => PodRule::Skip,
+            Some("wait") => PodRule::WaitCompleted,
+            Some("unknown") => PodRule::Unknown,
+            Some(order) => PodRule::Drain {
+                order: order.parse().unwrap(),
+            },
+            None => PodRule::Drain { order: 0 },
+        }
+    }
+
+    fn ruled(rule: &str, extra: Value) -> Value {
+        let mut base = json!({"metadata": {"labels": {"app": "web", "rule": rule}}});
+        merge(&mut base, extra);
+        base
+    }
+
+    #[test]
+    fn drain_rules_order_the_groups_skip_and_wait_for_pods() {
+        let gone = json!({"metadata": {"deletionTimestamp": "2025-01-01T00:00:00Z"}});
+        let critical = json!({"spec": {"priorityClassName": "system-node-critical"}});
+        let opted_out = json!({"metadata": {"annotations": {"rotor.dev/do-not-disrupt": "true"}}});
+        let plan_of = |pods: &[Pod]| {
+            plan_node_with(
+                pods,
+                &[],
+                &taint(),
+                &DrainOptions::default(),
+                |_| false,
+                by_label,
+            )
+        };
+        // Order -5 first; order 0 (no rule) and its critical pod wait; order 10 waits longer.
+        let pods = [
+            pod("cache", ruled("-5", json!({}))),
+            pod("web", json!({})),
+            pod("dns", critical.clone()),
+            pod("db", ruled("10", json!({}))),
+            pod("canary", ruled("skip", opted_out.clone())),
+            pod("etl", ruled("wait", json!({}))),
+        ];
+        let plan = plan_of(&pods);
+        assert_eq!(evict_names(&plan), ["cache"]);
+        assert_eq!(names(&plan.deferred), ["db", "dns", "web"]);
+        // A skipped pod holds nothing, opted out or not; a pod waited for is never evicted.
+        assert_eq!(plan.skipped, 1);
+        assert!(plan.blockers.is_empty());
+        assert_eq!(names(&plan.waiting_completion), ["etl"]);
+        // The -5 group terminating still holds the next group: it must be gone first.
+        let pods = [
+            pod("cache", ruled("-5", gone.clone())),
+            pod("web", json!({})),
+            pod("dns", critical.clone()),
+            pod("db", ruled("10", json!({}))),
+        ];
+        let plan = plan_of(&pods);
+        assert_eq!(evict_names(&plan), Vec::<&str>::new());
+        assert_eq!(names(&plan.waiting_for), ["cache"]);
+        // Gone: order 0 goes, ordinary before critical; order 10 still waits.
+        let pods = [
+            pod("web", json!({})),
+            pod("dns", critical.clone()),
+            pod("db", ruled("10", json!({}))),
+        ];
+        let plan = plan_of(&pods);
+        assert_eq!(evict_names(&plan), ["web"]);
+        assert_eq!(names(&plan.deferred), ["db", "dns"]);
+        // A blocked pod holds its order's followers as it holds the critical tier.
+        let pods = [pod("web", opted_out), pod("db", ruled("10", json!({})))];
+        let plan = plan_of(&pods);
+        assert_eq!(evict_names(&plan), Vec::<&str>::new());
+        assert_eq!(names(&plan.deferred), ["db"]);
+        assert_eq!(plan.blockers.len(), 1);
+        // The node is not drained while a pod is waited for, or its rule is not known.
+        let plan = plan_of(&[pod("etl", ruled("wait", json!({})))]);
+        assert!(!plan.is_drained());
+        let plan = plan_of(&[pod(
+            "etl",
+            ruled("wait", json!({"status": {"phase": "Succeeded"}})),
+        )]);
+        assert!(plan.is_drained());
+        let plan = plan_of(&[pod("x", ruled("unknown", json!({})))]);
+        assert_eq!(
+            (names(&plan.undecided), plan.is_drained()),
+            (vec!["x"], false)
+        );
+        assert!(plan.evict_now.is_empty());
     }
 }

@@ -11,6 +11,7 @@ use crate::drain::budgets_io::BudgetWatch;
 use crate::drain::eviction_io::EvictionWire;
 use crate::drain::pods::DrainOptions;
 use crate::drain::published::Published;
+use crate::drain::rules_io::DrainRuleWatch;
 use crate::drain::surge_io::SurgeRoom;
 use crate::metrics::Metrics;
 use crate::record::events_io::Announcer;
@@ -51,6 +52,8 @@ pub struct Drains {
     pub announcer: Announcer,
     pub metrics: Metrics,
     pub budgets: BudgetWatch,
+    /// The DrainRules (and namespaces' labels) the pass plans with.
+    pub rules: DrainRuleWatch,
     /// What the drains publish for the loop over nodes.
     pub published: Arc<Published>,
     /// `--surge`: the placeholders' I/O, shared with the loop (which makes room ahead).

@@ -412,7 +412,7 @@ pub fn allowance(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rotor_policy::{PolicyNodeRequirement, RotationPolicySpec, SelectorOperator};
+    use rotor_policy::{LabelRequirement, RotationPolicySpec, SelectorOperator};
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -613,7 +613,7 @@ mod tests {
                 ..Default::default()
             },
         ];
-        p.spec.node_selector.match_expressions = vec![PolicyNodeRequirement {
+        p.spec.node_selector.match_expressions = vec![LabelRequirement {
             key: "pool".into(),
             operator: SelectorOperator::In,
             values: vec![],

@@ -46,7 +46,7 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
                     policy.metadata.name.unwrap_or_default(),
                 )),
                 Err(error) => {
-                    let code = status_code(&error);
+                    let code = rotor_core::watch_failure_status(&error);
                     let news = last_failure != Some(code.unwrap_or(0));
                     last_failure = Some(code.unwrap_or(0));
                     match code {
@@ -73,17 +73,6 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
             };
             futures::future::ready(out)
         })
-}
-
-/// The HTTP status of a failed list or watch, when the server answered one.
-fn status_code(error: &watcher::Error) -> Option<u16> {
-    match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
-        watcher::Error::WatchError(status) => Some(status.code),
-        _ => None,
-    }
 }
 
 /// Writes a policy's status (a merge patch of the status subresource). Fields the status no

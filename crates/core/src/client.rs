@@ -157,6 +157,19 @@ pub fn without_retry(mut config: Config) -> Config {
     config
 }
 
+/// The HTTP status a watch failed with, when the API server answered one (`404`: the resource
+/// is not served, e.g. its CRD is not installed; `403`: RBAC refuses it).
+pub fn watch_failure_status(error: &kube::runtime::watcher::Error) -> Option<u16> {
+    use kube::runtime::watcher::Error;
+    match error {
+        Error::InitialListFailed(kube::Error::Api(status))
+        | Error::WatchStartFailed(kube::Error::Api(status))
+        | Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+        Error::WatchError(status) => Some(status.code),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -368,18 +381,5 @@ users:
         }
         assert!(!request.is_finished());
         request.abort();
-    }
-}
-
-/// The HTTP status a watch failed with, when the API server answered one (`404`: the resource
-/// is not served, e.g. its CRD is not installed; `403`: RBAC refuses it).
-pub fn watch_failure_status(error: &kube::runtime::watcher::Error) -> Option<u16> {
-    use kube::runtime::watcher::Error;
-    match error {
-        Error::InitialListFailed(kube::Error::Api(status))
-        | Error::WatchStartFailed(kube::Error::Api(status))
-        | Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
-        Error::WatchError(status) => Some(status.code),
-        _ => None,
     }
 }

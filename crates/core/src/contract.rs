@@ -387,17 +387,23 @@ pub enum DrainPhase {
     /// allow an eviction), or on budgets that have let nothing through for the drainer's
     /// `--blocked-after`; see [`BLOCKER_ANNOTATION`].
     Blocked,
+    /// Set aside: blocked by something only a person can clear for longer than the drainer's
+    /// park-after. The drain stopped, rotor's cordon is undone, the taint stays, and the node
+    /// no longer counts against the budgets; it is tried again after a back-off, its blocker
+    /// kept in [`BLOCKER_ANNOTATION`].
+    Parked,
 }
 
 impl DrainPhase {
     /// Every phase, in declaration order.
-    pub const ALL: [DrainPhase; 6] = [
+    pub const ALL: [DrainPhase; 7] = [
         DrainPhase::Queued,
         DrainPhase::Cordoned,
         DrainPhase::Evicting,
         DrainPhase::Drained,
         DrainPhase::Failed,
         DrainPhase::Blocked,
+        DrainPhase::Parked,
     ];
 
     /// The lowercase slug stored in the annotation.
@@ -409,6 +415,7 @@ impl DrainPhase {
             DrainPhase::Drained => "drained",
             DrainPhase::Failed => "failed",
             DrainPhase::Blocked => "blocked",
+            DrainPhase::Parked => "parked",
         }
     }
 }

@@ -161,6 +161,16 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_BLOCKED_AFTER", default_value = "30s", value_parser = parse_duration)]
     pub blocked_after: Duration,
 
+    /// Park a drain blocked this long by what only a person can clear (an opted-out pod, a
+    /// budget that never allows, pods covered by two budgets, an eviction refused by RBAC or
+    /// admission): its drain stops, rotor's cordon is undone, the taint stays, and the node no
+    /// longer counts against --max-unavailable, so one stuck node does not halt the rotation.
+    /// It is tried again after a back-off; the phase `parked`, the node's rotor.dev/blocker and
+    /// a DrainParked Event say why. Off by default (a blocked node keeps its slot until someone
+    /// acts); RotationPolicies park after 15m unless they say otherwise.
+    #[arg(long, env = "ROTOR_PARK_BLOCKED_AFTER", value_parser = parse_duration)]
+    pub park_blocked_after: Option<Duration>,
+
     /// How long a node must have been unschedulable before it may be declared drained: a pod
     /// the scheduler bound from a stale cache just before shows up within it. Counted from when
     /// this drainer first saw a NoSchedule drain taint on the node (since its start or the last
@@ -345,6 +355,8 @@ pub struct DrainerConfig {
     pub budget_recheck: Duration,
     /// `--blocked-after`.
     pub blocked_after: Duration,
+    /// `--park-blocked-after`.
+    pub park_after: Option<Duration>,
     pub settle: Duration,
     /// `--require-approval`.
     pub require_approval: bool,
@@ -399,6 +411,7 @@ impl DrainerConfig {
             options: self.options.clone(),
             budget_recheck: self.budget_recheck,
             blocked_after: self.blocked_after,
+            park_after: self.park_after,
             settle: self.settle,
             restart_single_replica: self.restart_single_replica,
             replace_by: self.replace_by,
@@ -457,6 +470,7 @@ impl DrainArgs {
             gate_timeout: self.gate_timeout,
             budget_recheck: self.budget_recheck,
             blocked_after: self.blocked_after,
+            park_after: self.park_blocked_after.filter(|d| !d.is_zero()),
             settle: self.settle,
             require_approval: self.require_approval,
             restart_single_replica: self.restart_single_replica,

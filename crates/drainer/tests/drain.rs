@@ -246,6 +246,68 @@ async fn given_a_do_not_disrupt_pod_then_the_node_blocks_and_names_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_park_blocked_after_then_a_node_held_by_an_opt_out_gives_its_slot_back_and_the_next_drains()
+ {
+    let yaml = format!(
+        "{CLUSTER}  - {{kind: Pod, name: precious, namespace: shop, annotations: {{rotor.dev/do-not-disrupt: \"true\"}}}}\n"
+    );
+    let cluster = SimCluster::start(&yaml).await;
+    // --max-unavailable 1 (the default): without parking, the blocked node would hold the
+    // only slot until someone acts.
+    let drainer = TestDrainer::start(&cluster, "a", &["--park-blocked-after", "2s"]);
+    let stuck = wait_until("the precious pod to run", WAIT, || async {
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(cluster.client.clone(), "shop");
+        pods.get("precious")
+            .await
+            .ok()
+            .and_then(|p| p.spec.and_then(|s| s.node_name))
+    })
+    .await;
+    cluster.taint(&stuck, "manual").await;
+    cluster.wait_phase(&stuck, "blocked").await;
+    let other = cluster
+        .nodes_hosting("")
+        .await
+        .into_iter()
+        .find(|n| *n != stuck)
+        .expect("another node");
+    cluster.taint(&other, "manual").await;
+    cluster.wait_phase(&stuck, "parked").await;
+    let node = cluster.node(&stuck).await;
+    assert_ne!(
+        node.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "a parked node is uncordoned"
+    );
+    assert!(
+        cluster
+            .taints(&stuck)
+            .await
+            .iter()
+            .any(|t| t.starts_with("rotor.dev/drain")),
+        "the taint stays"
+    );
+    let blocker = cluster
+        .annotation(&stuck, "rotor.dev/blocker")
+        .await
+        .unwrap_or_default();
+    assert!(blocker.contains("shop/precious"), "{blocker}");
+    // Its slot is given back: the next node drains.
+    cluster.wait_phase(&other, "drained").await;
+    assert_eq!(
+        cluster
+            .annotation(&stuck, "rotor.dev/phase")
+            .await
+            .as_deref(),
+        Some("parked"),
+        "the parked node waits for its back-off"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_other_takes_over() {
     // web's budget allows no eviction, so a node hosting web stays blocked: work that lasts.
     let cluster = SimCluster::start(&stuck_cluster()).await;

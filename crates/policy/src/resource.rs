@@ -193,6 +193,14 @@ pub struct PoolDrainSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_single_replica: Option<bool>,
 
+    /// Park a drain blocked this long by what only a person can clear: its drain stops,
+    /// rotor's cordon is undone, the taint stays and the node gives its place in the budget
+    /// back, to be tried again after a back-off (`--park-blocked-after`). "0s" never parks.
+    /// Left out: the flag's value when set, else 15m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"), length(max = 32))]
+    pub park_blocked_after: Option<String>,
+
     /// Make room before evicting (`--surge`): placeholders for the node's pods are scheduled
     /// first. Needs the PriorityClass the drainer's --surge-priority-class names.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -12,6 +12,11 @@ pub enum DrainResult {
     Failed {
         error: DrainError,
     },
+    /// Blocked past park-after by what only a person can clear: set aside, rotor's cordon undone,
+    /// retried after a back-off.
+    Parked {
+        blocker: String,
+    },
     /// The taint went away; rotor's cordon and annotations were undone.
     Cancelled,
     /// The node disappeared.

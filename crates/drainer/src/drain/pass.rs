@@ -164,8 +164,9 @@ pub fn what_shows(
         Some(first) => !matches!(first, Blocker::BudgetRefusing { .. }),
         None => !restart_failures.is_empty() || queue.has_operator_problem(),
     };
+    let every = every_blocker(&blockers);
     let shown = shown_blocker(
-        blockers.first(),
+        every.as_ref(),
         needs_someone,
         progressed_at,
         now,
@@ -176,6 +177,37 @@ pub fn what_shows(
         needs_someone,
         look_again: shown.look_again,
     }
+}
+
+/// How many distinct blockers the record names before "and N more".
+pub const BLOCKERS_SHOWN: usize = 5;
+
+/// Every distinct blocker, in order, as one text (`; ` between them): an operator clearing the
+/// first must not find a second only afterwards. The first [`BLOCKERS_SHOWN`], then how many
+/// more.
+pub fn every_blocker(blockers: &[String]) -> Option<String> {
+    let mut distinct: Vec<&String> = Vec::new();
+    for b in blockers {
+        if !distinct.contains(&b) {
+            distinct.push(b);
+        }
+    }
+    let (first, rest) = distinct.split_first()?;
+    let mut text = (*first).clone();
+    for b in rest.iter().take(BLOCKERS_SHOWN - 1) {
+        text.push_str("; ");
+        text.push_str(b);
+    }
+    if distinct.len() > BLOCKERS_SHOWN {
+        text.push_str(&format!("; and {} more", distinct.len() - BLOCKERS_SHOWN));
+    }
+    Some(text)
+}
+
+/// When a drain blocked by what only a person can clear (`stuck_since`) is parked: at
+/// `park_after` past it; `None` when it is not stuck or parking is off.
+pub fn park_at(stuck_since: Option<Timestamp>, park_after: Option<Duration>) -> Option<Timestamp> {
+    Some(later(stuck_since?, park_after?))
 }
 
 /// The earliest time an empty node may be declared drained: `--settle` after the node became
@@ -285,6 +317,37 @@ mod tests {
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn every_distinct_blocker_shows_the_first_few_then_how_many_more() {
+        let blockers: Vec<String> = ["a", "b", "a", "c"].iter().map(|b| b.to_string()).collect();
+        assert_eq!(every_blocker(&blockers).as_deref(), Some("a; b; c"));
+        let many: Vec<String> = (0..8)
+            .map(|i| format!("pod shop/p-{i} is opted out"))
+            .collect();
+        let text = every_blocker(&many).unwrap();
+        assert!(
+            text.starts_with("pod shop/p-0 is opted out; pod shop/p-1"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("pod shop/p-4 is opted out; and 3 more"),
+            "{text}"
+        );
+        assert_eq!(every_blocker(&[]), None);
+    }
+
+    #[test]
+    fn a_drain_stuck_for_park_after_is_parked_and_never_without_it() {
+        let since = at("2026-11-28T10:00:00Z");
+        let after = Some(Duration::from_secs(900));
+        assert_eq!(
+            park_at(Some(since), after),
+            Some(at("2026-11-28T10:15:00Z"))
+        );
+        assert_eq!(park_at(None, after), None);
+        assert_eq!(park_at(Some(since), None), None);
     }
 
     #[test]

@@ -22,7 +22,8 @@ use crate::drain::eviction::{EvictionQueue, QueuePolicy};
 use crate::drain::eviction_io::EvictionWire;
 use crate::drain::outcome::DrainResult;
 use crate::drain::pass::{
-    Attempt, Settled, choose_sends, force_wake, replace_by_held, say_odd_input, settle, what_shows,
+    Attempt, Settled, choose_sends, force_wake, park_at, replace_by_held, say_odd_input, settle,
+    what_shows,
 };
 use crate::drain::pods::{Charge, DrainOptions, PodRef, plan_node_with};
 use crate::drain::published::owner_of;
@@ -74,6 +75,8 @@ struct Memory {
     /// When this drain last had an eviction accepted (or began evicting): a budget that only
     /// needs time shows as a blocker once nothing has gone for `--blocked-after`.
     progressed_at: Timestamp,
+    /// Since when a blocker only a person can clear has held the drain, continuously.
+    stuck_since: Option<Timestamp>,
 }
 
 /// What one pass over the node's pods concluded.
@@ -119,6 +122,7 @@ pub(crate) async fn evict_until_drained(
             .then(RolloutRestarts::default),
         said: Default::default(),
         progressed_at: Timestamp::now(),
+        stuck_since: None,
     };
     loop {
         let mut wake = task.deadline;
@@ -192,6 +196,7 @@ async fn evict_pass(
         restarts,
         said,
         progressed_at,
+        stuck_since,
     } = memory;
     let now = Timestamp::now();
     if now >= task.deadline {
@@ -346,7 +351,21 @@ async fn evict_pass(
     if let Some(at) = shown.look_again {
         wake = wake.min(at);
     }
-    record_blockers(task, record, shown.blocker, shown.needs_someone).await;
+    let stuck = shown.needs_someone && shown.blocker.is_some();
+    *stuck_since = stuck.then(|| stuck_since.unwrap_or(now));
+    record_blockers(task, record, shown.blocker.clone(), shown.needs_someone).await;
+    // Parked past park-after: the node gives its slot back rather than hold the pool.
+    if let Some(at) = park_at(*stuck_since, drains.settings.park_after) {
+        if now >= at {
+            return Pass {
+                ended: Some(DrainResult::Parked {
+                    blocker: shown.blocker.unwrap_or_default(),
+                }),
+                wake: now,
+            };
+        }
+        wake = wake.min(at);
+    }
     Pass { ended: None, wake }
 }
 

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::Api;
 use rotor_apimachinery::taints::keeps_pods_off;
-use rotor_core::contract::{DrainPhase, DrainReason, find_drain_taint};
+use rotor_core::contract::{DrainReason, find_drain_taint, format_timestamp};
 use rotor_core::duration::later;
 
 use crate::drain::outcome::{DrainOutcome, DrainResult};
@@ -24,7 +24,7 @@ use crate::record::events::NodeEvent;
 use crate::record::node::{
     DrainRecord, Intent, Transition, apply, begin_check, misreadings, retry_backoff,
 };
-use crate::record::node_io::{clean_up, save, start_and_cordon};
+use crate::record::node_io::{clean_up, park, save, start_and_cordon};
 
 /// The node as the drain read it, due to start.
 struct ReadNode<'a> {
@@ -128,7 +128,7 @@ async fn drain_fresh(
         at: now,
     } = read;
     let resumed = before.resumes(now, drains.settings.drain_timeout);
-    let start = if matches!(before.phase, Some(DrainPhase::Failed)) {
+    let start = if before.waits_to_retry() {
         Transition::Retry {
             now,
             drain_timeout: drains.settings.drain_timeout,
@@ -383,6 +383,40 @@ async fn record_end(
                 .announcer
                 .on_node(node, NodeEvent::Failed, error.to_string())
                 .await;
+        }
+        DrainResult::Parked { blocker } => {
+            let parked = apply(
+                &record,
+                Transition::Parked {
+                    blocker: blocker.clone(),
+                    now: Timestamp::now(),
+                },
+            );
+            let retry_at = parked
+                .retry_at(retry_backoff(parked.attempts))
+                .map(format_timestamp)
+                .unwrap_or_default();
+            match park(nodes, name, &parked, &record).await {
+                Ok(uncordoned) => {
+                    record = parked;
+                    let cordon = if uncordoned {
+                        "rotor's cordon undone"
+                    } else {
+                        "no cordon of rotor's to undo"
+                    };
+                    let note = format!(
+                        "rotor parked this drain: blocked for longer than park-after by what only a person can clear ({blocker}). The taint stays, {cordon}, and the node no longer counts against the budgets; the drain starts again at {retry_at}, or sooner once the blocker is cleared and the node is untainted and tainted again."
+                    );
+                    tracing::warn!(node = %name, %blocker, %retry_at, "drain parked");
+                    drains
+                        .announcer
+                        .on_node(node, NodeEvent::Parked, note)
+                        .await;
+                }
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "could not park the drain; it stays blocked and is tried again")
+                }
+            }
         }
         DrainResult::Cancelled => match clean_up(&drains.client, &drains.announcer, name).await {
             Ok(()) => record = DrainRecord::default(),

@@ -366,6 +366,7 @@ impl Machine {
                         }
                     }
                     DrainResult::Failed { .. } => commands.push(Command::CountDrainEnd("failed")),
+                    DrainResult::Parked { .. } => commands.push(Command::CountDrainEnd("parked")),
                     DrainResult::Cancelled => commands.push(Command::CountDrainEnd("cancelled")),
                     DrainResult::Skipped { .. }
                     | DrainResult::NodeGone

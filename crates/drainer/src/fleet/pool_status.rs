@@ -32,7 +32,7 @@ pub fn pool_status(
         n.tainted
             && matches!(
                 n.record.phase,
-                Some(DrainPhase::Blocked | DrainPhase::Failed)
+                Some(DrainPhase::Blocked | DrainPhase::Failed | DrainPhase::Parked)
             )
     };
     // The budget shown is the one for the drain reason of the pool's next node, if any waits.

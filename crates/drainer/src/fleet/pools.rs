@@ -87,7 +87,13 @@ pub struct PoolDrain {
     pub require_approval: Option<bool>,
     pub restart_single_replica: Option<bool>,
     pub surge: Option<bool>,
+    /// `Some(ZERO)`: never park.
+    pub park_after: Option<Duration>,
 }
+
+/// How long a policy's drain stays blocked by what only a person can clear before it is parked,
+/// when neither the policy nor `--park-blocked-after` says.
+pub const POLICY_PARK_AFTER: Duration = Duration::from_secs(15 * 60);
 
 impl PoolDrain {
     /// The drain settings of a node of this pool: the pool's where it sets them, else `base`
@@ -102,6 +108,12 @@ impl PoolDrain {
         settings.restart_single_replica = self
             .restart_single_replica
             .unwrap_or(base.restart_single_replica);
+        // A pool parks stuck nodes unless it says not to: one stuck node must not hold it.
+        settings.park_after = match self.park_after {
+            Some(after) if after.is_zero() => None,
+            Some(after) => Some(after),
+            None => base.park_after.or(Some(POLICY_PARK_AFTER)),
+        };
         settings
     }
 }
@@ -280,6 +292,12 @@ fn read_drain(d: &PoolDrainSettings) -> Result<PoolDrain, String> {
         require_approval: d.require_approval,
         restart_single_replica: d.restart_single_replica,
         surge: d.surge,
+        // "0s" is allowed here: it turns parking off.
+        park_after: d
+            .park_blocked_after
+            .as_deref()
+            .map(|v| rotor_core::parse_duration(v).map_err(|e| format!("parkBlockedAfter: {e}")))
+            .transpose()?,
     })
 }
 

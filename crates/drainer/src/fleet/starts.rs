@@ -189,6 +189,11 @@ pub enum HeldReason {
     AwaitingApproval,
     /// Its last attempt failed; the next starts at `retry_at`.
     BackingOff { attempts: u32, retry_at: Timestamp },
+    /// Its drain was parked, blocked by `blocker` past park-after; tried again at `retry_at`.
+    Parked {
+        blocker: String,
+        retry_at: Timestamp,
+    },
     /// `--max-unavailable` resolves to zero for a fleet of `total` nodes (fail closed).
     NoneAllowed {
         max_unavailable: NodeBudget,
@@ -265,6 +270,11 @@ impl fmt::Display for HeldReason {
             HeldReason::BackingOff { attempts, retry_at } => write!(
                 f,
                 "failed after {attempts} attempt(s); retrying at {}",
+                format_timestamp(*retry_at)
+            ),
+            HeldReason::Parked { blocker, retry_at } => write!(
+                f,
+                "parked (rotor's cordon undone, its slot given back) while blocked: {blocker}; trying again at {}",
                 format_timestamp(*retry_at)
             ),
             HeldReason::NoneAllowed {
@@ -444,7 +454,7 @@ pub fn start_block(
     }
     let block = match node.record.phase {
         Some(DrainPhase::Drained) => Some(StartBlock::Drained),
-        Some(DrainPhase::Failed) => node
+        Some(DrainPhase::Failed | DrainPhase::Parked) => node
             .record
             .backing_off_until(now, retry_backoff)
             .map(StartBlock::BackingOff),
@@ -481,6 +491,17 @@ fn candidates<'a>(
                 &node.name,
                 HeldReason::PreDrainHooks(node.pre_drain_hooks.clone()),
             ),
+            Some(StartBlock::BackingOff(retry_at))
+                if node.record.phase == Some(DrainPhase::Parked) =>
+            {
+                hold(
+                    &node.name,
+                    HeldReason::Parked {
+                        blocker: node.record.blocker.clone().unwrap_or_default(),
+                        retry_at,
+                    },
+                )
+            }
             Some(StartBlock::BackingOff(retry_at)) => hold(
                 &node.name,
                 HeldReason::BackingOff {
@@ -1023,6 +1044,33 @@ mod tests {
         let d = choose_nodes_to_start(&nodes, &l, now(), retry_backoff);
         assert_eq!((d.unavailable, d.starting), (2, 0));
         assert!(d.start.is_empty());
+    }
+
+    #[test]
+    fn a_parked_node_gives_its_slot_back_and_waits_for_its_back_off() {
+        // Parked a minute ago (back-off after one attempt: 1 minute); rotor's cordon undone.
+        let mut parked = tainted("stuck");
+        parked.record.phase = Some(DrainPhase::Parked);
+        parked.record.attempts = 1;
+        parked.record.blocker = Some("pod shop/db-0 has rotor.dev/do-not-disrupt=true".into());
+        parked.record.deadline = Some(now() - jiff::SignedDuration::from_secs(30));
+        assert!(!parked.is_unavailable() && !parked.is_active());
+        let nodes = [parked.clone(), tainted("next"), node("c")];
+        let d = choose_nodes_to_start(&nodes, &limits(1, "1"), now(), retry_backoff);
+        assert_eq!(d.start, ["next"]);
+        let held = held_text(&d);
+        assert_eq!(held[0].0, "stuck");
+        assert!(
+            held[0].1.starts_with(
+                "parked (rotor's cordon undone, its slot given back) while blocked: pod shop/db-0"
+            ),
+            "{}",
+            held[0].1
+        );
+        // After its back-off it is a candidate again.
+        parked.record.deadline = Some(now() - jiff::SignedDuration::from_secs(120));
+        let d = choose_nodes_to_start(&[parked], &limits(1, "1"), now(), retry_backoff);
+        assert_eq!(d.start, ["stuck"]);
     }
 
     #[test]

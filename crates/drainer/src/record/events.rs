@@ -12,6 +12,8 @@ pub enum NodeEvent {
     Cancelled,
     Blocked,
     Failed,
+    /// Blocked past park-after: set aside, rotor's cordon undone, retried after a back-off.
+    Parked,
     PodForced,
     SurgeReady,
     /// No pod on the node needs room elsewhere: nothing to wait for.
@@ -40,7 +42,7 @@ pub enum NodeEvent {
 }
 
 impl NodeEvent {
-    pub const ALL: [NodeEvent; 19] = [
+    pub const ALL: [NodeEvent; 20] = [
         NodeEvent::HeldByHooks,
         NodeEvent::Started,
         NodeEvent::Resumed,
@@ -48,6 +50,7 @@ impl NodeEvent {
         NodeEvent::Cancelled,
         NodeEvent::Blocked,
         NodeEvent::Failed,
+        NodeEvent::Parked,
         NodeEvent::PodForced,
         NodeEvent::SurgeReady,
         NodeEvent::SurgeNothingToReserve,
@@ -72,6 +75,7 @@ impl NodeEvent {
             NodeEvent::Cancelled => "DrainCancelled",
             NodeEvent::Blocked => "DrainBlocked",
             NodeEvent::Failed => "DrainFailed",
+            NodeEvent::Parked => "DrainParked",
             NodeEvent::PodForced => "PodForced",
             NodeEvent::SurgeReady => "SurgeReady",
             NodeEvent::SurgeNothingToReserve | NodeEvent::SurgeNoSlot => "SurgeSkipped",
@@ -92,6 +96,7 @@ impl NodeEvent {
             self,
             NodeEvent::Blocked
                 | NodeEvent::Failed
+                | NodeEvent::Parked
                 | NodeEvent::PodForced
                 | NodeEvent::SurgeNoSlot
                 | NodeEvent::SurgeTimedOut

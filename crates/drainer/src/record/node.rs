@@ -56,6 +56,9 @@ pub enum Transition {
     Drained { now: Timestamp },
     /// The attempt gave up (deadline passed, or an error no retry within it can fix).
     Failed { error: String, now: Timestamp },
+    /// The drain was set aside while `blocker` holds it (park-after); rotor's cordon is undone
+    /// in the same write.
+    Parked { blocker: String, now: Timestamp },
     /// A new attempt after a failure, once its back-off has passed.
     Retry {
         now: Timestamp,
@@ -171,11 +174,16 @@ impl DrainRecord {
     /// plus `backoff`. `None` when the record is not failed or has no time to count from (then
     /// it may be retried at once).
     pub fn retry_at(&self, backoff: Duration) -> Option<Timestamp> {
-        if self.phase != Some(DrainPhase::Failed) {
+        if !self.waits_to_retry() {
             return None;
         }
         let failed_at = self.failed_at()?;
         Some(add(failed_at, backoff))
+    }
+
+    /// Failed or parked: the deadline field holds when, and a retry waits for a back-off.
+    pub fn waits_to_retry(&self) -> bool {
+        matches!(self.phase, Some(DrainPhase::Failed | DrainPhase::Parked))
     }
 
     /// When a failed record failed: its `deadline`, else its `started_at`.
@@ -205,7 +213,7 @@ impl DrainRecord {
     /// them; rotor does not act on them (see [`apply`] and [`DrainRecord::backing_off_until`]).
     pub fn implausible_times(&self, now: Timestamp, drain_timeout: Duration) -> Vec<&'static str> {
         let soon = add(now, CLOCK_SKEW);
-        let latest_deadline = if self.phase == Some(DrainPhase::Failed) {
+        let latest_deadline = if self.waits_to_retry() {
             soon
         } else {
             add(soon, drain_timeout)
@@ -350,6 +358,8 @@ fn add(timestamp: Timestamp, duration: Duration) -> Timestamp {
 /// - `Failed` sets phase `Failed` and the last error, keeps the attempt count, and sets
 ///   `deadline = now`: for a failed record the deadline field holds when it failed, which is
 ///   where the retry back-off counts from.
+/// - `Parked` sets phase `Parked`, the blocker and `deadline = now` (where the back-off counts
+///   from, as for `Failed`), and clears `cordoned_by_rotor`: the same write undoes the cordon.
 pub fn apply(record: &DrainRecord, transition: Transition) -> DrainRecord {
     let mut next = record.clone();
     match transition {
@@ -387,6 +397,12 @@ pub fn apply(record: &DrainRecord, transition: Transition) -> DrainRecord {
             next.phase = Some(DrainPhase::Failed);
             next.last_error = Some(error);
             next.deadline = Some(whole_seconds(now));
+        }
+        Transition::Parked { blocker, now } => {
+            next.phase = Some(DrainPhase::Parked);
+            next.blocker = Some(blocker);
+            next.deadline = Some(whole_seconds(now));
+            next.cordoned_by_rotor = false;
         }
     }
     next
@@ -721,6 +737,48 @@ mod tests {
         let evicting = apply(&blocked, Transition::Evicting);
         assert_eq!(evicting.phase, Some(DrainPhase::Evicting));
         assert_eq!(evicting.blocker, None);
+    }
+
+    #[test]
+    fn parking_keeps_the_blocker_gives_up_the_cordon_and_backs_off_like_a_failure() {
+        let cordoned = apply(&started(), Transition::Cordoned { by_rotor: true });
+        let blocked = apply(
+            &cordoned,
+            Transition::Blocked("pod shop/db-0 opted out".into()),
+        );
+        let parked = apply(
+            &blocked,
+            Transition::Parked {
+                blocker: "pod shop/db-0 opted out".into(),
+                now: ts("2025-03-01T11:00:02Z"),
+            },
+        );
+        assert_eq!(parked.phase, Some(DrainPhase::Parked));
+        assert_eq!(parked.blocker.as_deref(), Some("pod shop/db-0 opted out"));
+        assert!(!parked.cordoned_by_rotor && !parked.is_active());
+        assert_eq!(
+            parked.retry_at(retry_backoff(parked.attempts)),
+            Some(ts("2025-03-01T11:01:02Z"))
+        );
+        // The retry is a new attempt.
+        let retried = apply(
+            &parked,
+            Transition::Retry {
+                now: ts("2025-03-01T11:02:00Z"),
+                drain_timeout: Duration::from_secs(600),
+            },
+        );
+        assert_eq!(
+            (retried.phase, retried.attempts),
+            (Some(DrainPhase::Queued), 2)
+        );
+        // Read back from the annotations it writes.
+        let written: BTreeMap<String, String> = parked
+            .to_annotations()
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v?)))
+            .collect();
+        assert_eq!(DrainRecord::from_annotations(Some(&written)), parked);
     }
 
     #[test]

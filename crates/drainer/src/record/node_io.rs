@@ -87,6 +87,36 @@ fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
+/// Writes a parked record (`new`, over `old`) and, in the same write, undoes rotor's own cordon
+/// (never someone else's: only when `old` says rotor placed it). Guarded by resourceVersion, so
+/// a cordon placed by someone else in between is left alone. Returns whether it uncordoned.
+pub async fn park(
+    nodes: &Api<Node>,
+    name: &str,
+    new: &DrainRecord,
+    old: &DrainRecord,
+) -> Result<bool, kube::Error> {
+    let attempt = || async {
+        let node = nodes.get(name).await?;
+        let mut patch = new.annotation_patch(old);
+        patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+        let uncordon = old.cordoned_by_rotor
+            && node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+        if uncordon {
+            patch["spec"] = json!({"unschedulable": false});
+        }
+        nodes
+            .patch(name, &patch_params(), &Patch::Merge(&patch))
+            .await?;
+        Ok(uncordon)
+    };
+    attempt.retry(conflict_backoff()).when(is_conflict).await
+}
+
 /// Undoes what rotor did to a node whose taint went away: its own cordon, its annotations.
 pub async fn clean_up(
     client: &kube::Client,

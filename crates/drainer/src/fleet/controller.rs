@@ -34,7 +34,7 @@ use crate::error::RunError;
 use crate::fleet::gate::GateConfig;
 use crate::fleet::health::HealthConfig;
 use crate::fleet::pools::{DrainPolicy, FlagDrain};
-use crate::fleet::starts::{FleetLimits, HeldReason, NodeView};
+use crate::fleet::starts::{FleetLimits, HeldReason, NodeView, concurrency_note};
 use crate::fleet::window::MaintenanceWindow;
 use crate::fleet::workloads::{WorkloadIndex, WorkloadUpdate};
 use crate::leader::election::Election;
@@ -216,7 +216,14 @@ pub async fn run(
             ev = node_events.next() => match ev {
                 Some(Ok(watcher::Event::Init)) => { listing.clear(); continue }
                 Some(Ok(watcher::Event::InitApply(n))) => { listing.push(NodeView::of(&n)); continue }
-                Some(Ok(watcher::Event::InitDone)) => Some(Event::NodesListed(std::mem::take(&mut listing))),
+                Some(Ok(watcher::Event::InitDone)) => {
+                    if !machine.listed()
+                        && let Some(note) = concurrency_note(&fleet.settings.limits, listing.len())
+                    {
+                        tracing::warn!("{note}");
+                    }
+                    Some(Event::NodesListed(std::mem::take(&mut listing)))
+                }
                 Some(Ok(watcher::Event::Apply(n))) => Some(Event::NodeApplied(NodeView::of(&n))),
                 Some(Ok(watcher::Event::Delete(n))) => Some(Event::NodeDeleted(n.metadata.name.unwrap_or_default())),
                 Some(Err(e)) => { tracing::warn!(error = %e, "node watch failed; it restarts with back-off"); None }

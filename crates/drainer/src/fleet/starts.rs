@@ -364,6 +364,21 @@ pub struct FleetLimits {
     pub startup_grace: Duration,
 }
 
+/// What to tell an operator at start-up when `--max-concurrent` promises more drains at once
+/// than `--max-unavailable` allows for a fleet of `nodes` (each drain takes a node out), or
+/// `None`. Nodes RotationPolicies govern follow their own budgets.
+pub fn concurrency_note(limits: &FleetLimits, nodes: usize) -> Option<String> {
+    let allowed = limits.max_unavailable.resolve(nodes);
+    (limits.max_concurrent > allowed.max(1)).then(|| {
+        format!(
+            "--max-concurrent {} is more than --max-unavailable {} allows for {nodes} node(s) ({allowed}): nodes no RotationPolicy governs drain at most {} at a time; raise --max-unavailable (or give their pools policies) to drain more at once",
+            limits.max_concurrent,
+            limits.max_unavailable,
+            allowed.max(1).min(limits.max_concurrent)
+        )
+    })
+}
+
 /// Which nodes to start draining, and why the others wait.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FleetDecision {
@@ -1044,6 +1059,22 @@ mod tests {
         let d = choose_nodes_to_start(&nodes, &l, now(), retry_backoff);
         assert_eq!((d.unavailable, d.starting), (2, 0));
         assert!(d.start.is_empty());
+    }
+
+    #[test]
+    fn a_concurrency_the_unavailable_budget_cannot_give_is_said_at_start_up() {
+        let note = concurrency_note(&limits(2, "1"), 10).unwrap();
+        assert!(
+            note.starts_with(
+                "--max-concurrent 2 is more than --max-unavailable 1 allows for 10 node(s) (1)"
+            ),
+            "{note}"
+        );
+        assert!(note.contains("at most 1 at a time"), "{note}");
+        assert_eq!(concurrency_note(&limits(2, "2"), 10), None);
+        // 10% of 30 nodes is 3: enough for 3 at once.
+        assert_eq!(concurrency_note(&limits(3, "10%"), 30), None);
+        assert!(concurrency_note(&limits(3, "10%"), 10).is_some());
     }
 
     #[test]

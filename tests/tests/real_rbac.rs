@@ -5,7 +5,10 @@
 //! they all run rotor under these roles and assert no 403.)
 //!
 //! One control plane serves every case: the role is re-applied without the rule, rotor runs
-//! against a fresh node until the refusal shows, then the role is put back.
+//! against a fresh node until the refusal shows, then the role is put back. A RotationPolicy
+//! governs every node (with room for all of them), so that the drainer lists and watches the
+//! policies and its leader writes the policy's status: the rules on `rotationpolicies` and
+//! `rotationpolicies/status` are proven needed like the others.
 
 use std::time::Duration;
 
@@ -63,6 +66,17 @@ fn names(text: &str, resource: &str) -> bool {
     text.contains(&format!("\"{resource}\"")) || text.contains(&format!("\\\"{resource}\\\""))
 }
 
+/// A RotationPolicy over every node that lets all of them drain at once: it changes nothing of
+/// what the cases do, but the drainer follows it, so it reads the policies and writes the
+/// policy's status.
+const EVERY_NODE_POLICY: &str = "apiVersion: rotor.dev/v1alpha1
+kind: RotationPolicy
+metadata: {name: rbac-cases}
+spec:
+  nodeSelector: {}
+  budgets: [{nodes: \"100%\"}]
+";
+
 /// A fresh kwok node with two pods that nothing protects, so the drainer (with `--surge` and
 /// `--restart-single-replica`) walks every step it needs a permission for: watch, lease,
 /// cordon, a placeholder for each pod, evict one, restart the other's Deployment, record. One
@@ -119,6 +133,13 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
     let cluster = RealCluster::start();
     cluster.apply_kustomize_ok(OVERLAY);
     cluster.stop_shipped_drainer();
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/rotationpolicies.rotor.dev",
+        "--timeout=60s",
+    ]);
+    cluster.apply(EVERY_NODE_POLICY);
     let user = "system:serviceaccount:rotor-system:rotor-drainer";
     // A health check and the circuit breaker, so that the leader writes the rotation record
     // and every replica watches it (configmaps).
@@ -189,6 +210,12 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
             ));
         }
     }
+    // With every rule in place the leader wrote the policy's status (the rule's sufficiency).
+    let policy = cluster.kubectl_json(&["get", "rotationpolicy", "rbac-cases"]);
+    assert!(
+        policy["status"]["nodes"].as_u64().unwrap_or(0) > 0,
+        "no status written on the RotationPolicy: {policy}"
+    );
     eprintln!("{}", report.join("\n"));
 }
 

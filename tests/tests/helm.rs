@@ -1,7 +1,8 @@
 //! The Helm chart in deploy/helm/rotor, without a cluster: `helm lint`, every example values
 //! file rendered and compared object by object with its kustomize twin (one source of truth:
-//! the two must not drift apart), the values schema refusing what the binaries refuse, and the
-//! chart's version against the binaries'. `real_helm.rs` installs it on a real control plane.
+//! the two must not drift apart; the CRDs of the chart's crds/ included), the `policies`
+//! values rendered as RotationPolicies, the values schema refusing what the binaries and the CRD
+//! refuse, and the chart's version against the binaries'. `real_helm.rs` installs it on a real control plane.
 //!
 //! Helm comes from `tools/build.sh`, like the control plane; without it these tests fail and
 //! say how to build it.
@@ -318,5 +319,117 @@ fn the_chart_version_is_the_binaries_version() {
     assert!(
         rendered.contains(&format!("image: ghcr.io/rotor-dev/rotor:{app_version}")),
         "the default image tag is the appVersion"
+    );
+}
+
+/// examples/pools.yaml renders its three `policies` as RotationPolicies, each spec as written,
+/// cluster-scoped; the defaults render none.
+#[test]
+fn the_pools_example_renders_its_three_rotation_policies_as_written() {
+    let example = format!("{CHART}/examples/pools.yaml");
+    let values: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(workspace_root().join(&example)).expect("read the example"),
+    )
+    .expect("the example parses");
+    let out = template(&[&example], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output(&format!("helm template -f {example}"), &out)
+    );
+    let rendered = parse(&String::from_utf8_lossy(&out.stdout));
+    let policies: Vec<&Value> = rendered
+        .iter()
+        .filter(|o| o["kind"] == "RotationPolicy")
+        .collect();
+    let names: Vec<&str> = policies
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["system", "gpu", "general"], "{example}");
+    for (policy, wanted) in policies
+        .iter()
+        .zip(values["policies"].as_array().expect("policies"))
+    {
+        let name = &policy["metadata"]["name"];
+        assert_eq!(policy["apiVersion"], "rotor.dev/v1alpha1", "{name}");
+        assert!(
+            policy["metadata"]["namespace"].is_null(),
+            "{name} is cluster-scoped"
+        );
+        assert_eq!(
+            policy["metadata"]["labels"]["app.kubernetes.io/part-of"],
+            "rotor"
+        );
+        assert_eq!(
+            policy["spec"], wanted["spec"],
+            "{name}: the spec as written"
+        );
+    }
+    // The gpu pool's drain.surge needs the drainer's --surge, which the example turns on.
+    let drainer = rendered
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "rotor-drainer")
+        .expect("the drainer Deployment");
+    let args = drainer["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("\"--surge\""), "{args}");
+
+    let defaults = String::from_utf8_lossy(&template(&[], &[]).stdout).into_owned();
+    assert!(
+        !defaults.contains("kind: RotationPolicy"),
+        "the defaults create no RotationPolicy"
+    );
+}
+
+/// What `policies` refuses, naming it: a field the CRD does not have (the API server would
+/// drop it silently), a count written as a number, a name listed twice.
+#[test]
+fn the_chart_refuses_a_policy_the_api_server_would_drop_or_misread() {
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["policies[0].name=gpu", "policies[0].spec.budget[0].nodes=1"],
+            "additional properties 'budget' not allowed",
+        ),
+        (
+            &[
+                "policies[0].name=gpu",
+                "policies[0].spec.budgets[0].nodes=1",
+            ],
+            "/policies/0/spec/budgets/0/nodes",
+        ),
+        (
+            &[
+                "policies[0].name=gpu",
+                "policies[0].spec.priority=1",
+                "policies[1].name=gpu",
+                "policies[1].spec.priority=2",
+            ],
+            "\"gpu\" is listed twice",
+        ),
+    ];
+    for (sets, named) in cases {
+        let extra: Vec<&str> = sets.iter().flat_map(|s| ["--set", *s]).collect();
+        let out = template(&[], &extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(named),
+            "{sets:?} must be refused naming {named:?}: {}",
+            describe_output("helm template", &out)
+        );
+    }
+    // A count as a string passes.
+    let out = template(
+        &[],
+        &[
+            "--set",
+            "policies[0].name=gpu",
+            "--set-string",
+            "policies[0].spec.budgets[0].nodes=1",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output("helm template", &out)
     );
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use rotor_e2e::helm::{CHART, examples, helm, helm_ok, template};
+use rotor_e2e::manifests::ROTATION_POLICY_API_VERSION;
 use rotor_e2e::{TestDir, binary, binary_dir, describe_output, kustomize, workspace_root};
 use serde_json::Value;
 
@@ -352,7 +353,7 @@ fn the_pools_example_renders_its_three_rotation_policies_as_written() {
         .zip(values["policies"].as_array().expect("policies"))
     {
         let name = &policy["metadata"]["name"];
-        assert_eq!(policy["apiVersion"], "rotor.dev/v1alpha1", "{name}");
+        assert_eq!(policy["apiVersion"], ROTATION_POLICY_API_VERSION, "{name}");
         assert!(
             policy["metadata"]["namespace"].is_null(),
             "{name} is cluster-scoped"

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use rotor_e2e::manifests::rotation_policy;
 use rotor_e2e::{FakeNode, RealCluster, describe_output, kustomize, wait_until};
 use serde_json::{Value, json};
 
@@ -69,13 +70,12 @@ fn names(text: &str, resource: &str) -> bool {
 /// A RotationPolicy over every node that lets all of them drain at once: it changes nothing of
 /// what the cases do, but the drainer follows it, so it reads the policies and writes the
 /// policy's status.
-const EVERY_NODE_POLICY: &str = "apiVersion: rotor.dev/v1alpha1
-kind: RotationPolicy
-metadata: {name: rbac-cases}
-spec:
-  nodeSelector: {}
-  budgets: [{nodes: \"100%\"}]
-";
+fn every_node_policy() -> String {
+    rotation_policy(POLICY, r#"{nodeSelector: {}, budgets: [{nodes: "100%"}]}"#)
+}
+
+/// The name of [`every_node_policy`].
+const POLICY: &str = "rbac-cases";
 
 /// A fresh kwok node with two pods that nothing protects, so the drainer (with `--surge` and
 /// `--restart-single-replica`) walks every step it needs a permission for: watch, lease,
@@ -139,7 +139,7 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
         "crd/rotationpolicies.rotor.dev",
         "--timeout=60s",
     ]);
-    cluster.apply(EVERY_NODE_POLICY);
+    cluster.apply(&every_node_policy());
     let user = "system:serviceaccount:rotor-system:rotor-drainer";
     // A health check and the circuit breaker, so that the leader writes the rotation record
     // and every replica watches it (configmaps).
@@ -211,7 +211,7 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
         }
     }
     // With every rule in place the leader wrote the policy's status (the rule's sufficiency).
-    let policy = cluster.kubectl_json(&["get", "rotationpolicy", "rbac-cases"]);
+    let policy = cluster.kubectl_json(&["get", "rotationpolicy", POLICY]);
     assert!(
         policy["status"]["nodes"].as_u64().unwrap_or(0) > 0,
         "no status written on the RotationPolicy: {policy}"

@@ -1,8 +1,9 @@
 //! The Helm chart in deploy/helm/rotor, without a cluster: `helm lint`, every example values
 //! file rendered and compared object by object with its kustomize twin (one source of truth:
 //! the two must not drift apart; the CRDs of the chart's crds/ included), the `policies`
-//! values rendered as RotationPolicies, the values schema refusing what the binaries and the CRD
-//! refuse, and the chart's version against the binaries'. `real_helm.rs` installs it on a real control plane.
+//! values rendered as RotationPolicies, the values schema refusing what the binaries and the
+//! CRD refuse, and the chart's version against the binaries'. `real_helm.rs` installs it on a
+//! real control plane.
 //!
 //! Helm comes from `tools/build.sh`, like the control plane; without it these tests fail and
 //! say how to build it.

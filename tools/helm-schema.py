@@ -97,16 +97,17 @@ def flags(command):
 
 def values_schema(crd_schema):
     """A CRD's OpenAPI schema as a values schema (JSON Schema draft 7): `nullable` becomes a
-    `null` type, what JSON Schema does not read (`format`, the `x-kubernetes-*` extensions,
-    whose CEL rules the API server still applies) is left out, and every object with
-    properties refuses the fields it does not name, as the API server would silently drop them."""
+    `null` type; what does not validate is left out (`format`, `description`, `default`, and
+    the `x-kubernetes-*` extensions, whose CEL rules the API server still applies), so that a
+    reworded description does not make the values schema stale; and every object with
+    properties refuses the fields it does not name, which the API server would silently drop."""
     if isinstance(crd_schema, list):
         return [values_schema(s) for s in crd_schema]
     if not isinstance(crd_schema, dict):
         return crd_schema
     out = {}
     for key, value in crd_schema.items():
-        if key == "format" or key == "nullable" or key.startswith("x-kubernetes-"):
+        if key in ("format", "nullable", "description", "default") or key.startswith("x-kubernetes-"):
             continue
         if key == "properties":
             out[key] = {name: values_schema(s) for name, s in value.items()}

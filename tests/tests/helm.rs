@@ -225,8 +225,9 @@ fn the_values_schema_is_the_one_the_binaries_help_makes() {
     };
     assert!(
         read(&fresh) == read(&committed),
-        "deploy/helm/rotor/values.schema.json is stale against the binaries' --help: run \
-         `cargo build --workspace --bins && python3 tools/helm-schema.py` and commit it"
+        "deploy/helm/rotor/values.schema.json is stale against the binaries' --help or the \
+         RotationPolicy CRD in the chart's crds/: run `cargo build --workspace --bins && python3 \
+         tools/helm-schema.py` and commit it"
     );
     // Every flag of `run --help` is reachable, as its kind.
     let flags = &read(&committed)["properties"]["drainer"]["properties"]["flags"]["properties"];

@@ -35,3 +35,19 @@ spec:
 "
     )
 }
+
+/// The apiVersion of rotor's RotationPolicy (crates/policy: group `rotor.dev`, version
+/// `v1alpha1`).
+pub const ROTATION_POLICY_API_VERSION: &str = "rotor.dev/v1alpha1";
+
+/// A RotationPolicy named `name` whose spec is `spec`, a YAML flow mapping
+/// (`{nodeSelector: {}, budgets: [{nodes: "1"}]}`).
+pub fn rotation_policy(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: {ROTATION_POLICY_API_VERSION}
+kind: RotationPolicy
+metadata: {{name: {name}}}
+spec: {spec}
+"
+    )
+}

@@ -19,7 +19,8 @@ use serde_json::Value;
 const OVERLAYS: [&str; 3] = ["aws", "kubernetes", "dry-run"];
 const NAMESPACE: &str = "rotor-system";
 const IMAGE: &str = "ghcr.io/rotor-dev/rotor";
-const CLUSTER_SCOPED: [&str; 4] = [
+const CLUSTER_SCOPED: [&str; 5] = [
+    "CustomResourceDefinition",
     "Namespace",
     "ClusterRole",
     "ClusterRoleBinding",
@@ -34,7 +35,8 @@ const NONROOT_UID: i64 = 65532;
 
 /// The objects every overlay renders. The names are a contract: the simulator's RBAC enforcement
 /// and the end-to-end tests read these ServiceAccounts and roles.
-const OBJECTS: [(&str, &str); 15] = [
+const OBJECTS: [(&str, &str); 16] = [
+    ("CustomResourceDefinition", "rotationpolicies.rotor.dev"),
     ("Namespace", "rotor-system"),
     ("ServiceAccount", "rotor-drainer"),
     ("ServiceAccount", "rotor-selector"),

@@ -1,7 +1,9 @@
 //! The Helm chart in deploy/helm/rotor, without a cluster: `helm lint`, every example values
 //! file rendered and compared object by object with its kustomize twin (one source of truth:
-//! the two must not drift apart), the values schema refusing what the binaries refuse, and the
-//! chart's version against the binaries'. `real_helm.rs` installs it on a real control plane.
+//! the two must not drift apart; the CRDs of the chart's crds/ included), the `policies`
+//! values rendered as RotationPolicies, the values schema refusing what the binaries and the
+//! CRD refuse, and the chart's version against the binaries'. `real_helm.rs` installs it on a
+//! real control plane.
 //!
 //! Helm comes from `tools/build.sh`, like the control plane; without it these tests fail and
 //! say how to build it.
@@ -10,6 +12,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use rotor_e2e::helm::{CHART, examples, helm, helm_ok, template};
+use rotor_e2e::manifests::ROTATION_POLICY_API_VERSION;
 use rotor_e2e::{TestDir, binary, binary_dir, describe_output, kustomize, workspace_root};
 use serde_json::Value;
 
@@ -77,6 +80,17 @@ fn twin(example: &str) -> (String, Vec<String>) {
     (dir, extra)
 }
 
+/// Removes the `app.kubernetes.io/part-of: rotor` label, and the labels when none is left.
+fn strip_part_of_label(object: &mut Value) {
+    let metadata = object["metadata"].as_object_mut().expect("metadata");
+    if let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut) {
+        labels.remove("app.kubernetes.io/part-of");
+        if labels.is_empty() {
+            metadata.remove("labels");
+        }
+    }
+}
+
 fn differences(chart: &Value, kustomize: &Value, path: &str, out: &mut Vec<String>) {
     match (chart, kustomize) {
         (Value::Object(a), Value::Object(b)) => {
@@ -95,6 +109,8 @@ fn differences(chart: &Value, kustomize: &Value, path: &str, out: &mut Vec<Strin
                 differences(x, y, &format!("{path}/{i}"), out);
             }
         }
+        // `0.0` and `0` are one number (kustomize rewrites the CRD's `minimum: 0.0` as `0`).
+        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => {}
         (a, b) if a != b => out.push(format!("{path}: chart {a}, kustomize {b}")),
         _ => {}
     }
@@ -119,16 +135,24 @@ fn every_example_renders_the_same_objects_as_its_kustomize_twin() {
     let mut report = Vec::new();
     for example in examples() {
         let (dir, extra) = twin(&example);
-        let out = template(&[&example], &[]);
+        // With the CRDs of the chart's crds/, which `helm install` applies first.
+        let out = template(&[&example], &["--include-crds"]);
         assert!(
             out.status.success(),
             "{}",
-            describe_output(&format!("helm template -f {example}"), &out)
+            describe_output(&format!("helm template --include-crds -f {example}"), &out)
         );
         let chart = objects(&String::from_utf8_lossy(&out.stdout));
         let mut expected = objects(&kustomize(&dir));
         // The chart installs into a namespace it does not own (helm --create-namespace).
         expected.retain(|k, _| !k.starts_with("Namespace/"));
+        // Helm applies crds/ as written, untemplated, so the chart's CRDs lack the part-of label
+        // that the kustomize base puts on every object; the rest must be the same.
+        for (key, crd) in expected.iter_mut() {
+            if key.starts_with("CustomResourceDefinition/") {
+                strip_part_of_label(crd);
+            }
+        }
         let mut problems = Vec::new();
         for key in expected.keys().filter(|k| !chart.contains_key(*k)) {
             problems.push(format!("{key} is in {dir} but not rendered by the chart"));
@@ -201,8 +225,9 @@ fn the_values_schema_is_the_one_the_binaries_help_makes() {
     };
     assert!(
         read(&fresh) == read(&committed),
-        "deploy/helm/rotor/values.schema.json is stale against the binaries' --help: run \
-         `cargo build --workspace --bins && python3 tools/helm-schema.py` and commit it"
+        "deploy/helm/rotor/values.schema.json is stale against the binaries' --help or the \
+         RotationPolicy CRD in the chart's crds/: run `cargo build --workspace --bins && python3 \
+         tools/helm-schema.py` and commit it"
     );
     // Every flag of `run --help` is reachable, as its kind.
     let flags = &read(&committed)["properties"]["drainer"]["properties"]["flags"]["properties"];
@@ -297,5 +322,117 @@ fn the_chart_version_is_the_binaries_version() {
     assert!(
         rendered.contains(&format!("image: ghcr.io/rotor-dev/rotor:{app_version}")),
         "the default image tag is the appVersion"
+    );
+}
+
+/// examples/pools.yaml renders its three `policies` as RotationPolicies, each spec as written,
+/// cluster-scoped; the defaults render none.
+#[test]
+fn the_pools_example_renders_its_three_rotation_policies_as_written() {
+    let example = format!("{CHART}/examples/pools.yaml");
+    let values: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(workspace_root().join(&example)).expect("read the example"),
+    )
+    .expect("the example parses");
+    let out = template(&[&example], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output(&format!("helm template -f {example}"), &out)
+    );
+    let rendered = parse(&String::from_utf8_lossy(&out.stdout));
+    let policies: Vec<&Value> = rendered
+        .iter()
+        .filter(|o| o["kind"] == "RotationPolicy")
+        .collect();
+    let names: Vec<&str> = policies
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["system", "gpu", "general"], "{example}");
+    for (policy, wanted) in policies
+        .iter()
+        .zip(values["policies"].as_array().expect("policies"))
+    {
+        let name = &policy["metadata"]["name"];
+        assert_eq!(policy["apiVersion"], ROTATION_POLICY_API_VERSION, "{name}");
+        assert!(
+            policy["metadata"]["namespace"].is_null(),
+            "{name} is cluster-scoped"
+        );
+        assert_eq!(
+            policy["metadata"]["labels"]["app.kubernetes.io/part-of"],
+            "rotor"
+        );
+        assert_eq!(
+            policy["spec"], wanted["spec"],
+            "{name}: the spec as written"
+        );
+    }
+    // The gpu pool's drain.surge needs the drainer's --surge, which the example turns on.
+    let drainer = rendered
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "rotor-drainer")
+        .expect("the drainer Deployment");
+    let args = drainer["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("\"--surge\""), "{args}");
+
+    let defaults = String::from_utf8_lossy(&template(&[], &[]).stdout).into_owned();
+    assert!(
+        !defaults.contains("kind: RotationPolicy"),
+        "the defaults create no RotationPolicy"
+    );
+}
+
+/// What `policies` refuses, naming it: a field the CRD does not have (the API server would
+/// drop it silently), a count written as a number, a name listed twice.
+#[test]
+fn the_chart_refuses_a_policy_the_api_server_would_drop_or_misread() {
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["policies[0].name=gpu", "policies[0].spec.budget[0].nodes=1"],
+            "additional properties 'budget' not allowed",
+        ),
+        (
+            &[
+                "policies[0].name=gpu",
+                "policies[0].spec.budgets[0].nodes=1",
+            ],
+            "/policies/0/spec/budgets/0/nodes",
+        ),
+        (
+            &[
+                "policies[0].name=gpu",
+                "policies[0].spec.priority=1",
+                "policies[1].name=gpu",
+                "policies[1].spec.priority=2",
+            ],
+            "\"gpu\" is listed twice",
+        ),
+    ];
+    for (sets, named) in cases {
+        let extra: Vec<&str> = sets.iter().flat_map(|s| ["--set", *s]).collect();
+        let out = template(&[], &extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(named),
+            "{sets:?} must be refused naming {named:?}: {}",
+            describe_output("helm template", &out)
+        );
+    }
+    // A count as a string passes.
+    let out = template(
+        &[],
+        &[
+            "--set",
+            "policies[0].name=gpu",
+            "--set-string",
+            "policies[0].spec.budgets[0].nodes=1",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output("helm template", &out)
     );
 }

@@ -7,7 +7,12 @@
 //! - without `patch nodes` the selector exits non-zero naming the forbidden verb and resource;
 //! - without `create pods/eviction` the drainer evicts nothing and says why;
 //! - without `list`/`watch` on the apps workloads the gate cannot tell whether evicted
-//!   workloads are Ready again, so it holds every drain (fails closed) and says why.
+//!   workloads are Ready again, so it holds every drain (fails closed) and says why;
+//! - without `list`/`watch` on `rotationpolicies` the drainer cannot tell which nodes a policy
+//!   governs, so it holds every drain (fails closed) and names the refused resource. (The
+//!   simulator serves no RotationPolicy: with the rule, the list answers 404 and every node
+//!   follows the flags, which the full rotation above shows. That the status rule is needed
+//!   is shown on the real control plane, `real_rbac.rs`, which serves the CRD.)
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -382,6 +387,37 @@ fn without_watching_workloads_the_gate_holds_every_drain_and_says_why() {
             .any(|r| recent.contains(r)),
         "{authz}"
     );
+    eprintln!("drainer log line: {line}");
+}
+
+#[test]
+fn without_watching_rotation_policies_the_drainer_holds_every_drain_and_says_why() {
+    let (_dir, sim, drainer, node) = drainer_without(
+        "rbac-policies",
+        "- apiGroups:\n  - rotor.dev\n  resources:\n  - rotationpolicies\n  verbs:\n  - list\n  - watch\n",
+    );
+    // A refusal is not "no policies": a policy tighter than the flags might exist, so no drain
+    // starts, and the log names the resource the drainer may not list.
+    let line = wait_until(
+        "the drainer to log the refused RotationPolicy list",
+        Duration::from_secs(30),
+        || {
+            drainer
+                .log()
+                .lines()
+                .find(|l| {
+                    l.contains("cannot list resource \"rotationpolicies\"")
+                        || l.contains("cannot list resource \\\"rotationpolicies\\\"")
+                })
+                .map(str::to_string)
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let phase = node_phase(&sim, &node);
+    assert_eq!(phase, "", "no drain may start: {line}");
+    let authz = authorization_stats(&sim);
+    let recent = authz["recentDenials"].to_string();
+    assert!(recent.contains("rotationpolicies"), "{authz}");
     eprintln!("drainer log line: {line}");
 }
 

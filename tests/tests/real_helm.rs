@@ -40,6 +40,25 @@ fn the_chart_installs_upgrades_and_rotor_drains_under_its_rbac() {
         "--timeout=60s",
     ]);
     cluster.kubectl_ok(&["create", "namespace", NAMESPACE]);
+    // The chart's CRDs, which `helm install` applies before the templates: the examples'
+    // RotationPolicies need them to pass the dry run (which checks them against the CRD's
+    // schema and CEL rules). The install below finds them there and leaves them as they are.
+    cluster.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &workspace_root()
+            .join(CHART)
+            .join("crds")
+            .display()
+            .to_string(),
+    ]);
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/rotationpolicies.rotor.dev",
+        "--timeout=60s",
+    ]);
 
     // 1. Every example, as the API server would take it.
     for example in examples() {
@@ -168,7 +187,8 @@ fn the_chart_installs_upgrades_and_rotor_drains_under_its_rbac() {
         );
     }
 
-    // 4. Uninstalled, nothing cluster-wide of rotor's is left.
+    // 4. Uninstalled, nothing cluster-wide of rotor's is left (but the RotationPolicy CRD:
+    // Helm never deletes a chart's CRDs, nor the objects they hold).
     helm_on(&cluster, &["uninstall", RELEASE, "--namespace", NAMESPACE]);
     let left = cluster.kubectl_json(&[
         "get",

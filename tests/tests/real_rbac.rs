@@ -5,10 +5,14 @@
 //! they all run rotor under these roles and assert no 403.)
 //!
 //! One control plane serves every case: the role is re-applied without the rule, rotor runs
-//! against a fresh node until the refusal shows, then the role is put back.
+//! against a fresh node until the refusal shows, then the role is put back. A RotationPolicy
+//! governs every node (with room for all of them), so that the drainer lists and watches the
+//! policies and its leader writes the policy's status: the rules on `rotationpolicies` and
+//! `rotationpolicies/status` are proven needed like the others.
 
 use std::time::Duration;
 
+use rotor_e2e::manifests::rotation_policy;
 use rotor_e2e::{FakeNode, RealCluster, describe_output, kustomize, wait_until};
 use serde_json::{Value, json};
 
@@ -62,6 +66,16 @@ fn rule_resources(rule: &Value) -> Vec<String> {
 fn names(text: &str, resource: &str) -> bool {
     text.contains(&format!("\"{resource}\"")) || text.contains(&format!("\\\"{resource}\\\""))
 }
+
+/// A RotationPolicy over every node that lets all of them drain at once: it changes nothing of
+/// what the cases do, but the drainer follows it, so it reads the policies and writes the
+/// policy's status.
+fn every_node_policy() -> String {
+    rotation_policy(POLICY, r#"{nodeSelector: {}, budgets: [{nodes: "100%"}]}"#)
+}
+
+/// The name of [`every_node_policy`].
+const POLICY: &str = "rbac-cases";
 
 /// A fresh kwok node with two pods that nothing protects, so the drainer (with `--surge` and
 /// `--restart-single-replica`) walks every step it needs a permission for: watch, lease,
@@ -119,6 +133,13 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
     let cluster = RealCluster::start();
     cluster.apply_kustomize_ok(OVERLAY);
     cluster.stop_shipped_drainer();
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/rotationpolicies.rotor.dev",
+        "--timeout=60s",
+    ]);
+    cluster.apply(&every_node_policy());
     let user = "system:serviceaccount:rotor-system:rotor-drainer";
     // A health check and the circuit breaker, so that the leader writes the rotation record
     // and every replica watches it (configmaps).
@@ -189,6 +210,12 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
             ));
         }
     }
+    // With every rule in place the leader wrote the policy's status (the rule's sufficiency).
+    let policy = cluster.kubectl_json(&["get", "rotationpolicy", POLICY]);
+    assert!(
+        policy["status"]["nodes"].as_u64().unwrap_or(0) > 0,
+        "no status written on the RotationPolicy: {policy}"
+    );
     eprintln!("{}", report.join("\n"));
 }
 

@@ -35,8 +35,9 @@ const NONROOT_UID: i64 = 65532;
 
 /// The objects every overlay renders. The names are a contract: the simulator's RBAC enforcement
 /// and the end-to-end tests read these ServiceAccounts and roles.
-const OBJECTS: [(&str, &str); 16] = [
+const OBJECTS: [(&str, &str); 17] = [
     ("CustomResourceDefinition", "rotationpolicies.rotor.dev"),
+    ("CustomResourceDefinition", "drainrules.rotor.dev"),
     ("Namespace", "rotor-system"),
     ("ServiceAccount", "rotor-drainer"),
     ("ServiceAccount", "rotor-selector"),

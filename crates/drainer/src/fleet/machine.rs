@@ -89,8 +89,8 @@ pub(super) enum Command {
     ReserveAhead(String),
     /// Remove the room made ahead for this node: it is no longer in line.
     ReleaseAhead(String),
-    /// Say on this node (an Event) that pre-drain hooks or a missing approval hold it, in
-    /// `why`'s words.
+    /// Say on this node (an Event) that pre-drain hooks, a missing approval, RotationPolicies
+    /// overlapping on it or its policy being unreadable hold it, in `why`'s words.
     AnnounceHeld { node: String, why: String },
     /// The circuit breaker tripped: write the halt into the rotation record and say so.
     Halt(Halt),
@@ -392,7 +392,10 @@ impl Machine {
     ) -> Vec<LeaseCommand> {
         let may_resume = !self.drains_halted();
         let needed = self.nodes.values().find_map(|n| {
-            let may_start = self.halt.halted.is_none() && self.pool_open(n, wall);
+            // A node its policies hold until a person acts needs a leader too: to say so on the
+            // node and in the policies' status, as for pre-drain hooks.
+            let may_start = self.halt.halted.is_none()
+                && (self.pool_open(n, wall) || self.policy_holds_for_a_person(n));
             needs_rotor(n, wall, may_start, may_resume).map(|why| (n.name.clone(), why))
         });
         let mut commands = Vec::new();
@@ -703,9 +706,13 @@ impl Machine {
             .held
             .iter()
             .filter(|(_, why)| {
+                // Only a person can clear these: say so on the node, once per change.
                 matches!(
                     why,
-                    HeldReason::PreDrainHooks(_) | HeldReason::AwaitingApproval
+                    HeldReason::PreDrainHooks(_)
+                        | HeldReason::AwaitingApproval
+                        | HeldReason::PolicyOverlap(_)
+                        | HeldReason::PolicyInvalid { .. }
                 )
             })
             .map(|(node, why)| (node, why))
@@ -847,6 +854,16 @@ impl Machine {
             drain: pool.drain.clone(),
             surge: pool.surges(&self.cfg.flag_drain),
         })
+    }
+
+    /// Whether the node's policies hold it until a person acts: an overlap, or its policy
+    /// cannot be followed.
+    fn policy_holds_for_a_person(&self, node: &NodeView) -> bool {
+        match &node.pool {
+            PoolRef::Overlap(_) => true,
+            PoolRef::Policy(name) => self.pools.get(name).is_none_or(|p| p.invalid.is_some()),
+            PoolRef::Flags => false,
+        }
     }
 
     /// Whether drains of this pool make room first.

@@ -4,7 +4,8 @@
 /// One kind of Event the drainer posts on a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeEvent {
-    /// Pre-drain hooks hold the node's start (posted when the hooks holding it change).
+    /// Something only a person can clear holds the node's start: pre-drain hooks, a missing
+    /// approval, overlapping or unreadable RotationPolicies (posted when that changes).
     HeldByHooks,
     Started,
     Resumed,

@@ -243,19 +243,41 @@ fn a_closed_schedule_holds_its_pool_only_and_its_status_says_until_when() {
 fn an_overlap_holds_the_node_and_shows_on_both_policies() {
     let t0 = Instant::now();
     let mut machine = Machine::new(config(10));
-    machine.apply(Event::NodesListed(nodes()), t0);
+    // Only the overlapping nodes are tainted: nothing else would bring a leader.
+    machine.apply(
+        Event::NodesListed(vec![
+            tainted("sys-1", "system", 9),
+            tainted("sys-2", "system", 8),
+        ]),
+        t0,
+    );
     let mut everything = policy("everything", "system", &[("1", None)]);
     everything.selector = rotor_apimachinery::labels::LabelSelector::everything();
     machine.apply(
         Event::PoliciesListed(vec![everything, policy("system", "system", &[("1", None)])]),
         t0,
     );
+    // Held until a person acts, yet worth a leader: to say so on the node and the policies.
+    assert!(matches!(
+        machine.lease_step(t0, wall(), false, false).as_slice(),
+        [LeaseCommand::Contend { .. }]
+    ));
     let (commands, held) = pass(&mut machine, t0);
     assert_eq!(
         held_text(&held, "sys-1"),
         "selected by RotationPolicies everything, system at the same priority: give one a higher priority or narrow their nodeSelectors"
     );
     assert!(!started(&commands).iter().any(|(n, _)| n.starts_with("sys")));
+    // Said on the node too, once.
+    let events: Vec<&String> = commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::AnnounceHeld { node, why } if node == "sys-1" => Some(why),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(events.len(), 1, "{commands:?}");
+    assert!(events[0].contains("same priority"), "{}", events[0]);
     for policy in ["everything", "system"] {
         let status = &statuses(&commands)[policy];
         let overlap = status

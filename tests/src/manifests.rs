@@ -51,3 +51,15 @@ spec: {spec}
 "
     )
 }
+
+/// A DrainRule named `name` whose spec is `spec`, a YAML flow mapping
+/// (`{behavior: Drain, order: 10, pods: [{selector: {matchLabels: {app: db}}}]}`).
+pub fn drain_rule(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: {ROTATION_POLICY_API_VERSION}
+kind: DrainRule
+metadata: {{name: {name}}}
+spec: {spec}
+"
+    )
+}

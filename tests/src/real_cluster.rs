@@ -169,6 +169,16 @@ impl FakeNode {
         }
     }
 
+    /// This node with the label `key=value` besides its others (e.g. `pool=a`, for a
+    /// RotationPolicy's nodeSelector).
+    pub fn labelled(mut self, key: &str, value: &str) -> FakeNode {
+        if !self.labels.is_object() {
+            self.labels = json!({});
+        }
+        self.labels[key] = json!(value);
+        self
+    }
+
     /// The Node object as [`RealCluster::add_nodes`] creates it.
     pub fn to_json(&self) -> Value {
         let mut labels = json!({

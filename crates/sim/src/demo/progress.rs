@@ -186,6 +186,8 @@ pub fn counts(snap: &Snapshot, initially_outdated: &BTreeSet<String>) -> Counts 
                 c.blocked += 1;
             }
             Some(DrainPhase::Drained) => c.drained += 1,
+            // Set aside until its blocker is cleared: held, not draining.
+            Some(DrainPhase::Parked) => c.blocked += 1,
             _ => {}
         }
     }

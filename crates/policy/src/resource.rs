@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
     printcolumn(json_path = ".status.drained", name = "Drained", type_ = "integer"),
     printcolumn(json_path = ".status.blocked", name = "Blocked", type_ = "integer"),
     printcolumn(json_path = ".status.budget", name = "Budget", type_ = "string"),
-    printcolumn(json_path = ".status.budgetUntil", name = "Until", type_ = "date"),
+    printcolumn(json_path = ".status.budgetUntil", name = "Until", type_ = "string"),
     printcolumn(
         json_path = ".metadata.creationTimestamp",
         name = "Age",

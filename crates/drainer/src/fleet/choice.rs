@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Taint;
 use rotor_core::contract::{DRAIN_TAINT_KEY, DrainPhase};
 
 use crate::drain::budgets::{BudgetDemand, BudgetKey, DisruptionPace};
-use crate::fleet::starts::{FleetDecision, FleetLimits, NodeView, choose_nodes_to_start};
+use crate::fleet::starts::{FleetDecision, FleetLimits, NodeView, PoolRules, choose_in_pools};
 use crate::record::node::retry_backoff;
 
 /// What candidates' drains would ask of the budgets, kept between passes. While a node carries
@@ -95,6 +95,7 @@ pub(super) struct BudgetsNow {
 pub(super) fn weigh(
     view: &mut [NodeView],
     limits: &FleetLimits,
+    rules: PoolRules<'_>,
     now: Timestamp,
     demands: &HashMap<String, BudgetDemand>,
     budgets: BudgetsNow,
@@ -114,7 +115,7 @@ pub(super) fn weigh(
             .get(&v.name)
             .map_or(0, |d| urgency(d, &claimed, &paces, &delays));
     }
-    choose_in_turn(view, limits, now, demands, allowed)
+    choose_in_turn(view, limits, rules, now, demands, allowed)
 }
 
 /// How many rounds the busiest budget among a node's pods still has ahead of it, in hundredths:
@@ -146,7 +147,7 @@ fn urgency(
 }
 
 /// Picks the nodes to start one at a time: each pick is the first of
-/// [`choose_nodes_to_start`]'s order with every candidate scored by
+/// [`choose_in_pools`]'s order (every pool's rules kept) with every candidate scored by
 /// [`BudgetDemand::waits`] against `allowed`, after which its demand is claimed from `allowed`
 /// and it counts as draining. So two starts in one pass do not both go to nodes whose pods
 /// queue on the same budget when another node's pods would not. Unscored candidates (no entry
@@ -154,6 +155,7 @@ fn urgency(
 fn choose_in_turn(
     view: &mut [NodeView],
     limits: &FleetLimits,
+    rules: PoolRules<'_>,
     now: Timestamp,
     demands: &HashMap<String, BudgetDemand>,
     mut allowed: BTreeMap<BudgetKey, i64>,
@@ -164,7 +166,7 @@ fn choose_in_turn(
         for v in view.iter_mut() {
             v.budget_waits = demands.get(&v.name).map(|d| d.waits(&allowed));
         }
-        let decision = choose_nodes_to_start(view, limits, now, retry_backoff);
+        let decision = choose_in_pools(view, limits, rules, now, retry_backoff);
         let Some(next) = decision.start.first().cloned() else {
             // The counts are those before any pick; the held nodes those after the last.
             let mut result = first.unwrap_or_else(|| decision.clone());
@@ -267,6 +269,7 @@ mod tests {
         let decision = choose_in_turn(
             &mut view.clone(),
             &limits(2),
+            PoolRules::flags_only(),
             now(),
             &demands,
             allowed.clone(),
@@ -282,7 +285,14 @@ mod tests {
         );
         assert_eq!(decision.active, 0, "counts are those before the picks");
         // A third slot: d waits for one pod (checkout-0, claimed by a), b for two.
-        let decision = choose_in_turn(&mut view, &limits(3), now(), &demands, allowed);
+        let decision = choose_in_turn(
+            &mut view,
+            &limits(3),
+            PoolRules::flags_only(),
+            now(),
+            &demands,
+            allowed,
+        );
         assert_eq!(decision.start, ["a", "c", "d"]);
     }
 
@@ -299,7 +309,14 @@ mod tests {
         // A running drain still has one web pod to evict: it takes web's one disruption.
         let mut allowed = one_each(&["web", "api"]);
         demand(&["web"]).claim(&mut allowed);
-        let decision = choose_in_turn(&mut view, &limits(1), now(), &demands, allowed);
+        let decision = choose_in_turn(
+            &mut view,
+            &limits(1),
+            PoolRules::flags_only(),
+            now(),
+            &demands,
+            allowed,
+        );
         assert_eq!(decision.start, ["c"]);
     }
 
@@ -362,9 +379,63 @@ mod tests {
             ("c".to_string(), demand(&["db"])),
         ]);
         let allowed = one_each(&["web", "api", "db"]);
-        let decision = choose_in_turn(&mut view, &limits(2), now(), &demands, allowed);
+        let decision = choose_in_turn(
+            &mut view,
+            &limits(2),
+            PoolRules::flags_only(),
+            now(),
+            &demands,
+            allowed,
+        );
         assert_eq!(decision.start, ["a", "b"]);
         assert_eq!(decision.held.len(), 1);
+    }
+
+    #[test]
+    fn the_picks_keep_every_pools_rules_and_the_flags_windows() {
+        use crate::fleet::pools::{Pool, PoolRef, Pools};
+        use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
+        // `a` follows the flags, whose windows are closed; `b` a policy of one node at a time
+        // with `c` in it too; every budget of the pods allows.
+        let spec = RotationPolicySpec {
+            node_selector: Default::default(),
+            priority: 0,
+            budgets: vec![PolicyBudget {
+                nodes: "1".into(),
+                ..Default::default()
+            }],
+            drain: None,
+        };
+        let pools = Pools::new([Pool::read(&RotationPolicy::new("gpu", spec))]);
+        let mut view = vec![tainted("a", 9), tainted("b", 8), tainted("c", 7)];
+        for v in view.iter_mut().skip(1) {
+            v.pool = PoolRef::Policy("gpu".into());
+            v.reason = "image".into();
+        }
+        let demands = HashMap::from([
+            ("a".to_string(), demand(&["web"])),
+            ("b".to_string(), demand(&["api"])),
+            ("c".to_string(), demand(&["db"])),
+        ]);
+        let rules = PoolRules {
+            pools: &pools,
+            flags_open: false,
+        };
+        let allowed = one_each(&["web", "api", "db"]);
+        let decision = choose_in_turn(&mut view, &limits(3), rules, now(), &demands, allowed);
+        assert_eq!(decision.start, ["b"]);
+        let held: Vec<String> = decision
+            .held
+            .iter()
+            .map(|(n, why)| format!("{n}: {why}"))
+            .collect();
+        assert_eq!(
+            held,
+            [
+                "a: outside every maintenance window",
+                "c: RotationPolicy gpu: budget 1 of 2 reached (1 of its nodes unavailable)"
+            ]
+        );
     }
 
     #[test]
@@ -384,7 +455,14 @@ mod tests {
             claimed: BTreeMap::from([(BudgetKey::from("slow"), -2)]),
             delays: BTreeMap::new(),
         };
-        let decision = weigh(&mut view, &limits(1), now(), &demands, budgets);
+        let decision = weigh(
+            &mut view,
+            &limits(1),
+            PoolRules::flags_only(),
+            now(),
+            &demands,
+            budgets,
+        );
         // `slow` has three pods left, one a round: the running drains' two and a's; c would
         // block, so its pod never gets through and adds no round. `fast` has b's one.
         let urgency: Vec<(&str, u32)> = view

@@ -19,7 +19,7 @@ use crate::fleet::choice::{
     BudgetsNow, DemandCache, SCORED_HEAD_EXTRA, SCORED_SPREAD, drain_taint_for_scoring, weigh,
 };
 use crate::fleet::starts::{
-    FleetDecision, FleetLimits, NodeView, candidate_names, candidates_to_score,
+    FleetDecision, FleetLimits, NodeView, PoolRules, candidate_names, candidates_to_score,
 };
 use crate::record::node::retry_backoff;
 
@@ -42,6 +42,7 @@ pub(super) async fn rechoose(
     cache: &mut DemandCache,
     view: &mut [NodeView],
     limits: &FleetLimits,
+    rules: PoolRules<'_>,
     starting: usize,
 ) -> Option<FleetDecision> {
     let now = Timestamp::now();
@@ -84,7 +85,7 @@ pub(super) async fn rechoose(
         claimed,
         delays,
     };
-    let decision = weigh(view, limits, now, &demands, budgets);
+    let decision = weigh(view, limits, rules, now, &demands, budgets);
     tracing::debug!(listed = to_list.len(), known = demands.len(), chosen = ?decision.start, "candidates weighed by what their pods' budgets allow");
     Some(decision)
 }

@@ -395,11 +395,14 @@ impl Shell {
         if !round.start.is_empty() {
             let limits = self.fleet.settings.limits.clone();
             let starting = round.start.len();
+            // The same pools' rules and windows as the first decision: the choice only orders.
+            let rules = machine.pool_rules(round.wall);
             if let Some(decision) = rechoose(
                 &self.choice_reads,
                 &mut self.demand_cache,
                 &mut round.view,
                 &limits,
+                rules,
                 starting,
             )
             .await

@@ -141,7 +141,7 @@ pub(super) struct StartRound {
     /// Whether the nodes unavailable before this round left room under `--max-unavailable`.
     unavailable_room: bool,
     /// When the round was proposed.
-    wall: Timestamp,
+    pub wall: Timestamp,
     now: Instant,
 }
 
@@ -540,11 +540,13 @@ impl Machine {
                 v
             })
             .collect();
-        let rules = PoolRules {
-            pools: &self.pools,
-            flags_open: any_open(&self.cfg.windows, wall),
-        };
-        let decision = choose_in_pools(&view, &self.cfg.limits, rules, wall, retry_backoff);
+        let decision = choose_in_pools(
+            &view,
+            &self.cfg.limits,
+            self.pool_rules(wall),
+            wall,
+            retry_backoff,
+        );
         let mut round = StartRound {
             unavailable_room: decision.unavailable < decision.allowed_unavailable,
             start: Vec::new(),
@@ -800,6 +802,15 @@ impl Machine {
 
     fn busy(&self, name: &str) -> bool {
         self.running.contains(name) || self.cleaning.contains(name)
+    }
+
+    /// The pools' rules at `wall`, for a choice among the candidates (this one's and the
+    /// budget-aware one's alike).
+    pub(super) fn pool_rules(&self, wall: Timestamp) -> PoolRules<'_> {
+        PoolRules {
+            pools: &self.pools,
+            flags_open: any_open(&self.cfg.windows, wall),
+        }
     }
 
     /// A policy checked against the flags it falls back to.

@@ -307,6 +307,11 @@ pub struct Pools {
     pools: BTreeMap<String, Pool>,
 }
 
+/// No policy at all: every node follows the flags.
+pub static NO_POLICIES: Pools = Pools {
+    pools: BTreeMap::new(),
+};
+
 impl Pools {
     pub fn new(pools: impl IntoIterator<Item = Pool>) -> Pools {
         Pools {

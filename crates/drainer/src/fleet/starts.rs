@@ -25,7 +25,7 @@ use rotor_core::contract::{
 use rotor_apimachinery::taints::keeps_pods_off;
 use rotor_core::NodeBudget;
 
-use crate::fleet::pools::{Pool, PoolRef, Pools, allowance};
+use crate::fleet::pools::{NO_POLICIES, Pool, PoolRef, Pools, allowance};
 use crate::record::node::DrainRecord;
 
 /// What the fleet decision needs to know about one node.
@@ -566,12 +566,7 @@ pub fn choose_nodes_to_start(
     now: Timestamp,
     retry_backoff: impl Fn(u32) -> Duration,
 ) -> FleetDecision {
-    let no_policies = Pools::default();
-    let rules = PoolRules {
-        pools: &no_policies,
-        flags_open: true,
-    };
-    choose_in_pools(nodes, limits, rules, now, retry_backoff)
+    choose_in_pools(nodes, limits, PoolRules::flags_only(), now, retry_backoff)
 }
 
 /// What a choice applies besides the fleet limits: the RotationPolicies, and whether the flags'
@@ -580,6 +575,16 @@ pub fn choose_nodes_to_start(
 pub struct PoolRules<'a> {
     pub pools: &'a Pools,
     pub flags_open: bool,
+}
+
+impl PoolRules<'static> {
+    /// No policies and the flags' windows open: every node follows `--max-unavailable`.
+    pub fn flags_only() -> Self {
+        PoolRules {
+            pools: &NO_POLICIES,
+            flags_open: true,
+        }
+    }
 }
 
 /// [`choose_nodes_to_start`] with each node's pool: a node no policy selects is held by

@@ -96,6 +96,31 @@ pub struct LabelSelectorSpec {
     pub match_expressions: Vec<LabelRequirement>,
 }
 
+impl LabelSelectorSpec {
+    /// The selector as rotor matches labels with; an error says what does not read.
+    pub fn to_selector(
+        &self,
+    ) -> Result<
+        rotor_apimachinery::labels::LabelSelector,
+        rotor_apimachinery::labels::LabelSelectorError,
+    > {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
+        rotor_apimachinery::labels::LabelSelector::from_k8s(Some(&metav1::LabelSelector {
+            match_labels: Some(self.match_labels.clone()),
+            match_expressions: Some(
+                self.match_expressions
+                    .iter()
+                    .map(|r| metav1::LabelSelectorRequirement {
+                        key: r.key.clone(),
+                        operator: format!("{:?}", r.operator),
+                        values: Some(r.values.clone()),
+                    })
+                    .collect(),
+            ),
+        }))
+    }
+}
+
 /// One requirement on an object's labels.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]

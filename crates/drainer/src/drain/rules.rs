@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
 use rotor_apimachinery::labels::LabelSelector;
 use rotor_policy::{DrainBehavior, DrainRule, LabelSelectorSpec};
 
@@ -49,20 +48,7 @@ pub struct DrainRules {
 pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
 
 fn selector(spec: &LabelSelectorSpec) -> Result<LabelSelector, String> {
-    LabelSelector::from_k8s(Some(&metav1::LabelSelector {
-        match_labels: Some(spec.match_labels.clone()),
-        match_expressions: Some(
-            spec.match_expressions
-                .iter()
-                .map(|r| metav1::LabelSelectorRequirement {
-                    key: r.key.clone(),
-                    operator: format!("{:?}", r.operator),
-                    values: Some(r.values.clone()),
-                })
-                .collect(),
-        ),
-    }))
-    .map_err(|e| e.to_string())
+    spec.to_selector().map_err(|e| e.to_string())
 }
 
 impl DrainRules {

@@ -18,7 +18,6 @@ use std::fmt;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
 use rotor_apimachinery::labels::LabelSelector;
 use rotor_core::NodeBudget;
 use rotor_policy::{PolicyBudget, PoolDrainSettings, RotationPolicy};
@@ -147,21 +146,7 @@ impl Pool {
         let name = policy.metadata.name.clone().unwrap_or_default();
         let spec = &policy.spec;
         let mut problems = Vec::new();
-        let selector = LabelSelector::from_k8s(Some(&metav1::LabelSelector {
-            match_labels: Some(spec.node_selector.match_labels.clone()),
-            match_expressions: Some(
-                spec.node_selector
-                    .match_expressions
-                    .iter()
-                    .map(|r| metav1::LabelSelectorRequirement {
-                        key: r.key.clone(),
-                        operator: format!("{:?}", r.operator),
-                        values: Some(r.values.clone()),
-                    })
-                    .collect(),
-            ),
-        }))
-        .unwrap_or_else(|e| {
+        let selector = spec.node_selector.to_selector().unwrap_or_else(|e| {
             problems.push(format!("nodeSelector: {e}"));
             // Holds every node while it cannot say which it governs.
             LabelSelector::everything()

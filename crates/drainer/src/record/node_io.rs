@@ -100,21 +100,28 @@ pub async fn park(
         let node = nodes.get(name).await?;
         let mut patch = new.annotation_patch(old);
         patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
-        let uncordon = old.cordoned_by_rotor
-            && node
-                .spec
-                .as_ref()
-                .and_then(|s| s.unschedulable)
-                .unwrap_or(false);
-        if uncordon {
-            patch["spec"] = json!({"unschedulable": false});
-        }
+        let uncordon = undo_rotors_cordon(&mut patch, &node, old.cordoned_by_rotor);
         nodes
             .patch(name, &patch_params(), &Patch::Merge(&patch))
             .await?;
         Ok(uncordon)
     };
     attempt.retry(conflict_backoff()).when(is_conflict).await
+}
+
+/// Adds the uncordon to `patch` when the node is cordoned and rotor placed that cordon
+/// (`placed_by_rotor`, from its record): never someone else's. Returns whether it did.
+fn undo_rotors_cordon(patch: &mut serde_json::Value, node: &Node, placed_by_rotor: bool) -> bool {
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let uncordon = placed_by_rotor && cordoned;
+    if uncordon {
+        patch["spec"] = json!({"unschedulable": false});
+    }
+    uncordon
 }
 
 /// Undoes what rotor did to a node whose taint went away: its own cordon, its annotations.
@@ -131,15 +138,7 @@ pub async fn clean_up(
         let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
         let mut patch = DrainRecord::cleared().annotation_patch(&record);
         patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
-        let uncordon = record.cordoned_by_rotor
-            && node
-                .spec
-                .as_ref()
-                .and_then(|s| s.unschedulable)
-                .unwrap_or(false);
-        if uncordon {
-            patch["spec"] = json!({"unschedulable": false});
-        }
+        let uncordon = undo_rotors_cordon(&mut patch, &node, record.cordoned_by_rotor);
         nodes
             .patch(name, &patch_params(), &Patch::Merge(&patch))
             .await?;

@@ -458,7 +458,8 @@ fn upstream_client(ca_pem: &Path) -> Client<HttpsConnector<HttpConnector>, Incom
     Client::builder(TokioExecutor::new()).build(https)
 }
 
-fn tls_acceptor(cert: &Path, key: &Path) -> TlsAcceptor {
+/// A TLS acceptor serving `cert` (chain) and `key` (PEM), HTTP/1.1 only.
+pub fn tls_acceptor(cert: &Path, key: &Path) -> TlsAcceptor {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect())
         .unwrap_or_else(|e| panic!("cannot read the certificates in {}: {e}", cert.display()));

@@ -66,6 +66,7 @@ pub mod manifests;
 pub mod moto;
 pub mod real_cluster;
 pub mod sim_cluster;
+pub mod webhook;
 pub use budget_watch::{BudgetWatch, WatchedBudget};
 pub use real_cluster::{FakeNode, RealCluster, RealClusterOptions};
 pub use sim_cluster::SimCluster;

@@ -10,7 +10,9 @@
 //! - several budgets over one pod (500) and an eviction refused by RBAC or admission (401, 403,
 //!   or the 4xx an admission policy or webhook chose) block the node, naming who refused, until
 //!   an operator acts, and are retried in case they did;
-//! - other failures back off exponentially (2 s doubling to 30 s), per pod;
+//! - other failures back off exponentially (2 s doubling to 30 s), per pod, and show on the node
+//!   (after `--blocked-after`, as any wait) until the pod's eviction goes through: a webhook that
+//!   times out or answers 500 is an outage the operator must be able to see;
 //! - past `--force-after`, pods that budgets hold are deleted instead of evicted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -63,6 +65,8 @@ pub struct EvictionQueue {
     failures: HashMap<String, u32>,
     /// Blockers that only an operator can clear (several budgets, a denied eviction).
     fatal: BTreeMap<String, String>,
+    /// Pods whose last eviction failed (5xx, a timeout), with the failure: retried with back-off.
+    failing: BTreeMap<String, String>,
 }
 
 /// The knobs the queue decides with.
@@ -142,6 +146,7 @@ impl EvictionQueue {
                 self.evicted.insert(uid.clone());
                 self.refused.remove(uid);
                 self.fatal.remove(uid);
+                self.failing.remove(uid);
             }
             EvictionOutcome::BudgetRefused { message } => {
                 recorded.first_refusal = !self.refused.contains_key(uid);
@@ -176,6 +181,14 @@ impl EvictionQueue {
                 let failures = self.failures.entry(uid.clone()).or_insert(0);
                 *failures += 1;
                 let backoff = failure_backoff(*failures);
+                if let EvictionOutcome::Failed { message, .. } = outcome {
+                    // Worded the same on every failure, so that the record is written once, not
+                    // at each retry.
+                    self.failing.insert(
+                        uid.clone(),
+                        format!("{pod}: the eviction keeps failing ({message}); retried with back-off up to every 30s"),
+                    );
+                }
                 recorded.backoff = Some(backoff);
                 recorded.wake = Some(self.retry_at(uid, later(now, backoff)));
             }
@@ -196,6 +209,7 @@ impl EvictionQueue {
         self.next_try.remove(uid);
         self.refused.remove(uid);
         self.fatal.remove(uid);
+        self.failing.remove(uid);
     }
 
     /// Whether the eviction of `uid` was accepted.
@@ -214,9 +228,12 @@ impl EvictionQueue {
     }
 
     /// What holds the node, beyond the plan's own blockers: the operator's problems first,
-    /// then the budgets' refusals.
+    /// then failing evictions, then the budgets' refusals.
     pub fn blockers(&self) -> impl Iterator<Item = &String> {
-        self.fatal.values().chain(self.refused.values())
+        self.fatal
+            .values()
+            .chain(self.failing.values())
+            .chain(self.refused.values())
     }
 
     /// Whether a refusal only an operator can clear (not a budget's) holds a pod.
@@ -349,6 +366,34 @@ mod tests {
                 "{outcome:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_failing_eviction_shows_as_a_blocker_until_it_goes_through() {
+        let t0 = at("2025-03-01T12:00:00Z");
+        let mut queue = EvictionQueue::default();
+        let web = pod("web-1");
+        // What the API server answers when a webhook with failurePolicy Fail times out.
+        let timed_out = EvictionOutcome::Failed {
+            code: Some(500),
+            message: "Internal error occurred: failed calling webhook \"evictions.example.com\": context deadline exceeded (InternalError)".into(),
+        };
+        let first = queue.record(&web, &timed_out, POLICY, t0);
+        let second = queue.record(&web, &timed_out, POLICY, t0);
+        assert_eq!(
+            (first.backoff, second.backoff),
+            (Some(Duration::from_secs(2)), Some(Duration::from_secs(4)))
+        );
+        let shown: Vec<_> = queue.blockers().cloned().collect();
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        assert!(
+            shown[0].starts_with("shop/web-1: the eviction keeps failing (Internal error occurred: failed calling webhook \"evictions.example.com\""),
+            "{shown:?}"
+        );
+        // Transient: not a problem only an operator can clear.
+        assert!(!queue.has_operator_problem());
+        queue.record(&web, &EvictionOutcome::Evicted, POLICY, t0);
+        assert_eq!(queue.blockers().count(), 0);
     }
 
     #[test]

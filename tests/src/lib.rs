@@ -110,6 +110,21 @@ impl Background {
         let _ = self.child.wait();
     }
 
+    /// Stops the process as Kubernetes stops a container: SIGTERM, then SIGKILL if it has not
+    /// exited within `grace`. Returns how it ended.
+    pub fn terminate(&mut self, grace: Duration) -> String {
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Some(status) = self.exit_status() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+        format!("killed after {grace:?} without exiting on SIGTERM")
+    }
+
     /// Freezes the process (SIGSTOP), as a stalled host or a debugger would: its timers and
     /// sockets wait, and run on as they were once it is resumed.
     pub fn pause(&self) {

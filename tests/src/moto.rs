@@ -89,8 +89,9 @@ pub async fn create_template(aws: &AwsClients, name: &str, ami: &str) -> String 
         .to_owned()
 }
 
-/// Adds a version launching `ami` to the template and makes it the default.
-pub async fn new_default_version(aws: &AwsClients, template_id: &str, ami: &str) -> i64 {
+/// Adds a version launching `ami` to the template, leaving the default as it is; returns its
+/// number.
+pub async fn new_version(aws: &AwsClients, template_id: &str, ami: &str) -> i64 {
     let created = aws
         .ec2
         .create_launch_template_version()
@@ -104,11 +105,16 @@ pub async fn new_default_version(aws: &AwsClients, template_id: &str, ami: &str)
         .send()
         .await
         .unwrap();
-    let version = created
+    created
         .launch_template_version()
         .unwrap()
         .version_number()
-        .unwrap();
+        .unwrap()
+}
+
+/// Adds a version launching `ami` to the template and makes it the default.
+pub async fn new_default_version(aws: &AwsClients, template_id: &str, ami: &str) -> i64 {
+    let version = new_version(aws, template_id, ami).await;
     set_default_version(aws, template_id, version).await;
     version
 }

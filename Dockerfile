@@ -16,22 +16,28 @@ WORKDIR /src
 COPY . .
 # Cargo.lock is used as committed (--locked). kube and the AWS SDK use rustls with ring, so no
 # OpenSSL is linked or needed at run time. The target directory is a cache mount, so the binaries
-# are copied out in the same step, with the empty /tmp of the final image (see below).
+# are copied out in the same step, with the empty /tmp of the final image (see below) and the
+# binaries' SBOMs (tools/sbom.sh: CycloneDX JSON by cargo-cyclonedx, which it pins and builds
+# into ~/.cache/rotor/tools, a cache mount too).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
+    --mount=type=cache,target=/root/.cache/rotor/tools \
     cargo build --release --locked -p rotor-drainer -p rotor-selector \
     && install -D -m 0755 target/release/rotor-drainer /out/rotor-drainer \
     && install -D -m 0755 target/release/rotor-selector /out/rotor-selector \
-    && install -d -m 1777 /out/rootfs/tmp
+    && install -d -m 1777 /out/rootfs/tmp \
+    && tools/sbom.sh /out/sbom rotor-drainer rotor-selector
 
 # Nothing but what the binaries use: glibc and libgcc_s at the paths the build stage's `ldd`
 # gives (Debian bookworm's, as on the machines tools/image.sh runs on), CA certificates, time
 # zones, /etc/passwd and /etc/group with `nonroot` (uid/gid 65532), and an empty /tmp (mode 1777,
-# copied inside /out/rootfs/ because COPY does not keep the mode of the directory it names). No
-# shell, no package manager. The same files as the distroless/cc base this image used to have.
+# copied inside /out/rootfs/ because COPY does not keep the mode of the directory it names); and
+# the binaries' SBOMs in /usr/share/rotor/sbom/. No shell, no package manager. The same files as
+# the distroless/cc base this image used to have, and the SBOMs.
 FROM scratch
 COPY --from=build /out/rotor-drainer /usr/local/bin/rotor-drainer
 COPY --from=build /out/rotor-selector /usr/local/bin/rotor-selector
+COPY --from=build /out/sbom/ /usr/share/rotor/sbom/
 COPY --from=build /lib64/ld-linux-x86-64.so.2 /lib64/ld-linux-x86-64.so.2
 COPY --from=build /lib/x86_64-linux-gnu/libc.so.6 /lib/x86_64-linux-gnu/libc.so.6
 COPY --from=build /lib/x86_64-linux-gnu/libm.so.6 /lib/x86_64-linux-gnu/libm.so.6

@@ -216,6 +216,21 @@ def main():
                                                         "labels": string_map}},
                 },
             },
+            # NetworkPolicy egress rules (networking.k8s.io/v1 NetworkPolicyEgressRule) the
+            # operator adds; the API server checks their fields.
+            "networkPolicy": {
+                "type": "object", "additionalProperties": False,
+                "properties": {
+                    "enabled": {"type": "boolean"},
+                    **{name: {"type": "object", "additionalProperties": False,
+                              "properties": {"extraEgress": {
+                                  "type": "array",
+                                  "items": {"type": "object", "additionalProperties": False,
+                                            "properties": {"to": {"type": "array"},
+                                                           "ports": {"type": "array"}}}}}}
+                       for name in ("drainer", "selector")},
+                },
+            },
         },
     }
     OUT.write_text(json.dumps(schema, indent=2) + "\n")

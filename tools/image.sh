@@ -6,7 +6,9 @@
 #   1. crane, pinned in tools/crane, is built into the tools cache (like tools/build.sh's).
 #   2. `cargo build --release --locked` in a target directory of its own outside the clone
 #      ($ROTOR_IMAGE_TARGET, default ~/.cache/rotor/image-target), so that it never waits on the
-#      lock of the target directory the tests build in.
+#      lock of the target directory the tests build in; then tools/sbom.sh writes each binary's
+#      SBOM (CycloneDX JSON, by cargo-cyclonedx, pinned there and built into
+#      ~/.cache/rotor/tools the first time), which the image carries in /usr/share/rotor/sbom/.
 #   3. The root file system is laid out by carrying out the COPY lines of tools/image-files.txt
 #      on this machine (Debian bookworm, like the Dockerfile's build stage); every library `ldd`
 #      lists for the binaries must be among them.
@@ -16,11 +18,13 @@
 #      binaries give the same digest.
 #
 # Written to $ROTOR_IMAGE_CACHE/<key>/ (default ~/.cache/rotor/image), <key> hashing every input
-# (the workspace's sources and Cargo.lock, rustc, the Debian files copied, crane's pin, this
-# script and the list; the three newest are kept):
+# (the workspace's sources and Cargo.lock, the test crate's Cargo.toml (a workspace member: its
+# features count in the SBOMs' resolution), rustc, the Debian files copied, crane's pin, the
+# SBOM tool's pin, these scripts and the list; the three newest are kept):
 #
 #   oci/        the image as an OCI image layout (index.json, blobs/sha256/...)
 #   image.tar   the same image as a `docker load` archive, tagged ghcr.io/rotor-dev/rotor:<version>
+#   sbom/       rotor-drainer.cdx.json and rotor-selector.cdx.json, the SBOMs the image carries
 #   digest      the manifest's digest; summary: sizes and digests
 #
 #   tools/image.sh            build if needed; the last line printed is the output directory
@@ -101,10 +105,11 @@ fi
 source_files() {
   if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     git -C "$repo" ls-files --cached --others --exclude-standard -- \
-      Cargo.toml Cargo.lock crates tools/image.sh tools/image-files.txt tools/image tools/crane
+      Cargo.toml Cargo.lock crates tests/Cargo.toml tools/image.sh tools/image-files.txt \
+      tools/image tools/crane tools/sbom.sh tools/cargo-tool.sh
   else
-    (cd "$repo" && find Cargo.toml Cargo.lock crates tools/image.sh tools/image-files.txt \
-      tools/image tools/crane -type f)
+    (cd "$repo" && find Cargo.toml Cargo.lock crates tests/Cargo.toml tools/image.sh \
+      tools/image-files.txt tools/image tools/crane tools/sbom.sh tools/cargo-tool.sh -type f)
   fi
 }
 inputs() {
@@ -125,7 +130,9 @@ inputs() {
 key=$(inputs | sha256sum | cut -c1-16)
 out="$image_cache/$key"
 
-built() { [ -f "$out/digest" ] && [ -f "$out/image.tar" ] && [ -f "$out/oci/index.json" ]; }
+built() {
+  [ -f "$out/digest" ] && [ -f "$out/image.tar" ] && [ -f "$out/oci/index.json" ] && [ -d "$out/sbom" ]
+}
 
 if $print_only; then
   built || exit 1
@@ -180,6 +187,7 @@ stage="$work/out"
 install -D -m 0755 "$target/release/rotor-drainer" "$stage/rotor-drainer"
 install -D -m 0755 "$target/release/rotor-selector" "$stage/rotor-selector"
 install -d -m 1777 "$stage/rootfs/tmp"
+"$here/sbom.sh" "$stage/sbom" rotor-drainer rotor-selector
 
 # 3. The root file system: the list's COPY lines, with COPY's rules (a file is copied following
 # symlinks; of a directory, its contents).
@@ -270,14 +278,18 @@ done
 binaries=$(( $(stat -c %s "$stage/rotor-drainer") + $(stat -c %s "$stage/rotor-selector") ))
 layer=$(stat -c %s "$work/layer.tar")
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+sboms=$(cd "$stage/sbom" && for f in *.cdx.json; do printf '%s %s bytes, ' "$f" "$(stat -c %s "$f")"; done)
 {
   echo "image     $repository:$version"
   echo "digest    $digest"
   echo "size      $(mib "$compressed") compressed ($compressed bytes: layer, config, manifest)"
   echo "layer     $(mib "$layer") uncompressed ($(wc -l <"$work/paths") entries)"
   echo "binaries  $(mib "$binaries") uncompressed (rotor-drainer $(stat -c %s "$stage/rotor-drainer"), rotor-selector $(stat -c %s "$stage/rotor-selector") bytes)"
+  echo "sbom      /usr/share/rotor/sbom/: ${sboms%, }"
 } >"$work/summary"
 echo "$digest" >"$work/digest"
+# The SBOMs beside the image, as in it.
+cp -a "$stage/sbom" "$work/sbom"
 rm -rf "$work/out" "$work/rootfs" "$work/layer.tar" "$work/paths" "$work/registry.log" "$work/crane.log"
 
 rm -rf "$out"

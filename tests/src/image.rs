@@ -294,28 +294,61 @@ impl OciImage {
         }
     }
 
+    /// The names in a layer's tar, as GNU tar lists them, and whether the layer is gzipped.
+    fn layer_names(media_type: &str, blob: &Path) -> (Vec<String>, bool) {
+        let gzip = match media_type {
+            "application/vnd.oci.image.layer.v1.tar+gzip" => true,
+            "application/vnd.oci.image.layer.v1.tar" => false,
+            other => panic!("layer {} has media type {other}", blob.display()),
+        };
+        let list = run_with_timeout(
+            Command::new("tar")
+                .arg(if gzip { "-tzf" } else { "-tf" })
+                .arg(blob),
+            Duration::from_secs(120),
+        );
+        assert!(
+            list.status.success(),
+            "{}",
+            describe_output("tar -t", &list)
+        );
+        let names = String::from_utf8_lossy(&list.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
+        (names, gzip)
+    }
+
+    /// The contents of the regular file at `path` (absolute, as in the image), from the last
+    /// layer that has it; `None` if none does. Read with GNU tar from the layer blob, without
+    /// unpacking anything else (no root needed).
+    pub fn read_file(&self, path: &str) -> Option<Vec<u8>> {
+        let wanted = path.trim_start_matches('/');
+        let mut found = None;
+        for (media_type, blob) in &self.layers {
+            let (names, gzip) = Self::layer_names(media_type, blob);
+            let Some(name) = names.iter().find(|n| n.trim_start_matches("./") == wanted) else {
+                continue;
+            };
+            let out = run_with_timeout(
+                Command::new("tar")
+                    .arg(if gzip { "-xzOf" } else { "-xOf" })
+                    .arg(blob)
+                    .arg(name),
+                Duration::from_secs(120),
+            );
+            assert!(out.status.success(), "{}", describe_output("tar -xO", &out));
+            found = Some(out.stdout);
+        }
+        found
+    }
+
     /// Extracts the layers in order into `root` with GNU tar (as root: owners and modes as
     /// recorded). A whiteout (`.wh.` entry) fails: this image is one layer on an empty base.
     pub fn unpack(&self, root: &Path) {
         for (media_type, blob) in &self.layers {
-            let gzip = match media_type.as_str() {
-                "application/vnd.oci.image.layer.v1.tar+gzip" => true,
-                "application/vnd.oci.image.layer.v1.tar" => false,
-                other => panic!("layer {} has media type {other}", blob.display()),
-            };
-            let list = run_with_timeout(
-                Command::new("tar")
-                    .arg(if gzip { "-tzf" } else { "-tf" })
-                    .arg(blob),
-                Duration::from_secs(120),
-            );
-            assert!(
-                list.status.success(),
-                "{}",
-                describe_output("tar -t", &list)
-            );
-            let names = String::from_utf8_lossy(&list.stdout);
-            let whiteouts: Vec<&str> = names.lines().filter(|n| n.contains(".wh.")).collect();
+            let (names, gzip) = Self::layer_names(media_type, blob);
+            let whiteouts: Vec<&String> = names.iter().filter(|n| n.contains(".wh.")).collect();
             assert!(whiteouts.is_empty(), "whiteouts in a layer: {whiteouts:?}");
             let out = run_with_timeout(
                 Command::new("tar")

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use rotor_e2e::helm::{self, template};
 use rotor_e2e::real_cluster::free_port;
 use rotor_e2e::{
     SimProcess, TestDir, binary, describe_output, kubectl_json, kubectl_ok, kubectl_path,
@@ -57,13 +58,22 @@ const OBJECTS: [(&str, &str); 17] = [
 
 /// One overlay as `kubectl kustomize` renders it.
 struct Rendered {
-    overlay: &'static str,
+    overlay: String,
     yaml: String,
     objects: Vec<Value>,
 }
 
 fn render(overlay: &'static str) -> Rendered {
-    let dir = workspace_root().join("deploy/overlays").join(overlay);
+    render_dir(&format!("deploy/overlays/{overlay}"))
+}
+
+/// The kustomization at `dir`, relative to the workspace root, as `kubectl kustomize` renders it.
+fn render_dir(dir: &str) -> Rendered {
+    let overlay = dir
+        .strip_prefix("deploy/overlays/")
+        .unwrap_or(dir)
+        .to_owned();
+    let dir = workspace_root().join(dir);
     let out = run_with_timeout(
         Command::new(kubectl_path()).arg("kustomize").arg(&dir),
         TOOL_TIMEOUT,
@@ -759,9 +769,15 @@ fn kubernetes_validate(args: &[&str], file: &Path) -> (bool, String) {
 #[test]
 fn every_overlay_validates_against_the_kubernetes_schemas() {
     let scratch = TestDir::new("deploy-validate");
-    for overlay in OVERLAYS {
-        let r = render(overlay);
-        let file: PathBuf = scratch.join(format!("{overlay}.yaml"));
+    // The overlays, and the test kustomizations that add deploy/components/* to one.
+    let rendered = OVERLAYS.into_iter().map(render).chain(
+        component_kustomizations()
+            .into_iter()
+            .map(|d| render_dir(&d)),
+    );
+    for r in rendered {
+        let overlay = &r.overlay;
+        let file: PathBuf = scratch.join(format!("{}.yaml", overlay.replace('/', "-")));
         std::fs::write(&file, &r.yaml).expect("write the rendered overlay");
         for version in SCHEMA_VERSIONS {
             let (ok, output) = kubernetes_validate(&["--strict", "-k", version], &file);
@@ -913,6 +929,353 @@ fn the_containers_run_binaries_the_dockerfile_builds_and_installs_as_its_user() 
             assert!(
                 installed.contains(bin.as_str()),
                 "{name}: Dockerfile installs {installed:?}"
+            );
+        }
+    }
+}
+
+/// The kustomizations of tests/kustomize (each an overlay with a component of deploy/components
+/// or a patch, as an operator would write it), relative to the workspace root, sorted.
+fn component_kustomizations() -> Vec<String> {
+    let dir = workspace_root().join("tests/kustomize");
+    let mut dirs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("kustomization.yaml").is_file())
+        .map(|e| format!("tests/kustomize/{}", e.file_name().to_string_lossy()))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Every pod spec in `object`, with where it is: any object holding `containers` (a Pod's
+/// spec, a workload's `template.spec`, a CronJob's `jobTemplate.spec.template.spec`), so that a
+/// kind added later is covered without naming it here.
+fn pod_specs<'a>(path: String, value: &'a Value, out: &mut Vec<(String, &'a Value)>) {
+    match value {
+        Value::Object(map) if map.contains_key("containers") => out.push((path, value)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                pod_specs(format!("{path}.{k}"), v, out);
+            }
+        }
+        Value::Array(list) => {
+            for (i, v) in list.iter().enumerate() {
+                pod_specs(format!("{path}[{i}]"), v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What keeps `pod` (at `what`) from the runtime settings every rotor container must have: run
+/// as a non-root, non-zero uid, a read-only root file system, no privilege escalation, every
+/// capability dropped and none added, the runtime's default seccomp profile; none of the host's
+/// namespaces. A container's own setting wins over the pod's, as the kubelet applies them.
+fn runtime_violations(what: &str, pod: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    for key in ["hostNetwork", "hostPID", "hostIPC"] {
+        if pod[key] == true {
+            problems.push(format!("{what}: {key}"));
+        }
+    }
+    let pod_sc = &pod["securityContext"];
+    let containers = ["initContainers", "containers", "ephemeralContainers"]
+        .into_iter()
+        .flat_map(|k| pod[k].as_array().into_iter().flatten());
+    for container in containers {
+        let what = format!("{what}, container {}", text(&container["name"]));
+        let sc = &container["securityContext"];
+        // The container's field, else the pod's.
+        let effective = |pointer: &str| {
+            sc.pointer(pointer)
+                .filter(|v| !v.is_null())
+                .or_else(|| pod_sc.pointer(pointer))
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        let mut expect = |field: &str, got: Value, ok: bool| {
+            if !ok {
+                problems.push(format!("{what}: securityContext.{field} is {got}"));
+            }
+        };
+        let v = effective("/runAsNonRoot");
+        expect("runAsNonRoot", v.clone(), v == true);
+        let v = effective("/runAsUser");
+        expect(
+            "runAsUser",
+            v.clone(),
+            v.as_i64().is_some_and(|uid| uid > 0),
+        );
+        let v = sc["readOnlyRootFilesystem"].clone();
+        expect("readOnlyRootFilesystem", v.clone(), v == true);
+        let v = sc["allowPrivilegeEscalation"].clone();
+        expect("allowPrivilegeEscalation", v.clone(), v == false);
+        let v = sc["privileged"].clone();
+        expect("privileged", v.clone(), v != true);
+        let v = sc["capabilities"]["drop"].clone();
+        expect(
+            "capabilities.drop",
+            v.clone(),
+            v == serde_json::json!(["ALL"]),
+        );
+        let v = sc["capabilities"]["add"].clone();
+        expect(
+            "capabilities.add",
+            v.clone(),
+            v.as_array().is_none_or(Vec::is_empty),
+        );
+        let v = effective("/seccompProfile/type");
+        expect("seccompProfile.type", v.clone(), v == "RuntimeDefault");
+    }
+    problems
+}
+
+/// The runtime settings of every pod deploy/ ships, whoever renders it: each kustomize overlay,
+/// each test kustomization that adds a component, and the Helm chart with its defaults and with
+/// each example values file. A manifest that loses one of them fails here, naming it.
+#[test]
+fn every_pod_template_in_deploy_and_the_chart_runs_as_non_root_read_only_without_capabilities() {
+    let mut renderings: Vec<(String, Vec<Value>)> = Vec::new();
+    let overlays = workspace_root().join("deploy/overlays");
+    let mut dirs: Vec<String> = std::fs::read_dir(&overlays)
+        .expect("list deploy/overlays")
+        .filter_map(|e| e.ok())
+        .map(|e| format!("deploy/overlays/{}", e.file_name().to_string_lossy()))
+        .chain(component_kustomizations())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        renderings.push((dir.clone(), render_dir(&dir).objects));
+    }
+    let mut values: Vec<Option<String>> = vec![None];
+    values.extend(helm::examples().into_iter().map(Some));
+    for file in values {
+        let out = template(
+            file.as_slice()
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .as_slice(),
+            &[],
+        );
+        let what = format!("helm template {}", file.as_deref().unwrap_or("(defaults)"));
+        assert!(out.status.success(), "{}", describe_output(&what, &out));
+        let objects: Vec<Value> =
+            serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout))
+                .unwrap_or_else(|e| panic!("{what}: the rendering does not parse: {e}"));
+        renderings.push((what, objects.into_iter().filter(|o| !o.is_null()).collect()));
+    }
+
+    let mut problems = Vec::new();
+    for (rendering, objects) in &renderings {
+        let mut pods = Vec::new();
+        for object in objects {
+            let (kind, name) = id(object);
+            // A CRD's schema is not a pod, whatever its fields are called.
+            if kind != "CustomResourceDefinition" {
+                pod_specs(format!("{rendering}: {kind} {name}"), object, &mut pods);
+            }
+        }
+        let names: BTreeSet<&str> = pods
+            .iter()
+            .flat_map(|(_, pod)| pod["containers"].as_array().into_iter().flatten())
+            .map(|c| text(&c["name"]))
+            .collect();
+        // Both workloads, unless the rendering leaves the selector out.
+        assert!(
+            names.contains("drainer"),
+            "{rendering}: no drainer pod found: {names:?}"
+        );
+        for (what, pod) in pods {
+            problems.extend(runtime_violations(&what, pod));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "pods that do not run locked down:\n{}",
+        problems.join("\n")
+    );
+
+    // The check itself catches each missing setting.
+    let r = render("kubernetes");
+    let good = r.drainer_pod().clone();
+    assert!(runtime_violations("good", &good).is_empty());
+    // The container's setting wins over the pod's.
+    for (pointer, value) in [
+        (
+            "/containers/0/securityContext/runAsNonRoot",
+            serde_json::json!(false),
+        ),
+        (
+            "/containers/0/securityContext/runAsUser",
+            serde_json::json!(0),
+        ),
+        (
+            "/containers/0/securityContext/readOnlyRootFilesystem",
+            Value::Null,
+        ),
+        (
+            "/containers/0/securityContext/allowPrivilegeEscalation",
+            serde_json::json!(true),
+        ),
+        (
+            "/containers/0/securityContext/capabilities/drop",
+            serde_json::json!(["NET_RAW"]),
+        ),
+        (
+            "/containers/0/securityContext/capabilities/add",
+            serde_json::json!(["NET_ADMIN"]),
+        ),
+        (
+            "/containers/0/securityContext/seccompProfile/type",
+            serde_json::json!("Unconfined"),
+        ),
+        ("/hostNetwork", serde_json::json!(true)),
+        ("/initContainers", serde_json::json!([{"name": "init"}])),
+    ] {
+        let mut bad = good.clone();
+        let (parent, key) = pointer.rsplit_once('/').expect("a pointer");
+        bad.pointer_mut(parent)
+            .and_then(Value::as_object_mut)
+            .unwrap_or_else(|| panic!("{parent} in the drainer's pod"))
+            .insert(key.to_owned(), value.clone());
+        assert!(
+            !runtime_violations("bad", &bad).is_empty(),
+            "{pointer} = {value} passes the check"
+        );
+    }
+}
+
+/// The port numbers (and names) of a NetworkPolicy rule's `ports` with `protocol`.
+fn policy_ports(rule: &Value, protocol: &str) -> BTreeSet<String> {
+    rule["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["protocol"] == protocol)
+        .map(|p| match &p["port"] {
+            Value::String(name) => name.clone(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+/// deploy/components/network-policy adds one NetworkPolicy per pod and nothing else: the
+/// drainer reached only on the port its probes and metrics use, both pods reaching the API
+/// server (TCP 443 and 6443, any address) and DNS in kube-system, the selector no ingress. The
+/// schemas are checked by `every_overlay_validates_against_the_kubernetes_schemas`, the chart's
+/// twin (`networkPolicy.enabled`) by tests/tests/helm.rs.
+#[test]
+fn the_network_policy_component_adds_one_policy_per_pod_allowing_what_each_uses() {
+    let r = render_dir("tests/kustomize/network-policy");
+    let ids: BTreeSet<(String, String)> = r.objects.iter().map(id).collect();
+    let mut expected: BTreeSet<(String, String)> = OBJECTS
+        .iter()
+        .map(|(k, n)| (k.to_string(), n.to_string()))
+        .collect();
+    for name in ["rotor-drainer", "rotor-selector"] {
+        expected.insert(("NetworkPolicy".into(), name.into()));
+    }
+    assert_eq!(ids, expected, "the rendered objects");
+    assert_eq!(r.objects.len(), expected.len(), "duplicates");
+
+    let templates = [
+        (
+            "rotor-drainer",
+            &r.get("Deployment", "rotor-drainer")["spec"]["template"],
+        ),
+        (
+            "rotor-selector",
+            &r.get("CronJob", "rotor-selector")["spec"]["jobTemplate"]["spec"]["template"],
+        ),
+    ];
+    for (name, template) in templates {
+        let policy = r.get("NetworkPolicy", name);
+        let what = format!("NetworkPolicy {name}");
+        assert_eq!(text(&policy["metadata"]["namespace"]), NAMESPACE, "{what}");
+        let spec = &policy["spec"];
+        assert!(
+            selects(&spec["podSelector"], &template["metadata"]["labels"]),
+            "{what} selects the pods of {name}: {spec}"
+        );
+        // Both directions are restricted: with a type left out, that direction is open.
+        assert_eq!(
+            spec["policyTypes"],
+            serde_json::json!(["Ingress", "Egress"]),
+            "{what}"
+        );
+        let egress = spec["egress"].as_array().expect("egress rules");
+        let anywhere = egress
+            .iter()
+            .find(|rule| rule["to"].is_null())
+            .unwrap_or_else(|| panic!("{what}: no egress rule to any address (the API server)"));
+        let tcp = policy_ports(anywhere, "TCP");
+        assert_eq!(tcp, ["443", "6443"].map(String::from).into(), "{what}");
+        assert!(policy_ports(anywhere, "UDP").is_empty(), "{what}");
+        let dns = egress
+            .iter()
+            .find(|rule| policy_ports(rule, "UDP").contains("53"))
+            .unwrap_or_else(|| panic!("{what}: no DNS rule"));
+        assert!(
+            policy_ports(dns, "TCP").contains("53"),
+            "{what}: DNS over TCP"
+        );
+        assert_eq!(
+            dns["to"],
+            serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}]),
+            "{what}: DNS only to kube-system"
+        );
+        // Nothing else, but the EKS Pod Identity agent for the selector (its AWS credentials).
+        let mut others: Vec<&Value> = egress
+            .iter()
+            .filter(|rule| !std::ptr::eq(*rule, anywhere) && !std::ptr::eq(*rule, dns))
+            .collect();
+        if name == "rotor-selector" {
+            let pod_identity = serde_json::json!({
+                "to": [{"ipBlock": {"cidr": "169.254.170.23/32"}}, {"ipBlock": {"cidr": "fd00:ec2::23/128"}}],
+                "ports": [{"protocol": "TCP", "port": 80}],
+            });
+            assert_eq!(others.first(), Some(&&pod_identity), "{what}: {egress:?}");
+            others.remove(0);
+        }
+        assert!(
+            others.is_empty(),
+            "{what}: more egress than it needs: {others:?}"
+        );
+
+        let pod = &template["spec"];
+        let ingress = spec["ingress"].as_array().cloned().unwrap_or_default();
+        if name == "rotor-selector" {
+            assert!(ingress.is_empty(), "{what}: the selector serves nothing");
+            continue;
+        }
+        // The drainer: one rule, the admin port (probes, metrics), which the container declares
+        // and the binary listens on.
+        assert_eq!(ingress.len(), 1, "{what}: {ingress:?}");
+        let ports = policy_ports(&ingress[0], "TCP");
+        assert_eq!(ports.len(), 1, "{what}: {ports:?}");
+        let port = ports.first().expect("a port");
+        let container = only_container(pod);
+        let declared = container["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .find(|p| {
+                p["name"] == port.as_str() || p["containerPort"].as_i64() == port.parse().ok()
+            })
+            .unwrap_or_else(|| panic!("{what}: port {port} is not the container's"));
+        let args = args_of(container);
+        let admin = flag_value(&args, "--admin-listen").expect("--admin-listen");
+        assert_eq!(
+            declared["containerPort"].to_string(),
+            admin.rsplit(':').next().unwrap(),
+            "{what}: the admin port"
+        );
+        for probe in ["livenessProbe", "readinessProbe"] {
+            assert_eq!(
+                container[probe]["httpGet"]["port"], declared["name"],
+                "{what}: {probe}"
             );
         }
     }

@@ -436,3 +436,81 @@ fn the_chart_refuses_a_policy_the_api_server_would_drop_or_misread() {
         describe_output("helm template", &out)
     );
 }
+
+/// `networkPolicy`: off by default; on, one NetworkPolicy per pod the chart runs (the selector's
+/// only with the selector), which examples/network-policy.yaml shows equal to
+/// deploy/components/network-policy (`every_example_renders_the_same_objects_as_its_kustomize_twin`;
+/// tests/tests/deploy.rs validates that against the Kubernetes schemas); `extraEgress` rules come
+/// after the chart's own, and the schema refuses a field an egress rule does not have.
+#[test]
+fn the_network_policies_render_only_when_enabled_one_per_pod_with_extra_egress_last() {
+    let policies = |extra: &[&str]| -> Vec<Value> {
+        let out = template(&[], extra);
+        assert!(
+            out.status.success(),
+            "{}",
+            describe_output(&format!("helm template {}", extra.join(" ")), &out)
+        );
+        parse(&String::from_utf8_lossy(&out.stdout))
+            .into_iter()
+            .filter(|o| o["kind"] == "NetworkPolicy")
+            .collect()
+    };
+    let names = |ps: &[Value]| -> Vec<String> {
+        ps.iter()
+            .map(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert!(
+        policies(&[]).is_empty(),
+        "the defaults render no NetworkPolicy"
+    );
+    let on = policies(&["--set", "networkPolicy.enabled=true"]);
+    assert_eq!(names(&on), ["rotor-drainer", "rotor-selector"]);
+    let without_selector = policies(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "selector.enabled=false",
+    ]);
+    assert_eq!(names(&without_selector), ["rotor-drainer"]);
+
+    let prometheus = serde_json::json!({
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        "ports": [{"protocol": "TCP", "port": 9090}],
+    });
+    let set = format!("networkPolicy.drainer.extraEgress=[{prometheus}]");
+    let extra = policies(&["--set", "networkPolicy.enabled=true", "--set-json", &set]);
+    for (policy, before) in extra.iter().zip(&on) {
+        let egress = policy["spec"]["egress"].as_array().expect("egress");
+        let own = before["spec"]["egress"].as_array().expect("egress");
+        if policy["metadata"]["name"] == "rotor-drainer" {
+            assert_eq!(egress.len(), own.len() + 1, "{policy}");
+            assert_eq!(egress[..own.len()], own[..], "the chart's rules first");
+            assert_eq!(egress.last(), Some(&prometheus));
+        } else {
+            assert_eq!(egress, own, "the selector's policy is left as it was");
+        }
+    }
+
+    let out = template(
+        &[],
+        &[
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "networkPolicy.selector.extraEgress[0].from=x",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("schema") && stderr.contains("from"),
+        "an egress rule with `from` must be refused: {}",
+        describe_output("helm template", &out)
+    );
+}

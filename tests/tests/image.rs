@@ -2,12 +2,16 @@
 //! build`, the same build-stage output, the same files in the same order
 //! (`tools/image-files.txt`), the same config. Docker is not on our build machines, so the
 //! Dockerfile is only ever read; `tools/image.sh` builds the image, and
-//! tests/tests/real_image.rs runs what it built.
+//! tests/tests/real_image.rs runs what it built. The SBOMs the image carries are read from the
+//! built image here (without root: from its layer, nothing unpacked).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-use rotor_e2e::image::{CopyLine, Instruction, dockerfile, dockerfile_config, dockerfile_stages};
+use rotor_e2e::image::{
+    CopyLine, Instruction, OciImage, built_image, dockerfile, dockerfile_config, dockerfile_stages,
+    image_files,
+};
 use rotor_e2e::{binary, workspace_root};
 use serde_json::{Value, json};
 
@@ -132,6 +136,29 @@ fn the_dockerfile_and_image_sh_run_the_same_cargo_build_and_stage_the_same_out()
         docker_installs,
         "tools/image.sh must make the build stage's /out as the Dockerfile's RUN does"
     );
+    // And the SBOMs, by the same script with the same arguments (image.sh runs it as
+    // "$here/sbom.sh", $here being tools/).
+    let sboms = |commands: &[String]| -> Vec<String> {
+        commands
+            .iter()
+            .map(|c| {
+                c.replace("\"$here/", "tools/")
+                    .replace("\"$stage/", "/out/")
+                    .replace('"', "")
+            })
+            .filter(|c| c.starts_with("tools/sbom.sh "))
+            .collect()
+    };
+    assert_eq!(
+        sboms(&docker),
+        ["tools/sbom.sh /out/sbom rotor-drainer rotor-selector"],
+        "the Dockerfile's RUN writes the binaries' SBOMs into /out/sbom"
+    );
+    assert_eq!(
+        sboms(&script_lines),
+        sboms(&docker),
+        "tools/image.sh must write the SBOMs as the Dockerfile's RUN does"
+    );
     // Every binary cargo builds is installed.
     for package in docker_cargo[0].split(" -p ").skip(1) {
         let package = package.split_whitespace().next().unwrap_or_default();
@@ -180,10 +207,18 @@ fn the_dockerfiles_final_stage_copies_exactly_tools_image_files_txt_in_order() {
     }
 
     // Each source exists: in the repository, or in the build stage's /out as its RUN makes it.
+    // What `install` makes (its last argument) and tools/sbom.sh (its first).
     let outs: Vec<String> = build_stage_commands()
         .iter()
-        .filter(|c| c.starts_with("install "))
-        .filter_map(|c| c.split_whitespace().last().map(String::from))
+        .filter_map(|c| {
+            if c.starts_with("install ") {
+                c.split_whitespace().last().map(String::from)
+            } else {
+                c.strip_prefix("tools/sbom.sh ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(String::from)
+            }
+        })
         .collect();
     for c in &listed {
         if !c.from_build {
@@ -291,5 +326,211 @@ fn the_image_config_and_version_label_are_the_same_in_both() {
         image_sh_config(&image_sh(), &version),
         docker,
         "tools/image.sh's `crane mutate` flags must give the config of the Dockerfile's final stage"
+    );
+}
+
+/// The packages of Cargo.lock: (name, version) -> the sha256 checksum (crates.io packages; none
+/// for the workspace's own).
+fn lock_packages() -> BTreeMap<(String, String), Option<String>> {
+    let lock = std::fs::read_to_string(workspace_root().join("Cargo.lock")).expect("Cargo.lock");
+    let field = |block: &str, key: &str| {
+        block.lines().find_map(|l| {
+            l.strip_prefix(&format!("{key} = \""))
+                .and_then(|v| v.strip_suffix('"'))
+                .map(String::from)
+        })
+    };
+    lock.split("[[package]]")
+        .skip(1)
+        .map(|block| {
+            let name = field(block, "name").expect("a package has a name");
+            let version = field(block, "version").expect("a package has a version");
+            ((name, version), field(block, "checksum"))
+        })
+        .collect()
+}
+
+/// The image's SBOMs (tools/sbom.sh, CycloneDX JSON), one per binary, at the place the list
+/// installs them: each names its binary at the workspace's version, lists the crates it is built
+/// from at the versions and checksums of Cargo.lock (kube, tokio, ...; our own crates at the
+/// workspace's version) and no dev-dependency, and is the file tools/image.sh leaves beside the
+/// image. Reads the image tools/image.sh built for these sources.
+#[test]
+fn the_image_carries_an_sbom_of_each_binary_listing_the_crates_it_is_built_from() {
+    let out = built_image();
+    let image = OciImage::read(&out.join("oci"));
+    let dest = image_files()
+        .into_iter()
+        .find(|c| c.from_build && c.src == "/out/sbom/")
+        .expect("tools/image-files.txt copies the build stage's /out/sbom/")
+        .dest;
+    assert_eq!(
+        dest, "/usr/share/rotor/sbom/",
+        "docs/security.md names this place"
+    );
+    let version = crate_version("crates/drainer");
+    let lock = lock_packages();
+    let lock_versions = |name: &str| -> Vec<&String> {
+        lock.keys()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .collect()
+    };
+    // Neither binary links a dev-dependency: proptest is in Cargo.lock for the tests only.
+    assert!(
+        !lock_versions("proptest").is_empty(),
+        "proptest left Cargo.lock: pick another"
+    );
+
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "rotor-drainer",
+            &[
+                "kube",
+                "kube-runtime",
+                "k8s-openapi",
+                "tokio",
+                "rustls",
+                "ring",
+                "axum",
+            ],
+        ),
+        (
+            "rotor-selector",
+            &[
+                "kube",
+                "k8s-openapi",
+                "tokio",
+                "rustls",
+                "ring",
+                "aws-sdk-ec2",
+                "aws-config",
+            ],
+        ),
+    ];
+    for (package, crates) in cases {
+        let path = format!("{dest}{package}.cdx.json");
+        let bytes = image
+            .read_file(&path)
+            .unwrap_or_else(|| panic!("{path} is not in the image {}", out.display()));
+        let beside = out.join("sbom").join(format!("{package}.cdx.json"));
+        assert!(
+            std::fs::read(&beside).is_ok_and(|b| b == bytes),
+            "{} is not the image's {path}",
+            beside.display()
+        );
+        let text = String::from_utf8(bytes).expect("the SBOM is UTF-8");
+        let bom: Value = serde_json::from_str(&text).expect("the SBOM is JSON");
+        let what = format!("{path} in the image");
+        assert_eq!(bom["bomFormat"], "CycloneDX", "{what}");
+        assert_eq!(bom["specVersion"], "1.5", "{what}");
+        // Reproducible: no random serial number, no date but the epoch, no path of the machine
+        // that built it.
+        assert!(bom["serialNumber"].is_null(), "{what}: serialNumber");
+        assert!(
+            bom["metadata"]["timestamp"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("1970-01-01T00:00:00")),
+            "{what}: {}",
+            bom["metadata"]["timestamp"]
+        );
+        for machine in ["/root/", "/home/", "/tmp/", "/work/"] {
+            assert!(
+                !text.contains(machine),
+                "{what} names a path under {machine}"
+            );
+        }
+
+        // What it describes: the package at the workspace's version, and its binary.
+        let top = &bom["metadata"]["component"];
+        assert_eq!(top["name"], package, "{what}");
+        assert_eq!(top["version"], version.as_str(), "{what}");
+        assert!(
+            top["purl"]
+                .as_str()
+                .is_some_and(|p| p.starts_with(&format!("pkg:cargo/{package}@{version}"))),
+            "{what}: {}",
+            top["purl"]
+        );
+        assert!(
+            top["components"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["name"] == package && c["type"] == "application"),
+            "{what}: the binary {package} among its targets: {}",
+            top["components"]
+        );
+
+        // Each component is a crate of Cargo.lock, as locked.
+        let components = bom["components"].as_array().expect("components");
+        let mut listed: BTreeMap<&str, &Value> = BTreeMap::new();
+        for c in components {
+            let name = c["name"].as_str().expect("a component has a name");
+            let v = c["version"].as_str().expect("a component has a version");
+            let key = (name.to_string(), v.to_string());
+            let Some(checksum) = lock.get(&key) else {
+                panic!("{what} lists {name} {v}, which Cargo.lock does not have");
+            };
+            if let Some(checksum) = checksum {
+                assert_eq!(
+                    c["hashes"],
+                    serde_json::json!([{"alg": "SHA-256", "content": checksum}]),
+                    "{what}: {name} {v}"
+                );
+                assert_eq!(c["purl"], format!("pkg:cargo/{name}@{v}"), "{what}");
+            }
+            listed.insert(name, c);
+        }
+        for name in crates.iter().chain(&["rotor-core", "rotor-apimachinery"]) {
+            let c = listed
+                .get(name)
+                .unwrap_or_else(|| panic!("{what} does not list {name}"));
+            assert_eq!(c["scope"], "required", "{what}: {name} is linked in");
+            assert!(
+                lock_versions(name).contains(&&c["version"].as_str().unwrap_or("").to_string()),
+                "{what}: {name}"
+            );
+        }
+        for ours in ["rotor-core", "rotor-apimachinery"] {
+            assert_eq!(listed[ours]["version"], version.as_str(), "{what}: {ours}");
+        }
+        for absent in ["proptest", "rotor-sim", "rotor-e2e"] {
+            assert!(
+                !listed.contains_key(absent),
+                "{what} lists {absent}, which {package} is not built from"
+            );
+        }
+    }
+}
+
+/// tools/image.sh's cache key hashes what the SBOMs are made from: the script and its tool's pin
+/// (tools/sbom.sh, tools/cargo-tool.sh) and the test crate's Cargo.toml (a workspace member,
+/// whose features take part in the resolution the SBOMs list), in both of its file listings.
+#[test]
+fn the_image_key_hashes_the_sboms_inputs() {
+    let script = image_sh();
+    let body: String = script
+        .lines()
+        .skip_while(|l| !l.starts_with("source_files()"))
+        .take_while(|l| *l != "}")
+        .collect::<Vec<_>>()
+        .join("\n");
+    for input in [
+        "tools/sbom.sh",
+        "tools/cargo-tool.sh",
+        "tests/Cargo.toml",
+        "Cargo.lock",
+    ] {
+        assert_eq!(
+            body.matches(input).count(),
+            2,
+            "tools/image.sh's source_files must list {input} (git and find):\n{body}"
+        );
+    }
+    let sbom = std::fs::read_to_string(workspace_root().join("tools/sbom.sh")).expect("sbom.sh");
+    assert!(
+        sbom.lines().any(|l| l.starts_with("version=")),
+        "tools/sbom.sh pins cargo-cyclonedx's version"
     );
 }

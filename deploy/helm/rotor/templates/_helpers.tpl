@@ -66,3 +66,22 @@ runAsGroup: 65532
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{/* The egress both pods need: the API server (TCP 443 and 6443 to any address, since a
+NetworkPolicy cannot name it) and DNS in kube-system. */}}
+{{- define "rotor.networkPolicy.baseEgress" -}}
+- ports:
+    - protocol: TCP
+      port: 443
+    - protocol: TCP
+      port: 6443
+- to:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: kube-system
+  ports:
+    - protocol: UDP
+      port: 53
+    - protocol: TCP
+      port: 53
+{{- end }}

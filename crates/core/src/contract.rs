@@ -511,8 +511,9 @@ mod tests {
     #[test]
     fn phase_slugs_round_trip() {
         let expected = [
-            "queued", "cordoned", "evicting", "drained", "failed", "blocked",
+            "queued", "cordoned", "evicting", "drained", "failed", "blocked", "parked",
         ];
+        assert_eq!(DrainPhase::ALL.len(), expected.len());
         for (phase, slug) in DrainPhase::ALL.into_iter().zip(expected) {
             assert_eq!(phase.slug(), slug);
             assert_eq!(phase.to_string(), slug);

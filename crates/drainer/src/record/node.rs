@@ -265,6 +265,11 @@ pub fn shorten(value: &str) -> String {
     }
 }
 
+/// What a phase annotation must hold: every [`DrainPhase`]'s slug (a test holds it to
+/// `DrainPhase::ALL`).
+const PHASE_EXPECTED: &str =
+    "a drain phase (queued, cordoned, evicting, drained, failed, blocked, parked)";
+
 /// Every drain record annotation on a node that rotor does not use, as of `now` with
 /// `drain_timeout`: values that do not parse (read as absent), then times rotor cannot have
 /// written ([`DrainRecord::implausible_times`]). Empty when the record is fine. Pure, for the
@@ -288,11 +293,9 @@ pub fn misreadings(
             });
         }
     };
-    check(
-        PHASE_ANNOTATION,
-        "a drain phase (queued, cordoned, evicting, drained, failed, blocked)",
-        &|v| v.parse::<DrainPhase>().is_ok(),
-    );
+    check(PHASE_ANNOTATION, PHASE_EXPECTED, &|v| {
+        v.parse::<DrainPhase>().is_ok()
+    });
     for key in [
         STARTED_AT_ANNOTATION,
         DEADLINE_ANNOTATION,
@@ -311,7 +314,9 @@ pub fn misreadings(
         let value = annotations
             .and_then(|a| a.get(key))
             .map_or_else(String::new, |v| shorten(v));
-        let expected = if key == DEADLINE_ANNOTATION && record.phase != Some(DrainPhase::Failed) {
+        // A failed or parked record's deadline is its retry time, not a drain's deadline.
+        let retrying = matches!(record.phase, Some(DrainPhase::Failed | DrainPhase::Parked));
+        let expected = if key == DEADLINE_ANNOTATION && !retrying {
             "a deadline rotor can have set (at most --drain-timeout from now)"
         } else {
             "a time in the past"
@@ -565,6 +570,13 @@ mod tests {
         assert_eq!(DrainRecord::from_annotations(None), DrainRecord::cleared());
         let huge = annotations(&[("rotor.dev/attempts", "99999999999999999999")]);
         assert_eq!(DrainRecord::from_annotations(Some(&huge)).attempts, 0);
+    }
+
+    #[test]
+    fn the_phase_misreading_names_every_phase() {
+        for phase in DrainPhase::ALL {
+            assert!(PHASE_EXPECTED.contains(phase.slug()), "{phase}");
+        }
     }
 
     #[test]

@@ -73,7 +73,8 @@ pub struct HealthGateState {
 }
 
 impl HealthGateState {
-    pub(crate) fn to_data(&self) -> BTreeMap<String, String> {
+    /// The record's data keys of the health gate, as written (`tests/cases/records/` pins them).
+    pub fn to_data(&self) -> BTreeMap<String, String> {
         BTreeMap::from([
             (
                 HEALTH_GATE_KEY.to_string(),
@@ -132,12 +133,33 @@ pub fn halt_from_data(data: &BTreeMap<String, String>) -> HaltState {
     }
 }
 
-pub(crate) fn halt_to_data(halt: &Halt) -> BTreeMap<String, String> {
+/// The record's data keys of a halt, as written.
+pub fn halt_to_data(halt: &Halt) -> BTreeMap<String, String> {
     BTreeMap::from([
         (HALTED_KEY.to_string(), "true".to_string()),
         (HALTED_SINCE_KEY.to_string(), halt.since.to_string()),
         (HALTED_REASON_KEY.to_string(), halt.reason.clone()),
     ])
+}
+
+/// The merge patch of `rotor-drainer resume` at `at`: the halt's keys removed, `resumedAt` set.
+pub fn resume_patch(at: Timestamp) -> serde_json::Value {
+    serde_json::json!({
+        "data": {
+            HALTED_KEY: null,
+            HALTED_SINCE_KEY: null,
+            HALTED_REASON_KEY: null,
+            RESUMED_AT_KEY: at.to_string(),
+        }
+    })
+}
+
+/// The record's data key of the waiting nodes, as written: at most [`WAITING_SHOWN`] of them
+/// (the first by name), as one JSON object `{node: reason}`.
+pub fn waiting_to_data(waiting: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let shown: BTreeMap<&String, &String> = waiting.iter().take(WAITING_SHOWN).collect();
+    let json = serde_json::to_string(&shown).expect("a map of strings serializes");
+    BTreeMap::from([(WAITING_KEY.to_string(), json)])
 }
 
 /// The record as `status` shows it.

@@ -9,9 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::record::rotation::{
-    HALTED_KEY, HALTED_REASON_KEY, HALTED_SINCE_KEY, Halt, HaltState, HealthGateState,
-    RESUMED_AT_KEY, RecordRef, RotationView, WAITING_KEY, WAITING_SHOWN, halt_from_data,
-    halt_to_data,
+    Halt, HaltState, HealthGateState, RecordRef, RotationView, halt_from_data, halt_to_data,
+    resume_patch, waiting_to_data,
 };
 
 /// The field managers of the record's parts.
@@ -57,21 +56,13 @@ pub async fn write_health(
 }
 
 /// Writes why the tainted nodes that have not started wait (the leader's last round), at most
-/// [`WAITING_SHOWN`] of them.
+/// [`crate::record::rotation::WAITING_SHOWN`] of them.
 pub async fn write_waiting(
     client: &kube::Client,
     at: &RecordRef,
     waiting: &BTreeMap<String, String>,
 ) -> Result<(), kube::Error> {
-    let shown: BTreeMap<&String, &String> = waiting.iter().take(WAITING_SHOWN).collect();
-    let json = serde_json::to_string(&shown).expect("a map of strings serializes");
-    apply(
-        client,
-        at,
-        WAITING_MANAGER,
-        BTreeMap::from([(WAITING_KEY.to_string(), json)]),
-    )
-    .await
+    apply(client, at, WAITING_MANAGER, waiting_to_data(waiting)).await
 }
 
 /// Writes a halt into the record.
@@ -95,14 +86,7 @@ pub async fn resume(client: &kube::Client, at: &RecordRef) -> Result<Option<Halt
     };
     // A merge patch, as a person's `kubectl patch` would be: the halt's manager gives its keys
     // up, and the next halt applies them again.
-    let patch = serde_json::json!({
-        "data": {
-            HALTED_KEY: null,
-            HALTED_SINCE_KEY: null,
-            HALTED_REASON_KEY: null,
-            RESUMED_AT_KEY: Timestamp::now().to_string(),
-        }
-    });
+    let patch = resume_patch(Timestamp::now());
     api.patch(
         &at.name,
         &PatchParams {

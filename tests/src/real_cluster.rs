@@ -268,6 +268,17 @@ impl RealCluster {
     /// Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, in that
     /// order, each waited for before the next. Panics with the failing component's log.
     pub fn start_with(options: RealClusterOptions) -> RealCluster {
+        RealCluster::start_with_apiserver_flags(options, &[])
+    }
+
+    /// [`RealCluster::start_with`], with `apiserver_flags` given to kube-apiserver after the
+    /// harness's own, so that a flag given here wins over ours (the last of a flag counts):
+    /// `--enable-priority-and-fairness=true` turns API Priority and Fairness on, which the
+    /// harness otherwise starts off; `--max-requests-inflight=N` sizes the server's concurrency.
+    pub fn start_with_apiserver_flags(
+        options: RealClusterOptions,
+        apiserver_flags: &[&str],
+    ) -> RealCluster {
         let bin = control_plane_bin();
         let dir = match &options.dir {
             Some(path) => TestDir::at(path),
@@ -366,7 +377,10 @@ impl RealCluster {
                 "--audit-log-mode=blocking".into(),
                 "--enable-priority-and-fairness=false".into(),
                 format!("--watch-cache={}", options.watch_cache),
-            ],
+            ]
+            .into_iter()
+            .chain(apiserver_flags.iter().map(|f| f.to_string()))
+            .collect::<Vec<_>>(),
         );
         cluster.write_kubeconfig(&cluster.admin_kubeconfig, "rotor-e2e-admin", &token);
         cluster.wait_for("kube-apiserver to answer /readyz", |c| {

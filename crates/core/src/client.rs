@@ -143,11 +143,23 @@ pub fn client(config: Config) -> Result<Client, ClientError> {
 /// to 15 times with back-off growing towards 1000 s. A PodDisruptionBudget refusing an eviction
 /// answers 429, so with the default client that refusal would not reach the drainer for minutes, and
 /// the drainer could neither report the blocking budget nor apply its own retry policy (kube's
-/// `Config::default_retry` documentation on docs.rs). Use this client for evictions.
+/// `Config::default_retry` documentation on docs.rs). Use this client for evictions. A 429's
+/// `Retry-After` header reaches the caller as the error's `details.retryAfterSeconds`
+/// ([`crate::retry_after`]), so its own retry can honour it.
 ///
 /// Must be called inside a Tokio runtime (the client spawns a background task).
 pub fn client_without_retry(config: Config) -> Result<Client, ClientError> {
-    client(without_retry(config))
+    let cluster_url = config.cluster_url.to_string();
+    let builder =
+        kube::client::ClientBuilder::try_from(without_retry(config)).map_err(|source| {
+            ClientError::Build {
+                cluster_url,
+                source,
+            }
+        })?;
+    Ok(builder
+        .with_layer(&crate::retry_after::RetryAfterLayer)
+        .build())
 }
 
 /// `config` with kube's built-in retry turned off (`default_retry = false`); see

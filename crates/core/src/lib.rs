@@ -6,6 +6,7 @@
 //! - [`node_budget`]: a count or a percentage of nodes, as both binaries' budgets are written.
 //! - [`provider_id`]: AWS `spec.providerID` parsing into an [`InstanceId`].
 //! - [`client`](mod@client): kube client construction from [`KubeArgs`], with and without kube's built-in retry.
+//! - [`retry_after`]: a 429's `Retry-After` kept where a client's caller can read it.
 //! - [`telemetry`]: the tracing subscriber ([`LogArgs`]).
 //! - [`http`]: a GET with a deadline to an operator's [`HttpTarget`], shown without credentials.
 //! - [`admin`]: the `/metrics`, `/healthz`, `/readyz` HTTP server ([`AdminArgs`]).
@@ -22,6 +23,7 @@ pub mod duration;
 pub mod http;
 pub mod node_budget;
 pub mod provider_id;
+pub mod retry_after;
 pub mod shutdown;
 pub mod telemetry;
 

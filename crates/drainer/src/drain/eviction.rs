@@ -6,7 +6,9 @@
 //! - a pod whose eviction was accepted is not sent again; its deletion is awaited on the watch;
 //! - a pod whose budget the budget cache says allows nothing now waits for the budget to move
 //!   (or for `--budget-recheck`) instead of spending a request on a certain 429;
-//! - a budget's 429 waits the same way; a 429 with Retry-After waits as long as it says;
+//! - a budget's 429 waits the same way; a 429 with Retry-After (a budget not processed yet, or
+//!   API Priority and Fairness shedding the request) waits as long as it says, whatever budgets
+//!   do meanwhile;
 //! - several budgets over one pod (500) and an eviction refused by RBAC or admission (401, 403,
 //!   or the 4xx an admission policy or webhook chose) block the node, naming who refused, until
 //!   an operator acts, and are retried in case they did;
@@ -155,6 +157,9 @@ impl EvictionQueue {
                 recorded.wake = Some(self.retry_at(uid, later(now, policy.budget_recheck)));
             }
             EvictionOutcome::RetryLater { after, .. } => {
+                // The server's wait stands: no longer a budget's refusal, so a budget that
+                // moves does not send it again early (see `budget_moved`).
+                self.refused.remove(uid);
                 recorded.wake = Some(self.retry_at(uid, later(now, *after)));
             }
             EvictionOutcome::MultipleBudgets { message } => {
@@ -394,6 +399,38 @@ mod tests {
         assert!(!queue.has_operator_problem());
         queue.record(&web, &EvictionOutcome::Evicted, POLICY, t0);
         assert_eq!(queue.blockers().count(), 0);
+    }
+
+    #[test]
+    fn a_shed_eviction_waits_out_retry_after_even_when_a_budget_moves() {
+        let t0 = at("2025-03-01T12:00:00Z");
+        let mut queue = EvictionQueue::default();
+        let web = pod("web-1");
+        // First refused by its budget, then shed by the API server for 32 s.
+        queue.record(
+            &web,
+            &EvictionOutcome::BudgetRefused {
+                message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+            },
+            POLICY,
+            t0,
+        );
+        let shed = queue.record(
+            &web,
+            &EvictionOutcome::RetryLater {
+                after: Duration::from_secs(32),
+                message: "Too many requests, please try again later.".into(),
+            },
+            POLICY,
+            t0,
+        );
+        let until = t0 + jiff::SignedDuration::from_secs(32);
+        assert_eq!(shed.wake, Some(until));
+        queue.budget_moved();
+        assert_eq!(
+            queue.next_step(&web, None, POLICY, t0),
+            Step::Skip(Some(until))
+        );
     }
 
     #[test]

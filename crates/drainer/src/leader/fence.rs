@@ -131,6 +131,8 @@ pub fn fenced_client(
             cluster_url,
             source,
         })?
+        // A shed request's Retry-After reaches the eviction answers (drain/answers.rs).
+        .with_layer(&rotor_core::retry_after::RetryAfterLayer)
         .with_layer(&FenceLayer(fence.clone()));
     Ok(if retry {
         // The retry clones the service it retries; kube's base service is boxed, not Clone,

@@ -1342,3 +1342,129 @@ fn check_events_table_reports_each_kind_of_mismatch() {
     ];
     doc_tables::assert_problems_start_with(&problems, &expected);
 }
+
+/// The ratios a page quotes (`1.24x`, `0.5x`): each number followed by `x` and then no letter or
+/// digit, with its line number.
+fn quoted_ratios(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let starts = bytes[i].is_ascii_digit()
+                && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'.'));
+            if !starts {
+                i += 1;
+                continue;
+            }
+            let mut end = i;
+            while end < bytes.len() && (bytes[end].is_ascii_digit() || bytes[end] == b'.') {
+                end += 1;
+            }
+            let number = &line[i..end];
+            let after_x = bytes.get(end) == Some(&b'x')
+                && bytes
+                    .get(end + 1)
+                    .is_none_or(|c| !c.is_ascii_alphanumeric());
+            if after_x && number.contains('.') && !number.ends_with('.') {
+                found.push((n + 1, number.to_string()));
+            }
+            i = end.max(i + 1);
+        }
+    }
+    found
+}
+
+#[test]
+fn ratios_are_found_in_a_page_and_only_where_a_number_ends_in_x() {
+    let text = "rotor 1.24x the bound, 0.5x the loop\n0x10, 3.2xl, a1.5x, 1.10x.\n2x";
+    assert_eq!(
+        quoted_ratios(text),
+        [
+            (1, "1.24".to_string()),
+            (1, "0.5".to_string()),
+            (2, "1.10".to_string())
+        ]
+    );
+}
+
+/// docs/benchmarks.md cut at its headings: each section's GitHub anchor and its text (from its
+/// heading to the next heading of any level).
+fn benchmark_sections(text: &str) -> BTreeMap<String, String> {
+    let mut sections: BTreeMap<String, String> = BTreeMap::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        if let Some(title) = line
+            .strip_prefix('#')
+            .map(|t| t.trim_start_matches('#').trim())
+        {
+            current = title
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect();
+        }
+        let section = sections.entry(current.clone()).or_default();
+        section.push_str(line);
+        section.push('\n');
+    }
+    sections
+}
+
+/// Every number in `text` with a decimal point ("1.24", whether or not an x follows).
+fn decimals(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|w| w.contains('.') && !w.starts_with('.') && !w.ends_with('.'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A ratio quoted away from docs/benchmarks.md must be one that its table of where the targets
+/// stand holds, or that a section of it the page links to holds: a page that quotes an old
+/// run's figure (as docs/limitations.md once quoted 2.01x after the table had moved on to 1.48)
+/// fails here. A page that does not want to follow the figures links the table instead.
+#[test]
+fn every_ratio_quoted_in_the_docs_is_one_the_benchmarks_hold() {
+    let root = workspace_root();
+    let benchmarks =
+        std::fs::read_to_string(root.join("docs/benchmarks.md")).expect("read docs/benchmarks.md");
+    let sections = benchmark_sections(&benchmarks);
+    let table = sections
+        .get("where-the-targets-stand")
+        .expect("docs/benchmarks.md has a section \"Where the targets stand\"");
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs"))
+        .expect("list docs/")
+        .flatten()
+    {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "md") && !path.ends_with("benchmarks.md") {
+            pages.push(path);
+        }
+    }
+    pages.sort();
+    let mut stale = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("read a page");
+        let mut held = decimals(table);
+        for (anchor, section) in &sections {
+            if text.contains(&format!("benchmarks.md#{anchor})")) {
+                held.extend(decimals(section));
+            }
+        }
+        for (line, number) in quoted_ratios(&text) {
+            if !held.contains(&number) {
+                let name = page.strip_prefix(&root).unwrap_or(page).display();
+                stale.push(format!("{name}:{line}: {number}x"));
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "ratios that neither the table of docs/benchmarks.md nor a section the page links holds (quote the current figures, or link the table instead): {stale:?}"
+    );
+}

@@ -27,7 +27,7 @@ OUT = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "deploy" / "helm" / "ro
 LEFT_OUT = {"help", "version", "log-format", "kubeconfig", "context"}
 REPEATABLE = {
     "window", "gate-ignore-namespace", "notify-webhook", "health-url",
-    "group-label", "group", "exclude-group", "exclude-tag",
+    "group-label", "group", "exclude-group", "exclude-tag", "azure-resource-group",
 }
 DURATIONS = {
     "node-startup-grace", "drain-timeout", "force-after", "max-grace-period", "pending-grace",

@@ -17,7 +17,7 @@ use rotor_e2e::{
 };
 use serde_json::Value;
 
-const OVERLAYS: [&str; 3] = ["aws", "kubernetes", "dry-run"];
+const OVERLAYS: [&str; 4] = ["aws", "azure", "kubernetes", "dry-run"];
 const NAMESPACE: &str = "rotor-system";
 const IMAGE: &str = "ghcr.io/rotor-dev/rotor";
 const CLUSTER_SCOPED: [&str; 5] = [
@@ -484,6 +484,24 @@ fn the_selector_cronjob_runs_one_bounded_locked_down_run_at_a_time() {
                     "{what}: IRSA annotation"
                 );
             }
+            "azure" => {
+                assert!(has("--provider=azure"), "{what}: {args:?}");
+                assert!(
+                    flag_value(&args, "--azure-subscription").is_some(),
+                    "{what}: {args:?}"
+                );
+                assert_eq!(
+                    pod_labels(&r)["azure.workload.identity/use"],
+                    "true",
+                    "{what}: the workload identity webhook's label"
+                );
+                let annotations =
+                    &r.get("ServiceAccount", "rotor-selector")["metadata"]["annotations"];
+                assert!(
+                    !text(&annotations["azure.workload.identity/client-id"]).is_empty(),
+                    "{what}: workload identity annotation"
+                );
+            }
             _ => assert!(has("--provider=kubernetes"), "{what}: {args:?}"),
         }
         assert_eq!(has("--dry-run"), overlay == "dry-run", "{what}: {args:?}");
@@ -882,6 +900,50 @@ fn the_iam_policies_beside_the_aws_overlay_say_what_the_security_docs_say() {
     assert_eq!(
         shipped, documented,
         "deploy/overlays/aws/*.json and docs/security.md disagree"
+    );
+}
+
+/// The selector's pod template labels in a rendered overlay.
+fn pod_labels(r: &Rendered) -> Value {
+    r.get("CronJob", "rotor-selector")["spec"]["jobTemplate"]["spec"]["template"]["metadata"]
+        ["labels"]
+        .clone()
+}
+
+#[test]
+fn the_azure_role_is_read_only_and_matches_docs_security() {
+    let path = workspace_root().join("deploy/overlays/azure/azure-selector-role.json");
+    let role: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("role"))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let actions: Vec<&str> = role["Actions"]
+        .as_array()
+        .expect("Actions")
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "Microsoft.Compute/virtualMachineScaleSets/read",
+            "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read"
+        ]
+    );
+    for empty in ["NotActions", "DataActions", "NotDataActions"] {
+        assert_eq!(role[empty], serde_json::json!([]), "{empty}");
+    }
+    let security =
+        std::fs::read_to_string(workspace_root().join("docs/security.md")).expect("security.md");
+    let documented: Vec<Value> = security
+        .split("```json\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("\n```").next())
+        .filter(|block| block.contains("\"IsCustom\""))
+        .map(|block| serde_json::from_str(block).expect("the role JSON of docs/security.md parses"))
+        .collect();
+    assert_eq!(
+        documented,
+        [role],
+        "deploy/overlays/azure/azure-selector-role.json and docs/security.md disagree"
     );
 }
 

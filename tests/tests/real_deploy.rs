@@ -26,6 +26,7 @@ fn every_overlay_passes_server_side_dry_run_and_the_base_applies_for_real() {
         "deploy/base",
         "deploy/overlays/kubernetes",
         "deploy/overlays/aws",
+        "deploy/overlays/azure",
         "deploy/overlays/dry-run",
     ] {
         let out = cluster.apply_kustomize(overlay, &["--dry-run=server"]);

@@ -229,6 +229,8 @@ pub enum DrainReason {
     Image,
     /// The node is older than the configured maximum age.
     MaxAge,
+    /// The VM does not run its scale set's latest model (Azure `latestModelApplied` is false).
+    Model,
     /// The kubelet is older than the control plane.
     KubeletVersion,
     /// Tainted by a person or an external tool.
@@ -237,13 +239,14 @@ pub enum DrainReason {
 
 impl DrainReason {
     /// Every reason, in declaration order.
-    pub const ALL: [DrainReason; 8] = [
+    pub const ALL: [DrainReason; 9] = [
         DrainReason::LaunchTemplate,
         DrainReason::LaunchTemplateVersion,
         DrainReason::LaunchConfiguration,
         DrainReason::InstanceType,
         DrainReason::Image,
         DrainReason::MaxAge,
+        DrainReason::Model,
         DrainReason::KubeletVersion,
         DrainReason::Manual,
     ];
@@ -257,6 +260,7 @@ impl DrainReason {
             DrainReason::InstanceType => "instance-type",
             DrainReason::Image => "image",
             DrainReason::MaxAge => "max-age",
+            DrainReason::Model => "model",
             DrainReason::KubeletVersion => "kubelet-version",
             DrainReason::Manual => "manual",
         }
@@ -486,6 +490,7 @@ mod tests {
             "instance-type",
             "image",
             "max-age",
+            "model",
             "kubelet-version",
             "manual",
         ];

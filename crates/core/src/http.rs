@@ -224,6 +224,14 @@ pub struct Answer {
     pub body: Bytes,
 }
 
+/// What [`HttpClient::exchange`] answered: the status, the headers (a `Retry-After`) and the body.
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
 /// Why a GET got no answer. The words name no credentials.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -294,6 +302,41 @@ impl HttpClient {
             .header(http::header::CONTENT_TYPE, content_type)
             .header(http::header::ACCEPT, "*/*");
         self.send(target, request, body, timeout).await
+    }
+
+    /// Sends a request built by the caller (any method, its own headers, e.g. a bearer token)
+    /// and returns status, headers and a body of at most `max_body` bytes, all within `timeout`.
+    /// For API clients (the Azure provider's ARM calls and token requests); the request's URI
+    /// is the caller's to keep out of logs.
+    pub async fn exchange(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+        max_body: usize,
+    ) -> Result<Exchange, HttpError> {
+        let request = request.map(Full::new);
+        let exchange = async {
+            let response = self
+                .inner
+                .request(request)
+                .await
+                .map_err(|e| HttpError::Unreachable(error_chain(&e)))?;
+            let status = response.status().as_u16();
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, max_body)
+                .collect()
+                .await
+                .map_err(|e| HttpError::Body(e.to_string()))?
+                .to_bytes();
+            Ok(Exchange {
+                status,
+                headers: parts.headers,
+                body,
+            })
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| HttpError::Timeout(timeout))?
     }
 
     async fn send(

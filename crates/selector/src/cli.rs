@@ -14,6 +14,7 @@ use rotor_core::{KubeArgs, LogArgs, NodeBudget, TaintEffect};
 use crate::plan::PlanLimits;
 use crate::provider::aws::{AwsConfig, CallTimeouts, DEFAULT_CALL_TIMEOUT, GroupDiscovery};
 use crate::provider::aws_rules::TagExclusion;
+use crate::provider::azure::AzureConfig;
 use crate::provider::{ProviderConfig, ProviderKind};
 
 /// Node labels that name a node's group, tried in this order (the first one present wins):
@@ -76,7 +77,8 @@ pub struct SelectArgs {
     /// kubelet-version), and with --max-age so is a node created longer ago than that (reason
     /// max-age). `aws`: the instance no longer matches its Auto Scaling group (launch
     /// configuration, launch template id, template version, instance type; with --image-drift the
-    /// image, with --max-age the launch time); needs --cluster-name or --group.
+    /// image, with --max-age the launch time); needs --cluster-name or --group. `azure`: the VM
+    /// does not run its scale set's latest model (reason model); needs --azure-subscription.
     #[arg(long, env = "ROTOR_PROVIDER", value_enum, value_name = "PROVIDER")]
     pub provider: ProviderKind,
 
@@ -201,8 +203,8 @@ pub struct SelectArgs {
     )]
     pub groups: Vec<String>,
 
-    /// AWS: leave this Auto Scaling group out (its nodes are skipped with that reason). Repeat the
-    /// flag, or separate names with commas.
+    /// AWS: leave this Auto Scaling group out (its nodes are skipped with that reason); Azure: a
+    /// scale set, by name. Repeat the flag, or separate names with commas.
     #[arg(
         long = "exclude-group",
         env = "ROTOR_EXCLUDE_GROUPS",
@@ -251,6 +253,26 @@ pub struct SelectArgs {
     /// holding the Job until its activeDeadlineSeconds. Default 30s.
     #[arg(long, env = "ROTOR_AWS_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_max_age)]
     pub aws_call_timeout: Option<Duration>,
+
+    /// Azure: the subscription whose VM scale sets are judged. When unset, the environment
+    /// variable AZURE_SUBSCRIPTION_ID is read.
+    #[arg(long, env = "ROTOR_AZURE_SUBSCRIPTION", value_name = "ID")]
+    pub azure_subscription: Option<String>,
+
+    /// Azure: only the scale sets of this resource group (one list call per group instead of
+    /// one for the subscription). Repeat the flag, or separate names with commas.
+    #[arg(
+        long = "azure-resource-group",
+        env = "ROTOR_AZURE_RESOURCE_GROUPS",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub azure_resource_groups: Vec<String>,
+
+    /// Azure: also judge AKS node pools (tag aks-managed-poolName, or resource group MC_*). By
+    /// default they are skipped: AKS upgrades them itself.
+    #[arg(long, env = "ROTOR_INCLUDE_AKS_MANAGED")]
+    pub include_aks_managed: bool,
 }
 
 /// `--node-selector`: a label selector in its string form, checked as the API server would check
@@ -300,6 +322,18 @@ pub enum ConfigError {
     /// An AWS-only flag with another provider.
     #[error("{flag} is only used by --provider aws")]
     AwsOnly { flag: &'static str },
+    /// An Azure-only flag with another provider.
+    #[error("{flag} is only used by --provider azure")]
+    AzureOnly { flag: &'static str },
+    /// A flag the configured provider does not support.
+    #[error("{flag} is not supported by --provider {provider}")]
+    NotForProvider {
+        flag: &'static str,
+        provider: &'static str,
+    },
+    /// The Azure provider needs a subscription.
+    #[error("--provider azure needs --azure-subscription (or AZURE_SUBSCRIPTION_ID)")]
+    AzureSubscriptionMissing,
     /// An empty value where a name is needed.
     #[error("{flag} must not be empty")]
     Empty { flag: &'static str },
@@ -342,6 +376,19 @@ pub struct MetricsSinks {
 impl SelectArgs {
     /// Checks what clap cannot check on single values and builds the run's settings.
     pub fn validate(&self) -> Result<SelectorConfig, ConfigError> {
+        if self.provider != ProviderKind::Azure {
+            let azure_only = [
+                ("--azure-subscription", self.azure_subscription.is_some()),
+                (
+                    "--azure-resource-group",
+                    !self.azure_resource_groups.is_empty(),
+                ),
+                ("--include-aks-managed", self.include_aks_managed),
+            ];
+            if let Some((flag, _)) = azure_only.iter().find(|(_, set)| *set) {
+                return Err(ConfigError::AzureOnly { flag });
+            }
+        }
         let provider = match self.provider {
             ProviderKind::Kubernetes => {
                 let aws_only = [
@@ -363,6 +410,9 @@ impl SelectArgs {
                 }
             }
             ProviderKind::Aws => ProviderConfig::Aws(self.aws_config()?),
+            ProviderKind::Azure => ProviderConfig::Azure(
+                self.azure_config(std::env::var("AZURE_SUBSCRIPTION_ID").ok())?,
+            ),
         };
         if self.group_surge && !self.retire_drained {
             return Err(ConfigError::GroupSurgeNeedsRetire);
@@ -430,6 +480,52 @@ impl SelectArgs {
 }
 
 impl SelectArgs {
+    /// The Azure settings; `env_subscription` is AZURE_SUBSCRIPTION_ID, read when the flag is
+    /// unset. The AWS flags and what the Azure provider does not do yet (--max-age, retiring,
+    /// the group surge) are refused.
+    fn azure_config(&self, env_subscription: Option<String>) -> Result<AzureConfig, ConfigError> {
+        let unsupported = [
+            ("--cluster-name", self.cluster_name.is_some()),
+            ("--group", !self.groups.is_empty()),
+            ("--exclude-tag", !self.exclude_tags.is_empty()),
+            ("--include-eks-managed", self.include_eks_managed),
+            ("--image-drift", self.image_drift),
+            ("--retire-drained", self.retire_drained),
+            ("--group-surge", self.group_surge),
+            ("--aws-call-timeout", self.aws_call_timeout.is_some()),
+            ("--max-age", self.max_age.is_some()),
+        ];
+        if let Some((flag, _)) = unsupported.iter().find(|(_, set)| *set) {
+            return Err(ConfigError::NotForProvider {
+                flag,
+                provider: "azure",
+            });
+        }
+        let subscription = self
+            .azure_subscription
+            .clone()
+            .or(env_subscription)
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .ok_or(ConfigError::AzureSubscriptionMissing)?;
+        let trimmed = |names: &[String]| -> Vec<String> {
+            names
+                .iter()
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect()
+        };
+        let mut resource_groups = trimmed(&self.azure_resource_groups);
+        resource_groups.sort_by_key(|rg| rg.to_ascii_lowercase());
+        resource_groups.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+        Ok(AzureConfig {
+            subscription,
+            resource_groups,
+            excluded_names: trimmed(&self.exclude_groups).into_iter().collect(),
+            include_aks_managed: self.include_aks_managed,
+        })
+    }
+
     fn aws_config(&self) -> Result<AwsConfig, ConfigError> {
         let cluster = self.cluster_name.as_deref().map(str::trim);
         let groups: Vec<String> = self
@@ -711,6 +807,71 @@ mod tests {
             "--group-surge",
         ]);
         assert!(surge.group_surge && surge.limits.retire_drained);
+    }
+
+    #[test]
+    fn azure_flags_parse_and_foreign_flags_are_refused() {
+        let args = parse(&[
+            "--provider",
+            "azure",
+            "--azure-subscription",
+            " sub-1 ",
+            "--azure-resource-group",
+            "rg-b,RG-A",
+            "--azure-resource-group",
+            "rg-a",
+            "--exclude-group",
+            "vmss-x",
+            "--include-aks-managed",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.select.azure_config(None).unwrap(),
+            AzureConfig {
+                subscription: "sub-1".into(),
+                resource_groups: vec!["RG-A".into(), "rg-b".into()],
+                excluded_names: ["vmss-x".to_owned()].into(),
+                include_aks_managed: true,
+            }
+        );
+        let bare = parse(&["--provider", "azure"]).unwrap();
+        assert_eq!(
+            bare.select
+                .azure_config(Some("env-sub".into()))
+                .unwrap()
+                .subscription,
+            "env-sub"
+        );
+        assert_eq!(
+            bare.select.azure_config(None).unwrap_err().to_string(),
+            "--provider azure needs --azure-subscription (or AZURE_SUBSCRIPTION_ID)"
+        );
+        let with = |extra: &[&str]| {
+            let mut args = vec!["--provider", "azure", "--azure-subscription", "s"];
+            args.extend_from_slice(extra);
+            parse(&args)
+                .unwrap()
+                .select
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            with(&["--retire-drained"]),
+            "--retire-drained is not supported by --provider azure"
+        );
+        assert_eq!(
+            with(&["--cluster-name", "c"]),
+            "--cluster-name is not supported by --provider azure"
+        );
+        assert_eq!(
+            config_error(&["--provider", "aws", "--group", "g", "--include-aks-managed"]),
+            "--include-aks-managed is only used by --provider azure"
+        );
+        assert_eq!(
+            config_error(&["--provider", "kubernetes", "--azure-subscription", "s"]),
+            "--azure-subscription is only used by --provider azure"
+        );
     }
 
     #[test]

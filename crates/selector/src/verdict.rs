@@ -81,6 +81,20 @@ pub enum SkipReason {
         /// The error code and message.
         error: String,
     },
+    /// Azure: the node's `spec.providerID` does not name a VM of a scale set.
+    NotAScaleSetVm { provider_id: String },
+    /// Azure: the VM's scale set is not among the listed ones (another subscription, filtered
+    /// out by resource group, or a standalone VM).
+    ScaleSetNotListed { scale_set: String },
+    /// Azure: the scale set's upgrade policy is `Automatic` or `Rolling`; Azure brings its VMs
+    /// to the latest model itself.
+    UpgradedByCloud { group: String, mode: String },
+    /// Azure: the scale set is an AKS node pool (AKS upgrades it).
+    AksManaged { group: String, pool: String },
+    /// Azure: Flexible orchestration has no per-VM `latestModelApplied`; not judged.
+    FlexibleScaleSet { group: String },
+    /// Azure: a VM reported out of date is not in provisioning state `Succeeded`.
+    VmNotSucceeded { state: String },
     /// The node reports no kubelet version (`status.nodeInfo.kubeletVersion`).
     KubeletVersionMissing,
     /// The kubelet version is not `v<major>.<minor>...`.
@@ -110,6 +124,12 @@ impl SkipReason {
             SkipReason::TemplateImageUnknown { .. } => "template-image-unknown",
             SkipReason::InstanceDetailsMissing { .. } => "instance-details-missing",
             SkipReason::LookupFailed { .. } => "lookup-failed",
+            SkipReason::NotAScaleSetVm { .. } => "provider-id",
+            SkipReason::ScaleSetNotListed { .. } => "instance-not-in-groups",
+            SkipReason::UpgradedByCloud { .. } => "upgraded-by-cloud",
+            SkipReason::AksManaged { .. } => "aks-managed",
+            SkipReason::FlexibleScaleSet { .. } => "flexible-scale-set",
+            SkipReason::VmNotSucceeded { .. } => "not-in-service",
             SkipReason::KubeletVersionMissing => "kubelet-version-missing",
             SkipReason::KubeletVersionUnparsable { .. } => "kubelet-version-unparsable",
             SkipReason::ControlPlaneVersionUnparsable { .. } => "control-plane-version-unparsable",
@@ -181,6 +201,29 @@ impl fmt::Display for SkipReason {
                 f,
                 "{operation} for {template} failed: {error}; group {group} is not judged this run"
             ),
+            SkipReason::NotAScaleSetVm { provider_id } => write!(
+                f,
+                "providerID {provider_id:?} does not name a scale-set VM: expected azure:///subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Compute/virtualMachineScaleSets/<name>/virtualMachines/<id>"
+            ),
+            SkipReason::ScaleSetNotListed { scale_set } => write!(
+                f,
+                "scale set {scale_set} is not among the listed scale sets"
+            ),
+            SkipReason::UpgradedByCloud { group, mode } => write!(
+                f,
+                "scale set {group} has upgrade policy {mode}: Azure brings its VMs to the latest model itself"
+            ),
+            SkipReason::AksManaged { group, pool } => write!(
+                f,
+                "scale set {group} is AKS node pool {pool} (AKS upgrades it; include AKS managed pools to override)"
+            ),
+            SkipReason::FlexibleScaleSet { group } => write!(
+                f,
+                "scale set {group} uses Flexible orchestration, which has no per-VM latest-model flag: not judged"
+            ),
+            SkipReason::VmNotSucceeded { state } => {
+                write!(f, "VM is in provisioning state {state}, not Succeeded")
+            }
             SkipReason::KubeletVersionMissing => f.write_str("node reports no kubelet version"),
             SkipReason::KubeletVersionUnparsable { version } => {
                 write!(f, "kubelet version {version:?} is not v<major>.<minor>")

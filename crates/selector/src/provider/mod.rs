@@ -15,6 +15,10 @@
 //!   skip rules, first match wins) and [`aws_group_surge`] (`--group-surge`: raising an Auto
 //!   Scaling group ahead of its drains, giving the surge back through retires).
 //!
+//! - [`azure`] (ARM list calls for VM scale sets and their VMs off the latest model),
+//!   [`azure_model`] (the ARM answers as plain data), [`azure_rules`] (skip and drift rules) and
+//!   [`azure_token`] (where ARM tokens come from).
+//!
 //! What they share: [`seam`] (the errors, the look-ups that failed for part of the fleet,
 //! retiring) and [`node_facts`] (what every provider reads alike from a Node).
 //!
@@ -28,6 +32,10 @@ pub mod aws;
 pub mod aws_group_surge;
 pub mod aws_model;
 pub mod aws_rules;
+pub mod azure;
+pub mod azure_model;
+pub mod azure_rules;
+pub mod azure_token;
 pub mod kubernetes;
 pub mod kubernetes_rules;
 pub mod node_facts;
@@ -44,6 +52,7 @@ use kube::Client;
 use crate::api_calls::ApiCalls;
 use crate::plan::Candidate;
 use crate::provider::aws::{AwsAssessor, AwsConfig, AwsProvider};
+use crate::provider::azure::{AzureAssessor, AzureConfig, AzureProvider};
 use crate::provider::kubernetes::{KubernetesAssessor, KubernetesProvider};
 use crate::provider::seam::{LookupFailure, ProviderError, Retirer};
 
@@ -55,14 +64,17 @@ pub enum ProviderKind {
     Kubernetes,
     /// From AWS: the instance no longer matches its Auto Scaling group.
     Aws,
+    /// From Azure: the VM does not run its scale set's latest model.
+    Azure,
 }
 
 impl ProviderKind {
-    /// `kubernetes` or `aws`.
+    /// `kubernetes`, `aws` or `azure`.
     pub const fn name(self) -> &'static str {
         match self {
             ProviderKind::Kubernetes => "kubernetes",
             ProviderKind::Aws => "aws",
+            ProviderKind::Azure => "azure",
         }
     }
 }
@@ -83,14 +95,17 @@ pub enum ProviderConfig {
     },
     /// The AWS provider.
     Aws(AwsConfig),
+    /// The Azure provider.
+    Azure(AzureConfig),
 }
 
 impl ProviderConfig {
-    /// `kubernetes` or `aws`.
+    /// `kubernetes`, `aws` or `azure`.
     pub const fn name(&self) -> &'static str {
         match self {
             ProviderConfig::Kubernetes { .. } => ProviderKind::Kubernetes.name(),
             ProviderConfig::Aws(_) => ProviderKind::Aws.name(),
+            ProviderConfig::Azure(_) => ProviderKind::Azure.name(),
         }
     }
 }
@@ -102,6 +117,8 @@ pub enum Provider {
     Kubernetes(KubernetesProvider),
     /// Drift of instances from their Auto Scaling groups.
     Aws(AwsProvider),
+    /// VMs off their scale sets' latest model.
+    Azure(AzureProvider),
 }
 
 impl Provider {
@@ -112,14 +129,16 @@ impl Provider {
                 Provider::Kubernetes(KubernetesProvider::new(*max_age, group_labels))
             }
             ProviderConfig::Aws(config) => Provider::Aws(AwsProvider::new(config.clone())),
+            ProviderConfig::Azure(config) => Provider::Azure(AzureProvider::new(config.clone())),
         }
     }
 
-    /// `kubernetes` or `aws`.
+    /// `kubernetes`, `aws` or `azure`.
     pub fn name(&self) -> &'static str {
         match self {
             Provider::Kubernetes(_) => ProviderKind::Kubernetes.name(),
             Provider::Aws(_) => ProviderKind::Aws.name(),
+            Provider::Azure(_) => ProviderKind::Azure.name(),
         }
     }
 
@@ -138,6 +157,7 @@ impl Provider {
                 .await
                 .map(Assessor::Kubernetes),
             Provider::Aws(provider) => provider.assess(calls, now).await.map(Assessor::Aws),
+            Provider::Azure(provider) => provider.assess(calls, now).await.map(Assessor::Azure),
         }
     }
 }
@@ -149,6 +169,8 @@ pub enum Assessor {
     Kubernetes(KubernetesAssessor),
     /// See [`AwsAssessor`].
     Aws(AwsAssessor),
+    /// See [`AzureAssessor`].
+    Azure(AzureAssessor),
 }
 
 impl Assessor {
@@ -157,21 +179,24 @@ impl Assessor {
         match self {
             Assessor::Kubernetes(assessor) => assessor.candidate(node),
             Assessor::Aws(assessor) => assessor.candidate(node),
+            Assessor::Azure(assessor) => assessor.candidate(node),
         }
     }
 
-    /// Look-ups that failed for part of the fleet (only the AWS provider has such).
+    /// Look-ups that failed for part of the fleet (only the cloud providers have such).
     pub fn lookup_failures(&self) -> &[LookupFailure] {
         match self {
             Assessor::Kubernetes(_) => &[],
             Assessor::Aws(assessor) => &assessor.lookup_failures,
+            Assessor::Azure(assessor) => &assessor.lookup_failures,
         }
     }
 
-    /// What retires drained nodes; `None` for providers that never retire (Kubernetes).
+    /// What retires drained nodes; `None` for providers that never retire (Kubernetes, and
+    /// Azure for now).
     pub fn retirer(&self) -> Option<&dyn Retirer> {
         match self {
-            Assessor::Kubernetes(_) => None,
+            Assessor::Kubernetes(_) | Assessor::Azure(_) => None,
             Assessor::Aws(assessor) => Some(&assessor.groups),
         }
     }

@@ -50,6 +50,15 @@ pub enum ProviderError {
         /// The error code and message, e.g. `AccessDenied: User ... is not authorized`.
         message: String,
     },
+    /// An Azure Resource Manager call failed (after the retries), or its client could not be
+    /// set up.
+    #[error("Azure {operation} failed: {message}")]
+    Azure {
+        /// The ARM operation id, e.g. `VirtualMachineScaleSets_ListAll`.
+        operation: &'static str,
+        /// The status, ARM error code and message.
+        message: String,
+    },
     /// The AWS clients cannot be built (the binary checks this before any call).
     #[error(transparent)]
     AwsSetup(#[from] AwsSetupError),

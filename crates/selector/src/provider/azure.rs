@@ -1,0 +1,505 @@
+//! The Azure provider: thin I/O around the pure rules of [`crate::provider::azure_rules`].
+//!
+//! Plain ARM REST on rotor-core's hyper client ([`rotor_core::http::HttpClient::exchange`]),
+//! api-version [`API_VERSION`], against `ROTOR_AZURE_ENDPOINT` (default
+//! `https://management.azure.com`), with a bearer token from
+//! [`crate::provider::azure_token::TokenSource`]. The calls, each counted in [`ApiCalls`] under
+//! `azure`:
+//! - `VirtualMachineScaleSets_ListAll`
+//!   (`GET /subscriptions/{s}/providers/Microsoft.Compute/virtualMachineScaleSets`), or with
+//!   `--azure-resource-group` `VirtualMachineScaleSets_List` per resource group, following
+//!   `nextLink`;
+//! - per scale set the rules judge (Uniform, `Manual` policy, not excluded nor an AKS pool)
+//!   `VirtualMachineScaleSetVMs_List` with `$filter=properties/latestModelApplied eq false`,
+//!   following `nextLink`: only the VMs off the latest model come back.
+//!
+//! Faults: a 429 or 503 (and 500, 502, 504) is retried after its `Retry-After` (or 1, 2, 4 s),
+//! at most [`MAX_ATTEMPTS`] attempts and [`MAX_RETRY_AFTER`] a wait; a 401 fetches the token
+//! again and retries once; a 404 on one scale set's VMs (it vanished between the calls) skips
+//! that scale set (reason `lookup-failed`); anything else fails the run before any write.
+//! A `nextLink` must stay on the configured endpoint (the token is never sent elsewhere).
+//! Retiring is not implemented for Azure: `--retire-drained` and `--group-surge` are AWS only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use rotor_core::http::HttpClient;
+use serde::de::DeserializeOwned;
+
+use crate::api_calls::ApiCalls;
+use crate::plan::Candidate;
+use crate::provider::azure_model::{Page, ScaleSet, ScaleSetVm};
+use crate::provider::azure_rules::{
+    AzureInputs, FailedScaleSet, ScaleSetJudgement, judge_scale_sets, node_verdict, scale_set_key,
+    scale_set_skip,
+};
+use crate::provider::azure_token::TokenSource;
+use crate::provider::node_facts::node_candidate;
+use crate::provider::seam::{LookupFailure, ProviderError};
+
+/// The API, as a key of [`ApiCalls`]; calls are keyed by ARM operation id.
+pub const AZURE: &str = "azure";
+
+/// The Microsoft.Compute api-version of every call.
+pub const API_VERSION: &str = "2024-07-01";
+
+/// The default ARM endpoint (`ROTOR_AZURE_ENDPOINT` overrides it, for tests and sovereign
+/// clouds).
+pub const DEFAULT_ENDPOINT: &str = "https://management.azure.com";
+
+/// The environment variable of the ARM endpoint.
+pub const ENDPOINT_ENV: &str = "ROTOR_AZURE_ENDPOINT";
+
+/// Attempts per call (throttling and 5xx).
+pub const MAX_ATTEMPTS: u32 = 4;
+
+/// The longest `Retry-After` honoured; a longer one fails the call (the next run tries again).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// How long one attempt may take.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest answer read (a page of 1,000 VMs is some 4 MB).
+pub const MAX_BODY: usize = 64 << 20;
+
+/// ARM operation ids, as counted and named in errors.
+pub mod op {
+    pub const LIST_ALL_SCALE_SETS: &str = "VirtualMachineScaleSets_ListAll";
+    pub const LIST_SCALE_SETS: &str = "VirtualMachineScaleSets_List";
+    pub const LIST_VMS: &str = "VirtualMachineScaleSetVMs_List";
+}
+
+/// The Azure provider's validated settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AzureConfig {
+    /// `--azure-subscription`.
+    pub subscription: String,
+    /// `--azure-resource-group`: only these resource groups' scale sets; empty means all.
+    pub resource_groups: Vec<String>,
+    /// `--exclude-group`: scale sets by name.
+    pub excluded_names: BTreeSet<String>,
+    /// `--include-aks-managed`.
+    pub include_aks_managed: bool,
+}
+
+/// A failed ARM call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArmError {
+    /// 404: the resource is gone.
+    NotFound(String),
+    /// Anything else, after the retries.
+    Failed(String),
+}
+
+impl ArmError {
+    fn message(&self) -> &str {
+        match self {
+            ArmError::NotFound(m) | ArmError::Failed(m) => m,
+        }
+    }
+}
+
+/// ARM GETs with a token, retries and call counting.
+#[derive(Clone)]
+pub struct ArmClient {
+    http: HttpClient,
+    endpoint: String,
+    tokens: TokenSource,
+}
+
+impl std::fmt::Debug for ArmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArmClient")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ArmClient {
+    /// A client for `endpoint` (no trailing slash needed).
+    pub fn new(http: HttpClient, endpoint: &str, tokens: TokenSource) -> ArmClient {
+        ArmClient {
+            http,
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            tokens,
+        }
+    }
+
+    /// From the environment: `ROTOR_AZURE_ENDPOINT` and the token chain.
+    pub fn from_env() -> Result<ArmClient, String> {
+        let http = HttpClient::new().map_err(|e| e.to_string())?;
+        let endpoint = std::env::var(ENDPOINT_ENV)
+            .ok()
+            .filter(|e| !e.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
+        endpoint
+            .trim()
+            .parse::<http::Uri>()
+            .ok()
+            .filter(|u| u.scheme().is_some() && u.authority().is_some())
+            .ok_or_else(|| format!("{ENDPOINT_ENV} {endpoint:?} is not an absolute URL"))?;
+        let tokens = TokenSource::from_env(http.clone()).map_err(|e| e.to_string())?;
+        Ok(ArmClient::new(http, endpoint.trim(), tokens))
+    }
+
+    /// Every item of a list, following `nextLink`; each page counted as one `operation` call.
+    pub async fn list<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        path_and_query: &str,
+        calls: &mut ApiCalls,
+    ) -> Result<Vec<T>, ArmError> {
+        let mut url = format!("{}{path_and_query}", self.endpoint);
+        let mut items = Vec::new();
+        loop {
+            calls.count(AZURE, operation);
+            let body = self.get(&url).await?;
+            let page: Page<T> = serde_json::from_slice(&body).map_err(|e| {
+                ArmError::Failed(format!("{operation}: the answer is not a list page: {e}"))
+            })?;
+            items.extend(page.value);
+            match page.next_link.filter(|l| !l.is_empty()) {
+                None => return Ok(items),
+                Some(next) => {
+                    if !next.starts_with(&format!("{}/", self.endpoint)) {
+                        return Err(ArmError::Failed(format!(
+                            "{operation}: nextLink leaves {}; not followed",
+                            self.endpoint
+                        )));
+                    }
+                    url = next;
+                }
+            }
+        }
+    }
+
+    /// One GET with the retries described at the top of this module; the body of a 2xx.
+    async fn get(&self, url: &str) -> Result<Bytes, ArmError> {
+        let mut token = self.tokens.token().await.map_err(ArmError::Failed)?;
+        let mut refreshed = false;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let request = http::Request::get(url)
+                .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+                .header(http::header::ACCEPT, "application/json")
+                .body(Bytes::new())
+                .map_err(|e| ArmError::Failed(format!("bad request URL: {e}")))?;
+            let answer = self.http.exchange(request, ATTEMPT_TIMEOUT, MAX_BODY).await;
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(error) if attempt < MAX_ATTEMPTS => {
+                    tracing::warn!(%error, attempt, "azure: no answer, retrying");
+                    tokio::time::sleep(backoff(attempt)).await;
+                    continue;
+                }
+                Err(error) => return Err(ArmError::Failed(error.to_string())),
+            };
+            match answer.status {
+                200..=299 => return Ok(answer.body),
+                401 if !refreshed => {
+                    refreshed = true;
+                    tracing::info!("azure: 401, fetching the token again");
+                    token = self.tokens.token().await.map_err(ArmError::Failed)?;
+                }
+                404 => return Err(ArmError::NotFound(arm_error_text(404, &answer.body))),
+                429 | 500 | 502 | 503 | 504 if attempt < MAX_ATTEMPTS => {
+                    let wait = retry_after(&answer.headers).unwrap_or_else(|| backoff(attempt));
+                    if wait > MAX_RETRY_AFTER {
+                        return Err(ArmError::Failed(format!(
+                            "{}; Retry-After {}s is longer than {}s",
+                            arm_error_text(answer.status, &answer.body),
+                            wait.as_secs(),
+                            MAX_RETRY_AFTER.as_secs()
+                        )));
+                    }
+                    tracing::warn!(
+                        status = answer.status,
+                        wait_ms = wait.as_millis() as u64,
+                        attempt,
+                        "azure: throttled or unavailable, retrying"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                status => {
+                    let mut text = arm_error_text(status, &answer.body);
+                    if matches!(status, 429 | 500..=599) {
+                        text.push_str(&format!(" (after {attempt} attempts)"));
+                    }
+                    return Err(ArmError::Failed(text));
+                }
+            }
+        }
+    }
+}
+
+/// 1, 2, 4 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_secs(1 << (attempt.saturating_sub(1)).min(5))
+}
+
+/// `Retry-After` in seconds (ARM sends seconds; an HTTP date is not honoured: back-off instead).
+pub fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// `404 ResourceNotFound: The Resource ... was not found.` from ARM's error body
+/// (`{"error": {"code", "message"}}`), or the status alone.
+pub fn arm_error_text(status: u16, body: &[u8]) -> String {
+    let parsed: Option<(String, String)> = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            let e = v.get("error")?;
+            Some((
+                e.get("code")?.as_str()?.to_owned(),
+                e.get("message")
+                    .and_then(|m| m.as_str())
+                    .unwrap_or_default()
+                    .to_owned(),
+            ))
+        });
+    match parsed {
+        Some((code, message)) => format!("{status} {code}: {message}"),
+        None => format!("HTTP {status}"),
+    }
+}
+
+/// The Azure provider, configured; the ARM client is built on first use unless given.
+#[derive(Clone, Debug)]
+pub struct AzureProvider {
+    pub config: AzureConfig,
+    /// Shared: the hyper client inside is large, and the provider is one variant of an enum.
+    pub client: Option<Arc<ArmClient>>,
+}
+
+/// What the list calls returned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AzureSnapshot {
+    pub scale_sets: Vec<ScaleSet>,
+    /// Per judged scale set (by key): its VMs off the latest model.
+    pub outdated_vms: BTreeMap<String, Vec<ScaleSetVm>>,
+    /// Per scale set (by key): the look-up that failed for it alone.
+    pub failed: BTreeMap<String, FailedScaleSet>,
+}
+
+impl AzureProvider {
+    pub fn new(config: AzureConfig) -> AzureProvider {
+        AzureProvider {
+            config,
+            client: None,
+        }
+    }
+
+    /// Builds the ARM client from the environment unless given; a bad endpoint or a
+    /// credential that cannot be set up is a configuration error (exit 2).
+    pub fn connect(&mut self) -> Result<(), String> {
+        if self.client.is_none() {
+            self.client = Some(Arc::new(ArmClient::from_env()?));
+        }
+        Ok(())
+    }
+
+    /// Lists the scale sets and the VMs off their latest model, judges them, and returns an
+    /// assessor that joins nodes to those verdicts.
+    pub async fn assess(
+        &self,
+        calls: &mut ApiCalls,
+        _now: Timestamp,
+    ) -> Result<AzureAssessor, ProviderError> {
+        let client = match &self.client {
+            Some(client) => client.clone(),
+            None => Arc::new(
+                ArmClient::from_env().map_err(|message| ProviderError::Azure {
+                    operation: "setup",
+                    message,
+                })?,
+            ),
+        };
+        let started = Instant::now();
+        let snapshot = fetch_snapshot(&client, &self.config, calls).await?;
+        let judged = judge_snapshot(&snapshot, &self.config);
+        let lookup_failures = snapshot
+            .failed
+            .iter()
+            .filter_map(|(key, failure)| {
+                let set = judged.get(key)?;
+                Some(LookupFailure {
+                    operation: failure.operation,
+                    subject: set.group.clone(),
+                    error: failure.error.clone(),
+                    groups: vec![set.group.clone()],
+                })
+            })
+            .collect();
+        tracing::info!(
+            scale_sets = snapshot.scale_sets.len(),
+            outdated_vms = snapshot.outdated_vms.values().map(Vec::len).sum::<usize>(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "azure provider: listed the scale sets"
+        );
+        Ok(AzureAssessor {
+            subscription: self.config.subscription.clone(),
+            judged: Arc::new(judged),
+            lookup_failures,
+        })
+    }
+}
+
+/// Every listed scale set judged.
+pub fn judge_snapshot(
+    snapshot: &AzureSnapshot,
+    config: &AzureConfig,
+) -> BTreeMap<String, ScaleSetJudgement> {
+    judge_scale_sets(&AzureInputs {
+        scale_sets: &snapshot.scale_sets,
+        outdated_vms: &snapshot.outdated_vms,
+        failed: &snapshot.failed,
+        excluded_names: &config.excluded_names,
+        include_aks_managed: config.include_aks_managed,
+    })
+}
+
+fn fail(operation: &'static str, error: ArmError) -> ProviderError {
+    ProviderError::Azure {
+        operation,
+        message: error.message().to_owned(),
+    }
+}
+
+/// Runs the call plan.
+pub async fn fetch_snapshot(
+    client: &ArmClient,
+    config: &AzureConfig,
+    calls: &mut ApiCalls,
+) -> Result<AzureSnapshot, ProviderError> {
+    let sub = &config.subscription;
+    let mut scale_sets: Vec<ScaleSet> = Vec::new();
+    if config.resource_groups.is_empty() {
+        let path = format!(
+            "/subscriptions/{sub}/providers/Microsoft.Compute/virtualMachineScaleSets?api-version={API_VERSION}"
+        );
+        scale_sets = client
+            .list(op::LIST_ALL_SCALE_SETS, &path, calls)
+            .await
+            .map_err(|e| fail(op::LIST_ALL_SCALE_SETS, e))?;
+    } else {
+        for rg in &config.resource_groups {
+            let path = format!(
+                "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets?api-version={API_VERSION}"
+            );
+            match client.list(op::LIST_SCALE_SETS, &path, calls).await {
+                Ok(sets) => scale_sets.extend(sets),
+                // A resource group that does not exist has no scale sets to judge.
+                Err(ArmError::NotFound(message)) => {
+                    tracing::warn!(resource_group = %rg, %message, "azure: resource group not found")
+                }
+                Err(e) => return Err(fail(op::LIST_SCALE_SETS, e)),
+            }
+        }
+    }
+    let no_failures = BTreeMap::new();
+    let no_vms = BTreeMap::new();
+    let inputs = AzureInputs {
+        scale_sets: &[],
+        outdated_vms: &no_vms,
+        failed: &no_failures,
+        excluded_names: &config.excluded_names,
+        include_aks_managed: config.include_aks_managed,
+    };
+    let mut outdated_vms = BTreeMap::new();
+    let mut failed = BTreeMap::new();
+    for set in &scale_sets {
+        if scale_set_skip(set, &inputs).is_some() {
+            continue;
+        }
+        let rg = set.resource_group();
+        let key = scale_set_key(rg, &set.name);
+        let path = format!(
+            "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{}/virtualMachines?api-version={API_VERSION}&%24filter=properties%2FlatestModelApplied%20eq%20false",
+            set.name
+        );
+        match client.list::<ScaleSetVm>(op::LIST_VMS, &path, calls).await {
+            Ok(vms) => {
+                outdated_vms.insert(key, vms);
+            }
+            Err(ArmError::NotFound(error)) => {
+                failed.insert(
+                    key,
+                    FailedScaleSet {
+                        operation: op::LIST_VMS,
+                        error,
+                    },
+                );
+            }
+            Err(e) => return Err(fail(op::LIST_VMS, e)),
+        }
+    }
+    Ok(AzureSnapshot {
+        scale_sets,
+        outdated_vms,
+        failed,
+    })
+}
+
+/// The scale sets' verdicts; judges nodes without I/O.
+#[derive(Clone, Debug)]
+pub struct AzureAssessor {
+    pub subscription: String,
+    pub judged: Arc<BTreeMap<String, ScaleSetJudgement>>,
+    /// Scale sets that vanished between the calls (their nodes are skipped).
+    pub lookup_failures: Vec<LookupFailure>,
+}
+
+impl AzureAssessor {
+    /// The node joined to its VM's verdict through `spec.providerID`.
+    pub fn candidate(&self, node: &Node) -> Candidate {
+        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+        let joined = node_verdict(provider_id, &self.subscription, &self.judged);
+        let mut candidate = node_candidate(node, joined.verdict, joined.group);
+        candidate.instance = joined.instance;
+        candidate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_only() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(retry_after(&h), None);
+        h.insert(http::header::RETRY_AFTER, "7".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        h.insert(
+            http::header::RETRY_AFTER,
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&h), None);
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn arm_errors_name_code_and_message() {
+        assert_eq!(
+            arm_error_text(
+                404,
+                br#"{"error":{"code":"ResourceNotFound","message":"The Resource 'x' was not found."}}"#
+            ),
+            "404 ResourceNotFound: The Resource 'x' was not found."
+        );
+        assert_eq!(arm_error_text(502, b"<html>"), "HTTP 502");
+    }
+}

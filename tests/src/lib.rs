@@ -19,6 +19,8 @@
 //! - [`SimCluster`] (`sim_cluster`): the simulator in the test's own process, a `kube::Client`
 //!   and a kubeconfig for it, its counters and admin API, and the node and pod reads and writes
 //!   the crates' integration tests repeat.
+//! - [`fake_gcp`]: a fake Compute Engine API (managed instance groups) for the Google Cloud
+//!   provider, with paging and injected faults.
 //! - [`moto`]: the AWS emulator, its SDK clients, and the AWS set-up steps tests repeat.
 //! - [`Background`]: a rotor binary running in the background, its log kept.
 //! - [`binary`]: the path of a workspace binary built next to the test executable (or example).
@@ -57,6 +59,7 @@ use serde_json::Value;
 pub mod autoscaler;
 pub mod budget_watch;
 pub mod doc_tables;
+pub mod fake_gcp;
 pub mod fault_proxy;
 pub mod health_peers;
 pub mod helm;

@@ -231,13 +231,16 @@ pub enum DrainReason {
     MaxAge,
     /// The kubelet is older than the control plane.
     KubeletVersion,
+    /// The instance runs another instance template than its managed instance group targets
+    /// (Google Cloud).
+    InstanceTemplate,
     /// Tainted by a person or an external tool.
     Manual,
 }
 
 impl DrainReason {
     /// Every reason, in declaration order.
-    pub const ALL: [DrainReason; 8] = [
+    pub const ALL: [DrainReason; 9] = [
         DrainReason::LaunchTemplate,
         DrainReason::LaunchTemplateVersion,
         DrainReason::LaunchConfiguration,
@@ -245,6 +248,7 @@ impl DrainReason {
         DrainReason::Image,
         DrainReason::MaxAge,
         DrainReason::KubeletVersion,
+        DrainReason::InstanceTemplate,
         DrainReason::Manual,
     ];
 
@@ -258,6 +262,7 @@ impl DrainReason {
             DrainReason::Image => "image",
             DrainReason::MaxAge => "max-age",
             DrainReason::KubeletVersion => "kubelet-version",
+            DrainReason::InstanceTemplate => "instance-template",
             DrainReason::Manual => "manual",
         }
     }
@@ -487,6 +492,7 @@ mod tests {
             "image",
             "max-age",
             "kubelet-version",
+            "instance-template",
             "manual",
         ];
         for (reason, slug) in DrainReason::ALL.into_iter().zip(expected) {

@@ -14,6 +14,7 @@ use rotor_core::{KubeArgs, LogArgs, NodeBudget, TaintEffect};
 use crate::plan::PlanLimits;
 use crate::provider::aws::{AwsConfig, CallTimeouts, DEFAULT_CALL_TIMEOUT, GroupDiscovery};
 use crate::provider::aws_rules::TagExclusion;
+use crate::provider::gcp::{self, GcpConfig};
 use crate::provider::{ProviderConfig, ProviderKind};
 
 /// Node labels that name a node's group, tried in this order (the first one present wins):
@@ -76,7 +77,9 @@ pub struct SelectArgs {
     /// kubelet-version), and with --max-age so is a node created longer ago than that (reason
     /// max-age). `aws`: the instance no longer matches its Auto Scaling group (launch
     /// configuration, launch template id, template version, instance type; with --image-drift the
-    /// image, with --max-age the launch time); needs --cluster-name or --group.
+    /// image, with --max-age the launch time); needs --cluster-name or --group. `gcp`: the
+    /// instance runs another instance template than its managed instance group targets (reason
+    /// instance-template); needs --gcp-project.
     #[arg(long, env = "ROTOR_PROVIDER", value_enum, value_name = "PROVIDER")]
     pub provider: ProviderKind,
 
@@ -201,8 +204,9 @@ pub struct SelectArgs {
     )]
     pub groups: Vec<String>,
 
-    /// AWS: leave this Auto Scaling group out (its nodes are skipped with that reason). Repeat the
-    /// flag, or separate names with commas.
+    /// AWS and Google Cloud: leave this Auto Scaling group (or managed instance group: its name,
+    /// or zone-or-region/name) out (its nodes are skipped with that reason). Repeat the flag, or
+    /// separate names with commas.
     #[arg(
         long = "exclude-group",
         env = "ROTOR_EXCLUDE_GROUPS",
@@ -251,6 +255,26 @@ pub struct SelectArgs {
     /// holding the Job until its activeDeadlineSeconds. Default 30s.
     #[arg(long, env = "ROTOR_AWS_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_max_age)]
     pub aws_call_timeout: Option<Duration>,
+
+    /// Google Cloud: the project whose managed instance groups are listed. Falls back to the
+    /// GOOGLE_CLOUD_PROJECT environment variable.
+    #[arg(long, env = "ROTOR_GCP_PROJECT", value_name = "PROJECT")]
+    pub gcp_project: Option<String>,
+
+    /// Google Cloud: also judge GKE node pools (groups named gke-...). By default they are
+    /// skipped: GKE upgrades its node pools itself.
+    #[arg(long, env = "ROTOR_INCLUDE_GKE_MANAGED")]
+    pub include_gke_managed: bool,
+
+    /// Google Cloud: how long one Compute Engine call may take, the client's retries (at most 5
+    /// attempts, 429 and 503 included) included. Default 60s.
+    #[arg(long, env = "ROTOR_GCP_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_max_age)]
+    pub gcp_call_timeout: Option<Duration>,
+
+    /// Google Cloud, for testing only: send the Compute Engine calls to this endpoint (e.g. a
+    /// fake server, http://127.0.0.1:8080) with anonymous credentials.
+    #[arg(long, env = "ROTOR_GCP_ENDPOINT", value_name = "URL")]
+    pub gcp_endpoint: Option<String>,
 }
 
 /// `--node-selector`: a label selector in its string form, checked as the API server would check
@@ -300,6 +324,20 @@ pub enum ConfigError {
     /// An AWS-only flag with another provider.
     #[error("{flag} is only used by --provider aws")]
     AwsOnly { flag: &'static str },
+    /// A Google Cloud-only flag with another provider.
+    #[error("{flag} is only used by --provider gcp")]
+    GcpOnly { flag: &'static str },
+    /// A flag the Google Cloud provider does not support.
+    #[error("{flag} is not supported by --provider gcp ({why})")]
+    NotForGcp {
+        flag: &'static str,
+        why: &'static str,
+    },
+    /// The Google Cloud provider needs a project.
+    #[error(
+        "--provider gcp needs a project: set --gcp-project (ROTOR_GCP_PROJECT) or GOOGLE_CLOUD_PROJECT"
+    )]
+    GcpProjectMissing,
     /// An empty value where a name is needed.
     #[error("{flag} must not be empty")]
     Empty { flag: &'static str },
@@ -342,6 +380,17 @@ pub struct MetricsSinks {
 impl SelectArgs {
     /// Checks what clap cannot check on single values and builds the run's settings.
     pub fn validate(&self) -> Result<SelectorConfig, ConfigError> {
+        if self.provider != ProviderKind::Gcp {
+            let gcp_only = [
+                ("--gcp-project", self.gcp_project.is_some()),
+                ("--include-gke-managed", self.include_gke_managed),
+                ("--gcp-call-timeout", self.gcp_call_timeout.is_some()),
+                ("--gcp-endpoint", self.gcp_endpoint.is_some()),
+            ];
+            if let Some((flag, _)) = gcp_only.iter().find(|(_, set)| *set) {
+                return Err(ConfigError::GcpOnly { flag });
+            }
+        }
         let provider = match self.provider {
             ProviderKind::Kubernetes => {
                 let aws_only = [
@@ -363,6 +412,7 @@ impl SelectArgs {
                 }
             }
             ProviderKind::Aws => ProviderConfig::Aws(self.aws_config()?),
+            ProviderKind::Gcp => ProviderConfig::Gcp(self.gcp_config()?),
         };
         if self.group_surge && !self.retire_drained {
             return Err(ConfigError::GroupSurgeNeedsRetire);
@@ -430,6 +480,57 @@ impl SelectArgs {
 }
 
 impl SelectArgs {
+    fn gcp_config(&self) -> Result<GcpConfig, ConfigError> {
+        const AWS_ONLY: &str = "AWS only";
+        const FOR_NOW: &str = "AWS only for now";
+        let unsupported = [
+            ("--cluster-name", self.cluster_name.is_some(), AWS_ONLY),
+            ("--group", !self.groups.is_empty(), AWS_ONLY),
+            ("--exclude-tag", !self.exclude_tags.is_empty(), AWS_ONLY),
+            ("--include-eks-managed", self.include_eks_managed, AWS_ONLY),
+            ("--image-drift", self.image_drift, FOR_NOW),
+            ("--max-age", self.max_age.is_some(), FOR_NOW),
+            ("--retire-drained", self.retire_drained, FOR_NOW),
+            ("--group-surge", self.group_surge, AWS_ONLY),
+            (
+                "--aws-call-timeout",
+                self.aws_call_timeout.is_some(),
+                AWS_ONLY,
+            ),
+        ];
+        if let Some((flag, _, why)) = unsupported.iter().find(|(_, set, _)| *set) {
+            return Err(ConfigError::NotForGcp { flag, why });
+        }
+        let project = self
+            .gcp_project
+            .clone()
+            .or_else(|| std::env::var("GOOGLE_CLOUD_PROJECT").ok())
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .ok_or(ConfigError::GcpProjectMissing)?;
+        let endpoint = match self.gcp_endpoint.as_deref().map(str::trim) {
+            None => None,
+            Some("") => {
+                return Err(ConfigError::Empty {
+                    flag: "--gcp-endpoint",
+                });
+            }
+            Some(url) => Some(url.trim_end_matches('/').to_owned()),
+        };
+        Ok(GcpConfig {
+            project,
+            excluded_names: self
+                .exclude_groups
+                .iter()
+                .map(|g| g.trim().to_owned())
+                .filter(|g| !g.is_empty())
+                .collect(),
+            include_gke_managed: self.include_gke_managed,
+            endpoint,
+            call_timeout: self.gcp_call_timeout.unwrap_or(gcp::DEFAULT_CALL_TIMEOUT),
+        })
+    }
+
     fn aws_config(&self) -> Result<AwsConfig, ConfigError> {
         let cluster = self.cluster_name.as_deref().map(str::trim);
         let groups: Vec<String> = self
@@ -652,7 +753,7 @@ mod tests {
             (&["--taint-effect", "NoExecute"], "--taint-effect"),
             (&["--output", "yaml"], "--output"),
             (&["--group-label", "not a key"], "--group-label"),
-            (&["--provider", "gcp"], "--provider"),
+            (&["--provider", "azure"], "--provider"),
         ];
         for (args, flag) in cases {
             let mut argv = vec!["--provider", "kubernetes"];
@@ -711,6 +812,57 @@ mod tests {
             "--group-surge",
         ]);
         assert!(surge.group_surge && surge.limits.retire_drained);
+    }
+
+    #[test]
+    fn gcp_flags_parse_and_aws_flags_are_refused() {
+        let c = config(&[
+            "--provider",
+            "gcp",
+            "--gcp-project",
+            "my-project",
+            "--exclude-group",
+            "us-central1-a/legacy",
+            "--include-gke-managed",
+            "--gcp-call-timeout",
+            "2m",
+            "--gcp-endpoint",
+            "http://127.0.0.1:9000/",
+        ]);
+        assert_eq!(
+            c.provider,
+            ProviderConfig::Gcp(GcpConfig {
+                project: "my-project".into(),
+                excluded_names: BTreeSet::from(["us-central1-a/legacy".to_owned()]),
+                include_gke_managed: true,
+                endpoint: Some("http://127.0.0.1:9000".into()),
+                call_timeout: Duration::from_secs(120),
+            })
+        );
+        assert!(!c.limits.retire_drained);
+        assert_eq!(
+            config_error(&[
+                "--provider",
+                "gcp",
+                "--gcp-project",
+                "p",
+                "--retire-drained"
+            ]),
+            "--retire-drained is not supported by --provider gcp (AWS only for now)"
+        );
+        assert_eq!(
+            config_error(&["--provider", "gcp", "--gcp-project", "p", "--group", "g"]),
+            "--group is not supported by --provider gcp (AWS only)"
+        );
+        assert_eq!(
+            config_error(&["--provider", "aws", "--group", "g", "--gcp-project", "p"]),
+            "--gcp-project is only used by --provider gcp"
+        );
+        assert_eq!(
+            config_error(&["--provider", "kubernetes", "--include-gke-managed"]),
+            "--include-gke-managed is only used by --provider gcp"
+        );
+        assert!(config_error(&["--provider", "gcp", "--gcp-project", " "]).contains("project"));
     }
 
     #[test]

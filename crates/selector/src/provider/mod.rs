@@ -13,7 +13,10 @@
 //! - [`aws`] (Auto Scaling and EC2 Describe calls, retiring, the group surge's writes),
 //!   [`aws_model`] (what the Describe calls return, as plain data), [`aws_rules`] (the drift and
 //!   skip rules, first match wins) and [`aws_group_surge`] (`--group-surge`: raising an Auto
-//!   Scaling group ahead of its drains, giving the surge back through retires).
+//!   Scaling group ahead of its drains, giving the surge back through retires);
+//! - [`gcp`] (Compute Engine managed instance groups: `aggregatedList`, `listManagedInstances`),
+//!   [`gcp_model`] (their answers as plain data) and [`gcp_rules`] (instance template drift,
+//!   the groups Google Cloud or GKE replaces itself).
 //!
 //! What they share: [`seam`] (the errors, the look-ups that failed for part of the fleet,
 //! retiring) and [`node_facts`] (what every provider reads alike from a Node).
@@ -28,6 +31,9 @@ pub mod aws;
 pub mod aws_group_surge;
 pub mod aws_model;
 pub mod aws_rules;
+pub mod gcp;
+pub mod gcp_model;
+pub mod gcp_rules;
 pub mod kubernetes;
 pub mod kubernetes_rules;
 pub mod node_facts;
@@ -44,6 +50,7 @@ use kube::Client;
 use crate::api_calls::ApiCalls;
 use crate::plan::Candidate;
 use crate::provider::aws::{AwsAssessor, AwsConfig, AwsProvider};
+use crate::provider::gcp::{GcpAssessor, GcpConfig, GcpProvider};
 use crate::provider::kubernetes::{KubernetesAssessor, KubernetesProvider};
 use crate::provider::seam::{LookupFailure, ProviderError, Retirer};
 
@@ -55,14 +62,18 @@ pub enum ProviderKind {
     Kubernetes,
     /// From AWS: the instance no longer matches its Auto Scaling group.
     Aws,
+    /// From Google Cloud: the instance runs another template than its managed instance group
+    /// targets.
+    Gcp,
 }
 
 impl ProviderKind {
-    /// `kubernetes` or `aws`.
+    /// `kubernetes`, `aws` or `gcp`.
     pub const fn name(self) -> &'static str {
         match self {
             ProviderKind::Kubernetes => "kubernetes",
             ProviderKind::Aws => "aws",
+            ProviderKind::Gcp => "gcp",
         }
     }
 }
@@ -83,14 +94,17 @@ pub enum ProviderConfig {
     },
     /// The AWS provider.
     Aws(AwsConfig),
+    /// The Google Cloud provider.
+    Gcp(GcpConfig),
 }
 
 impl ProviderConfig {
-    /// `kubernetes` or `aws`.
+    /// `kubernetes`, `aws` or `gcp`.
     pub const fn name(&self) -> &'static str {
         match self {
             ProviderConfig::Kubernetes { .. } => ProviderKind::Kubernetes.name(),
             ProviderConfig::Aws(_) => ProviderKind::Aws.name(),
+            ProviderConfig::Gcp(_) => ProviderKind::Gcp.name(),
         }
     }
 }
@@ -102,6 +116,8 @@ pub enum Provider {
     Kubernetes(KubernetesProvider),
     /// Drift of instances from their Auto Scaling groups.
     Aws(AwsProvider),
+    /// Drift of instances from their managed instance groups.
+    Gcp(GcpProvider),
 }
 
 impl Provider {
@@ -112,14 +128,16 @@ impl Provider {
                 Provider::Kubernetes(KubernetesProvider::new(*max_age, group_labels))
             }
             ProviderConfig::Aws(config) => Provider::Aws(AwsProvider::new(config.clone())),
+            ProviderConfig::Gcp(config) => Provider::Gcp(GcpProvider::new(config.clone())),
         }
     }
 
-    /// `kubernetes` or `aws`.
+    /// `kubernetes`, `aws` or `gcp`.
     pub fn name(&self) -> &'static str {
         match self {
             Provider::Kubernetes(_) => ProviderKind::Kubernetes.name(),
             Provider::Aws(_) => ProviderKind::Aws.name(),
+            Provider::Gcp(_) => ProviderKind::Gcp.name(),
         }
     }
 
@@ -128,7 +146,7 @@ impl Provider {
     pub async fn assess(
         &self,
         client: &Client,
-        _nodes: &[Node],
+        nodes: &[Node],
         calls: &mut ApiCalls,
         now: Timestamp,
     ) -> Result<Assessor, ProviderError> {
@@ -138,6 +156,7 @@ impl Provider {
                 .await
                 .map(Assessor::Kubernetes),
             Provider::Aws(provider) => provider.assess(calls, now).await.map(Assessor::Aws),
+            Provider::Gcp(provider) => provider.assess(nodes, calls, now).await.map(Assessor::Gcp),
         }
     }
 }
@@ -149,6 +168,8 @@ pub enum Assessor {
     Kubernetes(KubernetesAssessor),
     /// See [`AwsAssessor`].
     Aws(AwsAssessor),
+    /// See [`GcpAssessor`].
+    Gcp(GcpAssessor),
 }
 
 impl Assessor {
@@ -157,21 +178,24 @@ impl Assessor {
         match self {
             Assessor::Kubernetes(assessor) => assessor.candidate(node),
             Assessor::Aws(assessor) => assessor.candidate(node),
+            Assessor::Gcp(assessor) => assessor.candidate(node),
         }
     }
 
-    /// Look-ups that failed for part of the fleet (only the AWS provider has such).
+    /// Look-ups that failed for part of the fleet (only the cloud providers have such).
     pub fn lookup_failures(&self) -> &[LookupFailure] {
         match self {
             Assessor::Kubernetes(_) => &[],
             Assessor::Aws(assessor) => &assessor.lookup_failures,
+            Assessor::Gcp(assessor) => &assessor.lookup_failures,
         }
     }
 
-    /// What retires drained nodes; `None` for providers that never retire (Kubernetes).
+    /// What retires drained nodes; `None` for providers that never retire (Kubernetes, and
+    /// Google Cloud for now).
     pub fn retirer(&self) -> Option<&dyn Retirer> {
         match self {
-            Assessor::Kubernetes(_) => None,
+            Assessor::Kubernetes(_) | Assessor::Gcp(_) => None,
             Assessor::Aws(assessor) => Some(&assessor.groups),
         }
     }

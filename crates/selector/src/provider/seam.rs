@@ -50,6 +50,14 @@ pub enum ProviderError {
         /// The error code and message, e.g. `AccessDenied: User ... is not authorized`.
         message: String,
     },
+    /// A Google Cloud call failed (after the client's retries), or its clients cannot be built.
+    #[error("Google Cloud {operation} failed: {message}")]
+    Gcp {
+        /// The method, e.g. `instanceGroupManagers.aggregatedList`.
+        operation: &'static str,
+        /// The error as the client reports it.
+        message: String,
+    },
     /// The AWS clients cannot be built (the binary checks this before any call).
     #[error(transparent)]
     AwsSetup(#[from] AwsSetupError),

@@ -17,7 +17,7 @@ use rotor_e2e::{
 };
 use serde_json::Value;
 
-const OVERLAYS: [&str; 3] = ["aws", "kubernetes", "dry-run"];
+const OVERLAYS: [&str; 4] = ["aws", "gcp", "kubernetes", "dry-run"];
 const NAMESPACE: &str = "rotor-system";
 const IMAGE: &str = "ghcr.io/rotor-dev/rotor";
 const CLUSTER_SCOPED: [&str; 5] = [
@@ -482,6 +482,20 @@ fn the_selector_cronjob_runs_one_bounded_locked_down_run_at_a_time() {
                 assert!(
                     text(&annotations["eks.amazonaws.com/role-arn"]).starts_with("arn:aws:iam::"),
                     "{what}: IRSA annotation"
+                );
+            }
+            "gcp" => {
+                assert!(has("--provider=gcp"), "{what}: {args:?}");
+                assert!(
+                    flag_value(&args, "--gcp-project").is_some(),
+                    "{what}: {args:?}"
+                );
+                let annotations =
+                    &r.get("ServiceAccount", "rotor-selector")["metadata"]["annotations"];
+                assert!(
+                    text(&annotations["iam.gke.io/gcp-service-account"])
+                        .ends_with(".iam.gserviceaccount.com"),
+                    "{what}: GKE workload identity annotation"
                 );
             }
             _ => assert!(has("--provider=kubernetes"), "{what}: {args:?}"),

@@ -33,7 +33,7 @@ DURATIONS = {
     "node-startup-grace", "drain-timeout", "force-after", "max-grace-period", "pending-grace",
     "gate-timeout", "budget-recheck", "blocked-after", "settle", "replace-by-warning", "halt-after",
     "health-timeout", "health-interval", "surge-timeout", "lease-duration",
-    "release-lease-after", "replace-within", "max-age", "aws-call-timeout",
+    "release-lease-after", "replace-within", "max-age", "aws-call-timeout", "gcp-call-timeout",
 }
 # jiff's friendly durations (30s, 1h30m, 2w, 500ms, 90 minutes) or ISO 8601 (PT15M, P30D).
 DURATION_PATTERN = r"^(P[0-9.]*[DW]?(T[0-9.HMS]+)?|([0-9]+(\.[0-9]+)? *[a-z]+ *)+)$"

@@ -21,6 +21,8 @@
 //!   the crates' integration tests repeat.
 //! - [`fake_azure::FakeAzure`]: a fake Azure Resource Manager (scale sets and their VMs, paging,
 //!   throttling, expired tokens, a scale set that vanishes), for the Azure provider.
+//! - [`fake_gcp`]: a fake Compute Engine API (managed instance groups) for the Google Cloud
+//!   provider, with paging and injected faults.
 //! - [`moto`]: the AWS emulator, its SDK clients, and the AWS set-up steps tests repeat.
 //! - [`Background`]: a rotor binary running in the background, its log kept.
 //! - [`binary`]: the path of a workspace binary built next to the test executable (or example).
@@ -60,6 +62,7 @@ pub mod autoscaler;
 pub mod budget_watch;
 pub mod doc_tables;
 pub mod fake_azure;
+pub mod fake_gcp;
 pub mod fault_proxy;
 pub mod health_peers;
 pub mod helm;

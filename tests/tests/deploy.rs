@@ -17,7 +17,7 @@ use rotor_e2e::{
 };
 use serde_json::Value;
 
-const OVERLAYS: [&str; 4] = ["aws", "azure", "kubernetes", "dry-run"];
+const OVERLAYS: [&str; 5] = ["aws", "azure", "gcp", "kubernetes", "dry-run"];
 const NAMESPACE: &str = "rotor-system";
 const IMAGE: &str = "ghcr.io/rotor-dev/rotor";
 const CLUSTER_SCOPED: [&str; 5] = [
@@ -500,6 +500,20 @@ fn the_selector_cronjob_runs_one_bounded_locked_down_run_at_a_time() {
                 assert!(
                     !text(&annotations["azure.workload.identity/client-id"]).is_empty(),
                     "{what}: workload identity annotation"
+                );
+            }
+            "gcp" => {
+                assert!(has("--provider=gcp"), "{what}: {args:?}");
+                assert!(
+                    flag_value(&args, "--gcp-project").is_some(),
+                    "{what}: {args:?}"
+                );
+                let annotations =
+                    &r.get("ServiceAccount", "rotor-selector")["metadata"]["annotations"];
+                assert!(
+                    text(&annotations["iam.gke.io/gcp-service-account"])
+                        .ends_with(".iam.gserviceaccount.com"),
+                    "{what}: GKE workload identity annotation"
                 );
             }
             _ => assert!(has("--provider=kubernetes"), "{what}: {args:?}"),

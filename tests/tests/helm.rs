@@ -242,7 +242,7 @@ fn the_schema_refuses_a_wrong_value_at_install_naming_it() {
     let cases = [
         ("drainer.flags.drain-timeout=thirty", "drain-timeout"),
         ("drainer.flags.max-concurent=2", "max-concurent"),
-        ("selector.flags.provider=gcp", "provider"),
+        ("selector.flags.provider=openstack", "provider"),
         ("drainer.logFormat=xml", "logFormat"),
         ("selector.flags.taint-effect=NoExecute", "taint-effect"),
         ("drainer.replicas=-1", "replicas"),

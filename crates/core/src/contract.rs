@@ -233,13 +233,16 @@ pub enum DrainReason {
     Model,
     /// The kubelet is older than the control plane.
     KubeletVersion,
+    /// The instance runs another instance template than its managed instance group targets
+    /// (Google Cloud).
+    InstanceTemplate,
     /// Tainted by a person or an external tool.
     Manual,
 }
 
 impl DrainReason {
     /// Every reason, in declaration order.
-    pub const ALL: [DrainReason; 9] = [
+    pub const ALL: [DrainReason; 10] = [
         DrainReason::LaunchTemplate,
         DrainReason::LaunchTemplateVersion,
         DrainReason::LaunchConfiguration,
@@ -248,6 +251,7 @@ impl DrainReason {
         DrainReason::MaxAge,
         DrainReason::Model,
         DrainReason::KubeletVersion,
+        DrainReason::InstanceTemplate,
         DrainReason::Manual,
     ];
 
@@ -262,6 +266,7 @@ impl DrainReason {
             DrainReason::MaxAge => "max-age",
             DrainReason::Model => "model",
             DrainReason::KubeletVersion => "kubelet-version",
+            DrainReason::InstanceTemplate => "instance-template",
             DrainReason::Manual => "manual",
         }
     }
@@ -492,6 +497,7 @@ mod tests {
             "max-age",
             "model",
             "kubelet-version",
+            "instance-template",
             "manual",
         ];
         for (reason, slug) in DrainReason::ALL.into_iter().zip(expected) {

@@ -2,7 +2,7 @@
 //! report what it cost: logged at the end of every run and part of the JSON output under
 //! `apiCalls`. Keys are `<verb> <resource>` as an API server would log them (`list nodes`,
 //! `patch nodes`, `create events`, `get /version`), per API (`kubernetes`; the AWS provider adds
-//! `aws`).
+//! `aws`, the Google Cloud provider `gcp`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,6 +19,10 @@ pub const KUBERNETES: &str = "kubernetes";
 /// Amazon Web Services, as a key of [`ApiCalls`]; calls are keyed by operation name
 /// (`DescribeAutoScalingGroups`).
 pub const AWS: &str = "aws";
+
+/// Google Cloud, as a key of [`ApiCalls`]; calls are keyed by method
+/// (`instanceGroupManagers.aggregatedList`).
+pub const GCP: &str = "gcp";
 
 impl ApiCalls {
     /// Counts one call to `api` (e.g. [`KUBERNETES`]) described as `call` (`list nodes`).

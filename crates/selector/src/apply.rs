@@ -265,12 +265,12 @@ impl<'a> Applier<'a> {
                 0,
             );
         };
-        let Some(instance) = candidate.instance.as_deref() else {
+        if candidate.instance.is_none() {
             return failed("the node names no instance to retire".to_owned(), 0);
-        };
-        let (api, operation) = retirer.call();
+        }
+        let (api, operation) = retirer.call(candidate);
         calls.count(api, operation);
-        match retirer.retire(instance, shrink_group).await {
+        match retirer.retire(candidate, shrink_group).await {
             Ok(note) => {
                 self.publish(node, RETIRED_REASON, "Retire", note, calls)
                     .await;

@@ -15,6 +15,7 @@ use crate::plan::PlanLimits;
 use crate::provider::aws::{AwsConfig, CallTimeouts, DEFAULT_CALL_TIMEOUT, GroupDiscovery};
 use crate::provider::aws_rules::TagExclusion;
 use crate::provider::azure::AzureConfig;
+use crate::provider::gcp::{self, GcpConfig};
 use crate::provider::{ProviderConfig, ProviderKind};
 
 /// Node labels that name a node's group, tried in this order (the first one present wins):
@@ -77,8 +78,10 @@ pub struct SelectArgs {
     /// kubelet-version), and with --max-age so is a node created longer ago than that (reason
     /// max-age). `aws`: the instance no longer matches its Auto Scaling group (launch
     /// configuration, launch template id, template version, instance type; with --image-drift the
-    /// image, with --max-age the launch time); needs --cluster-name or --group. `azure`: the VM
-    /// does not run its scale set's latest model (reason model); needs --azure-subscription.
+    /// image, with --max-age the launch time); needs --cluster-name or --group. `gcp`: the
+    /// instance runs another instance template than its managed instance group targets (reason
+    /// instance-template); needs --gcp-project. `azure`: the VM does not run its scale set's
+    /// latest model (reason model); needs --azure-subscription.
     #[arg(long, env = "ROTOR_PROVIDER", value_enum, value_name = "PROVIDER")]
     pub provider: ProviderKind,
 
@@ -203,8 +206,9 @@ pub struct SelectArgs {
     )]
     pub groups: Vec<String>,
 
-    /// AWS: leave this Auto Scaling group out (its nodes are skipped with that reason); Azure: a
-    /// scale set, by name. Repeat the flag, or separate names with commas.
+    /// Leave this group out (its nodes are skipped with that reason). AWS: an Auto Scaling group;
+    /// Google Cloud: a managed instance group, by name or zone-or-region/name; Azure: a scale
+    /// set, by name. Repeat the flag, or separate names with commas.
     #[arg(
         long = "exclude-group",
         env = "ROTOR_EXCLUDE_GROUPS",
@@ -233,9 +237,11 @@ pub struct SelectArgs {
     #[arg(long, env = "ROTOR_IMAGE_DRIFT")]
     pub image_drift: bool,
 
-    /// AWS: terminate the instances of nodes the drainer marked drained, in their group
-    /// (TerminateInstanceInAutoScalingGroup, ShouldDecrementDesiredCapacity=false: the group
-    /// replaces them), at most --max-tainted per run, each with an Event on the node.
+    /// Remove the instances of nodes the drainer marked drained from their groups, at most
+    /// --max-tainted per run, each with an Event on the node. AWS: TerminateInstanceInAutoScalingGroup
+    /// with ShouldDecrementDesiredCapacity=false (the group replaces the instance). Google Cloud:
+    /// the group's deleteInstances; Azure: the scale set's DeleteInstances; on both the group's
+    /// size drops by one and nothing replaces the instance until an autoscaler (or you) grows it.
     #[arg(long, env = "ROTOR_RETIRE_DRAINED")]
     pub retire_drained: bool,
 
@@ -273,6 +279,25 @@ pub struct SelectArgs {
     /// default they are skipped: AKS upgrades them itself.
     #[arg(long, env = "ROTOR_INCLUDE_AKS_MANAGED")]
     pub include_aks_managed: bool,
+    /// Google Cloud: the project whose managed instance groups are listed. Falls back to the
+    /// GOOGLE_CLOUD_PROJECT environment variable.
+    #[arg(long, env = "ROTOR_GCP_PROJECT", value_name = "PROJECT")]
+    pub gcp_project: Option<String>,
+
+    /// Google Cloud: also judge GKE node pools (groups named gke-...). By default they are
+    /// skipped: GKE upgrades its node pools itself.
+    #[arg(long, env = "ROTOR_INCLUDE_GKE_MANAGED")]
+    pub include_gke_managed: bool,
+
+    /// Google Cloud: how long one Compute Engine call may take, the client's retries (at most 5
+    /// attempts, 429 and 503 included) included. Default 60s.
+    #[arg(long, env = "ROTOR_GCP_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_max_age)]
+    pub gcp_call_timeout: Option<Duration>,
+
+    /// Google Cloud, for testing only: send the Compute Engine calls to this endpoint (e.g. a
+    /// fake server, http://127.0.0.1:8080) with anonymous credentials.
+    #[arg(long, env = "ROTOR_GCP_ENDPOINT", value_name = "URL")]
+    pub gcp_endpoint: Option<String>,
 }
 
 /// `--node-selector`: a label selector in its string form, checked as the API server would check
@@ -331,9 +356,28 @@ pub enum ConfigError {
         flag: &'static str,
         provider: &'static str,
     },
+    /// `--retire-drained` with the Kubernetes provider.
+    #[error(
+        "--retire-drained needs a cloud provider (aws, gcp or azure): the kubernetes provider knows no instance to delete"
+    )]
+    RetireNeedsCloud,
     /// The Azure provider needs a subscription.
     #[error("--provider azure needs --azure-subscription (or AZURE_SUBSCRIPTION_ID)")]
     AzureSubscriptionMissing,
+    /// A Google Cloud-only flag with another provider.
+    #[error("{flag} is only used by --provider gcp")]
+    GcpOnly { flag: &'static str },
+    /// A flag the Google Cloud provider does not support.
+    #[error("{flag} is not supported by --provider gcp ({why})")]
+    NotForGcp {
+        flag: &'static str,
+        why: &'static str,
+    },
+    /// The Google Cloud provider needs a project.
+    #[error(
+        "--provider gcp needs a project: set --gcp-project (ROTOR_GCP_PROJECT) or GOOGLE_CLOUD_PROJECT"
+    )]
+    GcpProjectMissing,
     /// An empty value where a name is needed.
     #[error("{flag} must not be empty")]
     Empty { flag: &'static str },
@@ -389,6 +433,17 @@ impl SelectArgs {
                 return Err(ConfigError::AzureOnly { flag });
             }
         }
+        if self.provider != ProviderKind::Gcp {
+            let gcp_only = [
+                ("--gcp-project", self.gcp_project.is_some()),
+                ("--include-gke-managed", self.include_gke_managed),
+                ("--gcp-call-timeout", self.gcp_call_timeout.is_some()),
+                ("--gcp-endpoint", self.gcp_endpoint.is_some()),
+            ];
+            if let Some((flag, _)) = gcp_only.iter().find(|(_, set)| *set) {
+                return Err(ConfigError::GcpOnly { flag });
+            }
+        }
         let provider = match self.provider {
             ProviderKind::Kubernetes => {
                 let aws_only = [
@@ -398,12 +453,14 @@ impl SelectArgs {
                     ("--exclude-tag", !self.exclude_tags.is_empty()),
                     ("--include-eks-managed", self.include_eks_managed),
                     ("--image-drift", self.image_drift),
-                    ("--retire-drained", self.retire_drained),
                     ("--group-surge", self.group_surge),
                     ("--aws-call-timeout", self.aws_call_timeout.is_some()),
                 ];
                 if let Some((flag, _)) = aws_only.iter().find(|(_, set)| *set) {
                     return Err(ConfigError::AwsOnly { flag });
+                }
+                if self.retire_drained {
+                    return Err(ConfigError::RetireNeedsCloud);
                 }
                 ProviderConfig::Kubernetes {
                     max_age: self.max_age,
@@ -413,6 +470,7 @@ impl SelectArgs {
             ProviderKind::Azure => ProviderConfig::Azure(
                 self.azure_config(std::env::var("AZURE_SUBSCRIPTION_ID").ok())?,
             ),
+            ProviderKind::Gcp => ProviderConfig::Gcp(self.gcp_config()?),
         };
         if self.group_surge && !self.retire_drained {
             return Err(ConfigError::GroupSurgeNeedsRetire);
@@ -425,8 +483,8 @@ impl SelectArgs {
             limits: PlanLimits {
                 max_tainted: self.max_tainted,
                 max_tainted_per_group: self.max_tainted_per_group,
-                // Retiring is the AWS provider's job; the Kubernetes provider never retires.
-                retire_drained: self.retire_drained && self.provider == ProviderKind::Aws,
+                // The Kubernetes provider knows no instances, so it never retires.
+                retire_drained: self.retire_drained && self.provider != ProviderKind::Kubernetes,
             },
             taint_effect: self.taint_effect,
             node_selector: self.node_selector.clone().filter(|s| !s.is_empty()),
@@ -490,7 +548,6 @@ impl SelectArgs {
             ("--exclude-tag", !self.exclude_tags.is_empty()),
             ("--include-eks-managed", self.include_eks_managed),
             ("--image-drift", self.image_drift),
-            ("--retire-drained", self.retire_drained),
             ("--group-surge", self.group_surge),
             ("--aws-call-timeout", self.aws_call_timeout.is_some()),
             ("--max-age", self.max_age.is_some()),
@@ -523,6 +580,56 @@ impl SelectArgs {
             resource_groups,
             excluded_names: trimmed(&self.exclude_groups).into_iter().collect(),
             include_aks_managed: self.include_aks_managed,
+        })
+    }
+
+    fn gcp_config(&self) -> Result<GcpConfig, ConfigError> {
+        const AWS_ONLY: &str = "AWS only";
+        const FOR_NOW: &str = "AWS only for now";
+        let unsupported = [
+            ("--cluster-name", self.cluster_name.is_some(), AWS_ONLY),
+            ("--group", !self.groups.is_empty(), AWS_ONLY),
+            ("--exclude-tag", !self.exclude_tags.is_empty(), AWS_ONLY),
+            ("--include-eks-managed", self.include_eks_managed, AWS_ONLY),
+            ("--image-drift", self.image_drift, FOR_NOW),
+            ("--max-age", self.max_age.is_some(), FOR_NOW),
+            ("--group-surge", self.group_surge, AWS_ONLY),
+            (
+                "--aws-call-timeout",
+                self.aws_call_timeout.is_some(),
+                AWS_ONLY,
+            ),
+        ];
+        if let Some((flag, _, why)) = unsupported.iter().find(|(_, set, _)| *set) {
+            return Err(ConfigError::NotForGcp { flag, why });
+        }
+        let project = self
+            .gcp_project
+            .clone()
+            .or_else(|| std::env::var("GOOGLE_CLOUD_PROJECT").ok())
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .ok_or(ConfigError::GcpProjectMissing)?;
+        let endpoint = match self.gcp_endpoint.as_deref().map(str::trim) {
+            None => None,
+            Some("") => {
+                return Err(ConfigError::Empty {
+                    flag: "--gcp-endpoint",
+                });
+            }
+            Some(url) => Some(url.trim_end_matches('/').to_owned()),
+        };
+        Ok(GcpConfig {
+            project,
+            excluded_names: self
+                .exclude_groups
+                .iter()
+                .map(|g| g.trim().to_owned())
+                .filter(|g| !g.is_empty())
+                .collect(),
+            include_gke_managed: self.include_gke_managed,
+            endpoint,
+            call_timeout: self.gcp_call_timeout.unwrap_or(gcp::DEFAULT_CALL_TIMEOUT),
         })
     }
 
@@ -748,7 +855,7 @@ mod tests {
             (&["--taint-effect", "NoExecute"], "--taint-effect"),
             (&["--output", "yaml"], "--output"),
             (&["--group-label", "not a key"], "--group-label"),
-            (&["--provider", "gcp"], "--provider"),
+            (&["--provider", "azure"], "--provider"),
         ];
         for (args, flag) in cases {
             let mut argv = vec!["--provider", "kubernetes"];
@@ -787,7 +894,7 @@ mod tests {
         );
         assert_eq!(
             config_error(&["--provider", "kubernetes", "--retire-drained"]),
-            "--retire-drained is only used by --provider aws"
+            "--retire-drained needs a cloud provider (aws, gcp or azure): the kubernetes provider knows no instance to delete"
         );
         assert_eq!(
             config_error(&["--provider", "kubernetes", "--group-surge"]),
@@ -856,9 +963,21 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
+        let retiring = parse(&[
+            "--provider",
+            "azure",
+            "--azure-subscription",
+            "s",
+            "--retire-drained",
+        ])
+        .unwrap()
+        .select
+        .validate()
+        .unwrap();
+        assert!(retiring.limits.retire_drained);
         assert_eq!(
-            with(&["--retire-drained"]),
-            "--retire-drained is not supported by --provider azure"
+            with(&["--retire-drained", "--group-surge"]),
+            "--group-surge is not supported by --provider azure"
         );
         assert_eq!(
             with(&["--cluster-name", "c"]),
@@ -872,6 +991,69 @@ mod tests {
             config_error(&["--provider", "kubernetes", "--azure-subscription", "s"]),
             "--azure-subscription is only used by --provider azure"
         );
+    }
+
+    #[test]
+    fn gcp_flags_parse_and_aws_flags_are_refused() {
+        let c = config(&[
+            "--provider",
+            "gcp",
+            "--gcp-project",
+            "my-project",
+            "--exclude-group",
+            "us-central1-a/legacy",
+            "--include-gke-managed",
+            "--gcp-call-timeout",
+            "2m",
+            "--gcp-endpoint",
+            "http://127.0.0.1:9000/",
+        ]);
+        assert_eq!(
+            c.provider,
+            ProviderConfig::Gcp(GcpConfig {
+                project: "my-project".into(),
+                excluded_names: BTreeSet::from(["us-central1-a/legacy".to_owned()]),
+                include_gke_managed: true,
+                endpoint: Some("http://127.0.0.1:9000".into()),
+                call_timeout: Duration::from_secs(120),
+            })
+        );
+        assert!(!c.limits.retire_drained);
+        assert!(
+            config(&[
+                "--provider",
+                "gcp",
+                "--gcp-project",
+                "p",
+                "--retire-drained"
+            ])
+            .limits
+            .retire_drained
+        );
+        assert_eq!(
+            config_error(&[
+                "--provider",
+                "gcp",
+                "--gcp-project",
+                "p",
+                "--retire-drained",
+                "--group-surge"
+            ]),
+            "--group-surge is not supported by --provider gcp (AWS only)"
+        );
+        assert_eq!(
+            config_error(&["--provider", "gcp", "--gcp-project", "p", "--group", "g"]),
+            "--group is not supported by --provider gcp (AWS only)"
+        );
+        assert_eq!(
+            config_error(&["--provider", "aws", "--group", "g", "--gcp-project", "p"]),
+            "--gcp-project is only used by --provider gcp"
+        );
+        assert_eq!(
+            config_error(&["--provider", "kubernetes", "--include-gke-managed"]),
+            "--include-gke-managed is only used by --provider gcp"
+        );
+        assert!(config_error(&["--provider", "gcp", "--gcp-project", " "]).contains("project"));
     }
 
     #[test]

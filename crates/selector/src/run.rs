@@ -195,7 +195,7 @@ async fn write_surges(
                     }
                 }
             },
-            Assessor::Kubernetes(_) | Assessor::Azure(_) => {
+            Assessor::Kubernetes(_) | Assessor::Azure(_) | Assessor::Gcp(_) => {
                 results.push(None);
                 continue;
             }

@@ -95,6 +95,20 @@ pub enum SkipReason {
     FlexibleScaleSet { group: String },
     /// Azure: a VM reported out of date is not in provisioning state `Succeeded`.
     VmNotSucceeded { state: String },
+    /// Google Cloud: the node's `spec.providerID` is not `gce://PROJECT/ZONE/NAME`.
+    GceProviderId { provider_id: String },
+    /// Google Cloud: the instance is in none of the managed instance groups listed.
+    InstanceNotInMigs { instance: String },
+    /// Google Cloud: the group is acting on the instance (`currentAction` not `NONE`).
+    InstanceActionInProgress { action: String },
+    /// Google Cloud: the group replaces its instances itself (a `PROACTIVE` update policy), or a
+    /// canary (several versions) has not reached its target; rotor does not fight it.
+    GroupUpdatingItself { group: String, why: String },
+    /// Google Cloud: a GKE node pool's group (name `gke-...`); GKE upgrades its own pools.
+    GkeManaged { group: String },
+    /// Google Cloud: the group names no instance template (neither `versions[]` nor
+    /// `instanceTemplate`), or the instance reports none.
+    InstanceTemplateMissing { subject: String },
     /// The node reports no kubelet version (`status.nodeInfo.kubeletVersion`).
     KubeletVersionMissing,
     /// The kubelet version is not `v<major>.<minor>...`.
@@ -130,6 +144,12 @@ impl SkipReason {
             SkipReason::AksManaged { .. } => "aks-managed",
             SkipReason::FlexibleScaleSet { .. } => "flexible-scale-set",
             SkipReason::VmNotSucceeded { .. } => "not-in-service",
+            SkipReason::GceProviderId { .. } => "provider-id",
+            SkipReason::InstanceNotInMigs { .. } => "instance-not-in-groups",
+            SkipReason::InstanceActionInProgress { .. } => "instance-action-in-progress",
+            SkipReason::GroupUpdatingItself { .. } => "group-updating-itself",
+            SkipReason::GkeManaged { .. } => "gke-managed",
+            SkipReason::InstanceTemplateMissing { .. } => "instance-template-missing",
             SkipReason::KubeletVersionMissing => "kubelet-version-missing",
             SkipReason::KubeletVersionUnparsable { .. } => "kubelet-version-unparsable",
             SkipReason::ControlPlaneVersionUnparsable { .. } => "control-plane-version-unparsable",
@@ -223,6 +243,29 @@ impl fmt::Display for SkipReason {
             ),
             SkipReason::VmNotSucceeded { state } => {
                 write!(f, "VM is in provisioning state {state}, not Succeeded")
+            }
+            SkipReason::GceProviderId { provider_id } => write!(
+                f,
+                "providerID {provider_id:?} is not gce://<project>/<zone>/<instance-name>"
+            ),
+            SkipReason::InstanceNotInMigs { instance } => write!(
+                f,
+                "instance {instance} is in none of the project's managed instance groups"
+            ),
+            SkipReason::InstanceActionInProgress { action } => write!(
+                f,
+                "the group is acting on the instance (currentAction {action})"
+            ),
+            SkipReason::GroupUpdatingItself { group, why } => write!(
+                f,
+                "group {group} replaces its instances itself ({why}); rotor leaves it alone"
+            ),
+            SkipReason::GkeManaged { group } => write!(
+                f,
+                "group {group} is a GKE node pool (GKE upgrades it; include GKE managed groups to override)"
+            ),
+            SkipReason::InstanceTemplateMissing { subject } => {
+                write!(f, "{subject} names no instance template")
             }
             SkipReason::KubeletVersionMissing => f.write_str("node reports no kubelet version"),
             SkipReason::KubeletVersionUnparsable { version } => {

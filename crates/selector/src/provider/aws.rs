@@ -954,16 +954,17 @@ fn surge_base_tag(group: &str, base: Option<u32>) -> autoscaling::types::Tag {
 }
 
 impl Retirer for AwsGroupWriter {
-    fn call(&self) -> (&'static str, &'static str) {
+    fn call(&self, _: &Candidate) -> (&'static str, &'static str) {
         (AWS, op::TERMINATE)
     }
 
     fn retire<'a>(
         &'a self,
-        instance: &'a str,
+        candidate: &'a Candidate,
         shrink_group: bool,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>> {
         Box::pin(async move {
+            let instance = candidate.instance.as_deref().unwrap_or_default();
             let out = self
                 .autoscaling
                 .terminate_instance_in_auto_scaling_group()

@@ -18,9 +18,14 @@
 //! again and retries once; a 404 on one scale set's VMs (it vanished between the calls) skips
 //! that scale set (reason `lookup-failed`); anything else fails the run before any write.
 //! A `nextLink` must stay on the configured endpoint (the token is never sent elsewhere).
-//! Retiring is not implemented for Azure: `--retire-drained` and `--group-surge` are AWS only.
+//!
+//! With `--retire-drained`, a drained node's VM is deleted with
+//! `VirtualMachineScaleSets_DeleteInstances` (`POST .../virtualMachineScaleSets/{name}/delete`,
+//! `instanceIds`): the scale set's capacity drops by one. `--group-surge` is AWS only.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +44,7 @@ use crate::provider::azure_rules::{
 };
 use crate::provider::azure_token::TokenSource;
 use crate::provider::node_facts::node_candidate;
-use crate::provider::seam::{LookupFailure, ProviderError};
+use crate::provider::seam::{LookupFailure, ProviderError, Retirer};
 
 /// The API, as a key of [`ApiCalls`]; calls are keyed by ARM operation id.
 pub const AZURE: &str = "azure";
@@ -71,6 +76,7 @@ pub mod op {
     pub const LIST_ALL_SCALE_SETS: &str = "VirtualMachineScaleSets_ListAll";
     pub const LIST_SCALE_SETS: &str = "VirtualMachineScaleSets_List";
     pub const LIST_VMS: &str = "VirtualMachineScaleSetVMs_List";
+    pub const DELETE_INSTANCES: &str = "VirtualMachineScaleSets_DeleteInstances";
 }
 
 /// The Azure provider's validated settings.
@@ -157,7 +163,7 @@ impl ArmClient {
         let mut items = Vec::new();
         loop {
             calls.count(AZURE, operation);
-            let body = self.get(&url).await?;
+            let body = self.send(http::Method::GET, &url, Bytes::new()).await?;
             let page: Page<T> = serde_json::from_slice(&body).map_err(|e| {
                 ArmError::Failed(format!("{operation}: the answer is not a list page: {e}"))
             })?;
@@ -177,17 +183,33 @@ impl ArmClient {
         }
     }
 
-    /// One GET with the retries described at the top of this module; the body of a 2xx.
-    async fn get(&self, url: &str) -> Result<Bytes, ArmError> {
+    /// `POST {path_and_query}` with a JSON body; the body of the 2xx answer (often empty: ARM
+    /// accepts long-running operations with 202).
+    pub async fn post(
+        &self,
+        path_and_query: &str,
+        json: &serde_json::Value,
+    ) -> Result<Bytes, ArmError> {
+        let url = format!("{}{path_and_query}", self.endpoint);
+        self.send(http::Method::POST, &url, Bytes::from(json.to_string()))
+            .await
+    }
+
+    /// One request with the retries described at the top of this module; the body of a 2xx.
+    /// Only for requests that may be repeated (reads, and deletes of named VMs).
+    async fn send(&self, method: http::Method, url: &str, body: Bytes) -> Result<Bytes, ArmError> {
         let mut token = self.tokens.token().await.map_err(ArmError::Failed)?;
         let mut refreshed = false;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let request = http::Request::get(url)
+            let request = http::Request::builder()
+                .method(method.clone())
+                .uri(url)
                 .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
                 .header(http::header::ACCEPT, "application/json")
-                .body(Bytes::new())
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
                 .map_err(|e| ArmError::Failed(format!("bad request URL: {e}")))?;
             let answer = self.http.exchange(request, ATTEMPT_TIMEOUT, MAX_BODY).await;
             let answer = match answer {
@@ -349,6 +371,7 @@ impl AzureProvider {
             "azure provider: listed the scale sets"
         );
         Ok(AzureAssessor {
+            client: Some(client),
             subscription: self.config.subscription.clone(),
             judged: Arc::new(judged),
             lookup_failures,
@@ -455,6 +478,8 @@ pub async fn fetch_snapshot(
 /// The scale sets' verdicts; judges nodes without I/O.
 #[derive(Clone, Debug)]
 pub struct AzureAssessor {
+    /// The client that listed, for retiring; `None` in tests that judge without I/O.
+    pub client: Option<Arc<ArmClient>>,
     pub subscription: String,
     pub judged: Arc<BTreeMap<String, ScaleSetJudgement>>,
     /// Scale sets that vanished between the calls (their nodes are skipped).
@@ -469,6 +494,49 @@ impl AzureAssessor {
         let mut candidate = node_candidate(node, joined.verdict, joined.group);
         candidate.instance = joined.instance;
         candidate
+    }
+}
+
+/// Retires a drained node's VM: `VirtualMachineScaleSets_DeleteInstances` with its instance id.
+/// The VM is deleted and the scale set's capacity drops by one, so Azure does not replace it;
+/// a cluster autoscaler (or you) raises the capacity again. Reimaging would keep the capacity,
+/// but not under a new model, and it brings back the same node name, cordoned and tainted.
+impl Retirer for AzureAssessor {
+    fn call(&self, _: &Candidate) -> (&'static str, &'static str) {
+        (AZURE, op::DELETE_INSTANCES)
+    }
+
+    fn retire<'a>(
+        &'a self,
+        candidate: &'a Candidate,
+        shrink_group: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let vm = candidate.instance.as_deref().unwrap_or_default();
+            let client = self
+                .client
+                .as_ref()
+                .ok_or_else(|| format!("VM {vm}: no Azure client to retire it with"))?;
+            let (scale_set, instance_id) = vm
+                .rsplit_once("/virtualMachines/")
+                .filter(|(set, id)| !set.is_empty() && !id.is_empty())
+                .ok_or_else(|| format!("{vm:?} does not name a scale-set VM"))?;
+            let path = format!("{scale_set}/delete?api-version={API_VERSION}");
+            client
+                .post(&path, &serde_json::json!({ "instanceIds": [instance_id] }))
+                .await
+                .map_err(|e| format!("{} on {scale_set}: {}", op::DELETE_INSTANCES, e.message()))?;
+            let how = if shrink_group {
+                "its surge replacement already runs"
+            } else {
+                "the scale set's capacity drops by one; Azure does not replace the VM"
+            };
+            Ok(format!(
+                "deleted VM {instance_id} of scale set {} ({}; {how})",
+                candidate.group.as_deref().unwrap_or(scale_set),
+                op::DELETE_INSTANCES
+            ))
+        })
     }
 }
 

@@ -13,7 +13,10 @@
 //! - [`aws`] (Auto Scaling and EC2 Describe calls, retiring, the group surge's writes),
 //!   [`aws_model`] (what the Describe calls return, as plain data), [`aws_rules`] (the drift and
 //!   skip rules, first match wins) and [`aws_group_surge`] (`--group-surge`: raising an Auto
-//!   Scaling group ahead of its drains, giving the surge back through retires).
+//!   Scaling group ahead of its drains, giving the surge back through retires);
+//! - [`gcp`] (Compute Engine managed instance groups: `aggregatedList`, `listManagedInstances`),
+//!   [`gcp_model`] (their answers as plain data) and [`gcp_rules`] (instance template drift,
+//!   the groups Google Cloud or GKE replaces itself).
 //!
 //! - [`azure`] (ARM list calls for VM scale sets and their VMs off the latest model),
 //!   [`azure_model`] (the ARM answers as plain data), [`azure_rules`] (skip and drift rules) and
@@ -36,6 +39,9 @@ pub mod azure;
 pub mod azure_model;
 pub mod azure_rules;
 pub mod azure_token;
+pub mod gcp;
+pub mod gcp_model;
+pub mod gcp_rules;
 pub mod kubernetes;
 pub mod kubernetes_rules;
 pub mod node_facts;
@@ -53,6 +59,7 @@ use crate::api_calls::ApiCalls;
 use crate::plan::Candidate;
 use crate::provider::aws::{AwsAssessor, AwsConfig, AwsProvider};
 use crate::provider::azure::{AzureAssessor, AzureConfig, AzureProvider};
+use crate::provider::gcp::{GcpAssessor, GcpConfig, GcpProvider};
 use crate::provider::kubernetes::{KubernetesAssessor, KubernetesProvider};
 use crate::provider::seam::{LookupFailure, ProviderError, Retirer};
 
@@ -66,15 +73,19 @@ pub enum ProviderKind {
     Aws,
     /// From Azure: the VM does not run its scale set's latest model.
     Azure,
+    /// From Google Cloud: the instance runs another template than its managed instance group
+    /// targets.
+    Gcp,
 }
 
 impl ProviderKind {
-    /// `kubernetes`, `aws` or `azure`.
+    /// `kubernetes`, `aws`, `azure` or `gcp`.
     pub const fn name(self) -> &'static str {
         match self {
             ProviderKind::Kubernetes => "kubernetes",
             ProviderKind::Aws => "aws",
             ProviderKind::Azure => "azure",
+            ProviderKind::Gcp => "gcp",
         }
     }
 }
@@ -97,15 +108,18 @@ pub enum ProviderConfig {
     Aws(AwsConfig),
     /// The Azure provider.
     Azure(AzureConfig),
+    /// The Google Cloud provider.
+    Gcp(GcpConfig),
 }
 
 impl ProviderConfig {
-    /// `kubernetes`, `aws` or `azure`.
+    /// `kubernetes`, `aws`, `azure` or `gcp`.
     pub const fn name(&self) -> &'static str {
         match self {
             ProviderConfig::Kubernetes { .. } => ProviderKind::Kubernetes.name(),
             ProviderConfig::Aws(_) => ProviderKind::Aws.name(),
             ProviderConfig::Azure(_) => ProviderKind::Azure.name(),
+            ProviderConfig::Gcp(_) => ProviderKind::Gcp.name(),
         }
     }
 }
@@ -119,6 +133,8 @@ pub enum Provider {
     Aws(AwsProvider),
     /// VMs off their scale sets' latest model.
     Azure(AzureProvider),
+    /// Drift of instances from their managed instance groups.
+    Gcp(GcpProvider),
 }
 
 impl Provider {
@@ -130,15 +146,17 @@ impl Provider {
             }
             ProviderConfig::Aws(config) => Provider::Aws(AwsProvider::new(config.clone())),
             ProviderConfig::Azure(config) => Provider::Azure(AzureProvider::new(config.clone())),
+            ProviderConfig::Gcp(config) => Provider::Gcp(GcpProvider::new(config.clone())),
         }
     }
 
-    /// `kubernetes`, `aws` or `azure`.
+    /// `kubernetes`, `aws`, `azure` or `gcp`.
     pub fn name(&self) -> &'static str {
         match self {
             Provider::Kubernetes(_) => ProviderKind::Kubernetes.name(),
             Provider::Aws(_) => ProviderKind::Aws.name(),
             Provider::Azure(_) => ProviderKind::Azure.name(),
+            Provider::Gcp(_) => ProviderKind::Gcp.name(),
         }
     }
 
@@ -147,7 +165,7 @@ impl Provider {
     pub async fn assess(
         &self,
         client: &Client,
-        _nodes: &[Node],
+        nodes: &[Node],
         calls: &mut ApiCalls,
         now: Timestamp,
     ) -> Result<Assessor, ProviderError> {
@@ -158,6 +176,7 @@ impl Provider {
                 .map(Assessor::Kubernetes),
             Provider::Aws(provider) => provider.assess(calls, now).await.map(Assessor::Aws),
             Provider::Azure(provider) => provider.assess(calls, now).await.map(Assessor::Azure),
+            Provider::Gcp(provider) => provider.assess(nodes, calls, now).await.map(Assessor::Gcp),
         }
     }
 }
@@ -171,6 +190,8 @@ pub enum Assessor {
     Aws(AwsAssessor),
     /// See [`AzureAssessor`].
     Azure(AzureAssessor),
+    /// See [`GcpAssessor`].
+    Gcp(GcpAssessor),
 }
 
 impl Assessor {
@@ -180,6 +201,7 @@ impl Assessor {
             Assessor::Kubernetes(assessor) => assessor.candidate(node),
             Assessor::Aws(assessor) => assessor.candidate(node),
             Assessor::Azure(assessor) => assessor.candidate(node),
+            Assessor::Gcp(assessor) => assessor.candidate(node),
         }
     }
 
@@ -189,15 +211,17 @@ impl Assessor {
             Assessor::Kubernetes(_) => &[],
             Assessor::Aws(assessor) => &assessor.lookup_failures,
             Assessor::Azure(assessor) => &assessor.lookup_failures,
+            Assessor::Gcp(assessor) => &assessor.lookup_failures,
         }
     }
 
-    /// What retires drained nodes; `None` for providers that never retire (Kubernetes, and
-    /// Azure for now).
+    /// What retires drained nodes; `None` for the Kubernetes provider, which never retires.
     pub fn retirer(&self) -> Option<&dyn Retirer> {
         match self {
-            Assessor::Kubernetes(_) | Assessor::Azure(_) => None,
+            Assessor::Kubernetes(_) => None,
             Assessor::Aws(assessor) => Some(&assessor.groups),
+            Assessor::Azure(assessor) => Some(assessor),
+            Assessor::Gcp(assessor) => assessor.retirer.as_ref().map(|r| r as &dyn Retirer),
         }
     }
 }

@@ -6,6 +6,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::plan::Candidate;
+
 /// The AWS settings cannot be used; a configuration error (exit 2), found before any call.
 #[derive(Debug, thiserror::Error)]
 pub enum AwsSetupError {
@@ -19,14 +21,16 @@ pub enum AwsSetupError {
 /// Retires (terminates) the instance behind a drained node. Only cloud providers have one
 /// ([`crate::provider::Assessor::retirer`]); the Kubernetes provider never retires.
 pub trait Retirer: Send + Sync {
-    /// (API, operation) counted in [`ApiCalls`](crate::api_calls::ApiCalls) for each retire.
-    fn call(&self) -> (&'static str, &'static str);
+    /// (API, operation) counted in [`ApiCalls`](crate::api_calls::ApiCalls) for the retire of
+    /// this node's instance.
+    fn call(&self, candidate: &Candidate) -> (&'static str, &'static str);
 
-    /// Terminates `instance`, decrementing its group's desired capacity when `shrink_group`
-    /// (a surge replacement already runs); on success, a line saying what was done.
+    /// Removes the node's instance (`candidate.instance`, in `candidate.group`) from its group;
+    /// `shrink_group` says the group's size must drop (a surge replacement already runs). On
+    /// success, a line saying what was done and what the group does next.
     fn retire<'a>(
         &'a self,
-        instance: &'a str,
+        candidate: &'a Candidate,
         shrink_group: bool,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;
 }
@@ -57,6 +61,14 @@ pub enum ProviderError {
         /// The ARM operation id, e.g. `VirtualMachineScaleSets_ListAll`.
         operation: &'static str,
         /// The status, ARM error code and message.
+        message: String,
+    },
+    /// A Google Cloud call failed (after the client's retries), or its clients cannot be built.
+    #[error("Google Cloud {operation} failed: {message}")]
+    Gcp {
+        /// The method, e.g. `instanceGroupManagers.aggregatedList`.
+        operation: &'static str,
+        /// The error as the client reports it.
         message: String,
     },
     /// The AWS clients cannot be built (the binary checks this before any call).

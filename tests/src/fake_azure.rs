@@ -8,6 +8,10 @@
 //! - `GET .../virtualMachineScaleSets/{name}/virtualMachines` (`VirtualMachineScaleSetVMs_List`)
 //!   with `$filter=properties/latestModelApplied eq false|true` (any other filter is a 400, as
 //!   ARM refuses filters it does not know);
+//! - `POST .../virtualMachineScaleSets/{name}/delete` (`VirtualMachineScaleSets_DeleteInstances`)
+//!   with `{"instanceIds": [...]}`: the VMs leave the scale set (its capacity drops) and the answer
+//!   is ARM's 202 with `Location` and `Azure-AsyncOperation`; an instance id the scale set does
+//!   not hold is a 400 `InvalidParameter` ([`FakeAzure::deleted`] lists what was deleted);
 //!
 //! every list paged by `nextLink` (`$skiptoken`) at [`FakeAzure::set_page_size`] items, names
 //! compared case-insensitively, a missing `api-version` refused (400), a wrong bearer token
@@ -28,7 +32,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -110,6 +114,8 @@ struct State {
     vanish: Vec<String>,
     calls: BTreeMap<String, u64>,
     faults_served: BTreeMap<String, u64>,
+    /// (scale set, instance id) deleted by `VirtualMachineScaleSets_DeleteInstances`.
+    deleted: Vec<(String, String)>,
 }
 
 /// The fake ARM server; stopped on drop.
@@ -225,6 +231,11 @@ impl FakeAzure {
         self.state.lock().unwrap().vanish.push(name.to_owned());
     }
 
+    /// (scale set, instance id) of every VM deleted so far.
+    pub fn deleted(&self) -> Vec<(String, String)> {
+        self.state.lock().unwrap().deleted.clone()
+    }
+
     /// Requests answered, by operation (`VirtualMachineScaleSets_ListAll`, ...; faults
     /// included).
     pub fn calls(&self) -> BTreeMap<String, u64> {
@@ -270,8 +281,18 @@ async fn accept_loop(
         let (state, subscription, base) = (state.clone(), subscription.clone(), base.clone());
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<Incoming>| {
-                let answer = handle(&state, &subscription, &base, &req);
-                async move { Ok::<_, Infallible>(answer) }
+                let (state, subscription, base) =
+                    (state.clone(), subscription.clone(), base.clone());
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let body = body
+                        .collect()
+                        .await
+                        .map(|b| b.to_bytes())
+                        .unwrap_or_default();
+                    let req = Request::from_parts(parts, body);
+                    Ok::<_, Infallible>(handle(&state, &subscription, &base, &req))
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tcp), service)
@@ -341,7 +362,7 @@ fn handle(
     state: &Mutex<State>,
     subscription: &str,
     base: &str,
-    req: &Request<Incoming>,
+    req: &Request<Bytes>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
     let query: BTreeMap<String, String> = req
@@ -376,6 +397,19 @@ fn handle(
         {
             Some(("VirtualMachineScaleSets_List", Some(rg.to_string()), None))
         }
+        [s, _, r, rg, p, ns, v, name, "delete"]
+            if eq(s, "subscriptions")
+                && eq(r, "resourceGroups")
+                && eq(p, "providers")
+                && eq(ns, "Microsoft.Compute")
+                && eq(v, "virtualMachineScaleSets") =>
+        {
+            Some((
+                "VirtualMachineScaleSets_DeleteInstances",
+                Some(rg.to_string()),
+                Some(name.to_string()),
+            ))
+        }
         [s, _, r, rg, p, ns, v, name, vm]
             if eq(s, "subscriptions")
                 && eq(r, "resourceGroups")
@@ -395,8 +429,17 @@ fn handle(
     let mut state = state.lock().unwrap();
     let operation = route.as_ref().map_or("unknown", |r| r.0);
     *state.calls.entry(operation.to_owned()).or_default() += 1;
-    if req.method() != http::Method::GET {
-        return error(405, "MethodNotAllowed", "the fake answers GETs only");
+    let wanted_method = if operation == "VirtualMachineScaleSets_DeleteInstances" {
+        http::Method::POST
+    } else {
+        http::Method::GET
+    };
+    if req.method() != wanted_method {
+        return error(
+            405,
+            "MethodNotAllowed",
+            &format!("{operation} is a {wanted_method}"),
+        );
     }
     // Faults first: an expired token, then throttling.
     if state.expire_once {
@@ -482,6 +525,65 @@ fn handle(
         })
     };
     match (operation, name) {
+        ("VirtualMachineScaleSets_DeleteInstances", Some(name)) => {
+            let rg = rg.unwrap_or_default();
+            let ids: Vec<String> = serde_json::from_slice::<Value>(req.body())
+                .ok()
+                .and_then(|b| {
+                    b.get("instanceIds")?
+                        .as_array()?
+                        .iter()
+                        .map(|i| i.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if ids.is_empty() {
+                return error(
+                    400,
+                    "InvalidParameter",
+                    "The request body must list instanceIds.",
+                );
+            }
+            let Some(set) = state
+                .scale_sets
+                .iter_mut()
+                .find(|s| eq(&s.resource_group, &rg) && eq(&s.name, &name))
+            else {
+                return error(
+                    404,
+                    "ResourceNotFound",
+                    &format!(
+                        "The Resource 'Microsoft.Compute/virtualMachineScaleSets/{name}' under resource group '{rg}' was not found."
+                    ),
+                );
+            };
+            if let Some(unknown) = ids
+                .iter()
+                .find(|id| !set.vms.iter().any(|vm| &vm.instance_id == *id))
+            {
+                return error(
+                    400,
+                    "InvalidParameter",
+                    &format!("The instance id {unknown} is not a VM of scale set {name}."),
+                );
+            }
+            set.vms.retain(|vm| !ids.contains(&vm.instance_id));
+            let set_name = set.name.clone();
+            state
+                .deleted
+                .extend(ids.into_iter().map(|id| (set_name.clone(), id)));
+            let operation_url = format!(
+                "{base}/subscriptions/{subscription}/providers/Microsoft.Compute/locations/westeurope/operations/00000000-0000-0000-0000-000000000001?api-version=2024-07-01"
+            );
+            let mut accepted = answer(202, Value::Null);
+            *accepted.body_mut() = Full::new(Bytes::new());
+            for header in ["location", "azure-asyncoperation"] {
+                accepted
+                    .headers_mut()
+                    .insert(header, operation_url.parse().unwrap());
+            }
+            accepted
+        }
         ("VirtualMachineScaleSetVMs_List", Some(name)) => {
             let rg = rg.unwrap_or_default();
             let Some(set) = state

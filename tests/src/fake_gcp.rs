@@ -8,6 +8,11 @@
 //! - `POST .../zones/{z}/instanceGroupManagers/{g}/listManagedInstances` and its `regions/`
 //!   twin: `PAGELESS` groups (the API's default) answer every instance at once and ignore
 //!   `maxResults` and `pageToken`; `PAGINATED` groups page by them;
+//! - `POST .../instanceGroupManagers/{g}/deleteInstances` and its `regions/` twin, body
+//!   `{"instances": [URL...], "skipInstancesOnValidationError"}`: the instances leave the group
+//!   and its `targetSize` drops; the answer is a `compute#operation`. An instance the group does
+//!   not hold is a 400 unless `skipInstancesOnValidationError` ([`FakeGce::deleted`] lists what
+//!   was deleted);
 //! - errors as the API's JSON error body (`{"error": {"code", "message", "status", "errors"}}`):
 //!   404 for a group that does not exist (or vanished after the aggregated list was served),
 //!   and injected faults: 429 or 503 with `Retry-After`, 401 for an expired token.
@@ -19,7 +24,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -182,6 +187,8 @@ struct State {
     /// Every request is answered 401 (an expired token).
     expired_token: bool,
     requests: Vec<(String, String)>,
+    /// (group key `{zone or region}/{name}`, instance name) deleted by `deleteInstances`.
+    deleted: Vec<(String, String)>,
 }
 
 /// The fake, on 127.0.0.1; stopped on drop.
@@ -227,9 +234,18 @@ impl FakeGce {
                             };
                             let state = state.clone();
                             tokio::spawn(async move {
-                                let service = service_fn(move |req| {
+                                let service = service_fn(move |req: Request<Incoming>| {
                                     let state = state.clone();
-                                    async move { Ok::<_, Infallible>(answer(&state, req)) }
+                                    async move {
+                                        let (parts, body) = req.into_parts();
+                                        let body = body
+                                            .collect()
+                                            .await
+                                            .map(|b| b.to_bytes())
+                                            .unwrap_or_default();
+                                        let req = Request::from_parts(parts, body);
+                                        Ok::<_, Infallible>(answer(&state, req))
+                                    }
                                 });
                                 let _ = hyper::server::conn::http1::Builder::new()
                                     .serve_connection(TokioIo::new(tcp), service)
@@ -299,6 +315,11 @@ impl FakeGce {
             .count()
     }
 
+    /// (group `{zone or region}/{name}`, instance name) of every instance deleted so far.
+    pub fn deleted(&self) -> Vec<(String, String)> {
+        self.state.lock().unwrap().deleted.clone()
+    }
+
     /// Forgets the requests so far.
     pub fn clear_requests(&self) {
         self.state.lock().unwrap().requests.clear();
@@ -314,7 +335,7 @@ impl Drop for FakeGce {
     }
 }
 
-fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
+fn query(req: &Request<Bytes>) -> BTreeMap<String, String> {
     req.uri()
         .query()
         .unwrap_or_default()
@@ -345,7 +366,15 @@ fn reply(status: u16, body: &Value, retry_after: Option<u32>) -> Response<Full<B
         .expect("a valid response")
 }
 
-fn answer(state: &Mutex<State>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// The API's 404 for a group that does not exist.
+fn group_not_found(scope: &str, name: &str) -> Response<Full<Bytes>> {
+    let message = format!(
+        "The resource 'projects/{PROJECT}/{scope}/instanceGroupManagers/{name}' was not found"
+    );
+    reply(404, &error(404, "notFound", "NOT_FOUND", &message), None)
+}
+
+fn answer(state: &Mutex<State>, req: Request<Bytes>) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
     let method = req.method().to_string();
     let params = query(&req);
@@ -459,8 +488,84 @@ fn answer(state: &Mutex<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
         state.groups.retain(|g| !vanish.contains(&g.name));
         return reply(200, &body, None);
     }
-    // {zones|regions}/{scope}/instanceGroupManagers/{name}/listManagedInstances
+    // {zones|regions}/{scope}/instanceGroupManagers/{name}/deleteInstances
     let parts: Vec<&str> = rest.split('/').collect();
+    if method == "POST"
+        && let [
+            kind,
+            scope,
+            "instanceGroupManagers",
+            name,
+            "deleteInstances",
+        ] = parts[..]
+    {
+        let scope = format!("{kind}/{scope}");
+        let body: Value = serde_json::from_slice(req.body()).unwrap_or(Value::Null);
+        let skip_invalid = body["skipInstancesOnValidationError"].as_bool() == Some(true);
+        let wanted: Vec<String> = body["instances"]
+            .as_array()
+            .map(|urls| {
+                urls.iter()
+                    .filter_map(|u| u.as_str()?.rsplit('/').next().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Some(group) = state
+            .groups
+            .iter_mut()
+            .find(|g| g.scope == scope && g.name == name)
+        else {
+            return group_not_found(&scope, name);
+        };
+        if wanted.is_empty() {
+            return reply(
+                400,
+                &error(
+                    400,
+                    "invalid",
+                    "INVALID_ARGUMENT",
+                    "Required field 'instances' not specified",
+                ),
+                None,
+            );
+        }
+        if !skip_invalid
+            && let Some(stranger) = wanted
+                .iter()
+                .find(|w| !group.instances.iter().any(|i| &i.name == *w))
+        {
+            let message = format!(
+                "Instance '{stranger}' does not belong to the instance group manager '{name}'"
+            );
+            return reply(
+                400,
+                &error(400, "invalid", "INVALID_ARGUMENT", &message),
+                None,
+            );
+        }
+        group.instances.retain(|i| !wanted.contains(&i.name));
+        let key = format!(
+            "{}/{name}",
+            scope.split_once('/').map_or(scope.as_str(), |(_, s)| s)
+        );
+        state
+            .deleted
+            .extend(wanted.into_iter().map(|w| (key.clone(), w)));
+        let self_link = format!("{API}/projects/{PROJECT}/{scope}/instanceGroupManagers/{name}");
+        let operation = json!({
+            "kind": "compute#operation",
+            "id": "7281390152730947234",
+            "name": "operation-1764379800000-62e1c0a7b9f3e-4c1a2b3d-5e6f7a8b",
+            "operationType": "compute.instanceGroupManagers.deleteInstances",
+            "targetLink": self_link,
+            "status": "DONE",
+            "progress": 100,
+            "insertTime": "2026-11-29T02:00:00.000-08:00",
+            "selfLink": format!("{API}/projects/{PROJECT}/{scope}/operations/operation-1764379800000-62e1c0a7b9f3e-4c1a2b3d-5e6f7a8b"),
+        });
+        return reply(200, &operation, None);
+    }
+    // {zones|regions}/{scope}/instanceGroupManagers/{name}/listManagedInstances
     if method == "POST"
         && let [
             kind,
@@ -476,10 +581,7 @@ fn answer(state: &Mutex<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
             .iter()
             .find(|g| g.scope == scope && g.name == name)
         else {
-            let message = format!(
-                "The resource 'projects/{PROJECT}/{scope}/instanceGroupManagers/{name}' was not found"
-            );
-            return reply(404, &error(404, "notFound", "NOT_FOUND", &message), None);
+            return group_not_found(&scope, name);
         };
         let all: Vec<Value> = group
             .instances

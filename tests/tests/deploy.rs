@@ -925,26 +925,36 @@ fn pod_labels(r: &Rendered) -> Value {
 }
 
 #[test]
-fn the_azure_role_is_read_only_and_matches_docs_security() {
-    let path = workspace_root().join("deploy/overlays/azure/azure-selector-role.json");
-    let role: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("role"))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let actions: Vec<&str> = role["Actions"]
-        .as_array()
-        .expect("Actions")
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert_eq!(
-        actions,
-        [
+fn the_azure_roles_hold_only_the_calls_actions_and_match_docs_security() {
+    let role_of = |file: &str, actions: &[&str]| -> Value {
+        let path = workspace_root().join("deploy/overlays/azure").join(file);
+        let role: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("role"))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let held: Vec<&str> = role["Actions"]
+            .as_array()
+            .expect("Actions")
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(held, actions, "{file}");
+        for empty in ["NotActions", "DataActions", "NotDataActions"] {
+            assert_eq!(role[empty], serde_json::json!([]), "{file}: {empty}");
+        }
+        role
+    };
+    // Reads: VirtualMachineScaleSets_ListAll / _List and VirtualMachineScaleSetVMs_List.
+    let role = role_of(
+        "azure-selector-role.json",
+        &[
             "Microsoft.Compute/virtualMachineScaleSets/read",
-            "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read"
-        ]
+            "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+        ],
     );
-    for empty in ["NotActions", "DataActions", "NotDataActions"] {
-        assert_eq!(role[empty], serde_json::json!([]), "{empty}");
-    }
+    // --retire-drained: VirtualMachineScaleSets_DeleteInstances.
+    let retire = role_of(
+        "azure-selector-retire-role.json",
+        &["Microsoft.Compute/virtualMachineScaleSets/delete/action"],
+    );
     let security =
         std::fs::read_to_string(workspace_root().join("docs/security.md")).expect("security.md");
     let documented: Vec<Value> = security
@@ -956,8 +966,8 @@ fn the_azure_role_is_read_only_and_matches_docs_security() {
         .collect();
     assert_eq!(
         documented,
-        [role],
-        "deploy/overlays/azure/azure-selector-role.json and docs/security.md disagree"
+        [role, retire],
+        "the roles in deploy/overlays/azure and docs/security.md disagree"
     );
 }
 

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::run_bare;
+use common::{assert_retired, run_cloud_selector};
 use rotor_e2e::fake_azure::{FakeAzure, FakeScaleSet, FakeVm};
 use rotor_e2e::{FakeNode, RealCluster, wait_until};
 
@@ -53,27 +53,7 @@ async fn model_drift_on_kwok_nodes_is_tainted_and_drained() {
 
     let selector_kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-selector");
     let kubeconfig = selector_kubeconfig.display().to_string();
-    let env = fake.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let run = run_bare(
-        &[
-            "--kubeconfig",
-            kubeconfig.as_str(),
-            "--provider",
-            "azure",
-            "--max-tainted",
-            "100%",
-            "--output",
-            "json",
-        ],
-        &env,
-    )
-    .await;
-    assert_eq!(
-        run.code, 0,
-        "stdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
+    let run = run_cloud_selector(&kubeconfig, "azure", &fake.env(), &[]).await;
     for node in &nodes[..2] {
         let entry = run.node(&node.name);
         assert_eq!(entry["action"], "taint", "{entry}");
@@ -96,6 +76,31 @@ async fn model_drift_on_kwok_nodes_is_tainted_and_drained() {
             .as_array()
             .is_none_or(|t| t.iter().all(|t| t["key"] != "rotor.dev/drain")),
         "{current}"
+    );
+
+    // Retiring: the drained nodes' VMs leave the scale set through DeleteInstances, one call
+    // each, with an Event on each node; the current VM stays.
+    let retire = run_cloud_selector(&kubeconfig, "azure", &fake.env(), &["--retire-drained"]).await;
+    let says = |id: &str| {
+        format!(
+            "deleted VM {id} of scale set rg-nodes/workers (VirtualMachineScaleSets_DeleteInstances; the scale set's capacity drops by one"
+        )
+    };
+    assert_retired(
+        &retire,
+        &[(&nodes[0].name, says("0")), (&nodes[1].name, says("1"))],
+        &nodes[2].name,
+        ("azure", "VirtualMachineScaleSets_DeleteInstances"),
+        |node| cluster.node_events(node),
+    );
+    let mut deleted = fake.deleted();
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        vec![
+            ("workers".to_owned(), "0".to_owned()),
+            ("workers".to_owned(), "1".to_owned())
+        ]
     );
     // The selector's and the drainer's identities were refused nothing.
     for user in ["rotor-selector", "rotor-drainer"] {

@@ -2,8 +2,8 @@
 //! `providerID`s (`gce://...`) name the fake Compute Engine API's instances, the selector and
 //! the drainer running as the ServiceAccounts of `deploy/overlays/gcp` under the real RBAC
 //! authorizer. Instances on an old instance template are tainted (`instance-template`), the one
-//! on the group's template is not, and rotor-drainer drains the tainted nodes. (Retiring is AWS
-//! only for now: the drained nodes stay for whoever deletes their instances.)
+//! on the group's template is not, and rotor-drainer drains the tainted nodes; a run with
+//! `--retire-drained` then deletes the drained nodes' instances from their group.
 //!
 //! Needs the control plane's binaries (`tools/build.sh`); a missing one fails the test with how
 //! to get it.
@@ -12,7 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::run_bare;
+use common::{assert_retired, run_cloud_selector};
 use rotor_e2e::fake_gcp::{FakeGce, FakeGroup, provider_id};
 use rotor_e2e::real_cluster::ROTOR_NAMESPACE as NS;
 use rotor_e2e::{FakeNode, RealCluster, wait_until};
@@ -46,24 +46,7 @@ async fn template_drift_on_kwok_nodes_is_tainted_and_drained() {
         .service_account_kubeconfig(NS, "rotor-selector")
         .display()
         .to_string();
-    let env = fake.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let flags = [
-        "--kubeconfig",
-        kubeconfig.as_str(),
-        "--provider",
-        "gcp",
-        "--max-tainted",
-        "100%",
-        "--output",
-        "json",
-    ];
-    let run = run_bare(&flags, &env).await;
-    assert_eq!(
-        run.code, 0,
-        "stdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
+    let run = run_cloud_selector(&kubeconfig, "gcp", &fake.env(), &[]).await;
     for name in &names[..2] {
         let entry = run.node(name);
         assert_eq!(entry["action"], "taint", "{entry}");
@@ -85,6 +68,31 @@ async fn template_drift_on_kwok_nodes_is_tainted_and_drained() {
     assert!(
         n["metadata"]["annotations"]["rotor.dev/phase"].is_null(),
         "the current node is left alone: {n}"
+    );
+
+    // Retiring: the drained nodes' instances leave the group through deleteInstances, one call
+    // each, with an Event on each node; the current instance stays.
+    let retire = run_cloud_selector(&kubeconfig, "gcp", &fake.env(), &["--retire-drained"]).await;
+    let says = |name: &str| {
+        format!(
+            "deleted instance {name} from managed instance group {ZONE}/workers (instanceGroupManagers.deleteInstances; the group's target size drops by one"
+        )
+    };
+    assert_retired(
+        &retire,
+        &[(&names[0], says(&names[0])), (&names[1], says(&names[1]))],
+        &names[2],
+        ("gcp", "instanceGroupManagers.deleteInstances"),
+        |node| cluster.node_events(node),
+    );
+    let mut deleted = fake.deleted();
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        names[..2]
+            .iter()
+            .map(|n| (format!("{ZONE}/workers"), n.clone()))
+            .collect::<Vec<_>>()
     );
     // The selector's and the drainer's identities were refused nothing.
     for user in ["rotor-selector", "rotor-drainer"] {

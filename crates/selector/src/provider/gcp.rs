@@ -23,6 +23,9 @@
 //! `listManagedInstances` is a POST the client would not retry, so it is marked idempotent (it
 //! only reads). The endpoint can be replaced (`ROTOR_GCP_ENDPOINT`, for tests against a fake
 //! server), which also switches to anonymous credentials.
+//!
+//! With `--retire-drained`, [`GcpRetirer`] deletes a drained node's instance through its group
+//! (`deleteInstances`, not retried: a POST that changes the group; the next run tries again).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

@@ -284,3 +284,63 @@ pub async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+/// rotor-selector on a real control plane as its own ServiceAccount (`kubeconfig`), with
+/// `--provider provider`, every node in budget and JSON output, plus `extra`; the test fails
+/// unless it exits 0.
+pub async fn run_cloud_selector(
+    kubeconfig: &str,
+    provider: &str,
+    env: &[(&'static str, String)],
+    extra: &[&str],
+) -> SelectorRun {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut flags = vec![
+        "--kubeconfig",
+        kubeconfig,
+        "--provider",
+        provider,
+        "--max-tainted",
+        "100%",
+        "--output",
+        "json",
+    ];
+    flags.extend_from_slice(extra);
+    let run = run_bare(&flags, &env).await;
+    assert_eq!(
+        run.code, 0,
+        "{flags:?}\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    run
+}
+
+/// A `--retire-drained` run retired exactly `retired` (applied, one `operation` call each, an
+/// `InstanceRetired` Event whose message holds each node's `event_says`) and kept `kept`.
+pub fn assert_retired(
+    run: &SelectorRun,
+    retired: &[(&str, String)],
+    kept: &str,
+    (api, operation): (&str, &str),
+    node_events: impl Fn(&str) -> Vec<(String, String)>,
+) {
+    for (node, event_says) in retired {
+        let entry = run.node(node);
+        assert_eq!(entry["action"], "retire", "{entry}");
+        assert_eq!(entry["result"]["outcome"], "applied", "{entry}");
+        let events = node_events(node);
+        assert!(
+            events
+                .iter()
+                .any(|(reason, message)| reason == "InstanceRetired"
+                    && message.contains(event_says.as_str())),
+            "{node}: no InstanceRetired Event saying {event_says:?}: {events:?}"
+        );
+    }
+    assert_eq!(run.node(kept)["action"], "keep");
+    assert_eq!(
+        run.json()["apiCalls"][api][operation],
+        retired.len(),
+        "{operation} calls"
+    );
+}

@@ -79,6 +79,8 @@ pub struct FakeScaleSet {
     /// `Manual`, `Automatic` or `Rolling`.
     pub upgrade_mode: String,
     pub tags: BTreeMap<String, String>,
+    /// The model's `imageReference.version`: `latest` or a pinned version.
+    pub image_version: String,
     pub vms: Vec<FakeVm>,
 }
 
@@ -91,6 +93,7 @@ impl FakeScaleSet {
             orchestration_mode: "Uniform".into(),
             upgrade_mode: "Manual".into(),
             tags: BTreeMap::new(),
+            image_version: "latest".into(),
             vms,
         }
     }
@@ -116,6 +119,8 @@ struct State {
     faults_served: BTreeMap<String, u64>,
     /// (scale set, instance id) deleted by `VirtualMachineScaleSets_DeleteInstances`.
     deleted: Vec<(String, String)>,
+    /// (scale set, `$filter`) of every first page of `VirtualMachineScaleSetVMs_List`.
+    vm_lists: Vec<(String, Option<String>)>,
 }
 
 /// The fake ARM server; stopped on drop.
@@ -229,6 +234,11 @@ impl FakeAzure {
     /// Scale set `name` disappears right after the next scale-set list was answered.
     pub fn vanish_after_list(&self, name: &str) {
         self.state.lock().unwrap().vanish.push(name.to_owned());
+    }
+
+    /// (scale set, `$filter`) of every VM list asked for (first pages only).
+    pub fn vm_lists(&self) -> Vec<(String, Option<String>)> {
+        self.state.lock().unwrap().vm_lists.clone()
     }
 
     /// (scale set, instance id) of every VM deleted so far.
@@ -601,6 +611,9 @@ fn handle(
                 );
             };
             let filter = query.get("$filter").cloned();
+            if skip == 0 {
+                state.vm_lists.push((set.name.clone(), filter.clone()));
+            }
             let wanted: Option<bool> = match filter.as_deref().map(str::trim) {
                 None => None,
                 Some("properties/latestModelApplied eq false") => Some(false),
@@ -688,7 +701,7 @@ fn scale_set_json(subscription: &str, set: &FakeScaleSet) -> Value {
             "orchestrationMode": set.orchestration_mode,
             "upgradePolicy": {"mode": set.upgrade_mode},
             "virtualMachineProfile": {"storageProfile": {"imageReference": {
-                "publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server", "version": "latest"
+                "publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server", "version": set.image_version
             }}},
             "provisioningState": "Succeeded",
             "uniqueId": format!("00000000-0000-0000-0000-{:012}", set.name.len())
@@ -711,7 +724,7 @@ fn vm_json(subscription: &str, set: &FakeScaleSet, vm: &FakeVm) -> Value {
             "hardwareProfile": {"vmSize": "Standard_D4s_v5"},
             "storageProfile": {"imageReference": {
                 "publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server",
-                "version": "latest", "exactVersion": vm.exact_version
+                "version": set.image_version, "exactVersion": vm.exact_version
             }},
             "osProfile": {"computerName": format!("{}{:06}", set.name, vm.instance_id.parse::<u64>().unwrap_or(0))},
             "provisioningState": vm.provisioning_state

@@ -231,9 +231,12 @@ pub struct SelectArgs {
     #[arg(long, env = "ROTOR_INCLUDE_EKS_MANAGED")]
     pub include_eks_managed: bool,
 
-    /// AWS: an instance whose image differs from the one its group's launch template version
-    /// launches (aliases such as resolve:ssm: resolved) is out of date (reason image). Costs one
-    /// DescribeLaunchTemplateVersions per template and the DescribeInstances pages.
+    /// Judge machine images too (reason image). AWS: an instance whose image differs from the
+    /// one its group's launch template version launches (aliases such as resolve:ssm:
+    /// resolved); costs one DescribeLaunchTemplateVersions per template and the
+    /// DescribeInstances pages. Azure: in a scale set whose model asks for the `latest` image, a
+    /// VM built from an older image version than another VM of the set runs; its VM list is
+    /// then asked for whole, not only the VMs off the latest model.
     #[arg(long, env = "ROTOR_IMAGE_DRIFT")]
     pub image_drift: bool,
 
@@ -452,12 +455,17 @@ impl SelectArgs {
                     ("--exclude-group", !self.exclude_groups.is_empty()),
                     ("--exclude-tag", !self.exclude_tags.is_empty()),
                     ("--include-eks-managed", self.include_eks_managed),
-                    ("--image-drift", self.image_drift),
                     ("--group-surge", self.group_surge),
                     ("--aws-call-timeout", self.aws_call_timeout.is_some()),
                 ];
                 if let Some((flag, _)) = aws_only.iter().find(|(_, set)| *set) {
                     return Err(ConfigError::AwsOnly { flag });
+                }
+                if self.image_drift {
+                    return Err(ConfigError::NotForProvider {
+                        flag: "--image-drift",
+                        provider: "kubernetes",
+                    });
                 }
                 if self.retire_drained {
                     return Err(ConfigError::RetireNeedsCloud);
@@ -547,7 +555,6 @@ impl SelectArgs {
             ("--group", !self.groups.is_empty()),
             ("--exclude-tag", !self.exclude_tags.is_empty()),
             ("--include-eks-managed", self.include_eks_managed),
-            ("--image-drift", self.image_drift),
             ("--group-surge", self.group_surge),
             ("--aws-call-timeout", self.aws_call_timeout.is_some()),
             ("--max-age", self.max_age.is_some()),
@@ -580,6 +587,7 @@ impl SelectArgs {
             resource_groups,
             excluded_names: trimmed(&self.exclude_groups).into_iter().collect(),
             include_aks_managed: self.include_aks_managed,
+            image_drift: self.image_drift,
         })
     }
 
@@ -890,7 +898,7 @@ mod tests {
         assert!(config_error(&["--provider", "aws", "--cluster-name", " "]).contains("empty"));
         assert_eq!(
             config_error(&["--provider", "kubernetes", "--image-drift"]),
-            "--image-drift is only used by --provider aws"
+            "--image-drift is not supported by --provider kubernetes"
         );
         assert_eq!(
             config_error(&["--provider", "kubernetes", "--retire-drained"]),
@@ -930,6 +938,7 @@ mod tests {
             "--exclude-group",
             "vmss-x",
             "--include-aks-managed",
+            "--image-drift",
         ])
         .unwrap();
         assert_eq!(
@@ -939,6 +948,7 @@ mod tests {
                 resource_groups: vec!["RG-A".into(), "rg-b".into()],
                 excluded_names: ["vmss-x".to_owned()].into(),
                 include_aks_managed: true,
+                image_drift: true,
             }
         );
         let bare = parse(&["--provider", "azure"]).unwrap();

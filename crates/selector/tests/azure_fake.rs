@@ -3,8 +3,9 @@
 //! scale set's latest model through `ROTOR_AZURE_ENDPOINT` and a static test token
 //! (`ROTOR_AZURE_TOKEN`). Scenarios: drift tainted (reason `model`), dry run, budgets, the skips
 //! (Rolling policy, AKS pool, Flexible), paging, throttling retried within a bound, an expired
-//! token fetched again, a scale set that vanishes between the calls, and 5,000 VMs in 50 scale
-//! sets (calls counted, run time printed).
+//! token fetched again, a scale set that vanishes between the calls, image drift in a scale set
+//! whose model asks for `latest` (reason `image`), and 5,000 VMs in 50 scale sets (calls
+//! counted, run time printed).
 
 mod common;
 
@@ -93,6 +94,71 @@ async fn select(cluster: &TestCluster, fake: &FakeAzure, flags: &[&str]) -> comm
     let mut all = vec!["--provider", "azure", "--output", "json"];
     all.extend_from_slice(flags);
     cluster.run_env(&all, &env).await
+}
+
+#[tokio::test]
+async fn image_drift_in_a_latest_scale_set_is_found_by_comparing_its_vms() {
+    // `workers` asks for the latest image: VMs 1 and 3 were built from a newer one (a scale-out
+    // after a new image was published), 0 from the old one, all on the latest model; VM 2 is off
+    // the model. n-0..n-3 run on them.
+    let fake = FakeAzure::start(SUB);
+    let on = |id: &str, exact: &str| FakeVm {
+        exact_version: exact.into(),
+        ..FakeVm::new(id, true)
+    };
+    fake.add(FakeScaleSet::uniform(
+        "rg-Workers",
+        "workers",
+        vec![
+            on("0", "24.04.202409120"),
+            on("1", "24.04.202410010"),
+            FakeVm::new("2", false),
+            on("3", "24.04.202410010"),
+        ],
+    ));
+    let cluster = cluster_on(&fake).await;
+
+    // Without --image-drift: only VM 2, by the model, and only the VMs off it are asked for.
+    let plain = select(&cluster, &fake, &["--dry-run", "--max-tainted", "100%"]).await;
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    assert_eq!(plain.node("n-2")["reason"], "model");
+    for node in ["n-0", "n-1", "n-3"] {
+        assert_eq!(plain.node(node)["action"], "keep", "{node}");
+    }
+    assert_eq!(
+        fake.vm_lists(),
+        [(
+            "workers".to_owned(),
+            Some("properties/latestModelApplied eq false".to_owned())
+        )]
+    );
+
+    // With it: the whole list, and VM 0 is older than VMs 1 and 3.
+    let drift = select(
+        &cluster,
+        &fake,
+        &["--dry-run", "--max-tainted", "100%", "--image-drift"],
+    )
+    .await;
+    assert_eq!(drift.code, 0, "{}", drift.stderr);
+    let n0 = drift.node("n-0");
+    assert_eq!(n0["action"], "taint", "{n0}");
+    assert_eq!(n0["reason"], "image", "{n0}");
+    assert!(
+        n0["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("VM 0 runs image version 24.04.202409120; VM "),
+        "{n0}"
+    );
+    assert_eq!(drift.node("n-2")["reason"], "model");
+    assert_eq!(drift.node("n-1")["action"], "keep");
+    assert_eq!(drift.node("n-3")["action"], "keep");
+    assert_eq!(fake.vm_lists()[1], ("workers".to_owned(), None));
+    assert_eq!(
+        drift.json()["apiCalls"]["azure"]["VirtualMachineScaleSetVMs_List"],
+        1
+    );
 }
 
 #[tokio::test]

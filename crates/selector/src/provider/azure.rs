@@ -11,7 +11,9 @@
 //!   `nextLink`;
 //! - per scale set the rules judge (Uniform, `Manual` policy, not excluded nor an AKS pool)
 //!   `VirtualMachineScaleSetVMs_List` with `$filter=properties/latestModelApplied eq false`,
-//!   following `nextLink`: only the VMs off the latest model come back.
+//!   following `nextLink`: only the VMs off the latest model come back. With `--image-drift`, a
+//!   scale set whose model asks for the `latest` image has every VM listed (no filter), to
+//!   compare their image versions.
 //!
 //! Faults: a 429 or 503 (and 500, 502, 504) is retried after its `Retry-After` (or 1, 2, 4 s),
 //! at most [`MAX_ATTEMPTS`] attempts and [`MAX_RETRY_AFTER`] a wait; a 401 fetches the token
@@ -39,8 +41,8 @@ use crate::api_calls::ApiCalls;
 use crate::plan::Candidate;
 use crate::provider::azure_model::{Page, ScaleSet, ScaleSetVm};
 use crate::provider::azure_rules::{
-    AzureInputs, FailedScaleSet, ScaleSetJudgement, judge_scale_sets, node_verdict, scale_set_key,
-    scale_set_skip,
+    AzureInputs, FailedScaleSet, ScaleSetJudgement, judge_scale_sets, lists_every_vm, node_verdict,
+    scale_set_key, scale_set_skip,
 };
 use crate::provider::azure_token::TokenSource;
 use crate::provider::node_facts::node_candidate;
@@ -90,6 +92,8 @@ pub struct AzureConfig {
     pub excluded_names: BTreeSet<String>,
     /// `--include-aks-managed`.
     pub include_aks_managed: bool,
+    /// `--image-drift`: image versions of scale sets whose model asks for `latest`.
+    pub image_drift: bool,
 }
 
 /// A failed ARM call.
@@ -390,6 +394,7 @@ pub fn judge_snapshot(
         failed: &snapshot.failed,
         excluded_names: &config.excluded_names,
         include_aks_managed: config.include_aks_managed,
+        image_drift: config.image_drift,
     })
 }
 
@@ -439,6 +444,7 @@ pub async fn fetch_snapshot(
         failed: &no_failures,
         excluded_names: &config.excluded_names,
         include_aks_managed: config.include_aks_managed,
+        image_drift: config.image_drift,
     };
     let mut outdated_vms = BTreeMap::new();
     let mut failed = BTreeMap::new();
@@ -448,8 +454,14 @@ pub async fn fetch_snapshot(
         }
         let rg = set.resource_group();
         let key = scale_set_key(rg, &set.name);
+        // Only the VMs off the latest model, unless the image rule needs them all.
+        let filter = if lists_every_vm(set, config.image_drift) {
+            ""
+        } else {
+            "&%24filter=properties%2FlatestModelApplied%20eq%20false"
+        };
         let path = format!(
-            "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{}/virtualMachines?api-version={API_VERSION}&%24filter=properties%2FlatestModelApplied%20eq%20false",
+            "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{}/virtualMachines?api-version={API_VERSION}{filter}",
             set.name
         );
         match client.list::<ScaleSetVm>(op::LIST_VMS, &path, calls).await {

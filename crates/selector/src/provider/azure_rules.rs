@@ -5,6 +5,10 @@
 //! latest-model flag): skipped. Otherwise (Uniform, `Manual`) a VM the filtered list
 //! (`latestModelApplied eq false`) returned is out of date, reason `model`, unless it is not in
 //! provisioning state `Succeeded` (skipped); every other VM of the scale set is current.
+//! With image drift on, a scale set whose model asks for the `latest` image has all its VMs
+//! listed: a VM on the latest model whose `exactVersion` is older than the newest another VM of
+//! the set runs is out of date, reason `image` (a newly published image does not change the
+//! model, so `latestModelApplied` cannot see it).
 //! Nodes join their VM by `spec.providerID`, the resource group and the scale set name compared
 //! case-insensitively. Anything the answers cannot settle is a skip, never a guess. No I/O.
 
@@ -51,7 +55,8 @@ pub struct FailedScaleSet {
 pub struct AzureInputs<'a> {
     /// The listed scale sets (after the resource-group filter).
     pub scale_sets: &'a [ScaleSet],
-    /// Per judged scale set (by [`scale_set_key`]): the VMs the filtered list returned.
+    /// Per judged scale set (by [`scale_set_key`]): the VMs its list returned (only those off
+    /// the latest model, unless [`lists_every_vm`]).
     pub outdated_vms: &'a BTreeMap<String, Vec<ScaleSetVm>>,
     /// Per scale set (by key): a look-up that failed for it alone.
     pub failed: &'a BTreeMap<String, FailedScaleSet>,
@@ -59,6 +64,67 @@ pub struct AzureInputs<'a> {
     pub excluded_names: &'a BTreeSet<String>,
     /// Judge AKS node pools too.
     pub include_aks_managed: bool,
+    /// `--image-drift`: compare the image versions of scale sets whose model asks for `latest`.
+    pub image_drift: bool,
+}
+
+/// Whether a judged scale set's VM list must hold every VM, not only those off the latest model:
+/// with image drift on, when the model asks for the `latest` image (its version then says
+/// nothing about the image each VM was built from).
+pub fn lists_every_vm(set: &ScaleSet, image_drift: bool) -> bool {
+    image_drift
+        && set
+            .image()
+            .and_then(|i| i.version.as_deref())
+            .is_some_and(|v| v.eq_ignore_ascii_case("latest"))
+}
+
+/// An image version (`22.04.202405010`, `1.10.0`) as numbers, to compare part by part; `None`
+/// when a part is not a number (such a version is never compared).
+pub fn image_version(version: &str) -> Option<Vec<u64>> {
+    version.split('.').map(|part| part.parse().ok()).collect()
+}
+
+/// The image rule over one scale set's full VM list: each `Succeeded` VM on the latest model
+/// whose `exactVersion` is older than the newest one in the set, with its verdict.
+pub fn image_drifted_vms(group: &str, vms: &[ScaleSetVm]) -> Vec<(String, Verdict)> {
+    let version_of = |vm: &ScaleSetVm| {
+        let text = vm.image()?.exact_version.as_deref()?;
+        Some((image_version(text)?, text.to_owned()))
+    };
+    let settled = |vm: &&ScaleSetVm| {
+        vm.properties
+            .provisioning_state
+            .as_deref()
+            .is_some_and(|s| s.eq_ignore_ascii_case("Succeeded"))
+    };
+    let Some((newest, newest_text, newest_vm)) = vms
+        .iter()
+        .filter(settled)
+        .filter_map(|vm| version_of(vm).map(|(v, t)| (v, t, vm.instance_id.clone())))
+        .max_by(|a, b| a.0.cmp(&b.0))
+    else {
+        return Vec::new();
+    };
+    vms.iter()
+        .filter(settled)
+        .filter(|vm| vm.properties.latest_model_applied == Some(true))
+        .filter_map(|vm| {
+            let (version, text) = version_of(vm)?;
+            (version < newest).then(|| {
+                (
+                    vm.instance_id.clone(),
+                    Verdict::Drifted {
+                        reason: DrainReason::Image,
+                        detail: format!(
+                            "VM {} runs image version {text}; VM {newest_vm} of scale set {group} runs {newest_text} (the model asks for latest)",
+                            vm.instance_id
+                        ),
+                    },
+                )
+            })
+        })
+        .collect()
 }
 
 /// Why a scale set is not judged, before any look-up of its VMs; `None` when its VMs are to be
@@ -153,10 +219,16 @@ pub fn judge_scale_sets(inputs: &AzureInputs) -> BTreeMap<String, ScaleSetJudgem
                     })
             });
             let vms = match (&skip, inputs.outdated_vms.get(&key)) {
-                (None, Some(vms)) => vms
-                    .iter()
-                    .map(|vm| (vm.instance_id.clone(), vm_verdict(&group, vm)))
-                    .collect(),
+                (None, Some(vms)) => {
+                    let mut verdicts: BTreeMap<String, Verdict> = vms
+                        .iter()
+                        .map(|vm| (vm.instance_id.clone(), vm_verdict(&group, vm)))
+                        .collect();
+                    if lists_every_vm(set, inputs.image_drift) {
+                        verdicts.extend(image_drifted_vms(&group, vms));
+                    }
+                    verdicts
+                }
                 _ => BTreeMap::new(),
             };
             // Judged but not listed: partial data, never a taint.
@@ -201,8 +273,8 @@ pub fn vm_verdict(group: &str, vm: &ScaleSetVm) -> Verdict {
                 ),
             }
         }
-        // The filter asked for latestModelApplied eq false; an answer saying otherwise (or
-        // nothing) is not trusted either way.
+        // On the latest model (the unfiltered list of image drift), or an answer saying nothing:
+        // not out of date by the model.
         _ => Verdict::Current,
     }
 }
@@ -384,6 +456,7 @@ mod tests {
                 failed: &self.failed,
                 excluded_names: &self.excluded,
                 include_aks_managed: self.include_aks,
+                image_drift: false,
             })
         }
         fn verdict(&self, provider_id: &str) -> NodeVerdict {
@@ -563,7 +636,8 @@ mod tests {
                     outdated_vms: &BTreeMap::new(),
                     failed: &BTreeMap::new(),
                     excluded_names: &BTreeSet::new(),
-                    include_aks_managed: false
+                    include_aks_managed: false,
+                    image_drift: false,
                 }
             ),
             Some(SkipReason::GroupDeleting { .. })
@@ -601,5 +675,111 @@ mod tests {
                 Verdict::Skip { why } if why.slug() == "provider-id"
             ));
         }
+    }
+
+    /// `VirtualMachineScaleSetVMs_List` without a filter: (id, on the latest model, state,
+    /// exactVersion).
+    fn every_vm(rg: &str, name: &str, vms: &[(&str, bool, &str, Option<&str>)]) -> Vec<ScaleSetVm> {
+        let page: Page<ScaleSetVm> = serde_json::from_value(json!({"value": vms.iter().map(|(id, latest, state, exact)| {
+            let mut image = json!({"publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server", "version": "latest"});
+            if let Some(exact) = exact {
+                image["exactVersion"] = json!(exact);
+            }
+            json!({
+                "name": format!("{name}_{id}"),
+                "id": format!("/subscriptions/{SUB}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{name}/virtualMachines/{id}"),
+                "instanceId": id,
+                "properties": {"latestModelApplied": latest, "provisioningState": state, "storageProfile": {"imageReference": image}}
+            })
+        }).collect::<Vec<_>>()}))
+        .unwrap();
+        page.value
+    }
+
+    fn on_image(version: &str) -> serde_json::Value {
+        json!({"properties": {"virtualMachineProfile": {"storageProfile": {"imageReference": {
+            "publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server", "version": version
+        }}}}})
+    }
+
+    #[test]
+    fn image_versions_compare_by_number_part_by_part() {
+        assert!(image_version("1.10.0") > image_version("1.9.0"));
+        assert!(image_version("24.04.202410010") > image_version("24.04.202409120"));
+        assert_eq!(image_version("24.04.x"), None);
+        assert_eq!(image_version(""), None);
+    }
+
+    #[test]
+    fn image_drift_marks_vms_older_than_the_newest_of_a_latest_set() {
+        let vms = every_vm(
+            "rg",
+            "latest",
+            &[
+                ("0", true, "Succeeded", Some("24.04.202409120")),
+                ("1", true, "Succeeded", Some("24.04.202410010")),
+                // Off the model too: the model rule speaks for it.
+                ("2", false, "Succeeded", Some("24.04.202409120")),
+                // Still being built: neither judged nor taken as the newest.
+                ("3", true, "Creating", Some("24.04.202412010")),
+                // No exactVersion: nothing to compare.
+                ("4", true, "Succeeded", None),
+            ],
+        );
+        let sets = vec![
+            set("rg", "latest", on_image("latest")),
+            set("rg", "pinned", on_image("24.04.202409120")),
+        ];
+        let pinned = every_vm(
+            "rg",
+            "pinned",
+            &[("0", true, "Succeeded", Some("24.04.202409120"))],
+        );
+        let listed = BTreeMap::from([
+            (scale_set_key("rg", "latest"), vms),
+            (scale_set_key("rg", "pinned"), pinned),
+        ]);
+        let judge = |image_drift| {
+            judge_scale_sets(&AzureInputs {
+                scale_sets: &sets,
+                outdated_vms: &listed,
+                failed: &BTreeMap::new(),
+                excluded_names: &BTreeSet::new(),
+                include_aks_managed: false,
+                image_drift,
+            })
+        };
+        let on = judge(true);
+        let latest = &on[&scale_set_key("rg", "latest")].vms;
+        assert_eq!(
+            latest["0"],
+            Verdict::Drifted {
+                reason: DrainReason::Image,
+                detail: "VM 0 runs image version 24.04.202409120; VM 1 of scale set rg/latest runs 24.04.202410010 (the model asks for latest)".into()
+            }
+        );
+        assert_eq!(latest["1"], Verdict::Current);
+        assert!(matches!(
+            &latest["2"],
+            Verdict::Drifted {
+                reason: DrainReason::Model,
+                ..
+            }
+        ));
+        assert!(matches!(&latest["3"], Verdict::Skip { .. }));
+        assert_eq!(latest["4"], Verdict::Current);
+        // A pinned version: the model says which image, so only the model rule applies.
+        assert_eq!(
+            on[&scale_set_key("rg", "pinned")].vms["0"],
+            Verdict::Current
+        );
+        assert!(!lists_every_vm(&sets[1], true));
+        // Off: no image verdicts at all, and only the filtered list is asked for.
+        let off = judge(false);
+        assert_eq!(
+            off[&scale_set_key("rg", "latest")].vms["0"],
+            Verdict::Current
+        );
+        assert!(!lists_every_vm(&sets[0], false) && lists_every_vm(&sets[0], true));
     }
 }

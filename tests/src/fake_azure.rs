@@ -26,19 +26,14 @@
 //! test sets it).
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use http_body_util::Full;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+
+use crate::loopback_http::LoopbackHttp;
 
 /// The bearer token the fake accepts (give it to the selector as `ROTOR_AZURE_TOKEN`).
 pub const TOKEN: &str = "fake-arm-token";
@@ -128,57 +123,26 @@ pub struct FakeAzure {
     state: Arc<Mutex<State>>,
     pub subscription: String,
     pub url: String,
-    shutdown: CancellationToken,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for FakeAzure {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+    _server: LoopbackHttp,
 }
 
 impl FakeAzure {
     /// Starts an empty fake for `subscription`, 1,000 items a page (ARM's usual page).
     pub fn start(subscription: &str) -> FakeAzure {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("the fake's address").port();
-        listener
-            .set_nonblocking(true)
-            .expect("a non-blocking listener");
         let state = Arc::new(Mutex::new(State {
             page_size: 1000,
             ..State::default()
         }));
-        let shutdown = CancellationToken::new();
-        let url = format!("http://127.0.0.1:{port}");
-        let thread = {
-            let (state, shutdown, sub, base) = (
-                state.clone(),
-                shutdown.clone(),
-                subscription.to_owned(),
-                url.clone(),
-            );
-            std::thread::Builder::new()
-                .name(format!("fake-azure-{port}"))
-                .spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("the fake's runtime");
-                    runtime.block_on(accept_loop(listener, state, sub, base, shutdown));
-                })
-                .expect("spawn the fake's thread")
-        };
+        let (shared, sub) = (state.clone(), subscription.to_owned());
+        let server = LoopbackHttp::start("fake-azure", move |url| {
+            let base = url.to_owned();
+            move |req| handle(&shared, &sub, &base, &req)
+        });
         FakeAzure {
             state,
             subscription: subscription.to_owned(),
-            url,
-            shutdown,
-            thread: Some(thread),
+            url: server.url.clone(),
+            _server: server,
         }
     }
 
@@ -266,48 +230,6 @@ impl FakeAzure {
         let mut state = self.state.lock().unwrap();
         state.calls.clear();
         state.faults_served.clear();
-    }
-}
-
-async fn accept_loop(
-    listener: std::net::TcpListener,
-    state: Arc<Mutex<State>>,
-    subscription: String,
-    base: String,
-    shutdown: CancellationToken,
-) {
-    let listener = TcpListener::from_std(listener).expect("the listener on the runtime");
-    loop {
-        let tcp = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
-        };
-        let (state, subscription, base) = (state.clone(), subscription.clone(), base.clone());
-        tokio::spawn(async move {
-            let service = service_fn(move |req: Request<Incoming>| {
-                let (state, subscription, base) =
-                    (state.clone(), subscription.clone(), base.clone());
-                async move {
-                    let (parts, body) = req.into_parts();
-                    let body = body
-                        .collect()
-                        .await
-                        .map(|b| b.to_bytes())
-                        .unwrap_or_default();
-                    let req = Request::from_parts(parts, body);
-                    Ok::<_, Infallible>(handle(&state, &subscription, &base, &req))
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tcp), service)
-                .await;
-        });
     }
 }
 

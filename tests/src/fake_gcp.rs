@@ -20,17 +20,14 @@
 //! Every request is logged ([`FakeGce::requests`]), so tests count calls as the API would.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
+use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+
+use crate::loopback_http::LoopbackHttp;
 
 /// The project of the fake.
 pub const PROJECT: &str = "rotor-test";
@@ -195,72 +192,22 @@ struct State {
 pub struct FakeGce {
     state: Arc<Mutex<State>>,
     pub url: String,
-    shutdown: CancellationToken,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: LoopbackHttp,
 }
 
 impl FakeGce {
     /// Starts the fake with these groups.
     pub fn start(groups: Vec<FakeGroup>) -> FakeGce {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("the fake's address").port();
-        listener
-            .set_nonblocking(true)
-            .expect("a non-blocking listener for tokio");
         let state = Arc::new(Mutex::new(State {
             groups,
             ..State::default()
         }));
-        let shutdown = CancellationToken::new();
-        let thread = {
-            let (state, shutdown) = (state.clone(), shutdown.clone());
-            std::thread::Builder::new()
-                .name(format!("fake-gce-{port}"))
-                .spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("the fake's runtime");
-                    runtime.block_on(async move {
-                        let listener = tokio::net::TcpListener::from_std(listener)
-                            .expect("the listener on the runtime");
-                        loop {
-                            let tcp = tokio::select! {
-                                _ = shutdown.cancelled() => return,
-                                accepted = listener.accept() => match accepted {
-                                    Ok((tcp, _)) => tcp,
-                                    Err(_) => continue,
-                                },
-                            };
-                            let state = state.clone();
-                            tokio::spawn(async move {
-                                let service = service_fn(move |req: Request<Incoming>| {
-                                    let state = state.clone();
-                                    async move {
-                                        let (parts, body) = req.into_parts();
-                                        let body = body
-                                            .collect()
-                                            .await
-                                            .map(|b| b.to_bytes())
-                                            .unwrap_or_default();
-                                        let req = Request::from_parts(parts, body);
-                                        Ok::<_, Infallible>(answer(&state, req))
-                                    }
-                                });
-                                let _ = hyper::server::conn::http1::Builder::new()
-                                    .serve_connection(TokioIo::new(tcp), service)
-                                    .await;
-                            });
-                        }
-                    });
-                })
-                .expect("spawn the fake's thread")
-        };
+        let shared = state.clone();
+        let server = LoopbackHttp::start("fake-gce", move |_| move |req| answer(&shared, req));
         FakeGce {
             state,
-            url: format!("http://127.0.0.1:{port}"),
-            shutdown,
-            thread: Some(thread),
+            url: server.url.clone(),
+            _server: server,
         }
     }
 
@@ -323,15 +270,6 @@ impl FakeGce {
     /// Forgets the requests so far.
     pub fn clear_requests(&self) {
         self.state.lock().unwrap().requests.clear();
-    }
-}
-
-impl Drop for FakeGce {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

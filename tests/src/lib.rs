@@ -68,6 +68,7 @@ pub mod health_peers;
 pub mod helm;
 pub mod image;
 pub mod karpenter;
+pub mod loopback_http;
 pub mod manifests;
 pub mod moto;
 pub mod real_cluster;

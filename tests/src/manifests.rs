@@ -63,3 +63,41 @@ spec: {spec}
 "
     )
 }
+
+/// Surge tests' workload: `shop/web`, 8 replicas of 450m CPU under a budget of one
+/// unavailable, so four fill a [`surge_node`] and a drained node's pods fit nowhere else.
+pub const SURGE_WEB: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 8
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{name: web, image: web:1, resources: {requests: {cpu: 450m, memory: 256Mi}}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: shop}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: web}}
+"#;
+
+/// The replicas of [`SURGE_WEB`].
+pub const SURGE_WEB_REPLICAS: usize = 8;
+
+/// A 2-CPU, 8 GiB node: four [`SURGE_WEB`] pods fill it.
+pub fn surge_node(name: &str) -> crate::FakeNode {
+    let mut node = crate::FakeNode::new(name);
+    node.cpu = "2".into();
+    node.memory = "8Gi".into();
+    node
+}

@@ -9,47 +9,13 @@
 use std::time::{Duration, Instant};
 
 use rotor_e2e::autoscaler::TestAutoscaler;
-use rotor_e2e::{BudgetWatch, FakeNode, RealCluster, WatchedBudget, wait_until};
+use rotor_e2e::manifests::{SURGE_WEB, SURGE_WEB_REPLICAS, surge_node};
+use rotor_e2e::{BudgetWatch, RealCluster, WatchedBudget, wait_until};
 use serde_json::Value;
 
 const DRAINER: &str = "system:serviceaccount:rotor-system:rotor-drainer";
 const WAIT: Duration = Duration::from_secs(180);
-const WEB_REPLICAS: usize = 8;
 const PLACEHOLDERS: &str = "rotor.dev/surge-for,app.kubernetes.io/managed-by=rotor-drainer";
-
-/// 2-CPU nodes: four `web` pods of 450m fill one (1.8 CPU), so two old nodes hold the eight
-/// replicas and a drained node's four pods fit nowhere else.
-fn small_node(name: &str) -> FakeNode {
-    let mut node = FakeNode::new(name);
-    node.cpu = "2".into();
-    node.memory = "8Gi".into();
-    node
-}
-
-const WEB: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: shop}
-spec:
-  replicas: 8
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers: [{name: web, image: web:1, resources: {requests: {cpu: 450m, memory: 256Mi}}}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web, namespace: shop}
-spec:
-  maxUnavailable: 1
-  selector: {matchLabels: {app: web}}
-"#;
 
 /// Two full old nodes running `web`, rotor's kubernetes overlay applied (the shipped drainer
 /// scaled to zero: the tests run their own).
@@ -57,10 +23,10 @@ fn full_cluster() -> RealCluster {
     let cluster = RealCluster::start();
     cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
     cluster.stop_shipped_drainer();
-    cluster.add_nodes(&[small_node("old-1"), small_node("old-2")]);
-    cluster.apply(WEB);
+    cluster.add_nodes(&[surge_node("old-1"), surge_node("old-2")]);
+    cluster.apply(SURGE_WEB);
     wait_until("web's 8 pods to be Ready", WAIT, || {
-        (ready(&cluster, "shop", "app=web").len() == WEB_REPLICAS).then_some(())
+        (ready(&cluster, "shop", "app=web").len() == SURGE_WEB_REPLICAS).then_some(())
     });
     cluster
 }
@@ -176,10 +142,10 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
     let watch = BudgetWatch::start(
         &cluster.kubectl_bin(),
         cluster.admin_kubeconfig(),
-        vec![WatchedBudget::app("shop", "web", WEB_REPLICAS - 1)],
+        vec![WatchedBudget::app("shop", "web", SURGE_WEB_REPLICAS - 1)],
     );
     let autoscaler =
-        TestAutoscaler::new(small_node("template"), "surge", 3, Duration::from_secs(3));
+        TestAutoscaler::new(surge_node("template"), "surge", 3, Duration::from_secs(3));
     let (drained_in, added, replacements) = std::thread::scope(|s| {
         s.spawn(|| autoscaler.run(&cluster));
         let drainer = cluster.start_rotor_drainer("surge-a", &["--surge", "--surge-timeout", "2m"]);
@@ -191,7 +157,7 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
         let drained_in = started.elapsed();
         wait_until("web to be whole again", WAIT, || {
             let ready = ready(&cluster, "shop", "app=web");
-            (ready.len() == WEB_REPLICAS).then_some(())
+            (ready.len() == SURGE_WEB_REPLICAS).then_some(())
         });
         autoscaler.stop();
         assert!(drainer.log().contains("placeholders"), "{}", drainer.log());

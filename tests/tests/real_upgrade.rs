@@ -16,48 +16,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use rotor_e2e::autoscaler::TestAutoscaler;
-use rotor_e2e::{BudgetWatch, FakeNode, RealCluster, WatchedBudget, binary, wait_until};
+use rotor_e2e::manifests::{SURGE_WEB, SURGE_WEB_REPLICAS, surge_node};
+use rotor_e2e::{BudgetWatch, RealCluster, WatchedBudget, binary, wait_until};
 use serde_json::Value;
 
 const DRAINER: &str = "system:serviceaccount:rotor-system:rotor-drainer";
 const WAIT: Duration = Duration::from_secs(240);
-const WEB_REPLICAS: usize = 8;
 const PLACEHOLDERS: &str = "rotor.dev/surge-for,app.kubernetes.io/managed-by=rotor-drainer";
 const OLD: [&str; 2] = ["old-1", "old-2"];
-
-/// 2-CPU nodes: four `web` pods of 450m fill one, so a drained node's pods fit nowhere else
-/// and every drain needs surge room first.
-fn small_node(name: &str) -> FakeNode {
-    let mut node = FakeNode::new(name);
-    node.cpu = "2".into();
-    node.memory = "8Gi".into();
-    node
-}
-
-const WEB: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: shop}
-spec:
-  replicas: 8
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers: [{name: web, image: web:1, resources: {requests: {cpu: 450m, memory: 256Mi}}}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web, namespace: shop}
-spec:
-  maxUnavailable: 1
-  selector: {matchLabels: {app: web}}
-"#;
 
 fn ready_web(cluster: &RealCluster) -> usize {
     cluster.kubectl_json(&["get", "pods", "-n", "shop", "-l", "app=web"])["items"]
@@ -116,18 +82,18 @@ fn given_a_rolling_upgrade_mid_rotation_with_surge_then_no_node_is_drained_twice
     let cluster = RealCluster::start();
     cluster.apply_kustomize_ok("deploy/overlays/kubernetes");
     cluster.stop_shipped_drainer();
-    cluster.add_nodes(&OLD.map(small_node));
-    cluster.apply(WEB);
+    cluster.add_nodes(&OLD.map(surge_node));
+    cluster.apply(SURGE_WEB);
     wait_until("web's 8 pods to be Ready", WAIT, || {
-        (ready_web(&cluster) == WEB_REPLICAS).then_some(())
+        (ready_web(&cluster) == SURGE_WEB_REPLICAS).then_some(())
     });
     let watch = BudgetWatch::start(
         &cluster.kubectl_bin(),
         cluster.admin_kubeconfig(),
-        vec![WatchedBudget::app("shop", "web", WEB_REPLICAS - 1)],
+        vec![WatchedBudget::app("shop", "web", SURGE_WEB_REPLICAS - 1)],
     );
     let autoscaler =
-        TestAutoscaler::new(small_node("template"), "surge", 4, Duration::from_secs(3));
+        TestAutoscaler::new(surge_node("template"), "surge", 4, Duration::from_secs(3));
     let flags = ["--surge", "--surge-timeout", "2m"];
     let (v1_log, v1_exit, v2_log) = std::thread::scope(|s| {
         s.spawn(|| autoscaler.run(&cluster));
@@ -161,7 +127,7 @@ fn given_a_rolling_upgrade_mid_rotation_with_surge_then_no_node_is_drained_twice
             });
         }
         wait_until("web to be whole again", WAIT, || {
-            (ready_web(&cluster) == WEB_REPLICAS).then_some(())
+            (ready_web(&cluster) == SURGE_WEB_REPLICAS).then_some(())
         });
         wait_until("every placeholder to be removed", WAIT, || {
             (placeholders(&cluster) == 0).then_some(())
@@ -213,7 +179,7 @@ fn given_a_rolling_upgrade_mid_rotation_with_surge_then_no_node_is_drained_twice
     distinct.dedup();
     assert_eq!(
         (evicted.len(), distinct.len()),
-        (WEB_REPLICAS, WEB_REPLICAS),
+        (SURGE_WEB_REPLICAS, SURGE_WEB_REPLICAS),
         "each of the old nodes' pods evicted once: {evicted:?}"
     );
     let created: Vec<String> = cluster

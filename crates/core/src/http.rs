@@ -351,25 +351,13 @@ impl HttpClient {
             request = request.header(http::header::AUTHORIZATION, format!("Basic {encoded}"));
         }
         let request = request
-            .body(Full::new(body))
+            .body(body)
             .expect("a request with valid parts builds");
-        let exchange = async {
-            let response = self
-                .inner
-                .request(request)
-                .await
-                .map_err(|e| HttpError::Unreachable(error_chain(&e)))?;
-            let status = response.status().as_u16();
-            let body = Limited::new(response.into_body(), MAX_BODY)
-                .collect()
-                .await
-                .map_err(|e| HttpError::Body(e.to_string()))?
-                .to_bytes();
-            Ok(Answer { status, body })
-        };
-        tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| HttpError::Timeout(timeout))?
+        let answer = self.exchange(request, timeout, MAX_BODY).await?;
+        Ok(Answer {
+            status: answer.status,
+            body: answer.body,
+        })
     }
 }
 

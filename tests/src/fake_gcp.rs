@@ -426,18 +426,39 @@ fn answer(state: &Mutex<State>, req: Request<Bytes>) -> Response<Full<Bytes>> {
         state.groups.retain(|g| !vanish.contains(&g.name));
         return reply(200, &body, None);
     }
-    // {zones|regions}/{scope}/instanceGroupManagers/{name}/deleteInstances
+    // {zones|regions}/{scope}/instanceGroupManagers/{name}/{deleteInstances|listManagedInstances}
     let parts: Vec<&str> = rest.split('/').collect();
     if method == "POST"
-        && let [
-            kind,
-            scope,
-            "instanceGroupManagers",
-            name,
-            "deleteInstances",
-        ] = parts[..]
+        && let [kind, scope, "instanceGroupManagers", name, verb] = parts[..]
+        && matches!(verb, "deleteInstances" | "listManagedInstances")
     {
         let scope = format!("{kind}/{scope}");
+        let Some(at) = state
+            .groups
+            .iter()
+            .position(|g| g.scope == scope && g.name == name)
+        else {
+            return group_not_found(&scope, name);
+        };
+        if verb == "listManagedInstances" {
+            let group = &state.groups[at];
+            let all: Vec<Value> = group
+                .instances
+                .iter()
+                .enumerate()
+                .map(|(i, inst)| group.managed_instance(inst, i))
+                .collect();
+            if !group.paginated {
+                // PAGELESS: maxResults and pageToken are ignored.
+                return reply(200, &json!({"managedInstances": all}), None);
+            }
+            let page: Vec<Value> = all.iter().skip(offset).take(max_results).cloned().collect();
+            let mut body = json!({"managedInstances": page});
+            if offset + max_results < all.len() {
+                body["nextPageToken"] = json!((offset + max_results).to_string());
+            }
+            return reply(200, &body, None);
+        }
         let body: Value = serde_json::from_slice(req.body()).unwrap_or(Value::Null);
         let skip_invalid = body["skipInstancesOnValidationError"].as_bool() == Some(true);
         let wanted: Vec<String> = body["instances"]
@@ -448,13 +469,7 @@ fn answer(state: &Mutex<State>, req: Request<Bytes>) -> Response<Full<Bytes>> {
                     .collect()
             })
             .unwrap_or_default();
-        let Some(group) = state
-            .groups
-            .iter_mut()
-            .find(|g| g.scope == scope && g.name == name)
-        else {
-            return group_not_found(&scope, name);
-        };
+        let group = &mut state.groups[at];
         if wanted.is_empty() {
             return reply(
                 400,
@@ -502,41 +517,6 @@ fn answer(state: &Mutex<State>, req: Request<Bytes>) -> Response<Full<Bytes>> {
             "selfLink": format!("{API}/projects/{PROJECT}/{scope}/operations/operation-1764379800000-62e1c0a7b9f3e-4c1a2b3d-5e6f7a8b"),
         });
         return reply(200, &operation, None);
-    }
-    // {zones|regions}/{scope}/instanceGroupManagers/{name}/listManagedInstances
-    if method == "POST"
-        && let [
-            kind,
-            scope,
-            "instanceGroupManagers",
-            name,
-            "listManagedInstances",
-        ] = parts[..]
-    {
-        let scope = format!("{kind}/{scope}");
-        let Some(group) = state
-            .groups
-            .iter()
-            .find(|g| g.scope == scope && g.name == name)
-        else {
-            return group_not_found(&scope, name);
-        };
-        let all: Vec<Value> = group
-            .instances
-            .iter()
-            .enumerate()
-            .map(|(i, inst)| group.managed_instance(inst, i))
-            .collect();
-        if !group.paginated {
-            // PAGELESS: maxResults and pageToken are ignored.
-            return reply(200, &json!({"managedInstances": all}), None);
-        }
-        let page: Vec<Value> = all.iter().skip(offset).take(max_results).cloned().collect();
-        let mut body = json!({"managedInstances": page});
-        if offset + max_results < all.len() {
-            body["nextPageToken"] = json!((offset + max_results).to_string());
-        }
-        return reply(200, &body, None);
     }
     reply(
         404,

@@ -12,7 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::run_bare;
+use common::run_cloud_selector;
 use rotor_e2e::moto::{
     create_group, create_template, group_instances, instance_ids, new_default_version, start_moto,
     two_images,
@@ -53,33 +53,13 @@ async fn image_drift_on_kwok_nodes_is_tainted_drained_and_retired_through_the_gr
     let selector_kubeconfig = cluster.service_account_kubeconfig(NS, "rotor-selector");
     let kubeconfig = selector_kubeconfig.display().to_string();
     let env = moto.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let select = |extra: &'static [&'static str]| {
-        let kubeconfig = kubeconfig.clone();
-        let env = env.clone();
-        async move {
-            let mut flags = vec![
-                "--kubeconfig",
-                kubeconfig.as_str(),
-                "--provider",
-                "aws",
-                "--cluster-name",
-                CLUSTER,
-                "--image-drift",
-                "--max-tainted",
-                "100%",
-                "--output",
-                "json",
-            ];
-            flags.extend_from_slice(extra);
-            let run = run_bare(&flags, &env).await;
-            assert_eq!(
-                run.code, 0,
-                "stdout:\n{}\nstderr:\n{}",
-                run.stdout, run.stderr
-            );
-            run
-        }
+        let flags: Vec<&str> = ["--cluster-name", CLUSTER, "--image-drift"]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        let (kubeconfig, env) = (&kubeconfig, &env);
+        async move { run_cloud_selector(kubeconfig, "aws", env, &flags).await }
     };
 
     let taint = select(&[]).await;

@@ -24,7 +24,7 @@
 //! only reads). The endpoint can be replaced (`ROTOR_GCP_ENDPOINT`, for tests against a fake
 //! server), which also switches to anonymous credentials.
 //!
-//! With `--retire-drained`, [`GcpRetirer`] deletes a drained node's instance through its group
+//! With `--retire-drained`, the [`GcpAssessor`] deletes a drained node's instance through its group
 //! (`deleteInstances`, not retried: a POST that changes the group; the next run tries again).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -190,12 +190,7 @@ impl GcpProvider {
             .collect();
         let snapshot = fetch_snapshot(&clients, &self.config, &node_instances, calls).await?;
         let mut assessor = GcpAssessor::of(&snapshot, &self.config);
-        assessor.retirer = Some(GcpRetirer {
-            clients,
-            project: self.config.project.clone(),
-            groups: assessor.groups.clone(),
-            fleet: assessor.fleet.clone(),
-        });
+        assessor.clients = Some(clients);
         tracing::info!(
             groups = snapshot.groups.len(),
             listed = snapshot.listings.len(),
@@ -422,8 +417,10 @@ pub struct GcpAssessor {
     pub failed: BTreeMap<String, SkipReason>,
     /// The same, as the run reports them.
     pub lookup_failures: Vec<LookupFailure>,
-    /// Deletes drained nodes' instances (`--retire-drained`); set once the clients exist.
-    pub retirer: Option<GcpRetirer>,
+    /// The project the groups were listed in, where retiring deletes.
+    pub project: String,
+    /// The clients that listed the fleet; retiring (`--retire-drained`) deletes through them.
+    pub clients: Option<GcpClients>,
 }
 
 impl GcpAssessor {
@@ -466,7 +463,8 @@ impl GcpAssessor {
             include_gke_managed: config.include_gke_managed,
             failed,
             lookup_failures,
-            retirer: None,
+            project: config.project.clone(),
+            clients: None,
         }
     }
 
@@ -490,22 +488,12 @@ impl GcpAssessor {
     }
 }
 
-/// Retires a drained node's instance with its group's `deleteInstances`: the instance is deleted
-/// and the group's target size drops by one, so the group does not recreate it; a cluster
-/// autoscaler (or you) grows the group again. `recreateInstances` would keep the size, but it
-/// brings the instance back under the same name, and the old Node object, cordoned and tainted,
-/// with it.
-#[derive(Clone, Debug)]
-pub struct GcpRetirer {
-    pub clients: GcpClients,
-    pub project: String,
-    pub groups: Arc<Vec<ManagedGroup>>,
-    pub fleet: Arc<BTreeMap<InstanceRef, InstanceVerdict>>,
-}
-
-impl GcpRetirer {
+impl GcpAssessor {
     /// The node's group and instance, as listed in this run.
-    fn target(&self, candidate: &Candidate) -> Result<(&ManagedGroup, &InstanceRef), String> {
+    fn retire_target(
+        &self,
+        candidate: &Candidate,
+    ) -> Result<(&ManagedGroup, &InstanceRef), String> {
         let name = candidate.instance.as_deref().unwrap_or_default();
         let key = candidate.group.as_deref().unwrap_or_default();
         let group = self
@@ -522,9 +510,14 @@ impl GcpRetirer {
     }
 }
 
-impl Retirer for GcpRetirer {
+/// Retires a drained node's instance with its group's `deleteInstances`: the instance is deleted
+/// and the group's target size drops by one, so the group does not recreate it; a cluster
+/// autoscaler (or you) grows the group again. `recreateInstances` would keep the size, but it
+/// brings the instance back under the same name, and the old Node object, cordoned and tainted,
+/// with it.
+impl Retirer for GcpAssessor {
     fn call(&self, candidate: &Candidate) -> (&'static str, &'static str) {
-        match self.target(candidate) {
+        match self.retire_target(candidate) {
             Ok((
                 ManagedGroup {
                     scope: GroupScope::Region(_),
@@ -542,7 +535,11 @@ impl Retirer for GcpRetirer {
         shrink_group: bool,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>> {
         Box::pin(async move {
-            let (group, at) = self.target(candidate)?;
+            let (group, at) = self.retire_target(candidate)?;
+            let clients = self
+                .clients
+                .as_ref()
+                .ok_or_else(|| format!("instance {}: no GCP client to retire it with", at.name))?;
             let url = format!(
                 "projects/{}/zones/{}/instances/{}",
                 at.project, at.zone, at.name
@@ -554,7 +551,7 @@ impl Retirer for GcpRetirer {
             let (operation, sent) = match &group.scope {
                 GroupScope::Zone(zone) => (
                     op::DELETE_INSTANCES,
-                    self.clients
+                    clients
                         .zonal
                         .delete_instances()
                         .set_project(&self.project)
@@ -570,7 +567,7 @@ impl Retirer for GcpRetirer {
                         .set_skip_instances_on_validation_error(false);
                     (
                         op::REGION_DELETE_INSTANCES,
-                        self.clients
+                        clients
                             .regional
                             .delete_instances()
                             .set_project(&self.project)

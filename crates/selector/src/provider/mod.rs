@@ -221,7 +221,7 @@ impl Assessor {
             Assessor::Kubernetes(_) => None,
             Assessor::Aws(assessor) => Some(&assessor.groups),
             Assessor::Azure(assessor) => Some(assessor),
-            Assessor::Gcp(assessor) => assessor.retirer.as_ref().map(|r| r as &dyn Retirer),
+            Assessor::Gcp(assessor) => Some(assessor),
         }
     }
 }

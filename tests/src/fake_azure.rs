@@ -329,32 +329,19 @@ fn handle(
         {
             Some(("VirtualMachineScaleSets_List", Some(rg.to_string()), None))
         }
-        [s, _, r, rg, p, ns, v, name, "delete"]
+        [s, _, r, rg, p, ns, v, name, tail]
             if eq(s, "subscriptions")
                 && eq(r, "resourceGroups")
                 && eq(p, "providers")
                 && eq(ns, "Microsoft.Compute")
                 && eq(v, "virtualMachineScaleSets") =>
         {
-            Some((
-                "VirtualMachineScaleSets_DeleteInstances",
-                Some(rg.to_string()),
-                Some(name.to_string()),
-            ))
-        }
-        [s, _, r, rg, p, ns, v, name, vm]
-            if eq(s, "subscriptions")
-                && eq(r, "resourceGroups")
-                && eq(p, "providers")
-                && eq(ns, "Microsoft.Compute")
-                && eq(v, "virtualMachineScaleSets")
-                && eq(vm, "virtualMachines") =>
-        {
-            Some((
-                "VirtualMachineScaleSetVMs_List",
-                Some(rg.to_string()),
-                Some(name.to_string()),
-            ))
+            let operation = match *tail {
+                "delete" => Some("VirtualMachineScaleSets_DeleteInstances"),
+                vm if eq(vm, "virtualMachines") => Some("VirtualMachineScaleSetVMs_List"),
+                _ => None,
+            };
+            operation.map(|op| (op, Some(rg.to_string()), Some(name.to_string())))
         }
         _ => None,
     };

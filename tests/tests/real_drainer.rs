@@ -53,7 +53,16 @@ impl Shop {
 
     /// With rotor installed from `overlay` (a kustomization relative to the workspace root).
     fn start_in(overlay: &str, old: usize, extra: &str) -> Shop {
-        let cluster = RealCluster::start();
+        Shop::start_on(RealCluster::start(), overlay, old, extra)
+    }
+
+    /// On a control plane whose kube-apiserver also gets `apiserver_flags`.
+    fn start_with_apiserver_flags(old: usize, apiserver_flags: &[&str]) -> Shop {
+        let cluster = RealCluster::start_with_apiserver_flags(Default::default(), apiserver_flags);
+        Shop::start_on(cluster, "deploy/overlays/kubernetes", old, "")
+    }
+
+    fn start_on(cluster: RealCluster, overlay: &str, old: usize, extra: &str) -> Shop {
         cluster.apply_kustomize_ok(overlay);
         let old: Vec<String> = (1..=old).map(|i| format!("old-{i}")).collect();
         let nodes: Vec<FakeNode> = old.iter().map(|n| FakeNode::behind(n)).collect();
@@ -187,6 +196,66 @@ fn consistent_pod_lists(records: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// How the drainer read `node`'s pods once its drain had started (its first node write), from
+/// its audit `records`: the request URIs of its lists and of its watches, and the status codes
+/// of those watches.
+struct PodReads {
+    lists: Vec<String>,
+    watches: Vec<(String, i64)>,
+}
+
+fn pod_reads_after_start(records: &[Value], node: &str) -> PodReads {
+    let at = |e: &Value| {
+        e["requestReceivedTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let started = records
+        .iter()
+        .filter(|e| {
+            e["verb"] == "patch"
+                && e["objectRef"]["resource"] == "nodes"
+                && e["objectRef"]["name"] == node
+        })
+        .map(at)
+        .min()
+        .unwrap_or_else(|| panic!("the drainer never wrote {node}"));
+    let selects = |uri: &str| {
+        uri.contains(&format!("spec.nodeName%3D{node}&"))
+            || uri.ends_with(&format!("spec.nodeName%3D{node}"))
+            || uri.contains(&format!("spec.nodeName={node}&"))
+            || uri.ends_with(&format!("spec.nodeName={node}"))
+    };
+    let reads: Vec<&Value> = records
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "pods"
+                && e["stage"] == "ResponseComplete"
+                && selects(e["requestURI"].as_str().unwrap_or_default())
+                && at(e) >= started
+        })
+        .collect();
+    let uri = |e: &&Value| e["requestURI"].as_str().unwrap_or_default().to_string();
+    PodReads {
+        lists: reads
+            .iter()
+            .filter(|e| e["verb"] == "list")
+            .map(uri)
+            .collect(),
+        watches: reads
+            .iter()
+            .filter(|e| e["verb"] == "watch")
+            .map(|e| {
+                (
+                    uri(e),
+                    e["responseStatus"]["code"].as_i64().unwrap_or_default(),
+                )
+            })
+            .collect(),
+    }
+}
+
 /// How many writes to `node` the API server accepted from the drainer, from its audit
 /// `records`.
 fn node_writes(records: &[Value], node: &str) -> usize {
@@ -301,6 +370,21 @@ fn given_every_old_node_tainted_then_rotor_drains_them_all_within_every_budget_w
             "{n}"
         );
         assert_eq!(node_writes(&records, n), 2, "writes to {n}");
+        // The drain read its node's pods with one request: a watch that began with them.
+        let reads = pod_reads_after_start(&records, n);
+        assert_eq!(
+            reads.lists,
+            Vec::<String>::new(),
+            "{n}'s pods listed by its drain"
+        );
+        assert!(
+            reads
+                .watches
+                .iter()
+                .any(|(uri, _)| uri.contains("sendInitialEvents=true")),
+            "{n}'s drain did not stream its pods: {:?}",
+            reads.watches
+        );
     }
     eprintln!(
         "real control plane: {} nodes drained in {:.1}s, {evictions} evictions, 0 violations \
@@ -309,6 +393,63 @@ fn given_every_old_node_tainted_then_rotor_drains_them_all_within_every_budget_w
         took.as_secs_f64(),
         verdict.events,
         verdict.lowest
+    );
+}
+
+/// Kubernetes 1.33, and any API server with the WatchList feature gate off, refuses a watch that
+/// begins with the current objects; the drain must then list its node's pods and watch them.
+#[test]
+fn given_an_api_server_without_streaming_watches_then_the_drain_lists_its_pods_and_still_drains() {
+    let shop = Shop::start_with_apiserver_flags(1, &["--feature-gates=WatchList=false"]);
+    let cluster = &shop.cluster;
+    let watch = shop.watch();
+    let drainer = shop.drainer("e2e-a", &[]);
+    let n = &shop.old[0];
+    shop.taint(n);
+    wait_phase(cluster, n, "drained", WAIT);
+    assert_no_violation(&watch.finish());
+    assert_eq!(
+        movable_pods_on(cluster, n),
+        Vec::<String>::new(),
+        "{n} is empty"
+    );
+
+    let reads = pod_reads_after_start(&cluster.audit_by(DRAINER), n);
+    let refused: Vec<&(String, i64)> = reads
+        .watches
+        .iter()
+        .filter(|(uri, _)| uri.contains("sendInitialEvents=true"))
+        .collect();
+    assert!(
+        !refused.is_empty() && refused.iter().all(|(_, code)| *code == 422),
+        "the drain first asked for a streaming watch and was refused (422): {:?}",
+        reads.watches
+    );
+    assert_eq!(
+        reads.lists.len(),
+        1,
+        "then listed {n}'s pods once, from the watch cache: {:?}",
+        reads.lists
+    );
+    assert!(
+        reads.lists[0].contains("resourceVersion=0"),
+        "{:?}",
+        reads.lists
+    );
+    assert!(
+        reads
+            .watches
+            .iter()
+            .any(|(uri, code)| !uri.contains("sendInitialEvents") && *code == 200),
+        "and watched them: {:?}",
+        reads.watches
+    );
+    assert!(
+        drainer
+            .log()
+            .contains("does not stream a watch's initial pods"),
+        "the fallback is logged once: {}",
+        drainer.log()
     );
 }
 

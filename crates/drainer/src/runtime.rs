@@ -23,6 +23,7 @@ use crate::drain::rules_io::DrainRuleWatch;
 use crate::drain::shared::Drains;
 use crate::drain::surge::SurgeConfig;
 use crate::drain::surge_io::{SurgeRoom, sweep};
+use crate::drain::watched_io::PodWatches;
 use crate::error::RunError;
 use crate::fleet::controller::Fleet;
 use crate::leader::election::{Election, LeaderConfig};
@@ -107,6 +108,7 @@ pub async fn run(
     });
     let drains = Arc::new(Drains {
         client: acting_client.clone(),
+        pod_watches: Arc::new(PodWatches::new(acting_client.clone())),
         wire: Arc::new(EvictionWire::new(evict_client)),
         settings: cfg.drain_settings(),
         announcer: announcer.clone(),

@@ -39,3 +39,4 @@ pub mod surge;
 pub mod surge_io;
 pub mod task;
 pub mod watched;
+pub mod watched_io;

@@ -12,7 +12,6 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
 use rotor_core::contract::DrainPhase;
 use rotor_core::duration::later;
 
@@ -93,19 +92,7 @@ pub(crate) async fn evict_until_drained(
     stops: &Stops,
 ) -> DrainResult {
     let drains = task.drains;
-    let pods_api: Api<Pod> = Api::all(drains.client.clone());
-    let selector = format!("spec.nodeName={}", task.name);
-    // kube-runtime's watcher, with its default back-off between failed attempts. Its lists are
-    // served from the API server's watch cache (`any_semantic`, resourceVersion 0) rather than
-    // read through to etcd: a drain's evictions wait for that first list, and a consistent read
-    // costs tens of milliseconds at every start. A cached list may lag etcd by moments; the
-    // watch goes on from the list's version, so a pod the list missed arrives as an event just
-    // after it, like a pod bound just after a consistent list would: the race `--settle` and
-    // the node's quiet time before it counts as drained are there for. One node's pods need no
-    // pages, and kube sends no resourceVersion 0 on a list with a page size.
-    let mut config = watcher::Config::default().fields(&selector).any_semantic();
-    config.page_size = None;
-    let mut pod_events = watcher(pods_api, config).default_backoff().boxed();
+    let mut pod_events = drains.pod_watches.open(&task.name);
     let mut budget_changes = drains.budgets.changes();
     let mut pods = WatchedPods::default();
     let mut reported = BlockedPodsGauge {
@@ -149,7 +136,11 @@ pub(crate) async fn evict_until_drained(
                 Some(Ok(event)) => if let Some(uid) = pods.apply(event) {
                     memory.queue.pod_gone(&uid);
                 },
-                Some(Err(e)) => tracing::warn!(node = %task.name, error = %e, "watching the node's pods failed; it restarts with back-off"),
+                Some(Err(e)) => if drains.pod_watches.fall_back_if_refused(&task.name, &e) {
+                    pod_events = drains.pod_watches.open(&task.name);
+                } else {
+                    tracing::warn!(node = %task.name, error = %e, "watching the node's pods failed; it restarts with back-off");
+                },
                 None => return DrainResult::Failed { error: DrainError::PodWatchEnded { node: task.name.clone() } },
             },
         }

@@ -13,6 +13,7 @@ use crate::drain::pods::DrainOptions;
 use crate::drain::published::Published;
 use crate::drain::rules_io::DrainRuleWatch;
 use crate::drain::surge_io::SurgeRoom;
+use crate::drain::watched_io::PodWatches;
 use crate::metrics::Metrics;
 use crate::record::events_io::Announcer;
 
@@ -49,6 +50,8 @@ pub struct DrainSettings {
 pub struct Drains {
     /// For reads, watches and node patches (kube's default retry on).
     pub client: kube::Client,
+    /// Each drain's watch over its node's pods.
+    pub pod_watches: Arc<PodWatches>,
     /// Evictions and forced deletions (default retry off, so 429s reach the queue).
     pub wire: Arc<EvictionWire>,
     pub settings: DrainSettings,

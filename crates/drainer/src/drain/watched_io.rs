@@ -1,0 +1,122 @@
+//! The watch over one node's pods that a drain feeds on. Where the API server can, it is one
+//! request: a watch that begins with the pods already there (`sendInitialEvents`, the WatchList
+//! feature, on by default in Kubernetes 1.32 and from 1.34), served from the API server's watch
+//! cache, instead of a list followed by a watch. An API server that refuses it (older ones, 1.33,
+//! or the feature gate off) answers 400 naming `sendInitialEvents`; from then on this drainer
+//! lists and watches, as kube's watcher always did.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+
+/// One node's pod events, as kube's watcher gives them.
+pub type PodEvents = BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>;
+
+/// Opens the drains' pod watches, remembering whether the API server streams initial events.
+pub struct PodWatches {
+    client: kube::Client,
+    streaming: AtomicBool,
+}
+
+impl PodWatches {
+    pub fn new(client: kube::Client) -> PodWatches {
+        PodWatches {
+            client,
+            streaming: AtomicBool::new(true),
+        }
+    }
+
+    /// `node`'s pods, with kube's default back-off between failed attempts.
+    pub fn open(&self, node: &str) -> PodEvents {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        watcher(api, self.config(node)).default_backoff().boxed()
+    }
+
+    fn config(&self, node: &str) -> watcher::Config {
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        if self.streaming.load(Ordering::Relaxed) {
+            // `sendInitialEvents` with resourceVersion 0: the initial pods come from the watch
+            // cache, as the list below would.
+            return config.streaming_lists();
+        }
+        // The list is served from the API server's watch cache (`any_semantic`, resourceVersion
+        // 0) rather than read through to etcd: a drain's evictions wait for it, and a
+        // consistent read costs tens of milliseconds at every start. A cached list may lag etcd
+        // by moments; the watch goes on from the list's version, so a pod the list missed
+        // arrives as an event just after it, like a pod bound just after a consistent list
+        // would: the race `--settle` and the node's quiet time before it counts as drained are
+        // there for. One node's pods need no pages, and kube sends no resourceVersion 0 on a
+        // list with a page size.
+        let mut config = config.any_semantic();
+        config.page_size = None;
+        config
+    }
+
+    /// Whether `error` is the API server refusing a streaming watch. If so, every watch opened
+    /// from now on lists first; the caller opens `node`'s again.
+    pub fn fall_back_if_refused(&self, node: &str, error: &watcher::Error) -> bool {
+        if !refuses_streaming(error) {
+            return false;
+        }
+        if self.streaming.swap(false, Ordering::Relaxed) {
+            tracing::info!(%node, "the API server does not stream a watch's initial pods (the WatchList feature is off); drains list each node's pods, then watch them");
+        }
+        true
+    }
+}
+
+/// The API server's answer when the WatchList feature is off: 422 Invalid, "sendInitialEvents
+/// is forbidden for watch unless the WatchList feature gate is enabled" (400 is taken too: a
+/// proxy may rewrite it as a bad request).
+pub fn refuses_streaming(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) => {
+            matches!(status.code, 400 | 422) && status.message.contains("sendInitialEvents")
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Status;
+
+    use super::*;
+
+    fn refused(code: u16, message: &str) -> watcher::Error {
+        let status = Status::failure(message, "Invalid").with_code(code);
+        watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn an_api_server_without_watch_list_is_recognised_by_its_answer() {
+        // The text kube-apiserver sends, as it words invalid list options.
+        let answer = r#"ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"#;
+        assert!(refuses_streaming(&refused(422, answer)));
+        assert!(refuses_streaming(&refused(400, answer)));
+    }
+
+    #[test]
+    fn other_failures_keep_the_streaming_watch() {
+        assert!(!refuses_streaming(&refused(
+            403,
+            "pods is forbidden: User cannot watch resource \"pods\""
+        )));
+        assert!(!refuses_streaming(&refused(
+            400,
+            "unable to parse requirement"
+        )));
+        assert!(!refuses_streaming(&refused(
+            500,
+            "sendInitialEvents: etcdserver: request timed out"
+        )));
+        let gone = Status::failure("too old resource version", "Expired");
+        assert!(!refuses_streaming(&watcher::Error::WatchError(Box::new(
+            gone
+        ))));
+    }
+}

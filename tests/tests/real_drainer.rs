@@ -453,6 +453,79 @@ fn given_an_api_server_without_streaming_watches_then_the_drain_lists_its_pods_a
     );
 }
 
+/// A fresh drain starts from the node watch's copy of its node, not a new read. When the node
+/// changed after that copy, the start write (guarded by the copy's resourceVersion) conflicts;
+/// the node is read again and started only if it still wants the drain. Here the copy is read,
+/// then both nodes change: one only gains a label, the other also loses its drain taint.
+#[test]
+fn given_a_stale_copy_of_a_node_then_its_start_write_reads_it_again_and_checks_it_still_wants_the_drain()
+ {
+    use k8s_openapi::api::core::v1::Node;
+    use rotor_drainer::record::node::{DrainRecord, Intent, Transition, apply, still_due};
+    use rotor_drainer::record::node_io::{StartWrite, start_and_cordon};
+
+    let cluster = RealCluster::start();
+    let (due, untainted) = ("stale-due", "stale-untainted");
+    cluster.add_nodes(&[FakeNode::new(due), FakeNode::new(untainted)]);
+    for n in [due, untainted] {
+        cluster.kubectl_ok(&["taint", "node", n, "rotor.dev/drain=manual:NoSchedule"]);
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let nodes: kube::Api<Node> = runtime.block_on(async {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(cluster.admin_kubeconfig()).expect("kubeconfig"),
+            &Default::default(),
+        )
+        .await
+        .expect("an admin client config");
+        kube::Api::all(kube::Client::try_from(config).expect("an admin client"))
+    });
+    let stale = |n: &str| runtime.block_on(nodes.get(n)).expect("read the node");
+    let (stale_due, stale_untainted) = (stale(due), stale(untainted));
+    cluster.kubectl_ok(&["label", "node", due, "changed=after-the-copy"]);
+    cluster.kubectl_ok(&["label", "node", untainted, "changed=after-the-copy"]);
+    cluster.kubectl_ok(&["taint", "node", untainted, "rotor.dev/drain-"]);
+
+    let now = Timestamp::now();
+    let started = apply(
+        &DrainRecord::default(),
+        Transition::Start {
+            now,
+            drain_timeout: Duration::from_secs(600),
+        },
+    );
+    let start = |n: &str, copy: &Node| {
+        runtime.block_on(start_and_cordon(&nodes, n, copy, &started, None, |fresh| {
+            still_due(Intent::Start, fresh, now)
+        }))
+    };
+    match start(due, &stale_due).expect("the start write") {
+        StartWrite::Written(record) => assert!(record.cordoned_by_rotor, "{record:?}"),
+        other => panic!("{due} still wants its drain: {other:?}"),
+    }
+    assert_eq!(node(&cluster, due)["spec"]["unschedulable"], true);
+    assert!(annotation(&cluster, due, "rotor.dev/phase").is_some());
+    assert_eq!(
+        node(&cluster, due)["metadata"]["labels"]["changed"],
+        "after-the-copy"
+    );
+
+    match start(untainted, &stale_untainted).expect("the start write") {
+        StartWrite::NotDue(why) => assert_eq!(why, "the node's drain taint is gone"),
+        other => panic!("{untainted} lost its taint, yet: {other:?}"),
+    }
+    assert_ne!(
+        node(&cluster, untainted)["spec"]["unschedulable"],
+        true,
+        "not cordoned"
+    );
+    assert_eq!(
+        annotation(&cluster, untainted, "rotor.dev/phase"),
+        None,
+        "no record written"
+    );
+}
+
 fn pod_uids(cluster: &RealCluster, selector: &str) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = cluster
         .kubectl_json(&["get", "pods", "-n", "shop", "-l", selector])["items"]

@@ -22,14 +22,15 @@ use crate::drain::surge_io::{SurgeOutcome, make_room, release};
 use crate::error::DrainError;
 use crate::record::events::NodeEvent;
 use crate::record::node::{
-    DrainRecord, Intent, Transition, apply, begin_check, misreadings, retry_backoff,
+    DrainRecord, Intent, Transition, apply, begin_check, misreadings, retry_backoff, still_due,
 };
-use crate::record::node_io::{clean_up, park, save, start_and_cordon};
+use crate::record::node_io::{StartWrite, clean_up, park, save, start_and_cordon};
 
 /// The node as the drain read it, due to start.
 struct ReadNode<'a> {
     node: &'a Node,
     name: &'a str,
+    intent: Intent,
     taint: Taint,
     record: DrainRecord,
     at: Timestamp,
@@ -38,16 +39,24 @@ struct ReadNode<'a> {
 /// Drains one node until it is drained, fails, loses its taint (`stops.abort`) or the drainer
 /// stops (`stops.stop`). `tainted_since` is when this drainer first saw the node carry a drain
 /// taint that keeps pods off, continuously since (see [`settled_at`]); `None` counts from the
-/// cordon.
+/// cordon. `seen` is the node as the node watch last showed it, for a fresh start: its start
+/// write is guarded by that copy's resourceVersion, so a node changed since is read again and
+/// checked again before anything is written. Without it (a resume, whose record decides where
+/// the drain picks up) the node is read first.
 pub async fn drain_node(
     drains: Arc<Drains>,
     name: String,
     intent: Intent,
     tainted_since: Option<std::time::Instant>,
+    seen: Option<Node>,
     stops: Stops,
 ) -> DrainOutcome {
     let nodes: Api<Node> = Api::all(drains.client.clone());
-    let node = match nodes.get_opt(&name).await {
+    let read = match seen {
+        Some(node) => Ok(Some(node)),
+        None => nodes.get_opt(&name).await,
+    };
+    let node = match read {
         Ok(Some(n)) => n,
         Ok(None) => {
             return DrainOutcome {
@@ -93,6 +102,7 @@ pub async fn drain_node(
     let read = ReadNode {
         node: &node,
         name: &name,
+        intent,
         taint,
         record: before,
         at: now,
@@ -123,6 +133,7 @@ async fn drain_fresh(
     let ReadNode {
         node,
         name,
+        intent,
         taint,
         record: before,
         at: now,
@@ -142,8 +153,14 @@ async fn drain_fresh(
     let started = apply(&before, start);
     // With no surge step, evictions begin at once: the same write says so.
     let then = drains.surge.is_none().then_some(Transition::Evicting);
-    let mut record = match start_and_cordon(nodes, name, node, &started, then).await {
-        Ok(r) => r,
+    // A node read again after a conflict goes through the checks this one passed.
+    let still_due = |fresh: &Node| still_due(intent, fresh, now);
+    let mut record = match start_and_cordon(nodes, name, node, &started, then, still_due).await {
+        Ok(StartWrite::Written(r)) => r,
+        Ok(StartWrite::NotDue(why)) => {
+            tracing::debug!(node = %name, why, "not draining: the node changed before its start was written");
+            return (DrainResult::Skipped { why }, before);
+        }
         Err(e) => {
             let error = DrainError::Cordon {
                 node: name.to_string(),

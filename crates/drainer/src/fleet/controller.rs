@@ -1,5 +1,5 @@
-//! The drainer's control loop: watch nodes (keeping only a small summary of each, not the
-//! object), and on every change or tick decide what runs. Drains that were recorded as started
+//! The drainer's control loop: watch nodes (keeping only a small summary of each, and the
+//! object only of those that carry the drain taint), and on every change or tick decide what runs. Drains that were recorded as started
 //! resume; drains whose taint disappeared are stopped and undone; new drains start only inside a
 //! maintenance window, when the gate is open, and within the fleet limits the `fleet` module
 //! computes. Every replica runs the loop; it contends for the leader lease while some node needs
@@ -41,6 +41,7 @@ use crate::leader::election::Election;
 use crate::metrics::{Metrics, PhaseLabel};
 use crate::record::events::NodeEvent;
 use crate::record::events_io::Announcer;
+use crate::record::node::Intent;
 use crate::record::node_io::clean_up;
 use crate::record::notify::{Notice, NoticeKind};
 use crate::record::rotation::RecordRef;
@@ -52,6 +53,7 @@ use super::gate_io::{Gate, GateReads};
 use super::health_io::HealthGate;
 use super::held_log::HeldLog;
 use super::machine::{Command, Event, LeaseCommand, Machine, MachineConfig, StartRound};
+use super::tainted_nodes::TaintedNodes;
 
 /// The loop's settings, from the flags (`crate::config`).
 #[derive(Clone, Debug)]
@@ -158,6 +160,7 @@ pub async fn run(
         gate: Gate::new_term(),
         workloads: WorkloadIndex::default(),
         demand_cache: DemandCache::default(),
+        tainted_nodes: TaintedNodes::default(),
         held_log: HeldLog::default(),
         gate_reads: GateReads {
             client: fleet.client.clone(),
@@ -213,7 +216,11 @@ pub async fn run(
                 }
                 None
             }
-            ev = node_events.next() => match ev {
+            ev = node_events.next() => {
+                if let Some(Ok(event)) = &ev {
+                    shell.tainted_nodes.apply(event);
+                }
+                match ev {
                 Some(Ok(watcher::Event::Init)) => { listing.clear(); continue }
                 Some(Ok(watcher::Event::InitApply(n))) => { listing.push(NodeView::of(&n)); continue }
                 Some(Ok(watcher::Event::InitDone)) => {
@@ -228,7 +235,7 @@ pub async fn run(
                 Some(Ok(watcher::Event::Delete(n))) => Some(Event::NodeDeleted(n.metadata.name.unwrap_or_default())),
                 Some(Err(e)) => { tracing::warn!(error = %e, "node watch failed; it restarts with back-off"); None }
                 None => return Err(RunError::NodeWatchEnded),
-            },
+            }},
             Some(done) = shell.tasks.join_next() => Some(shell.task_ended(done.map_err(RunError::TaskPanicked)?)),
         };
         if let Some(event) = event {
@@ -292,6 +299,7 @@ struct Shell {
     choice_reads: ChoiceReads,
     workloads: WorkloadIndex,
     demand_cache: DemandCache,
+    tainted_nodes: TaintedNodes,
     held_log: HeldLog,
     /// `--health-prometheus`, `--health-url`: none when no check is set.
     health: Option<HealthGate>,
@@ -572,9 +580,15 @@ impl Shell {
                 };
                 self.stoppers.insert(node.clone(), stops.clone());
                 let drains = self.drains_for(policy.as_ref());
+                // A fresh start begins from the watch's copy of its node (its start write is
+                // guarded by it); a resume reads the node, whose record says where it stands.
+                let seen = match intent {
+                    Intent::Start => self.tainted_nodes.get(&node),
+                    Intent::Resume => None,
+                };
                 self.tasks.spawn(async move {
                     let outcome =
-                        drain_node(drains, node.clone(), intent, tainted_since, stops).await;
+                        drain_node(drains, node.clone(), intent, tainted_since, seen, stops).await;
                     (node, outcome)
                 });
             }

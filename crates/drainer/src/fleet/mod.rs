@@ -30,6 +30,7 @@ pub mod pool_status;
 pub mod pools;
 mod pools_io;
 pub mod starts;
+mod tainted_nodes;
 pub mod window;
 pub mod workloads;
 mod workloads_io;

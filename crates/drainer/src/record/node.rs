@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use rotor_core::contract::{
     ATTEMPTS_ANNOTATION, BLOCKER_ANNOTATION, CORDONED_BY_ROTOR_ANNOTATION, DEADLINE_ANNOTATION,
     DRAINED_AT_ANNOTATION, DrainPhase, LAST_ERROR_ANNOTATION, PHASE_ANNOTATION,
-    STARTED_AT_ANNOTATION, format_timestamp, parse_timestamp,
+    STARTED_AT_ANNOTATION, find_drain_taint, format_timestamp, parse_timestamp,
 };
 use serde_json::{Map, Value, json};
 
@@ -445,6 +445,17 @@ pub fn begin_check(
         return Some("the node records no drain under way");
     }
     None
+}
+
+/// [`begin_check`] on a node read again after a conflict on its start write, the drain taint
+/// included: the node changed since the copy the drain began with, and may have lost its taint
+/// or finished a drain meanwhile. `Some(why)` when nothing must be written.
+pub fn still_due(intent: Intent, node: &Node, now: Timestamp) -> Option<&'static str> {
+    if find_drain_taint(node).is_none() {
+        return Some("the node's drain taint is gone");
+    }
+    let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
+    begin_check(intent, &record, now, retry_backoff)
 }
 
 /// Back-off before retrying a node that failed `attempts` times: 1 min, doubling per attempt,
@@ -984,6 +995,35 @@ mod tests {
         assert!(begin_check(Intent::Resume, &failed, later, retry_backoff).is_some());
         assert!(begin_check(Intent::Resume, &fresh, now, retry_backoff).is_some());
     }
+
+    #[test]
+    fn a_node_read_again_is_due_only_with_its_taint_and_a_record_that_allows_the_start() {
+        let now: Timestamp = "2025-03-01T12:00:00Z".parse().unwrap();
+        let read = |taints: serde_json::Value, annotations: serde_json::Value| -> Node {
+            serde_json::from_value(json!({
+                "metadata": {"name": "n1", "annotations": annotations},
+                "spec": {"taints": taints}
+            }))
+            .unwrap()
+        };
+        let drain = json!([{"key": "rotor.dev/drain", "value": "ami", "effect": "NoSchedule"}]);
+        let other = json!([{"key": "example.com/drain", "effect": "NoSchedule"}]);
+        assert_eq!(
+            still_due(Intent::Start, &read(drain.clone(), json!({})), now),
+            None
+        );
+        assert_eq!(
+            still_due(Intent::Start, &read(other, json!({})), now),
+            Some("the node's drain taint is gone")
+        );
+        let drained =
+            json!({"rotor.dev/phase": "drained", "rotor.dev/drained-at": "2025-03-01T11:59:00Z"});
+        assert_eq!(
+            still_due(Intent::Start, &read(drain, drained), now),
+            Some("the node is already drained")
+        );
+    }
+
     fn node_read(unschedulable: bool, annotations: serde_json::Value) -> Node {
         serde_json::from_value(json!({
             "metadata": {"name": "n1", "resourceVersion": "42", "annotations": annotations},

@@ -38,13 +38,25 @@ fn patch_params() -> PatchParams {
     }
 }
 
+/// What [`start_and_cordon`] did.
+#[derive(Debug)]
+pub enum StartWrite {
+    /// The start and the cordon are written: the record as it now stands.
+    Written(DrainRecord),
+    /// The node, read again after a conflict, is no longer due (`still_due` said why): nothing
+    /// was written.
+    NotDue(&'static str),
+}
+
 /// Records the drain's start and cordons the node in one write (the node then shows the whole
 /// step or none of it), noting whether rotor placed the cordon: a node already cordoned keeps
 /// `cordoned_by_rotor` false, so rotor never undoes someone else's cordon. `then` is a
 /// transition folded into the same write (`Evicting` when no surge step comes between).
 ///
 /// The write is guarded by resourceVersion so a cordon placed by someone else in between is
-/// never claimed. It goes first over `read`, the node as the drain read it; a conflict re-reads.
+/// never claimed. It goes first over `read`, the node as the drain knows it (the node watch's
+/// copy, or a fresh read); a conflict re-reads, and the re-read node must pass `still_due`
+/// before it is written: the node changed since `read`, and may no longer want this start.
 /// It is made against the node's raw annotations, so values nobody can read are overwritten.
 pub async fn start_and_cordon(
     nodes: &Api<Node>,
@@ -52,15 +64,23 @@ pub async fn start_and_cordon(
     read: &Node,
     started: &DrainRecord,
     then: Option<Transition>,
-) -> Result<DrainRecord, kube::Error> {
+    still_due: impl Fn(&Node) -> Option<&'static str>,
+) -> Result<StartWrite, kube::Error> {
     let mut first = Some(read.clone());
+    let still_due = &still_due;
     let attempt = || {
         let first = first.take();
         let then = then.clone();
         async move {
             let node = match first {
                 Some(node) => node,
-                None => nodes.get(name).await?,
+                None => {
+                    let node = nodes.get(name).await?;
+                    if let Some(why) = still_due(&node) {
+                        return Ok(StartWrite::NotDue(why));
+                    }
+                    node
+                }
             };
             let (next, patch) = start_write(&node, started, then);
             if let Some(patch) = patch {
@@ -68,7 +88,7 @@ pub async fn start_and_cordon(
                     .patch(name, &patch_params(), &Patch::Merge(&patch))
                     .await?;
             }
-            Ok(next)
+            Ok(StartWrite::Written(next))
         }
     };
     attempt.retry(conflict_backoff()).when(is_conflict).await

@@ -362,6 +362,59 @@ async fn given_a_watch_with_bookmarks_and_a_1s_timeout_when_nothing_changes_then
     sim.stop().await;
 }
 
+/// The WatchList feature (`sendInitialEvents`), as rotor-drainer's pod watches use it through
+/// kube's streaming watcher: the current objects, then a bookmark that says they are all there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_streaming_watch_then_the_current_objects_come_first_and_a_bookmark_ends_them() {
+    let sim = TestSim::start(CLUSTER).await;
+    let api = sim.pods("shop");
+    let listed: BTreeSet<(String, String)> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(key)
+        .collect();
+    let config = watcher::Config::default().streaming_lists();
+    let mut events = watcher(api.clone(), config).boxed();
+    let mut initial = BTreeSet::new();
+    loop {
+        let event = tokio::time::timeout(WAIT, events.try_next())
+            .await
+            .expect("the initial events end with their bookmark")
+            .expect("watch stream")
+            .expect("the watch goes on");
+        match event {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(p) => {
+                initial.insert(key(&p));
+            }
+            watcher::Event::InitDone => break,
+            other => panic!("before the initial state is whole: {other:?}"),
+        }
+    }
+    assert_eq!(initial, listed);
+
+    // Without resourceVersionMatch=NotOlderThan the server refuses it, as kube-apiserver does.
+    let raw = sim
+        .client
+        .request_text(
+            axum::http::Request::get(
+                "/api/v1/namespaces/shop/pods?watch=true&sendInitialEvents=true&resourceVersion=0",
+            )
+            .body(Vec::new())
+            .unwrap(),
+        )
+        .await;
+    let error = raw.expect_err("refused");
+    assert!(
+        matches!(&error, kube::Error::Api(s) if s.code == 422 && s.message.contains("resourceVersionMatch")),
+        "{error:?}"
+    );
+    sim.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_expired_watch_history_when_resuming_from_an_old_version_then_410_and_watcher_relists()
  {

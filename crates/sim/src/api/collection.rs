@@ -83,6 +83,10 @@ pub struct WatchQuery {
     /// `None` for an unset or "0" resourceVersion: start with the current state as ADDED events.
     pub resource_version: Option<u64>,
     pub bookmarks: bool,
+    /// `sendInitialEvents=true` (the WatchList feature): the ADDED events of the current state
+    /// end with a BOOKMARK annotated `k8s.io/initial-events-end`, so the client knows the state
+    /// is whole.
+    pub initial_events_end: bool,
     pub timeout: Duration,
 }
 
@@ -414,6 +418,7 @@ async fn stream_watch<K: SimKind>(
     let WatchQuery {
         filter,
         bookmarks,
+        initial_events_end,
         timeout,
         ..
     } = q;
@@ -429,6 +434,19 @@ async fn stream_watch<K: SimKind>(
             .await
             .is_err()
         {
+            return;
+        }
+    }
+    if initial_events_end {
+        let obj = json!({
+            "kind": K::KIND,
+            "apiVersion": K::API_VERSION,
+            "metadata": {
+                "resourceVersion": last_rv.to_string(),
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            },
+        });
+        if tx.send(watch_line("BOOKMARK", &obj)).await.is_err() {
             return;
         }
     }

@@ -399,9 +399,19 @@ fn open_watch(
     call: &Call,
 ) -> Result<tokio::sync::mpsc::Receiver<Bytes>, ApiError> {
     let q = call.query;
+    // sendInitialEvents as kube-apiserver (1.34 on) validates it; the initial state is then the
+    // current one, which is as fresh as any resourceVersion asked for.
+    let initial_events = q.get("sendInitialEvents").is_some_and(|v| v == "true");
+    if initial_events && q.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
+        return Err(ApiError::invalid(
+            "ListOptions.meta.k8s.io",
+            "",
+            "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        ));
+    }
     let rv = q
         .get("resourceVersion")
-        .filter(|v| !v.is_empty() && v.as_str() != "0")
+        .filter(|v| !initial_events && !v.is_empty() && v.as_str() != "0")
         .map(|v| {
             v.parse::<u64>()
                 .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}")))
@@ -411,6 +421,7 @@ fn open_watch(
         filter: call.filter()?,
         resource_version: rv,
         bookmarks: q.get("allowWatchBookmarks").is_some_and(|v| v == "true"),
+        initial_events_end: initial_events,
         timeout: Duration::from_secs(
             q.get("timeoutSeconds")
                 .and_then(|v| v.parse().ok())

@@ -1,7 +1,9 @@
 //! The docs against what they describe, so that README.md and docs/*.md cannot drift from the
 //! code: the flag tables against each command's `--help`, the Events table against the
-//! drainer's `NodeEvent`s and the selector's reason constants, every relative link and anchor, no issue-tracker numbers, and the README's
-//! shape (short, the newcomer commands first, the test command that `.ci/run` runs).
+//! drainer's `NodeEvent`s and the selector's reason constants, every relative link and anchor,
+//! every benchmark figure quoted outside docs/benchmarks.md against that page, no issue-tracker
+//! numbers, and the README's shape (short, the newcomer commands first, the test command that
+//! `.ci/run` runs).
 //!
 //! The metrics table is checked in crates/drainer/tests/metrics_docs.rs, the taint and annotation
 //! table in crates/core/tests/contract_docs.rs. The tables follow one convention, read by
@@ -876,6 +878,239 @@ fn every_docs_page_is_linked_from_the_readme() {
         })
         .collect();
     assert_no_problems("README.md as the index of docs/", &problems);
+}
+
+// --- Benchmark figures ----------------------------------------------------------------------
+
+/// The figures a piece of prose quotes: decimal numbers (`1.48`, `63.5`), not parts of dotted
+/// versions (`v1.36.3`), and whole numbers of requests or pod-seconds (`70 API requests`,
+/// `118 pod-seconds`). With `all_whole`, every whole number too: what a benchmark section holds.
+fn quoted_figures(prose: &str, all_whole: bool) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let bytes = prose.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+            i += 1;
+        }
+        let run = prose[start..i].trim_end_matches('.');
+        let before = prose[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+            continue;
+        }
+        let after = &prose[start + run.len()..];
+        match run.matches('.').count() {
+            1 => {
+                found.insert(run.to_string());
+            }
+            0 if all_whole
+                || [" requests", " API requests", " pod-seconds"]
+                    .iter()
+                    .any(|unit| after.starts_with(unit)) =>
+            {
+                found.insert(run.to_string());
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// A page's prose in blocks: paragraphs, list items and table rows, each on one line, with
+/// code spans blanked and link destinations kept apart (they are not quoted figures).
+fn prose_blocks(text: &str) -> Vec<(String, Vec<String>)> {
+    let prose = prose_without_code(text);
+    let mut blocks: Vec<Vec<&str>> = Vec::new();
+    let mut open = false;
+    for line in prose.lines() {
+        let trimmed = line.trim_start();
+        let starts_block = trimmed.starts_with(['-', '*', '|', '#'])
+            || trimmed
+                .split_once(". ")
+                .is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty());
+        if trimmed.is_empty() {
+            open = false;
+            continue;
+        }
+        if !open || starts_block {
+            blocks.push(Vec::new());
+        }
+        blocks.last_mut().expect("a block").push(trimmed);
+        open = true;
+    }
+    blocks
+        .into_iter()
+        .map(|lines| {
+            let joined = lines.join(" ");
+            let targets = links(&joined).into_iter().map(|l| l.target).collect();
+            (without_link_destinations(&joined), targets)
+        })
+        .collect()
+}
+
+/// `text` with every `](destination)` reduced to `]`.
+fn without_link_destinations(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("](") {
+        out.push_str(&rest[..=at]);
+        let close = matching_close(rest, at + 1).unwrap_or(rest.len() - 1);
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The section of `text` under the heading whose anchor is `anchor`, to the next heading of
+/// the same or a higher level; `None` when no heading has that anchor.
+fn section<'a>(text: &'a str, anchor: &str) -> Option<&'a str> {
+    let level = |line: &str| {
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        ((1..=6).contains(&hashes) && line[hashes..].starts_with(' ')).then_some(hashes)
+    };
+    let mut start = None;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if let Some(depth) = level(line) {
+            match start {
+                Some((begin, open_depth)) if depth <= open_depth => {
+                    return Some(&text[begin..offset]);
+                }
+                None if github_slug(line.trim_start_matches('#')) == anchor => {
+                    start = Some((offset, depth));
+                }
+                _ => {}
+            }
+        }
+        offset += line.len();
+    }
+    start.map(|(begin, _)| &text[begin..])
+}
+
+/// Where a figure quoted on another page may come from: the targets table, or the section of
+/// docs/benchmarks.md the quoting block links to (the whole page for a link without anchor).
+struct BenchmarkFigures {
+    page: String,
+    targets: BTreeSet<String>,
+}
+
+impl BenchmarkFigures {
+    fn read() -> BenchmarkFigures {
+        let page = std::fs::read_to_string(workspace_root().join("docs/benchmarks.md"))
+            .expect("docs/benchmarks.md");
+        let targets = section(&page, "where-the-targets-stand")
+            .map(|table| quoted_figures(table, true))
+            .expect("docs/benchmarks.md has a section \"Where the targets stand\"");
+        BenchmarkFigures { page, targets }
+    }
+
+    /// The figures of `quoted` that neither the targets table nor the linked section holds.
+    fn unsupported(&self, quoted: &BTreeSet<String>, anchor: Option<&str>) -> Vec<String> {
+        let linked = match anchor {
+            Some(anchor) => section(&self.page, anchor).map(|s| quoted_figures(s, true)),
+            None => Some(quoted_figures(&self.page, true)),
+        }
+        .unwrap_or_default();
+        quoted
+            .iter()
+            .filter(|f| !self.targets.contains(*f) && !linked.contains(*f))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A figure quoted outside docs/benchmarks.md must be one it holds, so a page cannot go on
+/// quoting a figure the benchmarks have moved past: the README's Benchmarks section quotes only
+/// the targets table, and any other paragraph, list item or table row that links the benchmarks
+/// quotes only the targets table or the section it links.
+#[test]
+fn every_benchmark_figure_quoted_elsewhere_is_one_the_benchmarks_page_holds() {
+    let figures = BenchmarkFigures::read();
+    assert!(
+        figures.targets.contains("0.5") && figures.targets.len() > 10,
+        "the targets table's figures were not read: {:?}",
+        figures.targets
+    );
+    let mut problems = Vec::new();
+    let mut quoted_in_all = 0;
+    for page in reference_pages() {
+        if page.path == "docs/benchmarks.md" {
+            continue;
+        }
+        let readme_summary = if page.path == "README.md" {
+            section(&page.text, "benchmarks")
+        } else {
+            None
+        };
+        if let Some(summary) = readme_summary {
+            for (block, _) in prose_blocks(summary) {
+                let quoted = quoted_figures(&block, false);
+                quoted_in_all += quoted.len();
+                let missing: Vec<&String> = quoted
+                    .iter()
+                    .filter(|f| !figures.targets.contains(*f))
+                    .collect();
+                if !missing.is_empty() {
+                    problems.push(format!(
+                        "README.md, Benchmarks: {missing:?} are not in docs/benchmarks.md's table \"Where the targets stand\": {block}"
+                    ));
+                }
+            }
+        }
+        for (block, targets) in prose_blocks(&page.text) {
+            let Some(target) = targets.iter().find(|t| {
+                let file = t.split('#').next().unwrap_or_default();
+                file == "benchmarks.md" || file.ends_with("/benchmarks.md")
+            }) else {
+                continue;
+            };
+            let quoted = quoted_figures(&block, false);
+            quoted_in_all += quoted.len();
+            let missing = figures.unsupported(&quoted, target.split_once('#').map(|(_, a)| a));
+            if !missing.is_empty() {
+                problems.push(format!(
+                    "{}: {missing:?} are neither in docs/benchmarks.md's targets table nor in the section it links ({target}): {block}",
+                    page.path
+                ));
+            }
+        }
+    }
+    assert!(
+        quoted_in_all > 5,
+        "found hardly any quoted figure ({quoted_in_all}): the reading is broken"
+    );
+    assert_no_problems(
+        "benchmark figures quoted outside docs/benchmarks.md",
+        &problems,
+    );
+}
+
+#[test]
+fn quoted_figures_are_decimals_and_counts_of_requests_not_versions() {
+    let found = |text: &str| quoted_figures(text, false).into_iter().collect::<Vec<_>>();
+    assert_eq!(found("1.48x the bound, 63.5 s."), ["1.48", "63.5"]);
+    assert_eq!(
+        found("Kubernetes v1.36.3 and 1.36.3, node-1.5"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        found("about 70 API requests, 118 pod-seconds, 50 nodes"),
+        ["118", "70"]
+    );
+    assert_eq!(quoted_figures("| 50 | 20 |", true).len(), 2);
+}
+
+#[test]
+fn sections_run_to_the_next_heading_of_their_level() {
+    let page = "# A\nintro 1.0\n## Where it stands\nx 2.5\n### Detail\ny 3.5\n## Next\nz 4.5\n";
+    let stands = section(page, "where-it-stands").expect("found");
+    assert!(stands.contains("2.5") && stands.contains("3.5") && !stands.contains("4.5"));
+    assert_eq!(section(page, "nowhere"), None);
 }
 
 // --- Wording and the README's shape -----------------------------------------------------------

@@ -314,6 +314,17 @@ fn without_room_a_surge_times_out_the_drain_goes_on_and_no_placeholder_outlives_
     // Abort: the taint goes while the drain runs; the placeholders go with rotor's cordon.
     untaint(&cluster, "old-1");
     wait_released(&cluster, "old-1", "the abort");
+    // Removed by their label in one request each time the drain let go, never one by one.
+    let collections = pod_requests(&cluster, DRAINER, "deletecollection", None);
+    assert!(
+        !collections.is_empty() && collections.iter().all(|(_, ns, _)| ns == "rotor-system"),
+        "old-1's placeholders removed by deletecollection in rotor-system: {collections:?}"
+    );
+    assert_eq!(
+        pod_requests(&cluster, DRAINER, "delete", None),
+        Vec::new(),
+        "pods deleted one by one"
+    );
 
     // Crash: the drainer dies while old-2's placeholders wait; the taint is removed meanwhile.
     // The next drainer removes them: with old-2's drain started, as it undoes rotor's state on

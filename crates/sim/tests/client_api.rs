@@ -260,6 +260,73 @@ fn bare_pod(name: &str) -> Pod {
     .unwrap()
 }
 
+/// deletecollection of pods, as rotor-drainer removes a drain's surge placeholders: every pod
+/// the label selector matches in the namespace goes, and the answer lists them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_label_selector_when_pods_are_deleted_as_a_collection_then_exactly_those_go() {
+    let sim = TestSim::start(CLUSTER).await;
+    let api = sim.pods("shop");
+    // Bare pods (nothing recreates them), labelled as placeholders are.
+    let mut held = BTreeSet::new();
+    for i in 0..3 {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("held-{i}"), "labels": {"held": "yes"}},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]}
+        }))
+        .unwrap();
+        held.insert(key(&api
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap()));
+    }
+    let before: BTreeSet<(String, String)> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(key)
+        .collect();
+    let answer = api
+        .delete_collection(
+            &Default::default(),
+            &ListParams::default().labels("held=yes"),
+        )
+        .await
+        .expect("deletecollection is served");
+    let gone: BTreeSet<(String, String)> = answer
+        .left()
+        .expect("the deleted pods")
+        .items
+        .iter()
+        .map(key)
+        .collect();
+    assert_eq!(gone, held);
+    // Each goes as a single DELETE would make it go (its grace period, then removed).
+    wait_until("the held pods to go", WAIT, || async {
+        let left = api
+            .list(&ListParams::default().labels("held=yes"))
+            .await
+            .unwrap();
+        left.items.is_empty().then_some(())
+    })
+    .await;
+    let after: BTreeSet<(String, String)> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(key)
+        .collect();
+    assert_eq!(
+        after,
+        before.difference(&held).cloned().collect(),
+        "nothing else went"
+    );
+    sim.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_running_watchers_when_a_pod_is_created_and_a_node_patched_then_both_are_delivered() {
     let sim = TestSim::start(CLUSTER).await;

@@ -387,6 +387,38 @@ fn serve_pod_verb(
                 crate::managed_fields::to_vec(pod.as_ref()),
             )))
         }
+        // deletecollection: every pod the selectors match, each deleted as a single DELETE would
+        // (grace period, finalizers), answered with the list of what was deleted.
+        ("DELETE", None) => {
+            let opts = DeleteOptions::from_value(&parse_body(call.body)?);
+            let query = ListQuery {
+                filter: call.filter()?,
+                limit: None,
+                continue_token: None,
+            };
+            let listed = ApiCollection::list(&cluster.pods, &query, cluster.rev.current())?;
+            let listed: Value =
+                serde_json::from_slice(&listed).map_err(|e| ApiError::internal(e.to_string()))?;
+            let mut items = Vec::new();
+            for pod in listed["items"].as_array().into_iter().flatten() {
+                let meta = &pod["metadata"];
+                let (pod_ns, pod_name) = (
+                    meta["namespace"].as_str().unwrap_or_default(),
+                    meta["name"].as_str().unwrap_or_default(),
+                );
+                let gone = cluster.delete_pod(pod_ns, pod_name, &opts, Removal::ApiDelete, now)?;
+                items.push(
+                    serde_json::to_value(gone.as_ref())
+                        .map_err(|e| ApiError::internal(e.to_string()))?,
+                );
+            }
+            let out =
+                json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items});
+            Ok(Some(json_response(
+                StatusCode::OK,
+                serde_json::to_vec(&out).unwrap_or_default(),
+            )))
+        }
         _ => Ok(None),
     }
 }

@@ -24,3 +24,4 @@ pub mod leader;
 pub mod metrics;
 pub mod record;
 pub mod runtime;
+pub mod watch_backoff;

@@ -260,6 +260,12 @@ fn bare_pod(name: &str) -> Pod {
     .unwrap()
 }
 
+/// Every pod `api` lists, by namespace and name.
+async fn pod_keys(api: &Api<Pod>) -> BTreeSet<(String, String)> {
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.items.iter().map(key).collect()
+}
+
 /// deletecollection of pods, as rotor-drainer removes a drain's surge placeholders: every pod
 /// the label selector matches in the namespace goes, and the answer lists them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,14 +285,7 @@ async fn given_a_label_selector_when_pods_are_deleted_as_a_collection_then_exact
             .await
             .unwrap()));
     }
-    let before: BTreeSet<(String, String)> = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(key)
-        .collect();
+    let before = pod_keys(&api).await;
     let answer = api
         .delete_collection(
             &Default::default(),
@@ -311,16 +310,8 @@ async fn given_a_label_selector_when_pods_are_deleted_as_a_collection_then_exact
         left.items.is_empty().then_some(())
     })
     .await;
-    let after: BTreeSet<(String, String)> = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(key)
-        .collect();
     assert_eq!(
-        after,
+        pod_keys(&api).await,
         before.difference(&held).cloned().collect(),
         "nothing else went"
     );

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::watch_backoff::WatchBackoffExt;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -42,9 +43,7 @@ impl BudgetWatch {
             pdb.metadata.managed_fields = None;
             pdb.metadata.annotations = None;
         });
-        let stream = reflector(writer, budgets)
-            .default_backoff()
-            .touched_objects();
+        let stream = reflector(writer, budgets).watch_backoff().touched_objects();
         tasks.spawn(async move {
             let mut stream = stream.boxed();
             loop {

@@ -11,12 +11,13 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use rotor_policy::DrainRule;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::drain::rules::{DrainRules, NamespaceLabels};
+use crate::watch_backoff::WatchBackoffExt;
 
 #[derive(Default)]
 struct Known {
@@ -67,7 +68,7 @@ impl DrainRuleWatch {
     async fn follow_rules(self, client: kube::Client, stop: CancellationToken) {
         let api: Api<DrainRule> = Api::all(client);
         let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .watch_backoff()
             .boxed();
         let mut all: BTreeMap<String, DrainRule> = BTreeMap::new();
         let mut listing: BTreeMap<String, DrainRule> = BTreeMap::new();
@@ -135,7 +136,7 @@ impl DrainRuleWatch {
         // Metadata only: the labels are all a rule reads.
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
         let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .watch_backoff()
             .boxed();
         let mut all = NamespaceLabels::new();
         let mut listing = NamespaceLabels::new();

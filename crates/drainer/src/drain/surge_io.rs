@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
 
@@ -25,6 +25,7 @@ use crate::drain::surge::{
 };
 use crate::drain::watched::WatchedPods;
 use crate::record::node::DrainRecord;
+use crate::watch_backoff::WatchBackoffExt;
 
 /// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
 const POLL: Duration = Duration::from_secs(1);
@@ -192,7 +193,7 @@ async fn wait_until_scheduled(
     let selector = placeholder_selector(node);
     // kube-runtime's watcher, with its default back-off between failed attempts.
     let mut events = watcher(api, watcher::Config::default().labels(&selector))
-        .default_backoff()
+        .watch_backoff()
         .boxed();
     let mut placeholders = WatchedPods::default();
     let mut last_error: Option<String> = None;

@@ -7,11 +7,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::watch_backoff::WatchBackoffExt;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
 /// One node's pod events, as kube's watcher gives them.
 pub type PodEvents = BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>;
@@ -33,7 +34,7 @@ impl PodWatches {
     /// `node`'s pods, with kube's default back-off between failed attempts.
     pub fn open(&self, node: &str) -> PodEvents {
         let api: Api<Pod> = Api::all(self.client.clone());
-        watcher(api, self.config(node)).default_backoff().boxed()
+        watcher(api, self.config(node)).watch_backoff().boxed()
     }
 
     fn config(&self, node: &str) -> watcher::Config {

@@ -19,7 +19,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -54,6 +54,7 @@ use super::health_io::HealthGate;
 use super::held_log::HeldLog;
 use super::machine::{Command, Event, LeaseCommand, Machine, MachineConfig, StartRound};
 use super::tainted_nodes::TaintedNodes;
+use crate::watch_backoff::WatchBackoffExt;
 
 /// The loop's settings, from the flags (`crate::config`).
 #[derive(Clone, Debug)]
@@ -116,7 +117,7 @@ pub async fn run(
     // Small pages: each listed Node is summarised and dropped at once, so the page is the
     // peak (500 full Nodes with their image lists are several MiB at 5,000 nodes).
     let mut node_events = watcher(nodes_api, watcher::Config::default().page_size(100))
-        .default_backoff()
+        .watch_backoff()
         .boxed();
     let mut workload_events = super::workloads_io::watch(fleet.client.clone()).boxed();
     // The circuit breaker's halt lives in the rotation record; every replica follows it, so

@@ -8,12 +8,13 @@
 
 use futures::{Stream, StreamExt};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use rotor_policy::{RotationPolicy, RotationPolicyStatus};
 use serde_json::{Value, json};
 
 use super::machine::Event;
 use super::pools::Pool;
+use crate::watch_backoff::WatchBackoffExt;
 
 /// The policies' changes as the machine's events. Errors are logged here (once per kind of
 /// failure in a row) and retried with back-off.
@@ -22,7 +23,7 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
     let mut listing: Vec<Pool> = Vec::new();
     let mut last_failure: Option<u16> = None;
     watcher(api, watcher::Config::default())
-        .default_backoff()
+        .watch_backoff()
         .filter_map(move |event| {
             let out = match event {
                 Ok(watcher::Event::Init) => {

@@ -77,6 +77,11 @@ mod tests {
         }
     }
 
+    /// `name` at `version`, carrying rotor's drain taint.
+    fn tainted(name: &str, version: &str) -> Node {
+        node(name, version, Some("rotor.dev/drain"))
+    }
+
     fn version(nodes: &TaintedNodes, name: &str) -> Option<String> {
         nodes.get(name)?.metadata.resource_version
     }
@@ -85,11 +90,7 @@ mod tests {
     fn keeps_the_latest_copy_of_tainted_nodes_only() {
         let mut nodes = TaintedNodes::default();
         nodes.apply(&watcher::Event::Init);
-        nodes.apply(&watcher::Event::InitApply(node(
-            "a",
-            "1",
-            Some("rotor.dev/drain"),
-        )));
+        nodes.apply(&watcher::Event::InitApply(tainted("a", "1")));
         nodes.apply(&watcher::Event::InitApply(node("b", "1", None)));
         nodes.apply(&watcher::Event::InitApply(node(
             "c",
@@ -103,26 +104,14 @@ mod tests {
         assert_eq!(version(&nodes, "b"), None, "untainted");
         assert_eq!(version(&nodes, "c"), None, "someone else's taint");
 
-        nodes.apply(&watcher::Event::Apply(node(
-            "a",
-            "2",
-            Some("rotor.dev/drain"),
-        )));
-        nodes.apply(&watcher::Event::Apply(node(
-            "b",
-            "2",
-            Some("rotor.dev/drain"),
-        )));
+        nodes.apply(&watcher::Event::Apply(tainted("a", "2")));
+        nodes.apply(&watcher::Event::Apply(tainted("b", "2")));
         assert_eq!(version(&nodes, "a").as_deref(), Some("2"));
         assert_eq!(version(&nodes, "b").as_deref(), Some("2"));
 
         // The taint removed, or the node deleted: no copy left to start from.
         nodes.apply(&watcher::Event::Apply(node("a", "3", None)));
-        nodes.apply(&watcher::Event::Delete(node(
-            "b",
-            "2",
-            Some("rotor.dev/drain"),
-        )));
+        nodes.apply(&watcher::Event::Delete(tainted("b", "2")));
         assert_eq!(version(&nodes, "a"), None);
         assert_eq!(version(&nodes, "b"), None);
     }
@@ -131,11 +120,7 @@ mod tests {
     fn a_relist_replaces_what_was_known_once_it_ends() {
         let mut nodes = TaintedNodes::default();
         nodes.apply(&watcher::Event::Init);
-        nodes.apply(&watcher::Event::InitApply(node(
-            "a",
-            "1",
-            Some("rotor.dev/drain"),
-        )));
+        nodes.apply(&watcher::Event::InitApply(tainted("a", "1")));
         nodes.apply(&watcher::Event::InitDone);
         nodes.apply(&watcher::Event::Init);
         assert_eq!(
@@ -143,11 +128,7 @@ mod tests {
             Some("1"),
             "kept while relisting"
         );
-        nodes.apply(&watcher::Event::InitApply(node(
-            "b",
-            "5",
-            Some("rotor.dev/drain"),
-        )));
+        nodes.apply(&watcher::Event::InitApply(tainted("b", "5")));
         nodes.apply(&watcher::Event::InitDone);
         assert_eq!(version(&nodes, "a"), None, "gone while the watch was down");
         assert_eq!(version(&nodes, "b").as_deref(), Some("5"));

@@ -6,12 +6,13 @@ use std::time::Instant;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
 use crate::fleet::workloads::{
     WorkloadCounts, WorkloadKey, WorkloadKind, WorkloadUpdate, of_deployment, of_replicaset,
     of_statefulset,
 };
+use crate::watch_backoff::WatchBackoffExt;
 
 fn reduce<K, F>(
     kind: WorkloadKind,
@@ -47,15 +48,15 @@ where
 pub fn watch(client: kube::Client) -> impl Stream<Item = WorkloadUpdate> + Send {
     let config = || watcher::Config::default().page_size(100);
     let deployments = watcher(Api::<Deployment>::all(client.clone()), config())
-        .default_backoff()
+        .watch_backoff()
         .map(|e| reduce(WorkloadKind::Deployment, e, of_deployment))
         .boxed();
     let replicasets = watcher(Api::<ReplicaSet>::all(client.clone()), config())
-        .default_backoff()
+        .watch_backoff()
         .map(|e| reduce(WorkloadKind::ReplicaSet, e, of_replicaset))
         .boxed();
     let statefulsets = watcher(Api::<StatefulSet>::all(client), config())
-        .default_backoff()
+        .watch_backoff()
         .map(|e| reduce(WorkloadKind::StatefulSet, e, of_statefulset))
         .boxed();
     futures::stream::select_all([deployments, replicasets, statefulsets])

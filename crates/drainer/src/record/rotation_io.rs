@@ -12,6 +12,7 @@ use crate::record::rotation::{
     Halt, HaltState, HealthGateState, RecordRef, RotationView, halt_from_data, halt_to_data,
     resume_patch, waiting_to_data,
 };
+use crate::watch_backoff::WatchBackoffExt;
 
 /// The field managers of the record's parts.
 const HEALTH_MANAGER: &str = "rotor-drainer-health";
@@ -118,11 +119,11 @@ pub fn watch_halt(
     at: &RecordRef,
 ) -> impl futures::Stream<Item = Result<HaltState, kube::runtime::watcher::Error>> + use<> {
     use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
+    use kube::runtime::watcher;
     let api: Api<ConfigMap> = Api::namespaced(client, &at.namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", at.name));
     watcher(api, config)
-        .default_backoff()
+        .watch_backoff()
         // `listed_one`: the list under way has shown the record.
         .scan(false, |listed_one, event| {
             let read = match event {

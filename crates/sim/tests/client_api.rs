@@ -115,14 +115,7 @@ async fn given_pods_on_three_nodes_when_selecting_by_label_and_node_name_then_on
         .collect();
     assert!(want.len() >= 3, "agent, kube-proxy and web on {node}");
     let selector = format!("spec.nodeName={node}");
-    let got: BTreeSet<_> = all_api
-        .list(&ListParams::default().fields(&selector))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(key)
-        .collect();
+    let got = pod_keys(&all_api, &ListParams::default().fields(&selector)).await;
     assert_eq!(got, want);
     let pages = list_paged(&all_api, ListParams::default().fields(&selector).limit(2)).await;
     assert!(pages.iter().all(|(items, _)| items.len() <= 2));
@@ -260,9 +253,9 @@ fn bare_pod(name: &str) -> Pod {
     .unwrap()
 }
 
-/// Every pod `api` lists, by namespace and name.
-async fn pod_keys(api: &Api<Pod>) -> BTreeSet<(String, String)> {
-    let list = api.list(&ListParams::default()).await.unwrap();
+/// The pods `api` lists with `params`, by namespace and name.
+async fn pod_keys(api: &Api<Pod>, params: &ListParams) -> BTreeSet<(String, String)> {
+    let list = api.list(params).await.unwrap();
     list.items.iter().map(key).collect()
 }
 
@@ -285,7 +278,7 @@ async fn given_a_label_selector_when_pods_are_deleted_as_a_collection_then_exact
             .await
             .unwrap()));
     }
-    let before = pod_keys(&api).await;
+    let before = pod_keys(&api, &ListParams::default()).await;
     let answer = api
         .delete_collection(
             &Default::default(),
@@ -311,7 +304,7 @@ async fn given_a_label_selector_when_pods_are_deleted_as_a_collection_then_exact
     })
     .await;
     assert_eq!(
-        pod_keys(&api).await,
+        pod_keys(&api, &ListParams::default()).await,
         before.difference(&held).cloned().collect(),
         "nothing else went"
     );
@@ -426,14 +419,7 @@ async fn given_a_watch_with_bookmarks_and_a_1s_timeout_when_nothing_changes_then
 async fn given_a_streaming_watch_then_the_current_objects_come_first_and_a_bookmark_ends_them() {
     let sim = TestSim::start(CLUSTER).await;
     let api = sim.pods("shop");
-    let listed: BTreeSet<(String, String)> = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(key)
-        .collect();
+    let listed = pod_keys(&api, &ListParams::default()).await;
     let config = watcher::Config::default().streaming_lists();
     let mut events = watcher(api.clone(), config).boxed();
     let mut initial = BTreeSet::new();

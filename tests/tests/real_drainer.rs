@@ -221,11 +221,10 @@ fn pod_reads_after_start(records: &[Value], node: &str) -> PodReads {
         .map(at)
         .min()
         .unwrap_or_else(|| panic!("the drainer never wrote {node}"));
+    let wanted = format!("fieldSelector=spec.nodeName={node}");
     let selects = |uri: &str| {
-        uri.contains(&format!("spec.nodeName%3D{node}&"))
-            || uri.ends_with(&format!("spec.nodeName%3D{node}"))
-            || uri.contains(&format!("spec.nodeName={node}&"))
-            || uri.ends_with(&format!("spec.nodeName={node}"))
+        let decoded = uri.replace("%3D", "=");
+        decoded.split(['?', '&']).any(|part| part == wanted)
     };
     let reads: Vec<&Value> = records
         .iter()

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::watch_backoff::WatchBackoffExt;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -15,6 +14,8 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::watch_backoff::WatchBackoffExt;
 
 /// The cluster's budgets, kept by a watch.
 #[derive(Clone)]

@@ -191,7 +191,7 @@ async fn wait_until_scheduled(
     let cfg = &room.cfg;
     let api: Api<Pod> = Api::namespaced(room.client.clone(), &cfg.namespace);
     let selector = placeholder_selector(node);
-    // kube-runtime's watcher, with its default back-off between failed attempts.
+    // kube-runtime's watcher, retried after a failure with the drainer's watch back-off.
     let mut events = watcher(api, watcher::Config::default().labels(&selector))
         .watch_backoff()
         .boxed();

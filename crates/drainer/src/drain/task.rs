@@ -52,11 +52,11 @@ pub async fn drain_node(
     stops: Stops,
 ) -> DrainOutcome {
     let nodes: Api<Node> = Api::all(drains.client.clone());
-    let read = match seen {
+    let fetched = match seen {
         Some(node) => Ok(Some(node)),
         None => nodes.get_opt(&name).await,
     };
-    let node = match read {
+    let node = match fetched {
         Ok(Some(n)) => n,
         Ok(None) => {
             return DrainOutcome {

@@ -2,17 +2,18 @@
 //! request: a watch that begins with the pods already there (`sendInitialEvents`, the WatchList
 //! feature, on by default in Kubernetes 1.32 and from 1.34), served from the API server's watch
 //! cache, instead of a list followed by a watch. An API server that refuses it (older ones, 1.33,
-//! or the feature gate off) answers 400 naming `sendInitialEvents`; from then on this drainer
+//! or the feature gate off) answers 422 naming `sendInitialEvents`; from then on this drainer
 //! lists and watches, as kube's watcher always did.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::watch_backoff::WatchBackoffExt;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::watcher;
+
+use crate::watch_backoff::WatchBackoffExt;
 
 /// One node's pod events, as kube's watcher gives them.
 pub type PodEvents = BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>;
@@ -31,7 +32,7 @@ impl PodWatches {
         }
     }
 
-    /// `node`'s pods, with kube's default back-off between failed attempts.
+    /// `node`'s pods, retried after a failure with [`crate::watch_backoff::WatchBackoff`].
     pub fn open(&self, node: &str) -> PodEvents {
         let api: Api<Pod> = Api::all(self.client.clone());
         watcher(api, self.config(node)).watch_backoff().boxed()

@@ -1,10 +1,11 @@
 //! The drainer's control loop: watch nodes (keeping only a small summary of each, and the
-//! object only of those that carry the drain taint), and on every change or tick decide what runs. Drains that were recorded as started
-//! resume; drains whose taint disappeared are stopped and undone; new drains start only inside a
-//! maintenance window, when the gate is open, and within the fleet limits the `fleet` module
-//! computes. Every replica runs the loop; it contends for the leader lease while some node needs
-//! rotor and acts only while it leads. While no node needs rotor it makes no API request besides
-//! its watches, leader or not: the leader releases the lease after `--release-lease-after`.
+//! object only of those that carry the drain taint), and on every change or tick decide what
+//! runs. Drains that were recorded as started resume; drains whose taint disappeared are
+//! stopped and undone; new drains start only inside a maintenance window, when the gate is
+//! open, and within the fleet limits the `fleet` module computes. Every replica runs the loop;
+//! it contends for the leader lease while some node needs rotor and acts only while it leads.
+//! While no node needs rotor it makes no API request besides its watches, leader or not: the
+//! leader releases the lease after `--release-lease-after`.
 //!
 //! The decisions are in `machine.rs` (a state machine, no I/O); this module only carries the
 //! watches' events to it and runs its commands. `start_gate` holds the next start until the

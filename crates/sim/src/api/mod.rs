@@ -399,25 +399,25 @@ fn serve_pod_verb(
             let listed = ApiCollection::list(&cluster.pods, &query, cluster.rev.current())?;
             let listed: Value =
                 serde_json::from_slice(&listed).map_err(|e| ApiError::internal(e.to_string()))?;
-            let mut items = Vec::new();
-            for pod in listed["items"].as_array().into_iter().flatten() {
+            // Written as a list is (`managed_fields::write_json`): the store keeps managedFields
+            // apart from the objects.
+            let mut out =
+                br#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":["#.to_vec();
+            for (i, pod) in listed["items"].as_array().into_iter().flatten().enumerate() {
                 let meta = &pod["metadata"];
                 let (pod_ns, pod_name) = (
                     meta["namespace"].as_str().unwrap_or_default(),
                     meta["name"].as_str().unwrap_or_default(),
                 );
                 let gone = cluster.delete_pod(pod_ns, pod_name, &opts, Removal::ApiDelete, now)?;
-                items.push(
-                    serde_json::to_value(gone.as_ref())
-                        .map_err(|e| ApiError::internal(e.to_string()))?,
-                );
+                if i > 0 {
+                    out.push(b',');
+                }
+                crate::managed_fields::write_json(&mut out, gone.as_ref())
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
             }
-            let out =
-                json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items});
-            Ok(Some(json_response(
-                StatusCode::OK,
-                serde_json::to_vec(&out).unwrap_or_default(),
-            )))
+            out.extend_from_slice(b"]}");
+            Ok(Some(json_response(StatusCode::OK, out)))
         }
         _ => Ok(None),
     }

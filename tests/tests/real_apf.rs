@@ -924,6 +924,7 @@ fn given_the_drainers_requests_shed_by_flow_control_then_it_backs_off_keeps_its_
         "no shed eviction waited the server's Retry-After: {waits:?}"
     );
     let shed_gap = shortest_retry_after_shed(&audit, "create pods/eviction");
+    eprintln!("apf:   shortest time from a shed eviction to its next try: {shed_gap:?}");
     assert!(
         shed_gap.is_none_or(|gap| gap >= Duration::from_millis(900)),
         "a shed eviction was sent again {shed_gap:?} later"

@@ -306,13 +306,12 @@ async fn evict_pass(
         pods,
         paces: &budget_paces(&budgets),
         policy,
-        now,
     };
-    for (attempt, outcome) in sends.attempts.iter().zip(outcomes) {
+    for (attempt, (outcome, answered_at)) in sends.attempts.iter().zip(outcomes) {
         if outcome == EvictionOutcome::Evicted {
             *progressed_at = now;
         }
-        let at = answered(task, &facts, queue, attempt, outcome).await;
+        let at = answered(task, &facts, queue, attempt, outcome, answered_at).await;
         if queue.evicted(&attempt.pod.uid) && said.insert(format!("grace {}", attempt.pod.uid)) {
             warn_long_grace(task, pods, &attempt.pod, attempt.grace, now).await;
         }
@@ -401,8 +400,9 @@ async fn warn_long_grace(
 /// a node's pods one after another would hold its drain for seconds. Sending them at once takes
 /// nothing from the budgets: the plan charged each budget no more than it allows, and the API
 /// server checks every eviction against its budget atomically. They are answered in any order
-/// (one may wait for its budget's turn behind another drain's).
-async fn send_all(wire: &EvictionWire, attempts: &[Attempt]) -> Vec<EvictionOutcome> {
+/// (one may wait for its budget's turn behind another drain's). Each answer comes with the time
+/// it arrived.
+async fn send_all(wire: &EvictionWire, attempts: &[Attempt]) -> Vec<(EvictionOutcome, Timestamp)> {
     // (The futures are collected first: a closure in the stream's type trips the compiler's
     // check that the spawned drain task is Send.)
     let requests: Vec<_> = attempts
@@ -410,15 +410,16 @@ async fn send_all(wire: &EvictionWire, attempts: &[Attempt]) -> Vec<EvictionOutc
         .enumerate()
         .map(|(i, a)| async move {
             let budget = a.charged.as_ref().map(|c| &c.budget);
-            (i, wire.send(&a.pod, a.grace, a.forced, budget).await)
+            let outcome = wire.send(&a.pod, a.grace, a.forced, budget).await;
+            (i, (outcome, Timestamp::now()))
         })
         .collect();
-    let mut answers: Vec<(usize, EvictionOutcome)> = futures::stream::iter(requests)
+    let mut answers: Vec<(usize, (EvictionOutcome, Timestamp))> = futures::stream::iter(requests)
         .buffer_unordered(EVICTIONS_IN_FLIGHT)
         .collect()
         .await;
     answers.sort_by_key(|(i, _)| *i);
-    answers.into_iter().map(|(_, outcome)| outcome).collect()
+    answers.into_iter().map(|(_, answer)| answer).collect()
 }
 
 /// What a pass knows while it takes its evictions' answers.
@@ -426,7 +427,6 @@ struct PassFacts<'a> {
     pods: &'a HashMap<String, Pod>,
     paces: &'a BTreeMap<BudgetKey, DisruptionPace>,
     policy: QueuePolicy,
-    now: Timestamp,
 }
 
 /// Takes the answer to one eviction or forced deletion: feeds it to the queue, and counts it in
@@ -438,20 +438,23 @@ async fn answered(
     queue: &mut EvictionQueue,
     attempt: &Attempt,
     outcome: EvictionOutcome,
+    answered_at: Timestamp,
 ) -> Option<Timestamp> {
     let (drains, name, pod) = (task.drains, task.name.as_str(), &attempt.pod);
     let PassFacts {
         pods,
         paces,
         policy,
-        now,
     } = *facts;
     if attempt.forced && outcome == EvictionOutcome::Evicted {
         drains.metrics.eviction("forced");
         tracing::warn!(node = %name, pod = %pod, "deleted the pod past --force-after, against its disruption budget");
         drains.announcer.on_node(task.node, NodeEvent::PodForced, format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
     }
-    let recorded = queue.record(pod, &outcome, policy, now);
+    // A wait counts from the answer, not from the pass's start: a pass's sends can take seconds
+    // on a loaded server, and a Retry-After counted from before the request was sent would send
+    // it again early.
+    let recorded = queue.record(pod, &outcome, policy, answered_at);
     match &outcome {
         EvictionOutcome::Evicted => {
             if !attempt.forced {

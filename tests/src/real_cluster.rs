@@ -375,6 +375,9 @@ impl RealCluster {
                 format!("--audit-log-path={}", cluster.audit_log.display()),
                 "--audit-log-format=json".into(),
                 "--audit-log-mode=blocking".into(),
+                // Never rotated: readers take the log from one file, by offset. (The default
+                // rotates at 100 MB, which a cluster of 30,000 pods writes in minutes.)
+                "--audit-log-maxsize=1000000".into(),
                 "--enable-priority-and-fairness=false".into(),
                 format!("--watch-cache={}", options.watch_cache),
             ]
@@ -456,6 +459,14 @@ impl RealCluster {
             child,
             log,
         });
+    }
+
+    /// The process id of component `name` (`etcd`, `kube-apiserver`, ...), if it runs.
+    pub fn component_pid(&self, name: &str) -> Option<u32> {
+        self.components
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.child.id())
     }
 
     /// Starts `name` with `args`, appending to `log` (a restarted component keeps one log).

@@ -91,6 +91,21 @@ impl BenchCluster {
         }
     }
 
+    /// The servers a run costs, by name and process id: rotor-sim, or kube-apiserver and etcd.
+    pub fn servers(&self) -> Vec<(String, u32)> {
+        match self {
+            BenchCluster::Sim(s) => vec![("rotor-sim".into(), s.process.pid())],
+            BenchCluster::Real(r) => ["kube-apiserver", "etcd"]
+                .into_iter()
+                .filter_map(|name| {
+                    r.cluster
+                        .component_pid(name)
+                        .map(|pid| (name.to_string(), pid))
+                })
+                .collect(),
+        }
+    }
+
     /// The simulator's control-loop tick (the lower bound counts it); none on the real one.
     pub fn tick(&self, scenario: &Scenario) -> Option<Duration> {
         match self {

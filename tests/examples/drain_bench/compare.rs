@@ -22,6 +22,7 @@ use crate::sim::BenchSim;
 use crate::snapshot::Snapshot;
 use crate::summary::Table;
 use crate::timeline::Timeline;
+use crate::usage::UsageSampler;
 use crate::{Args, SETTLE_FLAG, secs, secs_f};
 
 /// The kubectl loop's per-node `--timeout`, and how long before a hung kubectl is killed.
@@ -299,7 +300,35 @@ struct Bench<'a> {
     scenario: &'a Scenario,
 }
 
-/// One contestant on a fresh cluster: set up, taint every node at t=0, drain, measure.
+/// `--idle`: what rotor-drainer asks of the API server for `idle` while nothing carries the
+/// drain taint (its watches open, its Lease renewed), and its resident memory then.
+fn idle_reading(
+    cluster: &BenchCluster,
+    snap: &Snapshot,
+    drainer: &Drainer,
+    idle: Duration,
+) -> anyhow::Result<String> {
+    cluster.reset_counters(&snap.budgets)?;
+    std::thread::sleep(idle);
+    let (counted, _) = cluster.counted(true, 0)?;
+    let total: u64 = counted.requests.values().sum();
+    let kinds: Vec<String> = counted
+        .requests
+        .iter()
+        .map(|(kind, n)| format!("{kind} {n}"))
+        .collect();
+    let rss = rotor_e2e::resident_memory(drainer.process.pid())
+        .map_or(0.0, |m| m.current_kib as f64 / 1024.0);
+    Ok(format!(
+        "idle for {} s before t=0: {total} requests ({:.1} a minute: {}), RSS {rss:.1} MiB",
+        idle.as_secs(),
+        total as f64 * 60.0 / idle.as_secs_f64(),
+        kinds.join(", ")
+    ))
+}
+
+/// One contestant on a fresh cluster: set up, taint every node at t=0 (or `--taint N` of them),
+/// drain, measure.
 fn run_contestant(
     bench: Bench<'_>,
     who: Contestant,
@@ -328,7 +357,7 @@ fn run_contestant(
     };
     eprintln!("drain_bench: {label}: starting a fresh {}", backend.name());
     let cluster = BenchCluster::start(backend, runtime, &args.scenario, scenario, dir)?;
-    let snap = Snapshot::take(&cluster, scenario)?;
+    let snap = Snapshot::take(&cluster, scenario, args.taint)?;
     let bound = LowerBound::derive(scenario, &snap, cluster.tick(scenario))?;
     let recorder = Recorder::start(cluster.client(), cluster.runtime(), &snap.listed)?;
     let mut notes = Vec::new();
@@ -367,9 +396,19 @@ fn run_contestant(
             None
         }
     };
+    if let (Some(d), Some(idle)) = (&drainer, args.idle) {
+        notes.push(idle_reading(&cluster, &snap, d, idle)?);
+        eprintln!("drain_bench: {label}: {}", notes[notes.len() - 1]);
+    }
     cluster.reset_counters(&snap.budgets)?;
     let names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
     let deadline = Instant::now() + args.run_timeout;
+    let mut processes: Vec<(String, u32)> = drainer
+        .iter()
+        .map(|d| ("rotor-drainer".to_string(), d.process.pid()))
+        .collect();
+    processes.extend(cluster.servers());
+    let sampler = UsageSampler::start(processes);
 
     // t=0: every node gets the drain taint.
     let t0 = Instant::now();
@@ -392,6 +431,10 @@ fn run_contestant(
             done
         }
     };
+    for usage in sampler.finish() {
+        eprintln!("drain_bench: {label}: {usage}");
+        notes.push(usage.to_string());
+    }
     let (counted, sim_stats) = cluster.counted(who != Contestant::Kubectl, names.len() as u64)?;
     let readings = cluster.audit_readings(&snap, who != Contestant::Kubectl)?;
     for line in &readings {

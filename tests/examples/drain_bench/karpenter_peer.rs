@@ -410,7 +410,7 @@ fn karpenter_drift(
     if run == 1 {
         print_node_pool(&karpenter, "drift run, before t=0");
     }
-    let snap = Snapshot::take(&cluster, scenario)?;
+    let snap = Snapshot::take(&cluster, scenario, None)?;
     let recorder = Recorder::start(cluster.client(), cluster.runtime(), &snap.listed)?;
     let names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
     cluster.reset_counters(&snap.budgets)?;
@@ -464,7 +464,7 @@ fn rotor_beside(
     let bench = real(&cluster);
     let mut karpenter = Karpenter::start(&bench.cluster, options(c, scenario));
     let provisioned_in = provision(&cluster, scenario)?;
-    let snap = Snapshot::take(&cluster, scenario)?;
+    let snap = Snapshot::take(&cluster, scenario, None)?;
     let names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
     // Drifted in Karpenter's eyes but held by its budget, so that what it launches is the new
     // template, as in the drift run.

@@ -35,7 +35,9 @@ const STEP_JITTER: Duration = Duration::from_millis(20);
 ///    replacement can only run on a new node, which is Ready at the earliest at
 ///    T_cap = nodeStartup + min(scaleUpDelay, shortest node emptying + scaleDownDelay): the
 ///    autoscaler adds a node for a pod pending scaleUpDelay, or replaces a removed node, and a
-///    node is removed scaleDownDelay after it is empty. So no slot comes back before
+///    node is removed scaleDownDelay after it is empty. (With `--taint N`, some nodes stay
+///    untainted and may have room: T_cap = 0, and R counts only the budget's pods on the nodes
+///    to drain.) So no slot comes back before
 ///    F = max(T_cap, 0 for a Deployment | h for a StatefulSet) + s, and the evictions of wave
 ///    w >= 2 (the (w-1)a+1-th to the wa-th) each need one of the wave before to have been
 ///    replaced: they come at least c later, where c = h + s for a StatefulSet and s + tick for
@@ -85,6 +87,8 @@ pub struct LowerBound {
     /// Nodes by their d_i, for the explanation.
     node_costs: BTreeMap<String, usize>,
     t_cap: f64,
+    /// Nodes left untainted, with room for replacements at once (`--taint N`).
+    spare: usize,
     budgets: Vec<BudgetBound>,
     /// The simulator's control-loop tick; `None` on the real control plane, where
     /// controllers act on watch events rather than on a tick.
@@ -142,10 +146,15 @@ impl LowerBound {
             shortest_emptying = shortest_emptying.min(n.longest_shutdown);
             *node_costs.entry(format!("{d:.1} s")).or_default() += 1;
         }
-        let t_cap = t.node_startup.as_secs_f64()
-            + t.scale_up_delay
-                .as_secs_f64()
-                .min(shortest_emptying + t.scale_down_delay.as_secs_f64());
+        // With nodes left untainted (`--taint N`), a replacement may find room at once.
+        let t_cap = if snap.spare.is_empty() {
+            t.node_startup.as_secs_f64()
+                + t.scale_up_delay
+                    .as_secs_f64()
+                    .min(shortest_emptying + t.scale_down_delay.as_secs_f64())
+        } else {
+            0.0
+        };
         let gate_inputs = snap
             .nodes
             .iter()
@@ -184,9 +193,18 @@ impl LowerBound {
             // The scenario's budget as the simulated disruption controller computed it at t=0,
             // with every pod healthy: its pods R and the disruptions it allows a.
             let key = format!("{}/{}", w.namespace, w.name);
-            let Some(&(pods, allowed)) = snap.budgets.get(&key) else {
+            let Some(&(expected, allowed)) = snap.budgets.get(&key) else {
                 bail!("the scenario's budget {key} is not in the cluster");
             };
+            // Only the pods on the nodes to drain move (all of them when every node drains).
+            let pods = if snap.spare.is_empty() {
+                expected
+            } else {
+                snap.moved.get(&key).copied().unwrap_or(0)
+            };
+            if pods == 0 {
+                continue;
+            }
             ensure!(
                 allowed > 0,
                 "the budget of {}/{} never allows an eviction: no drainer can finish",
@@ -239,6 +257,7 @@ impl LowerBound {
             nodes: snap.nodes.len(),
             node_costs,
             t_cap,
+            spare: snap.spare.len(),
             budgets,
             tick,
         })
@@ -318,13 +337,20 @@ impl LowerBound {
             secs_f(self.node_sum),
             secs_f(self.nodes_bound(c))
         );
-        println!(
-            "  budgets: first new node Ready at T_cap = nodeStartup {} + min(scaleUpDelay {}, first node empty + scaleDownDelay {}) = {}",
-            secs(t.node_startup),
-            secs(t.scale_up_delay),
-            secs(t.scale_down_delay),
-            secs_f(self.t_cap)
-        );
+        if self.spare > 0 {
+            println!(
+                "  budgets: T_cap = 0: {} nodes stay untainted, and a replacement may find room on one at once; only the pods on the {} nodes to drain move",
+                self.spare, self.nodes
+            );
+        } else {
+            println!(
+                "  budgets: first new node Ready at T_cap = nodeStartup {} + min(scaleUpDelay {}, first node empty + scaleDownDelay {}) = {}",
+                secs(t.node_startup),
+                secs(t.scale_up_delay),
+                secs(t.scale_down_delay),
+                secs_f(self.t_cap)
+            );
+        }
         for b in &self.budgets {
             let who = if b.names.len() == 1 {
                 b.names[0].clone()

@@ -23,7 +23,12 @@
 //! the PriorityClass `rotor-surge` created first, and compares its makespan and the seconds
 //! workload pods spent unschedulable with rotor's without surge), `--peer karpenter` (only
 //! the contest against Karpenter's drift replacement, on the real control plane, with
-//! `tools/karpenter/build.sh` built: [`karpenter_peer`]). Progress goes to
+//! `tools/karpenter/build.sh` built: [`karpenter_peer`]), `--taint N` (drain only N nodes,
+//! spread evenly over the cluster in name order; the others stay untainted, with room for the
+//! evicted pods, and the lower bound counts that: [`snapshot`]), `--idle SECONDS` (first, with
+//! rotor-drainer standing by and nothing tainted, count its requests and read its memory for
+//! that long). Each run also reports the CPU seconds and peak memory of rotor-drainer and of the
+//! servers answering it ([`usage`]: kube-apiserver and etcd, or rotor-sim). Progress goes to
 //! stderr, figures to stdout. A benchmark reports; it does not assert: targets missed are printed
 //! as MISS and the exit status stays 0 (it is non-zero only when something could not run).
 //! The scratch directory (each run's logs; on the real control plane its audit log too) is
@@ -84,6 +89,7 @@ mod sim;
 mod snapshot;
 mod summary;
 mod timeline;
+mod usage;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -130,13 +136,17 @@ struct Args {
     pictures: PathBuf,
     /// `--peer karpenter`: only the contest against Karpenter's drift replacement.
     karpenter_peer: bool,
+    /// `--taint N`: drain only N of the nodes (spread over them), the others left with room.
+    taint: Option<usize>,
+    /// `--idle SECONDS`: first measure rotor-drainer idle for this long.
+    idle: Option<Duration>,
 }
 
 const USAGE: &str = "usage: drain_bench [--concurrency 1,3] [--scenario FILE] [--scale 1k,5k,20k] \
 [--scale-scenario FILE[,FILE]] \
 [--only rotor|kubectl] [--skip-compare] [--skip-memory] [--run-timeout SECONDS] \
 [--rotor-max-unavailable N|P%] [--surge] [--backend sim|real|sim,real] [--runs N] [--pictures DIR] \
-[--peer karpenter]";
+[--peer karpenter] [--taint N] [--idle SECONDS]";
 
 fn parse_args() -> anyhow::Result<Args> {
     let root = workspace_root();
@@ -155,6 +165,8 @@ fn parse_args() -> anyhow::Result<Args> {
         runs: 1,
         pictures: PathBuf::new(),
         karpenter_peer: false,
+        taint: None,
+        idle: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -200,6 +212,20 @@ fn parse_args() -> anyhow::Result<Args> {
                 other => bail!("--peer takes karpenter, not {other:?}"),
             },
             "--skip-memory" => a.memory = false,
+            "--taint" => {
+                let n: usize = value()?
+                    .parse()
+                    .map_err(|e| anyhow!("--taint takes a number of nodes: {e}"))?;
+                ensure!(n >= 1, "--taint must be at least 1");
+                a.taint = Some(n);
+            }
+            "--idle" => {
+                let s: u64 = value()?
+                    .parse()
+                    .map_err(|e| anyhow!("--idle takes seconds: {e}"))?;
+                ensure!(s >= 1, "--idle must be at least 1 second");
+                a.idle = Some(Duration::from_secs(s));
+            }
             "--run-timeout" => {
                 a.run_timeout = Duration::from_secs(
                     value()?

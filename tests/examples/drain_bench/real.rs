@@ -39,8 +39,11 @@ const KWOK_STARTUP_ANNOTATION: &str = "e2e.rotor.dev/startup";
 const KWOK_SHUTDOWN_ANNOTATION: &str = "e2e.rotor.dev/shutdown";
 /// The ServiceAccount the kubectl loop runs as, so that its requests can be told apart.
 const KUBECTL_ACCOUNT: &str = "bench-kubectl";
-/// How long the workloads may take to be scheduled and Ready before t=0.
+/// How long the workloads may take to be scheduled and Ready before t=0, at least; a large
+/// cluster gets [`SETTLE_PER_POD`] for each of its pods (the controllers' and the scheduler's
+/// 200 requests a second, and kwok's status updates).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(600);
+const SETTLE_PER_POD: Duration = Duration::from_millis(60);
 
 pub struct RealBench {
     pub cluster: RealCluster,
@@ -390,12 +393,16 @@ pub(crate) fn wait_settled(
     client: &kube::Client,
     expected: usize,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    let timeout = SETTLE_TIMEOUT.max(SETTLE_PER_POD * expected as u32);
+    let deadline = Instant::now() + timeout;
+    // Each look lists every pod, from the watch cache (a read through to etcd costs the API
+    // server seconds at 30,000 pods); at thousands of pods, look less often.
+    let every = Duration::from_secs(1).max(Duration::from_millis(expected as u64));
     let pods: Api<Pod> = Api::all(client.clone());
     let budgets: Api<PodDisruptionBudget> = Api::all(client.clone());
     loop {
         let (ready, budgets_current) = runtime.block_on(async {
-            let list = pods.list(&ListParams::default()).await?;
+            let list = pods.list(&ListParams::default().match_any()).await?;
             let ready = list
                 .items
                 .iter()
@@ -429,9 +436,9 @@ pub(crate) fn wait_settled(
         ensure!(
             Instant::now() < deadline,
             "the workloads did not settle within {} s: {ready} of {expected} pods Ready, budgets current: {budgets_current}",
-            SETTLE_TIMEOUT.as_secs()
+            timeout.as_secs()
         );
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(every);
     }
 }
 

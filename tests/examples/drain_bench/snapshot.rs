@@ -1,5 +1,7 @@
 //! The cluster at t=0, as the lower bound needs it: each node's longest pod shutdown and the
-//! pods a controller replaces, each budget's figures.
+//! pods a controller replaces, each budget's figures. By default every node is drained; with
+//! `--taint N` only N of them, spread evenly over the nodes in name order (so over every node
+//! group), and the others stay as they are, with room for the evicted pods.
 
 use std::collections::BTreeMap;
 
@@ -37,18 +39,28 @@ pub struct Replaced {
 }
 
 pub struct Snapshot {
+    /// The nodes to drain: every node, or the `--taint N` picked.
     pub nodes: Vec<OriginalNode>,
+    /// The nodes left untainted (none without `--taint`).
+    pub spare: Vec<String>,
     /// `namespace/name` of every PodDisruptionBudget: (status.expectedPods,
     /// status.disruptionsAllowed) with every pod healthy.
     pub budgets: BTreeMap<String, (i64, i64)>,
+    /// `namespace/name` of every PodDisruptionBudget: how many of its pods run on the nodes to
+    /// drain.
+    pub moved: BTreeMap<String, i64>,
     /// The lists as read, for the benchmark's record of the run.
     pub listed: Listed,
 }
 
 impl Snapshot {
     /// Lists nodes and pods before t=0 (these requests are not counted: the counters are
-    /// zeroed afterwards).
-    pub fn take(sim: &BenchCluster, scenario: &Scenario) -> anyhow::Result<Snapshot> {
+    /// zeroed afterwards). `taint`: how many nodes to drain, `None` for all.
+    pub fn take(
+        sim: &BenchCluster,
+        scenario: &Scenario,
+        taint: Option<usize>,
+    ) -> anyhow::Result<Snapshot> {
         let list = sim.get("/api/v1/nodes")?;
         let resource_version = list["metadata"]["resourceVersion"]
             .as_str()
@@ -72,6 +84,17 @@ impl Snapshot {
                     pods: 0,
                 },
             );
+        }
+        let all: Vec<String> = nodes.keys().cloned().collect();
+        let keep = picked(all.len(), taint);
+        let spare: Vec<String> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !keep.contains(i))
+            .map(|(_, name)| name.clone())
+            .collect();
+        for name in &spare {
+            nodes.remove(name);
         }
         // Every budget: its figures, and its selector as the eviction subresource reads it, to
         // tell which pods it covers (the simulator's own matching).
@@ -97,6 +120,7 @@ impl Snapshot {
             let sel = selector(&pdb);
             covering.push((pdb, sel));
         }
+        let mut moved: BTreeMap<String, i64> = BTreeMap::new();
         let pods = sim.get("/api/v1/pods")?;
         let default_shutdown = scenario.timing.pod_shutdown;
         let mut listed_pods = Vec::new();
@@ -136,10 +160,22 @@ impl Snapshot {
                 Some(_) => Some(0.0),
                 None => None, // nobody replaces a bare pod; the gate does not wait for it
             };
-            let budgeted = covering
+            let covered_by: Vec<String> = covering
                 .iter()
-                .any(|(pdb, selector)| covers(pdb, selector.as_ref(), &pod));
+                .filter(|(pdb, selector)| covers(pdb, selector.as_ref(), &pod))
+                .map(|(pdb, _)| {
+                    format!(
+                        "{}/{}",
+                        pdb.metadata.namespace.as_deref().unwrap_or(""),
+                        pdb.metadata.name.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            let budgeted = !covered_by.is_empty();
             if let Some(n) = nodes.get_mut(node) {
+                for key in covered_by {
+                    *moved.entry(key).or_default() += 1;
+                }
                 n.longest_shutdown = n.longest_shutdown.max(shutdown);
                 if let Some(created_after) = created_after {
                     n.replaced.push(Replaced {
@@ -164,8 +200,44 @@ impl Snapshot {
         };
         Ok(Snapshot {
             nodes: nodes.into_values().collect(),
+            spare,
             budgets,
+            moved,
             listed,
         })
+    }
+}
+
+/// Which of `total` nodes (by index in name order) to drain: all, or `taint` of them spread
+/// evenly, the first included.
+pub fn picked(total: usize, taint: Option<usize>) -> std::collections::BTreeSet<usize> {
+    let n = taint.unwrap_or(total).min(total);
+    (0..n).map(|i| i * total / n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::picked;
+
+    #[test]
+    fn every_node_without_a_count_and_an_even_spread_with_one() {
+        assert_eq!(
+            picked(4, None).into_iter().collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert_eq!(picked(4, Some(9)).len(), 4);
+        assert_eq!(
+            picked(1000, Some(100))
+                .into_iter()
+                .take(3)
+                .collect::<Vec<_>>(),
+            [0, 10, 20]
+        );
+        assert_eq!(picked(1000, Some(100)).len(), 100);
+        // Uneven: still N distinct nodes, spread over the whole list.
+        let seven = picked(10, Some(7));
+        assert_eq!(seven.len(), 7);
+        assert_eq!(seven.last(), Some(&8));
+        assert!(picked(5, Some(0)).is_empty());
     }
 }

@@ -301,7 +301,8 @@ struct Bench<'a> {
 }
 
 /// `--idle`: what rotor-drainer asks of the API server for `idle` while nothing carries the
-/// drain taint (its watches open, its Lease renewed), and its resident memory then.
+/// drain taint (its watches open; it holds no Lease while no node needs it), and its resident
+/// memory then.
 fn idle_reading(
     cluster: &BenchCluster,
     snap: &Snapshot,

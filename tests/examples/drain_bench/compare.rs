@@ -318,8 +318,7 @@ fn idle_reading(
         .iter()
         .map(|(kind, n)| format!("{kind} {n}"))
         .collect();
-    let rss = rotor_e2e::resident_memory(drainer.process.pid())
-        .map_or(0.0, |m| m.current_kib as f64 / 1024.0);
+    let rss = crate::usage::rss_mib(drainer.process.pid());
     Ok(format!(
         "idle for {} s before t=0: {total} requests ({:.1} a minute: {}), RSS {rss:.1} MiB",
         idle.as_secs(),

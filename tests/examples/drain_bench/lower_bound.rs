@@ -147,7 +147,7 @@ impl LowerBound {
             *node_costs.entry(format!("{d:.1} s")).or_default() += 1;
         }
         // With nodes left untainted (`--taint N`), a replacement may find room at once.
-        let t_cap = if snap.spare.is_empty() {
+        let t_cap = if snap.spare == 0 {
             t.node_startup.as_secs_f64()
                 + t.scale_up_delay
                     .as_secs_f64()
@@ -197,7 +197,7 @@ impl LowerBound {
                 bail!("the scenario's budget {key} is not in the cluster");
             };
             // Only the pods on the nodes to drain move (all of them when every node drains).
-            let pods = if snap.spare.is_empty() {
+            let pods = if snap.spare == 0 {
                 expected
             } else {
                 snap.moved.get(&key).copied().unwrap_or(0)
@@ -257,7 +257,7 @@ impl LowerBound {
             nodes: snap.nodes.len(),
             node_costs,
             t_cap,
-            spare: snap.spare.len(),
+            spare: snap.spare,
             budgets,
             tick,
         })

@@ -41,8 +41,8 @@ pub struct Replaced {
 pub struct Snapshot {
     /// The nodes to drain: every node, or the `--taint N` picked.
     pub nodes: Vec<OriginalNode>,
-    /// The nodes left untainted (none without `--taint`).
-    pub spare: Vec<String>,
+    /// How many nodes are left untainted (none without `--taint`).
+    pub spare: usize,
     /// `namespace/name` of every PodDisruptionBudget: (status.expectedPods,
     /// status.disruptionsAllowed) with every pod healthy.
     pub budgets: BTreeMap<String, (i64, i64)>,
@@ -85,17 +85,13 @@ impl Snapshot {
                 },
             );
         }
-        let all: Vec<String> = nodes.keys().cloned().collect();
-        let keep = picked(all.len(), taint);
-        let spare: Vec<String> = all
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !keep.contains(i))
-            .map(|(_, name)| name.clone())
-            .collect();
-        for name in &spare {
-            nodes.remove(name);
-        }
+        let keep = picked(nodes.len(), taint);
+        let spare = nodes.len() - keep.len();
+        let mut index = 0;
+        nodes.retain(|_, _| {
+            index += 1;
+            keep.contains(&(index - 1))
+        });
         // Every budget: its figures, and its selector as the eviction subresource reads it, to
         // tell which pods it covers (the simulator's own matching).
         let mut budgets = BTreeMap::new();
@@ -111,14 +107,14 @@ impl Snapshot {
             );
             let status = pdb.status.as_ref();
             budgets.insert(
-                key,
+                key.clone(),
                 (
                     status.map_or(0, |s| i64::from(s.expected_pods)),
                     status.map_or(0, |s| i64::from(s.disruptions_allowed)),
                 ),
             );
             let sel = selector(&pdb);
-            covering.push((pdb, sel));
+            covering.push((key, pdb, sel));
         }
         let mut moved: BTreeMap<String, i64> = BTreeMap::new();
         let pods = sim.get("/api/v1/pods")?;
@@ -160,21 +156,15 @@ impl Snapshot {
                 Some(_) => Some(0.0),
                 None => None, // nobody replaces a bare pod; the gate does not wait for it
             };
-            let covered_by: Vec<String> = covering
+            let covered_by: Vec<&String> = covering
                 .iter()
-                .filter(|(pdb, selector)| covers(pdb, selector.as_ref(), &pod))
-                .map(|(pdb, _)| {
-                    format!(
-                        "{}/{}",
-                        pdb.metadata.namespace.as_deref().unwrap_or(""),
-                        pdb.metadata.name.as_deref().unwrap_or("")
-                    )
-                })
+                .filter(|(_, pdb, selector)| covers(pdb, selector.as_ref(), &pod))
+                .map(|(key, _, _)| key)
                 .collect();
             let budgeted = !covered_by.is_empty();
             if let Some(n) = nodes.get_mut(node) {
                 for key in covered_by {
-                    *moved.entry(key).or_default() += 1;
+                    *moved.entry(key.clone()).or_default() += 1;
                 }
                 n.longest_shutdown = n.longest_shutdown.max(shutdown);
                 if let Some(created_after) = created_after {
@@ -195,7 +185,7 @@ impl Snapshot {
         };
         let listed = Listed {
             pods: listed_pods,
-            budgets: covering.iter().map(|(pdb, _)| pdb.clone()).collect(),
+            budgets: covering.iter().map(|(_, pdb, _)| pdb.clone()).collect(),
             versions: (resource_version, version(&pods)?, version(&budget_list)?),
         };
         Ok(Snapshot {

@@ -84,7 +84,8 @@ impl UsageSampler {
     }
 }
 
-fn rss_mib(pid: u32) -> f64 {
+/// Process `pid`'s resident memory now, in MiB (0 once it is gone).
+pub fn rss_mib(pid: u32) -> f64 {
     resident_memory(pid).map_or(0.0, |m| m.current_kib as f64 / 1024.0)
 }
 

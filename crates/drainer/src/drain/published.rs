@@ -58,6 +58,14 @@ impl PerDrain<BudgetDemand> {
         self.lock().insert(node.to_string(), demand);
     }
 
+    /// What each running drain still needs, in node-name order.
+    pub fn each(&self) -> Vec<BudgetDemand> {
+        let map = self.lock();
+        let mut names: Vec<&String> = map.keys().collect();
+        names.sort();
+        names.into_iter().map(|name| map[name].clone()).collect()
+    }
+
     /// Claims every running drain's demand from `allowed`.
     pub fn claim_from(&self, allowed: &mut BTreeMap<BudgetKey, i64>) {
         for demand in self.lock().values() {

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Taint;
 use rotor_core::contract::{DRAIN_TAINT_KEY, DrainPhase};
 
 use crate::drain::budgets::{BudgetDemand, BudgetKey, DisruptionPace};
+use crate::fleet::lookahead::{self, Ahead};
 use crate::fleet::starts::{FleetDecision, FleetLimits, NodeView, PoolRules, choose_in_pools};
 use crate::record::node::retry_backoff;
 
@@ -87,6 +88,9 @@ pub(super) struct BudgetsNow {
     /// How far each budget is from giving back its next disruption, in rounds
     /// ([`crate::drain::pace::delays`]).
     pub delays: BTreeMap<BudgetKey, f64>,
+    /// What each running drain still needs, in the order the planned choice serves them (by
+    /// node name: which drain's eviction a budget takes first is not decided here).
+    pub running: Vec<BudgetDemand>,
 }
 
 /// Decides the starts again with the candidates' `demands` scored against `budgets`: each
@@ -105,6 +109,7 @@ pub(super) fn weigh(
         allowed,
         mut claimed,
         delays,
+        running,
     } = budgets;
     // A node that would block never gets through its budgets' rounds: it adds none.
     for demand in demands.values().filter(|d| !d.blocks) {
@@ -115,7 +120,11 @@ pub(super) fn weigh(
             .get(&v.name)
             .map_or(0, |d| urgency(d, &claimed, &paces, &delays));
     }
-    choose_in_turn(view, limits, rules, now, demands, allowed)
+    let ahead = Lookahead {
+        running: running.iter().collect(),
+        paces: &paces,
+    };
+    choose_in_turn(view, limits, rules, now, demands, allowed, ahead)
 }
 
 /// How many rounds the busiest budget among a node's pods still has ahead of it, in hundredths:
@@ -146,19 +155,28 @@ fn urgency(
         .unwrap_or(0)
 }
 
+/// What the planned choice plays out from: the running drains' demands (earlier picks of the
+/// pass join them) and the budgets' paces.
+struct Lookahead<'a> {
+    running: Vec<&'a BudgetDemand>,
+    paces: &'a BTreeMap<BudgetKey, DisruptionPace>,
+}
+
 /// Picks the nodes to start one at a time: each pick is the first of
-/// [`choose_in_pools`]'s order (every pool's rules kept) with every candidate scored by
-/// [`BudgetDemand::waits`] against `allowed`, after which its demand is claimed from `allowed`
-/// and it counts as draining. So two starts in one pass do not both go to nodes whose pods
-/// queue on the same budget when another node's pods would not. Unscored candidates (no entry
-/// in `demands`) come after scored ones, as before.
-fn choose_in_turn(
+/// [`choose_in_pools`]'s order (every pool's rules kept) with the first candidates ranked by
+/// the planned choice ([`plan_ranks`]) and every candidate scored by [`BudgetDemand::waits`]
+/// against `allowed`, after which its demand is claimed from `allowed`, it joins the running
+/// drains of the lookahead and it counts as draining. So two starts in one pass do not both go
+/// to nodes whose pods queue on the same budget when another node's pods would not. Unscored
+/// candidates (no entry in `demands`) come after scored ones, as before.
+fn choose_in_turn<'a>(
     view: &mut [NodeView],
     limits: &FleetLimits,
     rules: PoolRules<'_>,
     now: Timestamp,
-    demands: &HashMap<String, BudgetDemand>,
+    demands: &'a HashMap<String, BudgetDemand>,
     mut allowed: BTreeMap<BudgetKey, i64>,
+    mut ahead: Lookahead<'a>,
 ) -> FleetDecision {
     let mut picked: Vec<String> = Vec::new();
     let mut first: Option<FleetDecision> = None;
@@ -166,6 +184,7 @@ fn choose_in_turn(
         for v in view.iter_mut() {
             v.budget_waits = demands.get(&v.name).map(|d| d.waits(&allowed));
         }
+        plan_ranks(view, demands, &ahead, limits.max_concurrent, &picked);
         let decision = choose_in_pools(view, limits, rules, now, retry_backoff);
         let Some(next) = decision.start.first().cloned() else {
             // The counts are those before any pick; the held nodes those after the last.
@@ -176,12 +195,75 @@ fn choose_in_turn(
         };
         if let Some(demand) = demands.get(&next) {
             demand.claim(&mut allowed);
+            ahead.running.push(demand);
         }
         if let Some(v) = view.iter_mut().find(|v| v.name == next) {
             v.record.phase = Some(DrainPhase::Queued);
         }
         picked.push(next);
         first.get_or_insert(decision);
+    }
+}
+
+/// Ranks the first [`lookahead::TRIED`] candidates of the greedy order (fewest waits, then the
+/// most urgent, then the oldest) by what starting each now is projected to lead to
+/// ([`lookahead::project`]), the others waiting behind it; every other node's rank is cleared.
+/// Candidates whose drain would block, and those `picked` earlier in the pass, are not ranked.
+fn plan_ranks(
+    view: &mut [NodeView],
+    demands: &HashMap<String, BudgetDemand>,
+    ahead: &Lookahead<'_>,
+    slots: usize,
+    picked: &[String],
+) {
+    let mut order: Vec<(usize, &BudgetDemand)> = view
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !picked.contains(&v.name))
+        .filter_map(|(i, v)| demands.get(&v.name).map(|d| (i, d)))
+        .filter(|(_, d)| !d.blocks)
+        .collect();
+    order.sort_by_key(|(i, _)| {
+        let v = &view[*i];
+        (
+            v.budget_waits.unwrap_or(u32::MAX),
+            std::cmp::Reverse(v.budget_urgency),
+            v.created.is_none(),
+            v.created,
+            v.name.clone(),
+        )
+    });
+    let projections: Vec<(usize, u32)> = order
+        .iter()
+        .take(lookahead::TRIED)
+        .map(|(i, demand)| {
+            let waiting = order
+                .iter()
+                .filter(|(j, _)| j != i)
+                .map(|(_, d)| *d)
+                .collect();
+            let from = Ahead {
+                running: ahead.running.clone(),
+                waiting,
+                paces: ahead.paces,
+                slots,
+            };
+            (*i, lookahead::project(&from, demand))
+        })
+        .collect();
+    // Ranked by the projected end alone: the plan overrides the greedy order only where it
+    // projects a whole round saved, and candidates projected alike keep that order.
+    let mut distinct: Vec<u32> = projections.iter().map(|(_, finish)| *finish).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    for v in view.iter_mut() {
+        v.plan_rank = None;
+    }
+    for (i, finish) in projections {
+        view[i].plan_rank = distinct
+            .binary_search(&finish)
+            .ok()
+            .and_then(|rank| u32::try_from(rank).ok());
     }
 }
 
@@ -244,6 +326,25 @@ mod tests {
         budgets.iter().map(|b| (BudgetKey::from(*b), 1)).collect()
     }
 
+    /// Budgets that let one pod through a round, one allowed now.
+    fn one_a_round(budgets: &[&str]) -> BTreeMap<BudgetKey, DisruptionPace> {
+        let pace = DisruptionPace {
+            allowed_now: 1,
+            per_round: 1,
+        };
+        budgets
+            .iter()
+            .map(|b| (BudgetKey::from(*b), pace))
+            .collect()
+    }
+
+    fn nothing_running(paces: &BTreeMap<BudgetKey, DisruptionPace>) -> Lookahead<'_> {
+        Lookahead {
+            running: vec![],
+            paces,
+        }
+    }
+
     #[test]
     fn starts_in_one_pass_do_not_queue_on_the_same_budget() {
         // As the benchmark's nodes are filled: neighbours in age order share their budgets.
@@ -259,13 +360,15 @@ mod tests {
             ("c".to_string(), demand(&["checkout-1", "checkout-4"])),
             ("d".to_string(), demand(&["checkout-0", "checkout-2"])),
         ]);
-        let allowed = one_each(&[
+        let checkout = [
             "checkout-0",
             "checkout-1",
             "checkout-2",
             "checkout-3",
             "checkout-4",
-        ]);
+        ];
+        let allowed = one_each(&checkout);
+        let paces = one_a_round(&checkout);
         let decision = choose_in_turn(
             &mut view.clone(),
             &limits(2),
@@ -273,6 +376,7 @@ mod tests {
             now(),
             &demands,
             allowed.clone(),
+            nothing_running(&paces),
         );
         // Scored all at once, a and b tie (nothing waits) and b is older than c: a, b. In turn,
         // a claims checkout-0 and checkout-3, so b's pods would queue and c goes next.
@@ -292,6 +396,7 @@ mod tests {
             now(),
             &demands,
             allowed,
+            nothing_running(&paces),
         );
         assert_eq!(decision.start, ["a", "c", "d"]);
     }
@@ -308,7 +413,13 @@ mod tests {
         ]);
         // A running drain still has one web pod to evict: it takes web's one disruption.
         let mut allowed = one_each(&["web", "api"]);
-        demand(&["web"]).claim(&mut allowed);
+        let running = demand(&["web"]);
+        running.claim(&mut allowed);
+        let paces = one_a_round(&["web", "api"]);
+        let ahead = Lookahead {
+            running: vec![&running],
+            paces: &paces,
+        };
         let decision = choose_in_turn(
             &mut view,
             &limits(1),
@@ -316,8 +427,70 @@ mod tests {
             now(),
             &demands,
             allowed,
+            ahead,
         );
         assert_eq!(decision.start, ["c"]);
+    }
+
+    #[test]
+    fn a_start_that_waits_now_goes_first_when_it_keeps_a_budget_busy_later() {
+        // r is draining: a's last pod of its own this round, then b's for two more rounds.
+        // x's two pods would pass under c, which no one else needs; y and z hold a's next pods.
+        let mut running_node = tainted("r", 10);
+        running_node.record.phase = Some(DrainPhase::Evicting);
+        let mut view = vec![
+            running_node,
+            tainted("x", 9),
+            tainted("y", 8),
+            tainted("z", 7),
+        ];
+        let mut c = demand(&["c"]);
+        c.pods.insert("c".into(), 2);
+        let mut a3 = demand(&["a"]);
+        a3.pods.insert("a".into(), 3);
+        let mut a2 = demand(&["a"]);
+        a2.pods.insert("a".into(), 2);
+        let demands = HashMap::from([
+            ("x".to_string(), c),
+            ("y".to_string(), a3),
+            ("z".to_string(), a2),
+        ]);
+        let running = BudgetDemand {
+            blocks: false,
+            pods: BTreeMap::from([("a".into(), 1), ("b".into(), 3)]),
+        };
+        let mut allowed = one_each(&["a", "b", "c"]);
+        running.claim(&mut allowed);
+        let paces = one_a_round(&["a", "b", "c"]);
+        let ahead = Lookahead {
+            running: vec![&running],
+            paces: &paces,
+        };
+        // Waits now alone would take x: one pod waits, against y's three and z's two.
+        let mut greedy = view.clone();
+        for v in greedy.iter_mut() {
+            v.budget_waits = demands.get(&v.name).map(|d| d.waits(&allowed));
+        }
+        let by_waits = choose_in_pools(
+            &greedy,
+            &limits(2),
+            PoolRules::flags_only(),
+            now(),
+            retry_backoff,
+        );
+        assert_eq!(by_waits.start, ["x"]);
+        // But then a sits idle in round 1 while x holds the slot. Started now, y or z keeps a
+        // busy from round 1 and the rotation ends a round sooner; they tie, and z waits less.
+        let decision = choose_in_turn(
+            &mut view,
+            &limits(2),
+            PoolRules::flags_only(),
+            now(),
+            &demands,
+            allowed,
+            ahead,
+        );
+        assert_eq!(decision.start, ["z"]);
     }
 
     #[test]
@@ -379,6 +552,7 @@ mod tests {
             ("c".to_string(), demand(&["db"])),
         ]);
         let allowed = one_each(&["web", "api", "db"]);
+        let paces = one_a_round(&["web", "api", "db"]);
         let decision = choose_in_turn(
             &mut view,
             &limits(2),
@@ -386,6 +560,7 @@ mod tests {
             now(),
             &demands,
             allowed,
+            nothing_running(&paces),
         );
         assert_eq!(decision.start, ["a", "b"]);
         assert_eq!(decision.held.len(), 1);
@@ -422,7 +597,16 @@ mod tests {
             flags_open: false,
         };
         let allowed = one_each(&["web", "api", "db"]);
-        let decision = choose_in_turn(&mut view, &limits(3), rules, now(), &demands, allowed);
+        let paces = one_a_round(&["web", "api", "db"]);
+        let decision = choose_in_turn(
+            &mut view,
+            &limits(3),
+            rules,
+            now(),
+            &demands,
+            allowed,
+            nothing_running(&paces),
+        );
         assert_eq!(decision.start, ["b"]);
         let held: Vec<String> = decision
             .held
@@ -454,6 +638,10 @@ mod tests {
             // The running drains still have two pods to evict under `slow`.
             claimed: BTreeMap::from([(BudgetKey::from("slow"), -2)]),
             delays: BTreeMap::new(),
+            running: vec![BudgetDemand {
+                blocks: false,
+                pods: BTreeMap::from([(BudgetKey::from("slow"), 2)]),
+            }],
         };
         let decision = weigh(
             &mut view,
@@ -470,6 +658,8 @@ mod tests {
             .map(|v| (v.name.as_str(), v.budget_urgency))
             .collect();
         assert_eq!(urgency, vec![("a", 300), ("b", 100), ("c", 300)]);
-        assert_eq!(decision.start.len(), 1, "{decision:?}");
+        // Every budget here is unpaced, so the projection sees no round to save either way, and
+        // the greedy order decides: neither waits, and a's `slow` has the most rounds left.
+        assert_eq!(decision.start, ["a"], "{decision:?}");
     }
 }

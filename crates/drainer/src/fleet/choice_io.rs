@@ -84,6 +84,7 @@ pub(super) async fn rechoose(
         allowed,
         claimed,
         delays,
+        running: reads.published.claims.each(),
     };
     let decision = weigh(view, limits, rules, now, &demands, budgets);
     tracing::debug!(listed = to_list.len(), known = demands.len(), chosen = ?decision.start, "candidates weighed by what their pods' budgets allow");

@@ -25,6 +25,7 @@ mod gate_io;
 pub mod health;
 mod health_io;
 mod held_log;
+mod lookahead;
 mod machine;
 pub mod pool_status;
 pub mod pools;

@@ -68,6 +68,11 @@ pub struct NodeView {
     /// ([`crate::drain::budgets::BudgetDemand::waits`]); the controller fills it in for the first few candidates
     /// when there is a choice to make, `None` elsewhere.
     pub budget_waits: Option<u32>,
+    /// The node's place in the planned choice ([`crate::fleet::lookahead`]): 0 for the
+    /// candidates whose start now is projected to keep the budgets busiest, counting up; it
+    /// comes before `budget_waits`, which breaks its ties. The controller fills it in for the
+    /// first few candidates when there is a choice to make, `None` elsewhere (after them).
+    pub plan_rank: Option<u32>,
     /// How many more rounds of evictions (in hundredths) the busiest budget among this node's
     /// pods still has ahead of it across the fleet, counting how far it is into its current one
     /// (see `controller::choice`); among nodes with equal `budget_waits`, the one with the
@@ -118,6 +123,7 @@ impl NodeView {
             awaiting_approval: false,
             created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
             budget_waits: None,
+            plan_rank: None,
             budget_urgency: 0,
             room_made_ahead: false,
             labels: node.metadata.labels.clone().unwrap_or_default(),
@@ -527,13 +533,14 @@ fn candidates<'a>(
             Some(StartBlock::Draining | StartBlock::Drained) => {}
         }
     }
-    // Cordoned first (they cost no budget), then those whose pods' budgets let their drain
-    // proceed now, then those whose room is made, then the budget that will finish last, then
-    // the oldest.
+    // Cordoned first (they cost no budget), then the planned choice's order, then those whose
+    // pods' budgets let their drain proceed now, then those whose room is made, then the budget
+    // that will finish last, then the oldest.
     candidates.sort_by(|a, b| {
         let key = |n: &'a NodeView| {
             (
                 !n.unschedulable,
+                n.plan_rank.unwrap_or(u32::MAX),
                 n.budget_waits.unwrap_or(u32::MAX),
                 !n.room_made_ahead,
                 std::cmp::Reverse(n.budget_urgency),
@@ -554,7 +561,7 @@ fn candidates<'a>(
 /// which [`crate::record::node::apply`] sets to the failure time; `started_at` if it has none). Opted-out
 /// nodes and failed nodes still backing off are reported in `held` too.
 ///
-/// Candidates are taken cordoned first (they are unavailable already), then by fewest
+/// Candidates are taken cordoned first (they are unavailable already), then by `plan_rank`, then by fewest
 /// `budget_waits` (unscored nodes after scored ones), then those with `room_made_ahead`, then
 /// largest `budget_urgency`, then oldest `created` (unknown last), then by name. Each start needs a free `max_concurrent` slot, and one unit of
 /// `max_unavailable` unless the node is already unavailable (cordoned, NotReady or deleting). A
@@ -817,6 +824,7 @@ mod tests {
                 awaiting_approval: false,
                 created: Some(ts("2025-01-02T03:04:05Z")),
                 budget_waits: None,
+                plan_rank: None,
                 budget_urgency: 0,
                 room_made_ahead: false,
                 labels: [("pool".to_string(), "gpu".to_string())].into(),
@@ -1253,6 +1261,13 @@ mod tests {
         with_room[2].room_made_ahead = true;
         let d = choose_nodes_to_start(&with_room, &limits(3, "100%"), now(), retry_backoff);
         assert_eq!(d.start, ["old-routine", "young-urgent", "waits"]);
+        // The planned choice's rank comes before all of these; equal ranks keep them.
+        let mut planned = with_room.clone();
+        planned[2].plan_rank = Some(0);
+        planned[0].plan_rank = Some(1);
+        planned[1].plan_rank = Some(1);
+        let d = choose_nodes_to_start(&planned, &limits(3, "100%"), now(), retry_backoff);
+        assert_eq!(d.start, ["waits", "old-routine", "young-urgent"]);
     }
 
     #[test]

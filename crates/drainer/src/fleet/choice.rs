@@ -345,6 +345,18 @@ mod tests {
         }
     }
 
+    /// [`choose_in_turn`] with `slots` drain slots, no policies and the windows open.
+    fn choose<'a>(
+        view: &mut [NodeView],
+        slots: usize,
+        demands: &'a HashMap<String, BudgetDemand>,
+        allowed: BTreeMap<BudgetKey, i64>,
+        ahead: Lookahead<'a>,
+    ) -> FleetDecision {
+        let rules = PoolRules::flags_only();
+        choose_in_turn(view, &limits(slots), rules, now(), demands, allowed, ahead)
+    }
+
     #[test]
     fn starts_in_one_pass_do_not_queue_on_the_same_budget() {
         // As the benchmark's nodes are filled: neighbours in age order share their budgets.
@@ -369,11 +381,9 @@ mod tests {
         ];
         let allowed = one_each(&checkout);
         let paces = one_a_round(&checkout);
-        let decision = choose_in_turn(
+        let decision = choose(
             &mut view.clone(),
-            &limits(2),
-            PoolRules::flags_only(),
-            now(),
+            2,
             &demands,
             allowed.clone(),
             nothing_running(&paces),
@@ -389,15 +399,7 @@ mod tests {
         );
         assert_eq!(decision.active, 0, "counts are those before the picks");
         // A third slot: d waits for one pod (checkout-0, claimed by a), b for two.
-        let decision = choose_in_turn(
-            &mut view,
-            &limits(3),
-            PoolRules::flags_only(),
-            now(),
-            &demands,
-            allowed,
-            nothing_running(&paces),
-        );
+        let decision = choose(&mut view, 3, &demands, allowed, nothing_running(&paces));
         assert_eq!(decision.start, ["a", "c", "d"]);
     }
 
@@ -420,15 +422,7 @@ mod tests {
             running: vec![&running],
             paces: &paces,
         };
-        let decision = choose_in_turn(
-            &mut view,
-            &limits(1),
-            PoolRules::flags_only(),
-            now(),
-            &demands,
-            allowed,
-            ahead,
-        );
+        let decision = choose(&mut view, 1, &demands, allowed, ahead);
         assert_eq!(decision.start, ["c"]);
     }
 
@@ -481,15 +475,7 @@ mod tests {
         assert_eq!(by_waits.start, ["x"]);
         // But then a sits idle in round 1 while x holds the slot. Started now, y or z keeps a
         // busy from round 1 and the rotation ends a round sooner; they tie, and z waits less.
-        let decision = choose_in_turn(
-            &mut view,
-            &limits(2),
-            PoolRules::flags_only(),
-            now(),
-            &demands,
-            allowed,
-            ahead,
-        );
+        let decision = choose(&mut view, 2, &demands, allowed, ahead);
         assert_eq!(decision.start, ["z"]);
     }
 
@@ -553,15 +539,7 @@ mod tests {
         ]);
         let allowed = one_each(&["web", "api", "db"]);
         let paces = one_a_round(&["web", "api", "db"]);
-        let decision = choose_in_turn(
-            &mut view,
-            &limits(2),
-            PoolRules::flags_only(),
-            now(),
-            &demands,
-            allowed,
-            nothing_running(&paces),
-        );
+        let decision = choose(&mut view, 2, &demands, allowed, nothing_running(&paces));
         assert_eq!(decision.start, ["a", "b"]);
         assert_eq!(decision.held.len(), 1);
     }

@@ -489,10 +489,14 @@ pub fn start_write(
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false);
+    // A cordon the node's own record says rotor placed stays rotor's: a start written again
+    // after a conflict can find rotor's earlier start there (its answer lost, or another
+    // replica's), and `started` was made from the record before it.
+    let recorded = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
     let mut next = apply(
         started,
         Transition::Cordoned {
-            by_rotor: !cordoned,
+            by_rotor: !cordoned || recorded.cordoned_by_rotor,
         },
     );
     if let Some(t) = then {
@@ -1080,6 +1084,23 @@ mod tests {
             "cordoned"
         );
         assert!(!next.cordoned_by_rotor);
+    }
+
+    #[test]
+    fn a_start_written_again_over_rotors_own_cordon_keeps_it_rotors() {
+        // Seen in real_chaos: a start's write landed, the next one met a conflict, and the
+        // re-read node, cordoned by that write, was taken for someone else's cordon; the
+        // record lost its flag and the cordon outlived the drain taint.
+        let node = node_read(true, json!({"rotor.dev/cordoned-by-rotor": "true"}));
+        let (next, patch) = start_write(&node, &started_record(), None);
+        assert!(next.cordoned_by_rotor);
+        let patch = patch.expect("the start is still recorded");
+        assert!(
+            patch["metadata"]["annotations"]
+                .get("rotor.dev/cordoned-by-rotor")
+                .is_none(),
+            "the flag on the node is not removed: {patch}"
+        );
     }
 
     #[test]

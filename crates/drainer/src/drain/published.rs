@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::drain::budgets::{BudgetDemand, BudgetKey};
+use crate::drain::budgets::BudgetDemand;
 use crate::drain::pace::BudgetPace;
 
 /// Everything the drains publish, shared by the drain tasks (writers) and the loop over nodes
@@ -64,13 +64,6 @@ impl PerDrain<BudgetDemand> {
         let mut names: Vec<&String> = map.keys().collect();
         names.sort();
         names.into_iter().map(|name| map[name].clone()).collect()
-    }
-
-    /// Claims every running drain's demand from `allowed`.
-    pub fn claim_from(&self, allowed: &mut BTreeMap<BudgetKey, i64>) {
-        for demand in self.lock().values() {
-            demand.claim(allowed);
-        }
     }
 }
 

@@ -82,14 +82,12 @@ pub(super) struct BudgetsNow {
     pub paces: BTreeMap<BudgetKey, DisruptionPace>,
     /// What each allows now, less what the running drains claim.
     pub allowed: BTreeMap<BudgetKey, i64>,
-    /// Pods still to evict under each budget by the running drains, as negative counts claimed
-    /// from zero.
-    pub claimed: BTreeMap<BudgetKey, i64>,
     /// How far each budget is from giving back its next disruption, in rounds
     /// ([`crate::drain::pace::delays`]).
     pub delays: BTreeMap<BudgetKey, f64>,
-    /// What each running drain still needs, in the order the planned choice serves them (by
-    /// node name: which drain's eviction a budget takes first is not decided here).
+    /// What each running drain still needs (its pods still to evict, per budget), in the order
+    /// the planned choice serves them (by node name: which drain's eviction a budget takes
+    /// first is not decided here).
     pub running: Vec<BudgetDemand>,
 }
 
@@ -107,10 +105,15 @@ pub(super) fn weigh(
     let BudgetsNow {
         paces,
         allowed,
-        mut claimed,
         delays,
         running,
     } = budgets;
+    // Pods left to evict under each budget, as negative counts claimed from zero: the running
+    // drains' and every candidate's that can finish.
+    let mut claimed = BTreeMap::new();
+    for demand in &running {
+        demand.claim(&mut claimed);
+    }
     // A node that would block never gets through its budgets' rounds: it adds none.
     for demand in demands.values().filter(|d| !d.blocks) {
         demand.claim(&mut claimed);
@@ -613,9 +616,8 @@ mod tests {
         let budgets = BudgetsNow {
             paces: BTreeMap::new(),
             allowed: one_each(&["slow", "fast"]),
-            // The running drains still have two pods to evict under `slow`.
-            claimed: BTreeMap::from([(BudgetKey::from("slow"), -2)]),
             delays: BTreeMap::new(),
+            // The running drains still have two pods to evict under `slow`.
             running: vec![BudgetDemand {
                 blocks: false,
                 pods: BTreeMap::from([(BudgetKey::from("slow"), 2)]),

@@ -74,17 +74,19 @@ pub(super) async fn rechoose(
         .iter()
         .map(|(key, pace)| (key.clone(), pace.allowed_now))
         .collect();
-    reads.published.claims.claim_from(&mut allowed);
-    let mut claimed = BTreeMap::new();
-    reads.published.claims.claim_from(&mut claimed);
+    // One read of what the running drains claim: `allowed` is net of it, and `weigh` counts
+    // the same drains' pods left.
+    let running = reads.published.claims.each();
+    for demand in &running {
+        demand.claim(&mut allowed);
+    }
     let delays =
         crate::drain::pace::delays(&reads.published.pace.lanes(clock), &allowed, &paces, clock);
     let budgets = BudgetsNow {
         paces,
         allowed,
-        claimed,
         delays,
-        running: reads.published.claims.each(),
+        running,
     };
     let decision = weigh(view, limits, rules, now, &demands, budgets);
     tracing::debug!(listed = to_list.len(), known = demands.len(), chosen = ?decision.start, "candidates weighed by what their pods' budgets allow");

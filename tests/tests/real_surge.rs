@@ -112,12 +112,23 @@ fn pod_requests(
     verb: &str,
     subresource: Option<&str>,
 ) -> Vec<(String, String, String)> {
-    let mut out: Vec<(String, String, String)> = cluster
-        .audit_by(user)
+    requests_on(cluster.audit_by(user), "pods", verb, subresource)
+}
+
+/// The successful `verb` requests on `resource` (`subresource` or the objects themselves)
+/// among audit `records`: when the apiserver received each, the namespace and the name, in
+/// order.
+fn requests_on(
+    records: Vec<Value>,
+    resource: &str,
+    verb: &str,
+    subresource: Option<&str>,
+) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = records
         .into_iter()
         .filter(|e| {
             e["verb"] == verb
-                && e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["resource"] == resource
                 && e["objectRef"]["subresource"].as_str() == subresource
                 && e["responseStatus"]["code"]
                     .as_i64()
@@ -192,16 +203,41 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
         "every replacement runs on the node added for the placeholders: {replacements:?}"
     );
 
-    // The audit log: four placeholders created, then the first eviction only once the room was
-    // there, and the scheduler deleting placeholders to place the replacements (preemption).
-    let created = pod_requests(&cluster, DRAINER, "create", None);
-    assert_eq!(created.len(), 4, "placeholders created: {created:?}");
-    assert!(
-        created.iter().all(|(_, ns, _)| ns == "rotor-system"),
-        "{created:?}"
+    // The audit log: one placeholder set created by rotor and its four pods by the ReplicaSet
+    // controller, then the first eviction only once the room was there, and the scheduler
+    // deleting placeholders to place the replacements (preemption). No placeholder was made
+    // again after its preemption: rotor deleted the set and left its pods before evicting.
+    let sets = requests_on(cluster.audit_by(DRAINER), "replicasets", "create", None);
+    assert_eq!(sets.len(), 1, "placeholder sets created: {sets:?}");
+    assert_eq!(sets[0].1, "rotor-system", "{sets:?}");
+    assert_eq!(
+        pod_requests(&cluster, DRAINER, "create", None),
+        Vec::new(),
+        "rotor-drainer creates no pod itself"
     );
+    // Pods created in rotor-system once the set was (the shipped drainer's own, scaled to zero
+    // at the start, came before).
+    let created: Vec<_> = requests_on(cluster.audit_events(), "pods", "create", None)
+        .into_iter()
+        .filter(|(at, ns, _)| ns == "rotor-system" && at > &sets[0].0)
+        .collect();
+    assert_eq!(created.len(), 4, "placeholders created: {created:?}");
+    let handed_over = requests_on(
+        cluster.audit_by(DRAINER),
+        "replicasets",
+        "deletecollection",
+        None,
+    );
+
     let evictions = pod_requests(&cluster, DRAINER, "create", Some("eviction"));
     assert_eq!(evictions.len(), 4, "{evictions:?}");
+    assert!(
+        handed_over
+            .first()
+            .is_some_and(|(at, ns, _)| ns == "rotor-system" && at < &evictions[0].0),
+        "the set deleted (its pods left) before the first eviction at {}: {handed_over:?}",
+        evictions[0].0
+    );
     let node_created =
         text(&cluster.kubectl_json(&["get", "node", surge_node])["metadata"]["creationTimestamp"]);
     // Audit times have microseconds, creation times whole seconds: compare to the second.

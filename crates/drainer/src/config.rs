@@ -271,12 +271,13 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_HEALTH_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub health_interval: Duration,
 
-    /// Make room before evicting: after the cordon, create a low-priority placeholder pod for
+    /// Make room before evicting: after the cordon, make a low-priority placeholder pod for
     /// each pod a controller will recreate, requesting what that pod requests and allowed where
-    /// it is allowed; wait until the scheduler has placed them (a cluster autoscaler or Karpenter
-    /// adds nodes for them if it must), then evict. The replacements preempt the placeholders,
-    /// which are removed once the node is drained. Needs the PriorityClass named by
-    /// --surge-priority-class (deploy/ ships it).
+    /// it is allowed (one ReplicaSet per group of pods that need the same room); wait until the
+    /// scheduler has placed them (a cluster autoscaler or Karpenter adds nodes for them if it
+    /// must), delete the ReplicaSets but keep their pods, then evict. The replacements preempt
+    /// the placeholders, which are removed once the node is drained. Needs the PriorityClass
+    /// named by --surge-priority-class (deploy/ ships it).
     #[arg(long, env = "ROTOR_SURGE")]
     pub surge: bool,
 
@@ -290,7 +291,7 @@ pub struct DrainArgs {
     #[arg(long, env = "ROTOR_MAX_SURGE", requires = "surge")]
     pub max_surge: Option<NodeBudget>,
 
-    /// With --surge: the namespace placeholders are created in (rotor's own).
+    /// With --surge: the namespace placeholder sets and their pods are made in (rotor's own).
     #[arg(long, env = "ROTOR_SURGE_NAMESPACE", default_value = "rotor-system")]
     pub surge_namespace: String,
 

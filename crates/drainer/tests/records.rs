@@ -29,8 +29,8 @@ use rotor_drainer::drain::restart::{
     Judgement, News, Next, Refusal, RolloutRestarts, judge, restart_patch,
 };
 use rotor_drainer::drain::surge::{
-    Reservation, SurgeConfig, all_placeholders_selector, is_placeholder, orphaned, placeholder,
-    placeholder_name, placeholder_node, placeholder_selector,
+    Reservation, SurgeConfig, all_placeholders_selector, is_placeholder, orphaned,
+    placeholder_node, placeholder_selector, placeholder_sets,
 };
 use rotor_drainer::error::DrainError;
 use rotor_drainer::fleet::starts::{
@@ -709,10 +709,24 @@ struct SurgeCase {
     #[allow(dead_code)]
     shape: String,
     node: ObjectRef,
-    pod: PodSpec,
+    /// v1: the one pod a placeholder pod stood for, and that placeholder's metadata.
+    pod: Option<PodSpec>,
+    metadata: Option<Value>,
+    /// v2 on: the pods the node's placeholder sets stand for, and the sets.
+    pods: Option<Vec<PodSpec>>,
+    sets: Option<Vec<SetSpec>>,
     selector: String,
-    metadata: Value,
     resumes: Vec<SurgeResume>,
+}
+
+/// A placeholder set (a ReplicaSet) as written: its metadata, replicas and pod template's
+/// metadata.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetSpec {
+    metadata: Value,
+    replicas: i32,
+    template_metadata: Value,
 }
 
 #[derive(Deserialize)]
@@ -786,28 +800,60 @@ fn check_surge_case(
             "metadata": {"name": case.node.name, "uid": case.node.uid}
         }))
         .unwrap();
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"namespace": case.pod.namespace, "name": case.pod.name, "uid": case.pod.uid,
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": case.pod.owner.kind,
-                                              "name": case.pod.owner.name, "uid": "owner-1", "controller": true}]},
-            "spec": {"nodeName": case.node.name,
-                     "containers": [{"name": "app", "image": "app:1",
-                                     "resources": {"requests": case.pod.requests}}]}
-        }))
-        .unwrap();
+        let pods: Vec<Pod> = case
+            .pods
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: the newest set lists the sets' pods"))
+            .iter()
+            .map(|pod| {
+                serde_json::from_value(json!({
+                    "metadata": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid,
+                                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": pod.owner.kind,
+                                                      "name": pod.owner.name, "uid": "owner-1", "controller": true}]},
+                    "spec": {"nodeName": case.node.name,
+                             "containers": [{"name": "app", "image": "app:1",
+                                             "resources": {"requests": pod.requests}}]}
+                }))
+                .unwrap()
+            })
+            .collect();
         let taint = drain_taint(DrainReason::MaxAge, TaintEffect::NoSchedule);
-        let made = placeholder(&pod, &node, &taint, &cfg).expect("a placeholder");
-        assert_eq!(
-            serde_json::to_value(&made.metadata).unwrap(),
-            case.metadata,
-            "{name}: the placeholder's metadata"
-        );
+        let pods: Vec<&Pod> = pods.iter().collect();
+        let made: Vec<Value> = placeholder_sets(&pods, &node, &taint, &cfg)
+            .into_iter()
+            .map(|set| {
+                let spec = set.spec.unwrap();
+                json!({
+                    "metadata": set.metadata,
+                    "replicas": spec.replicas,
+                    "template_metadata": spec.template.unwrap().metadata,
+                })
+            })
+            .collect();
+        let pinned: Vec<Value> = case
+            .sets
+            .iter()
+            .flatten()
+            .map(|s| json!({"metadata": s.metadata, "replicas": s.replicas, "template_metadata": s.template_metadata}))
+            .collect();
+        assert_eq!(made, pinned, "{name}: the placeholder sets");
         assert_eq!(placeholder_selector(&case.node.name), case.selector);
         assert_eq!(all_placeholders_selector(), file.all_placeholders_selector);
     }
 
-    // Read back as a restarted drainer finds it.
-    let metadata: ObjectMeta = serde_json::from_value(case.metadata.clone()).unwrap();
+    // Read back as a restarted drainer finds it: a placeholder pod (v1), or a set's pod (v2 on).
+    let metadata: ObjectMeta = match (&case.metadata, &case.sets) {
+        (Some(metadata), _) => serde_json::from_value(metadata.clone()).unwrap(),
+        (None, Some(sets)) => {
+            let set = &sets[0];
+            let mut pod: ObjectMeta =
+                serde_json::from_value(set.template_metadata.clone()).unwrap();
+            pod.name = Some(format!("{}-x7k2q", set.metadata["name"].as_str().unwrap()));
+            pod.namespace = set.metadata["namespace"].as_str().map(str::to_string);
+            pod
+        }
+        (None, None) => panic!("{name}: neither a placeholder nor a set"),
+    };
     let labels = metadata.labels.clone().unwrap_or_default();
     assert!(
         selects(&case.selector, &labels),
@@ -817,19 +863,35 @@ fn check_surge_case(
         selects(&file.all_placeholders_selector, &labels),
         "{name}: the sweep's selector finds it"
     );
-    assert_eq!(
-        metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("rotor.dev/surge-for-pod")),
-        Some(&format!("{}/{}", case.pod.namespace, case.pod.name)),
-        "{name}: the pod it stands for"
-    );
-    assert_eq!(
-        Some(placeholder_name(&case.node.name, &case.pod.uid)),
-        metadata.name,
-        "{name}: made again, it has the same name (a 409, not a second placeholder)"
-    );
+    if let Some(sets) = &case.sets {
+        for set in sets {
+            let set_meta: ObjectMeta = serde_json::from_value(set.metadata.clone()).unwrap();
+            let set_labels = set_meta.labels.clone().unwrap_or_default();
+            assert!(
+                selects(&case.selector, &set_labels),
+                "{name}: its node's selector finds the set (its release deletes it)"
+            );
+            assert!(
+                selects(&file.all_placeholders_selector, &set_labels),
+                "{name}: the sweep's selector finds the set"
+            );
+            assert_eq!(
+                placeholder_node(&ReplicaSet {
+                    metadata: set_meta,
+                    ..ReplicaSet::default()
+                }),
+                Some(case.node.name.as_str()),
+                "{name}: the set's node"
+            );
+        }
+    }
+    if let (Some(pod), Some(metadata)) = (&case.pod, &case.metadata) {
+        assert_eq!(
+            metadata["annotations"]["rotor.dev/surge-for-pod"],
+            format!("{}/{}", pod.namespace, pod.name),
+            "{name}: the pod it stands for"
+        );
+    }
     for (i, point) in case.resumes.iter().enumerate() {
         let at = format!("{name}, resume {}", i + 1);
         let spec = if point.bound {
@@ -837,8 +899,11 @@ fn check_surge_case(
         } else {
             json!({"containers": []})
         };
-        let pod: Pod =
-            serde_json::from_value(json!({"metadata": case.metadata, "spec": spec})).unwrap();
+        let pod = Pod {
+            metadata: metadata.clone(),
+            spec: serde_json::from_value(spec).unwrap(),
+            status: None,
+        };
         assert!(is_placeholder(&pod), "{at}: a placeholder");
         assert_eq!(
             placeholder_node(&pod),
@@ -861,7 +926,7 @@ fn check_surge_case(
         };
         assert_eq!(sweep, point.sweep, "{at}: the sweep");
         if let Some(expected) = &point.reservation {
-            let r = Reservation::of(&pods);
+            let r = Reservation::of(&pods, 1);
             let got = ReservationSpec {
                 scheduled: r.scheduled,
                 pending: r.pending.len(),

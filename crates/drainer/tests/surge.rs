@@ -131,6 +131,20 @@ async fn with_surge_the_evicted_pods_never_wait_for_a_node_and_no_placeholder_is
     for stats in [&without, &with] {
         assert_eq!(stats["nodeGroups"]["g"]["desired"], 3, "{stats}");
     }
+    // The four pods' placeholders, made by one set, and no more: a placeholder the scheduler
+    // preempted for a replacement was not made again (the set was deleted, its pods left).
+    let created = |stats: &serde_json::Value| stats["podsCreated"].as_u64().unwrap();
+    assert_eq!(created(&with) - created(&without), 4, "{without}\n{with}");
+    let sets = cluster
+        .ns::<k8s_openapi::api::apps::v1::ReplicaSet>("rotor-system")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        sets.items.is_empty(),
+        "placeholder sets left: {:?}",
+        sets.items
+    );
     wait_until("the placeholders to be gone", WAIT, || async {
         cluster
             .pods_labelled("rotor-system", PLACEHOLDERS)

@@ -1,9 +1,15 @@
 //! Surge: room made for a node's pods before they are evicted, so that they do not wait Pending
-//! for capacity. For each pod a controller will recreate, rotor creates a placeholder pod that
-//! requests what the pod requests, may go where the pod may go (except the node being drained
-//! and any node carrying rotor's taint or cordoned), and has a low priority. A cluster autoscaler
-//! or Karpenter adds nodes for pending placeholders; once they are scheduled, the evicted pods'
-//! replacements, which have a higher priority, preempt them at once.
+//! for capacity. For the pods a controller will recreate, rotor creates placeholder pods that
+//! request what the pods request, may go where the pods may go (except the node being drained
+//! and any node carrying rotor's taint or cordoned), and have a low priority. A cluster
+//! autoscaler or Karpenter adds nodes for pending placeholders; once they are scheduled, the
+//! evicted pods' replacements, which have a higher priority, preempt them at once.
+//!
+//! Placeholders come in sets: the pods of a node whose placeholders would be the same (same
+//! requests, same constraints) get one ReplicaSet of that many replicas, so a drain costs one
+//! create per set rather than one per pod. Once the placeholders are scheduled, the drain
+//! deletes the sets but leaves their pods (an orphaning delete): a preempted placeholder must
+//! not be made again.
 //!
 //! Pure functions over pods and nodes; the creating, waiting and deleting are in
 //! [`crate::drain::surge_io`].
@@ -11,13 +17,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, Node, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, ResourceRequirements, SeccompProfile,
-    SecurityContext, Taint, Toleration, WeightedPodAffinityTerm,
+    NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SeccompProfile, SecurityContext, Taint, Toleration, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::Resource;
 use rotor_apimachinery::quantity::parse_quantity;
 use rotor_apimachinery::scheduling::AUTOSCALER_EXPENDABLE_CUTOFF;
 use rotor_apimachinery::taints::tolerates;
@@ -29,8 +37,11 @@ use crate::drain::pods::{DrainOptions, PodVerdict, classify, controller_kind, is
 pub const SURGE_FOR_LABEL: &str = "rotor.dev/surge-for";
 /// On every placeholder: the drained node's full name (a label value holds only 63 characters).
 pub const SURGE_NODE_ANNOTATION: &str = "rotor.dev/surge-node";
-/// On every placeholder: the pod it stands for, `namespace/name`.
-pub const SURGE_POD_ANNOTATION: &str = "rotor.dev/surge-for-pod";
+/// On every placeholder set and its pods: which set of the node's placeholders (a hash of
+/// their template), so that two sets of one node never claim each other's pods.
+pub const SURGE_GROUP_LABEL: &str = "rotor.dev/surge-group";
+/// On every placeholder set: the pods it stands for, `namespace/name`, comma-separated.
+pub const SURGE_PODS_ANNOTATION: &str = "rotor.dev/surge-for-pods";
 /// The standard label naming the tool that manages an object.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "rotor-drainer";
@@ -93,9 +104,10 @@ pub fn is_placeholder(pod: &Pod) -> bool {
     })
 }
 
-/// The drained node a placeholder stands in for.
-pub fn placeholder_node(pod: &Pod) -> Option<&str> {
-    pod.metadata
+/// The drained node a placeholder, or a placeholder set, stands in for.
+pub fn placeholder_node<K: Resource>(object: &K) -> Option<&str> {
+    object
+        .meta()
         .annotations
         .as_ref()?
         .get(SURGE_NODE_ANNOTATION)
@@ -177,47 +189,118 @@ fn quantity_of(milli: i128) -> Quantity {
     }
 }
 
-/// The placeholder for `pod`, on `node`'s drain (whose taint is `drain_taint`); `None` when the
-/// pod requests nothing, so there is nothing to reserve.
-pub fn placeholder(pod: &Pod, node: &Node, drain_taint: &Taint, cfg: &SurgeConfig) -> Option<Pod> {
+/// The placeholder sets for `pods` (those that need room, see [`pods_needing_room`]) on
+/// `node`'s drain (whose taint is `drain_taint`): one ReplicaSet per group of pods whose
+/// placeholders would be the same, with one replica per pod, in the order of each group's first
+/// pod. Pods that request nothing need no room and are left out.
+pub fn placeholder_sets(
+    pods: &[&Pod],
+    node: &Node,
+    drain_taint: &Taint,
+    cfg: &SurgeConfig,
+) -> Vec<ReplicaSet> {
+    let node_name = node.metadata.name.clone().unwrap_or_default();
+    // The group key is the template itself: equal templates are interchangeable room.
+    let mut groups: Vec<(String, PodTemplateSpec, Vec<String>)> = Vec::new();
+    for pod in pods {
+        let Some(template) = placeholder_template(pod, node, drain_taint, cfg) else {
+            continue;
+        };
+        let key = serde_json::to_string(&template).unwrap_or_default();
+        let who = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        match groups.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, _, members)) => members.push(who),
+            None => groups.push((key, template, vec![who])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(key, mut template, members)| {
+            let group = format!("{:016x}", fnv1a(key.as_bytes()));
+            let mut labels = template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.clone())
+                .unwrap_or_default();
+            labels.insert(SURGE_GROUP_LABEL.to_string(), group.clone());
+            if let Some(meta) = template.metadata.as_mut() {
+                meta.labels = Some(labels.clone());
+            }
+            let annotations = BTreeMap::from([
+                (SURGE_NODE_ANNOTATION.to_string(), node_name.clone()),
+                (SURGE_PODS_ANNOTATION.to_string(), members.join(",")),
+            ]);
+            ReplicaSet {
+                metadata: ObjectMeta {
+                    name: Some(placeholder_set_name(&node_name, &group)),
+                    namespace: Some(cfg.namespace.clone()),
+                    labels: Some(labels.clone()),
+                    annotations: Some(annotations),
+                    // Owned by the drained node: when the node is deleted, the garbage
+                    // collector removes the set, and its placeholders, if rotor did not.
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Node".into(),
+                        name: node_name.clone(),
+                        uid: node.metadata.uid.clone().unwrap_or_default(),
+                        controller: Some(true),
+                        block_owner_deletion: None,
+                    }]),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(ReplicaSetSpec {
+                    replicas: Some(members.len() as i32),
+                    selector: LabelSelector {
+                        match_labels: Some(labels),
+                        ..LabelSelector::default()
+                    },
+                    template: Some(template),
+                    ..ReplicaSetSpec::default()
+                }),
+                status: None,
+            }
+        })
+        .collect()
+}
+
+/// How many placeholders `sets` ask for in all.
+pub fn placeholders_wanted(sets: &[ReplicaSet]) -> usize {
+    sets.iter()
+        .filter_map(|s| s.spec.as_ref()?.replicas)
+        .map(|r| r.max(0) as usize)
+        .sum()
+}
+
+/// The placeholder template for `pod`, on `node`'s drain; `None` when the pod requests
+/// nothing, so there is nothing to reserve.
+fn placeholder_template(
+    pod: &Pod,
+    node: &Node,
+    drain_taint: &Taint,
+    cfg: &SurgeConfig,
+) -> Option<PodTemplateSpec> {
     let requests = effective_requests(pod);
     if requests.is_empty() {
         return None;
     }
     let node_name = node.metadata.name.clone().unwrap_or_default();
     let pod_namespace = pod.metadata.namespace.clone().unwrap_or_default();
-    let pod_name = pod.metadata.name.clone().unwrap_or_default();
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let labels = BTreeMap::from([
         (SURGE_FOR_LABEL.to_string(), surge_label_value(&node_name)),
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
     ]);
-    let annotations = BTreeMap::from([
-        (SURGE_NODE_ANNOTATION.to_string(), node_name.clone()),
-        (
-            SURGE_POD_ANNOTATION.to_string(),
-            format!("{pod_namespace}/{pod_name}"),
-        ),
-    ]);
-    Some(Pod {
-        metadata: ObjectMeta {
-            name: Some(placeholder_name(&node_name, &uid)),
-            namespace: Some(cfg.namespace.clone()),
+    let annotations = BTreeMap::from([(SURGE_NODE_ANNOTATION.to_string(), node_name.clone())]);
+    Some(PodTemplateSpec {
+        metadata: Some(ObjectMeta {
             labels: Some(labels),
             annotations: Some(annotations),
-            // Owned by the drained node: when the node is deleted, the garbage collector
-            // removes whatever placeholders rotor did not.
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".into(),
-                kind: "Node".into(),
-                name: node_name.clone(),
-                uid: node.metadata.uid.clone().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: None,
-            }]),
             ..ObjectMeta::default()
-        },
+        }),
         spec: Some(PodSpec {
             priority_class_name: Some(cfg.priority_class.clone()),
             // Preempted at once when a real pod needs the room.
@@ -266,16 +349,16 @@ pub fn placeholder(pod: &Pod, node: &Node, drain_taint: &Taint, cfg: &SurgeConfi
             }],
             ..PodSpec::default()
         }),
-        status: None,
     })
 }
 
-/// A name that is the same every time for the same node and pod, so that creating the
-/// placeholders again after a restart finds them (409) instead of doubling them.
-pub fn placeholder_name(node: &str, pod_uid: &str) -> String {
+/// A name that is the same every time for the same node and set, so that creating the sets
+/// again (ahead of the drain, then at its start, or after a restart) finds them (409) instead
+/// of doubling them.
+pub fn placeholder_set_name(node: &str, group: &str) -> String {
     let prefix: String = node.chars().take(40).collect();
     let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-    let hash = fnv1a(format!("{node}\n{pod_uid}").as_bytes());
+    let hash = fnv1a(format!("{node}\n{group}").as_bytes());
     format!("rotor-surge-{prefix}-{hash:016x}")
 }
 
@@ -369,15 +452,22 @@ pub struct Reservation {
     pub pending: Vec<(String, Option<String>)>,
 }
 
+/// What a placeholder its set has not made yet is listed as, while the drain waits for it.
+pub const NOT_CREATED: &str = "(not created yet)";
+
 impl Reservation {
-    /// Reads the placeholders of one node. One that is gone (preempted already, or deleted)
-    /// no longer holds room and is not waited for.
-    pub fn of<'a>(placeholders: impl IntoIterator<Item = &'a Pod>) -> Reservation {
+    /// Reads the placeholders of one node, of which its sets want `wanted`: those the sets have
+    /// not made yet count as pending. One that is gone once made (preempted already, or
+    /// deleted) no longer holds room and is not waited for: `wanted` is only a floor on how
+    /// many must have been seen.
+    pub fn of<'a>(placeholders: impl IntoIterator<Item = &'a Pod>, wanted: usize) -> Reservation {
         let mut r = Reservation::default();
+        let mut seen = 0;
         for p in placeholders
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
         {
+            seen += 1;
             if is_bound(p) {
                 r.scheduled += 1;
             } else {
@@ -400,6 +490,9 @@ impl Reservation {
                 ));
             }
         }
+        for _ in seen..wanted {
+            r.pending.push((NOT_CREATED.to_string(), None));
+        }
         r
     }
 
@@ -409,13 +502,13 @@ impl Reservation {
     }
 }
 
-/// The placeholders no drain needs any more: those whose node is gone or is not being drained
+/// The placeholders (or placeholder sets) no drain needs any more: those whose node is gone or is not being drained
 /// (`draining` says whether a node's drain is active). A new leader removes them, so a crash
 /// between creating placeholders and removing them leaves nothing behind for long.
-pub fn orphaned(placeholders: &[Pod], draining: impl Fn(&str) -> bool) -> Vec<&Pod> {
+pub fn orphaned<K: Resource>(placeholders: &[K], draining: impl Fn(&str) -> bool) -> Vec<&K> {
     placeholders
         .iter()
-        .filter(|p| placeholder_node(p).is_none_or(|node| !draining(node)))
+        .filter(|p| placeholder_node(*p).is_none_or(|node| !draining(node)))
         .collect()
 }
 

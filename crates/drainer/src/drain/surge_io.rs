@@ -1,8 +1,9 @@
-//! The I/O of surge ([`crate::drain::surge`] decides): create a node's placeholders, wait until the
-//! scheduler has placed them (an autoscaler adding nodes for them if it must), and remove them
-//! once the node is drained, when its drain is cancelled, or, for a previous leader's leftovers,
-//! when a new leader starts. A surge never stops a drain: whatever fails, the drain goes on
-//! without the room and says why.
+//! The I/O of surge ([`crate::drain::surge`] decides): create a node's placeholder sets, wait
+//! until the scheduler has placed their pods (an autoscaler adding nodes for them if it must),
+//! hand the pods over (the sets deleted, their pods left, so that a preempted placeholder is not
+//! made again), and remove the placeholders once the node is drained, when its drain is
+//! cancelled, or, for a previous leader's leftovers, when a new leader starts. A surge never
+//! stops a drain: whatever fails, the drain goes on without the room and says why.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -10,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
@@ -20,8 +22,9 @@ use rotor_core::find_drain_taint;
 
 use crate::drain::pods::DrainOptions;
 use crate::drain::surge::{
-    Reservation, SurgeConfig, all_placeholders_selector, may_surge, orphaned, placeholder,
-    placeholder_node, placeholder_selector, pods_needing_room,
+    NOT_CREATED, Reservation, SurgeConfig, all_placeholders_selector, may_surge, orphaned,
+    placeholder_node, placeholder_selector, placeholder_sets, placeholders_wanted,
+    pods_needing_room,
 };
 use crate::drain::watched::WatchedPods;
 use crate::record::node::DrainRecord;
@@ -29,6 +32,11 @@ use crate::watch_backoff::WatchBackoffExt;
 
 /// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
 const POLL: Duration = Duration::from_secs(1);
+
+/// How long placeholders a set should have made may be missing before the drain reads the
+/// sets for the reason (a quota, an admission webhook): a set makes its pods within
+/// milliseconds, so only a refusal lasts this long.
+const MISSING_FOR: Duration = Duration::from_secs(2);
 
 /// What surge's I/O works with: the client, the settings, the `--max-surge` slots and the
 /// fleet's size they are a share of. One per drainer, shared by the drains (which make room)
@@ -45,6 +53,9 @@ pub struct SurgeRoom {
     fleet_size: AtomicUsize,
     /// The `surge_nodes` gauge: how many slots are held.
     holding: Gauge,
+    /// The nodes whose sets this drainer has deleted, their placeholders left standing: their
+    /// release has only pods to remove.
+    handed_over: Mutex<BTreeSet<String>>,
 }
 
 impl SurgeRoom {
@@ -61,6 +72,7 @@ impl SurgeRoom {
             held: Mutex::default(),
             fleet_size: AtomicUsize::new(0),
             holding,
+            handed_over: Mutex::default(),
         }
     }
 
@@ -124,9 +136,9 @@ pub enum SurgeOutcome {
     Interrupted,
 }
 
-/// Makes room for `node`'s pods before they are evicted: takes a `--max-surge` slot, creates a
-/// placeholder per pod that needs room, and waits until all are scheduled, for at most
-/// `--surge-timeout` in all.
+/// Makes room for `node`'s pods before they are evicted: takes a `--max-surge` slot, creates the
+/// placeholder sets for the pods that need room, waits until all their pods are scheduled, for
+/// at most `--surge-timeout` in all, and hands the placeholders over to the drain.
 pub async fn make_room(
     room: &SurgeRoom,
     node: &Node,
@@ -158,16 +170,51 @@ pub async fn make_room(
         }
     };
     tracing::info!(node = %name, placeholders = wanted, "placeholders in place; waiting for them to be scheduled");
-    match wait_until_scheduled(room, &name, give_up_at, abort, stop).await {
-        Waited::Scheduled => SurgeOutcome::Ready {
-            placeholders: wanted,
-            waited: started.elapsed(),
-        },
-        Waited::TimedOut(reservation) => SurgeOutcome::TimedOut {
-            scheduled: reservation.scheduled,
-            pending: reservation.pending,
-        },
+    match wait_until_scheduled(room, &name, wanted, give_up_at, abort, stop).await {
+        Waited::Scheduled => {
+            hand_over(room, &name).await;
+            SurgeOutcome::Ready {
+                placeholders: wanted,
+                waited: started.elapsed(),
+            }
+        }
+        Waited::TimedOut(reservation) => {
+            // The pending placeholders stay, in case the capacity comes late; the set must not
+            // replace the scheduled ones the evictions' replacements preempt.
+            hand_over(room, &name).await;
+            SurgeOutcome::TimedOut {
+                scheduled: reservation.scheduled,
+                pending: reservation.pending,
+            }
+        }
+        Waited::Refused(why) => {
+            release(room, &name).await;
+            SurgeOutcome::Failed(why)
+        }
         Waited::Interrupted => SurgeOutcome::Interrupted,
+    }
+}
+
+/// Deletes `node`'s placeholder sets and leaves their pods: from now on a placeholder the
+/// scheduler preempts for an evicted pod's replacement is gone for good, as it must be (a set
+/// would make it again, pending, and an autoscaler would add a node for it). One request, an
+/// orphaning deletecollection by the node's label; the garbage collector takes the sets' owner
+/// references off the pods. If it fails, the drain goes on: preempted placeholders come back
+/// pending until the drain ends and removes them.
+async fn hand_over(room: &SurgeRoom, node: &str) {
+    let sets: Api<ReplicaSet> = Api::namespaced(room.client.clone(), &room.cfg.namespace);
+    let selector = ListParams::default().labels(&placeholder_selector(node));
+    match sets
+        .delete_collection(&DeleteParams::orphan(), &selector)
+        .await
+    {
+        Ok(_) => {
+            let mut handed_over = room.handed_over.lock().unwrap_or_else(|e| e.into_inner());
+            handed_over.insert(node.to_string());
+        }
+        Err(e) => {
+            tracing::warn!(%node, namespace = %room.cfg.namespace, error = %e, "could not hand the placeholders over (rotor-drainer needs deletecollection on replicasets in its namespace): a placeholder preempted during the drain is made again, pending, until the drain ends")
+        }
     }
 }
 
@@ -175,6 +222,8 @@ pub async fn make_room(
 enum Waited {
     Scheduled,
     TimedOut(Reservation),
+    /// A set could not make its placeholders, for this reason.
+    Refused(String),
     Interrupted,
 }
 
@@ -184,6 +233,7 @@ enum Waited {
 async fn wait_until_scheduled(
     room: &SurgeRoom,
     node: &str,
+    wanted: usize,
     give_up_at: Instant,
     abort: &CancellationToken,
     stop: &CancellationToken,
@@ -198,9 +248,13 @@ async fn wait_until_scheduled(
     let mut placeholders = WatchedPods::default();
     let mut last_error: Option<String> = None;
     let deadline = tokio::time::Instant::from_std(give_up_at);
+    // Since when placeholders the sets should have made are missing, and when the sets were
+    // last read for the reason.
+    let mut missing_since: Option<tokio::time::Instant> = None;
+    let mut sets_read_at: Option<tokio::time::Instant> = None;
     loop {
         let reservation = if let Some(placeholders) = placeholders.listed() {
-            Reservation::of(placeholders.values())
+            Reservation::of(placeholders.values(), wanted)
         } else {
             Reservation {
                 scheduled: 0,
@@ -215,10 +269,30 @@ async fn wait_until_scheduled(
         if reservation.complete() {
             return Waited::Scheduled;
         }
+        let now = tokio::time::Instant::now();
+        let missing = reservation.pending.iter().any(|(p, _)| p == NOT_CREATED);
+        missing_since = if missing {
+            missing_since.or(Some(now))
+        } else {
+            None
+        };
+        // Read the sets once placeholders have been missing for a while, then every while.
+        let read_sets_at = missing_since.map(|since| {
+            (since + MISSING_FOR).max(sets_read_at.map_or(now, |at| at + MISSING_FOR))
+        });
+        if read_sets_at.is_some_and(|at| at <= now) {
+            sets_read_at = Some(now);
+            if let Some(why) = refusal(room, node).await {
+                return Waited::Refused(why);
+            }
+            continue;
+        }
+        let check = read_sets_at.unwrap_or(deadline).min(deadline);
         tokio::select! {
             _ = stop.cancelled() => return Waited::Interrupted,
             _ = abort.cancelled() => return Waited::Interrupted,
             _ = tokio::time::sleep_until(deadline) => return Waited::TimedOut(reservation),
+            _ = tokio::time::sleep_until(check), if check < deadline => {}
             ev = events.next() => match ev {
                 Some(Ok(event)) => {
                     placeholders.apply(event);
@@ -237,9 +311,42 @@ async fn wait_until_scheduled(
     }
 }
 
-/// Creates a placeholder for each of `node`'s pods that needs room (one made earlier for the same
-/// pod, by this drain before a restart or ahead of it, is kept: the same name for the same pod).
-/// Returns how many the node needs; on an error, says what failed and what rotor needs.
+/// Why `node`'s sets cannot make their placeholders, if one says so: the ReplicaSet controller
+/// records a refused create (a quota, an admission webhook, a missing PriorityClass) as the
+/// set's `ReplicaFailure` condition.
+async fn refusal(room: &SurgeRoom, node: &str) -> Option<String> {
+    let cfg = &room.cfg;
+    let sets: Api<ReplicaSet> = Api::namespaced(room.client.clone(), &cfg.namespace);
+    let listed = sets
+        .list(&ListParams::default().labels(&placeholder_selector(node)))
+        .await;
+    let sets = match listed {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "cannot read the placeholder sets (rotor-drainer needs list on replicasets in its namespace); waiting on");
+            return None;
+        }
+    };
+    sets.iter().find_map(|set| {
+        let failure = set
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")?;
+        Some(format!(
+            "placeholder set {}/{} cannot make its pods: {}",
+            cfg.namespace,
+            set.metadata.name.as_deref().unwrap_or_default(),
+            failure.message.as_deref().unwrap_or("no reason given")
+        ))
+    })
+}
+
+/// Creates the placeholder sets for `node`'s pods that need room (a set made earlier, by this
+/// drain before a restart or ahead of it, is kept: the same name for the same set). Returns how
+/// many placeholders the node needs; on an error, says what failed and what rotor needs.
 async fn create_placeholders(
     room: &SurgeRoom,
     node: &Node,
@@ -253,25 +360,28 @@ async fn create_placeholders(
         .await
         .map_err(|e| format!("cannot list the pods on node {name}: {e}"))?
         .items;
-    let wanted: Vec<Pod> = pods_needing_room(&pods, drain_taint, &room.options)
-        .into_iter()
-        .filter_map(|pod| placeholder(pod, node, drain_taint, cfg))
-        .collect();
-    let placeholders: Api<Pod> = Api::namespaced(room.client.clone(), &cfg.namespace);
-    for pod in &wanted {
-        match placeholders.create(&PostParams::default(), pod).await {
+    let needing = pods_needing_room(&pods, drain_taint, &room.options);
+    let wanted = placeholder_sets(&needing, node, drain_taint, cfg);
+    let sets: Api<ReplicaSet> = Api::namespaced(room.client.clone(), &cfg.namespace);
+    for set in &wanted {
+        match sets.create(&PostParams::default(), set).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => {
-                let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+                let set_name = set.metadata.name.as_deref().unwrap_or_default();
                 return Err(format!(
-                    "cannot create placeholder {}/{pod_name}: {e} (rotor-drainer needs create on pods in {}, and the PriorityClass {} must exist)",
-                    cfg.namespace, cfg.namespace, cfg.priority_class
+                    "cannot create placeholder set {}/{set_name}: {e} (rotor-drainer needs create on replicasets in {})",
+                    cfg.namespace, cfg.namespace
                 ));
             }
         }
     }
-    Ok(wanted.len())
+    // A set made again takes its pods back: they are no longer handed over.
+    room.handed_over
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(name);
+    Ok(placeholders_wanted(&wanted))
 }
 
 /// Makes room ahead for `node`, next in line to drain: takes a `--max-surge` slot if one is free
@@ -315,15 +425,24 @@ async fn pause(abort: &CancellationToken, stop: &CancellationToken) -> bool {
     }
 }
 
-/// Removes `node`'s placeholders and gives back its `--max-surge` slot, in one request: a
-/// deletecollection by the node's placeholder label, in rotor's own namespace (the placeholders
-/// its evicted pods did not already preempt). Errors are logged: the next leader's [`sweep`],
-/// or the garbage collector once the node is deleted, removes what is left.
+/// Removes `node`'s placeholders and gives back its `--max-surge` slot: a deletecollection by
+/// the node's placeholder label, in rotor's own namespace (the placeholders its evicted pods did
+/// not already preempt), after one of its sets unless they were handed over already (a set left
+/// standing would make its pods again). Errors are logged: the next leader's [`sweep`], or the
+/// garbage collector once the node is deleted, removes what is left.
 pub async fn release(room: &SurgeRoom, node: &str) {
     let cfg = &room.cfg;
     room.give_back(node);
-    let placeholders: Api<Pod> = Api::namespaced(room.client.clone(), &cfg.namespace);
     let selector = ListParams::default().labels(&placeholder_selector(node));
+    let handed_over = room
+        .handed_over
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(node);
+    if !handed_over {
+        remove_sets(&room.client, cfg, node).await;
+    }
+    let placeholders: Api<Pod> = Api::namespaced(room.client.clone(), &cfg.namespace);
     match placeholders
         .delete_collection(&DeleteParams::default(), &selector)
         .await
@@ -341,27 +460,46 @@ pub async fn release(room: &SurgeRoom, node: &str) {
     }
 }
 
-/// Removes the placeholders whose drain is over (their node is gone, or not being drained): a
-/// previous leader's leftovers. Every drainer runs it once as it starts, and a new leader once
-/// more.
-pub async fn sweep(client: &kube::Client, cfg: &SurgeConfig) {
-    let placeholders: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
-    let pods = match placeholders
-        .list(&ListParams::default().labels(&all_placeholders_selector()))
+/// Deletes `node`'s placeholder sets, and with them (the garbage collector's background
+/// deletion) the placeholders they still own: one deletecollection by the node's label.
+async fn remove_sets(client: &kube::Client, cfg: &SurgeConfig, node: &str) {
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &cfg.namespace);
+    let selector = ListParams::default().labels(&placeholder_selector(node));
+    if let Err(e) = sets
+        .delete_collection(&DeleteParams::background(), &selector)
         .await
     {
-        Ok(list) => list.items,
-        Err(e) => {
-            tracing::warn!(namespace = %cfg.namespace, error = %e, "could not list placeholders left by an earlier leader");
+        tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholder sets (rotor-drainer needs deletecollection on replicasets in its namespace); the next leader or the node's deletion removes them");
+    }
+}
+
+/// Removes the placeholders and placeholder sets whose drain is over (their node is gone, or not
+/// being drained): a previous leader's leftovers. Every drainer runs it once as it starts, and a
+/// new leader once more.
+pub async fn sweep(client: &kube::Client, cfg: &SurgeConfig) {
+    let selector = ListParams::default().labels(&all_placeholders_selector());
+    let placeholders: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &cfg.namespace);
+    let (pods, sets) = match (
+        placeholders.list(&selector).await,
+        sets.list(&selector).await,
+    ) {
+        (Ok(pods), Ok(sets)) => (pods.items, sets.items),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(namespace = %cfg.namespace, error = %e, "could not list placeholders left by an earlier leader (rotor-drainer needs list on pods and replicasets in its namespace)");
             return;
         }
     };
-    if pods.is_empty() {
+    if pods.is_empty() && sets.is_empty() {
         return;
     }
     let nodes: Api<Node> = Api::all(client.clone());
     let mut draining: BTreeMap<String, bool> = BTreeMap::new();
-    for node in pods.iter().filter_map(placeholder_node) {
+    let named = pods
+        .iter()
+        .filter_map(placeholder_node)
+        .chain(sets.iter().filter_map(placeholder_node));
+    for node in named {
         if draining.contains_key(node) {
             continue;
         }
@@ -375,7 +513,16 @@ pub async fn sweep(client: &kube::Client, cfg: &SurgeConfig) {
         };
         draining.insert(node.to_string(), active);
     }
-    let orphans = orphaned(&pods, |node| draining.get(node).copied().unwrap_or(false));
+    let is_draining = |node: &str| draining.get(node).copied().unwrap_or(false);
+    // The sets first: a set left standing would make the pods removed below again.
+    let set_nodes: BTreeSet<&str> = orphaned(&sets, is_draining)
+        .into_iter()
+        .filter_map(placeholder_node)
+        .collect();
+    for node in set_nodes {
+        remove_sets(client, cfg, node).await;
+    }
+    let orphans = orphaned(&pods, is_draining);
     let removed = delete_all(client, cfg, orphans.into_iter()).await;
     if removed > 0 {
         tracing::info!(removed, "removed placeholders left by an earlier leader");

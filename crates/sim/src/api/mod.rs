@@ -249,6 +249,39 @@ async fn handle(
             let opts = DeleteOptions::from_value(&parse_body(body)?);
             coll.delete_json(&ns, &name, &opts)?
         }
+        // Every object the selectors match, each deleted as a single DELETE would, answered
+        // with the list of what was deleted. Dependents are left alone (no garbage collector
+        // here), which is what an orphaning delete asks for.
+        ("deletecollection", None) => {
+            let opts = DeleteOptions::from_value(&parse_body(body)?);
+            let query = ListQuery {
+                filter: call.filter()?,
+                limit: None,
+                continue_token: None,
+            };
+            let listed: Value = serde_json::from_slice(&coll.list(&query, current_rv)?)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            let mut gone = Vec::new();
+            for item in listed["items"].as_array().into_iter().flatten() {
+                let meta = &item["metadata"];
+                let (item_ns, item_name) = (
+                    meta["namespace"].as_str().unwrap_or_default(),
+                    meta["name"].as_str().unwrap_or_default(),
+                );
+                let out = coll.delete_json(item_ns, item_name, &opts)?;
+                gone.push(
+                    serde_json::from_slice::<Value>(&out)
+                        .map_err(|e| ApiError::internal(e.to_string()))?,
+                );
+            }
+            let list = json!({
+                "kind": listed["kind"],
+                "apiVersion": listed["apiVersion"],
+                "metadata": {},
+                "items": gone,
+            });
+            serde_json::to_vec(&list).map_err(|e| ApiError::internal(e.to_string()))?
+        }
         _ => {
             return Err(ApiError::method_not_allowed(format!(
                 "{verb} is not supported on {}",

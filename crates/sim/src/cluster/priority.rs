@@ -48,24 +48,44 @@ impl Cluster {
         else {
             return Ok(());
         };
-        let (value, policy) =
-            if let Some((_, v)) = BUILT_IN_PRIORITY_CLASSES.iter().find(|(n, _)| *n == class) {
-                (*v, "PreemptLowerPriority".to_string())
-            } else if let Some(pc) = self.priority_classes.get("", &class) {
-                let policy = pc
-                    .preemption_policy
-                    .clone()
-                    .unwrap_or_else(|| "PreemptLowerPriority".into());
-                (pc.value, policy)
-            } else {
-                let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-                return Err(ApiError::forbidden(format!(
-                    "pods \"{name}\" is forbidden: no PriorityClass with name {class} was found"
-                )));
-            };
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        let (value, policy) = self.priority_class(&class, name)?;
         pod["spec"]["priority"] = json!(value);
         pod["spec"]["preemptionPolicy"] = json!(policy);
         Ok(())
+    }
+
+    /// The same for a pod a controller creates, which goes through admission too.
+    pub fn admit_priority_of(&self, pod: &mut Pod) -> Result<(), ApiError> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let Some(spec) = pod.spec.as_mut() else {
+            return Ok(());
+        };
+        let Some(class) = spec.priority_class_name.clone() else {
+            return Ok(());
+        };
+        let (value, policy) = self.priority_class(&class, &name)?;
+        spec.priority = Some(value);
+        spec.preemption_policy = Some(policy);
+        Ok(())
+    }
+
+    /// The value and preemption policy of the PriorityClass `class`, or the admission
+    /// plugin's refusal of pod `name` naming it.
+    fn priority_class(&self, class: &str, name: &str) -> Result<(i32, String), ApiError> {
+        if let Some((_, v)) = BUILT_IN_PRIORITY_CLASSES.iter().find(|(n, _)| *n == class) {
+            Ok((*v, "PreemptLowerPriority".to_string()))
+        } else if let Some(pc) = self.priority_classes.get("", class) {
+            let policy = pc
+                .preemption_policy
+                .clone()
+                .unwrap_or_else(|| "PreemptLowerPriority".into());
+            Ok((pc.value, policy))
+        } else {
+            Err(ApiError::forbidden(format!(
+                "pods \"{name}\" is forbidden: no PriorityClass with name {class} was found"
+            )))
+        }
     }
 }
 

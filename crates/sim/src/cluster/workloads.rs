@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{
-    DaemonSetStatus, DeploymentStatus, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus,
-    StatefulSetStatus,
+    DaemonSetStatus, DeploymentStatus, ReplicaSet, ReplicaSetCondition, ReplicaSetSpec,
+    ReplicaSetStatus, StatefulSetStatus,
 };
 use k8s_openapi::api::core::v1::{
     Container, Node, Pod, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration,
@@ -230,6 +230,7 @@ impl Cluster {
             let pods = &owned;
             let mut live: Vec<&Arc<Pod>> = pods.iter().filter(|p| active(p)).collect();
             let have = live.len() as i32;
+            let mut refused = None;
             if have < want
                 && let Some(template) = rs.spec.as_ref().and_then(|s| s.template.clone())
             {
@@ -241,7 +242,16 @@ impl Cluster {
                         owner("apps/v1", "ReplicaSet", &rs.metadata),
                         now,
                     );
-                    self.create_pod(pod);
+                    // The controller's creates go through admission like anyone's: the pod's
+                    // priority comes from its class, and a refusal is the set's ReplicaFailure.
+                    let mut pod = pod;
+                    match self.admit_priority_of(&mut pod) {
+                        Ok(()) => self.create_pod(pod),
+                        Err(why) => {
+                            refused = Some(why.message);
+                            break;
+                        }
+                    }
                 }
             } else if have > want {
                 // Remove unscheduled, then not Ready, then newest pods first.
@@ -271,6 +281,15 @@ impl Cluster {
                 available_replicas: Some(ready),
                 fully_labeled_replicas: Some(total),
                 observed_generation: rs.metadata.generation,
+                conditions: refused.map(|message| {
+                    vec![ReplicaSetCondition {
+                        type_: "ReplicaFailure".into(),
+                        status: "True".into(),
+                        reason: Some("FailedCreate".into()),
+                        message: Some(message),
+                        last_transition_time: Some(Time(now)),
+                    }]
+                }),
                 ..Default::default()
             };
             self.replicasets.modify(&rs, |r| r.status = Some(status));

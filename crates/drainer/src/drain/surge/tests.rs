@@ -1,3 +1,5 @@
+use std::collections::BTreeSet;
+
 use super::*;
 use serde_json::json;
 
@@ -41,6 +43,19 @@ fn pod(name: &str, owner_kind: Option<&str>, spec: serde_json::Value) -> Pod {
         into.extend(from.clone());
     }
     serde_json::from_value(v).unwrap()
+}
+
+/// The placeholder `p` alone gets: its set's pod template as the set's pods have it.
+fn placeholder(p: &Pod, node: &Node, taint: &Taint, cfg: &SurgeConfig) -> Option<Pod> {
+    let set = placeholder_sets(&[p], node, taint, cfg).pop()?;
+    let template = set.spec?.template?;
+    let mut metadata = template.metadata.unwrap_or_default();
+    metadata.namespace = set.metadata.namespace;
+    Some(Pod {
+        metadata,
+        spec: template.spec,
+        status: None,
+    })
 }
 
 fn names(pods: &[&Pod]) -> Vec<String> {
@@ -123,6 +138,19 @@ fn a_placeholder_reserves_the_pods_requests_at_rotors_priority_owned_by_the_node
         Some("ReplicaSet"),
         json!({"nodeSelector": {"pool": "general"}}),
     );
+    let set = placeholder_sets(&[&p], &node("n1"), &drain_taint(), &cfg()).remove(0);
+    let set = serde_json::to_value(&set).unwrap();
+    assert_eq!(set["metadata"]["namespace"], "rotor-system");
+    assert_eq!(set["metadata"]["annotations"][SURGE_NODE_ANNOTATION], "n1");
+    assert_eq!(
+        set["metadata"]["annotations"][SURGE_PODS_ANNOTATION],
+        "shop/web-1"
+    );
+    assert_eq!(
+        set["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "node-uid-1", "controller": true}])
+    );
+    assert_eq!(set["spec"]["replicas"], 1);
     let ph = placeholder(&p, &node("n1"), &drain_taint(), &cfg()).unwrap();
     let v = serde_json::to_value(&ph).unwrap();
     assert_eq!(v["metadata"]["namespace"], "rotor-system");
@@ -130,12 +158,8 @@ fn a_placeholder_reserves_the_pods_requests_at_rotors_priority_owned_by_the_node
     assert_eq!(v["metadata"]["labels"][MANAGED_BY_LABEL], "rotor-drainer");
     assert_eq!(v["metadata"]["annotations"][SURGE_NODE_ANNOTATION], "n1");
     assert_eq!(
-        v["metadata"]["annotations"][SURGE_POD_ANNOTATION],
-        "shop/web-1"
-    );
-    assert_eq!(
-        v["metadata"]["ownerReferences"],
-        json!([{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "node-uid-1", "controller": true}])
+        set["spec"]["selector"]["matchLabels"], v["metadata"]["labels"],
+        "the set's selector is its pods' labels"
     );
     assert_eq!(v["spec"]["priorityClassName"], "rotor-surge");
     assert_eq!(v["spec"]["terminationGracePeriodSeconds"], 0);
@@ -241,20 +265,98 @@ fn a_placeholder_may_go_where_the_pod_may_except_the_drained_node_and_cordoned_o
 }
 
 #[test]
+fn pods_with_the_same_placeholder_share_one_set_of_that_many_replicas() {
+    let web = |name: &str| pod(name, Some("ReplicaSet"), json!({}));
+    let big = pod(
+        "big-1",
+        Some("ReplicaSet"),
+        json!({"containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}}}]}),
+    );
+    let mut batch = web("worker-1");
+    batch.metadata.namespace = Some("batch".into());
+    let pinned = pod(
+        "api-1",
+        Some("ReplicaSet"),
+        json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "api"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]}}}),
+    );
+    let idle = pod(
+        "idle",
+        Some("ReplicaSet"),
+        json!({"containers": [{"name": "x"}]}),
+    );
+    let (w1, w2) = (web("web-1"), web("web-2"));
+    let pods = [&w1, &big, &batch, &w2, &pinned, &idle];
+    let sets = placeholder_sets(&pods, &node("n1"), &drain_taint(), &cfg());
+    let members: Vec<(&str, i32)> = sets
+        .iter()
+        .map(|s| {
+            let a = s.metadata.annotations.as_ref().unwrap();
+            (
+                a[SURGE_PODS_ANNOTATION].as_str(),
+                s.spec.as_ref().unwrap().replicas.unwrap(),
+            )
+        })
+        .collect();
+    // Another namespace alone changes nothing a placeholder holds; other requests, or
+    // anti-affinity (pinned to the pod's namespace), do. A pod requesting nothing needs none.
+    assert_eq!(
+        members,
+        [
+            ("shop/web-1,batch/worker-1,shop/web-2", 3),
+            ("shop/big-1", 1),
+            ("shop/api-1", 1)
+        ]
+    );
+    assert_eq!(placeholders_wanted(&sets), 5);
+    let groups: BTreeSet<&String> = sets
+        .iter()
+        .map(|s| &s.metadata.labels.as_ref().unwrap()[SURGE_GROUP_LABEL])
+        .collect();
+    assert_eq!(groups.len(), 3, "each set selects its own pods only");
+    for set in &sets {
+        let spec = set.spec.as_ref().unwrap();
+        let template_labels = spec
+            .template
+            .as_ref()
+            .unwrap()
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .as_ref();
+        assert_eq!(spec.selector.match_labels.as_ref(), template_labels);
+        let name = set.metadata.name.as_deref().unwrap();
+        assert!(name.starts_with("rotor-surge-n1-"), "{name}");
+    }
+    // Made again from the same pods (ahead of the drain, at its start, after a restart), the
+    // sets have the same names: the second create is a 409, not a second set.
+    let again = placeholder_sets(&pods, &node("n1"), &drain_taint(), &cfg());
+    assert_eq!(
+        again.iter().map(|s| &s.metadata.name).collect::<Vec<_>>(),
+        sets.iter().map(|s| &s.metadata.name).collect::<Vec<_>>()
+    );
+}
+
+#[test]
 fn placeholder_names_and_labels_are_stable_and_valid_for_any_node_name() {
-    let a = placeholder_name("ip-10-0-1-23.ec2.internal", "uid-1");
+    let a = placeholder_set_name("ip-10-0-1-23.ec2.internal", "0123456789abcdef");
     assert_eq!(
         a,
-        placeholder_name("ip-10-0-1-23.ec2.internal", "uid-1"),
+        placeholder_set_name("ip-10-0-1-23.ec2.internal", "0123456789abcdef"),
         "the same after a restart"
     );
-    assert_ne!(a, placeholder_name("ip-10-0-1-23.ec2.internal", "uid-2"));
+    assert_ne!(
+        a,
+        placeholder_set_name("ip-10-0-1-23.ec2.internal", "fedcba9876543210")
+    );
     assert!(
         a.starts_with("rotor-surge-ip-10-0-1-23.ec2.internal-"),
         "{a}"
     );
     let long = format!("{}.compute.internal", "n".repeat(200));
-    let name = placeholder_name(&long, "uid-1");
+    let name = placeholder_set_name(&long, "0123456789abcdef");
     assert!(name.len() <= 253, "{}", name.len());
     assert!(
         name.chars()
@@ -295,11 +397,14 @@ fn a_reservation_is_complete_when_every_placeholder_left_has_a_node() {
         }
         serde_json::from_value(v).unwrap()
     };
-    let r = Reservation::of(&[
-        ph("a", Some("new-1"), false),
-        ph("b", None, false),
-        ph("c", None, true),
-    ]);
+    let r = Reservation::of(
+        &[
+            ph("a", Some("new-1"), false),
+            ph("b", None, false),
+            ph("c", None, true),
+        ],
+        2,
+    );
     assert_eq!(r.scheduled, 1);
     assert_eq!(
         r.pending,
@@ -309,9 +414,19 @@ fn a_reservation_is_complete_when_every_placeholder_left_has_a_node() {
         )]
     );
     assert!(!r.complete());
-    assert!(Reservation::of(&[ph("a", Some("new-1"), false), ph("c", None, true)]).complete());
+    assert!(Reservation::of(&[ph("a", Some("new-1"), false), ph("c", None, true)], 1).complete());
+    // Placeholders the sets have not made yet are waited for.
+    let r = Reservation::of(&[ph("a", Some("new-1"), false)], 3);
+    assert_eq!(r.scheduled, 1);
+    assert_eq!(
+        r.pending,
+        [
+            (NOT_CREATED.to_string(), None),
+            (NOT_CREATED.to_string(), None)
+        ]
+    );
     assert!(
-        Reservation::of(&[]).complete(),
+        Reservation::of(&[], 0).complete(),
         "preempted placeholders are not waited for"
     );
 }
@@ -324,7 +439,7 @@ fn placeholders_of_nodes_no_longer_draining_are_orphans() {
     unnamed.metadata.annotations = None;
     let all = [of("n1"), of("n2"), unnamed];
     let orphans = orphaned(&all, |node| node == "n1");
-    let nodes: Vec<_> = orphans.iter().map(|p| placeholder_node(p)).collect();
+    let nodes: Vec<_> = orphans.iter().map(|p| placeholder_node(*p)).collect();
     assert_eq!(nodes, [Some("n2"), None]);
 }
 

@@ -854,27 +854,23 @@ fn check_surge_case(
         }
         (None, None) => panic!("{name}: neither a placeholder nor a set"),
     };
-    let labels = metadata.labels.clone().unwrap_or_default();
-    assert!(
-        selects(&case.selector, &labels),
-        "{name}: its node's selector finds it"
-    );
-    assert!(
-        selects(&file.all_placeholders_selector, &labels),
-        "{name}: the sweep's selector finds it"
-    );
+    // The node's selector (its drain's watch and release) and the sweep's find it.
+    let found_by_both = |meta: &ObjectMeta, what: &str| {
+        let labels = meta.labels.clone().unwrap_or_default();
+        assert!(
+            selects(&case.selector, &labels),
+            "{name}: its node's selector finds {what}"
+        );
+        assert!(
+            selects(&file.all_placeholders_selector, &labels),
+            "{name}: the sweep's selector finds {what}"
+        );
+    };
+    found_by_both(&metadata, "the placeholder");
     if let Some(sets) = &case.sets {
         for set in sets {
             let set_meta: ObjectMeta = serde_json::from_value(set.metadata.clone()).unwrap();
-            let set_labels = set_meta.labels.clone().unwrap_or_default();
-            assert!(
-                selects(&case.selector, &set_labels),
-                "{name}: its node's selector finds the set (its release deletes it)"
-            );
-            assert!(
-                selects(&file.all_placeholders_selector, &set_labels),
-                "{name}: the sweep's selector finds the set"
-            );
+            found_by_both(&set_meta, "the set");
             assert_eq!(
                 placeholder_node(&ReplicaSet {
                     metadata: set_meta,

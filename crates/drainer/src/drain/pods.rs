@@ -353,7 +353,12 @@ pub fn classify(pod: &Pod, drain_taint: &Taint, opts: &DrainOptions) -> PodVerdi
     if !opts.evict_emptydir && uses_emptydir(pod) {
         return PodVerdict::Blocked(Blocker::EmptyDirRefused { pod: pod_key });
     }
-    if !opts.evict_unmanaged && controller_kind(pod).is_none() {
+    // A placeholder rotor handed over has no owner any more, but it is no one's bare pod:
+    // evicting it only gives back the room it holds.
+    if !opts.evict_unmanaged
+        && controller_kind(pod).is_none()
+        && !crate::drain::surge::is_placeholder(pod)
+    {
         return PodVerdict::Blocked(Blocker::UnmanagedRefused { pod: pod_key });
     }
     PodVerdict::Evict {
@@ -1046,6 +1051,14 @@ mod tests {
             json!({"spec": {"volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}]}}),
         );
         assert_eq!(classify(&plain, &taint(), &strict), evict(None));
+        // Another node's surge placeholder, handed over by its drain (no owner any more): it
+        // holds room, not a workload, and is evicted rather than blocking this drain.
+        let placeholder = pod(
+            "rotor-surge-n1-0123456789abcdef-x7k2q",
+            json!({"metadata": {"ownerReferences": null, "labels": {
+                "rotor.dev/surge-for": "n1", "app.kubernetes.io/managed-by": "rotor-drainer"}}}),
+        );
+        assert_eq!(classify(&placeholder, &taint(), &strict), evict(None));
     }
 
     #[test]

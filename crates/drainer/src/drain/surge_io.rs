@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
@@ -53,9 +53,13 @@ pub struct SurgeRoom {
     fleet_size: AtomicUsize,
     /// The `surge_nodes` gauge: how many slots are held.
     holding: Gauge,
-    /// The nodes whose sets this drainer has deleted, their placeholders left standing: their
-    /// release has only pods to remove.
-    handed_over: Mutex<BTreeSet<String>>,
+    /// The nodes whose drain has taken over their room: what the loop over nodes does ahead
+    /// of a drain (room made or released ahead) leaves them alone from then on.
+    owned_by_drain: Mutex<BTreeSet<String>>,
+    /// Held across the room made ahead's create and release, and while a drain takes its node
+    /// over, so that nothing done ahead lands after the drain has taken over (a set made again
+    /// after the hand-over would make preempted placeholders again).
+    ahead: tokio::sync::Mutex<()>,
 }
 
 impl SurgeRoom {
@@ -72,7 +76,8 @@ impl SurgeRoom {
             held: Mutex::default(),
             fleet_size: AtomicUsize::new(0),
             holding,
-            handed_over: Mutex::default(),
+            owned_by_drain: Mutex::default(),
+            ahead: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -98,6 +103,12 @@ impl SurgeRoom {
             self.holding.set(held.len() as i64);
         }
         free
+    }
+
+    fn owned_by_drain(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.owned_by_drain
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     fn give_back(&self, node: &str) {
@@ -150,6 +161,11 @@ pub async fn make_room(
     let name = node.metadata.name.clone().unwrap_or_default();
     let started = Instant::now();
     let give_up_at = started + cfg.timeout;
+    {
+        // Wait out whatever is being done ahead for the node; nothing starts after this.
+        let _ahead = room.ahead.lock().await;
+        room.owned_by_drain().insert(name.clone());
+    }
     while !room.take_slot(&name) {
         if Instant::now() >= give_up_at {
             return SurgeOutcome::NoSlot;
@@ -158,14 +174,14 @@ pub async fn make_room(
             return SurgeOutcome::Interrupted;
         }
     }
-    let wanted = match create_placeholders(room, node, drain_taint).await {
+    let wanted = match create_placeholders(room, node, drain_taint, Made::AtStart).await {
         Ok(0) => {
             room.give_back(&name);
             return SurgeOutcome::NothingToReserve;
         }
         Ok(count) => count,
         Err(why) => {
-            release(room, &name).await;
+            remove_room(room, &name).await;
             return SurgeOutcome::Failed(why);
         }
     };
@@ -188,7 +204,7 @@ pub async fn make_room(
             }
         }
         Waited::Refused(why) => {
-            release(room, &name).await;
+            remove_room(room, &name).await;
             SurgeOutcome::Failed(why)
         }
         Waited::Interrupted => SurgeOutcome::Interrupted,
@@ -200,7 +216,9 @@ pub async fn make_room(
 /// would make it again, pending, and an autoscaler would add a node for it). One request, an
 /// orphaning deletecollection by the node's label; the garbage collector takes the sets' owner
 /// references off the pods. If it fails, the drain goes on: preempted placeholders come back
-/// pending until the drain ends and removes them.
+/// pending until the drain ends and removes them. Without an owner, the placeholders are no
+/// longer removed with the node: the release, or a later leader's sweep, removes them, and a
+/// drain of the node they run on evicts them like any pod ([`crate::drain::pods::classify`]).
 async fn hand_over(room: &SurgeRoom, node: &str) {
     let sets: Api<ReplicaSet> = Api::namespaced(room.client.clone(), &room.cfg.namespace);
     let selector = ListParams::default().labels(&placeholder_selector(node));
@@ -208,10 +226,7 @@ async fn hand_over(room: &SurgeRoom, node: &str) {
         .delete_collection(&DeleteParams::orphan(), &selector)
         .await
     {
-        Ok(_) => {
-            let mut handed_over = room.handed_over.lock().unwrap_or_else(|e| e.into_inner());
-            handed_over.insert(node.to_string());
-        }
+        Ok(_) => {}
         Err(e) => {
             tracing::warn!(%node, namespace = %room.cfg.namespace, error = %e, "could not hand the placeholders over (rotor-drainer needs deletecollection on replicasets in its namespace): a placeholder preempted during the drain is made again, pending, until the drain ends")
         }
@@ -282,8 +297,14 @@ async fn wait_until_scheduled(
         });
         if read_sets_at.is_some_and(|at| at <= now) {
             sets_read_at = Some(now);
-            if let Some(why) = refusal(room, node).await {
-                return Waited::Refused(why);
+            // A slow read must not hold the drain past its deadline or a stop.
+            tokio::select! {
+                _ = stop.cancelled() => return Waited::Interrupted,
+                _ = abort.cancelled() => return Waited::Interrupted,
+                _ = tokio::time::sleep_until(deadline) => return Waited::TimedOut(reservation),
+                why = refusal(room, node) => if let Some(why) = why {
+                    return Waited::Refused(why);
+                },
             }
             continue;
         }
@@ -327,6 +348,12 @@ async fn refusal(room: &SurgeRoom, node: &str) -> Option<String> {
             return None;
         }
     };
+    if sets.is_empty() {
+        return Some(format!(
+            "the placeholder sets of node {node} in {} are gone (deleted by someone else?)",
+            cfg.namespace
+        ));
+    }
     sets.iter().find_map(|set| {
         let failure = set
             .status
@@ -344,13 +371,24 @@ async fn refusal(room: &SurgeRoom, node: &str) -> Option<String> {
     })
 }
 
-/// Creates the placeholder sets for `node`'s pods that need room (a set made earlier, by this
-/// drain before a restart or ahead of it, is kept: the same name for the same set). Returns how
-/// many placeholders the node needs; on an error, says what failed and what rotor needs.
+/// When a node's placeholder sets are made: ahead of its drain (usually the first time) or at
+/// its start (usually made ahead already).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Made {
+    Ahead,
+    AtStart,
+}
+
+/// Makes the placeholder sets for `node`'s pods that need room. A set made earlier (ahead of
+/// the drain, or before a restart) has the same name; it is brought to the node's pods as they
+/// are now, its replicas and the pods it stands for, so a set made ahead while the node had
+/// fewer or more pods serves the drain exactly. Returns how many placeholders the node needs;
+/// on an error, says what failed and what rotor needs.
 async fn create_placeholders(
     room: &SurgeRoom,
     node: &Node,
     drain_taint: &Taint,
+    made: Made,
 ) -> Result<usize, String> {
     let cfg = &room.cfg;
     let name = node.metadata.name.as_deref().unwrap_or_default();
@@ -364,24 +402,45 @@ async fn create_placeholders(
     let wanted = placeholder_sets(&needing, node, drain_taint, cfg);
     let sets: Api<ReplicaSet> = Api::namespaced(room.client.clone(), &cfg.namespace);
     for set in &wanted {
-        match sets.create(&PostParams::default(), set).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => {
-                let set_name = set.metadata.name.as_deref().unwrap_or_default();
-                return Err(format!(
-                    "cannot create placeholder set {}/{set_name}: {e} (rotor-drainer needs create on replicasets in {})",
-                    cfg.namespace, cfg.namespace
-                ));
+        // One request in the usual case: a create ahead, an update at the start.
+        let first = match made {
+            Made::Ahead => create_set(&sets, set).await,
+            Made::AtStart => update_set(&sets, set).await,
+        };
+        let outcome = match first {
+            Err(kube::Error::Api(s)) if made == Made::Ahead && s.code == 409 => {
+                update_set(&sets, set).await
             }
+            Err(kube::Error::Api(s)) if made == Made::AtStart && s.code == 404 => {
+                create_set(&sets, set).await
+            }
+            other => other,
+        };
+        if let Err(e) = outcome {
+            let set_name = set.metadata.name.as_deref().unwrap_or_default();
+            return Err(format!(
+                "cannot create or update placeholder set {}/{set_name}: {e} (rotor-drainer needs create and patch on replicasets in {})",
+                cfg.namespace, cfg.namespace
+            ));
         }
     }
-    // A set made again takes its pods back: they are no longer handed over.
-    room.handed_over
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(name);
     Ok(placeholders_wanted(&wanted))
+}
+
+async fn create_set(sets: &Api<ReplicaSet>, set: &ReplicaSet) -> Result<(), kube::Error> {
+    sets.create(&PostParams::default(), set).await.map(|_| ())
+}
+
+/// Brings an existing set to `set`'s replicas and the pods it stands for (a merge patch).
+async fn update_set(sets: &Api<ReplicaSet>, set: &ReplicaSet) -> Result<(), kube::Error> {
+    let name = set.metadata.name.as_deref().unwrap_or_default();
+    let patch = serde_json::json!({
+        "metadata": {"annotations": set.metadata.annotations},
+        "spec": {"replicas": set.spec.as_ref().and_then(|s| s.replicas)},
+    });
+    sets.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
 }
 
 /// Makes room ahead for `node`, next in line to drain: takes a `--max-surge` slot if one is free
@@ -400,20 +459,34 @@ pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
     let Some(taint) = find_drain_taint(&node).cloned() else {
         return;
     };
+    let _ahead = room.ahead.lock().await;
+    if room.owned_by_drain().contains(name) {
+        return;
+    }
     if !room.take_slot(name) {
         tracing::debug!(node = %name, "no --max-surge slot free: no room made ahead");
         return;
     }
-    match create_placeholders(room, &node, &taint).await {
+    match create_placeholders(room, &node, &taint, Made::Ahead).await {
         Ok(0) => room.give_back(name),
         Ok(count) => {
             tracing::info!(node = %name, placeholders = count, "next in line: made room ahead of its drain")
         }
         Err(why) => {
             tracing::warn!(node = %name, "could not make room ahead of the drain: {why}; its drain tries again when it starts");
-            release(room, name).await;
+            remove_room(room, name).await;
         }
     }
+}
+
+/// Removes the room made ahead for `node`, which left the line before its drain started (or
+/// whose budgets keep it waiting): nothing, if its drain has taken the room over since.
+pub async fn release_ahead(room: &SurgeRoom, node: &str) {
+    let _ahead = room.ahead.lock().await;
+    if room.owned_by_drain().contains(node) {
+        return;
+    }
+    remove_room(room, node).await;
 }
 
 /// Waits one poll; false when the drain is cancelled or the drainer stops.
@@ -425,23 +498,24 @@ async fn pause(abort: &CancellationToken, stop: &CancellationToken) -> bool {
     }
 }
 
-/// Removes `node`'s placeholders and gives back its `--max-surge` slot: a deletecollection by
-/// the node's placeholder label, in rotor's own namespace (the placeholders its evicted pods did
-/// not already preempt), after one of its sets unless they were handed over already (a set left
-/// standing would make its pods again). Errors are logged: the next leader's [`sweep`], or the
-/// garbage collector once the node is deleted, removes what is left.
+/// Removes `node`'s room once its drain is over, cancelled, or its node cleaned up: the
+/// placeholders and the `--max-surge` slot, and the node is no longer its drain's.
 pub async fn release(room: &SurgeRoom, node: &str) {
+    remove_room(room, node).await;
+    room.owned_by_drain().remove(node);
+}
+
+/// Removes `node`'s placeholder sets, then its placeholders, and gives back its `--max-surge`
+/// slot: a deletecollection of each by the node's label, in rotor's own namespace. The sets go
+/// first, handed over or not (a set left standing would make its pods again, and which this
+/// drainer handed over is not known after a failover); the pods left are those the evicted
+/// pods did not already preempt. Errors are logged: the next leader's [`sweep`] removes what is
+/// left (and the garbage collector, once the node is deleted, what was not handed over).
+async fn remove_room(room: &SurgeRoom, node: &str) {
     let cfg = &room.cfg;
     room.give_back(node);
     let selector = ListParams::default().labels(&placeholder_selector(node));
-    let handed_over = room
-        .handed_over
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(node);
-    if !handed_over {
-        remove_sets(&room.client, cfg, node).await;
-    }
+    remove_sets(&room.client, cfg, node).await;
     let placeholders: Api<Pod> = Api::namespaced(room.client.clone(), &cfg.namespace);
     match placeholders
         .delete_collection(&DeleteParams::default(), &selector)
@@ -455,7 +529,7 @@ pub async fn release(room: &SurgeRoom, node: &str) {
             }
         }
         Err(e) => {
-            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholders (rotor-drainer needs deletecollection on pods in its namespace); the next leader or the node's deletion removes them")
+            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholders (rotor-drainer needs deletecollection on pods in its namespace); the next leader's sweep removes them")
         }
     }
 }

@@ -29,7 +29,7 @@ use crate::drain::outcome::{DrainOutcome, DrainResult};
 use crate::drain::pods::DrainOptions;
 use crate::drain::published::Published;
 use crate::drain::shared::{Drains, Stops};
-use crate::drain::surge_io::{release, reserve_ahead};
+use crate::drain::surge_io::{release, release_ahead, reserve_ahead};
 use crate::drain::task::drain_node;
 use crate::error::RunError;
 use crate::fleet::gate::GateConfig;
@@ -561,7 +561,7 @@ impl Shell {
                 if let Some(room) = self.fleet.drains.surge.clone() {
                     self.fleet
                         .tasks
-                        .spawn(async move { release(&room, &node).await });
+                        .spawn(async move { release_ahead(&room, &node).await });
                 }
             }
             Command::Drain {

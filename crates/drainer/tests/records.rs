@@ -24,13 +24,14 @@ use rotor_core::contract::{
 };
 use rotor_drainer::drain::budgets::BudgetKey;
 use rotor_drainer::drain::pass::every_blocker;
+use rotor_drainer::drain::pods::is_placeholder;
 use rotor_drainer::drain::pods::{Blocker, PodRef};
 use rotor_drainer::drain::restart::{
     Judgement, News, Next, Refusal, RolloutRestarts, judge, restart_patch,
 };
 use rotor_drainer::drain::surge::{
-    Reservation, SurgeConfig, all_placeholders_selector, is_placeholder, orphaned,
-    placeholder_node, placeholder_selector, placeholder_sets,
+    Reservation, SurgeConfig, all_placeholders_selector, orphaned, placeholder_node,
+    placeholder_selector, placeholder_sets,
 };
 use rotor_drainer::error::DrainError;
 use rotor_drainer::fleet::starts::{

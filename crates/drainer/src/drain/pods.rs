@@ -216,6 +216,22 @@ pub fn controller_ref(meta: &ObjectMeta) -> Option<&OwnerReference> {
         .find(|owner| owner.controller == Some(true))
 }
 
+/// On every surge placeholder: which node's drain it makes room for
+/// ([`crate::drain::surge`]).
+pub const SURGE_FOR_LABEL: &str = "rotor.dev/surge-for";
+/// The standard label naming the tool that manages an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "rotor-drainer";
+
+/// True for a surge placeholder rotor made: room, not a workload (the gate ignores it while
+/// Pending, and a drain evicts it even without an owner).
+pub fn is_placeholder(pod: &Pod) -> bool {
+    pod.metadata.labels.as_ref().is_some_and(|l| {
+        l.contains_key(SURGE_FOR_LABEL)
+            && l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+    })
+}
+
 /// The controlling owner reference's kind, if the pod has a controller.
 pub fn controller_kind(pod: &Pod) -> Option<&str> {
     controller_ref(&pod.metadata).map(|owner| owner.kind.as_str())
@@ -355,10 +371,7 @@ pub fn classify(pod: &Pod, drain_taint: &Taint, opts: &DrainOptions) -> PodVerdi
     }
     // A placeholder rotor handed over has no owner any more, but it is no one's bare pod:
     // evicting it only gives back the room it holds.
-    if !opts.evict_unmanaged
-        && controller_kind(pod).is_none()
-        && !crate::drain::surge::is_placeholder(pod)
-    {
+    if !opts.evict_unmanaged && controller_kind(pod).is_none() && !is_placeholder(pod) {
         return PodVerdict::Blocked(Blocker::UnmanagedRefused { pod: pod_key });
     }
     PodVerdict::Evict {

@@ -31,10 +31,11 @@ use rotor_apimachinery::scheduling::AUTOSCALER_EXPENDABLE_CUTOFF;
 use rotor_apimachinery::taints::tolerates;
 use rotor_core::NodeBudget;
 
-use crate::drain::pods::{DrainOptions, PodVerdict, classify, controller_kind, is_bound};
+use crate::drain::pods::{
+    DrainOptions, MANAGED_BY, MANAGED_BY_LABEL, PodVerdict, SURGE_FOR_LABEL, classify,
+    controller_kind, is_bound, is_placeholder,
+};
 
-/// On every placeholder: which node's drain it makes room for (see [`surge_label_value`]).
-pub const SURGE_FOR_LABEL: &str = "rotor.dev/surge-for";
 /// On every placeholder: the drained node's full name (a label value holds only 63 characters).
 pub const SURGE_NODE_ANNOTATION: &str = "rotor.dev/surge-node";
 /// On every placeholder set and its pods: which set of the node's placeholders (a hash of
@@ -42,9 +43,6 @@ pub const SURGE_NODE_ANNOTATION: &str = "rotor.dev/surge-node";
 pub const SURGE_GROUP_LABEL: &str = "rotor.dev/surge-group";
 /// On every placeholder set: the pods it stands for, `namespace/name`, comma-separated.
 pub const SURGE_PODS_ANNOTATION: &str = "rotor.dev/surge-for-pods";
-/// The standard label naming the tool that manages an object.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "rotor-drainer";
 
 /// The taint the node lifecycle controller's cordon implies: a placeholder must not tolerate it,
 /// or it could be scheduled onto a cordoned node.
@@ -94,14 +92,6 @@ pub fn placeholder_selector(node: &str) -> String {
 /// The label selector of every placeholder rotor made.
 pub fn all_placeholders_selector() -> String {
     format!("{SURGE_FOR_LABEL},{MANAGED_BY_LABEL}={MANAGED_BY}")
-}
-
-/// True for a placeholder rotor made (it is not a workload: the gate ignores it while Pending).
-pub fn is_placeholder(pod: &Pod) -> bool {
-    pod.metadata.labels.as_ref().is_some_and(|l| {
-        l.contains_key(SURGE_FOR_LABEL)
-            && l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
-    })
 }
 
 /// The drained node a placeholder, or a placeholder set, stands in for.

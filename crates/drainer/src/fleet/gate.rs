@@ -170,7 +170,7 @@ fn may_hold_gate(pod: &Pod, cfg: &GateConfig) -> bool {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     !cfg.ignored_namespaces.iter().any(|ns| ns == namespace)
         && pod.metadata.deletion_timestamp.is_none()
-        && !crate::drain::surge::is_placeholder(pod)
+        && !crate::drain::pods::is_placeholder(pod)
         && !crate::drain::pods::is_bound(pod)
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
 }

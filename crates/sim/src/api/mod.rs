@@ -259,28 +259,11 @@ async fn handle(
                 limit: None,
                 continue_token: None,
             };
-            let listed: Value = serde_json::from_slice(&coll.list(&query, current_rv)?)
-                .map_err(|e| ApiError::internal(e.to_string()))?;
-            let mut gone = Vec::new();
-            for item in listed["items"].as_array().into_iter().flatten() {
-                let meta = &item["metadata"];
-                let (item_ns, item_name) = (
-                    meta["namespace"].as_str().unwrap_or_default(),
-                    meta["name"].as_str().unwrap_or_default(),
-                );
-                let out = coll.delete_json(item_ns, item_name, &opts)?;
-                gone.push(
-                    serde_json::from_slice::<Value>(&out)
-                        .map_err(|e| ApiError::internal(e.to_string()))?,
-                );
-            }
-            let list = json!({
-                "kind": listed["kind"],
-                "apiVersion": listed["apiVersion"],
-                "metadata": {},
-                "items": gone,
-            });
-            serde_json::to_vec(&list).map_err(|e| ApiError::internal(e.to_string()))?
+            let listed = coll.list(&query, current_rv)?;
+            delete_each(&listed, |item_ns, item_name, out| {
+                out.extend_from_slice(&coll.delete_json(item_ns, item_name, &opts)?);
+                Ok(())
+            })?
         }
         _ => {
             return Err(ApiError::method_not_allowed(format!(
@@ -430,30 +413,44 @@ fn serve_pod_verb(
                 continue_token: None,
             };
             let listed = ApiCollection::list(&cluster.pods, &query, cluster.rev.current())?;
-            let listed: Value =
-                serde_json::from_slice(&listed).map_err(|e| ApiError::internal(e.to_string()))?;
-            // Written as a list is (`managed_fields::write_json`): the store keeps managedFields
-            // apart from the objects.
-            let mut out =
-                br#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":["#.to_vec();
-            for (i, pod) in listed["items"].as_array().into_iter().flatten().enumerate() {
-                let meta = &pod["metadata"];
-                let (pod_ns, pod_name) = (
-                    meta["namespace"].as_str().unwrap_or_default(),
-                    meta["name"].as_str().unwrap_or_default(),
-                );
+            let out = delete_each(&listed, |pod_ns, pod_name, out| {
                 let gone = cluster.delete_pod(pod_ns, pod_name, &opts, Removal::ApiDelete, now)?;
-                if i > 0 {
-                    out.push(b',');
-                }
-                crate::managed_fields::write_json(&mut out, gone.as_ref())
-                    .map_err(|e| ApiError::internal(e.to_string()))?;
-            }
-            out.extend_from_slice(b"]}");
+                // Written as a list is (`managed_fields::write_json`): the store keeps
+                // managedFields apart from the objects.
+                crate::managed_fields::write_json(out, gone.as_ref())
+                    .map_err(|e| ApiError::internal(e.to_string()))
+            })?;
             Ok(Some(json_response(StatusCode::OK, out)))
         }
         _ => Ok(None),
     }
+}
+
+/// A deletecollection's work and answer: `delete` deletes each object of the `listed` list (as
+/// a single DELETE of it would) and writes what it deleted; the answer is the list of those.
+fn delete_each(
+    listed: &[u8],
+    mut delete: impl FnMut(&str, &str, &mut Vec<u8>) -> Result<(), ApiError>,
+) -> Result<Vec<u8>, ApiError> {
+    let listed: Value =
+        serde_json::from_slice(listed).map_err(|e| ApiError::internal(e.to_string()))?;
+    let head = json!({"kind": listed["kind"], "apiVersion": listed["apiVersion"]});
+    let mut out = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
+    out.pop(); // the closing brace: the metadata and items follow
+    out.extend_from_slice(br#","metadata":{},"items":["#);
+    for (i, item) in listed["items"].as_array().into_iter().flatten().enumerate() {
+        let meta = &item["metadata"];
+        if i > 0 {
+            out.push(b',');
+        }
+        delete(
+            meta["namespace"].as_str().unwrap_or_default(),
+            meta["name"].as_str().unwrap_or_default(),
+            &mut out,
+        )?;
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
 }
 
 /// Opens a watch on `coll` from the request's resourceVersion. A version too old is answered

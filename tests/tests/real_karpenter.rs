@@ -186,6 +186,75 @@ fn karpenter_provisions_for_pending_pods_and_its_drift_replaces_every_node_withi
 #[test]
 #[ignore = "on demand: needs tools/build.sh and tools/karpenter/build.sh; takes minutes"]
 fn with_drift_disabled_rotor_drains_every_node_and_karpenter_provisions_the_replacements() {
+    rotor_drains_beside_karpenter(&[]);
+}
+
+/// rotor's placeholders name no node, so Karpenter provisions for them: a placeholder whose
+/// node affinity had a `matchFields` term (as rotor's did until 2026-11-29) is ignored by
+/// Karpenter ("node selector term with matchFields is not supported"), and every drain waited
+/// its whole `--surge-timeout`, then drained without room.
+#[test]
+#[ignore = "on demand: needs tools/build.sh and tools/karpenter/build.sh; takes minutes"]
+fn with_surge_karpenter_adds_the_room_before_each_drain_evicts() {
+    let cluster = rotor_drains_beside_karpenter(&["--surge", "--surge-timeout", "120s"]);
+    let events: Value = cluster.kubectl_json(&["get", "events", "-A"]);
+    let reasons: Vec<(String, String)> = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["involvedObject"]["kind"] == "Node")
+        .map(|e| {
+            (
+                e["involvedObject"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                e["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let drained: std::collections::BTreeSet<&String> = reasons
+        .iter()
+        .filter(|(_, r)| r == "Drained")
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        drained.len(),
+        NODES,
+        "every original node drained: {reasons:?}"
+    );
+    for node in drained {
+        assert!(
+            reasons.contains(&(node.clone(), "SurgeReady".into())),
+            "{node}: its placeholders were all scheduled before its evictions (SurgeReady): {reasons:?}"
+        );
+    }
+    assert!(
+        !reasons
+            .iter()
+            .any(|(_, r)| r == "SurgeTimedOut" || r == "SurgeFailed"),
+        "no drain went on without its room: {reasons:?}"
+    );
+    let placeholders_left = cluster.kubectl_json(&[
+        "get",
+        "pods",
+        "-n",
+        ROTOR_NAMESPACE,
+        "-l",
+        "rotor.dev/surge-for",
+    ]);
+    assert_eq!(
+        placeholders_left["items"].as_array().map(Vec::len),
+        Some(0),
+        "no placeholder is left: {placeholders_left}"
+    );
+}
+
+/// Karpenter provisions the workload's nodes; with drift disabled in Karpenter, rotor-drainer
+/// (with `flags`) drains every one of them and Karpenter provisions for the evicted pods; then
+/// the drained nodes are retired through Karpenter. Returns the cluster for what a caller
+/// checks beyond that.
+fn rotor_drains_beside_karpenter(flags: &[&str]) -> RealCluster {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Before the control plane starts: without Karpenter, say so at once.
     karpenter_bin();
@@ -228,7 +297,7 @@ fn with_drift_disabled_rotor_drains_every_node_and_karpenter_provisions_the_repl
 
     // When: rotor drains every original node.
     let watch = watch_web(&cluster);
-    let drainer = cluster.start_rotor_drainer("karpenter-peer", &[]);
+    let drainer = cluster.start_rotor_drainer("karpenter-peer", flags);
     let started = Instant::now();
     for node in &original {
         cluster.kubectl_ok(&["taint", "node", node, "rotor.dev/drain=manual:NoSchedule"]);
@@ -302,4 +371,6 @@ fn with_drift_disabled_rotor_drains_every_node_and_karpenter_provisions_the_repl
         verdict.lowest.get("bench/web"),
         verdict.events
     );
+    drop(drainer);
+    cluster
 }

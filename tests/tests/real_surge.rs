@@ -147,7 +147,7 @@ fn requests_on(
 }
 
 #[test]
-fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacements_preempt_the_placeholders()
+fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacements_take_it_without_preempting()
  {
     let cluster = full_cluster();
     let watch = BudgetWatch::start(
@@ -204,9 +204,10 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
     );
 
     // The audit log: one placeholder set created by rotor and its four pods by the ReplicaSet
-    // controller, then the first eviction only once the room was there, and the scheduler
-    // deleting placeholders to place the replacements (preemption). No placeholder was made
-    // again after its preemption: rotor deleted the set and left its pods before evicting.
+    // controller, then the first eviction only once the room was there, rotor removing the
+    // set and the placeholders just before it, and so no placeholder preempted by the
+    // scheduler (a preempted placeholder's replacement waits a scheduling cycle and the
+    // scheduler's back-off).
     let sets = requests_on(cluster.audit_by(DRAINER), "replicasets", "create", None);
     assert_eq!(sets.len(), 1, "placeholder sets created: {sets:?}");
     assert_eq!(sets[0].1, "rotor-system", "{sets:?}");
@@ -235,7 +236,15 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
         handed_over
             .first()
             .is_some_and(|(at, ns, _)| ns == "rotor-system" && at < &evictions[0].0),
-        "the set deleted (its pods left) before the first eviction at {}: {handed_over:?}",
+        "the set deleted before the first eviction at {}: {handed_over:?}",
+        evictions[0].0
+    );
+    let freed = pod_requests(&cluster, DRAINER, "deletecollection", None);
+    assert!(
+        freed
+            .first()
+            .is_some_and(|(at, ns, _)| ns == "rotor-system" && at < &evictions[0].0),
+        "the placeholders removed before the first eviction at {}: {freed:?}",
         evictions[0].0
     );
     let node_created =
@@ -262,9 +271,9 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
         .map(|e| text(&e["objectRef"]["name"]))
         .collect();
     assert_eq!(
-        preempted.len(),
-        4,
-        "the scheduler preempted every placeholder for a replacement: {preempted:?}"
+        preempted,
+        Vec::<String>::new(),
+        "the scheduler preempted no placeholder: the room was free when the replacements came"
     );
     let deleted_elsewhere: Vec<_> = pod_requests(&cluster, DRAINER, "delete", None)
         .into_iter()

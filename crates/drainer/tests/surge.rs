@@ -131,10 +131,11 @@ async fn with_surge_the_evicted_pods_never_wait_for_a_node_and_no_placeholder_is
     for stats in [&without, &with] {
         assert_eq!(stats["nodeGroups"]["g"]["desired"], 3, "{stats}");
     }
-    // The four pods' placeholders, made by one set, and no more: a placeholder the scheduler
-    // preempted for a replacement was not made again (the set was deleted, its pods left).
+    // The four pods' placeholders, made by one set, and no more; removed (set and pods) just
+    // before the first eviction, so no replacement had to preempt one.
     let created = |stats: &serde_json::Value| stats["podsCreated"].as_u64().unwrap();
     assert_eq!(created(&with) - created(&without), 4, "{without}\n{with}");
+    assert_eq!(with["podsPreempted"], 0, "{with}");
     let sets = cluster
         .ns::<k8s_openapi::api::apps::v1::ReplicaSet>("rotor-system")
         .list(&Default::default())

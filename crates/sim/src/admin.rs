@@ -168,6 +168,7 @@ pub fn snapshot(c: &Cluster) -> Value {
         "nodesLaunched": s.nodes_launched,
         "nodesRemoved": s.nodes_removed,
         "podsCreated": s.pods_created,
+        "podsPreempted": s.pods_preempted,
         "paused": c.paused(),
     })
 }

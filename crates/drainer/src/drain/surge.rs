@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, Node, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SeccompProfile, SecurityContext, Taint, Toleration, WeightedPodAffinityTerm,
+    Affinity, Capabilities, Container, Node, Pod, PodAffinityTerm, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SeccompProfile, SecurityContext, Taint, Toleration,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -298,11 +298,7 @@ fn placeholder_template(
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             node_selector: spec.node_selector.clone(),
-            affinity: Some(placeholder_affinity(
-                spec.affinity.clone(),
-                &node_name,
-                &pod_namespace,
-            )),
+            affinity: placeholder_affinity(spec.affinity.clone(), &pod_namespace),
             tolerations: placeholder_tolerations(spec.tolerations.as_deref(), drain_taint),
             // Topology spread is left out: it counts pods in the placeholder's own namespace,
             // where the workload's pods are not, so it could not constrain anything.
@@ -352,31 +348,15 @@ pub fn placeholder_set_name(node: &str, group: &str) -> String {
     format!("rotor-surge-{prefix}-{hash:016x}")
 }
 
-/// The pod's affinity, plus "not on the drained node" (a term of a required node affinity
-/// is an OR of terms, so the exclusion goes into each), with its pod (anti-)affinity terms
-/// pinned to the pod's namespace (a term without namespaces means the pod's own namespace,
-/// which for the placeholder would be rotor's).
-fn placeholder_affinity(affinity: Option<Affinity>, node: &str, pod_namespace: &str) -> Affinity {
-    let mut affinity = affinity.unwrap_or_default();
-    let not_here = NodeSelectorRequirement {
-        key: "metadata.name".into(),
-        operator: "NotIn".into(),
-        values: Some(vec![node.to_string()]),
-    };
-    let node_affinity = affinity.node_affinity.get_or_insert_with(Default::default);
-    let required = node_affinity
-        .required_during_scheduling_ignored_during_execution
-        .get_or_insert_with(NodeSelector::default);
-    if required.node_selector_terms.is_empty() {
-        required
-            .node_selector_terms
-            .push(NodeSelectorTerm::default());
-    }
-    for term in &mut required.node_selector_terms {
-        term.match_fields
-            .get_or_insert_with(Vec::new)
-            .push(not_here.clone());
-    }
+/// The pod's affinity, with its pod (anti-)affinity terms pinned to the pod's namespace (a
+/// term without namespaces means the pod's own namespace, which for the placeholder would be
+/// rotor's). Nothing names the drained node: the placeholder stays off it, and off every
+/// cordoned or draining node, because it tolerates neither rotor's taint nor the cordon
+/// ([`placeholder_tolerations`]). A `matchFields` term on `metadata.name`, or a
+/// `kubernetes.io/hostname` requirement, would make Karpenter ignore the placeholder (it
+/// rejects both in a pod's node affinity), and it would never get a node.
+fn placeholder_affinity(affinity: Option<Affinity>, pod_namespace: &str) -> Option<Affinity> {
+    let mut affinity = affinity?;
     if let Some(pa) = affinity.pod_affinity.as_mut() {
         pin_terms(
             &mut pa.required_during_scheduling_ignored_during_execution,
@@ -391,7 +371,21 @@ fn placeholder_affinity(affinity: Option<Affinity>, node: &str, pod_namespace: &
             pod_namespace,
         );
     }
-    affinity
+    Some(affinity)
+}
+
+/// Whether `node` keeps placeholders off itself: its drain taint forbids scheduling
+/// (`NoSchedule`, `NoExecute`) or it is cordoned. Placeholders name no node
+/// ([`placeholder_affinity`]), so room is made ahead only for such a node: with a
+/// `PreferNoSchedule` drain taint and no cordon yet, a placeholder could land on the node it
+/// stands in for. Its drain makes the room after its cordon.
+pub fn keeps_placeholders_off(node: &Node, drain_taint: &Taint) -> bool {
+    matches!(drain_taint.effect.as_str(), "NoSchedule" | "NoExecute")
+        || node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
 }
 
 /// Gives each pod (anti-)affinity term without namespaces the pod's own namespace, which is

@@ -22,9 +22,9 @@ use rotor_core::find_drain_taint;
 
 use crate::drain::pods::DrainOptions;
 use crate::drain::surge::{
-    NOT_CREATED, Reservation, SurgeConfig, all_placeholders_selector, may_surge, orphaned,
-    placeholder_node, placeholder_selector, placeholder_sets, placeholders_wanted,
-    pods_needing_room,
+    NOT_CREATED, Reservation, SurgeConfig, all_placeholders_selector, keeps_placeholders_off,
+    may_surge, orphaned, placeholder_node, placeholder_selector, placeholder_sets,
+    placeholders_wanted, pods_needing_room,
 };
 use crate::drain::watched::WatchedPods;
 use crate::record::node::DrainRecord;
@@ -53,13 +53,22 @@ pub struct SurgeRoom {
     fleet_size: AtomicUsize,
     /// The `surge_nodes` gauge: how many slots are held.
     holding: Gauge,
-    /// The nodes whose drain has taken over their room: what the loop over nodes does ahead
-    /// of a drain (room made or released ahead) leaves them alone from then on.
-    owned_by_drain: Mutex<BTreeSet<String>>,
+    /// The nodes whose drain has taken over their room, and how far: what the loop over nodes
+    /// does ahead of a drain (room made or released ahead) leaves them alone from then on.
     /// Held across the room made ahead's create and release, and while a drain takes its node
     /// over, so that nothing done ahead lands after the drain has taken over (a set made again
-    /// after the hand-over would make preempted placeholders again).
-    ahead: tokio::sync::Mutex<()>,
+    /// after the room was freed would make placeholders again).
+    owned_by_drain: tokio::sync::Mutex<BTreeMap<String, DrainRoom>>,
+}
+
+/// Where a drain's room is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DrainRoom {
+    /// Its placeholders (if any) stand: the release removes them.
+    Held,
+    /// Its sets and placeholders were removed just before its evictions; only the
+    /// `--max-surge` slot is left to give back.
+    Freed,
 }
 
 impl SurgeRoom {
@@ -76,8 +85,7 @@ impl SurgeRoom {
             held: Mutex::default(),
             fleet_size: AtomicUsize::new(0),
             holding,
-            owned_by_drain: Mutex::default(),
-            ahead: tokio::sync::Mutex::new(()),
+            owned_by_drain: tokio::sync::Mutex::default(),
         }
     }
 
@@ -103,12 +111,6 @@ impl SurgeRoom {
             self.holding.set(held.len() as i64);
         }
         free
-    }
-
-    fn owned_by_drain(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
-        self.owned_by_drain
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
     }
 
     fn give_back(&self, node: &str) {
@@ -149,7 +151,8 @@ pub enum SurgeOutcome {
 
 /// Makes room for `node`'s pods before they are evicted: takes a `--max-surge` slot, creates the
 /// placeholder sets for the pods that need room, waits until all their pods are scheduled, for
-/// at most `--surge-timeout` in all, and hands the placeholders over to the drain.
+/// at most `--surge-timeout` in all, then frees the room for the evictions (all scheduled) or
+/// hands what stands over to the drain (timed out).
 pub async fn make_room(
     room: &SurgeRoom,
     node: &Node,
@@ -163,8 +166,10 @@ pub async fn make_room(
     let give_up_at = started + cfg.timeout;
     {
         // Wait out whatever is being done ahead for the node; nothing starts after this.
-        let _ahead = room.ahead.lock().await;
-        room.owned_by_drain().insert(name.clone());
+        room.owned_by_drain
+            .lock()
+            .await
+            .insert(name.clone(), DrainRoom::Held);
     }
     while !room.take_slot(&name) {
         if Instant::now() >= give_up_at {
@@ -188,7 +193,7 @@ pub async fn make_room(
     tracing::info!(node = %name, placeholders = wanted, "placeholders in place; waiting for them to be scheduled");
     match wait_until_scheduled(room, &name, wanted, give_up_at, abort, stop).await {
         Waited::Scheduled => {
-            hand_over(room, &name).await;
+            free_room(room, &name).await;
             SurgeOutcome::Ready {
                 placeholders: wanted,
                 waited: started.elapsed(),
@@ -211,9 +216,29 @@ pub async fn make_room(
     }
 }
 
-/// Deletes `node`'s placeholder sets and leaves their pods: from now on a placeholder the
-/// scheduler preempts for an evicted pod's replacement is gone for good, as it must be (a set
-/// would make it again, pending, and an autoscaler would add a node for it). One request, an
+/// Frees the room `node`'s placeholders proved, just before the drain's first eviction: deletes
+/// its sets, then its placeholders (two requests), so that the evicted pods' replacements land
+/// in free room at once. Left standing, each placeholder would have to be preempted for a
+/// replacement, and in a full cluster the replacement then waits a scheduling cycle and the
+/// scheduler's back-off (a second or more) Pending. The room is proven, not held: a pod that is
+/// not the drain's may take it meanwhile, and that pod needed room too. The `--max-surge` slot
+/// is kept until the release. If a deletion fails, the release removes what is left.
+async fn free_room(room: &SurgeRoom, node: &str) {
+    let cfg = &room.cfg;
+    let sets_gone = remove_sets(&room.client, cfg, node).await;
+    let pods_gone = remove_placeholders(&room.client, cfg, node).await;
+    if sets_gone
+        && pods_gone
+        && let Some(state) = room.owned_by_drain.lock().await.get_mut(node)
+    {
+        *state = DrainRoom::Freed;
+    }
+}
+
+/// After a timed-out surge, deletes `node`'s placeholder sets and leaves their pods (the
+/// pending ones may still get the capacity late, the scheduled ones hold room): from now on a
+/// placeholder the scheduler preempts for an evicted pod's replacement is gone for good, as it
+/// must be (a set would make it again, pending, and an autoscaler would add a node for it). One request, an
 /// orphaning deletecollection by the node's label; the garbage collector takes the sets' owner
 /// references off the pods. If it fails, the drain goes on: preempted placeholders come back
 /// pending until the drain ends and removes them. Without an owner, the placeholders are no
@@ -459,8 +484,12 @@ pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
     let Some(taint) = find_drain_taint(&node).cloned() else {
         return;
     };
-    let _ahead = room.ahead.lock().await;
-    if room.owned_by_drain().contains(name) {
+    if !keeps_placeholders_off(&node, &taint) {
+        tracing::debug!(node = %name, effect = %taint.effect, "the drain taint does not keep placeholders off the node and it is not cordoned yet: its drain makes the room after the cordon");
+        return;
+    }
+    let owned = room.owned_by_drain.lock().await;
+    if owned.contains_key(name) {
         return;
     }
     if !room.take_slot(name) {
@@ -482,8 +511,9 @@ pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
 /// Removes the room made ahead for `node`, which left the line before its drain started (or
 /// whose budgets keep it waiting): nothing, if its drain has taken the room over since.
 pub async fn release_ahead(room: &SurgeRoom, node: &str) {
-    let _ahead = room.ahead.lock().await;
-    if room.owned_by_drain().contains(node) {
+    // Held across the removal: a drain that starts meanwhile waits for it.
+    let owned = room.owned_by_drain.lock().await;
+    if owned.contains_key(node) {
         return;
     }
     remove_room(room, node).await;
@@ -499,24 +529,39 @@ async fn pause(abort: &CancellationToken, stop: &CancellationToken) -> bool {
 }
 
 /// Removes `node`'s room once its drain is over, cancelled, or its node cleaned up: the
-/// placeholders and the `--max-surge` slot, and the node is no longer its drain's.
+/// placeholders (unless this drain freed them already) and the `--max-surge` slot, and the
+/// node is no longer its drain's.
 pub async fn release(room: &SurgeRoom, node: &str) {
-    remove_room(room, node).await;
-    room.owned_by_drain().remove(node);
+    // Not held across the removal (other drains start and end meanwhile); the node stays its
+    // drain's until the end, so nothing is made ahead for it in between.
+    let freed = room.owned_by_drain.lock().await.get(node) == Some(&DrainRoom::Freed);
+    if freed {
+        room.give_back(node);
+    } else {
+        remove_room(room, node).await;
+    }
+    room.owned_by_drain.lock().await.remove(node);
 }
 
 /// Removes `node`'s placeholder sets, then its placeholders, and gives back its `--max-surge`
 /// slot: a deletecollection of each by the node's label, in rotor's own namespace. The sets go
 /// first, handed over or not (a set left standing would make its pods again, and which this
-/// drainer handed over is not known after a failover); the pods left are those the evicted
-/// pods did not already preempt. Errors are logged: the next leader's [`sweep`] removes what is
-/// left (and the garbage collector, once the node is deleted, what was not handed over).
+/// drainer handed over or freed is not known after a failover); the pods left are those a
+/// timed-out surge left pending or the evicted pods did not already preempt. Errors are
+/// logged: the next leader's [`sweep`] removes what is left (and the garbage collector, once
+/// the node is deleted, what was not handed over).
 async fn remove_room(room: &SurgeRoom, node: &str) {
     let cfg = &room.cfg;
     room.give_back(node);
-    let selector = ListParams::default().labels(&placeholder_selector(node));
     remove_sets(&room.client, cfg, node).await;
-    let placeholders: Api<Pod> = Api::namespaced(room.client.clone(), &cfg.namespace);
+    remove_placeholders(&room.client, cfg, node).await;
+}
+
+/// Deletes `node`'s placeholders: one deletecollection by the node's label. False if it failed
+/// (logged).
+async fn remove_placeholders(client: &kube::Client, cfg: &SurgeConfig, node: &str) -> bool {
+    let selector = ListParams::default().labels(&placeholder_selector(node));
+    let placeholders: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
     match placeholders
         .delete_collection(&DeleteParams::default(), &selector)
         .await
@@ -527,23 +572,29 @@ async fn remove_room(room: &SurgeRoom, node: &str) {
             if removed > 0 {
                 tracing::info!(%node, removed, "removed the node's placeholders");
             }
+            true
         }
         Err(e) => {
-            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholders (rotor-drainer needs deletecollection on pods in its namespace); the next leader's sweep removes them")
+            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholders (rotor-drainer needs deletecollection on pods in its namespace); the next leader's sweep removes them");
+            false
         }
     }
 }
 
 /// Deletes `node`'s placeholder sets, and with them (the garbage collector's background
 /// deletion) the placeholders they still own: one deletecollection by the node's label.
-async fn remove_sets(client: &kube::Client, cfg: &SurgeConfig, node: &str) {
+async fn remove_sets(client: &kube::Client, cfg: &SurgeConfig, node: &str) -> bool {
     let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &cfg.namespace);
     let selector = ListParams::default().labels(&placeholder_selector(node));
-    if let Err(e) = sets
+    match sets
         .delete_collection(&DeleteParams::background(), &selector)
         .await
     {
-        tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholder sets (rotor-drainer needs deletecollection on replicasets in its namespace); the next leader or the node's deletion removes them");
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholder sets (rotor-drainer needs deletecollection on replicasets in its namespace); the next leader or the node's deletion removes them");
+            false
+        }
     }
 }
 

@@ -606,6 +606,7 @@ impl Cluster {
             pod.metadata.name.clone().unwrap_or_default(),
         );
         tracing::debug!(pod = %format!("{ns}/{name}"), node = %preemption.node, victims = ?preemption.victims, "preempting lower-priority pods");
+        self.stats.pods_preempted += preemption.victims.len() as u64;
         for (vns, vname) in &preemption.victims {
             let _ = self.delete_pod(
                 vns,

@@ -35,6 +35,8 @@ pub struct Stats {
     pub nodes_launched: u64,
     pub nodes_removed: u64,
     pub pods_created: u64,
+    /// Pods the scheduler removed to make room for a higher-priority pod.
+    pub pods_preempted: u64,
 }
 
 impl Stats {

@@ -192,7 +192,7 @@ fn a_placeholder_reserves_the_pods_requests_at_rotors_priority_owned_by_the_node
 }
 
 #[test]
-fn a_placeholder_may_go_where_the_pod_may_except_the_drained_node_and_cordoned_or_draining_nodes() {
+fn a_placeholder_may_go_where_the_pod_may_kept_off_draining_and_cordoned_nodes_by_their_taints() {
     let p = pod(
         "web-1",
         Some("ReplicaSet"),
@@ -218,21 +218,19 @@ fn a_placeholder_may_go_where_the_pod_may_except_the_drained_node_and_cordoned_o
     );
     let v = serde_json::to_value(placeholder(&p, &node("n1"), &drain_taint(), &cfg()).unwrap())
         .unwrap();
-    let not_n1 = json!([{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]);
+    // The pod's node affinity as it is: nothing names the drained node. Karpenter ignores a
+    // pod whose node affinity has a matchFields term or a kubernetes.io/hostname requirement
+    // ("node selector term with matchFields is not supported"), and would never add a node.
     let terms = &v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         ["nodeSelectorTerms"];
     assert_eq!(
-        terms.as_array().unwrap().len(),
-        2,
-        "the pod's terms stay alternatives"
+        *terms,
+        json!([
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}
+        ]),
+        "the pod's terms, unchanged"
     );
-    for term in terms.as_array().unwrap() {
-        assert_eq!(
-            term["matchFields"], not_n1,
-            "each alternative excludes the drained node: {term}"
-        );
-    }
-    assert_eq!(terms[0]["matchExpressions"][0]["values"], json!(["a"]));
     let anti =
         &v["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
     assert_eq!(
@@ -244,11 +242,12 @@ fn a_placeholder_may_go_where_the_pod_may_except_the_drained_node_and_cordoned_o
     assert_eq!(
         v["spec"]["tolerations"],
         json!([{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]),
-        "tolerations of rotor's taint or of a cordon (wildcards included) are dropped"
+        "tolerations of rotor's taint or of a cordon (wildcards included) are dropped: those \
+         taints keep the placeholder off the drained node and every other draining or cordoned one"
     );
     assert!(v["spec"].get("topologySpreadConstraints").is_none());
 
-    // A pod with no affinity at all still gets the exclusion.
+    // A pod with no affinity gets none: no term Karpenter would refuse.
     let plain = placeholder(
         &pod("api-1", Some("ReplicaSet"), json!({})),
         &node("n1"),
@@ -257,10 +256,7 @@ fn a_placeholder_may_go_where_the_pod_may_except_the_drained_node_and_cordoned_o
     )
     .unwrap();
     let v = serde_json::to_value(plain).unwrap();
-    assert_eq!(
-        v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
-        json!([{"matchFields": not_n1}])
-    );
+    assert!(v["spec"].get("affinity").is_none(), "{v}");
     assert!(v["spec"].get("tolerations").is_none());
 }
 
@@ -451,4 +447,29 @@ fn max_surge_caps_how_many_nodes_hold_placeholders() {
     // 10% of 30 nodes is 3.
     assert!(may_surge(Some(NodeBudget::Percent(10)), 2, 30));
     assert!(!may_surge(Some(NodeBudget::Percent(10)), 3, 30));
+}
+
+#[test]
+fn room_is_made_ahead_only_where_the_node_keeps_placeholders_off_itself() {
+    let with_effect = |effect: &str| Taint {
+        effect: effect.into(),
+        ..drain_taint()
+    };
+    let open = node("n1");
+    assert!(keeps_placeholders_off(&open, &with_effect("NoSchedule")));
+    assert!(keeps_placeholders_off(&open, &with_effect("NoExecute")));
+    // A PreferNoSchedule taint lets the scheduler use the node when nothing else fits.
+    assert!(!keeps_placeholders_off(
+        &open,
+        &with_effect("PreferNoSchedule")
+    ));
+    let mut cordoned = node("n1");
+    cordoned.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+        unschedulable: Some(true),
+        ..Default::default()
+    });
+    assert!(keeps_placeholders_off(
+        &cordoned,
+        &with_effect("PreferNoSchedule")
+    ));
 }

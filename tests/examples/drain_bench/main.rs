@@ -23,7 +23,9 @@
 //! the PriorityClass `rotor-surge` created first, and compares its makespan and the seconds
 //! workload pods spent unschedulable with rotor's without surge), `--peer karpenter` (only
 //! the contest against Karpenter's drift replacement, on the real control plane, with
-//! `tools/karpenter/build.sh` built: [`karpenter_peer`]), `--taint N` (drain only N nodes,
+//! `tools/karpenter/build.sh` built: [`karpenter_peer`]; with `--surge` rotor runs
+//! `--surge` and is held to half Karpenter's makespan and no more Pending pod-seconds; with
+//! `--only rotor` Karpenter's drift is not run), `--taint N` (drain only N nodes,
 //! spread evenly over the cluster in name order; the others stay untainted, with room for the
 //! evicted pods, and the lower bound counts that: [`snapshot`]), `--idle SECONDS` (first, with
 //! rotor-drainer standing by and nothing tainted, count its requests and read its memory for

@@ -51,9 +51,9 @@ pub const INSTANCE_TYPE: &str = "s-4x-amd64-linux";
 const KARPENTER_AGENT: &str = "karpenter/";
 /// Room for every replacement while the drained nodes wait to be retired.
 const CPU_LIMIT: u32 = 1000;
-/// Issue 20's target: rotor's makespan at most this share of Karpenter's.
+/// The target without surge: rotor's makespan at most this share of Karpenter's.
 const TARGET_RATIO: f64 = 0.80;
-/// Issue 43's target with `--surge`, where rotor makes room first as Karpenter does: at most
+/// The target with `--surge`, where rotor makes room first as Karpenter does: at most
 /// this share of Karpenter's makespan, and no more Pending pod-seconds than Karpenter's.
 const SURGE_TARGET_RATIO: f64 = 0.50;
 /// How long the provisioning of the workload may take.

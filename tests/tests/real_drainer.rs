@@ -561,13 +561,18 @@ fn blocked_on_only(cluster: &RealCluster, node: &str, pod: &str) -> String {
 
 /// A pod named `name` on `node` that no controller owns, with `annotations`.
 fn bare_pod(name: &str, node: &str, annotations: &str) -> String {
+    pod_of_app(name, name, node, annotations)
+}
+
+/// A pod named `name`, labelled `app: {app}`, on `node`, that no controller owns.
+fn pod_of_app(name: &str, app: &str, node: &str, annotations: &str) -> String {
     format!(
         "apiVersion: v1
 kind: Pod
 metadata:
   name: {name}
   namespace: shop
-  labels: {{app: {name}}}
+  labels: {{app: {app}}}
   annotations: {annotations}
 spec:
   nodeName: {node}
@@ -575,6 +580,69 @@ spec:
   containers: [{{name: app, image: app:1}}]
 "
     )
+}
+
+/// A pod of the `quorum` set (bare, so nothing replaces it) on `node`.
+fn quorum_pod(name: &str, node: &str) -> String {
+    pod_of_app(name, "quorum", node, "{}")
+}
+
+#[test]
+fn given_a_budget_one_pod_short_for_a_moment_then_the_drain_waits_on_it_instead_of_calling_it_stuck()
+ {
+    // An integer minAvailable is measured against the pods the budget matches right now: three
+    // pods under minAvailable 3 read as "can never allow" until a fourth arrives, as happens for
+    // an instant whenever an evicted pod is gone before its replacement exists.
+    let shop = Shop::start_with(1, &quorum_pod("quorum-1", "old-1"));
+    let cluster = &shop.cluster;
+    let webhook = rotor_e2e::health_peers::TestEndpoint::start(204, "");
+    let drainer = shop.drainer("e2e-a", &["--notify-webhook", webhook.url()]);
+    cluster.apply(&format!(
+        "{}---\n{}---\n{}",
+        quorum_pod("quorum-2", "new-1"),
+        quorum_pod("quorum-3", "new-1"),
+        min_available_budget("shop", "quorum", 3)
+    ));
+    wait_until(
+        "the quorum budget to count three pods and allow none",
+        WAIT,
+        || {
+            let status =
+                cluster.kubectl_json(&["get", "pdb", "quorum", "-n", "shop"])["status"].clone();
+            (status["expectedPods"] == 3 && status["disruptionsAllowed"] == 0).then_some(())
+        },
+    );
+    shop.taint("old-1");
+    // Once the drain has read the budget at three pods, the fourth arrives.
+    let first_word = wait_until("the drain to read quorum-1's budget", WAIT, || {
+        drainer
+            .log()
+            .lines()
+            .find(|l| {
+                (l.contains("shop/quorum-1") && l.contains("waiting for it to allow one"))
+                    || (l.contains("drain blocked") && l.contains("shop/quorum"))
+            })
+            .map(str::to_owned)
+    });
+    assert!(
+        first_word.contains("waiting for it to allow one"),
+        "the drain should wait on the budget, not block: {first_word}"
+    );
+    cluster.apply(&quorum_pod("quorum-4", "new-1"));
+    wait_phase(cluster, "old-1", "drained", WAIT);
+
+    let blocked = cluster.node_event_notes("old-1", "DrainBlocked");
+    assert!(
+        blocked.iter().all(|b| !b.contains("never allow")),
+        "a budget one pod short for seconds was called one that never allows: {blocked:?}"
+    );
+    assert!(
+        webhook.bodies().iter().all(|b| !b.contains("NodeStuck")),
+        "{:?}",
+        webhook.bodies()
+    );
+    let quorum_1 = cluster.kubectl(&["get", "pod", "quorum-1", "-n", "shop"]);
+    assert!(!quorum_1.status.success(), "quorum-1 was evicted");
 }
 
 #[test]

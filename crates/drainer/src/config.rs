@@ -462,6 +462,7 @@ impl DrainArgs {
                 evict_unmanaged: !self.refuse_unmanaged,
                 max_grace_period: self.max_grace_period.map(|d| d.as_secs() as i64),
                 override_opt_outs: false,
+                now: None,
             },
             windows: self.windows.clone(),
             gate: GateConfig {

@@ -6,11 +6,14 @@
 //! budgets the Eviction API consults).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rotor_apimachinery::disruption::budget_selector;
 use rotor_apimachinery::labels::LabelSelector;
+use rotor_core::duration::later;
 
 /// A PodDisruptionBudget's identity, shown as `namespace/name`: the key of every per-budget
 /// map (what a drain demands, what is left, how fast each budget paces), so that a budget is
@@ -217,6 +220,38 @@ pub fn budget_never_allows(
             })
         }
     }
+}
+
+/// How long a budget must have refused before a refusal read from its pod count is taken as
+/// never. An integer `minAvailable` is measured against the pods the budget matches right now
+/// (`status.expectedPods`), and that count dips by one between an evicted pod's deletion and its
+/// replacement's creation: read in that moment, a budget that will allow again looks as if it
+/// never would.
+pub const POD_COUNT_SETTLE: Duration = Duration::from_secs(15);
+
+/// When a never-verdict of [`budget_never_allows`] on `pdb` (without a replicas hint) may be
+/// trusted, if that is after `now`. Only a verdict read from the pod count waits: until
+/// [`POD_COUNT_SETTLE`] after the budget last turned to refusing (its `DisruptionAllowed`
+/// condition's `lastTransitionTime`, which the Eviction API moves when it takes the last
+/// disruption). A budget whose status carries no such condition is judged at once.
+pub fn pod_count_trusted_at(pdb: &PodDisruptionBudget, now: Timestamp) -> Option<Timestamp> {
+    let spec = pdb.spec.as_ref()?;
+    let from_pod_count =
+        spec.max_unavailable.is_none() && matches!(spec.min_available, Some(IntOrString::Int(_)));
+    if !from_pod_count {
+        return None;
+    }
+    let refusing_since = pdb
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "DisruptionAllowed" && c.status == "False")?
+        .last_transition_time
+        .0;
+    let trusted_at = later(refusing_since, POD_COUNT_SETTLE);
+    (trusted_at > now).then_some(trusted_at)
 }
 
 /// `"25%"` as 25; `None` for anything else.

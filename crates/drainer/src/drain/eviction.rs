@@ -76,8 +76,16 @@ pub struct EvictionQueue {
 pub struct QueuePolicy {
     /// `--budget-recheck`: how long a budget wait lasts when no budget change ends it sooner.
     pub budget_recheck: Duration,
-    /// Past `--force-after`: pods that budgets hold are deleted.
-    pub forcing: bool,
+    /// From when pods that budgets hold are deleted (`--force-after`, or a replace-by time
+    /// passed under `--enforce-replace-by`); `None`: never.
+    pub force_from: Option<Timestamp>,
+}
+
+impl QueuePolicy {
+    /// Whether pods that budgets hold are deleted at `now`.
+    pub fn forcing(&self, now: Timestamp) -> bool {
+        self.force_from.is_some_and(|t| now >= t)
+    }
 }
 
 impl EvictionQueue {
@@ -98,7 +106,7 @@ impl EvictionQueue {
         {
             return Step::Skip(Some(*at));
         }
-        let forced = policy.forcing && self.refused.contains_key(&pod.uid);
+        let forced = policy.forcing(now) && self.refused.contains_key(&pod.uid);
         if forced {
             return Step::Force;
         }
@@ -112,7 +120,13 @@ impl EvictionQueue {
             self.refused.entry(pod.uid.clone()).or_insert_with(|| {
                 format!("{pod}: disruption budget {budget} allows no eviction now")
             });
-            let at = later(now, policy.budget_recheck);
+            // A budget wait ends when forcing begins, so the pod is deleted then, not a recheck
+            // later.
+            let recheck = later(now, policy.budget_recheck);
+            let at = policy
+                .force_from
+                .filter(|t| *t > now)
+                .map_or(recheck, |t| t.min(recheck));
             self.next_try.insert(pod.uid.clone(), at);
             return Step::WaitForBudget { at, first };
         }
@@ -289,7 +303,7 @@ mod tests {
 
     const POLICY: QueuePolicy = QueuePolicy {
         budget_recheck: Duration::from_secs(60),
-        forcing: false,
+        force_from: None,
     };
 
     #[test]
@@ -466,7 +480,7 @@ mod tests {
     fn past_force_after_a_refused_pod_is_deleted() {
         let t0 = at("2025-03-01T12:00:00Z");
         let forcing = QueuePolicy {
-            forcing: true,
+            force_from: Some(t0),
             ..POLICY
         };
         let mut queue = EvictionQueue::default();
@@ -480,6 +494,35 @@ mod tests {
         );
         queue.pod_gone(&db.uid);
         assert_eq!(queue.refused(), 0);
+    }
+
+    #[test]
+    fn a_budget_wait_ends_when_forcing_begins() {
+        let t0 = at("2025-03-01T12:00:00Z");
+        let force_from = t0 + jiff::SignedDuration::from_secs(5);
+        let policy = QueuePolicy {
+            force_from: Some(force_from),
+            ..POLICY
+        };
+        let mut queue = EvictionQueue::default();
+        let web = pod("web-1");
+        let refused = Some(charge("shop/web", 0));
+        // The recheck would be a minute away; forcing begins in five seconds.
+        assert_eq!(
+            queue.next_step(&web, refused.as_ref(), policy, t0),
+            Step::WaitForBudget {
+                at: force_from,
+                first: true
+            }
+        );
+        assert!(matches!(
+            queue.next_step(&web, refused.as_ref(), policy, t0 + jiff::SignedDuration::from_secs(1)),
+            Step::Skip(Some(t)) if t == force_from
+        ));
+        assert_eq!(
+            queue.next_step(&web, refused.as_ref(), policy, force_from),
+            Step::Force
+        );
     }
 
     #[test]

@@ -89,7 +89,7 @@ pub fn choose_sends(
         targets: plan.evict_now.clone(),
         ..Sends::default()
     };
-    if policy.forcing {
+    if policy.forcing(now) {
         for (pod, grace) in &plan.budget_blocked {
             queue.held_by_budget(pod);
             sends.targets.push((pod.clone(), *grace));
@@ -453,7 +453,7 @@ mod tests {
     fn policy(forcing: bool) -> QueuePolicy {
         QueuePolicy {
             budget_recheck: Duration::from_secs(10),
-            forcing,
+            force_from: forcing.then_some(Timestamp::MIN),
         }
     }
 

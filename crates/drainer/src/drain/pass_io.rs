@@ -207,6 +207,7 @@ async fn evict_pass(
     let past_replace_by = replace_by.as_ref().is_some_and(|d| d.passed(now));
     let options = DrainOptions {
         override_opt_outs: past_replace_by,
+        now: Some(now),
         ..drains.settings.options.clone()
     };
     // --restart-single-replica: what a Deployment's rollout replaces is withheld from the plan
@@ -243,6 +244,10 @@ async fn evict_pass(
         }
     }
     if let Some(at) = restarts.as_ref().and_then(RolloutRestarts::next_look) {
+        wake = wake.min(at);
+    }
+    // A budget judged too early to say it never allows: look again when it can be said.
+    if let Some(at) = plan.judge_budgets_at {
         wake = wake.min(at);
     }
     // Rules not known yet: look again soon (the watches fill them in).
@@ -284,7 +289,10 @@ async fn evict_pass(
         budget_recheck: drains.settings.budget_recheck,
         // Past the replace-by time, a budget that never allows is overridden as --force-after
         // would: the last resort, a deletion with the pod's grace period.
-        forcing: force_at.is_some_and(|t| now >= t) || past_replace_by,
+        force_from: [force_at, replace_by.as_ref().map(ReplaceBy::at)]
+            .into_iter()
+            .flatten()
+            .min(),
     };
     // Published before the evictions too: the requests below take a while, and a start chosen
     // meanwhile must see that these pods are about to take their disruptions.

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -15,7 +16,7 @@ use rotor_core::contract::pod_opt_out;
 
 use crate::drain::budgets::{
     BudgetDemand, BudgetKey, BudgetView, budget_never_allows, budget_views, key_of,
-    unready_pod_passes,
+    pod_count_trusted_at, unready_pod_passes,
 };
 use crate::drain::rules::PodRule;
 
@@ -47,6 +48,9 @@ pub struct DrainOptions {
     /// The node's replace-by time has passed under `--enforce-replace-by`: a pod's opt-out no
     /// longer holds it (it is evicted like any other, through the API, with its grace period).
     pub override_opt_outs: bool,
+    /// The time of this pass. A budget's never-verdict read from its pod count is trusted only
+    /// once it has refused for [`crate::drain::budgets::POD_COUNT_SETTLE`]; `None` trusts every verdict at once.
+    pub now: Option<Timestamp>,
 }
 
 impl Default for DrainOptions {
@@ -56,6 +60,7 @@ impl Default for DrainOptions {
             evict_unmanaged: true,
             max_grace_period: None,
             override_opt_outs: false,
+            now: None,
         }
     }
 }
@@ -459,6 +464,10 @@ pub struct NodePlan {
     /// instead of sending an eviction it knows would be refused, and with several drains at once
     /// leaves such pods' workloads to their budget rather than the gate.
     pub charged: BTreeMap<String, Charge>,
+    /// When a budget that looks as if it never allows, but only from a pod count too fresh to
+    /// trust, may be judged: the plan is made again then (meanwhile its pods wait on it as on
+    /// any refusing budget).
+    pub judge_budgets_at: Option<Timestamp>,
 }
 
 /// The one budget an eviction would be charged to.
@@ -596,7 +605,7 @@ pub fn plan_node_with(
                     continue;
                 }
                 let consulted = consulted_budgets(pod, &pod_ref, &budgets);
-                match budget_blocker(&pod_ref, &consulted) {
+                match budget_blocker(&pod_ref, &consulted, opts.now, &mut plan.judge_budgets_at) {
                     Some(blocker) => {
                         push_unique(&mut plan.blockers, blocker);
                         plan.budget_blocked.push((pod_ref, grace_period_seconds));
@@ -703,12 +712,23 @@ fn consulted_budgets<'a>(
 
 /// The budget problem that stops a pod from being evicted, if any: several budgets, or a single
 /// one that can never allow an eviction (so neither a Pending pod nor a not-Ready pod a budget
-/// lets through is ever blocked by one).
-fn budget_blocker(pod_ref: &PodRef, consulted: &Consulted<'_>) -> Option<Blocker> {
+/// lets through is ever blocked by one). A never-verdict read from a pod count younger than
+/// [`crate::drain::budgets::POD_COUNT_SETTLE`] at `now` is not trusted yet: `judge_at` says when it will be.
+fn budget_blocker(
+    pod_ref: &PodRef,
+    consulted: &Consulted<'_>,
+    now: Option<Timestamp>,
+    judge_at: &mut Option<Timestamp>,
+) -> Option<Blocker> {
     match consulted {
         Consulted::Nothing => None,
         Consulted::One(budget) => {
-            budget_never_allows(budget.pdb, None).map(|reason| Blocker::BudgetNeverAllows {
+            let reason = budget_never_allows(budget.pdb, None)?;
+            if let Some(at) = now.and_then(|now| pod_count_trusted_at(budget.pdb, now)) {
+                *judge_at = Some(judge_at.map_or(at, |t| t.min(at)));
+                return None;
+            }
+            Some(Blocker::BudgetNeverAllows {
                 budget: budget.key.clone(),
                 reason,
             })
@@ -1046,6 +1066,7 @@ mod tests {
             evict_unmanaged: false,
             max_grace_period: None,
             override_opt_outs: false,
+            now: None,
         };
         assert_eq!(
             classify(&scratch, &taint(), &strict),
@@ -1556,6 +1577,75 @@ mod tests {
         budget.spec.as_mut().unwrap().min_available = None;
         budget.spec.as_mut().unwrap().max_unavailable = Some(IntOrString::Int(0));
         assert!(budget_never_allows(&budget, None).is_some());
+    }
+
+    #[test]
+    fn a_pod_count_that_just_dipped_is_not_taken_for_a_budget_that_never_allows() {
+        // Four replicas under minAvailable 3: an eviction took the last disruption at 12:00:00,
+        // and the evicted pod is gone before its replacement exists, so the budget matches three
+        // pods. Read at that moment, the count says "never"; fifteen seconds on, it is believed.
+        let refusing = |since: &str| {
+            let mut st = status(3, 0);
+            st["conditions"] = json!([{"type": "DisruptionAllowed", "status": "False",
+                "reason": "InsufficientPods", "message": "", "lastTransitionTime": since}]);
+            pdb(
+                "api",
+                json!({"minAvailable": 3, "selector": {"matchLabels": {"app": "web"}}}),
+                st,
+            )
+        };
+        let dipped = refusing("2026-11-29T12:00:00Z");
+        let pods = [pod("web-a", json!({}))];
+        let at = |now: &str| DrainOptions {
+            now: Some(now.parse().unwrap()),
+            ..DrainOptions::default()
+        };
+        let early = plan_node(
+            &pods,
+            std::slice::from_ref(&dipped),
+            &taint(),
+            &at("2026-11-29T12:00:01Z"),
+        );
+        assert!(early.blockers.is_empty(), "{:?}", early.blockers);
+        assert!(early.budget_blocked.is_empty());
+        // The pod waits on the budget as on any that refuses, and the plan says when to judge.
+        assert_eq!(evict_names(&early), ["web-a"]);
+        assert_eq!(early.charged["uid-web-a"].allowed_now, 0);
+        assert_eq!(
+            early.judge_budgets_at,
+            Some("2026-11-29T12:00:15Z".parse().unwrap())
+        );
+
+        let settled = plan_node(
+            &pods,
+            std::slice::from_ref(&dipped),
+            &taint(),
+            &at("2026-11-29T12:00:15Z"),
+        );
+        assert!(matches!(
+            settled.blockers[..],
+            [Blocker::BudgetNeverAllows { .. }]
+        ));
+        assert_eq!(settled.budget_blocked.len(), 1);
+        assert_eq!(settled.judge_budgets_at, None);
+
+        // A budget that has refused for long is judged at once; so is one whose status carries
+        // no condition, and a verdict from the spec alone never waits.
+        let long = refusing("2026-11-28T09:00:00Z");
+        let bare = pdb(
+            "api",
+            json!({"minAvailable": 3, "selector": {"matchLabels": {"app": "web"}}}),
+            status(3, 0),
+        );
+        let mut zero = refusing("2026-11-29T12:00:00Z");
+        let spec = zero.spec.as_mut().unwrap();
+        spec.min_available = None;
+        spec.max_unavailable = Some(IntOrString::Int(0));
+        for budget in [long, bare, zero] {
+            let plan = plan_node(&pods, &[budget], &taint(), &at("2026-11-29T12:00:01Z"));
+            assert_eq!(plan.budget_blocked.len(), 1, "{plan:?}");
+            assert_eq!(plan.judge_budgets_at, None);
+        }
     }
 
     #[test]

@@ -36,6 +36,11 @@ impl ReplaceBy {
         }
     }
 
+    /// The node's replace-by time.
+    pub fn at(&self) -> Timestamp {
+        self.at
+    }
+
     /// Whether the deadline has passed at `now`: overrides apply.
     pub fn passed(&self, now: Timestamp) -> bool {
         now >= self.at

@@ -224,11 +224,7 @@ pub async fn make_room(
 /// not the drain's may take it meanwhile, and that pod needed room too. The `--max-surge` slot
 /// is kept until the release. If a deletion fails, the release removes what is left.
 async fn free_room(room: &SurgeRoom, node: &str) {
-    let cfg = &room.cfg;
-    let sets_gone = remove_sets(&room.client, cfg, node).await;
-    let pods_gone = remove_placeholders(&room.client, cfg, node).await;
-    if sets_gone
-        && pods_gone
+    if delete_room(room, node).await
         && let Some(state) = room.owned_by_drain.lock().await.get_mut(node)
     {
         *state = DrainRoom::Freed;
@@ -245,17 +241,14 @@ async fn free_room(room: &SurgeRoom, node: &str) {
 /// longer removed with the node: the release, or a later leader's sweep, removes them, and a
 /// drain of the node they run on evicts them like any pod ([`crate::drain::pods::classify`]).
 async fn hand_over(room: &SurgeRoom, node: &str) {
-    let sets: Api<ReplicaSet> = Api::namespaced(room.client.clone(), &room.cfg.namespace);
-    let selector = ListParams::default().labels(&placeholder_selector(node));
-    match sets
-        .delete_collection(&DeleteParams::orphan(), &selector)
-        .await
-    {
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(%node, namespace = %room.cfg.namespace, error = %e, "could not hand the placeholders over (rotor-drainer needs deletecollection on replicasets in its namespace): a placeholder preempted during the drain is made again, pending, until the drain ends")
-        }
-    }
+    delete_sets(
+        &room.client,
+        &room.cfg,
+        node,
+        &DeleteParams::orphan(),
+        "could not hand the placeholders over (rotor-drainer needs deletecollection on replicasets in its namespace): a placeholder preempted during the drain is made again, pending, until the drain ends",
+    )
+    .await;
 }
 
 /// How the wait for a node's placeholders ended.
@@ -551,10 +544,16 @@ pub async fn release(room: &SurgeRoom, node: &str) {
 /// logged: the next leader's [`sweep`] removes what is left (and the garbage collector, once
 /// the node is deleted, what was not handed over).
 async fn remove_room(room: &SurgeRoom, node: &str) {
-    let cfg = &room.cfg;
     room.give_back(node);
-    remove_sets(&room.client, cfg, node).await;
-    remove_placeholders(&room.client, cfg, node).await;
+    delete_room(room, node).await;
+}
+
+/// Deletes `node`'s placeholder sets, then its placeholders, both attempted whatever the other
+/// did; true when both deletions were answered.
+async fn delete_room(room: &SurgeRoom, node: &str) -> bool {
+    let sets_gone = remove_sets(&room.client, &room.cfg, node).await;
+    let pods_gone = remove_placeholders(&room.client, &room.cfg, node).await;
+    sets_gone && pods_gone
 }
 
 /// Deletes `node`'s placeholders: one deletecollection by the node's label. False if it failed
@@ -584,15 +583,31 @@ async fn remove_placeholders(client: &kube::Client, cfg: &SurgeConfig, node: &st
 /// Deletes `node`'s placeholder sets, and with them (the garbage collector's background
 /// deletion) the placeholders they still own: one deletecollection by the node's label.
 async fn remove_sets(client: &kube::Client, cfg: &SurgeConfig, node: &str) -> bool {
+    delete_sets(
+        client,
+        cfg,
+        node,
+        &DeleteParams::background(),
+        "could not remove the node's placeholder sets (rotor-drainer needs deletecollection on replicasets in its namespace); the next leader or the node's deletion removes them",
+    )
+    .await
+}
+
+/// Deletes `node`'s placeholder sets with `params` (whether their pods go with them): one
+/// deletecollection by the node's label. False if it failed, logged as `failed` says.
+async fn delete_sets(
+    client: &kube::Client,
+    cfg: &SurgeConfig,
+    node: &str,
+    params: &DeleteParams,
+    failed: &str,
+) -> bool {
     let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &cfg.namespace);
     let selector = ListParams::default().labels(&placeholder_selector(node));
-    match sets
-        .delete_collection(&DeleteParams::background(), &selector)
-        .await
-    {
+    match sets.delete_collection(params, &selector).await {
         Ok(_) => true,
         Err(e) => {
-            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholder sets (rotor-drainer needs deletecollection on replicasets in its namespace); the next leader or the node's deletion removes them");
+            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "{failed}");
             false
         }
     }

@@ -39,11 +39,38 @@ const KWOK_STARTUP_ANNOTATION: &str = "e2e.rotor.dev/startup";
 const KWOK_SHUTDOWN_ANNOTATION: &str = "e2e.rotor.dev/shutdown";
 /// The ServiceAccount the kubectl loop runs as, so that its requests can be told apart.
 const KUBECTL_ACCOUNT: &str = "bench-kubectl";
-/// How long the workloads may take to be scheduled and Ready before t=0, at least; a large
-/// cluster gets [`SETTLE_PER_POD`] for each of its pods (the controllers' and the scheduler's
-/// 200 requests a second, and kwok's status updates).
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(600);
-const SETTLE_PER_POD: Duration = Duration::from_millis(60);
+/// How long the workloads may go before t=0 without one more pod turning Ready (or a budget's
+/// status catching up) before the set-up gives up. A deadline for the whole set-up would have
+/// to guess kwok's pace: at 1,000 nodes it took 909 s once and 1,800 s was not enough another
+/// time, while pods kept turning Ready throughout.
+const SETTLE_STALL: Duration = Duration::from_secs(300);
+
+/// Progress of the set-up towards every pod Ready: when it last moved.
+#[derive(Debug)]
+struct SettleProgress {
+    best: (usize, bool),
+    since: Instant,
+}
+
+impl SettleProgress {
+    fn new(now: Instant) -> SettleProgress {
+        SettleProgress {
+            best: (0, false),
+            since: now,
+        }
+    }
+
+    /// Takes in a look (`ready` pods, budgets current or not) at `now`; true while the set-up
+    /// has moved within [`SETTLE_STALL`]. More pods Ready, or the budgets caught up, is progress.
+    fn moving(&mut self, ready: usize, budgets_current: bool, now: Instant) -> bool {
+        let (best_ready, best_current) = self.best;
+        if ready > best_ready || (budgets_current && !best_current) {
+            self.best = (ready.max(best_ready), budgets_current || best_current);
+            self.since = now;
+        }
+        now.duration_since(self.since) < SETTLE_STALL
+    }
+}
 
 pub struct RealBench {
     pub cluster: RealCluster,
@@ -393,8 +420,8 @@ pub(crate) fn wait_settled(
     client: &kube::Client,
     expected: usize,
 ) -> anyhow::Result<()> {
-    let timeout = SETTLE_TIMEOUT.max(SETTLE_PER_POD * expected as u32);
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let mut progress = SettleProgress::new(started);
     // Each look lists every pod, from the watch cache (a read through to etcd costs the API
     // server seconds at 30,000 pods); at thousands of pods, look less often.
     let every = Duration::from_secs(1).max(Duration::from_millis(expected as u64));
@@ -434,9 +461,10 @@ pub(crate) fn wait_settled(
             return Ok(());
         }
         ensure!(
-            Instant::now() < deadline,
-            "the workloads did not settle within {} s: {ready} of {expected} pods Ready, budgets current: {budgets_current}",
-            timeout.as_secs()
+            progress.moving(ready, budgets_current, Instant::now()),
+            "the workloads stopped settling: no pod turned Ready and no budget caught up for {} s ({ready} of {expected} pods Ready after {:.0} s, budgets current: {budgets_current})",
+            SETTLE_STALL.as_secs(),
+            started.elapsed().as_secs_f64()
         );
         std::thread::sleep(every);
     }
@@ -579,6 +607,22 @@ pub fn check_built() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_set_up_gives_up_only_when_it_stops_moving() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut progress = SettleProgress::new(t0);
+        // Slow but moving: an hour in, still waiting.
+        for minute in 1..=60 {
+            assert!(progress.moving(minute * 400, false, at(minute as u64 * 60)));
+        }
+        // The budgets catching up is progress too, however many pods are Ready.
+        assert!(progress.moving(24_000, true, at(3_899)));
+        // Then nothing moves: a pod fewer Ready, the budgets behind again, is no progress.
+        assert!(progress.moving(23_999, false, at(3_899 + 299)));
+        assert!(!progress.moving(24_000, true, at(3_899 + 300)));
+    }
 
     #[test]
     fn audit_records_count_once_each_with_evictions_by_code() {

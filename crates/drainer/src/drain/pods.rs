@@ -49,7 +49,8 @@ pub struct DrainOptions {
     /// longer holds it (it is evicted like any other, through the API, with its grace period).
     pub override_opt_outs: bool,
     /// The time of this pass. A budget's never-verdict read from its pod count is trusted only
-    /// once it has refused for [`crate::drain::budgets::POD_COUNT_SETTLE`]; `None` trusts every verdict at once.
+    /// once the budget has refused for [`crate::drain::budgets::POD_COUNT_SETTLE`]; `None`
+    /// trusts every verdict at once.
     pub now: Option<Timestamp>,
 }
 
@@ -713,7 +714,8 @@ fn consulted_budgets<'a>(
 /// The budget problem that stops a pod from being evicted, if any: several budgets, or a single
 /// one that can never allow an eviction (so neither a Pending pod nor a not-Ready pod a budget
 /// lets through is ever blocked by one). A never-verdict read from a pod count younger than
-/// [`crate::drain::budgets::POD_COUNT_SETTLE`] at `now` is not trusted yet: `judge_at` says when it will be.
+/// [`crate::drain::budgets::POD_COUNT_SETTLE`] at `now` is not trusted yet: `judge_at` says
+/// when it will be.
 fn budget_blocker(
     pod_ref: &PodRef,
     consulted: &Consulted<'_>,

@@ -41,8 +41,8 @@ const KWOK_SHUTDOWN_ANNOTATION: &str = "e2e.rotor.dev/shutdown";
 const KUBECTL_ACCOUNT: &str = "bench-kubectl";
 /// How long the workloads may go before t=0 without one more pod turning Ready (or a budget's
 /// status catching up) before the set-up gives up. A deadline for the whole set-up would have
-/// to guess kwok's pace: at 1,000 nodes it took 909 s once and 1,800 s was not enough another
-/// time, while pods kept turning Ready throughout.
+/// to guess kwok's pace (at 1,000 nodes it took 909 s once, and 1,800 s was not enough
+/// another time); a stall says that waiting longer will not help.
 const SETTLE_STALL: Duration = Duration::from_secs(300);
 
 /// Progress of the set-up towards every pod Ready: when it last moved.

@@ -165,6 +165,17 @@ pub(crate) fn unready_pod_passes(pdb: &PodDisruptionBudget) -> bool {
     always_allow || healthy
 }
 
+/// Why a budget can never allow an eviction, as [`budget_never_allows`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeverAllows {
+    /// For an operator, e.g. "minAvailable 3 leaves no pod to spare out of 3 expected".
+    pub reason: String,
+    /// Read from the pods the budget matches right now (an integer `minAvailable` against
+    /// `status.expectedPods`), a count that dips for a moment in every eviction: see
+    /// [`refusal_settles_at`]. False for a verdict from the spec or from a replicas hint.
+    pub from_pod_count: bool,
+}
+
 /// Why `pdb` can never allow an eviction, or `None` when it may.
 ///
 /// Never: `maxUnavailable` 0 or `"0%"`; `minAvailable` `"100%"` (or more); `minAvailable` that,
@@ -177,7 +188,7 @@ pub(crate) fn unready_pod_passes(pdb: &PodDisruptionBudget) -> bool {
 pub fn budget_never_allows(
     pdb: &PodDisruptionBudget,
     replicas_hint: Option<i32>,
-) -> Option<String> {
+) -> Option<NeverAllows> {
     let spec = pdb.spec.as_ref()?;
     let status = pdb.status.as_ref();
     if status.is_some_and(|s| s.disruptions_allowed > 0) {
@@ -189,12 +200,16 @@ pub fn budget_never_allows(
     let expected = replicas_hint
         .or_else(|| status.filter(|_| status_current).map(|s| s.expected_pods))
         .filter(|n| *n > 0);
+    let from_spec = |reason: String| NeverAllows {
+        reason,
+        from_pod_count: false,
+    };
 
     if let Some(max_unavailable) = &spec.max_unavailable {
         return match max_unavailable {
-            IntOrString::Int(0) => Some("maxUnavailable is 0".to_owned()),
+            IntOrString::Int(0) => Some(from_spec("maxUnavailable is 0".to_owned())),
             IntOrString::String(s) if parse_percent(s) == Some(0) => {
-                Some(format!("maxUnavailable is {s}"))
+                Some(from_spec(format!("maxUnavailable is {s}")))
             }
             _ => None,
         };
@@ -202,21 +217,27 @@ pub fn budget_never_allows(
     match spec.min_available.as_ref()? {
         IntOrString::Int(min) => {
             let expected = expected?;
-            (*min >= expected).then(|| {
-                format!("minAvailable {min} leaves no pod to spare out of {expected} expected")
+            (*min >= expected).then(|| NeverAllows {
+                reason: format!(
+                    "minAvailable {min} leaves no pod to spare out of {expected} expected"
+                ),
+                from_pod_count: replicas_hint.is_none(),
             })
         }
         IntOrString::String(s) => {
             let percent = parse_percent(s)?;
             if percent >= 100 {
-                return Some(format!("minAvailable is {s}"));
+                return Some(from_spec(format!("minAvailable is {s}")));
             }
             let expected = expected?;
-            // The disruption controller rounds minAvailable percentages up.
+            // The disruption controller rounds minAvailable percentages up, and measures a
+            // percentage against the workloads' scale, which does not dip in an eviction.
             let expected_count = u64::from(expected.unsigned_abs());
             let desired = (u64::from(percent) * expected_count).div_ceil(100);
             (desired >= expected_count).then(|| {
-                format!("minAvailable {s} of {expected} expected pods is {desired}: none to spare")
+                from_spec(format!(
+                    "minAvailable {s} of {expected} expected pods is {desired}: none to spare"
+                ))
             })
         }
     }
@@ -229,18 +250,12 @@ pub fn budget_never_allows(
 /// never would.
 pub const POD_COUNT_SETTLE: Duration = Duration::from_secs(15);
 
-/// When a never-verdict of [`budget_never_allows`] on `pdb` (without a replicas hint) may be
-/// trusted, if that is after `now`. Only a verdict read from the pod count waits: until
-/// [`POD_COUNT_SETTLE`] after the budget last turned to refusing (its `DisruptionAllowed`
-/// condition's `lastTransitionTime`, which the Eviction API moves when it takes the last
-/// disruption). A budget whose status carries no such condition is judged at once.
-pub fn pod_count_trusted_at(pdb: &PodDisruptionBudget, now: Timestamp) -> Option<Timestamp> {
-    let spec = pdb.spec.as_ref()?;
-    let from_pod_count =
-        spec.max_unavailable.is_none() && matches!(spec.min_available, Some(IntOrString::Int(_)));
-    if !from_pod_count {
-        return None;
-    }
+/// When `pdb` will have refused for [`POD_COUNT_SETTLE`], if that is after `now`: until then a
+/// [`NeverAllows::from_pod_count`] verdict is not trusted. The clock is the budget's
+/// `DisruptionAllowed` condition turning False (its `lastTransitionTime`, which the Eviction API
+/// moves when it takes the last disruption). A budget whose status carries no such condition
+/// is judged at once.
+pub fn refusal_settles_at(pdb: &PodDisruptionBudget, now: Timestamp) -> Option<Timestamp> {
     let refusing_since = pdb
         .status
         .as_ref()?
@@ -250,8 +265,8 @@ pub fn pod_count_trusted_at(pdb: &PodDisruptionBudget, now: Timestamp) -> Option
         .find(|c| c.type_ == "DisruptionAllowed" && c.status == "False")?
         .last_transition_time
         .0;
-    let trusted_at = later(refusing_since, POD_COUNT_SETTLE);
-    (trusted_at > now).then_some(trusted_at)
+    let settles_at = later(refusing_since, POD_COUNT_SETTLE);
+    (settles_at > now).then_some(settles_at)
 }
 
 /// `"25%"` as 25; `None` for anything else.

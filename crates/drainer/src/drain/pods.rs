@@ -16,7 +16,7 @@ use rotor_core::contract::pod_opt_out;
 
 use crate::drain::budgets::{
     BudgetDemand, BudgetKey, BudgetView, budget_never_allows, budget_views, key_of,
-    pod_count_trusted_at, unready_pod_passes,
+    refusal_settles_at, unready_pod_passes,
 };
 use crate::drain::rules::PodRule;
 
@@ -725,14 +725,17 @@ fn budget_blocker(
     match consulted {
         Consulted::Nothing => None,
         Consulted::One(budget) => {
-            let reason = budget_never_allows(budget.pdb, None)?;
-            if let Some(at) = now.and_then(|now| pod_count_trusted_at(budget.pdb, now)) {
+            let never = budget_never_allows(budget.pdb, None)?;
+            let settles_at = now
+                .filter(|_| never.from_pod_count)
+                .and_then(|now| refusal_settles_at(budget.pdb, now));
+            if let Some(at) = settles_at {
                 *judge_at = Some(judge_at.map_or(at, |t| t.min(at)));
                 return None;
             }
             Some(Blocker::BudgetNeverAllows {
                 budget: budget.key.clone(),
-                reason,
+                reason: never.reason,
             })
         }
         Consulted::Several(several) => {
@@ -1558,7 +1561,9 @@ mod tests {
             spec["selector"] = sel.clone();
             let budget = pdb("web", spec.clone(), status);
             assert_eq!(
-                budget_never_allows(&budget, hint).as_deref(),
+                budget_never_allows(&budget, hint)
+                    .map(|n| n.reason)
+                    .as_deref(),
                 expected,
                 "{spec} hint {hint:?}"
             );
@@ -1643,7 +1648,10 @@ mod tests {
         let spec = zero.spec.as_mut().unwrap();
         spec.min_available = None;
         spec.max_unavailable = Some(IntOrString::Int(0));
-        for budget in [long, bare, zero] {
+        // A percentage is measured against the workloads' scale, which does not dip.
+        let mut whole = refusing("2026-11-29T12:00:00Z");
+        whole.spec.as_mut().unwrap().min_available = Some(IntOrString::String("100%".into()));
+        for budget in [long, bare, zero, whole] {
             let plan = plan_node(&pods, &[budget], &taint(), &at("2026-11-29T12:00:01Z"));
             assert_eq!(plan.budget_blocked.len(), 1, "{plan:?}");
             assert_eq!(plan.judge_budgets_at, None);

@@ -407,6 +407,13 @@ impl RealCluster {
                 format!("--root-ca-file={}", cluster.ca.display()),
                 "--kube-api-qps=200".into(),
                 "--kube-api-burst=400".into(),
+                // One kwok process renews every node's Lease; on a busy machine at 1,000 nodes
+                // it ran over two minutes late. At the default 50 s the controller marked
+                // such nodes Unknown and their pods NotReady (kwok never marks them Ready
+                // again), and tainted the nodes so their pods are deleted five minutes later:
+                // a benchmark of kwok's lag, not of drains. A real kubelet renews its own
+                // Lease; no test here needs a node to die.
+                "--node-monitor-grace-period=5m".into(),
             ],
         );
         let sched_port = free_port();

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::real_cluster::control_plane_bin;
@@ -32,15 +31,11 @@ pub fn helm_bin() -> PathBuf {
     helm
 }
 
-/// Helm's configuration, cache and data directories, empty and shared by the test process.
-fn helm_home() -> &'static TestDir {
-    static HOME: OnceLock<TestDir> = OnceLock::new();
-    HOME.get_or_init(|| TestDir::new("helm-home"))
-}
-
-/// `helm <args>`, run from the workspace root; the output whatever its status.
+/// `helm <args>`, run from the workspace root with configuration, cache and data directories
+/// of its own (empty, removed afterwards: no call sees another's or a person's Helm); the
+/// output whatever its status.
 pub fn helm(args: &[&str]) -> Output {
-    let home = helm_home();
+    let home = TestDir::new("helm-home");
     run_with_timeout(
         Command::new(helm_bin())
             .args(args)

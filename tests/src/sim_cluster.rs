@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -22,6 +21,8 @@ use rotor_sim::scenario::Scenario;
 use rotor_sim::server::{RunningSim, StartOptions};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+
+use crate::TestDir;
 
 /// The taint that asks rotor to drain a node.
 pub const DRAIN_TAINT: &str = "rotor.dev/drain";
@@ -36,6 +37,8 @@ pub struct SimCluster {
     /// answer reaches the test as the server gave it.
     pub client: Client,
     kubeconfig: PathBuf,
+    /// Holds the kubeconfig file; removed when the cluster is stopped or dropped.
+    _scratch: TestDir,
 }
 
 impl SimCluster {
@@ -56,17 +59,14 @@ impl SimCluster {
         .await
         .expect("simulator starts");
         let client = client_for(&sim.url()).await;
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let kubeconfig = std::env::temp_dir().join(format!(
-            "rotor-sim-cluster-{}-{}.kubeconfig",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        let scratch = TestDir::new("sim-kubeconfig");
+        let kubeconfig = scratch.join("kubeconfig");
         rotor_sim::server::write_kubeconfig(&kubeconfig, &sim.url()).expect("kubeconfig");
         SimCluster {
             sim,
             client,
             kubeconfig,
+            _scratch: scratch,
         }
     }
 
@@ -80,14 +80,13 @@ impl SimCluster {
         Config::new(self.url().parse().expect("the simulator's URL"))
     }
 
-    /// A kubeconfig file pointing at this cluster, for a binary under test; removed by
-    /// [`SimCluster::stop`].
+    /// A kubeconfig file pointing at this cluster, for a binary under test; removed with the
+    /// cluster.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
     }
 
     pub async fn stop(self) {
-        let _ = std::fs::remove_file(&self.kubeconfig);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.sim.stop()).await;
     }
 

@@ -30,6 +30,7 @@ use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -244,7 +245,36 @@ pub struct RealCluster {
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released for the component to take).
+///
+/// Chosen below the kernel's ephemeral range (`ip_local_port_range`): a port from that range,
+/// released, can be taken at once as the source port of any outgoing connection (a CI run lost
+/// kube-scheduler's port that way while another cluster was busy). Each process starts at its
+/// own offset and never hands out a port twice, so clusters started side by side do not collide.
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOWEST: u32 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| {
+            let mut ends = r.split_whitespace().map(|p| p.parse::<u32>().ok());
+            Some((ends.next()??, ends.next()??))
+        })
+        .unwrap_or((32_768, 60_999));
+    let top = if ephemeral.0 > LOWEST {
+        ephemeral.0
+    } else {
+        65_536
+    };
+    let span = top.saturating_sub(LOWEST).max(1);
+    let offset = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let port = LOWEST + (offset + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let outside = port < ephemeral.0 || port > ephemeral.1;
+        if outside && TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    // Every candidate is taken or inside the ephemeral range: let the kernel choose.
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

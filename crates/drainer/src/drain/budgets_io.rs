@@ -84,9 +84,12 @@ impl BudgetWatch {
     /// The budgets of `pods`' namespaces as the watch knows them now, for planning a node (the
     /// Eviction API consults no other). Only those are copied: a pass runs at every pod event,
     /// and a large cluster has thousands of budgets.
-    pub fn for_pods(&self, pods: &[Pod]) -> Vec<PodDisruptionBudget> {
+    pub fn for_pods<'a>(
+        &self,
+        pods: impl IntoIterator<Item = &'a Pod>,
+    ) -> Vec<PodDisruptionBudget> {
         let namespaces: BTreeSet<&str> = pods
-            .iter()
+            .into_iter()
             .filter_map(|p| p.metadata.namespace.as_deref())
             .collect();
         self.store

@@ -260,9 +260,12 @@ pub fn say_odd_input(
 
 /// The pods a replace-by time overrides: those that opted out, and those whose budget never
 /// allows an eviction (or that several budgets cover), as namespace/name.
-pub fn replace_by_held(pods: &[Pod], plan: &NodePlan) -> Vec<String> {
+pub fn replace_by_held<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    plan: &NodePlan,
+) -> Vec<String> {
     let mut held: Vec<String> = pods
-        .iter()
+        .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| rotor_core::contract::pod_opt_out(&p.metadata).is_some())
         .map(|p| PodRef::of(p).to_string())

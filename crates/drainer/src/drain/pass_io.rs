@@ -201,8 +201,9 @@ async fn evict_pass(
         };
     }
     let mut wake = task.deadline;
-    let pod_list: Vec<Pod> = pods.values().cloned().collect();
-    let budgets = drains.budgets.for_pods(&pod_list);
+    // The pass reads the watch's pods where they are: a copy of each at every pass was most of
+    // a drain's memory churn.
+    let budgets = drains.budgets.for_pods(pods.values());
     // Past the node's replace-by time (--enforce-replace-by), opt-outs no longer hold it.
     let past_replace_by = replace_by.as_ref().is_some_and(|d| d.passed(now));
     let options = DrainOptions {
@@ -214,21 +215,22 @@ async fn evict_pass(
     // (never evicted, no budget charged); the node is drained once it is gone.
     // What DrainRules say about each pod; nothing is evicted on a rule not known yet.
     let (rules, namespaces) = drains.rules.now();
-    let node_labels = task.node.metadata.labels.clone().unwrap_or_default();
+    let no_labels = BTreeMap::new();
+    let node_labels = task.node.metadata.labels.as_ref().unwrap_or(&no_labels);
     let node_rules = rules
         .as_ref()
-        .map(|r| r.on_node(&node_labels, namespaces.as_deref()));
+        .map(|r| r.on_node(node_labels, namespaces.as_deref()));
     let rule_of = |pod: &Pod| match &node_rules {
         None => PodRule::Unknown,
         Some(rules) => {
             let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            rules.rule_of(namespace, &labels).0
+            let labels = pod.metadata.labels.as_ref().unwrap_or(&no_labels);
+            rules.rule_of(namespace, labels).0
         }
     };
     let plan_now = |restarts: &Option<RolloutRestarts>| {
         plan_node_with(
-            &pod_list,
+            pods.values(),
             &budgets,
             task.taint,
             &options,
@@ -238,7 +240,7 @@ async fn evict_pass(
     };
     let mut plan = plan_now(restarts);
     if let Some(lone) = restarts.as_mut() {
-        lone.keep_only(&pod_list);
+        lone.keep_only(pods.values());
         if restart_lone_replicas(drains, task.node, lone, pods, &plan, now).await {
             plan = plan_now(restarts);
         }
@@ -276,9 +278,9 @@ async fn evict_pass(
         Settled::NotEmpty => {}
     }
     if let Some(deadline) = replace_by.as_mut() {
-        let held = replace_by_held(&pod_list, &plan);
+        let held = replace_by_held(pods.values(), &plan);
         if let Some(said) = deadline.announce(now, &held) {
-            announce_replace_by(task, &said, &pod_list).await;
+            announce_replace_by(task, &said, pods.values()).await;
         }
         if let Some(at) = deadline.next_wake(now) {
             wake = wake.min(at);
@@ -522,7 +524,11 @@ async fn answered(
 
 /// Says what the replace-by time is about to override, or has: a Warning on the node and on each
 /// pod concerned, and the log.
-async fn announce_replace_by(task: &Evicting<'_>, said: &Announcement, pods: &[Pod]) {
+async fn announce_replace_by(
+    task: &Evicting<'_>,
+    said: &Announcement,
+    pods: impl IntoIterator<Item = &Pod>,
+) {
     let event = if said.passed() {
         NodeEvent::ReplaceByPassed
     } else {

@@ -531,8 +531,8 @@ pub fn plan_node_withholding(
 /// pods go by ascending order: while a pod of a lower order is left (to evict, withheld,
 /// blocked or terminating), higher orders are deferred; within an order, ordinary pods before
 /// critical ones.
-pub fn plan_node_with(
-    pods: &[Pod],
+pub fn plan_node_with<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
     pdbs: &[PodDisruptionBudget],
     drain_taint: &Taint,
     opts: &DrainOptions,
@@ -540,7 +540,7 @@ pub fn plan_node_with(
     rule_of: impl Fn(&Pod) -> PodRule,
 ) -> NodePlan {
     let budgets = budget_views(pdbs);
-    let mut sorted: Vec<&Pod> = pods.iter().collect();
+    let mut sorted: Vec<&Pod> = pods.into_iter().collect();
     sorted.sort_by_key(|pod| PodRef::of(pod));
 
     let mut plan = NodePlan::default();

@@ -11,7 +11,7 @@
 //! do next, and falls back to eviction when a rollout stalls or a restart is undone. The reads
 //! and the patch are in [`crate::drain::restart_io`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -321,12 +321,14 @@ impl RolloutRestarts {
 
     /// Forgets the pods no longer among `pods`, or going (terminating, finished): nothing is
     /// left to decide about them.
-    pub fn keep_only(&mut self, pods: &[Pod]) {
-        self.pods.retain(|known, _| {
-            pods.iter().any(|p| {
-                uid(p) == known && p.metadata.deletion_timestamp.is_none() && !is_finished(p)
-            })
-        });
+    pub fn keep_only<'a>(&mut self, pods: impl IntoIterator<Item = &'a Pod>) {
+        let staying: HashSet<&str> = pods
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && !is_finished(p))
+            .map(uid)
+            .collect();
+        self.pods
+            .retain(|known, _| staying.contains(known.as_str()));
     }
 
     /// The pod is not a lone replica of a Deployment (or its owner is gone): evict it.

@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -83,8 +84,9 @@ pub struct NodeView {
     /// what it reserved). Among nodes with equal `budget_waits` it goes first: its drain evicts
     /// at once, and passing it over would leave room already paid for unused.
     pub room_made_ahead: bool,
-    /// The node's labels: what RotationPolicies select it by.
-    pub labels: BTreeMap<String, String>,
+    /// The node's labels: what RotationPolicies select it by. Shared: every start round
+    /// copies the view of each node, and labels are most of it.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// The drain taint's value (its reason slug); empty when untainted.
     pub reason: String,
     /// The pool that governs it (the machine assigns it from the policies it knows).
@@ -126,7 +128,7 @@ impl NodeView {
             plan_rank: None,
             budget_urgency: 0,
             room_made_ahead: false,
-            labels: node.metadata.labels.clone().unwrap_or_default(),
+            labels: Arc::new(node.metadata.labels.clone().unwrap_or_default()),
             reason: find_drain_taint(node)
                 .and_then(|t| t.value.clone())
                 .unwrap_or_default(),
@@ -827,7 +829,7 @@ mod tests {
                 plan_rank: None,
                 budget_urgency: 0,
                 room_made_ahead: false,
-                labels: [("pool".to_string(), "gpu".to_string())].into(),
+                labels: Arc::new([("pool".to_string(), "gpu".to_string())].into()),
                 reason: "max-age".into(),
                 pool: PoolRef::Flags,
             }

@@ -43,14 +43,18 @@ fn keep_if_tainted(nodes: &mut HashMap<String, Node>, node: &Node) {
         return;
     }
     let mut node = node.clone();
-    // Only the server reads these; a drain never does.
+    // Only the server reads these; a drain never does. The image list is the largest part of
+    // a real node's status (up to 50 images, each with its names), and no drain reads it.
     node.metadata.managed_fields = None;
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+    }
     nodes.insert(name, node);
 }
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    use k8s_openapi::api::core::v1::{ContainerImage, NodeCondition, NodeSpec, NodeStatus, Taint};
     use kube::api::ObjectMeta;
 
     use super::*;
@@ -114,6 +118,46 @@ mod tests {
         nodes.apply(&watcher::Event::Delete(tainted("b", "2")));
         assert_eq!(version(&nodes, "a"), None);
         assert_eq!(version(&nodes, "b"), None);
+    }
+
+    #[test]
+    fn the_copy_leaves_out_what_no_drain_reads() {
+        let mut big = tainted("a", "1");
+        big.metadata.managed_fields = Some(vec![Default::default()]);
+        big.metadata.labels = Some([("pool".to_string(), "web".to_string())].into());
+        big.status = Some(NodeStatus {
+            images: Some(vec![ContainerImage {
+                names: Some(vec!["registry.example/app@sha256:0123".into()]),
+                size_bytes: Some(1 << 20),
+            }]),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let mut nodes = TaintedNodes::default();
+        nodes.apply(&watcher::Event::Init);
+        nodes.apply(&watcher::Event::InitApply(big));
+        nodes.apply(&watcher::Event::InitDone);
+        let kept = nodes.get("a").expect("tainted, so kept");
+        assert_eq!(kept.metadata.managed_fields, None);
+        let status = kept.status.expect("the status stays");
+        assert_eq!(status.images, None, "the image list is dropped");
+        assert_eq!(
+            status.conditions.map(|c| c.len()),
+            Some(1),
+            "conditions stay"
+        );
+        assert_eq!(
+            kept.metadata
+                .labels
+                .and_then(|l| l.get("pool").cloned())
+                .as_deref(),
+            Some("web"),
+            "labels stay"
+        );
     }
 
     #[test]

@@ -75,7 +75,7 @@ fn tainted(name: &str, pool: &str, age_days: i64) -> NodeView {
         ..NodeView::default()
     };
     if !pool.is_empty() {
-        v.labels.insert("pool".into(), pool.into());
+        std::sync::Arc::make_mut(&mut v.labels).insert("pool".into(), pool.into());
     }
     v
 }

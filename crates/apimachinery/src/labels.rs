@@ -179,16 +179,21 @@ impl Requirement {
 
     /// Whether the label set satisfies this requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let has = |v: &String| self.values.binary_search(v).is_ok();
+        self.matches_lookup(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// [`Requirement::matches`] for labels kept in another shape: `get` gives a key's value,
+    /// `None` when the key is absent.
+    pub fn matches_lookup<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
+        let has = |v: &str| self.values.binary_search_by(|x| x.as_str().cmp(v)).is_ok();
+        let actual = get(&self.key);
         match self.operator {
-            Operator::Equals | Operator::DoubleEquals | Operator::In => {
-                labels.get(&self.key).is_some_and(has)
-            }
-            Operator::NotEquals | Operator::NotIn => !labels.get(&self.key).is_some_and(has),
-            Operator::Exists => labels.contains_key(&self.key),
-            Operator::DoesNotExist => !labels.contains_key(&self.key),
+            Operator::Equals | Operator::DoubleEquals | Operator::In => actual.is_some_and(has),
+            Operator::NotEquals | Operator::NotIn => !actual.is_some_and(has),
+            Operator::Exists => actual.is_some(),
+            Operator::DoesNotExist => actual.is_none(),
             Operator::GreaterThan | Operator::LessThan => {
-                let Some(actual) = labels.get(&self.key).and_then(|v| v.parse::<i64>().ok()) else {
+                let Some(actual) = actual.and_then(|v| v.parse::<i64>().ok()) else {
                     return false;
                 };
                 let Some(bound) = self.values.first().and_then(|v| v.parse::<i64>().ok()) else {
@@ -386,7 +391,13 @@ impl LabelSelector {
 
     /// Whether the label set satisfies every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        !self.nothing && self.requirements.iter().all(|r| r.matches(labels))
+        self.matches_lookup(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// [`LabelSelector::matches`] for labels kept in another shape: `get` gives a key's value,
+    /// `None` when the key is absent.
+    pub fn matches_lookup<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
+        !self.nothing && self.requirements.iter().all(|r| r.matches_lookup(&get))
     }
 
     /// [`LabelSelector::matches`] for an optional label map; `None` is the empty label set.

@@ -34,6 +34,7 @@ use crate::drain::task::drain_node;
 use crate::error::RunError;
 use crate::fleet::gate::GateConfig;
 use crate::fleet::health::HealthConfig;
+use crate::fleet::node_labels::LabelStrings;
 use crate::fleet::pools::{DrainPolicy, FlagDrain};
 use crate::fleet::starts::{FleetLimits, HeldReason, NodeView, concurrency_note};
 use crate::fleet::window::MaintenanceWindow;
@@ -193,6 +194,8 @@ pub async fn run(
     };
     // The node watch's initial list, gathered until it is complete.
     let mut listing: Vec<NodeView> = Vec::new();
+    // The nodes' label strings, each kept once for all of them.
+    let mut label_strings = LabelStrings::default();
     loop {
         let burst_over = machine.burst_settles_at(Instant::now());
         let event = tokio::select! {
@@ -224,7 +227,7 @@ pub async fn run(
                 }
                 match ev {
                 Some(Ok(watcher::Event::Init)) => { listing.clear(); continue }
-                Some(Ok(watcher::Event::InitApply(n))) => { listing.push(NodeView::of(&n)); continue }
+                Some(Ok(watcher::Event::InitApply(n))) => { listing.push(NodeView::with_strings(&n, &mut label_strings)); continue }
                 Some(Ok(watcher::Event::InitDone)) => {
                     if !machine.listed()
                         && let Some(note) = concurrency_note(&fleet.settings.limits, listing.len())
@@ -233,7 +236,7 @@ pub async fn run(
                     }
                     Some(Event::NodesListed(std::mem::take(&mut listing)))
                 }
-                Some(Ok(watcher::Event::Apply(n))) => Some(Event::NodeApplied(NodeView::of(&n))),
+                Some(Ok(watcher::Event::Apply(n))) => Some(Event::NodeApplied(NodeView::with_strings(&n, &mut label_strings))),
                 Some(Ok(watcher::Event::Delete(n))) => Some(Event::NodeDeleted(n.metadata.name.unwrap_or_default())),
                 Some(Err(e)) => { tracing::warn!(error = %e, "node watch failed; it restarts with back-off"); None }
                 None => return Err(RunError::NodeWatchEnded),

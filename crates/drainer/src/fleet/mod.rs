@@ -27,6 +27,7 @@ mod health_io;
 mod held_log;
 mod lookahead;
 mod machine;
+pub mod node_labels;
 pub mod pool_status;
 pub mod pools;
 mod pools_io;

@@ -23,6 +23,7 @@ use rotor_core::NodeBudget;
 use rotor_policy::{PolicyBudget, PoolDrainSettings, RotationPolicy};
 
 use crate::drain::shared::DrainSettings;
+use crate::fleet::node_labels::NodeLabels;
 use crate::fleet::window::MaintenanceWindow;
 
 /// Which pool governs a node.
@@ -326,11 +327,11 @@ impl Pools {
 
     /// The pool that governs a node with these labels: the selecting policy of highest
     /// priority; an overlap when several share it; the flags when none selects it.
-    pub fn assign(&self, labels: &BTreeMap<String, String>) -> PoolRef {
+    pub fn assign(&self, labels: &NodeLabels) -> PoolRef {
         let selecting: Vec<&Pool> = self
             .pools
             .values()
-            .filter(|p| p.selector.matches(labels))
+            .filter(|p| p.selector.matches_lookup(|key| labels.get(key)))
             .collect();
         let Some(top) = selecting.iter().map(|p| p.priority).max() else {
             return PoolRef::Flags;
@@ -420,6 +421,7 @@ pub fn allowance(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::node_labels::LabelStrings;
     use rotor_policy::{LabelRequirement, RotationPolicySpec, SelectorOperator};
 
     fn ts(s: &str) -> Timestamp {
@@ -454,11 +456,12 @@ mod tests {
         p
     }
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
+    fn labels(pairs: &[(&str, &str)]) -> NodeLabels {
+        let map: BTreeMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+            .collect();
+        NodeLabels::new(&map, &mut LabelStrings::default())
     }
 
     #[test]
@@ -638,7 +641,8 @@ mod tests {
             "{why}"
         );
         // Holding every node beats guessing which it governs.
-        assert!(pool.selector.matches(&labels(&[("pool", "other")])));
+        let other = labels(&[("pool", "other")]);
+        assert!(pool.selector.matches_lookup(|key| other.get(key)));
 
         let mut p = policy("ok", 0, &[]);
         p.spec.drain = Some(PoolDrainSettings {

@@ -13,7 +13,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -26,6 +25,7 @@ use rotor_core::contract::{
 use rotor_apimachinery::taints::keeps_pods_off;
 use rotor_core::NodeBudget;
 
+use crate::fleet::node_labels::{LabelStrings, NodeLabels};
 use crate::fleet::pools::{NO_POLICIES, Pool, PoolRef, Pools, allowance};
 use crate::record::node::DrainRecord;
 
@@ -84,9 +84,8 @@ pub struct NodeView {
     /// what it reserved). Among nodes with equal `budget_waits` it goes first: its drain evicts
     /// at once, and passing it over would leave room already paid for unused.
     pub room_made_ahead: bool,
-    /// The node's labels: what RotationPolicies select it by. Shared: every start round
-    /// copies the view of each node, and labels are most of it.
-    pub labels: Arc<BTreeMap<String, String>>,
+    /// The node's labels: what RotationPolicies select it by.
+    pub labels: NodeLabels,
     /// The drain taint's value (its reason slug); empty when untainted.
     pub reason: String,
     /// The pool that governs it (the machine assigns it from the policies it knows).
@@ -96,6 +95,11 @@ pub struct NodeView {
 impl NodeView {
     /// The view of a Node object.
     pub fn of(node: &Node) -> Self {
+        Self::with_strings(node, &mut LabelStrings::default())
+    }
+
+    /// [`NodeView::of`], its labels' strings shared through `strings` with the other nodes'.
+    pub fn with_strings(node: &Node, strings: &mut LabelStrings) -> Self {
         let ready = node
             .status
             .as_ref()
@@ -128,7 +132,10 @@ impl NodeView {
             plan_rank: None,
             budget_urgency: 0,
             room_made_ahead: false,
-            labels: Arc::new(node.metadata.labels.clone().unwrap_or_default()),
+            labels: NodeLabels::new(
+                node.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+                strings,
+            ),
             reason: find_drain_taint(node)
                 .and_then(|t| t.value.clone())
                 .unwrap_or_default(),
@@ -829,7 +836,10 @@ mod tests {
                 plan_rank: None,
                 budget_urgency: 0,
                 room_made_ahead: false,
-                labels: Arc::new([("pool".to_string(), "gpu".to_string())].into()),
+                labels: NodeLabels::new(
+                    &[("pool".to_string(), "gpu".to_string())].into(),
+                    &mut LabelStrings::default(),
+                ),
                 reason: "max-age".into(),
                 pool: PoolRef::Flags,
             }

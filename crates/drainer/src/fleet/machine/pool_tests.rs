@@ -75,7 +75,10 @@ fn tainted(name: &str, pool: &str, age_days: i64) -> NodeView {
         ..NodeView::default()
     };
     if !pool.is_empty() {
-        std::sync::Arc::make_mut(&mut v.labels).insert("pool".into(), pool.into());
+        v.labels = crate::fleet::node_labels::NodeLabels::new(
+            &[("pool".to_string(), pool.to_string())].into(),
+            &mut Default::default(),
+        );
     }
     v
 }

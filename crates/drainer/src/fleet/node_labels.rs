@@ -1,0 +1,144 @@
+//! Every node's labels, kept for the RotationPolicies' selectors, with each distinct key and
+//! value stored once. A fleet's nodes share almost all of their labels (zone, instance type,
+//! node group, architecture); only a few, such as the hostname, are their own. Kept as maps of
+//! owned strings they were half of rotor-drainer's memory at 20,000 nodes (50 of 100 MiB idle
+//! on rotor-sim, docs/benchmarks.md, "Memory and requests by scale").
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+/// One node's labels, sorted by key. Cheap to copy: every start round copies each node's view.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeLabels(Arc<[(Arc<str>, Arc<str>)]>);
+
+impl NodeLabels {
+    /// The labels of `labels` with their strings taken from `strings`.
+    pub fn new(labels: &BTreeMap<String, String>, strings: &mut LabelStrings) -> NodeLabels {
+        NodeLabels(
+            labels
+                .iter()
+                .map(|(k, v)| (strings.get(k), strings.get(v)))
+                .collect(),
+        )
+    }
+
+    /// The value of `key`, `None` when the node has no such label.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        let at = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        Some(&self.0[at].1)
+    }
+}
+
+/// The distinct label strings of the nodes known now. A string no node uses any longer (the
+/// hostname of a node that was replaced) is let go at the next sweep: one whenever the set has
+/// doubled since the last.
+#[derive(Debug)]
+pub struct LabelStrings {
+    strings: HashSet<Arc<str>>,
+    sweep_at: usize,
+}
+
+/// Below this many strings nothing is swept: a sweep would cost more than it frees.
+const FIRST_SWEEP: usize = 4096;
+
+impl Default for LabelStrings {
+    fn default() -> Self {
+        LabelStrings {
+            strings: HashSet::new(),
+            sweep_at: FIRST_SWEEP,
+        }
+    }
+}
+
+impl LabelStrings {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(known) = self.strings.get(s) {
+            return known.clone();
+        }
+        if self.strings.len() >= self.sweep_at {
+            // Only this set holds a string whose count is 1: no node's labels use it.
+            self.strings.retain(|s| Arc::strong_count(s) > 1);
+            self.sweep_at = (self.strings.len() * 2).max(FIRST_SWEEP);
+        }
+        let new: Arc<str> = Arc::from(s);
+        self.strings.insert(new.clone());
+        new
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.strings.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_node_reads_its_own_labels_and_no_others() {
+        let mut strings = LabelStrings::default();
+        let node = NodeLabels::new(
+            &labels(&[
+                ("topology.kubernetes.io/zone", "us-east-1a"),
+                ("kubernetes.io/hostname", "ip-10-0-1-17"),
+                ("pool", "gpu"),
+            ]),
+            &mut strings,
+        );
+        assert_eq!(node.get("pool"), Some("gpu"));
+        assert_eq!(node.get("kubernetes.io/hostname"), Some("ip-10-0-1-17"));
+        assert_eq!(node.get("topology.kubernetes.io/zone"), Some("us-east-1a"));
+        assert_eq!(node.get("zone"), None);
+        assert_eq!(NodeLabels::default().get("pool"), None);
+    }
+
+    #[test]
+    fn nodes_share_the_strings_they_have_in_common() {
+        let mut strings = LabelStrings::default();
+        let a = NodeLabels::new(
+            &labels(&[("pool", "web"), ("kubernetes.io/hostname", "a")]),
+            &mut strings,
+        );
+        let b = NodeLabels::new(
+            &labels(&[("pool", "web"), ("kubernetes.io/hostname", "b")]),
+            &mut strings,
+        );
+        // "pool", "web", "kubernetes.io/hostname", "a", "b".
+        assert_eq!(strings.len(), 5);
+        assert!(Arc::ptr_eq(&a.0[1].1, &b.0[1].1), "one copy of \"web\"");
+    }
+
+    #[test]
+    fn the_strings_of_nodes_gone_are_let_go_once_the_set_doubles() {
+        let mut strings = LabelStrings::default();
+        let kept = NodeLabels::new(&labels(&[("pool", "web")]), &mut strings);
+        // Replaced nodes: each hostname held for a moment, then dropped. "pool", "web" and
+        // the hostname key make three; this fills the set to the threshold.
+        for i in 0..FIRST_SWEEP - 3 {
+            let gone = NodeLabels::new(
+                &labels(&[("kubernetes.io/hostname", &format!("node-{i}"))]),
+                &mut strings,
+            );
+            drop(gone);
+        }
+        assert_eq!(
+            strings.len(),
+            FIRST_SWEEP,
+            "nothing swept below the threshold"
+        );
+        let next = NodeLabels::new(&labels(&[("pool", "batch")]), &mut strings);
+        // Swept: what live nodes use stays ("pool", "web", and now "batch").
+        assert_eq!(strings.len(), 3);
+        assert_eq!(kept.get("pool"), Some("web"));
+        assert_eq!(next.get("pool"), Some("batch"));
+        assert_eq!(strings.sweep_at, FIRST_SWEEP);
+    }
+}

@@ -78,8 +78,8 @@ impl RecordArgs {
 /// Two malloc arenas instead of glibc's default of up to eight per core: every runtime thread
 /// that allocates gets an arena of its own, and the pod events the drains deserialize on each
 /// thread leave each arena's free space held. Measured with 10 drains at once on a simulated
-/// 1,000-node cluster: 48 MiB resident at the peak with the default, 43 MiB with two, for the
-/// same CPU time (docs/benchmarks.md, "At 1,000 nodes"). A `MALLOC_ARENA_MAX` in the
+/// 1,000-node cluster: 48 to 49 MiB resident at the peak with the default, 44 to 46 MiB with
+/// two, for the same CPU time (docs/benchmarks.md, "At 1,000 nodes"). A `MALLOC_ARENA_MAX` in the
 /// environment is the operator's choice and is left alone.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -134,11 +134,40 @@ mod tests {
             FIRST_SWEEP,
             "nothing swept below the threshold"
         );
-        let next = NodeLabels::new(&labels(&[("pool", "batch")]), &mut strings);
-        // Swept: what live nodes use stays ("pool", "web", and now "batch").
-        assert_eq!(strings.len(), 3);
-        assert_eq!(kept.get("pool"), Some("web"));
-        assert_eq!(next.get("pool"), Some("batch"));
-        assert_eq!(strings.sweep_at, FIRST_SWEEP);
+        // The hostname key is held only by the call under way when the sweep runs.
+        let next = NodeLabels::new(
+            &labels(&[("kubernetes.io/hostname", "fresh")]),
+            &mut strings,
+        );
+        // Swept: what live nodes use stays ("pool", "web", the hostname key, "fresh").
+        assert_eq!(strings.len(), 4);
+        assert_eq!(next.get("kubernetes.io/hostname"), Some("fresh"));
+        // Still shared after the sweep: a new node gets the same copy of "web".
+        let again = NodeLabels::new(&labels(&[("pool", "web")]), &mut strings);
+        assert!(Arc::ptr_eq(&kept.0[0].1, &again.0[0].1));
+        let key_again = NodeLabels::new(
+            &labels(&[("kubernetes.io/hostname", "fresh")]),
+            &mut strings,
+        );
+        assert!(Arc::ptr_eq(&next.0[0].0, &key_again.0[0].0));
+        assert_eq!(strings.len(), 4, "nothing new");
+    }
+
+    #[test]
+    fn the_next_sweep_waits_for_twice_what_the_last_one_kept() {
+        let mut strings = LabelStrings::default();
+        // More live strings than half the threshold: the next sweep waits for twice as many,
+        // not for every new string.
+        // "node" and FIRST_SWEEP - 1 values, all in use: the set is at the threshold.
+        let live: Vec<NodeLabels> = (0..FIRST_SWEEP - 1)
+            .map(|i| NodeLabels::new(&labels(&[("node", &format!("n-{i}"))]), &mut strings))
+            .collect();
+        assert_eq!(strings.len(), FIRST_SWEEP);
+        assert_eq!(strings.sweep_at, FIRST_SWEEP, "not swept yet");
+        let _one_more = NodeLabels::new(&labels(&[("node", "n-extra")]), &mut strings);
+        // Swept with FIRST_SWEEP strings in use, none let go.
+        assert_eq!(strings.sweep_at, 2 * FIRST_SWEEP);
+        assert_eq!(strings.len(), FIRST_SWEEP + 1);
+        drop(live);
     }
 }

@@ -22,7 +22,7 @@ use crate::drain::published::Published;
 use crate::drain::rules_io::DrainRuleWatch;
 use crate::drain::shared::Drains;
 use crate::drain::surge::SurgeConfig;
-use crate::drain::surge_io::{SurgeRoom, sweep};
+use crate::drain::surge_io::SurgeRoom;
 use crate::drain::watched_io::PodWatches;
 use crate::error::RunError;
 use crate::fleet::controller::Fleet;
@@ -88,16 +88,6 @@ pub async fn run(
     };
     let notifier = Notifier::start(cfg.notify.clone(), &tasks, tasks_stop.clone())
         .map_err(RunError::NotifyClient)?;
-    if let Some(surge) = cfg.surge.clone() {
-        // Room made ahead for a node records nothing on the node, so if the drainer stopped and
-        // the node's taint went meanwhile, no node needs rotor and no new term's sweep would
-        // come: every replica sweeps once as it starts, leading or not (so with the client that
-        // is not fenced). A live leader only loses room made ahead, which its drain makes again.
-        let client = kube_client.clone();
-        tasks.spawn(async move { sweep(&client, &surge).await });
-    }
-    let announcer = Announcer::new(acting_client.clone(), reporter, notifier);
-    let published = Arc::new(Published::default());
     let surge = cfg.surge.clone().map(|surge| {
         Arc::new(SurgeRoom::new(
             acting_client.clone(),
@@ -106,6 +96,17 @@ pub async fn run(
             metrics.surge_nodes.clone(),
         ))
     });
+    if let Some(room) = surge.clone() {
+        // Room made ahead for a node records nothing on the node, so if the drainer stopped and
+        // the node's taint went meanwhile, no node needs rotor and no new term's sweep would
+        // come: every replica sweeps once as it starts, leading or not (so with the client that
+        // is not fenced). A live leader elsewhere only loses room made ahead, which its drain
+        // makes again; this replica's own (its first term may begin meanwhile) is spared.
+        let client = kube_client.clone();
+        tasks.spawn(async move { room.sweep_with(&client).await });
+    }
+    let announcer = Announcer::new(acting_client.clone(), reporter, notifier);
+    let published = Arc::new(Published::default());
     let drains = Arc::new(Drains {
         client: acting_client.clone(),
         pod_watches: Arc::new(PodWatches::new(acting_client.clone())),

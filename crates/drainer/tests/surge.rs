@@ -266,3 +266,60 @@ async fn the_next_node_in_line_gets_its_room_while_the_one_before_drains() {
     })
     .await;
 }
+
+/// A new leader sweeps placeholders beside its first drains and the room it makes ahead, so the
+/// sweep may list a set made a moment ago: it spares the room this drainer holds, and takes the
+/// room an earlier term made ahead (which the new term's machine no longer counts as made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_spares_room_made_ahead_in_this_term_and_takes_an_earlier_terms() {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use prometheus_client::metrics::gauge::Gauge;
+    use rotor_drainer::drain::pods::DrainOptions;
+    use rotor_drainer::drain::surge::SurgeConfig;
+    use rotor_drainer::drain::surge_io::{SurgeRoom, reserve_ahead};
+
+    let cluster = SimCluster::start(FULL).await;
+    create_surge_class(&cluster).await;
+    let cfg = SurgeConfig {
+        namespace: "rotor-system".into(),
+        priority_class: "rotor-surge".into(),
+        image: "registry.k8s.io/pause:3.10".into(),
+        timeout: std::time::Duration::from_secs(30),
+        max_surge: None,
+    };
+    let holding = Gauge::default();
+    let client = kube::Client::try_from(cluster.config()).expect("a client for the simulator");
+    let room = SurgeRoom::new(client, cfg, DrainOptions::default(), holding.clone());
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    cluster.taint(&node, "manual").await;
+    let sets = || async {
+        cluster
+            .ns::<ReplicaSet>("rotor-system")
+            .list(&Default::default())
+            .await
+            .expect("list the placeholder sets")
+            .items
+            .len()
+    };
+
+    reserve_ahead(&room, &node).await;
+    assert_eq!(sets().await, 1, "room made ahead: one set for the web pods");
+    assert_eq!(holding.get(), 1);
+
+    room.sweep().await;
+    assert_eq!(
+        sets().await,
+        1,
+        "the sweep spared this term's room made ahead"
+    );
+    assert_eq!(holding.get(), 1);
+
+    room.new_term().await;
+    assert_eq!(holding.get(), 0, "the earlier term's slot went back");
+    room.sweep().await;
+    assert_eq!(
+        sets().await,
+        0,
+        "the sweep took the earlier term's room made ahead"
+    );
+}

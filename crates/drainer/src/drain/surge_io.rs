@@ -119,9 +119,33 @@ impl SurgeRoom {
         self.holding.set(held.len() as i64);
     }
 
+    /// Whether `node` holds a slot here: its room is being made, made ahead, or its drain's.
+    fn holds_slot(&self, node: &str) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(node)
+    }
+
+    /// A new term begins here: room this replica made ahead in an earlier term is not the new
+    /// term's (its machine starts with none made ahead), so its slots go back and the sweep
+    /// that follows removes its sets. Drains still under way keep theirs.
+    pub async fn new_term(&self) {
+        let owned = self.owned_by_drain.lock().await;
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.retain(|node| owned.contains_key(node));
+        self.holding.set(held.len() as i64);
+    }
+
     /// [`sweep`] with this room's client (the leader's) and settings.
     pub async fn sweep(&self) {
-        sweep(&self.client, &self.cfg).await
+        self.sweep_with(&self.client).await
+    }
+
+    /// [`sweep`] through `client`, sparing the room this drainer holds: room made ahead records
+    /// nothing on its node, so the sweep alone would take it for a dead leader's leftovers.
+    pub async fn sweep_with(&self, client: &kube::Client) {
+        sweep(client, &self.cfg, |node| self.holds_slot(node)).await
     }
 }
 
@@ -615,8 +639,10 @@ async fn delete_sets(
 
 /// Removes the placeholders and placeholder sets whose drain is over (their node is gone, or not
 /// being drained): a previous leader's leftovers. Every drainer runs it once as it starts, and a
-/// new leader once more.
-pub async fn sweep(client: &kube::Client, cfg: &SurgeConfig) {
+/// new leader once more. Nodes `ours` names are this drainer's own room: it runs beside the
+/// first drains and room made ahead, so it may list a set made a moment ago, and `ours` is read
+/// after the list (a slot is taken before its sets are made).
+async fn sweep(client: &kube::Client, cfg: &SurgeConfig, ours: impl Fn(&str) -> bool) {
     let selector = ListParams::default().labels(&all_placeholders_selector());
     let placeholders: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
     let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &cfg.namespace);
@@ -653,7 +679,7 @@ pub async fn sweep(client: &kube::Client, cfg: &SurgeConfig) {
         };
         draining.insert(node.to_string(), active);
     }
-    let is_draining = |node: &str| draining.get(node).copied().unwrap_or(false);
+    let is_draining = |node: &str| draining.get(node).copied().unwrap_or(false) || ours(node);
     // The sets first: a set left standing would make the pods removed below again.
     let set_nodes: BTreeSet<&str> = orphaned(&sets, is_draining)
         .into_iter()

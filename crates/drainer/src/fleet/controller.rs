@@ -454,8 +454,11 @@ impl Shell {
                     health.new_term();
                 }
                 // A previous leader may have stopped between creating placeholders and
-                // removing them; those of nodes no longer draining go now.
+                // removing them; those of nodes no longer draining go now. The earlier term's
+                // room made ahead goes back first, before this pass makes any (which the
+                // sweep spares).
                 if let Some(room) = self.fleet.drains.surge.clone() {
+                    room.new_term().await;
                     self.fleet.tasks.spawn(async move { room.sweep().await });
                 }
             }

@@ -22,6 +22,12 @@ impl NodeLabels {
         )
     }
 
+    /// Labels from `(key, value)` pairs, for tests: strings shared with no other node.
+    #[cfg(test)]
+    pub fn of_pairs(pairs: &[(&str, &str)]) -> NodeLabels {
+        NodeLabels::new(&tests::labels(pairs), &mut LabelStrings::default())
+    }
+
     /// The value of `key`, `None` when the node has no such label.
     pub fn get(&self, key: &str) -> Option<&str> {
         let at = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
@@ -75,7 +81,7 @@ impl LabelStrings {
 mod tests {
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pub(super) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

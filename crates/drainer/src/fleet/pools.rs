@@ -421,7 +421,6 @@ pub fn allowance(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::node_labels::LabelStrings;
     use rotor_policy::{LabelRequirement, RotationPolicySpec, SelectorOperator};
 
     fn ts(s: &str) -> Timestamp {
@@ -457,11 +456,7 @@ mod tests {
     }
 
     fn labels(pairs: &[(&str, &str)]) -> NodeLabels {
-        let map: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        NodeLabels::new(&map, &mut LabelStrings::default())
+        NodeLabels::of_pairs(pairs)
     }
 
     #[test]

@@ -836,10 +836,7 @@ mod tests {
                 plan_rank: None,
                 budget_urgency: 0,
                 room_made_ahead: false,
-                labels: NodeLabels::new(
-                    &[("pool".to_string(), "gpu".to_string())].into(),
-                    &mut LabelStrings::default(),
-                ),
+                labels: NodeLabels::of_pairs(&[("pool", "gpu")]),
                 reason: "max-age".into(),
                 pool: PoolRef::Flags,
             }

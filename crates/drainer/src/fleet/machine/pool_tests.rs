@@ -75,10 +75,7 @@ fn tainted(name: &str, pool: &str, age_days: i64) -> NodeView {
         ..NodeView::default()
     };
     if !pool.is_empty() {
-        v.labels = crate::fleet::node_labels::NodeLabels::new(
-            &[("pool".to_string(), pool.to_string())].into(),
-            &mut Default::default(),
-        );
+        v.labels = crate::fleet::node_labels::NodeLabels::of_pairs(&[("pool", pool)]);
     }
     v
 }

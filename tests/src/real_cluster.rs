@@ -377,6 +377,9 @@ impl RealCluster {
                 format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
                 format!("--initial-cluster=rotor-e2e=http://127.0.0.1:{etcd_peer}"),
                 "--unsafe-no-fsync".into(),
+                // 8 GiB, not the default 2: 150,000 pods, each written a few times between the
+                // API server's compactions, come near 2 GiB, and a full quota refuses all writes.
+                "--quota-backend-bytes=8589934592".into(),
                 "--log-level=warn".into(),
             ],
         );
@@ -469,8 +472,13 @@ impl RealCluster {
                 "--manage-all-nodes=false".into(),
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
                 format!("--server-address=127.0.0.1:{kwok_port}"),
-                "--node-lease-duration-seconds=40".into(),
-                "--cidr=10.244.0.0/16".into(),
+                // Renewed every quarter of it, 30 s, not the kubelet's 10 s: at 5,000 nodes
+                // renewals every 10 s are 500 writes a second, which two cores cannot serve
+                // beside the workloads (the API server timed out renewals while the nodes were
+                // still being created). kube-controller-manager waits 5 minutes (above).
+                "--node-lease-duration-seconds=120".into(),
+                // Pod IPs: a /10 (4 million), where a /16 would run out at 65,534 pods.
+                "--cidr=10.192.0.0/10".into(),
                 "--node-ip=10.244.255.254".into(),
             ],
         );
@@ -919,15 +927,21 @@ current-context: {user}
 
     /// Creates kwok nodes and waits until every one reports Ready.
     pub fn add_nodes(&self, nodes: &[FakeNode]) {
-        let list = json!({
-            "apiVersion": "v1",
-            "kind": "List",
-            "items": nodes.iter().map(FakeNode::to_json).collect::<Vec<_>>(),
-        });
-        let path = self.dir.join(format!("nodes-{}.json", nodes.len()));
-        std::fs::write(&path, list.to_string()).expect("write nodes");
-        self.kubectl_ok(&["create", "-f", &path.display().to_string()]);
-        crate::wait_until("kwok to make the new nodes Ready", START_TIMEOUT, || {
+        // kubectl creates a list's items one request at a time: a thousand at a time stays
+        // well inside its time limit (5,000 in one call did not).
+        for (i, chunk) in nodes.chunks(1000).enumerate() {
+            let list = json!({
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": chunk.iter().map(FakeNode::to_json).collect::<Vec<_>>(),
+            });
+            let path = self.dir.join(format!("nodes-{}-{i}.json", nodes.len()));
+            std::fs::write(&path, list.to_string()).expect("write nodes");
+            self.kubectl_ok(&["create", "-f", &path.display().to_string()]);
+        }
+        // kwok marks them Ready a few at a time: thousands take minutes.
+        let timeout = START_TIMEOUT + Duration::from_millis(50) * nodes.len() as u32;
+        crate::wait_until("kwok to make the new nodes Ready", timeout, || {
             let all = self.kubectl_json(&["get", "nodes"]);
             let ready = all["items"]
                 .as_array()

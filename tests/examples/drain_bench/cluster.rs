@@ -129,6 +129,30 @@ impl BenchCluster {
         }
     }
 
+    /// The list at `path`; from a real API server read a page at a time (at 150,000 pods one
+    /// answer runs past the server's time limit), its pages' items in one list with the first
+    /// page's metadata (every page is read at that resourceVersion).
+    pub fn get_list(&self, path: &str) -> anyhow::Result<Value> {
+        if let BenchCluster::Sim(_) = self {
+            return self.get(path);
+        }
+        let mut list = self.get(&format!("{path}?limit=2000"))?;
+        let mut next = list["metadata"]["continue"].as_str().map(str::to_string);
+        while let Some(token) = next.filter(|t| !t.is_empty()) {
+            let mut page = self.get(&format!(
+                "{path}?limit=2000&continue={}",
+                url_escape(&token)
+            ))?;
+            next = page["metadata"]["continue"].as_str().map(str::to_string);
+            if let (Value::Array(items), Value::Array(more)) =
+                (&mut list["items"], page["items"].take())
+            {
+                items.extend(more);
+            }
+        }
+        Ok(list)
+    }
+
     /// Adds the drain taint to every node at once (`nodes`: each name and its taints before).
     /// t=0 of a run: every original node of `snap` gets the drain taint at once, over the
     /// taints it had.
@@ -349,6 +373,20 @@ pub fn parse_backends(v: &str) -> anyhow::Result<Vec<Backend>> {
             "sim" => Ok(Backend::Sim),
             "real" => Ok(Backend::Real),
             other => bail!("--backend takes sim, real or both (sim,real), not {other:?}"),
+        })
+        .collect()
+}
+
+/// `token` as a URL query value: continue tokens are base64, whose `+`, `/` and `=` must be
+/// escaped.
+fn url_escape(token: &str) -> String {
+    token
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
         })
         .collect()
 }

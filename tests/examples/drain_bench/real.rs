@@ -422,26 +422,23 @@ pub(crate) fn wait_settled(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut progress = SettleProgress::new(started);
-    // Each look lists every pod, from the watch cache (a read through to etcd costs the API
-    // server seconds at 30,000 pods); at thousands of pods, look less often.
+    // Each look reads every pod, a page at a time: at 150,000 pods one list of them all was
+    // cut off mid-answer. At thousands of pods, look less often.
     let every = Duration::from_secs(1).max(Duration::from_millis(expected as u64));
     let pods: Api<Pod> = Api::all(client.clone());
     let budgets: Api<PodDisruptionBudget> = Api::all(client.clone());
     loop {
-        let (ready, budgets_current) = runtime.block_on(async {
-            let list = pods.list(&ListParams::default().match_any()).await?;
-            let ready = list
-                .items
-                .iter()
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| {
-                            cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                        })
-                })
-                .count();
+        let look = runtime.block_on(async {
+            let mut ready = 0;
+            let mut page = ListParams::default().limit(2000);
+            loop {
+                let list = pods.list(&page).await?;
+                ready += list.items.iter().filter(|p| is_ready(p)).count();
+                match list.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => page = page.continue_token(&token),
+                    None => break,
+                }
+            }
             // Every budget over pods (the shipped drainer's has none: it is scaled to zero).
             let current = budgets
                 .list(&ListParams::default())
@@ -456,18 +453,34 @@ pub(crate) fn wait_settled(
                     })
                 });
             anyhow::Ok((ready, current))
-        })?;
+        });
+        // A look that fails (a busy server) is no progress; the stall below still bounds it.
+        let (ready, budgets_current) = match look {
+            Ok(look) => look,
+            Err(e) => {
+                eprintln!("drain_bench: reading the pods and budgets failed, trying again: {e:#}");
+                (0, false)
+            }
+        };
         if ready >= expected && budgets_current {
             return Ok(());
         }
         ensure!(
             progress.moving(ready, budgets_current, Instant::now()),
-            "the workloads stopped settling: no pod turned Ready and no budget caught up for {} s ({ready} of {expected} pods Ready after {:.0} s, budgets current: {budgets_current})",
+            "the workloads stopped settling: no pod turned Ready and no budget caught up for {} s ({} of {expected} pods Ready at best after {:.0} s, budgets current: {budgets_current})",
             SETTLE_STALL.as_secs(),
+            progress.best.0,
             started.elapsed().as_secs_f64()
         );
         std::thread::sleep(every);
     }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The scenario's namespaces, workloads and budgets as Kubernetes objects, YAML (JSON) for

@@ -117,7 +117,7 @@ impl Snapshot {
             covering.push((key, pdb, sel));
         }
         let mut moved: BTreeMap<String, i64> = BTreeMap::new();
-        let pods = sim.get("/api/v1/pods")?;
+        let pods = sim.get_list("/api/v1/pods")?;
         let default_shutdown = scenario.timing.pod_shutdown;
         let mut listed_pods = Vec::new();
         for item in pods["items"].as_array().into_iter().flatten() {

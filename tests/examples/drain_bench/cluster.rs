@@ -377,8 +377,8 @@ pub fn parse_backends(v: &str) -> anyhow::Result<Vec<Backend>> {
         .collect()
 }
 
-/// `token` as a URL query value: continue tokens are base64, whose `+`, `/` and `=` must be
-/// escaped.
+/// `token` as a URL query value: continue tokens are base64 (URL-safe or not, with or without
+/// padding); whatever is not unreserved is escaped.
 fn url_escape(token: &str) -> String {
     token
         .bytes()

@@ -467,10 +467,11 @@ pub(crate) fn wait_settled(
         }
         ensure!(
             progress.moving(ready, budgets_current, Instant::now()),
-            "the workloads stopped settling: no pod turned Ready and no budget caught up for {} s ({} of {expected} pods Ready at best after {:.0} s, budgets current: {budgets_current})",
+            "the workloads stopped settling: no pod turned Ready and no budget caught up for {} s ({} of {expected} pods Ready at best after {:.0} s, budgets current at some look: {})",
             SETTLE_STALL.as_secs(),
             progress.best.0,
-            started.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64(),
+            progress.best.1
         );
         std::thread::sleep(every);
     }

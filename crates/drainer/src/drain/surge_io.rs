@@ -119,33 +119,39 @@ impl SurgeRoom {
         self.holding.set(held.len() as i64);
     }
 
-    /// Whether `node` holds a slot here: its room is being made, made ahead, or its drain's.
-    fn holds_slot(&self, node: &str) -> bool {
-        self.held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(node)
-    }
-
-    /// A new term begins here: room this replica made ahead in an earlier term is not the new
-    /// term's (its machine starts with none made ahead), so its slots go back and the sweep
-    /// that follows removes its sets. Drains still under way keep theirs.
-    pub async fn new_term(&self) {
-        let owned = self.owned_by_drain.lock().await;
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.retain(|node| owned.contains_key(node));
-        self.holding.set(held.len() as i64);
+    /// Whether `node`'s room is this drainer's: a drain has taken it over, or a slot is held
+    /// for it (room being made, or made ahead). Read with `owned_by_drain` locked, as `owned`.
+    fn is_ours(&self, owned: &BTreeMap<String, DrainRoom>, node: &str) -> bool {
+        owned.contains_key(node)
+            || self
+                .held
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(node)
     }
 
     /// [`sweep`] with this room's client (the leader's) and settings.
     pub async fn sweep(&self) {
-        self.sweep_with(&self.client).await
+        sweep(&self.client, self).await
     }
 
-    /// [`sweep`] through `client`, sparing the room this drainer holds: room made ahead records
-    /// nothing on its node, so the sweep alone would take it for a dead leader's leftovers.
+    /// [`sweep`] through `client` (the start-up sweep's, which is not fenced).
     pub async fn sweep_with(&self, client: &kube::Client) {
-        sweep(client, &self.cfg, |node| self.holds_slot(node)).await
+        sweep(client, self).await
+    }
+
+    /// A new term begins here. No drain of this replica runs (it stood down only with none
+    /// running, and a lost lease ends the process), so every slot and ownership it keeps is an
+    /// earlier term's: room made ahead (its machine starts with none) and the room of a drain a
+    /// halt interrupted, whose release never ran. All go back, and the sweep that follows
+    /// removes their sets unless their node's record says a drain is under way (which the new
+    /// term resumes, making its room again).
+    pub async fn new_term(&self) {
+        let mut owned = self.owned_by_drain.lock().await;
+        owned.clear();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.clear();
+        self.holding.set(0);
     }
 }
 
@@ -639,10 +645,12 @@ async fn delete_sets(
 
 /// Removes the placeholders and placeholder sets whose drain is over (their node is gone, or not
 /// being drained): a previous leader's leftovers. Every drainer runs it once as it starts, and a
-/// new leader once more. Nodes `ours` names are this drainer's own room: it runs beside the
-/// first drains and room made ahead, so it may list a set made a moment ago, and `ours` is read
-/// after the list (a slot is taken before its sets are made).
-async fn sweep(client: &kube::Client, cfg: &SurgeConfig, ours: impl Fn(&str) -> bool) {
+/// new leader once more. It runs beside the first drains and the room made ahead, so it may
+/// list a set made a moment ago: each node's room is removed with `owned_by_drain` locked and
+/// only if it is not `room`'s own ([`SurgeRoom::is_ours`]), which making room ahead takes (and
+/// a drain's start marks) under the same lock before it creates anything.
+async fn sweep(client: &kube::Client, room: &SurgeRoom) {
+    let cfg = &room.cfg;
     let selector = ListParams::default().labels(&all_placeholders_selector());
     let placeholders: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
     let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &cfg.namespace);
@@ -679,17 +687,32 @@ async fn sweep(client: &kube::Client, cfg: &SurgeConfig, ours: impl Fn(&str) -> 
         };
         draining.insert(node.to_string(), active);
     }
-    let is_draining = |node: &str| draining.get(node).copied().unwrap_or(false) || ours(node);
+    let is_draining = |node: &str| draining.get(node).copied().unwrap_or(false);
     // The sets first: a set left standing would make the pods removed below again.
     let set_nodes: BTreeSet<&str> = orphaned(&sets, is_draining)
         .into_iter()
         .filter_map(placeholder_node)
         .collect();
     for node in set_nodes {
-        remove_sets(client, cfg, node).await;
+        let owned = room.owned_by_drain.lock().await;
+        if !room.is_ours(&owned, node) {
+            remove_sets(client, cfg, node).await;
+        }
     }
-    let orphans = orphaned(&pods, is_draining);
-    let removed = delete_all(client, cfg, orphans.into_iter()).await;
+    let mut orphans: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    for pod in orphaned(&pods, is_draining) {
+        orphans
+            .entry(placeholder_node(pod).unwrap_or_default())
+            .or_default()
+            .push(pod);
+    }
+    let mut removed = 0;
+    for (node, pods) in orphans {
+        let owned = room.owned_by_drain.lock().await;
+        if !room.is_ours(&owned, node) {
+            removed += delete_all(client, cfg, pods.into_iter()).await;
+        }
+    }
     if removed > 0 {
         tracing::info!(removed, "removed placeholders left by an earlier leader");
     }

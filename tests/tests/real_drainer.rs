@@ -255,6 +255,31 @@ fn pod_reads_after_start(records: &[Value], node: &str) -> PodReads {
     }
 }
 
+/// The gate's reads of pending pods, from the drainer's audit `records`: each request's verb,
+/// its URI with `=` and `,` decoded, and its status code.
+fn gate_reads(records: &[Value]) -> Vec<(String, String, i64)> {
+    records
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "pods")
+        .map(|e| {
+            let uri = e["requestURI"].as_str().unwrap_or_default();
+            (
+                e["verb"].as_str().unwrap_or_default().to_string(),
+                uri.replace("%3D", "=").replace("%2C", ","),
+                e["responseStatus"]["code"].as_i64().unwrap_or_default(),
+            )
+        })
+        .filter(|(_, uri, _)| uri.contains("fieldSelector=status.phase=Pending"))
+        .collect()
+}
+
+/// What the gate asks the API server for: Pending pods that no node holds.
+const GATE_SELECTOR: &str = "fieldSelector=status.phase=Pending,spec.nodeName=";
+
+fn selects(uri: &str, selector: &str) -> bool {
+    uri.split(['?', '&']).any(|part| part == selector)
+}
+
 /// How many writes to `node` the API server accepted from the drainer, from its audit
 /// `records`.
 fn node_writes(records: &[Value], node: &str) -> usize {
@@ -446,8 +471,31 @@ fn given_an_api_server_without_streaming_watches_then_the_drain_lists_its_pods_a
     assert!(
         drainer
             .log()
-            .contains("does not stream a watch's initial pods"),
+            .contains("drains list each node's pods, then watch them"),
         "the fallback is logged once: {}",
+        drainer.log()
+    );
+
+    // The gate's read of pending pods falls back the same way, to one list from the cache.
+    let gate = gate_reads(&cluster.audit_by(DRAINER));
+    let refused = gate.iter().position(|(verb, uri, code)| {
+        verb == "watch" && uri.contains("sendInitialEvents=true") && *code == 422
+    });
+    let listed = gate.iter().position(|(verb, uri, code)| {
+        verb == "list"
+            && selects(uri, GATE_SELECTOR)
+            && selects(uri, "resourceVersion=0")
+            && *code == 200
+    });
+    assert!(
+        matches!((refused, listed), (Some(r), Some(l)) if r < l),
+        "the gate's streaming read was refused, then it listed: {gate:?}"
+    );
+    assert!(
+        drainer
+            .log()
+            .contains("the gate lists the pending pods instead"),
+        "{}",
         drainer.log()
     );
 }
@@ -1127,6 +1175,66 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
         String::from_utf8_lossy(&again.stdout).contains("not halted"),
         "{again:?}"
     );
+}
+
+/// The pending-pod gate on the real API server: a pod no node can take holds the next start past
+/// `--pending-grace`, and the gate names it; the start follows once the pod is gone. The gate
+/// asks the API server only for pods no node holds: a bound pod never holds it, and while
+/// thousands of nodes start their pods those would make the answer huge.
+#[test]
+fn given_a_pod_no_node_can_take_then_no_drain_starts_until_it_goes_and_the_gate_lists_only_unbound_pods()
+ {
+    let shop = Shop::start(1);
+    let cluster = &shop.cluster;
+    cluster.apply(
+        "apiVersion: v1
+kind: Pod
+metadata: {name: unplaceable, namespace: shop}
+spec:
+  nodeSelector: {e2e.rotor.dev/nowhere: \"true\"}
+  containers: [{name: app, image: app:1}]
+",
+    );
+    wait_until("the scheduler to give up on unplaceable", WAIT, || {
+        let pod = cluster.kubectl_json(&["get", "pod", "unplaceable", "-n", "shop"]);
+        let conditions = pod["status"]["conditions"].as_array().cloned();
+        conditions
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "PodScheduled" && c["reason"] == "Unschedulable")
+            .then_some(())
+    });
+    // Past its grace before the drainer looks: a pod unschedulable for less holds nothing yet.
+    std::thread::sleep(Duration::from_secs(2));
+    let drainer = shop.drainer("e2e-a", &["--pending-grace", "1s", "--gate-timeout", "1h"]);
+    shop.taint("old-1");
+    let held = wait_until("the gate to hold the start", WAIT, || {
+        let log = drainer.log();
+        log.lines()
+            .find(|l| l.contains("waiting for the cluster to settle"))
+            .map(str::to_owned)
+    });
+    assert!(
+        held.contains("pod shop/unplaceable has been unschedulable for"),
+        "{held}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_untouched(cluster, "old-1", "held by an unschedulable pod");
+
+    cluster.kubectl_ok(&["delete", "pod", "unplaceable", "-n", "shop", "--wait=true"]);
+    wait_phase(cluster, "old-1", "drained", WAIT);
+    // Each read of the gate was one watch that began with the pending pods no node holds.
+    let gate = gate_reads(&cluster.audit_by(DRAINER));
+    assert!(!gate.is_empty(), "the gate never read pending pods");
+    for (verb, uri, code) in &gate {
+        assert!(
+            verb == "watch"
+                && selects(uri, GATE_SELECTOR)
+                && selects(uri, "sendInitialEvents=true")
+                && *code == 200,
+            "{verb} {uri} answered {code}"
+        );
+    }
 }
 
 fn ready_replicas(cluster: &RealCluster, deployment: &str) -> i64 {

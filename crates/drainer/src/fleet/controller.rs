@@ -171,6 +171,7 @@ pub async fn run(
             metrics: fleet.metrics.clone(),
             cfg: fleet.settings.gate.clone(),
             timeout: fleet.settings.gate_timeout,
+            streaming: std::sync::atomic::AtomicBool::new(true),
         },
         choice_reads: ChoiceReads {
             client: fleet.client.clone(),

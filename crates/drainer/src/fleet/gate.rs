@@ -103,30 +103,7 @@ impl fmt::Display for GateBlocker {
 /// creation; a pod with neither is not counted. Pods of `ignored_namespaces` are skipped. Sorted
 /// by `namespace/name`.
 pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> Vec<GateBlocker> {
-    let mut blockers: Vec<GateBlocker> = pods
-        .iter()
-        .filter(|pod| may_hold_gate(pod, cfg))
-        .filter_map(|pod| {
-            let condition = pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })?;
-            let since = condition
-                .last_transition_time
-                .as_ref()
-                .or(pod.metadata.creation_timestamp.as_ref())?
-                .0;
-            let for_secs = u64::try_from(now.as_second() - since.as_second()).unwrap_or(0);
-            (for_secs >= cfg.pending_grace.as_secs()).then(|| GateBlocker::PendingPod {
-                pod: key_of(&pod.metadata),
-                for_secs,
-                reason: condition.message.clone().filter(|m| !m.is_empty()),
-            })
-        })
-        .collect();
-    blockers.sort();
-    blockers
+    PendingTally::of(pods, cfg, now).into_blockers()
 }
 
 /// Until when a read of pending pods made at `listed_at`, in which none held the gate, still
@@ -138,29 +115,99 @@ pub fn pending_pod_blockers(pods: &[Pod], cfg: &GateConfig, now: Timestamp) -> V
 /// plus the grace: before then a new read would find no blocker either, and the gate need not
 /// send it.
 pub fn pending_read_holds_until(pods: &[Pod], cfg: &GateConfig, listed_at: Timestamp) -> Timestamp {
-    let earliest = pods
-        .iter()
-        .filter(|pod| may_hold_gate(pod, cfg))
-        .filter_map(|pod| {
-            let scheduled: Vec<Option<Timestamp>> = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .filter(|c| c.type_ == "PodScheduled")
-                .map(|c| c.last_transition_time.as_ref().map(|t| t.0))
-                .collect();
-            let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            let untimed = scheduled.is_empty() || scheduled.iter().any(Option::is_none);
-            scheduled
-                .into_iter()
-                .flatten()
-                .chain(created.filter(|_| untimed))
-                .min()
+    PendingTally::of(pods, cfg, listed_at).holds_until()
+}
+
+/// A read of pending pods taken one pod at a time, as the API server streams them, keeping only
+/// what [`pending_pod_blockers`] and [`pending_read_holds_until`] answer from them: a read can
+/// meet tens of thousands of pods (a cluster whose scheduler is behind), and they are not kept.
+pub struct PendingTally<'a> {
+    cfg: &'a GateConfig,
+    listed_at: Timestamp,
+    blockers: Vec<GateBlocker>,
+    earliest: Timestamp,
+}
+
+impl<'a> PendingTally<'a> {
+    /// A read made at `listed_at`, which has seen no pod yet.
+    pub fn new(cfg: &'a GateConfig, listed_at: Timestamp) -> PendingTally<'a> {
+        PendingTally {
+            cfg,
+            listed_at,
+            blockers: Vec::new(),
+            earliest: listed_at,
+        }
+    }
+
+    fn of(pods: &[Pod], cfg: &'a GateConfig, listed_at: Timestamp) -> PendingTally<'a> {
+        let mut tally = PendingTally::new(cfg, listed_at);
+        pods.iter().for_each(|pod| tally.add(pod));
+        tally
+    }
+
+    /// The read's next pod.
+    pub fn add(&mut self, pod: &Pod) {
+        if !may_hold_gate(pod, self.cfg) {
+            return;
+        }
+        if let Some(blocker) = self.blocker(pod) {
+            self.blockers.push(blocker);
+        }
+        if let Some(since) = counts_from_at_most(pod) {
+            self.earliest = self.earliest.min(since);
+        }
+    }
+
+    /// The pods seen that hold the gate, sorted by `namespace/name`.
+    pub fn into_blockers(mut self) -> Vec<GateBlocker> {
+        self.blockers.sort();
+        self.blockers
+    }
+
+    /// [`pending_read_holds_until`] of the pods seen.
+    pub fn holds_until(&self) -> Timestamp {
+        rotor_core::duration::later(self.earliest, self.cfg.pending_grace)
+    }
+
+    fn blocker(&self, pod: &Pod) -> Option<GateBlocker> {
+        let condition = pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })?;
+        let since = condition
+            .last_transition_time
+            .as_ref()
+            .or(pod.metadata.creation_timestamp.as_ref())?
+            .0;
+        let for_secs = u64::try_from(self.listed_at.as_second() - since.as_second()).unwrap_or(0);
+        (for_secs >= self.cfg.pending_grace.as_secs()).then(|| GateBlocker::PendingPod {
+            pod: key_of(&pod.metadata),
+            for_secs,
+            reason: condition.message.clone().filter(|m| !m.is_empty()),
         })
-        .fold(listed_at, Timestamp::min);
-    rotor_core::duration::later(earliest, cfg.pending_grace)
+    }
+}
+
+/// The earliest time a pending pod's grace may count from ([`pending_read_holds_until`]): its
+/// `PodScheduled` transitions, and its creation when a condition has no time or none is there.
+fn counts_from_at_most(pod: &Pod) -> Option<Timestamp> {
+    let scheduled: Vec<Option<Timestamp>> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.type_ == "PodScheduled")
+        .map(|c| c.last_transition_time.as_ref().map(|t| t.0))
+        .collect();
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let untimed = scheduled.is_empty() || scheduled.iter().any(Option::is_none);
+    scheduled
+        .into_iter()
+        .flatten()
+        .chain(created.filter(|_| untimed))
+        .min()
 }
 
 /// Whether a pod is one the gate weighs: pending and not bound to a node, not terminating,

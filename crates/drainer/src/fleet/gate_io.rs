@@ -5,17 +5,18 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
+use kube::runtime::watcher;
 
 use crate::drain::published::{Published, WorkloadRef};
-use crate::fleet::gate::{
-    GateBlocker, GateConfig, concerns, pending_pod_blockers, pending_read_holds_until,
-    workload_blockers,
-};
+use crate::drain::watched_io::refuses_streaming;
+use crate::fleet::gate::{GateBlocker, GateConfig, PendingTally, concerns, workload_blockers};
 use crate::fleet::workloads::{IndexUnusable, WorkloadIndex, WorkloadKey};
 use crate::metrics::Metrics;
 
@@ -30,6 +31,8 @@ pub(super) struct GateReads {
     pub cfg: GateConfig,
     /// `--gate-timeout`.
     pub timeout: Duration,
+    /// Whether the API server streams a watch's initial pods; false once it refused to.
+    pub streaming: AtomicBool,
 }
 
 /// The gate between one drained node and the next.
@@ -206,8 +209,10 @@ struct PendingRead {
 enum GateUnknown {
     #[error("the workload index cannot be trusted: {0}")]
     Index(IndexUnusable),
-    #[error("cannot list pending pods: {0}")]
-    ListPending(kube::Error),
+    #[error("cannot read pending pods: {0}")]
+    ReadPending(watcher::Error),
+    #[error("cannot read pending pods: the API server ended the read before its last pod")]
+    ReadPendingEnded,
 }
 
 /// What holds the gate now. Workloads come from the watched index, and those found Ready again
@@ -236,24 +241,12 @@ async fn gate_blockers(
     {
         return Ok(read.blockers.clone());
     }
-    let pods: Api<Pod> = Api::all(reads.client.clone());
-    // From the API server's watch cache: a pod holds the gate only after --pending-grace, which a
-    // list a moment old cannot change, while a consistent list waits for the cache to catch up
-    // (and before Kubernetes 1.31 reads every pod of the cluster from etcd to filter by phase).
-    let pending = pods
-        .list(
-            &ListParams::default()
-                .fields("status.phase=Pending")
-                .match_any(),
-        )
-        .await
-        .map_err(GateUnknown::ListPending)?
-        .items;
     let now = Timestamp::now();
-    let blockers = pending_pod_blockers(&pending, &reads.cfg, now);
+    let tally = read_pending(reads, now).await?;
+    let holds_until = tally.holds_until();
+    let blockers = tally.into_blockers();
     let stands_for = if blockers.is_empty() {
-        let until = pending_read_holds_until(&pending, &reads.cfg, now);
-        Duration::try_from(until.duration_since(now)).unwrap_or_default()
+        Duration::try_from(holds_until.duration_since(now)).unwrap_or_default()
     } else {
         PENDING_RECHECK
     };
@@ -263,6 +256,57 @@ async fn gate_blockers(
         until,
     });
     Ok(blockers)
+}
+
+/// Reads the pending pods no node holds, one at a time into a [`PendingTally`]: a watch that
+/// begins with them (`sendInitialEvents`, the WatchList feature) and is dropped once they are
+/// all in, so that however many there are, the drainer holds one at a time. Both the watch and
+/// the list come from the API server's watch cache: a pod holds the gate only after
+/// --pending-grace, which a read a moment old cannot change, while a consistent read waits for
+/// the cache to catch up (and before Kubernetes 1.31 reads every pod of the cluster from etcd to
+/// filter by phase). Where the API server refuses such a watch, one list is read instead, from
+/// then on.
+///
+/// Only pods no node holds are asked for (`spec.nodeName=`): a bound pod never holds the gate,
+/// and while many nodes start their pods the bound ones still Pending can be many thousands.
+/// On a 5,000-node control plane whose pods were still being scheduled, one list of Pending pods
+/// ran 60 s, failed, and grew the drainer by 160 MiB while it was read.
+async fn read_pending<'a>(
+    reads: &'a GateReads,
+    listed_at: Timestamp,
+) -> Result<PendingTally<'a>, GateUnknown> {
+    let pods: Api<Pod> = Api::all(reads.client.clone());
+    let config = watcher::Config::default().fields("status.phase=Pending,spec.nodeName=");
+    loop {
+        let streaming = reads.streaming.load(Ordering::Relaxed);
+        let config = if streaming {
+            config.clone().streaming_lists()
+        } else {
+            let mut listed = config.clone().any_semantic();
+            // kube sends no resourceVersion 0 on a list with a page size.
+            listed.page_size = None;
+            listed
+        };
+        let mut tally = PendingTally::new(&reads.cfg, listed_at);
+        let mut events = watcher(pods.clone(), config).boxed();
+        loop {
+            match events.next().await {
+                Some(Ok(watcher::Event::InitApply(pod))) => tally.add(&pod),
+                Some(Ok(watcher::Event::InitDone)) => return Ok(tally),
+                Some(Ok(_)) => {}
+                Some(Err(e)) if streaming && refuses_streaming(&e) => {
+                    if reads.streaming.swap(false, Ordering::Relaxed) {
+                        tracing::info!(
+                            "the API server does not stream a watch's initial pods (the WatchList feature is off); the gate lists the pending pods instead"
+                        );
+                    }
+                    break;
+                }
+                Some(Err(e)) => return Err(GateUnknown::ReadPending(e)),
+                None => return Err(GateUnknown::ReadPendingEnded),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -688,30 +688,30 @@ async fn sweep(client: &kube::Client, room: &SurgeRoom) {
         draining.insert(node.to_string(), active);
     }
     let is_draining = |node: &str| draining.get(node).copied().unwrap_or(false);
-    // The sets first: a set left standing would make the pods removed below again.
     let set_nodes: BTreeSet<&str> = orphaned(&sets, is_draining)
         .into_iter()
         .filter_map(placeholder_node)
         .collect();
-    for node in set_nodes {
-        let owned = room.owned_by_drain.lock().await;
-        if !room.is_ours(&owned, node) {
-            remove_sets(client, cfg, node).await;
-        }
-    }
-    let mut orphans: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    let mut orphans: BTreeMap<&str, Vec<&Pod>> =
+        set_nodes.iter().map(|node| (*node, Vec::new())).collect();
     for pod in orphaned(&pods, is_draining) {
         orphans
             .entry(placeholder_node(pod).unwrap_or_default())
             .or_default()
             .push(pod);
     }
+    // Node by node, with the lock held so that no room for the node begins meanwhile: its sets
+    // first (a set left standing would make the pods removed after it again), then its pods.
     let mut removed = 0;
     for (node, pods) in orphans {
         let owned = room.owned_by_drain.lock().await;
-        if !room.is_ours(&owned, node) {
-            removed += delete_all(client, cfg, pods.into_iter()).await;
+        if room.is_ours(&owned, node) {
+            continue;
         }
+        if set_nodes.contains(node) {
+            remove_sets(client, cfg, node).await;
+        }
+        removed += delete_all(client, cfg, pods.into_iter()).await;
     }
     if removed > 0 {
         tracing::info!(removed, "removed placeholders left by an earlier leader");

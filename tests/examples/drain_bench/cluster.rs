@@ -129,28 +129,25 @@ impl BenchCluster {
         }
     }
 
-    /// The list at `path`; from a real API server read a page at a time (at 150,000 pods one
-    /// answer runs past the server's time limit), its pages' items in one list with the first
-    /// page's metadata (every page is read at that resourceVersion).
+    /// The list at `path`; from a real API server read a page at a time ([`list_in_pages`]),
+    /// its pages' items in one list with the first page's metadata.
     pub fn get_list(&self, path: &str) -> anyhow::Result<Value> {
-        if let BenchCluster::Sim(_) = self {
+        let BenchCluster::Real(r) = self else {
             return self.get(path);
-        }
-        let mut list = self.get(&format!("{path}?limit=2000"))?;
-        let mut next = list["metadata"]["continue"].as_str().map(str::to_string);
-        while let Some(token) = next.filter(|t| !t.is_empty()) {
-            let mut page = self.get(&format!(
-                "{path}?limit=2000&continue={}",
-                url_escape(&token)
-            ))?;
-            next = page["metadata"]["continue"].as_str().map(str::to_string);
-            if let (Value::Array(items), Value::Array(more)) =
-                (&mut list["items"], page["items"].take())
-            {
-                items.extend(more);
-            }
-        }
-        Ok(list)
+        };
+        let mut list: Option<Value> = None;
+        r.runtime()
+            .block_on(list_in_pages(&r.client, path, |mut page| match &mut list {
+                None => list = Some(page),
+                Some(list) => {
+                    if let (Value::Array(items), Value::Array(more)) =
+                        (&mut list["items"], page["items"].take())
+                    {
+                        items.extend(more);
+                    }
+                }
+            }))?;
+        list.with_context(|| format!("GET {path}: no answer"))
     }
 
     /// Adds the drain taint to every node at once (`nodes`: each name and its taints before).
@@ -377,16 +374,28 @@ pub fn parse_backends(v: &str) -> anyhow::Result<Vec<Backend>> {
         .collect()
 }
 
-/// `token` as a URL query value: continue tokens are base64 (URL-safe or not, with or without
-/// padding); whatever is not unreserved is escaped.
-fn url_escape(token: &str) -> String {
-    token
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// Reads the list at `path` from a real API server 2,000 items at a time, each page handed to
+/// `visit` as it comes: at 150,000 pods one answer ran past the server's time limit. Every page
+/// is read at the first page's resourceVersion.
+pub(crate) async fn list_in_pages(
+    client: &kube::Client,
+    path: &str,
+    mut visit: impl FnMut(Value),
+) -> anyhow::Result<()> {
+    let request = kube::core::Request::new(path);
+    let mut params = kube::api::ListParams::default().limit(2000);
+    loop {
+        let text = client
+            .request_text(request.list(&params)?)
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let page: Value =
+            serde_json::from_str(&text).with_context(|| format!("GET {path}: not JSON"))?;
+        let next = page["metadata"]["continue"].as_str().map(str::to_string);
+        visit(page);
+        match next.filter(|t| !t.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
 }

@@ -21,17 +21,19 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, ensure};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use rotor_e2e::budget_watch::{BudgetWatch, WatchedBudget};
-use rotor_e2e::real_cluster::{FakeNode, ROTOR_NAMESPACE, RealCluster, RealClusterOptions};
+use rotor_e2e::real_cluster::{
+    FakeNode, ROTOR_NAMESPACE, RealCluster, RealClusterOptions, is_ready,
+};
 use rotor_sim::cluster::objects::{SHUTDOWN_ANNOTATION, STARTUP_ANNOTATION};
 use rotor_sim::scenario::{IntOrPercent, Scenario, WorkloadKind, WorkloadSpec};
 use rotor_sim::seed::pod_template;
 use serde_json::{Value, json};
 use tokio::runtime::Handle;
 
+use crate::cluster::list_in_pages;
 use crate::real_autoscaler::{BOOTING_TAINT, Groups, RealAutoscaler, template};
 
 /// The kwok stages' start-up and shutdown annotations (tests/kwok/stages.yaml).
@@ -425,20 +427,15 @@ pub(crate) fn wait_settled(
     // Each look reads every pod, a page at a time: at 150,000 pods one list of them all was
     // cut off mid-answer. At thousands of pods, look less often.
     let every = Duration::from_secs(1).max(Duration::from_millis(expected as u64));
-    let pods: Api<Pod> = Api::all(client.clone());
     let budgets: Api<PodDisruptionBudget> = Api::all(client.clone());
     loop {
         let look = runtime.block_on(async {
             let mut ready = 0;
-            let mut page = ListParams::default().limit(2000);
-            loop {
-                let list = pods.list(&page).await?;
-                ready += list.items.iter().filter(|p| is_ready(p)).count();
-                match list.metadata.continue_.filter(|c| !c.is_empty()) {
-                    Some(token) => page = page.continue_token(&token),
-                    None => break,
-                }
-            }
+            list_in_pages(client, "/api/v1/pods", |page| {
+                let items = page["items"].as_array().into_iter().flatten();
+                ready += items.filter(|p| is_ready(p)).count();
+            })
+            .await?;
             // Every budget over pods (the shipped drainer's has none: it is scaled to zero).
             let current = budgets
                 .list(&ListParams::default())
@@ -475,13 +472,6 @@ pub(crate) fn wait_settled(
         );
         std::thread::sleep(every);
     }
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The scenario's namespaces, workloads and budgets as Kubernetes objects, YAML (JSON) for

@@ -1182,7 +1182,7 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
 /// asks the API server only for pods no node holds: a bound pod never holds it, and while
 /// thousands of nodes start their pods those would make the answer huge.
 #[test]
-fn given_a_pod_no_node_can_take_then_no_drain_starts_until_it_goes_and_the_gate_lists_only_unbound_pods()
+fn given_a_pod_no_node_can_take_then_no_drain_starts_until_it_goes_and_the_gate_reads_only_unbound_pods()
  {
     let shop = Shop::start(1);
     let cluster = &shop.cluster;

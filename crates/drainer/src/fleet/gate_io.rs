@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 
 /// What the gate reads besides the workload index, and its settings.
 pub(super) struct GateReads {
-    /// Lists the pending pods.
+    /// Reads the pending pods.
     pub client: kube::Client,
     /// What the running drains evicted.
     pub published: Arc<Published>,
@@ -211,14 +211,16 @@ enum GateUnknown {
     Index(IndexUnusable),
     #[error("cannot read pending pods: {0}")]
     ReadPending(watcher::Error),
-    #[error("cannot read pending pods: the API server ended the read before its last pod")]
+    #[error(
+        "cannot read pending pods: the API server ended the watch before its last pod (a time limit of {PENDING_READ_TIMEOUT_SECS} s, or a dropped connection); reading them again at the next pass"
+    )]
     ReadPendingEnded,
 }
 
 /// What holds the gate now. Workloads come from the watched index, and those found Ready again
 /// (or gone) leave `gate.owners`; pending pods are read only once no workload holds it, and a
 /// read is reused while it stands ([`PendingRead`]): a rotation of many nodes, each start
-/// passing the gate, lists them about once per `--pending-grace`, not at every start. An index
+/// passing the gate, reads them about once per `--pending-grace`, not at every start. An index
 /// that cannot be trusted is an error, so the gate fails closed.
 async fn gate_blockers(
     reads: &GateReads,
@@ -241,7 +243,9 @@ async fn gate_blockers(
     {
         return Ok(read.blockers.clone());
     }
-    let now = Timestamp::now();
+    // A read stands from when it began: a pod that passes its grace during a long read is
+    // found by the next one.
+    let (now, began) = (Timestamp::now(), Instant::now());
     let tally = read_pending(reads, now).await?;
     let holds_until = tally.holds_until();
     let blockers = tally.into_blockers();
@@ -250,13 +254,18 @@ async fn gate_blockers(
     } else {
         PENDING_RECHECK
     };
-    let until = Instant::now() + stands_for;
+    let until = began + stands_for;
     gate.pending = Some(PendingRead {
         blockers: blockers.clone(),
         until,
     });
     Ok(blockers)
 }
+
+/// How long the gate's watch of pending pods may take to bring them all (`timeoutSeconds`, also
+/// its idle limit): longer than kube's 290 s default, since about 96,000 pods took 114 s to come
+/// from a CPU-starved API server. A read that runs out fails, and the gate holds.
+const PENDING_READ_TIMEOUT_SECS: u32 = 900;
 
 /// Reads the pending pods no node holds, one at a time into a [`PendingTally`]: a watch that
 /// begins with them (`sendInitialEvents`, the WatchList feature) and is dropped once they are
@@ -276,7 +285,9 @@ async fn read_pending<'a>(
     listed_at: Timestamp,
 ) -> Result<PendingTally<'a>, GateUnknown> {
     let pods: Api<Pod> = Api::all(reads.client.clone());
-    let config = watcher::Config::default().fields("status.phase=Pending,spec.nodeName=");
+    let config = watcher::Config::default()
+        .fields("status.phase=Pending,spec.nodeName=")
+        .timeout(PENDING_READ_TIMEOUT_SECS);
     loop {
         let streaming = reads.streaming.load(Ordering::Relaxed);
         let config = if streaming {
@@ -289,8 +300,15 @@ async fn read_pending<'a>(
         };
         let mut tally = PendingTally::new(&reads.cfg, listed_at);
         let mut events = watcher(pods.clone(), config).boxed();
+        let mut began = false;
         loop {
             match events.next().await {
+                // A second beginning: the watch ended before its last pod (its time limit, a
+                // dropped connection) and the watcher starts over; what was read is not kept.
+                Some(Ok(watcher::Event::Init)) if began => {
+                    return Err(GateUnknown::ReadPendingEnded);
+                }
+                Some(Ok(watcher::Event::Init)) => began = true,
                 Some(Ok(watcher::Event::InitApply(pod))) => tally.add(&pod),
                 Some(Ok(watcher::Event::InitDone)) => return Ok(tally),
                 Some(Ok(_)) => {}

@@ -451,31 +451,17 @@ impl RealCluster {
             ],
         );
         let sched_port = free_port();
-        // A pod is scored on 100 feasible nodes (the scheduler's floor), not on 10% of 5,000:
-        // at 5,000 nodes the default bound about 31 pods a second while the set-up's pods were
-        // made, this about 40 (2026-11-30). Below 100 nodes nothing changes. With a file, the
-        // scheduler takes its client and leader election from it, not from flags.
-        let sched_config = cluster.dir.join("kube-scheduler.yaml");
-        std::fs::write(
-            &sched_config,
-            format!(
-                "apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection: {{kubeconfig: {admin}, qps: 200, burst: 400}}
-leaderElection: {{leaderElect: false}}
-percentageOfNodesToScore: 1
-"
-            ),
-        )
-        .expect("write the scheduler's configuration");
         cluster.spawn(
             "kube-scheduler",
             &[
-                format!("--config={}", sched_config.display()),
+                format!("--kubeconfig={admin}"),
                 format!("--authentication-kubeconfig={admin}"),
                 format!("--authorization-kubeconfig={admin}"),
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={sched_port}"),
+                "--leader-elect=false".into(),
+                "--kube-api-qps=200".into(),
+                "--kube-api-burst=400".into(),
             ],
         );
         let kwok_port = free_port();
@@ -490,7 +476,7 @@ percentageOfNodesToScore: 1
                 // Renewed every quarter of it, 30 s, not the kubelet's 10 s: at 5,000 nodes
                 // renewals every 10 s are 500 writes a second, which two cores cannot serve
                 // beside the workloads (the API server timed out renewals while the nodes were
-                // still being created). kube-controller-manager waits 5 minutes (above).
+                // still being created). kube-controller-manager waits 30 minutes (above).
                 "--node-lease-duration-seconds=120".into(),
                 // Pod IPs: a /10 (4 million), where a /16 would run out at 65,534 pods.
                 "--cidr=10.192.0.0/10".into(),

@@ -130,7 +130,8 @@ impl BenchCluster {
     }
 
     /// The list at `path`; from a real API server read a page at a time ([`list_in_pages`]),
-    /// its pages' items in one list with the first page's metadata.
+    /// its pages' items in one list with the first page's metadata (its resourceVersion, which
+    /// every page was read at).
     pub fn get_list(&self, path: &str) -> anyhow::Result<Value> {
         let BenchCluster::Real(r) = self else {
             return self.get(path);
@@ -138,7 +139,14 @@ impl BenchCluster {
         let mut list: Option<Value> = None;
         r.runtime()
             .block_on(list_in_pages(&r.client, path, |mut page| match &mut list {
-                None => list = Some(page),
+                None => {
+                    // The merged list is whole: no page follows it.
+                    if let Some(meta) = page["metadata"].as_object_mut() {
+                        meta.remove("continue");
+                        meta.remove("remainingItemCount");
+                    }
+                    list = Some(page)
+                }
                 Some(list) => {
                     if let (Value::Array(items), Value::Array(more)) =
                         (&mut list["items"], page["items"].take())
@@ -386,7 +394,11 @@ pub(crate) async fn list_in_pages(
     let mut params = kube::api::ListParams::default().limit(2000);
     loop {
         let text = client
-            .request_text(request.list(&params)?)
+            .request_text(
+                request
+                    .list(&params)
+                    .with_context(|| format!("GET {path}: building the request"))?,
+            )
             .await
             .with_context(|| format!("GET {path}"))?;
         let page: Value =

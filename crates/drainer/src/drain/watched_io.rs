@@ -44,23 +44,16 @@ impl PodWatches {
     }
 
     fn config(&self, node: &str) -> watcher::Config {
-        let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-        if self.streaming.load(Ordering::Relaxed) {
-            // `sendInitialEvents` with resourceVersion 0: the initial pods come from the watch
-            // cache, as the list below would.
-            return config.streaming_lists();
-        }
-        // The list is served from the API server's watch cache (`any_semantic`, resourceVersion
-        // 0) rather than read through to etcd: a drain's evictions wait for it, and a
-        // consistent read costs tens of milliseconds at every start. A cached list may lag etcd
-        // by moments; the watch goes on from the list's version, so a pod the list missed
+        // From the watch cache rather than read through to etcd: a drain's evictions wait for
+        // it, and a consistent read costs tens of milliseconds at every start. A cached read
+        // may lag etcd by moments; the watch goes on from its version, so a pod it missed
         // arrives as an event just after it, like a pod bound just after a consistent list
         // would: the race `--settle` and the node's quiet time before it counts as drained are
-        // there for. One node's pods need no pages, and kube sends no resourceVersion 0 on a
-        // list with a page size.
-        let mut config = config.any_semantic();
-        config.page_size = None;
-        config
+        // there for. One node's pods need no pages.
+        from_watch_cache(
+            watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+            self.streaming.load(Ordering::Relaxed),
+        )
     }
 
     /// Whether `error` is the API server refusing a streaming watch. If so, every watch opened
@@ -74,6 +67,19 @@ impl PodWatches {
         }
         true
     }
+}
+
+/// `config` set to begin with the objects already there, from the API server's watch cache
+/// (resourceVersion 0): streamed as the watch's first events where the API server can
+/// (`streaming`), else one list, unpaged, since kube sends no resourceVersion 0 on a list with a
+/// page size.
+pub fn from_watch_cache(config: watcher::Config, streaming: bool) -> watcher::Config {
+    if streaming {
+        return config.streaming_lists();
+    }
+    let mut config = config.any_semantic();
+    config.page_size = None;
+    config
 }
 
 /// The API server's answer when the WatchList feature is off: 422 Invalid, "sendInitialEvents

@@ -15,7 +15,7 @@ use kube::api::Api;
 use kube::runtime::watcher;
 
 use crate::drain::published::{Published, WorkloadRef};
-use crate::drain::watched_io::refuses_streaming;
+use crate::drain::watched_io::{from_watch_cache, refuses_streaming};
 use crate::fleet::gate::{GateBlocker, GateConfig, PendingTally, concerns, workload_blockers};
 use crate::fleet::workloads::{IndexUnusable, WorkloadIndex, WorkloadKey};
 use crate::metrics::Metrics;
@@ -290,14 +290,7 @@ async fn read_pending<'a>(
         .timeout(PENDING_READ_TIMEOUT_SECS);
     loop {
         let streaming = reads.streaming.load(Ordering::Relaxed);
-        let config = if streaming {
-            config.clone().streaming_lists()
-        } else {
-            let mut listed = config.clone().any_semantic();
-            // kube sends no resourceVersion 0 on a list with a page size.
-            listed.page_size = None;
-            listed
-        };
+        let config = from_watch_cache(config.clone(), streaming);
         let mut tally = PendingTally::new(&reads.cfg, listed_at);
         let mut events = watcher(pods.clone(), config).boxed();
         let mut began = false;

@@ -1056,21 +1056,26 @@ fn a_node_stuck_on_an_opt_out_is_parked_and_its_pool_goes_on() {
 // ---------------------------------------------------------------------------------------------
 // 5. The flags beside a pool.
 
-#[test]
-fn a_node_no_policy_selects_keeps_the_flags_window_while_a_pool_drains() {
-    let cluster = cluster_with_rotor();
-    // f-1 and new-1 follow the flags (no policy selects them): --window is closed now.
+/// Adds a-1, labelled for pool `a`, and f-1 and new-1, which follow the flags unless a policy
+/// selects them; returns a `--window` closed now for those.
+fn pool_a_and_the_flags(cluster: &RealCluster) -> String {
     cluster.add_nodes(&[
         FakeNode::behind("a-1").labelled("pool", "a"),
         FakeNode::behind("f-1"),
         FakeNode::new("new-1"),
     ]);
+    let (schedule, _) = a_schedule_closed_now();
+    format!("{schedule} for 1h in {AUCKLAND}")
+}
+
+#[test]
+fn a_node_no_policy_selects_keeps_the_flags_window_while_a_pool_drains() {
+    let cluster = cluster_with_rotor();
+    let window = pool_a_and_the_flags(&cluster);
     cluster.apply(&rotation_policy(
         "a",
         r#"{nodeSelector: {matchLabels: {pool: a}}, budgets: [{nodes: "1"}]}"#,
     ));
-    let (schedule, _) = a_schedule_closed_now();
-    let window = format!("{schedule} for 1h in {AUCKLAND}");
     // Both tainted before the drainer starts: its first choice sees them together.
     taint(&cluster, "a-1");
     taint(&cluster, "f-1");
@@ -1095,4 +1100,57 @@ fn a_node_no_policy_selects_keeps_the_flags_window_while_a_pool_drains() {
         f_untouched("after a-1 drained");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. A policy that arrives while the drainer runs.
+
+/// The drainer keeps only the node labels some policy selects by: with none, none. A policy
+/// created later, by a label it did not keep, must still govern its nodes at once: the drainer
+/// reads the nodes again, and until it has, its nodes do not fall to the flags.
+#[test]
+fn a_policy_created_while_the_drainer_runs_has_the_nodes_read_again_and_governs_them() {
+    let cluster = cluster_with_rotor();
+    // No tainted node may start while no policy selects it.
+    let window = pool_a_and_the_flags(&cluster);
+    taint(&cluster, "a-1");
+    taint(&cluster, "f-1");
+    let drainer =
+        cluster.start_rotor_drainer("e2e-a", &["--max-concurrent", "4", "--window", &window]);
+    // Listed, and both wait for the window: a-1 follows the flags, its labels not kept.
+    wait_for_drainer(
+        &drainer,
+        "the drainer to stand by for both nodes",
+        WAIT,
+        || {
+            let log = drainer.log();
+            log.lines()
+                .any(|l| {
+                    l.contains("no tainted node can start now")
+                        && l.contains("a-1")
+                        && l.contains("f-1")
+                })
+                .then_some(())
+        },
+    );
+    assert_eq!(phase(&cluster, "a-1"), None);
+
+    cluster.apply(&rotation_policy(
+        "a",
+        r#"{nodeSelector: {matchLabels: {pool: a}}, budgets: [{nodes: "1"}]}"#,
+    ));
+    wait_phase(&cluster, &drainer, "a-1", "drained", WAIT);
+    let log = drainer.log();
+    assert!(
+        log.contains("selects nodes by a label the drainer did not keep")
+            && log.contains("keys=pool"),
+        "the drainer did not say it read the nodes again:\n{}",
+        tail(drainer.log_path(), 25)
+    );
+    let f = node(&cluster, "f-1");
+    assert_eq!(
+        (phase_of(&f), unschedulable(&f)),
+        (None, false),
+        "f-1 started outside its --window"
+    );
 }

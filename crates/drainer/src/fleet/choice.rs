@@ -576,6 +576,7 @@ mod tests {
         let rules = PoolRules {
             pools: &pools,
             flags_open: false,
+            ..PoolRules::flags_only()
         };
         let allowed = one_each(&["web", "api", "db"]);
         let paces = one_a_round(&["web", "api", "db"]);

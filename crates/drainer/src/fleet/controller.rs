@@ -115,12 +115,7 @@ pub async fn run(
     release_after: Duration,
     stop: CancellationToken,
 ) -> Result<(), RunError> {
-    let nodes_api: Api<Node> = Api::all(fleet.client.clone());
-    // Small pages: each listed Node is summarised and dropped at once, so the page is the
-    // peak (500 full Nodes with their image lists are several MiB at 5,000 nodes).
-    let mut node_events = watcher(nodes_api, watcher::Config::default().page_size(100))
-        .watch_backoff()
-        .boxed();
+    let mut node_events = watch_nodes(&fleet.client);
     let mut workload_events = super::workloads_io::watch(fleet.client.clone()).boxed();
     // The circuit breaker's halt lives in the rotation record; every replica follows it, so
     // that a new leader honours a halt and a resume reaches whoever leads.
@@ -197,8 +192,13 @@ pub async fn run(
     let mut listing: Vec<NodeView> = Vec::new();
     // The nodes' label strings, each kept once for all of them.
     let mut label_strings = LabelStrings::default();
+    // The nodes are listed once the policies are known, so that the list keeps the label keys
+    // their selectors need and is not read twice; at most this long, should the policy watch
+    // keep failing (the tick polls again each second).
+    let policies_awaited_until = Instant::now() + POLICIES_BEFORE_NODES;
     loop {
         let burst_over = machine.burst_settles_at(Instant::now());
+        let read_nodes = machine.policies_known() || Instant::now() >= policies_awaited_until;
         let event = tokio::select! {
             _ = stop.cancelled() => break,
             _ = tick.tick() => None,
@@ -222,13 +222,13 @@ pub async fn run(
                 }
                 None
             }
-            ev = node_events.next() => {
+            ev = node_events.next(), if read_nodes => {
                 if let Some(Ok(event)) = &ev {
                     shell.tainted_nodes.apply(event);
                 }
                 match ev {
                 Some(Ok(watcher::Event::Init)) => { listing.clear(); continue }
-                Some(Ok(watcher::Event::InitApply(n))) => { listing.push(NodeView::with_strings(&n, &mut label_strings)); continue }
+                Some(Ok(watcher::Event::InitApply(n))) => { listing.push(NodeView::with_strings(&n, machine.label_keys(), &mut label_strings)); continue }
                 Some(Ok(watcher::Event::InitDone)) => {
                     if !machine.listed()
                         && let Some(note) = concurrency_note(&fleet.settings.limits, listing.len())
@@ -237,7 +237,7 @@ pub async fn run(
                     }
                     Some(Event::NodesListed(std::mem::take(&mut listing)))
                 }
-                Some(Ok(watcher::Event::Apply(n))) => Some(Event::NodeApplied(NodeView::with_strings(&n, &mut label_strings))),
+                Some(Ok(watcher::Event::Apply(n))) => Some(Event::NodeApplied(NodeView::with_strings(&n, machine.label_keys(), &mut label_strings))),
                 Some(Ok(watcher::Event::Delete(n))) => Some(Event::NodeDeleted(n.metadata.name.unwrap_or_default())),
                 Some(Err(e)) => { tracing::warn!(error = %e, "node watch failed; it restarts with back-off"); None }
                 None => return Err(RunError::NodeWatchEnded),
@@ -247,6 +247,12 @@ pub async fn run(
         if let Some(event) = event {
             for command in machine.apply(event, Instant::now()) {
                 shell.run(command).await;
+            }
+            if machine.take_read_nodes_again() {
+                // A new watch starts with a full list; the machine holds starts until it ends.
+                tracing::info!(keys = %machine.label_keys().describe(), "a RotationPolicy selects nodes by a label the drainer did not keep: it reads every node again, and no drain starts or resumes until it has");
+                node_events = watch_nodes(&fleet.client);
+                listing.clear();
             }
             // Every replica reports the halt it knows, so the figure survives a failover.
             fleet.metrics.halted.set(i64::from(machine.halted()));
@@ -290,6 +296,21 @@ pub async fn run(
     // Shutdown: let running drains stop where they are; their state stays on the nodes.
     while shell.tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// How long the first list of the nodes waits for the policy watch's answer.
+const POLICIES_BEFORE_NODES: Duration = Duration::from_secs(10);
+
+/// Every node, listed then watched. Small pages: each listed Node is summarised and dropped at
+/// once, so the page is the peak (500 full Nodes with their image lists are several MiB at
+/// 5,000 nodes).
+fn watch_nodes(
+    client: &kube::Client,
+) -> futures::stream::BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    watcher(nodes, watcher::Config::default().page_size(100))
+        .watch_backoff()
+        .boxed()
 }
 
 /// What the shell holds besides the machine: the tasks it runs, and the parts of the decision
@@ -410,7 +431,7 @@ impl Shell {
             let limits = self.fleet.settings.limits.clone();
             let starting = round.start.len();
             // The same pools' rules and windows as the first decision: the choice only orders.
-            let rules = machine.pool_rules(round.wall);
+            let rules = machine.pool_rules(round.wall, &round.counted_beside);
             if let Some(decision) = rechoose(
                 &self.choice_reads,
                 &mut self.demand_cache,

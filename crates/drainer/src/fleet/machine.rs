@@ -12,6 +12,7 @@
 //! 3. The shell asks the start gate and the budget-aware choice about the round (both read the
 //!    cluster), then [`Machine::start`] turns what is left into drains.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,7 @@ use rotor_core::contract::DrainPhase;
 use crate::drain::outcome::DrainResult;
 use crate::drain::published::WorkloadRef;
 use crate::fleet::breaker::{gate_trip, rotation_began, stalled_replacement};
+use crate::fleet::node_labels::LabelKeys;
 use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef, Pools, allowance};
 use crate::fleet::starts::{
     FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, PoolRules, StartBlock,
@@ -131,8 +133,10 @@ pub(super) struct StartRound {
     /// Tainted nodes that do not start, and why.
     pub held: Vec<Held>,
     /// The fleet as the choice sees it: nodes with a drain task that has not yet recorded its
-    /// start count as queued.
+    /// start count as queued. Nodes that only count towards their pool's size are left out.
     pub view: Vec<NodeView>,
+    /// The nodes left out of `view`, counted by pool.
+    pub counted_beside: BTreeMap<PoolRef, usize>,
     /// Time since the last pass while leading (counts towards the gate's blocked-seconds).
     pub elapsed: Duration,
     /// How long the start gate has held, and why, when it holds (set by the shell; what the
@@ -210,6 +214,14 @@ pub(super) struct Machine {
     pools: Pools,
     /// The policy watch has answered (listed, or found no CRD).
     pools_known: bool,
+    /// The label keys the nodes' summaries are read with from now on: those the policies'
+    /// selectors name.
+    label_keys: LabelKeys,
+    /// Some summaries lack a key a policy now selects by: the nodes are being read again, and
+    /// no drain starts or resumes until they have been (a node's pool may be wrong meanwhile).
+    labels_stale: bool,
+    /// The shell is to read every node again ([`Machine::take_read_nodes_again`]).
+    read_nodes_again: bool,
     /// Each policy's status as last written, and when.
     statuses: BTreeMap<String, (rotor_policy::RotationPolicyStatus, Instant)>,
     was_leading: bool,
@@ -222,6 +234,9 @@ impl Machine {
     pub(super) fn new(cfg: MachineConfig) -> Self {
         Machine {
             pools_known: !cfg.watch_policies,
+            label_keys: LabelKeys::default(),
+            labels_stale: false,
+            read_nodes_again: false,
             cfg,
             nodes: BTreeMap::new(),
             listed: false,
@@ -255,6 +270,23 @@ impl Machine {
         self.listed
     }
 
+    /// Whether the policy watch has answered (listed, or found no CRD), or none runs.
+    pub(super) fn policies_known(&self) -> bool {
+        self.pools_known
+    }
+
+    /// The label keys to read the nodes' summaries with.
+    pub(super) fn label_keys(&self) -> &LabelKeys {
+        &self.label_keys
+    }
+
+    /// Whether the shell is to read every node again, now: a policy selects by a label key
+    /// the summaries were read without. Asked once; the next [`Event::NodesListed`] ends the
+    /// wait it causes.
+    pub(super) fn take_read_nodes_again(&mut self) -> bool {
+        std::mem::take(&mut self.read_nodes_again)
+    }
+
     /// When the taint burst under way settles, for the shell to wake then.
     pub(super) fn burst_settles_at(&self, now: Instant) -> Option<Instant> {
         self.burst.settles_at(now)
@@ -264,16 +296,22 @@ impl Machine {
     pub(super) fn apply(&mut self, event: Event, now: Instant) -> Vec<Command> {
         match event {
             Event::NodesListed(listed) => {
+                // A list this machine asked for (new label keys) follows a watch that ran until
+                // it began: a taint seen then has stayed. After a watch that lost its place,
+                // whether the taint stayed while nobody watched is unknown: from now.
+                let watched_until_now = self.labels_stale;
                 let mut fresh = BTreeMap::new();
                 for mut view in listed {
                     self.place(&mut view);
                     carry_ever_ready(&self.nodes, &mut view);
-                    // Whether the taint stayed while nobody watched is unknown: from now.
-                    sight_taint(None, &mut view, now);
+                    let old = self.nodes.get(&view.name).filter(|_| watched_until_now);
+                    sight_taint(old, &mut view, now);
                     fresh.insert(view.name.clone(), view);
                 }
                 self.nodes = fresh;
                 self.listed = true;
+                // Listed with the keys asked for when the list began: every one now needed.
+                self.labels_stale = false;
                 Vec::new()
             }
             Event::NodeApplied(mut view) => {
@@ -297,25 +335,25 @@ impl Machine {
             Event::PoliciesListed(pools) => {
                 self.pools = Pools::new(pools.into_iter().map(|p| self.checked(p)));
                 self.pools_known = true;
-                self.place_all();
+                self.policies_changed();
                 Vec::new()
             }
             Event::PolicyApplied(pool) => {
                 let pool = self.checked(pool);
                 self.pools.insert(pool);
-                self.place_all();
+                self.policies_changed();
                 Vec::new()
             }
             Event::PolicyDeleted(name) => {
                 self.pools.remove(&name);
                 self.statuses.remove(&name);
-                self.place_all();
+                self.policies_changed();
                 Vec::new()
             }
             Event::PoliciesAbsent => {
                 self.pools = Pools::default();
                 self.pools_known = true;
-                self.place_all();
+                self.policies_changed();
                 Vec::new()
             }
             Event::HaltRead(state) => {
@@ -503,9 +541,15 @@ impl Machine {
         commands.extend(self.breaker_step(wall));
         commands.extend(self.rotation_finished());
         // Resume drains recorded as started (a restart or a failover), unless a halt stopped
-        // them.
+        // them; not while the nodes are read again, since a resumed drain runs with its pool's
+        // settings.
         for n in self.nodes.values() {
-            if n.tainted && n.record.is_active() && !self.busy(&n.name) && !self.drains_halted() {
+            if n.tainted
+                && n.record.is_active()
+                && !self.busy(&n.name)
+                && !self.drains_halted()
+                && !self.labels_stale
+            {
                 commands.push(Command::Drain {
                     node: n.name.clone(),
                     intent: Intent::Resume,
@@ -528,22 +572,25 @@ impl Machine {
     /// The fleet limits' choice among the candidates, then the holds that apply to every start:
     /// the maintenance windows and a burst of taints still arriving.
     fn propose_starts(&self, now: Instant, wall: Timestamp, elapsed: Duration) -> StartRound {
-        let view: Vec<NodeView> = self
-            .nodes
-            .values()
-            .map(|n| {
-                let mut v = n.clone();
-                if self.running.contains(&n.name) && !v.record.is_active() {
-                    v.record.phase = Some(DrainPhase::Queued);
-                }
-                v.room_made_ahead = self.reserved.contains_key(&n.name);
-                v
-            })
-            .collect();
+        let mut view: Vec<NodeView> = Vec::new();
+        let mut counted_beside: BTreeMap<PoolRef, usize> = BTreeMap::new();
+        for n in self.nodes.values() {
+            let ours = self.running.contains(&n.name) || self.reserved.contains_key(&n.name);
+            if !ours && n.only_counts(wall, self.cfg.limits.startup_grace) {
+                *counted_beside.entry(n.pool.clone()).or_default() += 1;
+                continue;
+            }
+            let mut v = n.clone();
+            if self.running.contains(&n.name) && !v.record.is_active() {
+                v.record.phase = Some(DrainPhase::Queued);
+            }
+            v.room_made_ahead = self.reserved.contains_key(&n.name);
+            view.push(v);
+        }
         let decision = choose_in_pools(
             &view,
             &self.cfg.limits,
-            self.pool_rules(wall),
+            self.pool_rules(wall, &counted_beside),
             wall,
             retry_backoff,
         );
@@ -552,6 +599,7 @@ impl Machine {
             start: Vec::new(),
             held: Vec::new(),
             view,
+            counted_beside,
             elapsed,
             gate_held: None,
             wall,
@@ -561,6 +609,10 @@ impl Machine {
         if !round.start.is_empty() && !self.pools_known {
             round.hold(HeldReason::Gate(
                 "reading the RotationPolicies first: a policy's budget must not be missed".into(),
+            ));
+        } else if !round.start.is_empty() && self.labels_stale {
+            round.hold(HeldReason::Gate(
+                "reading the nodes again: a RotationPolicy selects by a label the drainer had not kept, so a node's pool may be wrong until then".into(),
             ));
         }
         if !round.start.is_empty() && self.burst.settles_at(now).is_some() {
@@ -694,8 +746,11 @@ impl Machine {
                 intent: Intent::Start,
             }
         }));
-        commands.extend(self.reserve_ahead(&round));
-        commands.extend(self.announce_holds(&round));
+        if !self.labels_stale {
+            // Both follow the nodes' pools, which are not known until the nodes are read again.
+            commands.extend(self.reserve_ahead(&round));
+            commands.extend(self.announce_holds(&round));
+        }
         commands.extend(self.status_writes(round.now, round.wall));
         commands
     }
@@ -805,11 +860,16 @@ impl Machine {
     }
 
     /// The pools' rules at `wall`, for a choice among the candidates (this one's and the
-    /// budget-aware one's alike).
-    pub(super) fn pool_rules(&self, wall: Timestamp) -> PoolRules<'_> {
+    /// budget-aware one's alike), with a round's nodes `counted_beside` its view.
+    pub(super) fn pool_rules<'a>(
+        &'a self,
+        wall: Timestamp,
+        counted_beside: &'a BTreeMap<PoolRef, usize>,
+    ) -> PoolRules<'a> {
         PoolRules {
             pools: &self.pools,
             flags_open: any_open(&self.cfg.windows, wall),
+            counted_beside,
         }
     }
 
@@ -830,6 +890,20 @@ impl Machine {
             None => self.cfg.require_approval,
         };
         view.awaiting_approval = require_approval && !view.drain_approved;
+    }
+
+    /// The policies changed: keep the label keys their selectors name, read the nodes again
+    /// when that adds a key, and place every node afresh.
+    fn policies_changed(&mut self) {
+        let needed = LabelKeys::selected_by(&self.pools);
+        if !self.label_keys.covers(&needed) {
+            // Also while the first list is under way: part of it was read without the key.
+            self.labels_stale = true;
+            self.read_nodes_again = true;
+        }
+        // Narrowing needs no read: summaries with a key no longer needed only hold more.
+        self.label_keys = needed;
+        self.place_all();
     }
 
     /// Every node placed afresh (the policies changed).
@@ -886,25 +960,32 @@ impl Machine {
     }
 
     /// Each policy's status, where it changed since its last write and that write is at least
-    /// [`STATUS_EVERY`] old.
+    /// [`STATUS_EVERY`] old; none while the nodes are read again.
     fn status_writes(&mut self, now: Instant, wall: Timestamp) -> Vec<Command> {
         let mut commands = Vec::new();
+        if self.labels_stale {
+            // The members are not known until the nodes have been read again.
+            return commands;
+        }
         let mut due_writes = Vec::new();
         for pool in self.pools.iter() {
-            // A drain started this pass counts as under way before it records so.
-            let members: Vec<NodeView> = self
+            // A drain started this pass counts as under way before it records so; only such
+            // a view is copied (a pool may hold thousands of nodes, read every pass).
+            let members: Vec<Cow<'_, NodeView>> = self
                 .nodes
                 .values()
                 .filter(|n| n.pool.policy() == Some(pool.name.as_str()))
                 .map(|n| {
-                    let mut v = n.clone();
-                    if self.running.contains(&n.name) && !v.record.is_active() {
+                    if self.running.contains(&n.name) && !n.record.is_active() {
+                        let mut v = n.clone();
                         v.record.phase = Some(DrainPhase::Queued);
+                        Cow::Owned(v)
+                    } else {
+                        Cow::Borrowed(n)
                     }
-                    v
                 })
                 .collect();
-            let members: Vec<&NodeView> = members.iter().collect();
+            let members: Vec<&NodeView> = members.iter().map(|m| m.as_ref()).collect();
             let overlapping: Vec<&str> = self
                 .nodes
                 .values()

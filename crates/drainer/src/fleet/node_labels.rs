@@ -1,22 +1,87 @@
-//! Every node's labels, kept for the RotationPolicies' selectors, with each distinct key and
+//! The nodes' labels that the RotationPolicies' selectors read, with each distinct key and
 //! value stored once. A fleet's nodes share almost all of their labels (zone, instance type,
-//! node group, architecture); only a few, such as the hostname, are their own. Kept as maps of
-//! owned strings they were half of rotor-drainer's memory at 20,000 nodes (50 of 100 MiB idle
-//! on rotor-sim, docs/benchmarks.md, "Memory and requests by scale").
+//! node group, architecture); only a few, such as the hostname, are their own. Kept whole, as
+//! maps of owned strings, they were half of rotor-drainer's memory at 20,000 nodes (50 of 100
+//! MiB idle on rotor-sim, docs/benchmarks.md, "Memory and requests by scale"); shared, still
+//! 10 MiB of per-node lists. So only the keys some policy selects by are kept ([`LabelKeys`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
+
+use crate::fleet::pools::Pools;
+
+/// Which label keys a node's summary keeps. Nothing but the policies' selectors reads a
+/// node's labels, so the drainer keeps only the keys they name; a policy that selects by a key
+/// not kept makes the controller read the nodes again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LabelKeys {
+    /// Every label (a summary made outside the controller, as in tests).
+    Every,
+    /// Only these keys.
+    Only(BTreeSet<String>),
+}
+
+impl Default for LabelKeys {
+    /// No policy yet: no label is kept.
+    fn default() -> Self {
+        LabelKeys::Only(BTreeSet::new())
+    }
+}
+
+impl LabelKeys {
+    /// The keys the selectors of `pools` read, the policies that cannot be followed included:
+    /// their selectors still say which nodes they hold.
+    pub fn selected_by(pools: &Pools) -> LabelKeys {
+        LabelKeys::Only(
+            pools
+                .iter()
+                .flat_map(|p| p.selector.requirements())
+                .map(|r| r.key().to_string())
+                .collect(),
+        )
+    }
+
+    /// Whether a summary made with these keys holds every label `needed` would keep.
+    pub fn covers(&self, needed: &LabelKeys) -> bool {
+        match (self, needed) {
+            (LabelKeys::Every, _) => true,
+            (LabelKeys::Only(_), LabelKeys::Every) => false,
+            (LabelKeys::Only(kept), LabelKeys::Only(needed)) => needed.is_subset(kept),
+        }
+    }
+
+    /// Whether a label with this key is kept.
+    fn keeps(&self, key: &str) -> bool {
+        match self {
+            LabelKeys::Every => true,
+            LabelKeys::Only(keys) => keys.contains(key),
+        }
+    }
+
+    /// The keys, for a log line.
+    pub fn describe(&self) -> String {
+        match self {
+            LabelKeys::Every => "every label".into(),
+            LabelKeys::Only(keys) => keys.iter().cloned().collect::<Vec<_>>().join(", "),
+        }
+    }
+}
 
 /// One node's labels, sorted by key. Cheap to copy: every start round copies each node's view.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeLabels(Arc<[(Arc<str>, Arc<str>)]>);
 
 impl NodeLabels {
-    /// The labels of `labels` with their strings taken from `strings`.
-    pub fn new(labels: &BTreeMap<String, String>, strings: &mut LabelStrings) -> NodeLabels {
+    /// The labels of `labels` with a key in `keys`, their strings taken from `strings`.
+    pub fn new(
+        labels: &BTreeMap<String, String>,
+        keys: &LabelKeys,
+        strings: &mut LabelStrings,
+    ) -> NodeLabels {
         NodeLabels(
             labels
                 .iter()
+                .filter(|(k, _)| keys.keeps(k))
                 .map(|(k, v)| (strings.get(k), strings.get(v)))
                 .collect(),
         )
@@ -25,7 +90,11 @@ impl NodeLabels {
     /// Labels from `(key, value)` pairs, for tests: strings shared with no other node.
     #[cfg(test)]
     pub fn of_pairs(pairs: &[(&str, &str)]) -> NodeLabels {
-        NodeLabels::new(&tests::labels(pairs), &mut LabelStrings::default())
+        NodeLabels::new(
+            &tests::labels(pairs),
+            &LabelKeys::Every,
+            &mut LabelStrings::default(),
+        )
     }
 
     /// The value of `key`, `None` when the node has no such label.
@@ -97,6 +166,7 @@ mod tests {
                 ("kubernetes.io/hostname", "ip-10-0-1-17"),
                 ("pool", "gpu"),
             ]),
+            &LabelKeys::Every,
             &mut strings,
         );
         assert_eq!(node.get("pool"), Some("gpu"));
@@ -111,10 +181,12 @@ mod tests {
         let mut strings = LabelStrings::default();
         let a = NodeLabels::new(
             &labels(&[("pool", "web"), ("kubernetes.io/hostname", "a")]),
+            &LabelKeys::Every,
             &mut strings,
         );
         let b = NodeLabels::new(
             &labels(&[("pool", "web"), ("kubernetes.io/hostname", "b")]),
+            &LabelKeys::Every,
             &mut strings,
         );
         // "pool", "web", "kubernetes.io/hostname", "a", "b".
@@ -125,12 +197,13 @@ mod tests {
     #[test]
     fn the_strings_of_nodes_gone_are_let_go_once_the_set_doubles() {
         let mut strings = LabelStrings::default();
-        let kept = NodeLabels::new(&labels(&[("pool", "web")]), &mut strings);
+        let kept = NodeLabels::new(&labels(&[("pool", "web")]), &LabelKeys::Every, &mut strings);
         // Replaced nodes: each hostname held for a moment, then dropped. "pool", "web" and
         // the hostname key make three; this fills the set to the threshold.
         for i in 0..FIRST_SWEEP - 3 {
             let gone = NodeLabels::new(
                 &labels(&[("kubernetes.io/hostname", &format!("node-{i}"))]),
+                &LabelKeys::Every,
                 &mut strings,
             );
             drop(gone);
@@ -143,16 +216,18 @@ mod tests {
         // The hostname key is held only by the call under way when the sweep runs.
         let next = NodeLabels::new(
             &labels(&[("kubernetes.io/hostname", "fresh")]),
+            &LabelKeys::Every,
             &mut strings,
         );
         // Swept: what live nodes use stays ("pool", "web", the hostname key, "fresh").
         assert_eq!(strings.len(), 4);
         assert_eq!(next.get("kubernetes.io/hostname"), Some("fresh"));
         // Still shared after the sweep: a new node gets the same copy of "web".
-        let again = NodeLabels::new(&labels(&[("pool", "web")]), &mut strings);
+        let again = NodeLabels::new(&labels(&[("pool", "web")]), &LabelKeys::Every, &mut strings);
         assert!(Arc::ptr_eq(&kept.0[0].1, &again.0[0].1));
         let key_again = NodeLabels::new(
             &labels(&[("kubernetes.io/hostname", "fresh")]),
+            &LabelKeys::Every,
             &mut strings,
         );
         assert!(Arc::ptr_eq(&next.0[0].0, &key_again.0[0].0));
@@ -166,14 +241,63 @@ mod tests {
         // not for every new string.
         // "node" and FIRST_SWEEP - 1 values, all in use: the set is at the threshold.
         let live: Vec<NodeLabels> = (0..FIRST_SWEEP - 1)
-            .map(|i| NodeLabels::new(&labels(&[("node", &format!("n-{i}"))]), &mut strings))
+            .map(|i| {
+                NodeLabels::new(
+                    &labels(&[("node", &format!("n-{i}"))]),
+                    &LabelKeys::Every,
+                    &mut strings,
+                )
+            })
             .collect();
         assert_eq!(strings.len(), FIRST_SWEEP);
         assert_eq!(strings.sweep_at, FIRST_SWEEP, "not swept yet");
-        let _one_more = NodeLabels::new(&labels(&[("node", "n-extra")]), &mut strings);
+        let _one_more = NodeLabels::new(
+            &labels(&[("node", "n-extra")]),
+            &LabelKeys::Every,
+            &mut strings,
+        );
         // Swept with FIRST_SWEEP strings in use, none let go.
         assert_eq!(strings.sweep_at, 2 * FIRST_SWEEP);
         assert_eq!(strings.len(), FIRST_SWEEP + 1);
         drop(live);
+    }
+
+    fn only(keys: &[&str]) -> LabelKeys {
+        LabelKeys::Only(keys.iter().map(|k| k.to_string()).collect())
+    }
+
+    #[test]
+    fn a_node_keeps_only_the_keys_asked_for() {
+        let mut strings = LabelStrings::default();
+        let node = NodeLabels::new(
+            &labels(&[
+                ("kubernetes.io/hostname", "ip-10-0-1-17"),
+                ("pool", "gpu"),
+                ("topology.kubernetes.io/zone", "us-east-1a"),
+            ]),
+            &only(&["pool", "team"]),
+            &mut strings,
+        );
+        assert_eq!(node.get("pool"), Some("gpu"));
+        assert_eq!(node.get("kubernetes.io/hostname"), None);
+        assert_eq!(node.get("topology.kubernetes.io/zone"), None);
+        // Only "pool" and "gpu" were stored.
+        assert_eq!(strings.len(), 2);
+        let none = NodeLabels::new(
+            &labels(&[("pool", "gpu")]),
+            &LabelKeys::default(),
+            &mut strings,
+        );
+        assert_eq!(none, NodeLabels::default(), "no policy: no label kept");
+    }
+
+    #[test]
+    fn kept_keys_cover_what_a_subset_needs_and_nothing_more() {
+        assert!(only(&["pool", "zone"]).covers(&only(&["pool"])));
+        assert!(only(&["pool"]).covers(&only(&[])));
+        assert!(!only(&["pool"]).covers(&only(&["pool", "zone"])));
+        assert!(!only(&[]).covers(&only(&["pool"])));
+        assert!(LabelKeys::Every.covers(&only(&["pool"])));
+        assert!(!only(&["pool"]).covers(&LabelKeys::Every));
     }
 }

@@ -649,4 +649,26 @@ mod tests {
         assert_eq!(pool.invalid, None);
         assert_eq!(pool.drain.force_after, Some(Duration::from_secs(1800)));
     }
+
+    #[test]
+    fn the_label_keys_kept_are_those_every_policys_selector_names() {
+        use crate::fleet::node_labels::LabelKeys;
+        let by_labels = policy("by-labels", 0, &[("pool", "gpu"), ("team", "ml")]);
+        let mut by_expression = policy("by-expression", 0, &[]);
+        by_expression.spec.node_selector.match_expressions = vec![LabelRequirement {
+            key: "topology.kubernetes.io/zone".into(),
+            operator: SelectorOperator::NotIn,
+            values: vec!["us-east-1c".into()],
+        }];
+        let pools = Pools::new([Pool::read(&by_labels), Pool::read(&by_expression)]);
+        let keys = |k: &[&str]| LabelKeys::Only(k.iter().map(|k| k.to_string()).collect());
+        assert_eq!(
+            LabelKeys::selected_by(&pools),
+            keys(&["pool", "team", "topology.kubernetes.io/zone"])
+        );
+        // A selector that selects every node names no key.
+        let pools = Pools::new([Pool::read(&policy("all", 0, &[]))]);
+        assert_eq!(LabelKeys::selected_by(&pools), keys(&[]));
+        assert_eq!(LabelKeys::selected_by(&NO_POLICIES), keys(&[]));
+    }
 }

@@ -25,7 +25,7 @@ use rotor_core::contract::{
 use rotor_apimachinery::taints::keeps_pods_off;
 use rotor_core::NodeBudget;
 
-use crate::fleet::node_labels::{LabelStrings, NodeLabels};
+use crate::fleet::node_labels::{LabelKeys, LabelStrings, NodeLabels};
 use crate::fleet::pools::{NO_POLICIES, Pool, PoolRef, Pools, allowance};
 use crate::record::node::DrainRecord;
 
@@ -84,7 +84,7 @@ pub struct NodeView {
     /// what it reserved). Among nodes with equal `budget_waits` it goes first: its drain evicts
     /// at once, and passing it over would leave room already paid for unused.
     pub room_made_ahead: bool,
-    /// The node's labels: what RotationPolicies select it by.
+    /// The node's labels that RotationPolicies select by (the others are not kept).
     pub labels: NodeLabels,
     /// The drain taint's value (its reason slug); empty when untainted.
     pub reason: String,
@@ -93,13 +93,14 @@ pub struct NodeView {
 }
 
 impl NodeView {
-    /// The view of a Node object.
+    /// The view of a Node object, every label kept.
     pub fn of(node: &Node) -> Self {
-        Self::with_strings(node, &mut LabelStrings::default())
+        Self::with_strings(node, &LabelKeys::Every, &mut LabelStrings::default())
     }
 
-    /// [`NodeView::of`], its labels' strings shared through `strings` with the other nodes'.
-    pub fn with_strings(node: &Node, strings: &mut LabelStrings) -> Self {
+    /// [`NodeView::of`] keeping only the labels with a key in `keys`, their strings shared
+    /// through `strings` with the other nodes'.
+    pub fn with_strings(node: &Node, keys: &LabelKeys, strings: &mut LabelStrings) -> Self {
         let ready = node
             .status
             .as_ref()
@@ -134,6 +135,7 @@ impl NodeView {
             room_made_ahead: false,
             labels: NodeLabels::new(
                 node.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+                keys,
                 strings,
             ),
             reason: find_drain_taint(node)
@@ -165,6 +167,15 @@ impl NodeView {
             return false;
         }
         !self.ready || self.unschedulable || self.deleting || self.is_active()
+    }
+
+    /// Whether a choice needs this node only as one more in its pool's size: untainted,
+    /// available and not starting, so neither a candidate nor counted as unavailable, active or
+    /// starting. A round counts such nodes per pool instead of copying their views: at 20,000
+    /// nodes, a copy of every view each pass was most of what a draining drainer added to its
+    /// memory.
+    pub fn only_counts(&self, now: Timestamp, grace: Duration) -> bool {
+        !self.tainted && !self.is_unavailable() && !self.is_starting(now, grace)
     }
 
     /// A node that joined less than `grace` ago and has not been Ready yet, and that nobody has
@@ -585,13 +596,18 @@ pub fn choose_nodes_to_start(
     choose_in_pools(nodes, limits, PoolRules::flags_only(), now, retry_backoff)
 }
 
-/// What a choice applies besides the fleet limits: the RotationPolicies, and whether the flags'
-/// `--window`s are open (they govern only the nodes no policy selects).
+/// What a choice applies besides the fleet limits: the RotationPolicies, whether the flags'
+/// `--window`s are open (they govern only the nodes no policy selects), and the nodes left out
+/// of the view because they count only towards their pool's size ([`NodeView::only_counts`]).
 #[derive(Clone, Copy, Debug)]
 pub struct PoolRules<'a> {
     pub pools: &'a Pools,
     pub flags_open: bool,
+    pub counted_beside: &'a BTreeMap<PoolRef, usize>,
 }
+
+/// No node left out of the view.
+static NONE_BESIDE: BTreeMap<PoolRef, usize> = BTreeMap::new();
 
 impl PoolRules<'static> {
     /// No policies and the flags' windows open: every node follows `--max-unavailable`.
@@ -599,6 +615,7 @@ impl PoolRules<'static> {
         PoolRules {
             pools: &NO_POLICIES,
             flags_open: true,
+            counted_beside: &NONE_BESIDE,
         }
     }
 }
@@ -618,6 +635,9 @@ pub fn choose_in_pools(
     let counted = |n: &&NodeView| !n.is_starting(now, limits.startup_grace);
     let starting = nodes.len() - nodes.iter().filter(counted).count();
     let mut pool_total: BTreeMap<&PoolRef, usize> = BTreeMap::new();
+    for (pool, count) in rules.counted_beside {
+        *pool_total.entry(pool).or_default() += count;
+    }
     let mut pool_unavailable: BTreeMap<&PoolRef, usize> = BTreeMap::new();
     for n in nodes.iter().filter(counted) {
         *pool_total.entry(&n.pool).or_default() += 1;

@@ -151,7 +151,6 @@ fn nothing_starts_before_the_policies_are_known_and_without_a_crd_the_flags_gove
 fn pools_rotate_side_by_side_each_at_its_own_budget() {
     let t0 = Instant::now();
     let mut machine = Machine::new(config(10));
-    machine.apply(Event::NodesListed(nodes()), t0);
     machine.apply(
         Event::PoliciesListed(vec![
             policy("system", "system", &[("1", None)]),
@@ -159,6 +158,7 @@ fn pools_rotate_side_by_side_each_at_its_own_budget() {
         ]),
         t0,
     );
+    machine.apply(Event::NodesListed(nodes()), t0);
     let (commands, held) = pass(&mut machine, t0);
     // system: 1 of 2; general: 50% of 4 = 2; the rest (no policy): --max-unavailable 1 of 2.
     let mut starts = started(&commands);
@@ -183,11 +183,11 @@ fn pools_rotate_side_by_side_each_at_its_own_budget() {
     assert!(held_text(&held, "other-2").starts_with("max-unavailable 1 reached (1 of 2"));
     // --max-concurrent stays the ceiling over every pool.
     let mut machine = Machine::new(config(2));
-    machine.apply(Event::NodesListed(nodes()), t0);
     machine.apply(
         Event::PoliciesListed(vec![policy("general", "general", &[("100%", None)])]),
         t0,
     );
+    machine.apply(Event::NodesListed(nodes()), t0);
     let (commands, held) = pass(&mut machine, t0);
     assert_eq!(started(&commands).len(), 2);
     assert!(held_text(&held, "gen-3").starts_with("max-concurrent 2 reached"));
@@ -197,7 +197,6 @@ fn pools_rotate_side_by_side_each_at_its_own_budget() {
 fn a_closed_schedule_holds_its_pool_only_and_its_status_says_until_when() {
     let t0 = Instant::now();
     let mut machine = Machine::new(config(10));
-    machine.apply(Event::NodesListed(nodes()), t0);
     // Weeknights only; wall() is a Saturday.
     machine.apply(
         Event::PoliciesListed(vec![
@@ -206,6 +205,7 @@ fn a_closed_schedule_holds_its_pool_only_and_its_status_says_until_when() {
         ]),
         t0,
     );
+    machine.apply(Event::NodesListed(nodes()), t0);
     let (commands, held) = pass(&mut machine, t0);
     assert_eq!(
         started(&commands)
@@ -243,18 +243,18 @@ fn a_closed_schedule_holds_its_pool_only_and_its_status_says_until_when() {
 fn an_overlap_holds_the_node_and_shows_on_both_policies() {
     let t0 = Instant::now();
     let mut machine = Machine::new(config(10));
+    let mut everything = policy("everything", "system", &[("1", None)]);
+    everything.selector = rotor_apimachinery::labels::LabelSelector::everything();
+    machine.apply(
+        Event::PoliciesListed(vec![everything, policy("system", "system", &[("1", None)])]),
+        t0,
+    );
     // Only the overlapping nodes are tainted: nothing else would bring a leader.
     machine.apply(
         Event::NodesListed(vec![
             tainted("sys-1", "system", 9),
             tainted("sys-2", "system", 8),
         ]),
-        t0,
-    );
-    let mut everything = policy("everything", "system", &[("1", None)]);
-    everything.selector = rotor_apimachinery::labels::LabelSelector::everything();
-    machine.apply(
-        Event::PoliciesListed(vec![everything, policy("system", "system", &[("1", None)])]),
         t0,
     );
     // Held until a person acts, yet worth a leader: to say so on the node and the policies.
@@ -298,7 +298,6 @@ fn an_overlap_holds_the_node_and_shows_on_both_policies() {
 fn a_policy_that_cannot_be_followed_holds_its_nodes_and_its_drains_take_its_settings() {
     let t0 = Instant::now();
     let mut machine = Machine::new(config(10));
-    machine.apply(Event::NodesListed(nodes()), t0);
     // Surge without --surge: fail closed, saying how to fix it.
     let mut system = policy("system", "system", &[("1", None)]);
     system.drain.surge = Some(true);
@@ -308,6 +307,7 @@ fn a_policy_that_cannot_be_followed_holds_its_nodes_and_its_drains_take_its_sett
         ..Default::default()
     };
     machine.apply(Event::PoliciesListed(vec![system, general]), t0);
+    machine.apply(Event::NodesListed(nodes()), t0);
     let (commands, held) = pass(&mut machine, t0);
     let why = held_text(&held, "sys-1");
     assert!(why.contains("runs without --surge"), "{why}");
@@ -335,11 +335,11 @@ fn a_policy_that_cannot_be_followed_holds_its_nodes_and_its_drains_take_its_sett
 fn statuses_are_written_on_change_at_most_every_few_seconds() {
     let t0 = Instant::now();
     let mut machine = Machine::new(config(10));
-    machine.apply(Event::NodesListed(nodes()), t0);
     machine.apply(
         Event::PoliciesListed(vec![policy("general", "general", &[("1", None)])]),
         t0,
     );
+    machine.apply(Event::NodesListed(nodes()), t0);
     let (commands, _) = pass(&mut machine, t0);
     assert_eq!(statuses(&commands)["general"].draining, 1);
     // Nothing changed: nothing written.
@@ -351,4 +351,200 @@ fn statuses_are_written_on_change_at_most_every_few_seconds() {
     assert!(statuses(&commands).is_empty());
     let (commands, _) = pass(&mut machine, t0 + STATUS_EVERY);
     assert_eq!(statuses(&commands)["general"].nodes, 5);
+}
+
+/// `nodes` as the shell reads them with no label kept (before any policy names a key).
+fn without_labels(nodes: Vec<NodeView>) -> Vec<NodeView> {
+    nodes
+        .into_iter()
+        .map(|mut v| {
+            v.labels = Default::default();
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn a_policy_selecting_by_a_label_not_kept_has_the_nodes_read_again_and_holds_until_then() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    assert_eq!(machine.label_keys(), &LabelKeys::default(), "no key kept");
+    // The nodes listed before the policies: read without their labels.
+    machine.apply(Event::NodesListed(without_labels(nodes())), t0);
+    machine.apply(
+        Event::PoliciesListed(vec![policy("general", "general", &[("1", None)])]),
+        t0,
+    );
+    assert_eq!(
+        machine.label_keys(),
+        &LabelKeys::Only(["pool".to_string()].into())
+    );
+    assert!(machine.take_read_nodes_again(), "the nodes are read again");
+    assert!(!machine.take_read_nodes_again(), "asked once");
+    // Meanwhile every node looks unselected: nothing starts, and no status is written.
+    let (commands, held) = pass(&mut machine, t0);
+    assert_eq!(started(&commands), []);
+    assert!(statuses(&commands).is_empty(), "{commands:?}");
+    assert!(
+        held_text(&held, "gen-1").contains("reading the nodes again"),
+        "{held:?}"
+    );
+    // Read again with the key: the policy governs its nodes.
+    machine.apply(Event::NodesListed(nodes()), t0);
+    let (commands, _) = pass(&mut machine, t0);
+    assert!(
+        started(&commands).contains(&("gen-1".to_string(), Some("general".to_string()))),
+        "{commands:?}"
+    );
+    assert_eq!(statuses(&commands)["general"].draining, 1);
+    // A second policy by the same key needs no new read; neither does one going away.
+    machine.apply(
+        Event::PolicyApplied(policy("system", "system", &[("1", None)])),
+        t0,
+    );
+    assert!(!machine.take_read_nodes_again());
+    machine.apply(Event::PolicyDeleted("system".into()), t0);
+    assert!(!machine.take_read_nodes_again());
+    // No policy left: no key kept, and nothing to read.
+    machine.apply(Event::PolicyDeleted("general".into()), t0);
+    assert_eq!(machine.label_keys(), &LabelKeys::default());
+    assert!(!machine.take_read_nodes_again());
+}
+
+#[test]
+fn a_drain_under_way_resumes_only_once_its_node_is_in_its_pool() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    let mut evicting = tainted("gen-1", "general", 9);
+    evicting.record.phase = Some(DrainPhase::Evicting);
+    machine.apply(
+        Event::NodesListed(without_labels(vec![evicting.clone()])),
+        t0,
+    );
+    let resumed = |commands: &[Command]| -> Vec<(String, Option<String>)> {
+        commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::Drain {
+                    node,
+                    intent: Intent::Resume,
+                    policy,
+                    ..
+                } => Some((node.clone(), policy.as_ref().map(|p| p.name.clone()))),
+                _ => None,
+            })
+            .collect()
+    };
+    machine.apply(
+        Event::PoliciesListed(vec![policy("general", "general", &[("1", None)])]),
+        t0,
+    );
+    // Its labels not read yet: it would resume with the flags' settings.
+    let (commands, _) = pass(&mut machine, t0);
+    assert_eq!(resumed(&commands), []);
+    machine.apply(Event::NodesListed(vec![evicting]), t0);
+    let (commands, _) = pass(&mut machine, t0);
+    assert_eq!(
+        resumed(&commands),
+        [("gen-1".to_string(), Some("general".to_string()))]
+    );
+}
+
+#[test]
+fn a_policy_by_a_key_already_kept_places_the_nodes_at_once() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    machine.apply(
+        Event::PoliciesListed(vec![policy("general", "general", &[("1", None)])]),
+        t0,
+    );
+    assert!(machine.take_read_nodes_again());
+    machine.apply(Event::NodesListed(nodes()), t0);
+    machine.apply(
+        Event::PolicyApplied(policy("system", "system", &[("1", None)])),
+        t0,
+    );
+    assert!(!machine.take_read_nodes_again(), "the key is kept already");
+    let (commands, _) = pass(&mut machine, t0);
+    let mut starts = started(&commands);
+    starts.sort();
+    assert_eq!(
+        starts,
+        [
+            ("gen-1".to_string(), Some("general".to_string())),
+            ("other-1".to_string(), None),
+            ("sys-1".to_string(), Some("system".to_string())),
+        ]
+    );
+}
+
+#[test]
+fn a_read_the_machine_asked_for_keeps_the_settle_clock_and_a_lost_watch_restarts_it() {
+    let t0 = Instant::now();
+    let later = t0 + Duration::from_secs(20);
+    let mut machine = Machine::new(config(10));
+    machine.apply(Event::PoliciesAbsent, t0);
+    machine.apply(Event::NodesListed(without_labels(nodes())), t0);
+    let since = |m: &Machine| m.nodes["gen-1"].tainted_since;
+    assert_eq!(since(&machine), Some(t0));
+    // A policy by a new key, then the nodes read again 20 s later: the taint was watched all
+    // along.
+    machine.apply(
+        Event::PolicyApplied(policy("general", "general", &[("1", None)])),
+        later,
+    );
+    machine.apply(Event::NodesListed(nodes()), later);
+    assert_eq!(since(&machine), Some(t0));
+    // A list after the watch lost its place: counted from then.
+    machine.apply(Event::NodesListed(nodes()), later);
+    assert_eq!(since(&machine), Some(later));
+}
+
+#[test]
+fn nodes_that_only_count_are_left_out_of_the_round_yet_size_their_pool() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    machine.apply(
+        Event::PoliciesListed(vec![policy("general", "general", &[("25%", None)])]),
+        t0,
+    );
+    // Two tainted nodes and six untainted, Ready ones.
+    let mut nodes = vec![
+        tainted("gen-1", "general", 9),
+        tainted("gen-2", "general", 8),
+    ];
+    for i in 3..=8 {
+        let mut v = tainted(&format!("gen-{i}"), "general", 7);
+        v.tainted = false;
+        v.taint_keeps_pods_off = false;
+        v.reason.clear();
+        nodes.push(v);
+    }
+    // One more that is not Ready: unavailable, so it stays in the view and counts as such.
+    let mut down = tainted("gen-9", "general", 7);
+    down.tainted = false;
+    down.ready = false;
+    nodes.push(down);
+    machine.apply(Event::NodesListed(nodes), t0);
+    machine.lease_step(t0, wall(), true, true);
+    let (_, round) = machine.act(t0, wall(), true);
+    let round = round.expect("a leading pass proposes starts");
+    let mut in_view: Vec<&str> = round.view.iter().map(|v| v.name.as_str()).collect();
+    in_view.sort();
+    assert_eq!(in_view, ["gen-1", "gen-2", "gen-9"]);
+    assert_eq!(
+        round.counted_beside,
+        BTreeMap::from([(PoolRef::Policy("general".into()), 6)])
+    );
+    // 25% of 9 rounds up to 3, and gen-9 takes one: both tainted nodes start. Without the six
+    // left out it would be 25% of 3, taken by gen-9: none would.
+    let mut starts = started(&machine.start(round));
+    starts.sort();
+    assert_eq!(
+        starts,
+        [
+            ("gen-1".to_string(), Some("general".to_string())),
+            ("gen-2".to_string(), Some("general".to_string())),
+        ]
+    );
 }

@@ -895,7 +895,7 @@ impl Machine {
     /// The policies changed: keep the label keys their selectors name, read the nodes again
     /// when that adds a key, and place every node afresh.
     fn policies_changed(&mut self) {
-        let needed = LabelKeys::selected_by(&self.pools);
+        let needed = self.pools.label_keys();
         if !self.label_keys.covers(&needed) {
             // Also while the first list is under way: part of it was read without the key.
             self.labels_stale = true;

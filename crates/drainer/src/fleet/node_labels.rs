@@ -8,8 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
-use crate::fleet::pools::Pools;
-
 /// Which label keys a node's summary keeps. Nothing but the policies' selectors reads a
 /// node's labels, so the drainer keeps only the keys they name; a policy that selects by a key
 /// not kept makes the controller read the nodes again.
@@ -29,18 +27,6 @@ impl Default for LabelKeys {
 }
 
 impl LabelKeys {
-    /// The keys the selectors of `pools` read, the policies that cannot be followed included:
-    /// their selectors still say which nodes they hold.
-    pub fn selected_by(pools: &Pools) -> LabelKeys {
-        LabelKeys::Only(
-            pools
-                .iter()
-                .flat_map(|p| p.selector.requirements())
-                .map(|r| r.key().to_string())
-                .collect(),
-        )
-    }
-
     /// Whether a summary made with these keys holds every label `needed` would keep.
     pub fn covers(&self, needed: &LabelKeys) -> bool {
         match (self, needed) {

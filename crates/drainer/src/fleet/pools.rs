@@ -23,7 +23,7 @@ use rotor_core::NodeBudget;
 use rotor_policy::{PolicyBudget, PoolDrainSettings, RotationPolicy};
 
 use crate::drain::shared::DrainSettings;
-use crate::fleet::node_labels::NodeLabels;
+use crate::fleet::node_labels::{LabelKeys, NodeLabels};
 use crate::fleet::window::MaintenanceWindow;
 
 /// Which pool governs a node.
@@ -323,6 +323,18 @@ impl Pools {
 
     pub fn is_empty(&self) -> bool {
         self.pools.is_empty()
+    }
+
+    /// The label keys the policies' selectors read, the policies that cannot be followed
+    /// included: their selectors still say which nodes they hold.
+    pub fn label_keys(&self) -> LabelKeys {
+        LabelKeys::Only(
+            self.pools
+                .values()
+                .flat_map(|p| p.selector.requirements())
+                .map(|r| r.key().to_string())
+                .collect(),
+        )
     }
 
     /// The pool that governs a node with these labels: the selecting policy of highest
@@ -652,7 +664,6 @@ mod tests {
 
     #[test]
     fn the_label_keys_kept_are_those_every_policys_selector_names() {
-        use crate::fleet::node_labels::LabelKeys;
         let by_labels = policy("by-labels", 0, &[("pool", "gpu"), ("team", "ml")]);
         let mut by_expression = policy("by-expression", 0, &[]);
         by_expression.spec.node_selector.match_expressions = vec![LabelRequirement {
@@ -663,12 +674,12 @@ mod tests {
         let pools = Pools::new([Pool::read(&by_labels), Pool::read(&by_expression)]);
         let keys = |k: &[&str]| LabelKeys::Only(k.iter().map(|k| k.to_string()).collect());
         assert_eq!(
-            LabelKeys::selected_by(&pools),
+            pools.label_keys(),
             keys(&["pool", "team", "topology.kubernetes.io/zone"])
         );
         // A selector that selects every node names no key.
         let pools = Pools::new([Pool::read(&policy("all", 0, &[]))]);
-        assert_eq!(LabelKeys::selected_by(&pools), keys(&[]));
-        assert_eq!(LabelKeys::selected_by(&NO_POLICIES), keys(&[]));
+        assert_eq!(pools.label_keys(), keys(&[]));
+        assert_eq!(NO_POLICIES.label_keys(), keys(&[]));
     }
 }

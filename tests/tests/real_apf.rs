@@ -14,7 +14,7 @@
 //!
 //! What is judged, independently of rotor's own account:
 //! - the squeeze worked: the audit log records 429s answered to rotor's ServiceAccount;
-//! - rotor-drainer, squeezed for 40 s from its first drain's start: the rotation finishes (every
+//! - rotor-drainer, squeezed for 40 s from its first eviction: the rotation finishes (every
 //!   tainted node `drained`), no budget is ever below its minimum (an independent watch), no
 //!   node's record is lost or redone (one recorded start per node, its phase never lost and
 //!   never leaving `drained`, no pod evicted twice, at most one `DrainStarted` per node), the
@@ -755,11 +755,18 @@ fn given_the_drainers_requests_shed_by_flow_control_then_it_backs_off_keeps_its_
     let rotation = Instant::now();
     let rotation_from = Timestamp::now();
     let mut history = History::new();
-    wait_until("the first drain to start", Duration::from_secs(90), || {
+    // The squeeze begins once a drain has evicted a pod: its pod watch is open by then (a watch
+    // under way holds no seat), so its next evictions are sent while squeezed and some are
+    // shed. Begun at the first start instead, the squeeze could shed the drain's watch and
+    // back it off until the squeeze was over, and no eviction would meet it.
+    wait_until("the first eviction", Duration::from_secs(90), || {
         observe(&cluster, &old, &mut history);
-        history
-            .values()
-            .any(|seen| seen.iter().any(|(phase, _)| !phase.is_empty()))
+        cluster
+            .audit_by(DRAINER)
+            .iter()
+            .any(|e| {
+                e["objectRef"]["subresource"] == "eviction" && e["responseStatus"]["code"] == 201
+            })
             .then_some(())
     });
 
@@ -826,7 +833,7 @@ fn given_the_drainers_requests_shed_by_flow_control_then_it_backs_off_keeps_its_
         .map(|(n, reasons)| (*n, reasons.iter().filter(|r| *r == "DrainStarted").count()))
         .collect();
     eprintln!(
-        "apf: drainer squeezed for {SQUEEZE:?} from the first drain's start ({drained_in_squeeze} of {} nodes drained by its end):\n\
+        "apf: drainer squeezed for {SQUEEZE:?} from its first eviction ({drained_in_squeeze} of {} nodes drained by its end):\n\
          apf:   while squeezed: {during}\n\
          apf:   whole rotation: {whole}; finished {finished:.1?} after the taints, {after_squeeze:.1?} after the squeeze\n\
          apf:   {retries}\n\

@@ -569,22 +569,34 @@ impl Machine {
         (commands, Some(round))
     }
 
+    /// `n` as the limits and the policies' status count it: a drain started this pass counts as
+    /// under way (queued) before its record says so. Copied only then.
+    fn as_seen<'a>(&self, n: &'a NodeView) -> Cow<'a, NodeView> {
+        if self.running.contains(&n.name) && !n.record.is_active() {
+            let mut v = n.clone();
+            v.record.phase = Some(DrainPhase::Queued);
+            Cow::Owned(v)
+        } else {
+            Cow::Borrowed(n)
+        }
+    }
+
     /// The fleet limits' choice among the candidates, then the holds that apply to every start:
     /// the maintenance windows and a burst of taints still arriving.
     fn propose_starts(&self, now: Instant, wall: Timestamp, elapsed: Duration) -> StartRound {
         let mut view: Vec<NodeView> = Vec::new();
         let mut counted_beside: BTreeMap<PoolRef, usize> = BTreeMap::new();
         for n in self.nodes.values() {
-            let ours = self.running.contains(&n.name) || self.reserved.contains_key(&n.name);
-            if !ours && n.only_counts(wall, self.cfg.limits.startup_grace) {
+            let reserved = self.reserved.contains_key(&n.name);
+            if !reserved
+                && !self.running.contains(&n.name)
+                && n.only_counts(wall, self.cfg.limits.startup_grace)
+            {
                 *counted_beside.entry(n.pool.clone()).or_default() += 1;
                 continue;
             }
-            let mut v = n.clone();
-            if self.running.contains(&n.name) && !v.record.is_active() {
-                v.record.phase = Some(DrainPhase::Queued);
-            }
-            v.room_made_ahead = self.reserved.contains_key(&n.name);
+            let mut v = self.as_seen(n).into_owned();
+            v.room_made_ahead = reserved;
             view.push(v);
         }
         let decision = choose_in_pools(
@@ -969,21 +981,13 @@ impl Machine {
         }
         let mut due_writes = Vec::new();
         for pool in self.pools.iter() {
-            // A drain started this pass counts as under way before it records so; only such
-            // a view is copied (a pool may hold thousands of nodes, read every pass).
+            // Borrowed but for drains started this pass (a pool may hold thousands of nodes,
+            // read every pass).
             let members: Vec<Cow<'_, NodeView>> = self
                 .nodes
                 .values()
                 .filter(|n| n.pool.policy() == Some(pool.name.as_str()))
-                .map(|n| {
-                    if self.running.contains(&n.name) && !n.record.is_active() {
-                        let mut v = n.clone();
-                        v.record.phase = Some(DrainPhase::Queued);
-                        Cow::Owned(v)
-                    } else {
-                        Cow::Borrowed(n)
-                    }
-                })
+                .map(|n| self.as_seen(n))
                 .collect();
             let members: Vec<&NodeView> = members.iter().map(|m| m.as_ref()).collect();
             let overlapping: Vec<&str> = self

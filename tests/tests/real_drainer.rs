@@ -205,22 +205,7 @@ struct PodReads {
 }
 
 fn pod_reads_after_start(records: &[Value], node: &str) -> PodReads {
-    let at = |e: &Value| {
-        e["requestReceivedTimestamp"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
-    let started = records
-        .iter()
-        .filter(|e| {
-            e["verb"] == "patch"
-                && e["objectRef"]["resource"] == "nodes"
-                && e["objectRef"]["name"] == node
-        })
-        .map(at)
-        .min()
-        .unwrap_or_else(|| panic!("the drainer never wrote {node}"));
+    let started = first_write(records, node);
     let wanted = format!("fieldSelector=spec.nodeName={node}");
     let selects = |uri: &str| {
         let decoded = uri.replace("%3D", "=");
@@ -232,7 +217,7 @@ fn pod_reads_after_start(records: &[Value], node: &str) -> PodReads {
             e["objectRef"]["resource"] == "pods"
                 && e["stage"] == "ResponseComplete"
                 && selects(e["requestURI"].as_str().unwrap_or_default())
-                && at(e) >= started
+                && received(e) >= started
         })
         .collect();
     let uri = |e: &&Value| e["requestURI"].as_str().unwrap_or_default().to_string();
@@ -253,6 +238,64 @@ fn pod_reads_after_start(records: &[Value], node: &str) -> PodReads {
             })
             .collect(),
     }
+}
+
+/// The drainer's reads of `node`'s pods over the whole run, from all its audit `records` (every
+/// stage): the URIs of its lists, and of its watches with when each began (its
+/// `ResponseStarted` record, written as the watch opens, while it may still be open).
+struct AllPodReads {
+    lists: Vec<String>,
+    watches: Vec<(String, String)>,
+}
+
+fn pod_reads(records: &[Value], node: &str) -> AllPodReads {
+    let wanted = format!("spec.nodeName={node}");
+    let of_node = |e: &&Value| {
+        e["objectRef"]["resource"] == "pods"
+            && selects(
+                &e["requestURI"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace("%3D", "="),
+                &format!("fieldSelector={wanted}"),
+            )
+    };
+    let uri = |e: &Value| e["requestURI"].as_str().unwrap_or_default().to_string();
+    AllPodReads {
+        lists: records
+            .iter()
+            .filter(of_node)
+            .filter(|e| e["verb"] == "list" && e["stage"] == "ResponseComplete")
+            .map(uri)
+            .collect(),
+        watches: records
+            .iter()
+            .filter(of_node)
+            .filter(|e| e["verb"] == "watch" && e["stage"] == "ResponseStarted")
+            .map(|e| (uri(e), received(e)))
+            .collect(),
+    }
+}
+
+fn received(e: &Value) -> String {
+    e["requestReceivedTimestamp"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn patches_node(e: &Value, node: &str) -> bool {
+    e["verb"] == "patch" && e["objectRef"]["resource"] == "nodes" && e["objectRef"]["name"] == node
+}
+
+/// When the drainer first wrote `node` (its drain's start), from its audit `records`.
+fn first_write(records: &[Value], node: &str) -> String {
+    records
+        .iter()
+        .filter(|e| patches_node(e, node))
+        .map(received)
+        .min()
+        .unwrap_or_else(|| panic!("the drainer never wrote {node}"))
 }
 
 /// The gate's reads of pending pods, from the drainer's audit `records`: each request's verb,
@@ -286,9 +329,7 @@ fn node_writes(records: &[Value], node: &str) -> usize {
     records
         .iter()
         .filter(|e| {
-            e["verb"] == "patch"
-                && e["objectRef"]["resource"] == "nodes"
-                && e["objectRef"]["name"] == node
+            patches_node(e, node)
                 && e["stage"] == "ResponseComplete"
                 && e["responseStatus"]["code"] == 200
         })
@@ -376,6 +417,12 @@ fn given_every_old_node_tainted_then_rotor_drains_them_all_within_every_budget_w
         Vec::<String>::new(),
         "pod lists read through to etcd instead of the watch cache"
     );
+    let all_records: Vec<Value> = cluster
+        .audit_events()
+        .into_iter()
+        .filter(|e| e["user"]["username"] == DRAINER)
+        .collect();
+    let mut weighed_before_start = 0;
     assert!(drainer.log().contains("drained"), "{}", drainer.log());
     // web's and api's budgets allow one eviction each, and a node holds two of their pods:
     // the drains waited on them (a budget the cache showed spent, or a 429) ...
@@ -394,22 +441,24 @@ fn given_every_old_node_tainted_then_rotor_drains_them_all_within_every_budget_w
             "{n}"
         );
         assert_eq!(node_writes(&records, n), 2, "writes to {n}");
-        // The drain read its node's pods with one request: a watch that began with them.
-        let reads = pod_reads_after_start(&records, n);
-        assert_eq!(
-            reads.lists,
-            Vec::<String>::new(),
-            "{n}'s pods listed by its drain"
-        );
+        // The node's pods were read with one request in all, by the choice that weighed it
+        // or by its drain: a watch that began with them, which the drain went on with.
+        let reads = pod_reads(&all_records, n);
+        assert_eq!(reads.lists, Vec::<String>::new(), "{n}'s pods listed");
         assert!(
-            reads
-                .watches
-                .iter()
-                .any(|(uri, _)| uri.contains("sendInitialEvents=true")),
-            "{n}'s drain did not stream its pods: {:?}",
+            reads.watches.len() == 1 && reads.watches[0].0.contains("sendInitialEvents=true"),
+            "{n}'s pods were not read with one streaming watch: {:?}",
             reads.watches
         );
+        if reads.watches[0].1 < first_write(&records, n) {
+            weighed_before_start += 1;
+        }
     }
+    // Two slots for three nodes: the choice weighed them, and the drains took its watches.
+    assert!(
+        weighed_before_start >= 1,
+        "no node's pods were read before its drain started: the choice never weighed them"
+    );
     eprintln!(
         "real control plane: {} nodes drained in {:.1}s, {evictions} evictions, 0 violations \
          ({} watch events, lowest healthy {:?})",

@@ -3,8 +3,12 @@
 
 use std::collections::HashMap;
 
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
+
+/// One node's pod events, as kube's watcher gives them.
+pub type PodEvents = BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>;
 
 /// Pods by UID. Until the stream's first list has ended nothing is known: a half-read list
 /// must not look like a node without pods, or a surge without pending placeholders.
@@ -13,6 +17,8 @@ pub struct WatchedPods {
     pods: HashMap<String, Pod>,
     listing: HashMap<String, Pod>,
     listed: bool,
+    /// A list has begun and not ended yet.
+    in_list: bool,
 }
 
 impl WatchedPods {
@@ -20,13 +26,17 @@ impl WatchedPods {
     pub fn apply(&mut self, event: watcher::Event<Pod>) -> Option<String> {
         match event {
             // A (re-)list starts: the pods known so far stay until it ends.
-            watcher::Event::Init => self.listing.clear(),
+            watcher::Event::Init => {
+                self.listing.clear();
+                self.in_list = true;
+            }
             watcher::Event::InitApply(p) => {
                 self.listing.insert(uid(&p), p);
             }
             watcher::Event::InitDone => {
                 self.pods = std::mem::take(&mut self.listing);
                 self.listed = true;
+                self.in_list = false;
             }
             watcher::Event::Apply(p) => {
                 self.pods.insert(uid(&p), p);
@@ -44,6 +54,28 @@ impl WatchedPods {
     pub fn listed(&self) -> Option<&HashMap<String, Pod>> {
         self.listed.then_some(&self.pods)
     }
+
+    /// The events that bring an empty `WatchedPods` to this one's state: the pods as one list,
+    /// then the list under way, if any, as far as it has come. A stream taken over from another
+    /// reader goes on from here (the rest of that list, then changes).
+    pub fn replay(&self) -> Vec<watcher::Event<Pod>> {
+        let mut events = Vec::new();
+        if self.listed {
+            events.push(watcher::Event::Init);
+            events.extend(self.pods.values().cloned().map(watcher::Event::InitApply));
+            events.push(watcher::Event::InitDone);
+        }
+        if self.in_list {
+            events.push(watcher::Event::Init);
+            events.extend(
+                self.listing
+                    .values()
+                    .cloned()
+                    .map(watcher::Event::InitApply),
+            );
+        }
+        events
+    }
 }
 
 fn uid(pod: &Pod) -> String {
@@ -51,14 +83,16 @@ fn uid(pod: &Pod) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn pod(uid: &str) -> Pod {
+    /// A pod named and identified by `uid`.
+    pub(crate) fn pod(uid: &str) -> Pod {
         Pod {
             metadata: ObjectMeta {
                 uid: Some(uid.into()),
+                name: Some(uid.into()),
                 ..ObjectMeta::default()
             },
             ..Pod::default()
@@ -98,5 +132,58 @@ mod tests {
         assert_eq!(uids(&w), Some(vec!["b".to_string()]));
         w.apply(watcher::Event::InitDone);
         assert_eq!(uids(&w), Some(vec!["c".to_string()]));
+    }
+
+    /// A fresh `WatchedPods` fed `w`'s replay, then `rest`, against `w` fed `rest`.
+    fn taken_over(
+        w: &mut WatchedPods,
+        rest: Vec<watcher::Event<Pod>>,
+    ) -> (Option<Vec<String>>, Option<Vec<String>>) {
+        let mut fresh = WatchedPods::default();
+        for e in w.replay() {
+            fresh.apply(e);
+        }
+        for e in rest {
+            fresh.apply(e.clone());
+            w.apply(e);
+        }
+        (uids(w), uids(&fresh))
+    }
+
+    #[test]
+    fn a_replay_hands_over_the_state_at_any_point_of_a_list() {
+        // Before any list: nothing known, and the stream's first list follows.
+        let w = WatchedPods::default();
+        assert!(w.replay().is_empty());
+        // Mid first list: the pods so far, the rest of the list to come.
+        let mut w = WatchedPods::default();
+        w.apply(watcher::Event::Init);
+        w.apply(watcher::Event::InitApply(pod("a")));
+        let (old, new) = taken_over(&mut w, vec![]);
+        assert_eq!((old.clone(), new), (None, None));
+        let (old, new) = taken_over(
+            &mut w,
+            vec![
+                watcher::Event::InitApply(pod("b")),
+                watcher::Event::InitDone,
+            ],
+        );
+        assert_eq!(old, Some(vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(new, old);
+        // Listed and changed since.
+        w.apply(watcher::Event::Apply(pod("c")));
+        w.apply(watcher::Event::Delete(pod("a")));
+        let (old, new) = taken_over(&mut w, vec![]);
+        assert_eq!(old, Some(vec!["b".to_string(), "c".to_string()]));
+        assert_eq!(new, old);
+        // Mid re-list: the listed pods stand until the re-list ends, in both.
+        w.apply(watcher::Event::Init);
+        w.apply(watcher::Event::InitApply(pod("d")));
+        let (old, new) = taken_over(&mut w, vec![]);
+        assert_eq!(old, Some(vec!["b".to_string(), "c".to_string()]));
+        assert_eq!(new, old);
+        let (old, new) = taken_over(&mut w, vec![watcher::Event::InitDone]);
+        assert_eq!(old, Some(vec!["d".to_string()]));
+        assert_eq!(new, old);
     }
 }

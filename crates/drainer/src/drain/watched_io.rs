@@ -8,20 +8,20 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
+use crate::drain::kept_watches_io::{KeptFailure, KeptPods, KeptWatches};
+use crate::drain::watched::PodEvents;
 use crate::watch_backoff::WatchBackoffExt;
 
-/// One node's pod events, as kube's watcher gives them.
-pub type PodEvents = BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>;
-
-/// Opens the drains' pod watches, remembering whether the API server streams initial events.
+/// Opens the drains' pod watches, remembering whether the API server streams initial events,
+/// and keeps the watches the choice opened to weigh candidates for their drains.
 pub struct PodWatches {
     client: kube::Client,
     streaming: AtomicBool,
+    kept: KeptWatches,
 }
 
 impl PodWatches {
@@ -29,11 +29,41 @@ impl PodWatches {
         PodWatches {
             client,
             streaming: AtomicBool::new(true),
+            kept: KeptWatches::default(),
         }
     }
 
-    /// `node`'s pods, retried after a failure with [`crate::watch_backoff::WatchBackoff`].
+    /// `node`'s pods for a drain: the watch the choice kept for it when there is one, else a
+    /// new one.
     pub fn open(&self, node: &str) -> PodEvents {
+        self.kept.take(node, self.open_new(node))
+    }
+
+    /// `node`'s pods for the choice to weigh it, read from a watch kept for its drain; `None`
+    /// when no more watches may be kept (the caller lists them).
+    pub async fn pods_to_weigh(&self, node: &str) -> Result<Option<Vec<Pod>>, String> {
+        loop {
+            match self.kept.pods_of(node, || self.open_new(node)).await {
+                KeptPods::Pods(pods) => return Ok(Some(pods)),
+                KeptPods::NotKept => return Ok(None),
+                // Once: from then on watches list first, which the API server accepts.
+                KeptPods::Failed(KeptFailure::Watch(error))
+                    if refuses_streaming(&error) && self.streaming.load(Ordering::Relaxed) =>
+                {
+                    self.stop_streaming(node)
+                }
+                KeptPods::Failed(failure) => return Err(failure.to_string()),
+            }
+        }
+    }
+
+    /// The watches kept for candidates and chosen nodes.
+    pub fn kept(&self) -> &KeptWatches {
+        &self.kept
+    }
+
+    /// `node`'s pods, retried after a failure with [`crate::watch_backoff::WatchBackoff`].
+    fn open_new(&self, node: &str) -> PodEvents {
         let api: Api<Pod> = Api::all(self.client.clone());
         watcher(api, self.config(node))
             // A drain never reads them, and they are most of a pod's size in memory (each
@@ -62,10 +92,14 @@ impl PodWatches {
         if !refuses_streaming(error) {
             return false;
         }
+        self.stop_streaming(node);
+        true
+    }
+
+    fn stop_streaming(&self, node: &str) {
         if self.streaming.swap(false, Ordering::Relaxed) {
             tracing::info!(%node, "the API server does not stream a watch's initial pods (the WatchList feature is off); drains list each node's pods, then watch them");
         }
-        true
     }
 }
 

@@ -1,6 +1,6 @@
-//! The choice's reads: lists the pods of candidates not yet known (a few per pass), reads the
-//! budget watch and what the running drains claim, and asks [`crate::fleet::choice`] to weigh
-//! them.
+//! The choice's reads: reads the pods of candidates not yet known (a few per pass) from watches
+//! kept for their drains ([`crate::drain::kept_watches_io`]), reads the budget watch and what the
+//! running drains claim, and asks [`crate::fleet::choice`] to weigh them.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use crate::drain::budgets::{BudgetDemand, BudgetKey, budget_paces};
 use crate::drain::budgets_io::BudgetWatch;
 use crate::drain::pods::{DrainOptions, plan_node};
 use crate::drain::published::Published;
+use crate::drain::watched_io::PodWatches;
 use crate::fleet::choice::{
     BudgetsNow, DemandCache, SCORED_HEAD_EXTRA, SCORED_SPREAD, drain_taint_for_scoring, weigh,
 };
@@ -25,8 +26,10 @@ use crate::record::node::retry_backoff;
 
 /// What the choice reads: the candidates' pods, the budgets, and what the running drains claim.
 pub(super) struct ChoiceReads {
-    /// Lists the candidates' pods.
+    /// Lists the candidates' pods when no more watches can be kept.
     pub client: kube::Client,
+    /// The candidates' pod watches, kept for their drains.
+    pub pod_watches: Arc<PodWatches>,
     pub budgets: BudgetWatch,
     pub published: Arc<Published>,
     /// The drain's pod filters: a candidate is weighed as its drain would plan it.
@@ -34,7 +37,7 @@ pub(super) struct ChoiceReads {
 }
 
 /// Scores the candidates in `view` and decides again with the scores, when the first decision
-/// started `starting` nodes. Candidates not in `cache` are listed, a sample of them per pass
+/// started `starting` nodes. Candidates not in `cache` are read, a sample of them per pass
 /// ([`candidates_to_score`]). `None` when there is no choice to make or nothing could be
 /// scored: the caller keeps its first decision.
 pub(super) async fn rechoose(
@@ -51,6 +54,7 @@ pub(super) async fn rechoose(
         .into_iter()
         .collect();
     cache.keep_only(&candidates);
+    reads.pod_watches.kept().keep_only(&candidates);
     if candidates.len() <= starting {
         return None;
     }
@@ -93,9 +97,12 @@ pub(super) async fn rechoose(
     Some(decision)
 }
 
-/// Lists each node's pods and plans its drain against the budget cache: what it would ask of
-/// each budget. Scoring only orders the candidates, so a node whose pods cannot be read is left
-/// out (unscored, after the scored ones) rather than failing the pass.
+/// Reads each node's pods and plans its drain against the budget cache: what it would ask of
+/// each budget. The pods come from a watch kept for the node's drain, so a node chosen after it
+/// was weighed costs one read of its pods, not a list and then its drain's watch; past the
+/// kept watches' limit they are listed. Scoring only orders the candidates, so a node whose
+/// pods cannot be read is left out (unscored, after the scored ones) rather than failing the
+/// pass.
 async fn list_demands(reads: &ChoiceReads, names: &[String]) -> Vec<(String, BudgetDemand)> {
     if names.is_empty() {
         return Vec::new();
@@ -106,12 +113,23 @@ async fn list_demands(reads: &ChoiceReads, names: &[String]) -> Vec<(String, Bud
         .map(|name| {
             let pods = pods.clone();
             async move {
-                // From the API server's watch cache: a list a moment old changes a score at
-                // most, and a consistent read of each candidate waits for the cache to catch up.
-                let params = ListParams::default()
-                    .fields(&format!("spec.nodeName={name}"))
-                    .match_any();
-                (name, pods.list(&params).await)
+                let read = match reads.pod_watches.pods_to_weigh(&name).await {
+                    Ok(Some(kept)) => Ok(kept),
+                    Ok(None) => {
+                        // From the API server's watch cache: a list a moment old changes a
+                        // score at most, and a consistent read of each candidate waits for the
+                        // cache to catch up.
+                        let params = ListParams::default()
+                            .fields(&format!("spec.nodeName={name}"))
+                            .match_any();
+                        pods.list(&params)
+                            .await
+                            .map(|list| list.items)
+                            .map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e),
+                };
+                (name, read)
             }
         })
         .buffer_unordered(4)
@@ -120,13 +138,13 @@ async fn list_demands(reads: &ChoiceReads, names: &[String]) -> Vec<(String, Bud
     let mut demands = Vec::new();
     for (name, list) in lists {
         match list {
-            Ok(list) => {
-                let budgets = reads.budgets.for_pods(&list.items);
-                let plan = plan_node(&list.items, &budgets, &taint, &reads.options);
+            Ok(pods) => {
+                let budgets = reads.budgets.for_pods(&pods);
+                let plan = plan_node(&pods, &budgets, &taint, &reads.options);
                 demands.push((name, BudgetDemand::of(&plan, |_| true)));
             }
             Err(e) => {
-                tracing::debug!(node = %name, error = %e, "could not list the pods of a candidate; it is not scored")
+                tracing::debug!(node = %name, error = %e, "could not read the pods of a candidate; it is not scored")
             }
         }
     }

@@ -170,6 +170,7 @@ pub async fn run(
         },
         choice_reads: ChoiceReads {
             client: fleet.client.clone(),
+            pod_watches: fleet.drains.pod_watches.clone(),
             budgets: fleet.drains.budgets.clone(),
             published: fleet.published.clone(),
             options: fleet.settings.options.clone(),
@@ -348,6 +349,9 @@ impl Shell {
     fn task_ended(&mut self, (node, outcome): (String, DrainOutcome)) -> Event {
         self.stoppers.remove(&node);
         self.fleet.published.claims.take(&node);
+        // A drain that ended before its evictions (refused, held, its node gone) never took
+        // the watch the choice kept for it.
+        self.fleet.drains.pod_watches.kept().release(&node);
         // Whatever the end, what the drain evicted must be Ready again before the next start:
         // its share of the disruption no longer counts as in flight.
         let evicted = self
@@ -603,6 +607,8 @@ impl Shell {
                 if let Some(demand) = self.demand_cache.take(&node) {
                     self.fleet.published.claims.set(&node, demand);
                 }
+                // The pod watch the choice weighed it with, kept for this drain to go on with.
+                self.fleet.drains.pod_watches.kept().claim(&node);
                 let stops = Stops {
                     abort: CancellationToken::new(),
                     // A halt stops the drain as a shutdown would: where it is, state kept.

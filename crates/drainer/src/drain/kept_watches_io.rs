@@ -13,7 +13,7 @@
 //! served its score; if that node is chosen after all, its drain opens a watch of its own, as
 //! before). A watch no choice has read for [`KEPT_IDLE`] closes itself, and one whose node is
 //! no longer a candidate is closed at the next choice. (Keeping only the nodes the planned
-//! choice ranked first kept fewer of those it then chose: 1.8 pod reads a node against 1.6.)
+//! choice ranked first kept fewer of those it then chose: 1.8 pod reads a node against 1.7.)
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -31,10 +31,12 @@ use crate::drain::watched::{PodEvents, WatchedPods};
 /// within the drainer's 64 MiB at 20,000 nodes (56.8 MiB draining). Keeping every candidate's
 /// saves another 0.5 reads a drained node on bench-50, at 10 MiB more.
 pub const KEPT_MAX: usize = 12;
-/// A kept watch that no choice has read and no drain has claimed for this long closes: as long
-/// as the choice trusts a demand it read (`DEMAND_TTL` in `crate::fleet::choice`), since it
+/// A kept watch that no choice has read for this long closes (a claimed one waits for its
+/// drain, which takes or releases it): as long as the choice trusts a demand it read (`DEMAND_TTL` in `crate::fleet::choice`), since it
 /// reads a candidate again only after that.
 pub const KEPT_IDLE: Duration = Duration::from_secs(300);
+/// How long a claimed watch stays open at most: its drain takes or releases it long before.
+const CLAIMED_FOR: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long the choice waits for a new kept watch's first list before leaving the node
 /// unscored.
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(30);
@@ -104,8 +106,12 @@ impl Kept {
 
     /// Keeps the watch open for another idle period from now.
     fn wanted(&self) {
+        self.wanted_for(self.idle);
+    }
+
+    fn wanted_for(&self, d: Duration) {
         let mut until = lock(&self.wanted_until);
-        *until = (*until).max(Instant::now() + self.idle);
+        *until = (*until).max(Instant::now() + d);
     }
 
     /// Whether the task is gone (idle, failed or ended): the entry is only in the way.
@@ -277,7 +283,21 @@ impl KeptWatches {
         let read = kept.pods(FIRST_LIST_WAIT).await;
         match read {
             Ok(pods) => {
-                lock(&self.candidates).insert(node.to_string(), kept);
+                let mut candidates = lock(&self.candidates);
+                candidates.insert(node.to_string(), kept);
+                // Reads run side by side and each made room before it began: trim again.
+                let claimed = lock(&self.claimed).len();
+                while candidates.len() + claimed > KEPT_MAX {
+                    let oldest = candidates
+                        .iter()
+                        .filter(|(name, _)| *name != node)
+                        .min_by_key(|(_, k)| k.read_until())
+                        .map(|(name, _)| name.clone());
+                    match oldest {
+                        Some(name) => candidates.remove(&name),
+                        None => break,
+                    };
+                }
                 KeptPods::Pods(pods)
             }
             Err(failure) => KeptPods::Failed(failure),
@@ -295,7 +315,9 @@ impl KeptWatches {
     pub fn claim(&self, node: &str) {
         let kept = lock(&self.candidates).remove(node);
         if let Some(kept) = kept {
-            kept.wanted();
+            // Open until the drain takes it or ends ([`KeptWatches::release`]): a drain may
+            // make room first (`--surge`) for longer than an idle period.
+            kept.wanted_for(CLAIMED_FOR);
             lock(&self.claimed).insert(node.to_string(), kept);
         }
     }
@@ -437,7 +459,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_no_choice_reads_closes_itself() {
-        const IDLE: Duration = Duration::from_millis(300);
+        // Wide margins: real time, on a loaded machine.
+        const IDLE: Duration = Duration::from_secs(2);
         let kept = KeptWatches::closing_after(IDLE);
         let (tx, events) = fed();
         tx.unbounded_send(Ok(watcher::Event::Init)).unwrap();
@@ -446,24 +469,35 @@ mod tests {
             kept.pods_of("n1", || events).await,
             KeptPods::Pods(_)
         ));
-        tokio::time::sleep(IDLE / 3).await;
+        // A chosen node's watch waits for its drain, however long it makes room first.
+        let (claimed_tx, claimed_events) = fed();
+        claimed_tx.unbounded_send(Ok(watcher::Event::Init)).unwrap();
+        claimed_tx
+            .unbounded_send(Ok(watcher::Event::InitDone))
+            .unwrap();
+        assert!(matches!(
+            kept.pods_of("n2", || claimed_events).await,
+            KeptPods::Pods(_)
+        ));
+        kept.claim("n2");
+        tokio::time::sleep(IDLE / 4).await;
         assert!(!tx.is_closed());
         // A read keeps it open for another idle period.
         assert!(matches!(
             kept.pods_of("n1", || unreachable!("kept")).await,
             KeptPods::Pods(_)
         ));
-        tokio::time::sleep(IDLE * 2 / 3).await;
-        assert!(
-            !tx.is_closed(),
-            "a watch read {:?} ago closed",
-            IDLE * 2 / 3
-        );
-        tokio::time::sleep(IDLE).await;
+        tokio::time::sleep(IDLE / 2).await;
+        assert!(!tx.is_closed(), "a watch read {:?} ago closed", IDLE / 2);
+        tokio::time::sleep(IDLE * 5 / 4).await;
         assert!(tx.is_closed(), "an unread watch stayed open past {IDLE:?}");
+        assert!(
+            !claimed_tx.is_closed(),
+            "a claimed watch closed before its drain took it"
+        );
         // Gone from the count at the next choice; a drain on it opens its own.
         kept.keep_only(&HashSet::from(["n1".to_string()]));
-        assert_eq!(kept.len(), 0);
+        assert_eq!(kept.len(), 1);
     }
 
     /// Keeps a listed watch for `node`; its sender.

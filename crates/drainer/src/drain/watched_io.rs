@@ -42,15 +42,18 @@ impl PodWatches {
     /// `node`'s pods for the choice to weigh it, read from a watch kept for its drain; `None`
     /// when no more watches may be kept (the caller lists them).
     pub async fn pods_to_weigh(&self, node: &str) -> Result<Option<Vec<Pod>>, String> {
+        let mut refused = false;
         loop {
             match self.kept.pods_of(node, || self.open_new(node)).await {
                 KeptPods::Pods(pods) => return Ok(Some(pods)),
                 KeptPods::NotKept => return Ok(None),
-                // Once: from then on watches list first, which the API server accepts.
+                // Once: from then on watches list first, which the API server accepts. (Reads
+                // run side by side: another may have turned streaming off already.)
                 KeptPods::Failed(KeptFailure::Watch(error))
-                    if refuses_streaming(&error) && self.streaming.load(Ordering::Relaxed) =>
+                    if !refused && refuses_streaming(&error) =>
                 {
-                    self.stop_streaming(node)
+                    refused = true;
+                    self.stop_streaming(node);
                 }
                 KeptPods::Failed(failure) => return Err(failure.to_string()),
             }

@@ -541,13 +541,14 @@ impl Machine {
         commands.extend(self.breaker_step(wall));
         commands.extend(self.rotation_finished());
         // Resume drains recorded as started (a restart or a failover), unless a halt stopped
-        // them; not while the nodes are read again, since a resumed drain runs with its pool's
-        // settings.
+        // them. A resumed drain runs with its pool's settings, so not before the policies are
+        // read, nor while the nodes are read again: until then its pool may be wrong.
         for n in self.nodes.values() {
             if n.tainted
                 && n.record.is_active()
                 && !self.busy(&n.name)
                 && !self.drains_halted()
+                && self.pools_known
                 && !self.labels_stale
             {
                 commands.push(Command::Drain {

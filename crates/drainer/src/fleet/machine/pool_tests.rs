@@ -101,6 +101,22 @@ fn started(commands: &[Command]) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// The drains resumed, with the policy each runs under.
+fn resumed(commands: &[Command]) -> Vec<(String, Option<String>)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Drain {
+                node,
+                intent: Intent::Resume,
+                policy,
+                ..
+            } => Some((node.clone(), policy.as_ref().map(|p| p.name.clone()))),
+            _ => None,
+        })
+        .collect()
+}
+
 fn held_text(held: &[Held], node: &str) -> String {
     held.iter()
         .find(|(n, _)| n == node)
@@ -421,20 +437,6 @@ fn a_drain_under_way_resumes_only_once_its_node_is_in_its_pool() {
         Event::NodesListed(without_labels(vec![evicting.clone()])),
         t0,
     );
-    let resumed = |commands: &[Command]| -> Vec<(String, Option<String>)> {
-        commands
-            .iter()
-            .filter_map(|c| match c {
-                Command::Drain {
-                    node,
-                    intent: Intent::Resume,
-                    policy,
-                    ..
-                } => Some((node.clone(), policy.as_ref().map(|p| p.name.clone()))),
-                _ => None,
-            })
-            .collect()
-    };
     machine.apply(
         Event::PoliciesListed(vec![policy("general", "general", &[("1", None)])]),
         t0,
@@ -443,6 +445,34 @@ fn a_drain_under_way_resumes_only_once_its_node_is_in_its_pool() {
     let (commands, _) = pass(&mut machine, t0);
     assert_eq!(resumed(&commands), []);
     machine.apply(Event::NodesListed(vec![evicting]), t0);
+    let (commands, _) = pass(&mut machine, t0);
+    assert_eq!(
+        resumed(&commands),
+        [("gen-1".to_string(), Some("general".to_string()))]
+    );
+}
+
+#[test]
+fn a_drain_under_way_resumes_only_once_the_policies_are_read() {
+    // A restart: the nodes were listed before the policy watch answered (the controller waits
+    // for it only so long). The drain recorded on gen-1 must not go on under the flags'
+    // settings while its policy is unread.
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    let evicting = || {
+        let mut n = tainted("gen-1", "general", 9);
+        n.record.phase = Some(DrainPhase::Evicting);
+        n
+    };
+    machine.apply(Event::NodesListed(without_labels(vec![evicting()])), t0);
+    let (commands, _) = pass(&mut machine, t0);
+    assert_eq!(resumed(&commands), [], "{commands:?}");
+    machine.apply(
+        Event::PoliciesListed(vec![policy("general", "general", &[("1", None)])]),
+        t0,
+    );
+    assert!(machine.take_read_nodes_again(), "the policy's key is read");
+    machine.apply(Event::NodesListed(vec![evicting()]), t0);
     let (commands, _) = pass(&mut machine, t0);
     assert_eq!(
         resumed(&commands),

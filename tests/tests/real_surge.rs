@@ -14,6 +14,8 @@ use rotor_e2e::{BudgetWatch, RealCluster, WatchedBudget, wait_until};
 use serde_json::Value;
 
 const DRAINER: &str = "system:serviceaccount:rotor-system:rotor-drainer";
+/// kube-controller-manager's ReplicaSet controller, under its own service account.
+const REPLICASET_CONTROLLER: &str = "system:serviceaccount:kube-system:replicaset-controller";
 const WAIT: Duration = Duration::from_secs(180);
 const PLACEHOLDERS: &str = "rotor.dev/surge-for,app.kubernetes.io/managed-by=rotor-drainer";
 
@@ -204,10 +206,11 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
     );
 
     // The audit log: one placeholder set created by rotor and its four pods by the ReplicaSet
-    // controller, then the first eviction only once the room was there, rotor removing the
-    // set and the placeholders just before it, and so no placeholder preempted by the
-    // scheduler (a preempted placeholder's replacement waits a scheduling cycle and the
-    // scheduler's back-off).
+    // controller, then the first eviction only once the room was there: rotor scaled the set
+    // to zero and the ReplicaSet controller removed the four placeholders just before it
+    // (side by side, where a deletecollection removes them one after another), the empty set
+    // deleted only after, and so no placeholder preempted by the scheduler (a preempted
+    // placeholder's replacement waits a scheduling cycle and the scheduler's back-off).
     let sets = requests_on(cluster.audit_by(DRAINER), "replicasets", "create", None);
     assert_eq!(sets.len(), 1, "placeholder sets created: {sets:?}");
     assert_eq!(sets[0].1, "rotor-system", "{sets:?}");
@@ -223,37 +226,60 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
         .filter(|(at, ns, _)| ns == "rotor-system" && at > &sets[0].0)
         .collect();
     assert_eq!(created.len(), 4, "placeholders created: {created:?}");
-    let handed_over = requests_on(
+    let evictions = pod_requests(&cluster, DRAINER, "create", Some("eviction"));
+    assert_eq!(evictions.len(), 4, "{evictions:?}");
+    let first_eviction = &evictions[0].0;
+    let scaled = requests_on(cluster.audit_by(DRAINER), "replicasets", "patch", None);
+    assert!(
+        scaled.iter().any(|(at, ns, name)| ns == "rotor-system"
+            && name == &sets[0].2
+            && at < first_eviction),
+        "the set scaled to zero before the first eviction at {first_eviction}: {scaled:?}"
+    );
+    let removed_by_controller: Vec<_> = requests_on(
+        cluster.audit_by(REPLICASET_CONTROLLER),
+        "pods",
+        "delete",
+        None,
+    )
+    .into_iter()
+    // Not the shipped drainer's pods, scaled to zero at the start.
+    .filter(|(_, ns, name)| ns == "rotor-system" && name.starts_with("rotor-surge-old-1-"))
+    .collect();
+    assert_eq!(
+        removed_by_controller.len(),
+        4,
+        "placeholders the ReplicaSet controller removed: {removed_by_controller:?}"
+    );
+    assert!(
+        removed_by_controller
+            .iter()
+            .all(|(at, _, _)| at < first_eviction),
+        "every placeholder removed before the first eviction at {first_eviction}: {removed_by_controller:?}"
+    );
+    let sets_deleted = requests_on(
         cluster.audit_by(DRAINER),
         "replicasets",
         "deletecollection",
         None,
     );
-
-    let evictions = pod_requests(&cluster, DRAINER, "create", Some("eviction"));
-    assert_eq!(evictions.len(), 4, "{evictions:?}");
     assert!(
-        handed_over
-            .first()
-            .is_some_and(|(at, ns, _)| ns == "rotor-system" && at < &evictions[0].0),
-        "the set deleted before the first eviction at {}: {handed_over:?}",
-        evictions[0].0
+        sets_deleted
+            .iter()
+            .any(|(at, ns, _)| ns == "rotor-system" && at > first_eviction),
+        "the empty set deleted at the release, after the evictions: {sets_deleted:?}"
     );
-    let freed = pod_requests(&cluster, DRAINER, "deletecollection", None);
-    assert!(
-        freed
-            .first()
-            .is_some_and(|(at, ns, _)| ns == "rotor-system" && at < &evictions[0].0),
-        "the placeholders removed before the first eviction at {}: {freed:?}",
-        evictions[0].0
+    assert_eq!(
+        pod_requests(&cluster, DRAINER, "deletecollection", None),
+        Vec::new(),
+        "no placeholder was left for rotor to delete"
     );
     let node_created =
         text(&cluster.kubectl_json(&["get", "node", surge_node])["metadata"]["creationTimestamp"]);
     // Audit times have microseconds, creation times whole seconds: compare to the second.
     assert!(
-        evictions[0].0[..19] >= node_created[..19],
-        "first eviction at {} before the room came at {node_created}",
-        evictions[0].0
+        first_eviction[..19] >= node_created[..19],
+        "first eviction at {first_eviction} before the room came at {node_created}"
     );
     // The harness's scheduler shares the admin's identity; its user agent tells it apart.
     let preempted: Vec<String> = cluster

@@ -1,8 +1,10 @@
 //! The I/O of surge ([`crate::drain::surge`] decides): create a node's placeholder sets, wait
 //! until the scheduler has placed their pods (an autoscaler adding nodes for them if it must),
-//! hand the pods over (the sets deleted, their pods left, so that a preempted placeholder is not
-//! made again), and remove the placeholders once the node is drained, when its drain is
-//! cancelled, or, for a previous leader's leftovers, when a new leader starts. A surge never
+//! free the room just before the evictions (the sets scaled to zero, the ReplicaSet controller
+//! deleting the placeholders) or, after a time-out, hand the pods over (the sets deleted, their
+//! pods left, so that a preempted placeholder is not made again), and remove what is left once
+//! the node is drained, when its drain is cancelled, or, for a previous leader's leftovers,
+//! when a new leader starts. A surge never
 //! stops a drain: whatever fails, the drain goes on without the room and says why.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,7 +42,8 @@ const MISSING_FOR: Duration = Duration::from_secs(2);
 
 /// How long a drain waits for the ReplicaSet controller to remove the placeholders of sets it
 /// scaled to zero before it deletes them itself: the controller does it within tens of
-/// milliseconds, so only a controller that is down or far behind takes this long.
+/// milliseconds, so only a controller that is down or far behind takes this long (a placeholder
+/// that has ended, which the controller leaves, holds no room and is not waited for).
 const FREED_WITHIN: Duration = Duration::from_secs(2);
 
 /// What surge's I/O works with: the client, the settings, the `--max-surge` slots and the
@@ -272,7 +275,9 @@ async fn free_room(room: &SurgeRoom, node: &str, sets: &[String], watch: &mut Pl
     // for pods the node no longer has).
     let mut sets: BTreeSet<String> = sets.iter().cloned().collect();
     sets.extend(watch.owners());
-    let scaled = scale_to_zero(room, node, &sets).await;
+    // A placeholder no set owns (made one by one by an earlier build) is no controller's to
+    // delete.
+    let scaled = !watch.any_unowned() && scale_to_zero(room, node, &sets).await;
     let freed = if scaled && watch.until_none_left(FREED_WITHIN).await {
         Some(DrainRoom::Freed { sets_left: true })
     } else {
@@ -290,21 +295,28 @@ async fn free_room(room: &SurgeRoom, node: &str, sets: &[String], watch: &mut Pl
     }
 }
 
-/// Scales `node`'s placeholder sets to zero: one merge patch each. False if one failed
-/// (logged).
+/// Scales `node`'s placeholder sets to zero: one merge patch each, side by side. False if one
+/// failed (logged).
 async fn scale_to_zero(room: &SurgeRoom, node: &str, sets: &BTreeSet<String>) -> bool {
     let api: Api<ReplicaSet> = Api::namespaced(room.client.clone(), &room.cfg.namespace);
     let zero = serde_json::json!({"spec": {"replicas": 0}});
-    for set in sets {
-        if let Err(e) = api
-            .patch(set, &PatchParams::default(), &Patch::Merge(&zero))
-            .await
-        {
+    let patches = sets.iter().map(|set| {
+        let (api, zero) = (&api, &zero);
+        async move {
+            let patched = api
+                .patch(set, &PatchParams::default(), &Patch::Merge(zero))
+                .await;
+            (set, patched)
+        }
+    });
+    let mut all = true;
+    for (set, patched) in futures::future::join_all(patches).await {
+        if let Err(e) = patched {
             tracing::warn!(%node, namespace = %room.cfg.namespace, set, error = %e, "could not scale a placeholder set to zero (rotor-drainer needs patch on replicasets in its namespace); deleting the placeholders instead");
-            return false;
+            all = false;
         }
     }
-    true
+    all
 }
 
 /// The watch of one node's placeholders, open from the wait for their scheduling until their
@@ -328,22 +340,47 @@ impl PlaceholderWatch {
         }
     }
 
-    /// The sets that own the placeholders the watch has listed.
+    /// The placeholders the watch has listed that hold room: a Failed or Succeeded pod holds
+    /// none (the scheduler does not count it), and a ReplicaSet scaled down leaves it.
+    fn standing(&self) -> Option<impl Iterator<Item = &Pod>> {
+        let pods = self.placeholders.listed()?;
+        Some(pods.values().filter(|pod| {
+            !matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Failed" | "Succeeded")
+            )
+        }))
+    }
+
+    /// The sets that own the standing placeholders.
     fn owners(&self) -> impl Iterator<Item = String> + '_ {
-        self.placeholders
-            .listed()
+        self.standing()
             .into_iter()
-            .flat_map(|pods| pods.values())
+            .flatten()
             .flat_map(|pod| pod.metadata.owner_references.iter().flatten())
             .filter(|owner| owner.kind == "ReplicaSet")
             .map(|owner| owner.name.clone())
     }
 
-    /// Whether the watch has seen every placeholder go, waiting at most `within`.
+    /// Whether a standing placeholder has no set.
+    fn any_unowned(&self) -> bool {
+        self.standing().into_iter().flatten().any(|pod| {
+            !pod.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|owner| owner.kind == "ReplicaSet")
+        })
+    }
+
+    /// Whether the watch has seen every placeholder go (or end), waiting at most `within`.
     async fn until_none_left(&mut self, within: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if self.placeholders.listed().is_some_and(|p| p.is_empty()) {
+            if self
+                .standing()
+                .is_some_and(|mut left| left.next().is_none())
+            {
                 return true;
             }
             tokio::select! {
@@ -904,6 +941,26 @@ mod tests {
         tx.unbounded_send(Ok(watcher::Event::Delete(placeholder("b", "set-2"))))
             .unwrap();
         assert!(watch.until_none_left(Duration::from_millis(50)).await);
+    }
+
+    #[tokio::test]
+    async fn a_placeholder_that_has_ended_holds_no_room_and_one_without_a_set_is_no_controllers() {
+        let mut ended = placeholder("a", "set-1");
+        ended.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+        let (_tx, mut watch) = listed_with(vec![ended]);
+        assert!(watch.until_none_left(Duration::from_millis(50)).await);
+        assert_eq!(
+            watch.owners().count(),
+            0,
+            "an ended pod's set needs no scaling"
+        );
+        assert!(!watch.any_unowned());
+        let (_tx, mut watch) = listed_with(vec![placeholder("b", "set-1"), pod("one-by-one")]);
+        assert!(!watch.until_none_left(Duration::from_millis(50)).await);
+        assert!(watch.any_unowned());
     }
 
     #[tokio::test]

@@ -266,14 +266,9 @@ impl KeptWatches {
                 None => {
                     let claimed = lock(&self.claimed).len();
                     while candidates.len() + claimed >= KEPT_MAX {
-                        let oldest = candidates
-                            .iter()
-                            .min_by_key(|(_, k)| k.read_until())
-                            .map(|(name, _)| name.clone());
-                        match oldest {
-                            Some(name) => candidates.remove(&name),
-                            None => return KeptPods::NotKept,
-                        };
+                        if !close_read_longest_ago(&mut candidates, None) {
+                            return KeptPods::NotKept;
+                        }
                     }
                     Kept::spawn(node, open(), self.idle)
                 }
@@ -287,17 +282,9 @@ impl KeptWatches {
                 candidates.insert(node.to_string(), kept);
                 // Reads run side by side and each made room before it began: trim again.
                 let claimed = lock(&self.claimed).len();
-                while candidates.len() + claimed > KEPT_MAX {
-                    let oldest = candidates
-                        .iter()
-                        .filter(|(name, _)| *name != node)
-                        .min_by_key(|(_, k)| k.read_until())
-                        .map(|(name, _)| name.clone());
-                    match oldest {
-                        Some(name) => candidates.remove(&name),
-                        None => break,
-                    };
-                }
+                while candidates.len() + claimed > KEPT_MAX
+                    && close_read_longest_ago(&mut candidates, Some(node))
+                {}
                 KeptPods::Pods(pods)
             }
             Err(failure) => KeptPods::Failed(failure),
@@ -344,6 +331,16 @@ impl KeptWatches {
     fn len(&self) -> usize {
         lock(&self.candidates).len() + lock(&self.claimed).len()
     }
+}
+
+/// Closes the candidate's watch read longest ago, sparing `spare`; false if there was none.
+fn close_read_longest_ago(candidates: &mut HashMap<String, Kept>, spare: Option<&str>) -> bool {
+    let oldest = candidates
+        .iter()
+        .filter(|(name, _)| Some(name.as_str()) != spare)
+        .min_by_key(|(_, k)| k.read_until())
+        .map(|(name, _)| name.clone());
+    oldest.is_some_and(|name| candidates.remove(&name).is_some())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use rotor_core::find_drain_taint;
 
-use crate::drain::pods::DrainOptions;
+use crate::drain::pods::{DrainOptions, is_finished};
 use crate::drain::surge::{
     NOT_CREATED, Reservation, SurgeConfig, all_placeholders_selector, keeps_placeholders_off,
     may_surge, orphaned, placeholder_node, placeholder_selector, placeholder_sets,
@@ -319,6 +319,16 @@ async fn scale_to_zero(room: &SurgeRoom, node: &str, sets: &BTreeSet<String>) ->
     all
 }
 
+/// The names of the ReplicaSets among `pod`'s owners.
+fn sets_owning(pod: &Pod) -> impl Iterator<Item = &str> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|owner| owner.kind == "ReplicaSet")
+        .map(|owner| owner.name.as_str())
+}
+
 /// The watch of one node's placeholders, open from the wait for their scheduling until their
 /// room is freed.
 struct PlaceholderWatch {
@@ -344,12 +354,7 @@ impl PlaceholderWatch {
     /// none (the scheduler does not count it), and a ReplicaSet scaled down leaves it.
     fn standing(&self) -> Option<impl Iterator<Item = &Pod>> {
         let pods = self.placeholders.listed()?;
-        Some(pods.values().filter(|pod| {
-            !matches!(
-                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Failed" | "Succeeded")
-            )
-        }))
+        Some(pods.values().filter(|pod| !is_finished(pod)))
     }
 
     /// The sets that own the standing placeholders.
@@ -357,20 +362,16 @@ impl PlaceholderWatch {
         self.standing()
             .into_iter()
             .flatten()
-            .flat_map(|pod| pod.metadata.owner_references.iter().flatten())
-            .filter(|owner| owner.kind == "ReplicaSet")
-            .map(|owner| owner.name.clone())
+            .flat_map(sets_owning)
+            .map(str::to_string)
     }
 
     /// Whether a standing placeholder has no set.
     fn any_unowned(&self) -> bool {
-        self.standing().into_iter().flatten().any(|pod| {
-            !pod.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|owner| owner.kind == "ReplicaSet")
-        })
+        self.standing()
+            .into_iter()
+            .flatten()
+            .any(|pod| sets_owning(pod).next().is_none())
     }
 
     /// Whether the watch has seen every placeholder go (or end), waiting at most `within`.

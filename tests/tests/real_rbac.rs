@@ -82,7 +82,8 @@ const POLICY: &str = "rbac-cases";
 /// cordon, a placeholder for each pod, evict one, restart the other's Deployment, record. One
 /// pod belongs to a ReplicaSet, the other to a Deployment of one replica (surge makes room only
 /// for pods a controller recreates); both are pinned to the node, so their placeholders never
-/// fit and the surge times out, and the restarted Deployment's new pod stays Pending.
+/// fit and the surge times out, and the restarted Deployment's new pod stays Pending, so the
+/// drain fails at `--drain-timeout` and its release removes the placeholders left standing.
 fn node_with_a_pod(cluster: &RealCluster, n: usize) -> String {
     let node = format!("case-{n}");
     let fake = FakeNode::behind(&node);
@@ -168,8 +169,11 @@ fn removing_any_one_rule_of_the_drainers_roles_makes_the_step_that_needs_it_fail
                 &[
                     "--lease-duration",
                     "2s",
+                    // The drain never ends by itself (the restarted pod stays Pending), and
+                    // its release is what removes the timed-out surge's placeholders (pods
+                    // deletecollection): it must fail well within the wait below.
                     "--drain-timeout",
-                    "1m",
+                    "20s",
                     "--surge",
                     "--surge-timeout",
                     "5s",

@@ -321,7 +321,7 @@ fn print_run(c: usize, k: Option<&PeerRun>, r: &PeerRun, surge: bool) {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         println!(
-            "  {who}: provisioned in {:.0} s; evictions {}; {} requests ({:.1} per node){}; {} nodes launched after t=0; pending pod-seconds {:.0}",
+            "  {who}: provisioned in {:.0} s; evictions {}; {} requests ({:.1} per node){}; {} nodes launched after t=0; pending pod-seconds {:.0} (of them unschedulable {:.0})",
             run.provisioned_in,
             if evictions.is_empty() {
                 "none".into()
@@ -337,7 +337,8 @@ fn print_run(c: usize, k: Option<&PeerRun>, r: &PeerRun, surge: bool) {
                 ))
                 .unwrap_or_default(),
             run.launched,
-            run.pending_seconds
+            run.pending_seconds,
+            run.timeline.unschedulable_seconds()
         );
         for v in &run.violations {
             println!("  {who}: budget violation: {v}");

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::WatchEvent;
-use rotor_sim::cluster::objects::pod_ready;
+use rotor_sim::cluster::objects::{pod_ready, unschedulable};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
@@ -48,6 +48,8 @@ impl NodeTimes {
 struct PodSeen {
     node: Option<String>,
     pending: bool,
+    /// Pending, and the scheduler found no room for it (`PodScheduled` False, `Unschedulable`).
+    unschedulable: bool,
     ready: bool,
     deleting: bool,
 }
@@ -60,6 +62,8 @@ struct State {
     on_node: HashMap<String, usize>,
     pending: usize,
     pending_series: Vec<(Instant, usize)>,
+    unschedulable: usize,
+    unschedulable_series: Vec<(Instant, usize)>,
     budget_series: BTreeMap<String, Vec<(Instant, i64)>>,
     /// Each budget's healthy pods as last seen, by `namespace/name`.
     healthy: HashMap<String, i32>,
@@ -78,6 +82,8 @@ pub struct Recorder {
 pub struct Record {
     pub nodes: HashMap<String, NodeTimes>,
     pub pending: Vec<(Instant, usize)>,
+    /// Of those, the ones the scheduler had found no room for.
+    pub unschedulable: Vec<(Instant, usize)>,
     pub budgets: BTreeMap<String, Vec<(Instant, i64)>>,
     moments: Vec<(Instant, Happened, String)>,
 }
@@ -125,6 +131,7 @@ impl Recorder {
             apply_budget(&mut s, b, at, false);
         }
         s.pending_series.push((at, s.pending));
+        s.unschedulable_series.push((at, s.unschedulable));
         let state = Arc::new(Mutex::new(s));
         let readers = vec![
             watch::<Node>(
@@ -209,6 +216,7 @@ impl Recorder {
         Record {
             nodes: s.nodes.clone(),
             pending: s.pending_series.clone(),
+            unschedulable: s.unschedulable_series.clone(),
             budgets: s.budget_series.clone(),
             moments: s.moments.clone(),
         }
@@ -330,9 +338,14 @@ fn on_pod(s: &mut State, event: WatchEvent<Pod>, now: Instant) {
         }
     }
     s.on_node.retain(|_, c| *c > 0);
-    if s.pending_series.last().map(|(_, n)| *n) != Some(s.pending) {
-        let pending = s.pending;
-        s.pending_series.push((now, pending));
+    note_count(&mut s.pending_series, s.pending, now);
+    note_count(&mut s.unschedulable_series, s.unschedulable, now);
+}
+
+/// Appends `count` to `series` at `now` if it changed.
+fn note_count(series: &mut Vec<(Instant, usize)>, count: usize, now: Instant) {
+    if series.last().map(|(_, n)| *n) != Some(count) {
+        series.push((now, count));
     }
 }
 
@@ -382,6 +395,9 @@ fn apply_pod(s: &mut State, p: &Pod, deleted: bool, seen: Option<Instant>) {
         if b.pending {
             s.pending -= 1;
         }
+        if b.unschedulable {
+            s.unschedulable -= 1;
+        }
     }
     let node = p
         .spec
@@ -390,6 +406,7 @@ fn apply_pod(s: &mut State, p: &Pod, deleted: bool, seen: Option<Instant>) {
         .filter(|n| !n.is_empty());
     let now = PodSeen {
         pending: node.is_none(),
+        unschedulable: node.is_none() && unschedulable(p),
         node,
         ready: pod_ready(p),
         deleting: deleted || p.metadata.deletion_timestamp.is_some(),
@@ -420,6 +437,9 @@ fn apply_pod(s: &mut State, p: &Pod, deleted: bool, seen: Option<Instant>) {
     }
     if now.pending {
         s.pending += 1;
+    }
+    if now.unschedulable {
+        s.unschedulable += 1;
     }
     s.pods.insert(key, now);
 }
@@ -469,7 +489,7 @@ mod tests {
     use k8s_openapi::api::core::v1::PodSpec;
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-    use rotor_sim::cluster::objects::set_pod_condition;
+    use rotor_sim::cluster::objects::{set_pod_condition, set_pod_condition_with_reason};
 
     use super::*;
 
@@ -507,6 +527,43 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_pod_counts_unschedulable_only_from_the_schedulers_no_room_to_its_binding() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut s = State::default();
+        // Created: Pending, not yet tried by the scheduler.
+        on_pod(
+            &mut s,
+            WatchEvent::Added(pod("web-b", None, false, false)),
+            at(100),
+        );
+        let mut no_room = pod("web-b", None, false, false);
+        set_pod_condition_with_reason(
+            &mut no_room,
+            "PodScheduled",
+            false,
+            "Unschedulable",
+            "0/3 nodes are available: 3 Insufficient cpu.".into(),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        on_pod(&mut s, WatchEvent::Modified(no_room.clone()), at(300));
+        // Bound: the condition still says False until the kubelet's report; a node ends both.
+        let mut bound = no_room;
+        bound.spec.as_mut().unwrap().node_name = Some("n3".into());
+        on_pod(&mut s, WatchEvent::Modified(bound), at(1300));
+        assert_eq!(
+            s.pending_series,
+            vec![(at(100), 1), (at(1300), 0)],
+            "Pending from its creation"
+        );
+        assert_eq!(
+            s.unschedulable_series,
+            vec![(at(100), 0), (at(300), 1), (at(1300), 0)],
+            "unschedulable from the scheduler's answer"
+        );
     }
 
     #[test]
@@ -556,6 +613,7 @@ mod tests {
         let record = Record {
             nodes: HashMap::new(),
             pending: Vec::new(),
+            unschedulable: Vec::new(),
             budgets: BTreeMap::new(),
             moments: s.moments.clone(),
         };

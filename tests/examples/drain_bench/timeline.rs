@@ -27,6 +27,10 @@ pub struct Timeline {
     pub rows: Vec<NodeRow>,
     /// Pending workload pods from each moment on.
     pub pending: Vec<(f64, usize)>,
+    /// Of those, the ones the scheduler had found no room for (`PodScheduled` False,
+    /// `Unschedulable`), from each moment on: Pending for want of room, not for the
+    /// scheduler's turn.
+    pub unschedulable: Vec<(f64, usize)>,
     /// Allowed disruptions of each budget from each moment on.
     pub budgets: BTreeMap<String, Vec<(f64, i64)>>,
     /// The last original node done (or the last moment seen).
@@ -85,11 +89,8 @@ impl Timeline {
         let end = rows.iter().filter_map(|r| r.done).fold(0.0f64, f64::max);
         Timeline {
             rows,
-            pending: record
-                .pending
-                .iter()
-                .map(|(t, n)| (since(t0, *t), *n))
-                .collect(),
+            pending: relative(&record.pending, t0),
+            unschedulable: relative(&record.unschedulable, t0),
             budgets: record
                 .budgets
                 .iter()
@@ -104,22 +105,35 @@ impl Timeline {
         }
     }
 
-    /// Pod-seconds Pending between t=0 and the end.
+    /// Pod-seconds Pending between t=0 and the end: every moment a workload pod had no node,
+    /// the scheduler's own latency included.
     pub fn pending_seconds(&self) -> f64 {
-        let mut total = 0.0;
-        for (i, (t, n)) in self.pending.iter().enumerate() {
-            let until = self
-                .pending
-                .get(i + 1)
-                .map_or(self.end, |(next, _)| *next)
-                .min(self.end);
-            let from = t.max(0.0);
-            if until > from {
-                total += (until - from) * *n as f64;
-            }
-        }
-        total
+        pod_seconds(&self.pending, self.end)
     }
+
+    /// Pod-seconds between t=0 and the end that workload pods spent Pending after the scheduler
+    /// had found no room for them.
+    pub fn unschedulable_seconds(&self) -> f64 {
+        pod_seconds(&self.unschedulable, self.end)
+    }
+}
+
+/// `series` with each moment in seconds after `t0`.
+fn relative(series: &[(Instant, usize)], t0: Instant) -> Vec<(f64, usize)> {
+    series.iter().map(|(t, n)| (since(t0, *t), *n)).collect()
+}
+
+/// The integral of a step `series` of pod counts between t=0 and `end`.
+fn pod_seconds(series: &[(f64, usize)], end: f64) -> f64 {
+    let mut total = 0.0;
+    for (i, (t, n)) in series.iter().enumerate() {
+        let until = series.get(i + 1).map_or(end, |(next, _)| *next).min(end);
+        let from = t.max(0.0);
+        if until > from {
+            total += (until - from) * *n as f64;
+        }
+    }
+    total
 }
 
 const LABEL_W: f64 = 190.0;
@@ -328,6 +342,7 @@ mod tests {
                 },
             ],
             pending: vec![(-1.0, 0), (1.0, 20), (5.0, 5), (8.0, 0)],
+            unschedulable: vec![(-1.0, 0), (2.0, 10), (5.0, 5), (9.0, 0)],
             budgets: BTreeMap::from([(
                 "shop/checkout-0".to_string(),
                 vec![(-1.0, 1), (1.0, 0), (6.0, 1)],
@@ -356,6 +371,16 @@ mod tests {
     fn pending_pod_seconds_integrate_the_steps_from_t0_to_the_end() {
         // 20 pods for 4 s, then 5 for 3 s; nothing before t=0 counts.
         assert_eq!(timeline().pending_seconds(), 20.0 * 4.0 + 5.0 * 3.0);
+    }
+
+    #[test]
+    fn unschedulable_pod_seconds_are_their_own_series_cut_at_the_end() {
+        let mut t = timeline();
+        // 10 pods for 3 s, then 5 for 4 s.
+        assert_eq!(t.unschedulable_seconds(), 10.0 * 3.0 + 5.0 * 4.0);
+        // Nothing after the end counts.
+        t.end = 6.0;
+        assert_eq!(t.unschedulable_seconds(), 10.0 * 3.0 + 5.0);
     }
 
     #[test]

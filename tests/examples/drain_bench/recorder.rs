@@ -550,19 +550,48 @@ mod tests {
             jiff::Timestamp::UNIX_EPOCH,
         );
         on_pod(&mut s, WatchEvent::Modified(no_room.clone()), at(300));
-        // Bound: the condition still says False until the kubelet's report; a node ends both.
-        let mut bound = no_room;
+        // Bound. The condition may still say False (rotor-sim sets it True later); a node ends
+        // both counts whatever it says.
+        let mut bound = no_room.clone();
         bound.spec.as_mut().unwrap().node_name = Some("n3".into());
         on_pod(&mut s, WatchEvent::Modified(bound), at(1300));
+        // Another pod, unschedulable, then deleted before it was ever placed.
+        let mut gone = no_room;
+        gone.metadata.name = Some("web-c".into());
+        on_pod(&mut s, WatchEvent::Added(gone.clone()), at(1500));
+        on_pod(&mut s, WatchEvent::Deleted(gone), at(1700));
+        // A pod held by a scheduling gate waits for no room: Pending, not unschedulable.
+        let mut gated = pod("web-d", None, false, false);
+        set_pod_condition_with_reason(
+            &mut gated,
+            "PodScheduled",
+            false,
+            "SchedulingGated",
+            "Scheduling is blocked due to non-empty scheduling gates".into(),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        on_pod(&mut s, WatchEvent::Added(gated), at(2000));
         assert_eq!(
             s.pending_series,
-            vec![(at(100), 1), (at(1300), 0)],
+            vec![
+                (at(100), 1),
+                (at(1300), 0),
+                (at(1500), 1),
+                (at(1700), 0),
+                (at(2000), 1)
+            ],
             "Pending from its creation"
         );
         assert_eq!(
             s.unschedulable_series,
-            vec![(at(100), 0), (at(300), 1), (at(1300), 0)],
-            "unschedulable from the scheduler's answer"
+            vec![
+                (at(100), 0),
+                (at(300), 1),
+                (at(1300), 0),
+                (at(1500), 1),
+                (at(1700), 0)
+            ],
+            "unschedulable from the scheduler's answer to the binding or the deletion"
         );
     }
 

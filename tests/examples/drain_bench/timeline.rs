@@ -342,7 +342,7 @@ mod tests {
                 },
             ],
             pending: vec![(-1.0, 0), (1.0, 20), (5.0, 5), (8.0, 0)],
-            unschedulable: vec![(-1.0, 0), (2.0, 10), (5.0, 5), (9.0, 0)],
+            unschedulable: vec![(-1.0, 0), (2.0, 10), (5.0, 5), (7.0, 0)],
             budgets: BTreeMap::from([(
                 "shop/checkout-0".to_string(),
                 vec![(-1.0, 1), (1.0, 0), (6.0, 1)],
@@ -376,8 +376,8 @@ mod tests {
     #[test]
     fn unschedulable_pod_seconds_are_their_own_series_cut_at_the_end() {
         let mut t = timeline();
-        // 10 pods for 3 s, then 5 for 4 s.
-        assert_eq!(t.unschedulable_seconds(), 10.0 * 3.0 + 5.0 * 4.0);
+        // 10 pods for 3 s, then 5 for 2 s.
+        assert_eq!(t.unschedulable_seconds(), 10.0 * 3.0 + 5.0 * 2.0);
         // Nothing after the end counts.
         t.end = 6.0;
         assert_eq!(t.unschedulable_seconds(), 10.0 * 3.0 + 5.0);

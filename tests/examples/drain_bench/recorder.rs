@@ -529,6 +529,20 @@ mod tests {
         }
     }
 
+    /// A pod with no node whose `PodScheduled` condition is False for `reason`.
+    fn not_scheduled(name: &str, reason: &str) -> Pod {
+        let mut p = pod(name, None, false, false);
+        set_pod_condition_with_reason(
+            &mut p,
+            "PodScheduled",
+            false,
+            reason,
+            format!("not scheduled: {reason}"),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        p
+    }
+
     #[test]
     fn a_pod_counts_unschedulable_only_from_the_schedulers_no_room_to_its_binding() {
         let t0 = Instant::now();
@@ -540,15 +554,7 @@ mod tests {
             WatchEvent::Added(pod("web-b", None, false, false)),
             at(100),
         );
-        let mut no_room = pod("web-b", None, false, false);
-        set_pod_condition_with_reason(
-            &mut no_room,
-            "PodScheduled",
-            false,
-            "Unschedulable",
-            "0/3 nodes are available: 3 Insufficient cpu.".into(),
-            jiff::Timestamp::UNIX_EPOCH,
-        );
+        let no_room = not_scheduled("web-b", "Unschedulable");
         on_pod(&mut s, WatchEvent::Modified(no_room.clone()), at(300));
         // Bound. The condition may still say False (rotor-sim sets it True later); a node ends
         // both counts whatever it says.
@@ -561,15 +567,7 @@ mod tests {
         on_pod(&mut s, WatchEvent::Added(gone.clone()), at(1500));
         on_pod(&mut s, WatchEvent::Deleted(gone), at(1700));
         // A pod held by a scheduling gate waits for no room: Pending, not unschedulable.
-        let mut gated = pod("web-d", None, false, false);
-        set_pod_condition_with_reason(
-            &mut gated,
-            "PodScheduled",
-            false,
-            "SchedulingGated",
-            "Scheduling is blocked due to non-empty scheduling gates".into(),
-            jiff::Timestamp::UNIX_EPOCH,
-        );
+        let gated = not_scheduled("web-d", "SchedulingGated");
         on_pod(&mut s, WatchEvent::Added(gated), at(2000));
         assert_eq!(
             s.pending_series,

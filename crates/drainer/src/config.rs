@@ -275,9 +275,8 @@ pub struct DrainArgs {
     /// each pod a controller will recreate, requesting what that pod requests and allowed where
     /// it is allowed (one ReplicaSet per group of pods that need the same room); wait until the
     /// scheduler has placed them (a cluster autoscaler or Karpenter adds nodes for them if it
-    /// must), delete the ReplicaSets but keep their pods, then evict. The replacements preempt
-    /// the placeholders, which are removed once the node is drained. Needs the PriorityClass
-    /// named by --surge-priority-class (deploy/ ships it).
+    /// must), then remove them and evict at once, so the replacements find the room free.
+    /// Needs the PriorityClass named by --surge-priority-class (deploy/ ships it).
     #[arg(long, env = "ROTOR_SURGE")]
     pub surge: bool,
 
@@ -290,6 +289,20 @@ pub struct DrainArgs {
     /// percentage of all nodes (rounded up). By default every running drain may surge.
     #[arg(long, env = "ROTOR_MAX_SURGE", requires = "surge")]
     pub max_surge: Option<NodeBudget>,
+
+    /// With --surge: how many nodes next in line get their room made while the drains before
+    /// them run, so that their drains evict as soon as they start (default: --max-concurrent).
+    /// 0 makes a node's room only when its drain starts: each drain then waits for its room,
+    /// but fewer placeholders are pending to take the room a drain frees. Where nodes are
+    /// packed full (Karpenter), a pending placeholder takes freed room before the evicted
+    /// pods' replacements can, and those wait to preempt it.
+    #[arg(
+        long,
+        env = "ROTOR_SURGE_AHEAD",
+        requires = "surge",
+        value_name = "NODES"
+    )]
+    pub surge_ahead: Option<usize>,
 
     /// With --surge: the namespace placeholder sets and their pods are made in (rotor's own).
     #[arg(long, env = "ROTOR_SURGE_NAMESPACE", default_value = "rotor-system")]
@@ -375,6 +388,8 @@ pub struct DrainerConfig {
     pub notify: Option<NotifyConfig>,
     /// Surge, when `--surge` is on.
     pub surge: Option<SurgeConfig>,
+    /// `--surge-ahead`, resolved: 0 without `--surge`.
+    pub surge_ahead: usize,
 }
 
 impl DrainerConfig {
@@ -390,7 +405,7 @@ impl DrainerConfig {
             require_approval: self.require_approval,
             halt_after: self.halt_after,
             halt_stops_drains: self.halt_stops_drains,
-            surge: self.surge.is_some(),
+            surge_ahead: self.surge_ahead,
             gate: self.gate.clone(),
             gate_timeout: self.gate_timeout,
             health: self.health.clone(),
@@ -481,6 +496,10 @@ impl DrainArgs {
             halt_stops_drains: self.halt_stops_drains,
             replace_by: self.enforce_replace_by.then_some(self.replace_by_warning),
             notify,
+            surge_ahead: match &surge {
+                Some(_) => self.surge_ahead.unwrap_or(self.max_concurrent),
+                None => 0,
+            },
             surge,
         })
     }
@@ -603,6 +622,13 @@ mod tests {
         leader: LeaderArgs,
     }
 
+    /// The drainer's flags `args`, parsed and checked; a refusal as its message.
+    fn parse(args: &[&str]) -> Result<DrainerConfig, String> {
+        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())
+            .and_then(|cli| cli.drain.validate().map_err(|e| e.to_string()))
+    }
+
     #[test]
     fn the_command_line_definition_is_consistent() {
         use clap::CommandFactory;
@@ -626,12 +652,27 @@ mod tests {
     }
 
     #[test]
+    fn room_is_made_ahead_for_max_concurrent_nodes_unless_surge_ahead_says_otherwise() {
+        let ahead = |args: &[&str]| parse(args).unwrap().fleet_settings().surge_ahead;
+        assert_eq!(
+            ahead(&["--max-concurrent", "3"]),
+            0,
+            "no room without --surge"
+        );
+        assert_eq!(ahead(&["--surge", "--max-concurrent", "3"]), 3);
+        assert_eq!(
+            ahead(&["--surge", "--max-concurrent", "3", "--surge-ahead", "0"]),
+            0
+        );
+        assert_eq!(ahead(&["--surge", "--surge-ahead", "5"]), 5);
+        let err = parse(&["--surge-ahead", "1"]).unwrap_err();
+        assert!(err.contains("--surge"), "{err}");
+        let err = parse(&["--surge", "--surge-ahead", "two"]).unwrap_err();
+        assert!(err.contains("--surge-ahead"), "{err}");
+    }
+
+    #[test]
     fn health_checks_parse_and_bad_ones_name_the_flag_without_credentials() {
-        let parse = |args: &[&str]| {
-            Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
-                .map_err(|e| e.to_string())
-                .and_then(|cli| cli.drain.validate().map_err(|e| e.to_string()))
-        };
         let c = parse(&[
             "--health-prometheus",
             "https://ops:t0ken@prom.example/prom",

@@ -375,9 +375,13 @@ fn run_contestant(
                 "--max-unavailable",
                 &max_unavailable,
             ];
+            let ahead = args.surge_ahead.map(|n| n.to_string());
             if who == Contestant::RotorSurge {
                 cluster.create_surge_class(dir)?;
                 flags.push("--surge");
+                if let Some(ahead) = &ahead {
+                    flags.extend(["--surge-ahead", ahead]);
+                }
             }
             let mut d = cluster.start_drainer(bins, dir, &flags)?;
             d.wait_standing_by(Duration::from_secs(60))?;

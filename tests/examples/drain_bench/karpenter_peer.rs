@@ -547,9 +547,13 @@ fn rotor_beside(
     let recorder = Recorder::start(cluster.client(), cluster.runtime(), &snap.listed)?;
     let cs = c.to_string();
     let mut flags = vec!["--max-concurrent", &cs, "--max-unavailable", &cs];
+    let ahead = args.surge_ahead.map(|n| n.to_string());
     if args.surge {
         // The PriorityClass rotor-surge comes with deploy/, as the RBAC does.
         flags.push("--surge");
+        if let Some(ahead) = &ahead {
+            flags.extend(["--surge-ahead", ahead]);
+        }
     }
     let mut drainer = cluster.start_drainer(bins, dir, &flags)?;
     drainer.wait_standing_by(Duration::from_secs(60))?;

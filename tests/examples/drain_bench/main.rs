@@ -21,7 +21,8 @@
 //! `--rotor-max-unavailable N|P%` (default C; a diagnostic, e.g. `100%` shows what waiting for
 //! the autoscaler to retire drained nodes costs), `--surge` (also runs `rotor-drainer --surge`,
 //! the PriorityClass `rotor-surge` created first, and compares its makespan and the seconds
-//! workload pods spent unschedulable with rotor's without surge), `--peer karpenter` (only
+//! workload pods spent unschedulable with rotor's without surge), `--surge-ahead N` (passed on
+//! to rotor-drainer with `--surge`), `--peer karpenter` (only
 //! the contest against Karpenter's drift replacement, on the real control plane, with
 //! `tools/karpenter/build.sh` built: [`karpenter_peer`]; with `--surge` rotor runs
 //! `--surge` and is held to half Karpenter's makespan and no more Pending pod-seconds; with
@@ -130,6 +131,8 @@ struct Args {
     rotor_max_unavailable: Option<String>,
     /// Also run rotor with `--surge`.
     surge: bool,
+    /// `--surge-ahead N`: passed on to rotor-drainer with `--surge`.
+    surge_ahead: Option<usize>,
     /// Where the contests run: rotor-sim, the real control plane, or both.
     backends: Vec<Backend>,
     /// Runs of each contestant per backend and concurrency.
@@ -147,7 +150,7 @@ struct Args {
 const USAGE: &str = "usage: drain_bench [--concurrency 1,3] [--scenario FILE] [--scale 1k,5k,20k] \
 [--scale-scenario FILE[,FILE]] \
 [--only rotor|kubectl] [--skip-compare] [--skip-memory] [--run-timeout SECONDS] \
-[--rotor-max-unavailable N|P%] [--surge] [--backend sim|real|sim,real] [--runs N] [--pictures DIR] \
+[--rotor-max-unavailable N|P%] [--surge] [--surge-ahead N] [--backend sim|real|sim,real] [--runs N] [--pictures DIR] \
 [--peer karpenter] [--taint N] [--idle SECONDS]";
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -163,6 +166,7 @@ fn parse_args() -> anyhow::Result<Args> {
         run_timeout: Duration::from_secs(1200),
         rotor_max_unavailable: None,
         surge: false,
+        surge_ahead: None,
         backends: vec![Backend::Sim],
         runs: 1,
         pictures: PathBuf::new(),
@@ -201,6 +205,13 @@ fn parse_args() -> anyhow::Result<Args> {
             "--rotor-max-unavailable" => a.rotor_max_unavailable = Some(value()?),
             "--skip-compare" => a.compare = false,
             "--surge" => a.surge = true,
+            "--surge-ahead" => {
+                a.surge_ahead = Some(
+                    value()?
+                        .parse()
+                        .map_err(|e| anyhow!("--surge-ahead takes a number of nodes: {e}"))?,
+                )
+            }
             "--backend" => a.backends = parse_backends(&value()?)?,
             "--runs" => {
                 a.runs = value()?
@@ -242,6 +253,10 @@ fn parse_args() -> anyhow::Result<Args> {
             other => bail!("unknown flag {other:?}\n{USAGE}"),
         }
     }
+    ensure!(
+        a.surge || a.surge_ahead.is_none(),
+        "--surge-ahead is rotor-drainer's --surge-ahead and needs --surge"
+    );
     Ok(a)
 }
 

@@ -2,14 +2,14 @@
 //! for capacity. For the pods a controller will recreate, rotor creates placeholder pods that
 //! request what the pods request, may go where the pods may go (except the node being drained
 //! and any node carrying rotor's taint or cordoned), and have a low priority. A cluster
-//! autoscaler or Karpenter adds nodes for pending placeholders; once they are scheduled, the
-//! evicted pods' replacements, which have a higher priority, preempt them at once.
+//! autoscaler or Karpenter adds nodes for pending placeholders; once they are all scheduled, the
+//! drain removes them just before its evictions, so the replacements find the room free.
 //!
 //! Placeholders come in sets: the pods of a node whose placeholders would be the same (same
 //! requests, same constraints) get one ReplicaSet of that many replicas, so a drain costs one
-//! create per set rather than one per pod. Once the placeholders are scheduled, the drain
-//! deletes the sets but leaves their pods (an orphaning delete): a preempted placeholder must
-//! not be made again.
+//! create per set rather than one per pod. The drain scales its sets to zero to free the room;
+//! after a `--surge-timeout` it deletes them but leaves their pods (an orphaning delete): a
+//! placeholder a replacement preempts must not be made again.
 //!
 //! Pure functions over pods and nodes; the creating, waiting and deleting are in
 //! [`crate::drain::surge_io`].
@@ -515,6 +515,68 @@ pub fn priority_warning(value: i32) -> Option<String> {
         ))
     } else {
         None
+    }
+}
+
+/// How long after a drain freed its room no room is made ahead: the evicted pods' replacements
+/// are made and scheduled within about a second of it. A placeholder pending meanwhile would be
+/// scheduled into the freed room first (where nodes are packed full, the only room there is),
+/// and each replacement that then finds none preempts it and waits the scheduler's back-off.
+pub const AHEAD_AFTER_FREED: Duration = Duration::from_secs(2);
+
+/// How long after a drain starts no room is made ahead, unless it freed its room sooner: a
+/// drain whose room was made ahead and is ready frees it a few hundred milliseconds in; one
+/// whose room is not ready waits for the provisioner, and the room made ahead meanwhile is
+/// placed beside its own.
+pub const AHEAD_AFTER_START: Duration = Duration::from_secs(1);
+
+/// The nodes next in line whose room made ahead waits for [`AHEAD_AFTER_START`] and
+/// [`AHEAD_AFTER_FREED`] to pass, in the order they were asked for. What the loop over nodes asks for ahead, it asks in the same pass
+/// as the starts that free room; made at once, the new placeholders are pending at the very
+/// moment those drains free their room.
+#[derive(Debug, Default)]
+pub struct AheadQueue {
+    waiting: Vec<String>,
+}
+
+impl AheadQueue {
+    /// `node` is next in line: it is returned when its room may be made now (no room was freed
+    /// lately, `quiet`, and nothing waits before it), else it waits in the queue.
+    pub fn reserve(&mut self, node: String, quiet: bool) -> Option<String> {
+        if quiet && self.waiting.is_empty() {
+            return Some(node);
+        }
+        if !self.waiting.contains(&node) {
+            self.waiting.push(node);
+        }
+        None
+    }
+
+    /// `node` left the line: true when its room may have been made and must be removed, false
+    /// when it was still waiting here (nothing was made; it is forgotten).
+    pub fn release(&mut self, node: &str) -> bool {
+        let before = self.waiting.len();
+        self.waiting.retain(|n| n != node);
+        self.waiting.len() == before
+    }
+
+    /// `node`'s drain starts: it makes its own room, so nothing is made ahead for it any more.
+    pub fn started(&mut self, node: &str) {
+        self.waiting.retain(|n| n != node);
+    }
+
+    /// The nodes whose room may be made now: all that wait, once it is `quiet`.
+    pub fn due(&mut self, quiet: bool) -> Vec<String> {
+        if quiet {
+            std::mem::take(&mut self.waiting)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// A new term: the earlier term's line is gone.
+    pub fn clear(&mut self) {
+        self.waiting.clear();
     }
 }
 

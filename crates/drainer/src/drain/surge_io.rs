@@ -24,9 +24,9 @@ use rotor_core::find_drain_taint;
 
 use crate::drain::pods::{DrainOptions, is_finished};
 use crate::drain::surge::{
-    NOT_CREATED, Reservation, SurgeConfig, all_placeholders_selector, keeps_placeholders_off,
-    may_surge, orphaned, placeholder_node, placeholder_selector, placeholder_sets,
-    placeholders_wanted, pods_needing_room,
+    AHEAD_AFTER_FREED, AHEAD_AFTER_START, NOT_CREATED, Reservation, SurgeConfig,
+    all_placeholders_selector, keeps_placeholders_off, may_surge, orphaned, placeholder_node,
+    placeholder_selector, placeholder_sets, placeholders_wanted, pods_needing_room,
 };
 use crate::drain::watched::WatchedPods;
 use crate::record::node::DrainRecord;
@@ -67,6 +67,9 @@ pub struct SurgeRoom {
     /// over, so that nothing done ahead lands after the drain has taken over (a set made again
     /// after the room was freed would make placeholders again).
     owned_by_drain: tokio::sync::Mutex<BTreeMap<String, DrainRoom>>,
+    /// Until when no room is made ahead: a drain just started may be about to free its room,
+    /// or one freed it lately ([`AHEAD_AFTER_START`], [`AHEAD_AFTER_FREED`]).
+    no_room_ahead_until: Mutex<Option<Instant>>,
 }
 
 /// Where a drain's room is.
@@ -95,7 +98,32 @@ impl SurgeRoom {
             fleet_size: AtomicUsize::new(0),
             holding,
             owned_by_drain: tokio::sync::Mutex::default(),
+            no_room_ahead_until: Mutex::default(),
         }
+    }
+
+    /// Whether room may be made ahead now: no drain started or freed its room lately, so the
+    /// replacements of its evictions have had the time to take that room.
+    pub fn quiet_for_room_ahead(&self) -> bool {
+        self.no_room_ahead_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none_or(|until| Instant::now() >= until)
+    }
+
+    /// A drain starts on a node: its room, if made ahead and ready, is freed within moments.
+    pub fn drain_starting(&self) {
+        self.hold_room_ahead(AHEAD_AFTER_START);
+    }
+
+    /// No room is made ahead for `hold` from now (or longer, if already held longer).
+    fn hold_room_ahead(&self, hold: Duration) {
+        let mut until = self
+            .no_room_ahead_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let new = Instant::now() + hold;
+        *until = Some(until.map_or(new, |u| u.max(new)));
     }
 
     pub fn config(&self) -> &SurgeConfig {
@@ -288,6 +316,7 @@ async fn free_room(room: &SurgeRoom, node: &str, sets: &[String], watch: &mut Pl
             .await
             .then_some(DrainRoom::Freed { sets_left: false })
     };
+    room.hold_room_ahead(AHEAD_AFTER_FREED);
     if let Some(freed) = freed
         && let Some(state) = room.owned_by_drain.lock().await.get_mut(node)
     {

@@ -29,6 +29,7 @@ use crate::drain::outcome::{DrainOutcome, DrainResult};
 use crate::drain::pods::DrainOptions;
 use crate::drain::published::Published;
 use crate::drain::shared::{Drains, Stops};
+use crate::drain::surge::AheadQueue;
 use crate::drain::surge_io::{release, release_ahead, reserve_ahead};
 use crate::drain::task::drain_node;
 use crate::error::RunError;
@@ -71,8 +72,8 @@ pub struct FleetSettings {
     pub halt_after: Option<Duration>,
     /// `--halt-stops-drains`.
     pub halt_stops_drains: bool,
-    /// `--surge`: room is made ahead for the nodes next in line.
-    pub surge: bool,
+    /// `--surge-ahead`: how many nodes next in line get room made ahead (0 without `--surge`).
+    pub surge_ahead: usize,
     /// `--pending-grace` and what the gate ignores.
     pub gate: GateConfig,
     /// `--gate-timeout`.
@@ -136,11 +137,7 @@ pub async fn run(
         limits: fleet.settings.limits.clone(),
         windows: fleet.settings.windows.clone(),
         release_after,
-        reserve_ahead: if fleet.settings.surge {
-            fleet.settings.limits.max_concurrent
-        } else {
-            0
-        },
+        reserve_ahead: fleet.settings.surge_ahead,
         require_approval: fleet.settings.require_approval,
         halt_after: fleet.settings.halt_after,
         halt_stops_drains: fleet.settings.halt_stops_drains,
@@ -160,6 +157,7 @@ pub async fn run(
         demand_cache: DemandCache::default(),
         tainted_nodes: TaintedNodes::default(),
         held_log: HeldLog::default(),
+        ahead: AheadQueue::default(),
         gate_reads: GateReads {
             client: fleet.client.clone(),
             published: fleet.published.clone(),
@@ -261,6 +259,7 @@ pub async fn run(
                 room.set_fleet_size(machine.node_count());
             }
         }
+        shell.make_waiting_room_ahead();
         if !machine.listed() {
             continue;
         }
@@ -329,11 +328,35 @@ struct Shell {
     demand_cache: DemandCache,
     tainted_nodes: TaintedNodes,
     held_log: HeldLog,
+    /// `--surge`: the nodes next in line whose room made ahead waits until no drain's freed
+    /// room is fresh.
+    ahead: AheadQueue,
     /// `--health-prometheus`, `--health-url`: none when no check is set.
     health: Option<HealthGate>,
 }
 
 impl Shell {
+    /// Makes room ahead for `node`, beside the drains: best effort, a failure only means the
+    /// node's own drain makes its room when it starts.
+    fn make_room_ahead(&mut self, node: String) {
+        if let Some(room) = self.fleet.drains.surge.clone() {
+            self.fleet
+                .tasks
+                .spawn(async move { reserve_ahead(&room, &node).await });
+        }
+    }
+
+    /// Makes the room ahead that waited for a drain's freed room to be taken, once it may be.
+    fn make_waiting_room_ahead(&mut self) {
+        let quiet = match &self.fleet.drains.surge {
+            Some(room) => room.quiet_for_room_ahead(),
+            None => return,
+        };
+        for node in self.ahead.due(quiet) {
+            self.make_room_ahead(node);
+        }
+    }
+
     /// The handles a drain runs with: the flags' settings, or its policy's over them.
     fn drains_for(&self, policy: Option<&DrainPolicy>) -> Arc<Drains> {
         let base = &self.fleet.drains;
@@ -483,6 +506,7 @@ impl Shell {
                 // removing them; those of nodes no longer draining go now. The earlier term's
                 // room made ahead goes back first, before this pass makes any (which the
                 // sweep spares).
+                self.ahead.clear();
                 if let Some(room) = self.fleet.drains.surge.clone() {
                     room.new_term().await;
                     self.fleet.tasks.spawn(async move { room.sweep().await });
@@ -563,13 +587,12 @@ impl Shell {
                     (node, outcome)
                 });
             }
-            // Best effort, beside the drains: a failure only means the node's own drain makes
-            // its room when it starts.
+            // Made at once, or once no drain's freed room is fresh ([`AheadQueue`]).
             Command::ReserveAhead(node) => {
-                if let Some(room) = self.fleet.drains.surge.clone() {
-                    self.fleet
-                        .tasks
-                        .spawn(async move { reserve_ahead(&room, &node).await });
+                if let Some(room) = &self.fleet.drains.surge
+                    && let Some(node) = self.ahead.reserve(node, room.quiet_for_room_ahead())
+                {
+                    self.make_room_ahead(node);
                 }
             }
             // Beside the drains, like every Event: a failure is only logged.
@@ -589,8 +612,11 @@ impl Shell {
                     }
                 });
             }
+            // Room still waiting to be made ahead is only forgotten.
             Command::ReleaseAhead(node) => {
-                if let Some(room) = self.fleet.drains.surge.clone() {
+                if let Some(room) = self.fleet.drains.surge.clone()
+                    && self.ahead.release(&node)
+                {
                     self.fleet
                         .tasks
                         .spawn(async move { release_ahead(&room, &node).await });
@@ -602,6 +628,11 @@ impl Shell {
                 tainted_since,
                 policy,
             } => {
+                self.ahead.started(&node);
+                // Before the same pass asks for room ahead: this drain may free its room now.
+                if let Some(room) = &self.fleet.drains.surge {
+                    room.drain_starting();
+                }
                 // Until the drain publishes its own claims (after listing its pods), the demand
                 // it was chosen with stands for them, so the next choice does not overlook it.
                 if let Some(demand) = self.demand_cache.take(&node) {

@@ -163,8 +163,8 @@ pub(super) struct MachineConfig {
     pub windows: Vec<MaintenanceWindow>,
     /// `--release-lease-after`.
     pub release_after: Duration,
-    /// How many nodes next in line get room made ahead of their drain: `--max-concurrent` with
-    /// `--surge`, 0 without.
+    /// How many nodes next in line get room made ahead of their drain: `--surge-ahead` (by
+    /// default `--max-concurrent`) with `--surge`, 0 without.
     pub reserve_ahead: usize,
     /// `--require-approval`: a drain starts only on a node approved by annotation.
     pub require_approval: bool,

@@ -473,3 +473,29 @@ fn room_is_made_ahead_only_where_the_node_keeps_placeholders_off_itself() {
         &with_effect("PreferNoSchedule")
     ));
 }
+
+#[test]
+fn room_ahead_waits_while_freed_room_is_fresh_and_a_node_that_left_the_line_is_forgotten() {
+    let mut queue = AheadQueue::default();
+    // Quiet, nothing waiting: made at once.
+    assert_eq!(queue.reserve("a".into(), true), Some("a".into()));
+    // A drain freed its room lately: b and c wait, in order, each once.
+    assert_eq!(queue.reserve("b".into(), false), None);
+    assert_eq!(queue.reserve("c".into(), false), None);
+    assert_eq!(queue.reserve("b".into(), false), None);
+    // Quiet again, but d does not jump the queue.
+    assert_eq!(queue.reserve("d".into(), true), None);
+    assert_eq!(queue.due(false), Vec::<String>::new());
+    // c left the line before its room was made: nothing to remove, and it is not made later.
+    assert!(!queue.release("c"));
+    // a's room was made: it must be removed.
+    assert!(queue.release("a"));
+    // d's drain started: its drain makes its room.
+    queue.started("d");
+    assert_eq!(queue.due(true), ["b"]);
+    assert_eq!(queue.due(true), Vec::<String>::new());
+    assert_eq!(queue.reserve("e".into(), true), Some("e".into()));
+    assert_eq!(queue.reserve("f".into(), false), None);
+    queue.clear();
+    assert_eq!(queue.due(true), Vec::<String>::new());
+}

@@ -741,6 +741,43 @@ fn with_several_slots_room_moves_only_after_a_full_turn_of_starts_passed_it_over
 }
 
 #[test]
+fn surge_ahead_sets_how_many_nodes_get_room_ahead_and_zero_makes_none() {
+    let t0 = Instant::now();
+    let nodes = || {
+        ["a", "b", "c", "d", "e"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| tainted(n, 20 - i as i64))
+            .collect()
+    };
+    let with_ahead = |reserve_ahead| MachineConfig {
+        reserve_ahead,
+        ..surge_config(2, &[])
+    };
+    // `--surge-ahead 1` with two slots: room for the one node next in line only.
+    let mut machine = listed(with_ahead(1), nodes(), t0);
+    let commands = weighed_pass(&mut machine, t0, &[]);
+    assert_eq!(
+        drains(&commands),
+        [drain("a", Intent::Start), drain("b", Intent::Start)]
+    );
+    assert_eq!(ahead(&commands), [Command::ReserveAhead("c".into())]);
+    // `--surge-ahead 0`: the drains start as before; no node gets room ahead, now or as the
+    // drains end.
+    let mut machine = listed(with_ahead(0), nodes(), t0);
+    let commands = weighed_pass(&mut machine, t0, &[]);
+    assert_eq!(
+        drains(&commands),
+        [drain("a", Intent::Start), drain("b", Intent::Start)]
+    );
+    assert_eq!(ahead(&commands), []);
+    drained(&mut machine, "a", 20, t0 + Duration::from_secs(1));
+    let commands = weighed_pass(&mut machine, t0 + Duration::from_secs(2), &[]);
+    assert_eq!(drains(&commands), [drain("c", Intent::Start)]);
+    assert_eq!(ahead(&commands), []);
+}
+
+#[test]
 fn room_made_ahead_stays_with_a_node_the_choice_could_not_weigh() {
     let t0 = Instant::now();
     let nodes = vec![tainted("a", 9), tainted("b", 8), tainted("c", 7)];

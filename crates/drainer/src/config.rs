@@ -275,8 +275,10 @@ pub struct DrainArgs {
     /// each pod a controller will recreate, requesting what that pod requests and allowed where
     /// it is allowed (one ReplicaSet per group of pods that need the same room); wait until the
     /// scheduler has placed them (a cluster autoscaler or Karpenter adds nodes for them if it
-    /// must), then remove them and evict at once, so the replacements find the room free.
-    /// Needs the PriorityClass named by --surge-priority-class (deploy/ ships it).
+    /// must), then remove them and evict at once, so the replacements find the room free (after
+    /// --surge-timeout the drain evicts anyway and the replacements preempt the placeholders
+    /// that got a node). Needs the PriorityClass named by --surge-priority-class (deploy/ ships
+    /// it).
     #[arg(long, env = "ROTOR_SURGE")]
     pub surge: bool,
 
@@ -666,7 +668,10 @@ mod tests {
         );
         assert_eq!(ahead(&["--surge", "--surge-ahead", "5"]), 5);
         let err = parse(&["--surge-ahead", "1"]).unwrap_err();
-        assert!(err.contains("--surge"), "{err}");
+        assert!(
+            err.contains("required arguments were not provided") && err.contains("--surge"),
+            "{err}"
+        );
         let err = parse(&["--surge", "--surge-ahead", "two"]).unwrap_err();
         assert!(err.contains("--surge-ahead"), "{err}");
     }

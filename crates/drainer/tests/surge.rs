@@ -302,6 +302,7 @@ async fn the_sweep_spares_room_made_ahead_in_this_term_and_takes_an_earlier_term
             .len()
     };
 
+    room.want_ahead(&node);
     reserve_ahead(&room, &node).await;
     assert_eq!(sets().await, 1, "room made ahead: one set for the web pods");
     assert_eq!(holding.get(), 1);

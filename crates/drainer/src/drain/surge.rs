@@ -524,24 +524,25 @@ pub fn priority_warning(value: i32) -> Option<String> {
 /// and each replacement that then finds none preempts it and waits the scheduler's back-off.
 pub const AHEAD_AFTER_FREED: Duration = Duration::from_secs(2);
 
-/// How long after a drain starts no room is made ahead, unless it freed its room sooner: a
-/// drain whose room was made ahead and is ready frees it a few hundred milliseconds in; one
-/// whose room is not ready waits for the provisioner, and the room made ahead meanwhile is
-/// placed beside its own.
+/// How long after a drain starts no room is made ahead: a drain whose room was made ahead and
+/// is ready frees it a few hundred milliseconds in (and then [`AHEAD_AFTER_FREED`] holds on from
+/// there); one whose room is not ready waits for the provisioner, and room made ahead meanwhile
+/// is placed beside its own.
 pub const AHEAD_AFTER_START: Duration = Duration::from_secs(1);
 
-/// The nodes next in line whose room made ahead waits for [`AHEAD_AFTER_START`] and
-/// [`AHEAD_AFTER_FREED`] to pass, in the order they were asked for. What the loop over nodes asks for ahead, it asks in the same pass
-/// as the starts that free room; made at once, the new placeholders are pending at the very
-/// moment those drains free their room.
+/// The nodes next in line whose room made ahead waits while a drain's room changes hands
+/// ([`AHEAD_AFTER_START`], [`AHEAD_AFTER_FREED`]), in the order they were asked for. The wait
+/// has no cap: the room it protects is what surge is for. Where drains start or free their room
+/// less than a couple of seconds apart it may never end, and nodes start as with
+/// `--surge-ahead 0` (each drain makes its own room); a node whose drain starts leaves the queue.
 #[derive(Debug, Default)]
 pub struct AheadQueue {
     waiting: Vec<String>,
 }
 
 impl AheadQueue {
-    /// `node` is next in line: it is returned when its room may be made now (no room was freed
-    /// lately, `quiet`, and nothing waits before it), else it waits in the queue.
+    /// `node` is next in line: returned when its room may be made now (no drain's room is
+    /// changing hands, `quiet`, and nothing waits before it), else queued.
     pub fn reserve(&mut self, node: String, quiet: bool) -> Option<String> {
         if quiet && self.waiting.is_empty() {
             return Some(node);

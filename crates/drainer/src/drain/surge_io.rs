@@ -70,6 +70,10 @@ pub struct SurgeRoom {
     /// Until when no room is made ahead: a drain just started may be about to free its room,
     /// or one freed it lately ([`AHEAD_AFTER_START`], [`AHEAD_AFTER_FREED`]).
     no_room_ahead_until: Mutex<Option<Instant>>,
+    /// The nodes the loop over nodes wants room made ahead for, as it last said: set and
+    /// cleared in its own order, before the tasks that make and remove the room run (in
+    /// whatever order they get the lock), so a removal that runs first is not undone.
+    wanted_ahead: Mutex<BTreeSet<String>>,
 }
 
 /// Where a drain's room is.
@@ -99,6 +103,7 @@ impl SurgeRoom {
             holding,
             owned_by_drain: tokio::sync::Mutex::default(),
             no_room_ahead_until: Mutex::default(),
+            wanted_ahead: Mutex::default(),
         }
     }
 
@@ -109,6 +114,29 @@ impl SurgeRoom {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_none_or(|until| Instant::now() >= until)
+    }
+
+    /// The loop over nodes wants room made ahead for `node` ([`reserve_ahead`] makes it).
+    pub fn want_ahead(&self, node: &str) {
+        self.wanted_ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node.to_string());
+    }
+
+    /// The loop over nodes no longer wants room ahead for `node` (it left the line).
+    pub fn unwant_ahead(&self, node: &str) {
+        self.wanted_ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(node);
+    }
+
+    fn wants_ahead(&self, node: &str) -> bool {
+        self.wanted_ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(node)
     }
 
     /// A drain starts on a node: its room, if made ahead and ready, is freed within moments.
@@ -186,6 +214,10 @@ impl SurgeRoom {
     pub async fn new_term(&self) {
         let mut owned = self.owned_by_drain.lock().await;
         owned.clear();
+        self.wanted_ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.clear();
         self.holding.set(0);
@@ -669,8 +701,9 @@ async fn update_set(sets: &Api<ReplicaSet>, set: &ReplicaSet) -> Result<(), kube
         .map(|_| ())
 }
 
-/// Makes room ahead for `node`, next in line to drain: takes a `--max-surge` slot if one is free
-/// and creates its placeholders, without waiting for them. Its drain finds them (and the slot)
+/// Makes room ahead for `node`, next in line to drain ([`SurgeRoom::want_ahead`] said so first):
+/// takes a `--max-surge` slot if one is free and creates its placeholders, without waiting for
+/// them. Its drain finds them (and the slot)
 /// when it starts; the machine releases them if the node leaves the line first.
 pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
     let nodes: Api<Node> = Api::all(room.client.clone());
@@ -690,7 +723,9 @@ pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
         return;
     }
     let owned = room.owned_by_drain.lock().await;
-    if owned.contains_key(name) {
+    // Its drain has taken over, or the node left the line while this was on its way (the
+    // removal may have run first and found nothing).
+    if owned.contains_key(name) || !room.wants_ahead(name) {
         return;
     }
     if !room.take_slot(name) {

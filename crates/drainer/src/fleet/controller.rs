@@ -259,7 +259,6 @@ pub async fn run(
                 room.set_fleet_size(machine.node_count());
             }
         }
-        shell.make_waiting_room_ahead();
         if !machine.listed() {
             continue;
         }
@@ -282,6 +281,7 @@ pub async fn run(
             // Only the leader asks the health checks: a replica that is not leading (any more)
             // reports the gate open, so that `min` over replicas is the leader's verdict.
             fleet.metrics.health_gate_open.set(1);
+            shell.make_waiting_room_ahead(election.is_leading());
             continue;
         };
         let round = shell.weigh_starts(&machine, round).await;
@@ -292,6 +292,8 @@ pub async fn run(
         for command in machine.start(round) {
             shell.run(command).await;
         }
+        // After the starts: a drain this pass started holds the room made ahead off.
+        shell.make_waiting_room_ahead(election.is_leading());
     }
     // Shutdown: let running drains stop where they are; their state stays on the nodes.
     while shell.tasks.join_next().await.is_some() {}
@@ -328,8 +330,8 @@ struct Shell {
     demand_cache: DemandCache,
     tainted_nodes: TaintedNodes,
     held_log: HeldLog,
-    /// `--surge`: the nodes next in line whose room made ahead waits until no drain's freed
-    /// room is fresh.
+    /// `--surge`: the nodes next in line whose room made ahead waits while a drain's room
+    /// changes hands (a drain just started, or one freed its room lately).
     ahead: AheadQueue,
     /// `--health-prometheus`, `--health-url`: none when no check is set.
     health: Option<HealthGate>,
@@ -340,17 +342,19 @@ impl Shell {
     /// node's own drain makes its room when it starts.
     fn make_room_ahead(&mut self, node: String) {
         if let Some(room) = self.fleet.drains.surge.clone() {
+            room.want_ahead(&node);
             self.fleet
                 .tasks
                 .spawn(async move { reserve_ahead(&room, &node).await });
         }
     }
 
-    /// Makes the room ahead that waited for a drain's freed room to be taken, once it may be.
-    fn make_waiting_room_ahead(&mut self) {
+    /// Makes the room ahead that waited while a drain's room changed hands, once it may be
+    /// made; only while `leading`.
+    fn make_waiting_room_ahead(&mut self, leading: bool) {
         let quiet = match &self.fleet.drains.surge {
-            Some(room) => room.quiet_for_room_ahead(),
-            None => return,
+            Some(room) if leading => room.quiet_for_room_ahead(),
+            _ => return,
         };
         for node in self.ahead.due(quiet) {
             self.make_room_ahead(node);
@@ -504,7 +508,7 @@ impl Shell {
                 }
                 // A previous leader may have stopped between creating placeholders and
                 // removing them; those of nodes no longer draining go now. The earlier term's
-                // room made ahead goes back first, before this pass makes any (which the
+                // room made ahead goes back first, before this term makes any (which the
                 // sweep spares).
                 self.ahead.clear();
                 if let Some(room) = self.fleet.drains.surge.clone() {
@@ -587,7 +591,7 @@ impl Shell {
                     (node, outcome)
                 });
             }
-            // Made at once, or once no drain's freed room is fresh ([`AheadQueue`]).
+            // Made at once, or once no drain's room is changing hands ([`AheadQueue`]).
             Command::ReserveAhead(node) => {
                 if let Some(room) = &self.fleet.drains.surge
                     && let Some(node) = self.ahead.reserve(node, room.quiet_for_room_ahead())
@@ -614,6 +618,9 @@ impl Shell {
             }
             // Room still waiting to be made ahead is only forgotten.
             Command::ReleaseAhead(node) => {
+                if let Some(room) = self.fleet.drains.surge.clone() {
+                    room.unwant_ahead(&node);
+                }
                 if let Some(room) = self.fleet.drains.surge.clone()
                     && self.ahead.release(&node)
                 {

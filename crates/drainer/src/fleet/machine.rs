@@ -188,8 +188,9 @@ pub(super) struct Machine {
     /// Nodes with a drain task; nodes with a clean-up task.
     running: BTreeSet<String>,
     cleaning: BTreeSet<String>,
-    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]), with how
-    /// many starts have passed each over since.
+    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]; the shell
+    /// may hold its making a few seconds while a drain's room changes hands), with how many
+    /// starts have passed each over since.
     reserved: BTreeMap<String, usize>,
     /// What was last announced on each node that hooks or approval hold ([`Command::AnnounceHeld`]).
     holds_announced: BTreeMap<String, HeldReason>,

@@ -81,7 +81,7 @@ pub struct NodeView {
     /// not known.
     pub budget_urgency: u32,
     /// Holds placeholders made ahead of its drain (`--surge`; the controller fills it in from
-    /// what it reserved). Among nodes with equal `budget_waits` it goes first: its drain evicts
+    /// what it reserved, which for a few seconds may still be on its way). Among nodes with equal `budget_waits` it goes first: its drain evicts
     /// at once, and passing it over would leave room already paid for unused.
     pub room_made_ahead: bool,
     /// The node's labels that RotationPolicies select by (the others are not kept).

@@ -1177,3 +1177,43 @@ nodeGroups:
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
+
+/// A node's pass sends all its evictions together, not a few at a time: with each eviction
+/// taking 300 ms to answer, the simulator sees all twelve of the node's pods evicted at once.
+/// (Sent eight at a time, as before, the last four went out a round later, and the next drain
+/// waited that much longer for their replacements.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_node_of_unbudgeted_pods_then_its_evictions_are_all_in_flight_at_once() {
+    let yaml = r#"
+timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s, evictionLatency: 300ms}
+namespaces: [rotor-system, batch]
+nodeGroups:
+  - {name: g, size: 1, max: 3, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
+workloads:
+  - {kind: Deployment, name: worker, namespace: batch, replicas: 12, requests: {cpu: 100m}, startup: 300ms, shutdown: 200ms}
+"#;
+    let cluster = SimCluster::start(yaml).await;
+    let node = cluster.node_names().await[0].clone();
+    // Running, as a drain finds them.
+    wait_until("the twelve workers Running on the node", WAIT, || async {
+        let pods = cluster.pods_on(&node).await;
+        let running = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == 12).then_some(())
+    })
+    .await;
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "drained").await;
+    let stats = cluster.stats();
+    // Without a budget the simulator counts them as `bypass`.
+    assert_eq!(stats["requests"]["create pods/eviction"], 12, "{stats}");
+    assert_eq!(
+        stats["evictionsInFlightPeak"], 12,
+        "every eviction of the node's pass on the wire at once: {stats}"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}

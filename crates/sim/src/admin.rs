@@ -169,6 +169,7 @@ pub fn snapshot(c: &Cluster) -> Value {
         "nodesRemoved": s.nodes_removed,
         "podsCreated": s.pods_created,
         "podsPreempted": s.pods_preempted,
+        "evictionsInFlightPeak": s.evictions_in_flight_peak,
         "paused": c.paused(),
     })
 }

@@ -8,17 +8,27 @@ use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use kube::api::{Api, PostParams};
 use kube::core::Status;
+use tokio::sync::Semaphore;
 
 use crate::drain::answers::{EvictionOutcome, outcome_of_error};
 use crate::drain::budget_turns::BudgetTurns;
 use crate::drain::budgets::BudgetKey;
 use crate::drain::pods::PodRef;
 
+/// How many evictions and forced deletions may be on the wire at once, all drains together.
+/// Each is a request of its own, and over HTTP/1.1 a connection of its own: the cap bounds the
+/// drainer's connections and what it asks of the API server at once, not a drain's pass, which
+/// sends a whole node's evictions together (20 to 110 pods) so that the last replacement does not
+/// start rounds after the first.
+pub const EVICTIONS_IN_FLIGHT: usize = 64;
+
 /// The wire every drain's evictions and forced deletions go through: a client without default
-/// retry (so 429s reach the eviction queue) and the budgets' turns. One per drainer.
+/// retry (so 429s reach the eviction queue), the budgets' turns and the cap on requests in
+/// flight. One per drainer.
 pub struct EvictionWire {
     client: kube::Client,
     turns: BudgetTurns,
+    in_flight: Semaphore,
 }
 
 impl EvictionWire {
@@ -27,6 +37,7 @@ impl EvictionWire {
         EvictionWire {
             client,
             turns: BudgetTurns::default(),
+            in_flight: Semaphore::new(EVICTIONS_IN_FLIGHT),
         }
     }
 
@@ -40,17 +51,25 @@ impl EvictionWire {
         budget: Option<&BudgetKey>,
     ) -> EvictionOutcome {
         if forced {
+            let _sending = self.sending().await;
             return force_delete(&self.client, pod, grace).await;
         }
         // An eviction charged to a budget writes the budget's status: it waits until no other
         // of rotor's evictions under that budget is on the wire, as two at once conflict and
         // the loser is retried half a second later. A deletion and an uncharged eviction write
-        // none.
+        // none. The turn comes first: one waiting for it holds no place on the wire.
         let _turn = match budget {
             Some(budget) => Some(self.turns.take(budget).await),
             None => None,
         };
+        let _sending = self.sending().await;
         evict(&self.client, pod, grace).await
+    }
+
+    /// A place on the wire, held while one request is out ([`EVICTIONS_IN_FLIGHT`]).
+    async fn sending(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        // The semaphore is never closed, so this only waits.
+        self.in_flight.acquire().await.ok()
     }
 }
 

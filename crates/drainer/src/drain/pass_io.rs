@@ -38,9 +38,6 @@ use crate::record::node::{DrainRecord, Transition, apply};
 use crate::record::node_io::save;
 use crate::record::notify::{Notice, NoticeKind};
 
-/// How many of one drain's evictions may be in flight at once (see [`evict_pass`]).
-const EVICTIONS_IN_FLIGHT: usize = 8;
-
 /// One drain's evictions, until the node is empty: what the node's eviction needs besides its
 /// record (which it updates as the drain goes).
 pub(crate) struct Evicting<'a> {
@@ -405,31 +402,22 @@ async fn warn_long_grace(
         .await;
 }
 
-/// Sends a pass's evictions together, a few at a time, and returns their answers in the
-/// attempts' order. Each is a round trip to the API server (100 ms and more on a busy one), and
-/// a node's pods one after another would hold its drain for seconds. Sending them at once takes
-/// nothing from the budgets: the plan charged each budget no more than it allows, and the API
-/// server checks every eviction against its budget atomically. They are answered in any order
-/// (one may wait for its budget's turn behind another drain's). Each answer comes with the time
-/// it arrived.
+/// Sends a pass's evictions together and returns their answers in the attempts' order. Each is
+/// a round trip to the API server (100 ms and more on a busy one): a node's pods a few at a time
+/// would start the last replacement rounds after the first, and the next drain waits for it
+/// (the gate). Sending them at once takes nothing from the budgets: the plan charged each budget
+/// no more than it allows, and the API server checks every eviction against its budget
+/// atomically. The wire caps what all drains have in flight together
+/// ([`crate::drain::eviction_io::EVICTIONS_IN_FLIGHT`]). They are answered in any order (one may
+/// wait for its budget's turn behind another drain's). Each answer comes with the time it
+/// arrived.
 async fn send_all(wire: &EvictionWire, attempts: &[Attempt]) -> Vec<(EvictionOutcome, Timestamp)> {
-    // (The futures are collected first: a closure in the stream's type trips the compiler's
-    // check that the spawned drain task is Send.)
-    let requests: Vec<_> = attempts
-        .iter()
-        .enumerate()
-        .map(|(i, a)| async move {
-            let budget = a.charged.as_ref().map(|c| &c.budget);
-            let outcome = wire.send(&a.pod, a.grace, a.forced, budget).await;
-            (i, (outcome, Timestamp::now()))
-        })
-        .collect();
-    let mut answers: Vec<(usize, (EvictionOutcome, Timestamp))> = futures::stream::iter(requests)
-        .buffer_unordered(EVICTIONS_IN_FLIGHT)
-        .collect()
-        .await;
-    answers.sort_by_key(|(i, _)| *i);
-    answers.into_iter().map(|(_, answer)| answer).collect()
+    futures::future::join_all(attempts.iter().map(|a| async move {
+        let budget = a.charged.as_ref().map(|c| &c.budget);
+        let outcome = wire.send(&a.pod, a.grace, a.forced, budget).await;
+        (outcome, Timestamp::now())
+    }))
+    .await
 }
 
 /// What a pass knows while it takes its evictions' answers.

@@ -45,6 +45,17 @@ fn field_manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
         .to_string()
 }
 
+/// Counts an eviction as answered when its request's handling ends, however it ends.
+struct EvictionAnswered<'a>(&'a Sim);
+
+impl Drop for EvictionAnswered<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.0.cluster.lock() {
+            c.stats.eviction_answered();
+        }
+    }
+}
+
 pub async fn dispatch(
     State(sim): State<Arc<Sim>>,
     method: Method,
@@ -74,9 +85,14 @@ pub async fn dispatch(
         None => target.plural.clone(),
     };
     // Count, then apply the scenario's and the injected latency, and injected errors.
+    let eviction = verb == "create" && resource == "pods/eviction";
+    let _answering = eviction.then(|| EvictionAnswered(&sim));
     let (latency, injected) = {
         let mut c = sim.cluster.lock().expect("cluster lock");
         c.stats.count_request(verb, &resource);
+        if eviction {
+            c.stats.eviction_arrived();
+        }
         // A watch's events are not delayed: its latency is its stream's, not an answer's.
         let answer = match (verb, resource.as_str()) {
             ("watch", _) => Duration::ZERO,

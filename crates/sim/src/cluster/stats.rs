@@ -37,6 +37,10 @@ pub struct Stats {
     pub pods_created: u64,
     /// Pods the scheduler removed to make room for a higher-priority pod.
     pub pods_preempted: u64,
+    /// Evictions being answered now, and the most there were at once: how many a client
+    /// sends side by side.
+    pub evictions_in_flight: u64,
+    pub evictions_in_flight_peak: u64,
 }
 
 impl Stats {
@@ -45,6 +49,17 @@ impl Stats {
             .requests
             .entry(format!("{verb} {resource}"))
             .or_default() += 1;
+    }
+
+    /// An eviction request arrived; it is answered at [`Stats::eviction_answered`].
+    pub fn eviction_arrived(&mut self) {
+        self.evictions_in_flight += 1;
+        self.evictions_in_flight_peak = self.evictions_in_flight_peak.max(self.evictions_in_flight);
+    }
+
+    pub fn eviction_answered(&mut self) {
+        // A reset of the stats may have come in between.
+        self.evictions_in_flight = self.evictions_in_flight.saturating_sub(1);
     }
 
     pub fn count_eviction(&mut self, outcome: &str) {

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{Mutex as TurnLock, OwnedMutexGuard};
 
 use crate::drain::budgets::BudgetKey;
+use crate::drain::lock;
 
 /// The budgets with an eviction on the wire or waiting for one, each with its turn.
 #[derive(Default)]
@@ -29,7 +30,7 @@ impl BudgetTurns {
     /// the returned [`Turn`] drops.
     pub async fn take(&self, budget: &BudgetKey) -> Turn {
         let lock = {
-            let mut turns = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let mut turns = lock(&self.0);
             // Budgets come and go with their workloads: keep only those in use.
             turns.retain(|_, lock| in_use(lock));
             turns.entry(budget.clone()).or_default().clone()
@@ -42,7 +43,7 @@ impl BudgetTurns {
     /// How many budgets have an eviction on the wire or waiting.
     #[cfg(test)]
     fn in_use(&self) -> usize {
-        let turns = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let turns = lock(&self.0);
         turns.values().filter(|lock| in_use(lock)).count()
     }
 }

@@ -25,6 +25,7 @@ use kube::runtime::watcher;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use crate::drain::lock;
 use crate::drain::watched::{PodEvents, WatchedPods};
 
 /// At most this many watches are kept, claimed ones included: about 3 MiB at the size above,
@@ -341,10 +342,6 @@ fn close_read_longest_ago(candidates: &mut HashMap<String, Kept>, spare: Option<
         .min_by_key(|(_, k)| k.read_until())
         .map(|(name, _)| name.clone());
     oldest.is_some_and(|name| candidates.remove(&name).is_some())
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

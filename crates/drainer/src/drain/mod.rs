@@ -42,3 +42,10 @@ pub mod surge_io;
 pub mod task;
 pub mod watched;
 pub mod watched_io;
+
+/// Locks `m`, taking the value even if a holder panicked: what the drains' mutexes guard is
+/// plain data each holder leaves whole (sets, maps, times), so a panic elsewhere leaves nothing
+/// half-written to distrust, and one failed task must not stop the others.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::drain::budgets::BudgetKey;
+use crate::drain::lock;
 
 /// How many of a budget's latest evictions are kept. A budget that lets more through at once is
 /// never measured (its delay counts 0, as for an unknown pace).
@@ -42,7 +43,7 @@ impl BudgetPace {
     /// the budget allows at once; `waited` says the pod had been held by the budget until now,
     /// so its slot came back just now from the eviction `per_round` evictions ago.
     pub fn evicted(&self, budget: &BudgetKey, per_round: usize, at: Instant, waited: bool) {
-        let mut lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lanes = lock(&self.0);
         let lane = lanes.entry(budget.clone()).or_default();
         let per_round = per_round.max(1);
         if waited && lane.evictions.len() >= per_round {
@@ -62,7 +63,7 @@ impl BudgetPace {
 
     /// A copy of every lane, for one choice at `now`; lanes idle for [`FORGET_AFTER`] go.
     pub fn lanes(&self, now: Instant) -> HashMap<BudgetKey, Lane> {
-        let mut lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lanes = lock(&self.0);
         lanes.retain(|_, lane| {
             lane.evictions
                 .back()

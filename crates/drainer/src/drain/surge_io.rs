@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use rotor_core::find_drain_taint;
 
+use crate::drain::lock;
 use crate::drain::pods::{DrainOptions, is_finished};
 use crate::drain::surge::{
     AHEAD_AFTER_FREED, AHEAD_AFTER_START, NOT_CREATED, Reservation, SurgeConfig,
@@ -110,33 +111,21 @@ impl SurgeRoom {
     /// Whether room may be made ahead now: no drain started or freed its room lately, so the
     /// replacements of its evictions have had the time to take that room.
     pub fn quiet_for_room_ahead(&self) -> bool {
-        self.no_room_ahead_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none_or(|until| Instant::now() >= until)
+        lock(&self.no_room_ahead_until).is_none_or(|until| Instant::now() >= until)
     }
 
     /// The loop over nodes wants room made ahead for `node` ([`reserve_ahead`] makes it).
     pub fn want_ahead(&self, node: &str) {
-        self.wanted_ahead
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(node.to_string());
+        lock(&self.wanted_ahead).insert(node.to_string());
     }
 
     /// The loop over nodes no longer wants room ahead for `node` (it left the line).
     pub fn unwant_ahead(&self, node: &str) {
-        self.wanted_ahead
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(node);
+        lock(&self.wanted_ahead).remove(node);
     }
 
     fn wants_ahead(&self, node: &str) -> bool {
-        self.wanted_ahead
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(node)
+        lock(&self.wanted_ahead).contains(node)
     }
 
     /// A drain starts on a node: its room, if made ahead and ready, is freed within moments.
@@ -146,10 +135,7 @@ impl SurgeRoom {
 
     /// No room is made ahead for `hold` from now (or longer, if already held longer).
     fn hold_room_ahead(&self, hold: Duration) {
-        let mut until = self
-            .no_room_ahead_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut until = lock(&self.no_room_ahead_until);
         let new = Instant::now() + hold;
         *until = Some(until.map_or(new, |u| u.max(new)));
     }
@@ -165,7 +151,7 @@ impl SurgeRoom {
 
     /// Takes a slot for `node` if it holds one already or one is free.
     fn take_slot(&self, node: &str) -> bool {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = lock(&self.held);
         if held.contains(node) {
             return true;
         }
@@ -179,7 +165,7 @@ impl SurgeRoom {
     }
 
     fn give_back(&self, node: &str) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = lock(&self.held);
         held.remove(node);
         self.holding.set(held.len() as i64);
     }
@@ -187,12 +173,7 @@ impl SurgeRoom {
     /// Whether `node`'s room is this drainer's: a drain has taken it over, or a slot is held
     /// for it (room being made, or made ahead). Read with `owned_by_drain` locked, as `owned`.
     fn is_ours(&self, owned: &BTreeMap<String, DrainRoom>, node: &str) -> bool {
-        owned.contains_key(node)
-            || self
-                .held
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(node)
+        owned.contains_key(node) || lock(&self.held).contains(node)
     }
 
     /// [`sweep`] with this room's client (the leader's) and settings.
@@ -214,11 +195,8 @@ impl SurgeRoom {
     pub async fn new_term(&self) {
         let mut owned = self.owned_by_drain.lock().await;
         owned.clear();
-        self.wanted_ahead
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        lock(&self.wanted_ahead).clear();
+        let mut held = lock(&self.held);
         held.clear();
         self.holding.set(0);
     }
@@ -703,8 +681,8 @@ async fn update_set(sets: &Api<ReplicaSet>, set: &ReplicaSet) -> Result<(), kube
 
 /// Makes room ahead for `node`, next in line to drain ([`SurgeRoom::want_ahead`] said so first):
 /// takes a `--max-surge` slot if one is free and creates its placeholders, without waiting for
-/// them. Its drain finds them (and the slot)
-/// when it starts; the machine releases them if the node leaves the line first.
+/// them. Its drain finds them (and the slot) when it starts; the machine releases them if the
+/// node leaves the line first.
 pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
     let nodes: Api<Node> = Api::all(room.client.clone());
     let node = match nodes.get_opt(name).await {

@@ -620,13 +620,11 @@ impl Shell {
             Command::ReleaseAhead(node) => {
                 if let Some(room) = self.fleet.drains.surge.clone() {
                     room.unwant_ahead(&node);
-                }
-                if let Some(room) = self.fleet.drains.surge.clone()
-                    && self.ahead.release(&node)
-                {
-                    self.fleet
-                        .tasks
-                        .spawn(async move { release_ahead(&room, &node).await });
+                    if self.ahead.release(&node) {
+                        self.fleet
+                            .tasks
+                            .spawn(async move { release_ahead(&room, &node).await });
+                    }
                 }
             }
             Command::Drain {

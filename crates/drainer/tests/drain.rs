@@ -1178,41 +1178,86 @@ nodeGroups:
     cluster.stop().await;
 }
 
+/// `workers` unbudgeted pods on a group of `nodes` nodes of `cpu` CPUs, each eviction answered
+/// after `latency`, the workers all Running (as a drain finds them) and the nodes returned.
+async fn workers_cluster(
+    nodes: usize,
+    cpu: &str,
+    workers: usize,
+    latency: &str,
+) -> (SimCluster, Vec<String>) {
+    let yaml = format!(
+        r#"
+timing: {{tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s, evictionLatency: {latency}}}
+namespaces: [rotor-system, batch]
+nodeGroups:
+  - {{name: g, size: {nodes}, max: 6, template: {{cpu: "{cpu}", memory: 64Gi, kubeletVersion: v1.32.9}}}}
+workloads:
+  - {{kind: Deployment, name: worker, namespace: batch, replicas: {workers}, requests: {{cpu: 100m}}, startup: 300ms, shutdown: 200ms}}
+"#
+    );
+    let cluster = SimCluster::start(&yaml).await;
+    let names = cluster.node_names().await;
+    wait_until("every worker Running", WAIT, || async {
+        let mut running = 0;
+        for node in &names {
+            running += cluster
+                .pods_on(node)
+                .await
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+        }
+        (running == workers).then_some(())
+    })
+    .await;
+    (cluster, names)
+}
+
 /// A node's pass sends all its evictions together, not a few at a time: with each eviction
-/// taking 300 ms to answer, the simulator sees all twelve of the node's pods evicted at once.
+/// taking a second to answer, the simulator sees all twelve of the node's pods evicted at once.
 /// (Sent eight at a time, as before, the last four went out a round later, and the next drain
 /// waited that much longer for their replacements.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_node_of_unbudgeted_pods_then_its_evictions_are_all_in_flight_at_once() {
-    let yaml = r#"
-timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s, evictionLatency: 300ms}
-namespaces: [rotor-system, batch]
-nodeGroups:
-  - {name: g, size: 1, max: 3, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
-workloads:
-  - {kind: Deployment, name: worker, namespace: batch, replicas: 12, requests: {cpu: 100m}, startup: 300ms, shutdown: 200ms}
-"#;
-    let cluster = SimCluster::start(yaml).await;
-    let node = cluster.node_names().await[0].clone();
-    // Running, as a drain finds them.
-    wait_until("the twelve workers Running on the node", WAIT, || async {
-        let pods = cluster.pods_on(&node).await;
-        let running = pods
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        (running == 12).then_some(())
-    })
-    .await;
+    let (cluster, nodes) = workers_cluster(1, "4", 12, "1s").await;
+    let node = &nodes[0];
     let drainer = TestDrainer::start(&cluster, "a", &[]);
-    cluster.taint(&node, "manual").await;
-    cluster.wait_phase(&node, "drained").await;
+    cluster.taint(node, "manual").await;
+    cluster.wait_phase(node, "drained").await;
     let stats = cluster.stats();
     // Without a budget the simulator counts them as `bypass`.
     assert_eq!(stats["requests"]["create pods/eviction"], 12, "{stats}");
     assert_eq!(
         stats["evictionsInFlightPeak"], 12,
         "every eviction of the node's pass on the wire at once: {stats}"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+/// Two drains whose passes together want 80 evictions on the wire: at most 64 are in flight at
+/// once, all drains together (each is a connection of its own over HTTP/1.1), and the rest go
+/// as places free. Each eviction takes 3 s to answer, so the two passes overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_two_drains_of_80_pods_then_at_most_64_evictions_are_in_flight() {
+    let (cluster, nodes) = workers_cluster(2, "16", 80, "3s").await;
+    let drainer = TestDrainer::start(
+        &cluster,
+        "a",
+        &["--max-concurrent", "2", "--max-unavailable", "2"],
+    );
+    for node in &nodes {
+        cluster.taint(node, "manual").await;
+    }
+    for node in &nodes {
+        cluster.wait_phase(node, "drained").await;
+    }
+    let stats = cluster.stats();
+    assert_eq!(stats["requests"]["create pods/eviction"], 80, "{stats}");
+    assert_eq!(
+        stats["evictionsInFlightPeak"], 64,
+        "the wire's cap across drains: {stats}"
     );
     drainer.stop().await.unwrap();
     cluster.stop().await;

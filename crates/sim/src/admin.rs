@@ -184,7 +184,7 @@ async fn stats(State(sim): State<Arc<Sim>>) -> Response {
 }
 
 async fn reset_stats(State(sim): State<Arc<Sim>>) -> Response {
-    sim.cluster.lock().expect("cluster lock").stats = Default::default();
+    sim.cluster.lock().expect("cluster lock").stats.reset();
     if let Some(a) = &sim.authz {
         a.reset_stats();
     }

@@ -17,9 +17,9 @@ use crate::drain::pods::PodRef;
 
 /// How many evictions and forced deletions may be on the wire at once, all drains together.
 /// Each is a request of its own, and over HTTP/1.1 a connection of its own: the cap bounds the
-/// drainer's connections and what it asks of the API server at once, not a drain's pass, which
-/// sends a whole node's evictions together (20 to 110 pods) so that the last replacement does not
-/// start rounds after the first.
+/// drainer's connections and what it asks of the API server at once. A drain's pass sends all its
+/// evictions together, so that a node's last replacement does not start rounds after its first;
+/// a pass of up to 64 goes out at once, a larger one, or several drains at once, wait for places.
 pub const EVICTIONS_IN_FLIGHT: usize = 64;
 
 /// The wire every drain's evictions and forced deletions go through: a client without default

@@ -58,8 +58,18 @@ impl Stats {
     }
 
     pub fn eviction_answered(&mut self) {
-        // A reset of the stats may have come in between.
         self.evictions_in_flight = self.evictions_in_flight.saturating_sub(1);
+    }
+
+    /// Zeroes the counters. The evictions being answered are still in flight: they stay counted
+    /// (their answers take them off) and the peak starts from them.
+    pub fn reset(&mut self) {
+        let in_flight = self.evictions_in_flight;
+        *self = Stats {
+            evictions_in_flight: in_flight,
+            evictions_in_flight_peak: in_flight,
+            ..Stats::default()
+        };
     }
 
     pub fn count_eviction(&mut self, outcome: &str) {
@@ -68,5 +78,34 @@ impl Stats {
 
     pub fn total_requests(&self) -> u64 {
         self.requests.values().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reset_keeps_the_evictions_still_in_flight_and_starts_the_peak_from_them() {
+        let mut stats = Stats::default();
+        stats.eviction_arrived();
+        stats.eviction_arrived();
+        stats.eviction_arrived();
+        stats.eviction_answered();
+        stats.count_request("create", "pods/eviction");
+        stats.reset();
+        assert_eq!(
+            stats.evictions_in_flight_peak, 2,
+            "two were still being answered"
+        );
+        assert!(stats.requests.is_empty(), "the counters are zeroed");
+        stats.eviction_arrived();
+        assert_eq!(stats.evictions_in_flight_peak, 3, "a new one joins the two");
+        stats.eviction_answered();
+        stats.eviction_answered();
+        stats.eviction_answered();
+        stats.eviction_arrived();
+        assert_eq!(stats.evictions_in_flight, 1);
+        assert_eq!(stats.evictions_in_flight_peak, 3);
     }
 }

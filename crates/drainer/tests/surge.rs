@@ -89,8 +89,9 @@ async fn create_surge_class(cluster: &SimCluster) {
         .expect("create the PriorityClass");
 }
 
-/// Drains one node of [`FULL`] with `flags`; returns the simulator's counters afterwards.
-async fn drain_one(flags: &[&str]) -> (serde_json::Value, SimCluster) {
+/// Drains one node of [`FULL`] with `flags`; returns the simulator's counters afterwards, the
+/// cluster and the node.
+async fn drain_one(flags: &[&str]) -> (serde_json::Value, SimCluster, String) {
     let cluster = SimCluster::start(FULL).await;
     create_surge_class(&cluster).await;
     let drainer = TestDrainer::start(&cluster, "s", flags);
@@ -108,13 +109,13 @@ async fn drain_one(flags: &[&str]) -> (serde_json::Value, SimCluster) {
     })
     .await;
     drainer.stop().await.expect("the drainer stops cleanly");
-    (cluster.stats(), cluster)
+    (cluster.stats(), cluster, node)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_surge_the_evicted_pods_never_wait_for_a_node_and_no_placeholder_is_left() {
-    let (without, _) = drain_one(&[]).await;
-    let (with, cluster) = drain_one(&["--surge", "--surge-timeout", "30s"]).await;
+    let (without, _, drained) = drain_one(&[]).await;
+    let (with, cluster, node) = drain_one(&["--surge", "--surge-timeout", "30s"]).await;
     eprintln!(
         "unschedulable pod-seconds: without surge {}, with surge {}",
         without["unschedulablePodSeconds"], with["unschedulablePodSeconds"]
@@ -136,6 +137,17 @@ async fn with_surge_the_evicted_pods_never_wait_for_a_node_and_no_placeholder_is
     let created = |stats: &serde_json::Value| stats["podsCreated"].as_u64().unwrap();
     assert_eq!(created(&with) - created(&without), 4, "{without}\n{with}");
     assert_eq!(with["podsPreempted"], 0, "{with}");
+    // The node's pods are read as often with surge as without (the drain's watch, and the
+    // test's own list when it picked the node): the surge step makes room for the pods the
+    // drain's watch listed.
+    assert_eq!(
+        with["nodePodReads"][&node], without["nodePodReads"][&drained],
+        "{without}\n{with}"
+    );
+    // The set costs a create (no room was made ahead, so none is tried as an update first) and
+    // the scale to zero before the evictions.
+    assert_eq!(with["requests"]["create replicasets"], 1, "{with}");
+    assert_eq!(with["requests"]["patch replicasets"], 1, "{with}");
     let sets = cluster
         .ns::<k8s_openapi::api::apps::v1::ReplicaSet>("rotor-system")
         .list(&Default::default())

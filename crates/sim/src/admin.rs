@@ -170,6 +170,7 @@ pub fn snapshot(c: &Cluster) -> Value {
         "podsCreated": s.pods_created,
         "podsPreempted": s.pods_preempted,
         "evictionsInFlightPeak": s.evictions_in_flight_peak,
+        "nodePodReads": s.node_pod_reads,
         "paused": c.paused(),
     })
 }

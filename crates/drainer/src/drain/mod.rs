@@ -15,8 +15,10 @@
 //! Does (I/O): [`task`] (the drain task and its passes), [`eviction_io`] (the Eviction API;
 //! [`budget_turns`] keeps one eviction per budget on the wire), [`restart_io`] (the rollout
 //! restart's reads and patch), [`surge_io`] (placeholder pods), [`rules_io`] (the DrainRule and
-//! namespace watches), [`watched_io`] (a node's pod watch) and [`kept_watches_io`] (the pod
-//! watches the choice opens to weigh candidates, kept for their drains).
+//! namespace watches), [`watched_io`] (a node's pod watch), [`node_pods_io`] (the one watch a
+//! drain reads its node's pods from, for the surge step and the evictions) and
+//! [`kept_watches_io`] (the pod watches the choice opens to weigh candidates, kept for their
+//! drains).
 
 pub mod answers;
 pub mod budget_turns;
@@ -25,6 +27,7 @@ pub mod budgets_io;
 pub mod eviction;
 pub mod eviction_io;
 pub mod kept_watches_io;
+pub mod node_pods_io;
 pub mod outcome;
 pub mod pace;
 pub mod pass;

@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::Api;
@@ -19,6 +18,7 @@ use crate::drain::answers::EvictionOutcome;
 use crate::drain::budgets::{BudgetDemand, BudgetKey, DisruptionPace, budget_paces};
 use crate::drain::eviction::{EvictionQueue, QueuePolicy};
 use crate::drain::eviction_io::EvictionWire;
+use crate::drain::node_pods_io::NodePods;
 use crate::drain::outcome::DrainResult;
 use crate::drain::pass::{
     Attempt, Settled, choose_sends, force_wake, park_at, replace_by_held, say_odd_input, settle,
@@ -31,7 +31,6 @@ use crate::drain::restart::RolloutRestarts;
 use crate::drain::restart_io::restart_lone_replicas;
 use crate::drain::rules::PodRule;
 use crate::drain::shared::{Drains, Stops};
-use crate::drain::watched::WatchedPods;
 use crate::error::DrainError;
 use crate::record::events::NodeEvent;
 use crate::record::node::{DrainRecord, Transition, apply};
@@ -86,12 +85,11 @@ struct Pass {
 pub(crate) async fn evict_until_drained(
     task: &Evicting<'_>,
     record: &mut DrainRecord,
+    mut pods: NodePods,
     stops: &Stops,
 ) -> DrainResult {
     let drains = task.drains;
-    let mut pod_events = drains.pod_watches.open(&task.name);
     let mut budget_changes = drains.budgets.changes();
-    let mut pods = WatchedPods::default();
     let mut reported = BlockedPodsGauge {
         metrics: &drains.metrics,
         reported: 0,
@@ -129,16 +127,10 @@ pub(crate) async fn evict_until_drained(
             changed = budget_changes.changed() => if changed.is_ok() {
                 memory.queue.budget_moved();
             },
-            ev = pod_events.next() => match ev {
-                Some(Ok(event)) => if let Some(uid) = pods.apply(event) {
-                    memory.queue.pod_gone(&uid);
-                },
-                Some(Err(e)) => if drains.pod_watches.fall_back_if_refused(&task.name, &e) {
-                    pod_events = drains.pod_watches.open(&task.name);
-                } else {
-                    tracing::warn!(node = %task.name, error = %e, "watching the node's pods failed; it restarts with back-off");
-                },
-                None => return DrainResult::Failed { error: DrainError::PodWatchEnded { node: task.name.clone() } },
+            fed = pods.next(drains) => match fed {
+                Ok(Some(gone)) => memory.queue.pod_gone(&gone),
+                Ok(None) => {}
+                Err(error) => return DrainResult::Failed { error },
             },
         }
     }

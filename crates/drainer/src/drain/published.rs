@@ -40,9 +40,7 @@ impl<T> PerDrain<T> {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, T>> {
         // Entries are replaced or counted whole: a panicking writer cannot leave one half-made.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::drain::lock(&self.0)
     }
 }
 

@@ -226,7 +226,8 @@ pub enum SurgeOutcome {
     Interrupted,
 }
 
-/// Makes room for `node`'s pods before they are evicted: takes a `--max-surge` slot, creates the
+/// Makes room for `node`'s pods (`pods`, as its drain's watch listed them after the cordon)
+/// before they are evicted: takes a `--max-surge` slot, creates the
 /// placeholder sets for the pods that need room, waits until all their pods are scheduled, for
 /// at most `--surge-timeout` in all, then frees the room for the evictions (all scheduled) or
 /// hands what stands over to the drain (timed out).
@@ -234,6 +235,7 @@ pub async fn make_room(
     room: &SurgeRoom,
     node: &Node,
     drain_taint: &Taint,
+    pods: Vec<Pod>,
     abort: &CancellationToken,
     stop: &CancellationToken,
 ) -> SurgeOutcome {
@@ -248,6 +250,12 @@ pub async fn make_room(
             .await
             .insert(name.clone(), DrainRoom::Held);
     }
+    // Room made ahead holds its slot until the drain takes it: then its sets stand.
+    let stand = if lock(&room.held).contains(&name) {
+        SetsStand::Likely
+    } else {
+        SetsStand::No
+    };
     while !room.take_slot(&name) {
         if Instant::now() >= give_up_at {
             return SurgeOutcome::NoSlot;
@@ -256,7 +264,7 @@ pub async fn make_room(
             return SurgeOutcome::Interrupted;
         }
     }
-    let (wanted, sets) = match create_placeholders(room, node, drain_taint, Made::AtStart).await {
+    let (wanted, sets) = match create_placeholders(room, node, drain_taint, &pods, stand).await {
         Ok(made) if made.placeholders == 0 => {
             room.give_back(&name);
             return SurgeOutcome::NothingToReserve;
@@ -593,16 +601,17 @@ async fn refusal(room: &SurgeRoom, node: &str) -> Option<String> {
     })
 }
 
-/// When a node's placeholder sets are made: ahead of its drain (usually the first time) or at
-/// its start (usually made ahead already).
+/// Whether a node's placeholder sets are expected to stand already: the first request for
+/// each is a create when not, an update when they are (a drain whose room was made ahead), and
+/// the other follows when the guess was wrong (a set made before a restart, or removed since).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Made {
-    Ahead,
-    AtStart,
+enum SetsStand {
+    No,
+    Likely,
 }
 
-/// Makes the placeholder sets for `node`'s pods that need room. A set made earlier (ahead of
-/// the drain, or before a restart) has the same name; it is brought to the node's pods as they
+/// Makes the placeholder sets for those of `pods` (the node's) that need room. A set made
+/// earlier (ahead of the drain, or before a restart) has the same name; it is brought to the node's pods as they
 /// are now, its replicas and the pods it stands for, so a set made ahead while the node had
 /// fewer or more pods serves the drain exactly. Returns how many placeholders the node needs,
 /// in which sets; on an error, says what failed and what rotor needs.
@@ -610,30 +619,24 @@ async fn create_placeholders(
     room: &SurgeRoom,
     node: &Node,
     drain_taint: &Taint,
-    made: Made,
+    pods: &[Pod],
+    stand: SetsStand,
 ) -> Result<MadeSets, String> {
     let cfg = &room.cfg;
-    let name = node.metadata.name.as_deref().unwrap_or_default();
-    let on_node: Api<Pod> = Api::all(room.client.clone());
-    let pods = on_node
-        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
-        .await
-        .map_err(|e| format!("cannot list the pods on node {name}: {e}"))?
-        .items;
-    let needing = pods_needing_room(&pods, drain_taint, &room.options);
+    let needing = pods_needing_room(pods, drain_taint, &room.options);
     let wanted = placeholder_sets(&needing, node, drain_taint, cfg);
     let sets: Api<ReplicaSet> = Api::namespaced(room.client.clone(), &cfg.namespace);
     for set in &wanted {
-        // One request in the usual case: a create ahead, an update at the start.
-        let first = match made {
-            Made::Ahead => create_set(&sets, set).await,
-            Made::AtStart => update_set(&sets, set).await,
+        // One request in the usual case.
+        let first = match stand {
+            SetsStand::No => create_set(&sets, set).await,
+            SetsStand::Likely => update_set(&sets, set).await,
         };
         let outcome = match first {
-            Err(kube::Error::Api(s)) if made == Made::Ahead && s.code == 409 => {
+            Err(kube::Error::Api(s)) if stand == SetsStand::No && s.code == 409 => {
                 update_set(&sets, set).await
             }
-            Err(kube::Error::Api(s)) if made == Made::AtStart && s.code == 404 => {
+            Err(kube::Error::Api(s)) if stand == SetsStand::Likely && s.code == 404 => {
                 create_set(&sets, set).await
             }
             other => other,
@@ -653,6 +656,16 @@ async fn create_placeholders(
             .filter_map(|set| set.metadata.name.clone())
             .collect(),
     })
+}
+
+/// The pods on node `name`, read for room made ahead (a drain has its own watch of them).
+async fn pods_on(room: &SurgeRoom, name: &str) -> Result<Vec<Pod>, String> {
+    let on_node: Api<Pod> = Api::all(room.client.clone());
+    on_node
+        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+        .await
+        .map(|list| list.items)
+        .map_err(|e| format!("cannot list the pods on node {name}: {e}"))
 }
 
 /// A node's placeholder sets, as made.
@@ -710,7 +723,11 @@ pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
         tracing::debug!(node = %name, "no --max-surge slot free: no room made ahead");
         return;
     }
-    match create_placeholders(room, &node, &taint, Made::Ahead).await {
+    let made = match pods_on(room, name).await {
+        Ok(pods) => create_placeholders(room, &node, &taint, &pods, SetsStand::No).await,
+        Err(why) => Err(why),
+    };
+    match made {
         Ok(made) if made.placeholders == 0 => room.give_back(name),
         Ok(made) => {
             tracing::info!(node = %name, placeholders = made.placeholders, "next in line: made room ahead of its drain")

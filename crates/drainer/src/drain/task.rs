@@ -12,13 +12,14 @@ use rotor_apimachinery::taints::keeps_pods_off;
 use rotor_core::contract::{DrainReason, find_drain_taint, format_timestamp};
 use rotor_core::duration::later;
 
+use crate::drain::node_pods_io::{NodePods, NotListed};
 use crate::drain::outcome::{DrainOutcome, DrainResult};
 use crate::drain::pass::settled_at;
 use crate::drain::pass_io::{Evicting, evict_until_drained};
 use crate::drain::replace_by::ReplaceBy;
 use crate::drain::shared::{Drains, Stops};
 use crate::drain::surge::SurgeConfig;
-use crate::drain::surge_io::{SurgeOutcome, make_room, release};
+use crate::drain::surge_io::{SurgeOutcome, SurgeRoom, make_room, release};
 use crate::error::DrainError;
 use crate::record::events::NodeEvent;
 use crate::record::node::{
@@ -172,9 +173,19 @@ async fn drain_fresh(
     let deadline = record
         .deadline
         .unwrap_or_else(|| later(now, drains.settings.drain_timeout));
-    announce_start(drains, node, &taint, deadline, resumed).await;
+    // One watch of the node's pods, opened after the cordon, for the surge step and the
+    // evictions alike.
+    let mut pods = NodePods::open(drains, name);
     if let Some(room) = &drains.surge {
-        let outcome = make_room(room, node, &taint, &stops.abort, &stops.stop).await;
+        // The start's Event goes beside the surge step, which the evictions wait for.
+        let (_, made) = tokio::join!(
+            announce_start(drains, node, &taint, deadline, resumed),
+            surge_step(drains, room, node, &taint, &mut pods, stops),
+        );
+        let outcome = match made {
+            Ok(outcome) => outcome,
+            Err(error) => return (DrainResult::Failed { error }, record),
+        };
         announce_surge(drains, node, room.config(), &outcome).await;
         if outcome == SurgeOutcome::Interrupted {
             let result = if stops.stop.is_cancelled() {
@@ -184,6 +195,8 @@ async fn drain_fresh(
             };
             return (result, record);
         }
+    } else {
+        announce_start(drains, node, &taint, deadline, resumed).await;
     }
     let started = record.started_at.unwrap_or(now);
     // The taint's age counts only if the taint as read now keeps pods off; otherwise only the
@@ -213,9 +226,36 @@ async fn drain_fresh(
         replace_by,
         settled,
     };
-    let result = evict_until_drained(&task, &mut record, stops).await;
+    let result = evict_until_drained(&task, &mut record, pods, stops).await;
     let record = record_end(&task, &result, record).await;
     (result, record)
+}
+
+/// Makes room for the node's pods as its pod watch first lists them, reading the watch on
+/// while the room is made. A watch that has not listed within `--surge-timeout` fails the
+/// surge step (the drain goes on without room, as after any failed surge); an error only when
+/// the watch's stream ended.
+async fn surge_step(
+    drains: &Drains,
+    room: &SurgeRoom,
+    node: &Node,
+    taint: &Taint,
+    pods: &mut NodePods,
+    stops: &Stops,
+) -> Result<SurgeOutcome, DrainError> {
+    let timeout = room.config().timeout;
+    let listed = match tokio::time::timeout(timeout, pods.until_listed(drains, stops)).await {
+        Ok(Ok(listed)) => listed,
+        Ok(Err(NotListed::Interrupted)) => return Ok(SurgeOutcome::Interrupted),
+        Ok(Err(NotListed::Ended(error))) => return Err(error),
+        Err(_) => {
+            return Ok(SurgeOutcome::Failed(format!(
+                "the node's pods were not read within --surge-timeout ({timeout:?}); the drainer's log says why its pod watch failed"
+            )));
+        }
+    };
+    let making = make_room(room, node, taint, listed, &stops.abort, &stops.stop);
+    Ok(pods.read_while(drains, making).await)
 }
 
 /// Says which of the node's drain record annotations rotor disregards as this drain begins

@@ -90,6 +90,16 @@ pub async fn dispatch(
     let (latency, injected) = {
         let mut c = sim.cluster.lock().expect("cluster lock");
         c.stats.count_request(verb, &resource);
+        // A read of the pods: a list, or a watch that begins with them (a watch from a list's
+        // version goes on from that read).
+        let reads = verb == "list"
+            || (verb == "watch" && q.get("sendInitialEvents").is_some_and(|v| v == "true"));
+        if resource == "pods"
+            && reads
+            && let Some(fields) = q.get("fieldSelector")
+        {
+            c.stats.count_pod_read(fields);
+        }
         if eviction {
             c.stats.eviction_arrived();
         }

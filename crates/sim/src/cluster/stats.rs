@@ -41,6 +41,10 @@ pub struct Stats {
     /// sends side by side.
     pub evictions_in_flight: u64,
     pub evictions_in_flight_peak: u64,
+    /// Reads of one node's pods (field selector `spec.nodeName=<node>`), by node: lists, and
+    /// watches that begin with the pods there (`sendInitialEvents`); what a drain and the
+    /// choice before it read of the node.
+    pub node_pod_reads: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -49,6 +53,19 @@ impl Stats {
             .requests
             .entry(format!("{verb} {resource}"))
             .or_default() += 1;
+    }
+
+    /// A read of pods arrived; counted for the node when `field_selector` picks one node's
+    /// pods (`spec.nodeName=<node>`, alone or beside other terms; an empty name picks the
+    /// unbound pods, no node's).
+    pub fn count_pod_read(&mut self, field_selector: &str) {
+        let node = field_selector
+            .split(',')
+            .find_map(|term| term.strip_prefix("spec.nodeName="))
+            .filter(|node| !node.is_empty());
+        if let Some(node) = node {
+            *self.node_pod_reads.entry(node.to_string()).or_default() += 1;
+        }
     }
 
     /// An eviction request arrived; it is answered at [`Stats::eviction_answered`].
@@ -107,5 +124,20 @@ mod tests {
         stats.eviction_arrived();
         assert_eq!(stats.evictions_in_flight, 1);
         assert_eq!(stats.evictions_in_flight_peak, 3);
+    }
+
+    #[test]
+    fn a_read_of_one_nodes_pods_is_counted_for_that_node() {
+        let mut stats = Stats::default();
+        stats.count_pod_read("spec.nodeName=n1");
+        stats.count_pod_read("status.phase!=Succeeded,spec.nodeName=n1");
+        stats.count_pod_read("spec.nodeName=n2");
+        stats.count_pod_read("spec.nodeName!=n3");
+        stats.count_pod_read("status.phase=Pending");
+        stats.count_pod_read("spec.nodeName=");
+        assert_eq!(
+            stats.node_pod_reads,
+            BTreeMap::from([("n1".to_string(), 2), ("n2".to_string(), 1)])
+        );
     }
 }

@@ -303,8 +303,8 @@ impl KeptWatches {
     pub fn claim(&self, node: &str) {
         let kept = lock(&self.candidates).remove(node);
         if let Some(kept) = kept {
-            // Open until the drain takes it or ends ([`KeptWatches::release`]): a drain may
-            // make room first (`--surge`) for longer than an idle period.
+            // Open until the drain takes it, just after its cordon, or ends
+            // ([`KeptWatches::release`]): the start's write may wait on the API server.
             kept.wanted_for(CLAIMED_FOR);
             lock(&self.claimed).insert(node.to_string(), kept);
         }

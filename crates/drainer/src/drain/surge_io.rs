@@ -226,22 +226,24 @@ pub enum SurgeOutcome {
     Interrupted,
 }
 
-/// Makes room for `node`'s pods (`pods`, as its drain's watch listed them after the cordon)
-/// before they are evicted: takes a `--max-surge` slot, creates the
-/// placeholder sets for the pods that need room, waits until all their pods are scheduled, for
-/// at most `--surge-timeout` in all, then frees the room for the evictions (all scheduled) or
-/// hands what stands over to the drain (timed out).
+/// Makes room for `node`'s pods before they are evicted: takes a `--max-surge` slot, creates the
+/// placeholder sets for the pods that need room (`listed`: the pods as the drain's watch listed
+/// them, or why they could not be read), waits until all their pods are scheduled, for at most
+/// `--surge-timeout` from `started` (when the drain began reading the pods) in all, then frees
+/// the room for the evictions (all scheduled) or hands what stands over to the drain (timed
+/// out). Without the pods, room made ahead for the node is removed and the drain goes on
+/// without room.
 pub async fn make_room(
     room: &SurgeRoom,
     node: &Node,
     drain_taint: &Taint,
-    pods: Vec<Pod>,
+    listed: Result<Vec<Pod>, String>,
+    started: Instant,
     abort: &CancellationToken,
     stop: &CancellationToken,
 ) -> SurgeOutcome {
     let cfg = &room.cfg;
     let name = node.metadata.name.clone().unwrap_or_default();
-    let started = Instant::now();
     let give_up_at = started + cfg.timeout;
     {
         // Wait out whatever is being done ahead for the node; nothing starts after this.
@@ -250,6 +252,15 @@ pub async fn make_room(
             .await
             .insert(name.clone(), DrainRoom::Held);
     }
+    let pods = match listed {
+        Ok(pods) => pods,
+        Err(why) => {
+            // Left standing through the evictions, placeholders made ahead would be preempted
+            // by the replacements and made again, pending.
+            remove_room(room, &name).await;
+            return SurgeOutcome::Failed(why);
+        }
+    };
     // Room made ahead holds its slot until the drain takes it: then its sets stand.
     let stand = if lock(&room.held).contains(&name) {
         SetsStand::Likely

@@ -178,14 +178,10 @@ async fn drain_fresh(
     let mut pods = NodePods::open(drains, name);
     if let Some(room) = &drains.surge {
         // The start's Event goes beside the surge step, which the evictions wait for.
-        let (_, made) = tokio::join!(
+        let (_, outcome) = tokio::join!(
             announce_start(drains, node, &taint, deadline, resumed),
             surge_step(drains, room, node, &taint, &mut pods, stops),
         );
-        let outcome = match made {
-            Ok(outcome) => outcome,
-            Err(error) => return (DrainResult::Failed { error }, record),
-        };
         announce_surge(drains, node, room.config(), &outcome).await;
         if outcome == SurgeOutcome::Interrupted {
             let result = if stops.stop.is_cancelled() {
@@ -232,9 +228,11 @@ async fn drain_fresh(
 }
 
 /// Makes room for the node's pods as its pod watch first lists them, reading the watch on
-/// while the room is made. A watch that has not listed within `--surge-timeout` fails the
-/// surge step (the drain goes on without room, as after any failed surge); an error only when
-/// the watch's stream ended.
+/// while the room is made. The pods come from the API server's watch cache, as the evictions
+/// read them: a pod bound in the moments before the cordon that the cache has not shown yet
+/// gets no placeholder (the drain still evicts it). A watch that has not listed within
+/// `--surge-timeout`, or whose stream ended, fails the surge step: the drain goes on without
+/// room, and an ended watch then fails it as the evictions find the stream gone.
 async fn surge_step(
     drains: &Drains,
     room: &SurgeRoom,
@@ -242,20 +240,27 @@ async fn surge_step(
     taint: &Taint,
     pods: &mut NodePods,
     stops: &Stops,
-) -> Result<SurgeOutcome, DrainError> {
+) -> SurgeOutcome {
+    let started = std::time::Instant::now();
     let timeout = room.config().timeout;
     let listed = match tokio::time::timeout(timeout, pods.until_listed(drains, stops)).await {
-        Ok(Ok(listed)) => listed,
-        Ok(Err(NotListed::Interrupted)) => return Ok(SurgeOutcome::Interrupted),
-        Ok(Err(NotListed::Ended(error))) => return Err(error),
-        Err(_) => {
-            return Ok(SurgeOutcome::Failed(format!(
-                "the node's pods were not read within --surge-timeout ({timeout:?}); the drainer's log says why its pod watch failed"
-            )));
-        }
+        Ok(Ok(listed)) => Ok(listed),
+        Ok(Err(NotListed::Interrupted)) => return SurgeOutcome::Interrupted,
+        Ok(Err(NotListed::Ended(error))) => Err(error.to_string()),
+        Err(_) => Err(format!(
+            "the node's pods were not listed within --surge-timeout ({timeout:?}): its pod watch is slow or failing (the drainer's log says if it failed)"
+        )),
     };
-    let making = make_room(room, node, taint, listed, &stops.abort, &stops.stop);
-    Ok(pods.read_while(drains, making).await)
+    let making = make_room(
+        room,
+        node,
+        taint,
+        listed,
+        started,
+        &stops.abort,
+        &stops.stop,
+    );
+    pods.read_while(drains, making).await
 }
 
 /// Says which of the node's drain record annotations rotor disregards as this drain begins

@@ -40,6 +40,11 @@ impl NodePods {
         }
     }
 
+    /// Whether the watch's stream has ended (the drain cannot go on reading its pods).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
     /// The pods, once the watch's first list has ended.
     pub fn listed(&self) -> Option<&HashMap<String, Pod>> {
         self.pods.listed()

@@ -218,9 +218,11 @@ pub enum SurgeOutcome {
         scheduled: usize,
         pending: Vec<(String, Option<String>)>,
     },
-    /// `--max-surge` nodes held placeholders for all of `--surge-timeout`.
+    /// `--max-surge` nodes held placeholders until `--surge-timeout` (counted from the drain's
+    /// first read of its pods) passed.
     NoSlot,
-    /// The placeholders could not be created or read; those created were removed.
+    /// The node's pods were not read, or the placeholders could not be created or read; those
+    /// created, and room made ahead, were removed.
     Failed(String),
     /// The drain was cancelled or the drainer is stopping.
     Interrupted,
@@ -256,8 +258,10 @@ pub async fn make_room(
         Ok(pods) => pods,
         Err(why) => {
             // Left standing through the evictions, placeholders made ahead would be preempted
-            // by the replacements and made again, pending.
-            remove_room(room, &name).await;
+            // by the replacements and made again, pending. (Room made ahead holds a slot.)
+            if lock(&room.held).contains(&name) {
+                remove_room(room, &name).await;
+            }
             return SurgeOutcome::Failed(why);
         }
     };

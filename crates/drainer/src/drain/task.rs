@@ -182,7 +182,11 @@ async fn drain_fresh(
             announce_start(drains, node, &taint, deadline, resumed),
             surge_step(drains, room, node, &taint, &mut pods, stops),
         );
-        announce_surge(drains, node, room.config(), &outcome).await;
+        // A pod watch that ended fails the drain at its first pass, with its own record and
+        // Event: no surge outcome to tell then.
+        if !pods.ended() {
+            announce_surge(drains, node, room.config(), &outcome).await;
+        }
         if outcome == SurgeOutcome::Interrupted {
             let result = if stops.stop.is_cancelled() {
                 DrainResult::Interrupted

@@ -1225,12 +1225,11 @@ async fn given_a_node_of_unbudgeted_pods_then_its_evictions_are_all_in_flight_at
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     cluster.taint(node, "manual").await;
     cluster.wait_phase(node, "drained").await;
-    let stats = cluster.stats();
-    // Without a budget the simulator counts them as `bypass`.
-    assert_eq!(stats["requests"]["create pods/eviction"], 12, "{stats}");
-    assert_eq!(
-        stats["evictionsInFlightPeak"], 12,
-        "every eviction of the node's pass on the wire at once: {stats}"
+    assert_evictions(
+        &cluster,
+        12,
+        12,
+        "every eviction of the node's pass on the wire at once",
     );
     drainer.stop().await.unwrap();
     cluster.stop().await;
@@ -1253,12 +1252,15 @@ async fn given_two_drains_of_80_pods_then_at_most_64_evictions_are_in_flight() {
     for node in &nodes {
         cluster.wait_phase(node, "drained").await;
     }
-    let stats = cluster.stats();
-    assert_eq!(stats["requests"]["create pods/eviction"], 80, "{stats}");
-    assert_eq!(
-        stats["evictionsInFlightPeak"], 64,
-        "the wire's cap across drains: {stats}"
-    );
+    assert_evictions(&cluster, 80, 64, "the wire's cap across drains");
     drainer.stop().await.unwrap();
     cluster.stop().await;
+}
+
+/// The simulator sent `sent` evictions in all, at most `peak` of them in flight at once (`why`).
+/// Without a budget it counts them as `bypass`, so the request count is the one to read.
+fn assert_evictions(cluster: &SimCluster, sent: u64, peak: u64, why: &str) {
+    let stats = cluster.stats();
+    assert_eq!(stats["requests"]["create pods/eviction"], sent, "{stats}");
+    assert_eq!(stats["evictionsInFlightPeak"], peak, "{why}: {stats}");
 }

@@ -254,19 +254,20 @@ pub async fn make_room(
             .await
             .insert(name.clone(), DrainRoom::Held);
     }
+    // Room made ahead holds its slot until the drain takes it.
+    let made_ahead = lock(&room.held).contains(&name);
     let pods = match listed {
         Ok(pods) => pods,
         Err(why) => {
             // Left standing through the evictions, placeholders made ahead would be preempted
-            // by the replacements and made again, pending. (Room made ahead holds a slot.)
-            if lock(&room.held).contains(&name) {
+            // by the replacements and made again, pending.
+            if made_ahead {
                 remove_room(room, &name).await;
             }
             return SurgeOutcome::Failed(why);
         }
     };
-    // Room made ahead holds its slot until the drain takes it: then its sets stand.
-    let stand = if lock(&room.held).contains(&name) {
+    let stand = if made_ahead {
         SetsStand::Likely
     } else {
         SetsStand::No
@@ -626,10 +627,11 @@ enum SetsStand {
 }
 
 /// Makes the placeholder sets for those of `pods` (the node's) that need room. A set made
-/// earlier (ahead of the drain, or before a restart) has the same name; it is brought to the node's pods as they
-/// are now, its replicas and the pods it stands for, so a set made ahead while the node had
-/// fewer or more pods serves the drain exactly. Returns how many placeholders the node needs,
-/// in which sets; on an error, says what failed and what rotor needs.
+/// earlier (ahead of the drain, or before a restart) has the same name; it is brought to the
+/// node's pods as they are now, its replicas and the pods it stands for, so a set made ahead
+/// while the node had fewer or more pods serves the drain exactly. Returns how many
+/// placeholders the node needs, in which sets; on an error, says what failed and what rotor
+/// needs.
 async fn create_placeholders(
     room: &SurgeRoom,
     node: &Node,

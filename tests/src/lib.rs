@@ -383,8 +383,8 @@ pub fn kustomize(dir: &str) -> String {
 }
 
 impl SimProcess {
-    /// Starts `rotor-sim serve --scenario <scenario> --listen 127.0.0.1:0 --kubeconfig-out
-    /// <dir>/kubeconfig` and waits for it to print `listening on http://...`.
+    /// Starts `rotor-sim serve --scenario SCENARIO --listen 127.0.0.1:0 --kubeconfig-out
+    /// DIR/kubeconfig` and waits for it to print `listening on http://...`.
     ///
     /// Panics, with the simulator's exit status and log, if it exits or does not print that
     /// line within [`SIM_START_TIMEOUT`].

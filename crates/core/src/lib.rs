@@ -8,7 +8,7 @@
 //! - [`client`](mod@client): kube client construction from [`KubeArgs`], with and without kube's built-in retry.
 //! - [`retry_after`]: a 429's `Retry-After` kept where a client's caller can read it.
 //! - [`telemetry`]: the tracing subscriber ([`LogArgs`]).
-//! - [`http`]: a GET with a deadline to an operator's [`HttpTarget`], shown without credentials.
+//! - [`http`]: a GET with a deadline to an operator's [`http::HttpTarget`], shown without credentials.
 //! - [`admin`]: the `/metrics`, `/healthz`, `/readyz` HTTP server ([`AdminArgs`]).
 //! - [`shutdown`]: the process-wide cancellation token, cancelled on SIGTERM/SIGINT.
 //!

@@ -84,6 +84,9 @@ pub enum ConfigError {
     },
 }
 
+// The drainer's flags. Their doc comments are `--help` text: `<cron>` and bare URLs read as an
+// operator types them, not as rustdoc's HTML and links.
+#[allow(rustdoc::invalid_html_tags, rustdoc::bare_urls)]
 #[derive(Args, Clone, Debug)]
 pub struct DrainArgs {
     /// Nodes drained at the same time.

@@ -16,6 +16,10 @@
 //! gets from them), `runtime` (wiring), `metrics`, and `error` (what can fail, in words an
 //! operator can act on; `anyhow` is used only by the binary).
 
+// The folders' docs link the private modules and items they describe: they are written for the
+// code's readers (`cargo doc --document-private-items`), not for an API this crate offers.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod config;
 pub mod drain;
 pub mod error;

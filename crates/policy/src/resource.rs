@@ -1,5 +1,5 @@
 //! The `RotationPolicy` resource (`rotor.dev/v1alpha1`, cluster-scoped) as Rust types. The CRD in
-//! `deploy/` is generated from them ([`crate::crd_yaml`]), schema, CEL rules and printer columns
+//! `deploy/` is generated from them ([`crate::crds`]), schema, CEL rules and printer columns
 //! included, so what the API server accepts and what the drainer reads cannot drift apart. The
 //! doc comments become the schema's descriptions, which `kubectl explain` shows.
 //!

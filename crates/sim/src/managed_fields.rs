@@ -5,7 +5,7 @@
 //! B-tree node of about 640 bytes per object in it: about 8 KB a pod, more than half of it. The
 //! store therefore keeps each distinct `fieldsV1` tree once, in a table shared by every
 //! collection, and leaves in the object only a placeholder, a number no client writes
-//! ([`PLACEHOLDER_BASE`] plus the tree's index). Whatever the simulator writes out (API
+//! (`PLACEHOLDER_BASE` plus the tree's index). Whatever the simulator writes out (API
 //! answers, watch events, tables) goes through [`write_json`] or [`to_value`], which put the
 //! trees back: clients see the objects exactly as before.
 

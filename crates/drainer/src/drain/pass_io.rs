@@ -51,7 +51,7 @@ pub(crate) struct Evicting<'a> {
     pub started: Timestamp,
     /// The node's replace-by time, when `--enforce-replace-by` is on and the node has one.
     pub replace_by: Option<ReplaceBy>,
-    /// The node is drained no earlier than this (see [`settled_at`]).
+    /// The node is drained no earlier than this (see [`crate::drain::pass::settled_at`]).
     pub settled: Timestamp,
 }
 

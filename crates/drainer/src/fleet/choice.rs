@@ -270,9 +270,10 @@ fn plan_ranks(
     }
 }
 
-/// Which candidates not yet known are listed in one pass (see [`candidates_to_score`]): the
-/// free slots' worth plus this many at the head of the order, and this many spread over the
-/// rest. Each costs one list of a node's pods.
+/// Which candidates not yet known are read in one pass (see
+/// [`crate::fleet::starts::candidates_to_score`]): the free slots' worth plus this many at the
+/// head of the order, and this many spread over the rest. Each costs one read of a node's pods
+/// (a watch kept for its drain, [`crate::drain::kept_watches_io`]).
 pub(super) const SCORED_HEAD_EXTRA: usize = 2;
 pub(super) const SCORED_SPREAD: usize = 5;
 

@@ -194,7 +194,7 @@ fn held_reason(blockers: &[GateBlocker]) -> String {
 /// How long one read of pending pods that found a pod past its grace stands: they are not
 /// watched (that would be a cluster-wide pod cache), so a gate held by one is re-read on the
 /// tick. A read that found none stands until a pod could pass its grace
-/// ([`pending_read_holds_until`]).
+/// ([`crate::fleet::gate::pending_read_holds_until`]).
 const PENDING_RECHECK: Duration = Duration::from_secs(1);
 
 /// One read of pending pods: what held the gate, and until when that stands.

@@ -4,10 +4,10 @@
 //! Like kube-controller-manager's, it queues the budgets whose inputs changed, each once, in
 //! the order they changed, and syncs them one after another with one worker. With
 //! `timing.budgetSyncTime` each sync that writes a changed status takes that long
-//! ([`SerialWorker`]), so when many budgets change at once a budget counts its Ready pod only
-//! after those queued before it, as on a real control plane under a rotation's load. A sync
-//! that finds nothing to write costs nothing: the real controller reads its caches and spends
-//! its time on the status write. With no sync time every queued budget is synced at the step
+//! ([`crate::cluster::worker::SerialWorker`]), so when many budgets change at once a budget
+//! counts its Ready pod only after those queued before it, as on a real control plane under a
+//! rotation's load. A sync that finds nothing to write costs nothing: the real controller reads
+//! its caches and spends its time on the status write. With no sync time every queued budget is synced at the step
 //! that queued it.
 
 // A file beside this one (not under it), so that mod.rs names it without naming this file.

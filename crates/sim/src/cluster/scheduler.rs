@@ -4,7 +4,7 @@
 //! the one with the fewest pods of the same controller (kube-scheduler's default spreading), then
 //! the least allocated; equal nodes are told apart by where each pod's scan starts, a hash of its
 //! name, as the real scheduler picks at random among equal scores. Placement is a pure function
-//! over `NodeSlot`s; [`Cluster::schedule`] runs it at every step and binds at the pace
+//! over `NodeSlot`s; `Cluster::schedule` runs it at every step and binds at the pace
 //! `timing.bindTime` allows.
 
 // A file beside this one (not under it), so that mod.rs names it without naming this file.

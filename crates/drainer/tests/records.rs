@@ -34,8 +34,9 @@ use rotor_drainer::drain::surge::{
     placeholder_selector, placeholder_sets,
 };
 use rotor_drainer::error::DrainError;
+use rotor_drainer::fleet::held::HeldReason;
 use rotor_drainer::fleet::starts::{
-    FleetLimits, HeldReason, NodeView, StartBlock, choose_nodes_to_start, start_block,
+    FleetLimits, NodeView, StartBlock, choose_nodes_to_start, start_block,
 };
 use rotor_drainer::record::node::{
     DrainRecord, Intent, Transition, apply, begin_check, misreadings, retry_backoff, start_write,

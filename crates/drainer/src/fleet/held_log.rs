@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use crate::fleet::starts::Held;
+use crate::fleet::held::Held;
 
 /// What was last logged about held drains.
 #[derive(Default)]
@@ -93,7 +93,7 @@ fn log_held(held: &[Held]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::starts::HeldReason;
+    use crate::fleet::held::HeldReason;
 
     fn held(nodes: &[&str], why: HeldReason) -> Vec<Held> {
         nodes.iter().map(|n| (n.to_string(), why.clone())).collect()

@@ -22,11 +22,12 @@ use rotor_core::contract::DrainPhase;
 use crate::drain::outcome::DrainResult;
 use crate::drain::published::WorkloadRef;
 use crate::fleet::breaker::{gate_trip, rotation_began, stalled_replacement};
+use crate::fleet::held::{Held, HeldReason, Limit};
 use crate::fleet::node_labels::LabelKeys;
 use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef, Pools, allowance};
 use crate::fleet::starts::{
-    FleetDecision, FleetLimits, Held, HeldReason, Limit, NodeView, PoolRules, StartBlock,
-    candidate_names, choose_in_pools, start_block,
+    FleetDecision, FleetLimits, NodeView, PoolRules, StartBlock, candidate_names, choose_in_pools,
+    start_block,
 };
 use crate::fleet::window::{MaintenanceWindow, any_open};
 use crate::record::node::{DrainRecord, Intent, retry_backoff};

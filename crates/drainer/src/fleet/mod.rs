@@ -3,7 +3,8 @@
 //! commands it returns: start, resume, stop or undo a drain, contend for the Lease, arm the gate.
 //!
 //! Decides (pure, no I/O): [`machine`] (the pass over the fleet), [`starts`] (which nodes may
-//! start under `--max-concurrent` / `--max-unavailable`), [`window`] (maintenance windows),
+//! start under `--max-concurrent` / `--max-unavailable`; [`held`] says why the others wait),
+//! [`window`] (maintenance windows),
 //! [`pools`] (which RotationPolicy governs a node, and the budget
 //! in force for its pool), [`pool_status`] (a policy's status from its nodes), [`gate`] (may the next node start: workloads Ready again, no pod stuck Pending),
 //! [`breaker`] (when a rotation halts), [`health`] (the health gate's verdicts), [`held_log`]
@@ -24,6 +25,7 @@ pub mod gate;
 mod gate_io;
 pub mod health;
 mod health_io;
+pub mod held;
 mod held_log;
 mod lookahead;
 mod machine;

@@ -16,8 +16,8 @@
 //! a few starts, so on bench-50 about two drains in three open a watch of their own. (Keeping
 //! only the nodes the planned choice ranked first kept fewer of those it then chose: 1.8 pod
 //! reads a node against 1.7. Reading only as many candidates as watches can be kept took it to
-//! 1.1, but the choice, knowing a dozen nodes rather than the fleet, made rotations about 3 s
-//! longer: docs/benchmarks.md, "The choice's read kept for the drain".)
+//! 1.1 to 1.2, but the choice, knowing a dozen nodes rather than the fleet, made rotations
+//! about 3 s longer: docs/benchmarks.md, "The choice's read kept for the drain".)
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -267,6 +267,7 @@ pub async fn make_room(
             return SurgeOutcome::Failed(why);
         }
     };
+    // Then its sets stand.
     let stand = if made_ahead {
         SetsStand::Likely
     } else {

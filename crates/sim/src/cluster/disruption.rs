@@ -7,8 +7,8 @@
 //! ([`crate::cluster::worker::SerialWorker`]), so when many budgets change at once a budget
 //! counts its Ready pod only after those queued before it, as on a real control plane under a
 //! rotation's load. A sync that finds nothing to write costs nothing: the real controller reads
-//! its caches and spends its time on the status write. With no sync time every queued budget is synced at the step
-//! that queued it.
+//! its caches and spends its time on the status write. With no sync time every queued budget
+//! is synced at the step that queued it.
 
 // A file beside this one (not under it), so that mod.rs names it without naming this file.
 #[path = "disruption_memory.rs"]

@@ -11,7 +11,7 @@
 #[path = "scheduler_memory.rs"]
 pub(super) mod memory;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,6 +117,9 @@ pub struct Scheduler<'a> {
     spread: SpreadCounts,
     /// Per controller (by uid), how many of its pods each node runs; counted on first use.
     siblings: Option<HashMap<String, HashMap<String, i32>>>,
+    /// The victims of this pass's preemptions so far, `(namespace, name)`: still in `placed`,
+    /// but their room is already counted for the pod that preempted them.
+    preempted: HashSet<(String, String)>,
 }
 
 /// How many feasible nodes to compare before choosing. kube-scheduler compares every node of a
@@ -158,6 +161,7 @@ impl<'a> Scheduler<'a> {
             placed,
             spread: SpreadCounts::default(),
             siblings: None,
+            preempted: HashSet::new(),
         }
     }
 
@@ -340,6 +344,8 @@ impl Scheduler<'_> {
             slot.free = slot.free.plus(&freed).minus(&pod_requests(pod));
             slot.free_pods += preemption.victims.len() as i64 - 1;
         }
+        // A victim goes once: a later pod of this pass must not count its room again.
+        self.preempted.extend(preemption.victims.iter().cloned());
     }
 
     pub fn preemption(&self, pod: &Pod) -> Option<Preemption> {
@@ -369,6 +375,10 @@ impl Scheduler<'_> {
                     p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(slot.name.as_str())
                         && p.metadata.deletion_timestamp.is_none()
                         && super::priority::priority(p) < own
+                        && !self.preempted.contains(&(
+                            p.metadata.namespace.clone().unwrap_or_default(),
+                            p.metadata.name.clone().unwrap_or_default(),
+                        ))
                 })
                 .collect();
             lower.sort_by_key(|p| super::priority::priority(p));
@@ -607,7 +617,25 @@ impl Cluster {
         );
         tracing::debug!(pod = %format!("{ns}/{name}"), node = %preemption.node, victims = ?preemption.victims, "preempting lower-priority pods");
         self.stats.pods_preempted += preemption.victims.len() as u64;
+        let scheduler = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or("default-scheduler");
         for (vns, vname) in &preemption.victims {
+            // As the real scheduler does before it deletes a victim: the pod says why it goes.
+            if let Some(victim) = self.pods.get(vns, vname) {
+                let mut v = (**victim).clone();
+                set_pod_condition_with_reason(
+                    &mut v,
+                    "DisruptionTarget",
+                    true,
+                    "PreemptionByScheduler",
+                    format!("{scheduler}: preempting to accommodate a higher priority pod"),
+                    now,
+                );
+                self.pods.put(v);
+            }
             let _ = self.delete_pod(
                 vns,
                 vname,
@@ -904,6 +932,70 @@ mod tests {
         assert_eq!(s.preemption(&ranked("low", "100m", -5, None, false)), None);
         // Too big even with every lower-priority pod gone.
         assert_eq!(s.preemption(&ranked("huge", "1500m", 0, None, false)), None);
+    }
+
+    #[test]
+    fn a_preempted_pod_is_marked_as_the_real_scheduler_marks_it_before_it_goes() {
+        // One 2-CPU node; a placeholder holds 1500m of it; a pod of priority 0 needs as much.
+        let yaml = r#"
+timing: {tick: 100ms, podStartup: 1s, podShutdown: 1s}
+nodeGroups: [{name: g, size: 1, max: 1, template: {cpu: "2", memory: 8Gi}}]
+"#;
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let mut c = crate::seed::build(&Scenario::from_yaml(yaml, "t").unwrap(), t0);
+        let node = c
+            .nodes
+            .values()
+            .next()
+            .and_then(|n| n.metadata.name.clone())
+            .expect("one node");
+        let mut placeholder = ranked("ph", "1500m", -5, Some(&node), true);
+        // A grace period keeps the victim terminating, so its last state can be read.
+        placeholder
+            .spec
+            .as_mut()
+            .unwrap()
+            .termination_grace_period_seconds = Some(30);
+        c.pods.put(placeholder);
+        c.pods.put(ranked("web", "1500m", 0, None, false));
+        c.step(t0 + Duration::from_secs(1), false);
+
+        let victim = c
+            .pods
+            .get("ns", "ph")
+            .expect("the victim terminates for 30 s");
+        assert!(terminating(victim), "the placeholder was preempted");
+        let condition = victim
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+            .expect("a DisruptionTarget condition on the victim");
+        assert_eq!(condition.status, "True");
+        assert_eq!(condition.reason.as_deref(), Some("PreemptionByScheduler"));
+        assert_eq!(
+            condition.message.as_deref(),
+            Some("default-scheduler: preempting to accommodate a higher priority pod")
+        );
+        // The pod of higher priority waits for that node.
+        let web = c.pods.get("ns", "web").unwrap();
+        assert_eq!(priority::nominated_node(web), Some(node.as_str()));
+    }
+
+    #[test]
+    fn a_victim_makes_room_for_one_preemptor_of_a_pass_not_for_each() {
+        // a: one 1000m placeholder, nothing free. Two pods of priority 0 need 900m each.
+        let placed_pods = [ranked("ph", "1000m", -5, Some("a"), true)];
+        let placed: Vec<&Pod> = placed_pods.iter().collect();
+        let mut a = slot("a", 1000, 10);
+        a.free.cpu = 0;
+        let mut s = Scheduler::new(vec![a], &placed);
+        let first = ranked("web-1", "900m", 0, None, false);
+        let p = s.preemption(&first).expect("the placeholder makes way");
+        assert_eq!(p.victims, vec![("ns".to_string(), "ph".to_string())]);
+        s.reserve(&p, &first);
+        // The placeholder's room is the first pod's now; nothing is left to preempt.
+        assert_eq!(s.preemption(&ranked("web-2", "900m", 0, None, false)), None);
     }
 
     /// Evicts the 10 pods of a Deployment at once, then steps every tick: how many of their

@@ -148,6 +148,8 @@ fn requests_on(
     out
 }
 
+/// Room made before the first eviction, taken by the replacements without preempting; then a
+/// placeholder that the scheduler does preempt, logged by the drainer.
 #[test]
 fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacements_take_it_without_preempting()
  {
@@ -159,7 +161,7 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
     );
     let autoscaler =
         TestAutoscaler::new(surge_node("template"), "surge", 3, Duration::from_secs(3));
-    let (drained_in, added, replacements) = std::thread::scope(|s| {
+    let (drained_in, added, replacements, drainer) = std::thread::scope(|s| {
         s.spawn(|| autoscaler.run(&cluster));
         let drainer = cluster.start_rotor_drainer("surge-a", &["--surge", "--surge-timeout", "2m"]);
         let started = Instant::now();
@@ -178,7 +180,7 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
             .into_iter()
             .filter(|(_, node)| node != "old-2")
             .collect();
-        (drained_in, autoscaler.added(), replacements)
+        (drained_in, autoscaler.added(), replacements, drainer)
     });
     let verdict = watch.finish();
     assert!(
@@ -337,7 +339,54 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
         created.len(),
         preempted.len()
     );
+
+    // When the scheduler does preempt a placeholder, the drainer tells: one standing on a node
+    // with room for it alone, then a pod of priority 0 that needs that room. The scheduler marks
+    // the placeholder (DisruptionTarget, PreemptionByScheduler) before deleting it, and the
+    // drainer's watch of the placeholders reads the mark.
+    cluster.add_nodes(&[rotor_e2e::manifests::surge_node("spare")]);
+    cluster.apply(PLACEHOLDER_BY_HAND);
+    wait_until("the placeholder made by hand to be scheduled", WAIT, || {
+        let pod = cluster.kubectl_json(&["get", "pod", "-n", "rotor-system", "by-hand"]);
+        (pod["spec"]["nodeName"] == "spare").then_some(())
+    });
+    cluster.apply(NEEDS_THE_ROOM);
+    let line = wait_until("the drainer to log the preemption", WAIT, || {
+        drainer
+            .log()
+            .lines()
+            .find(|l| l.contains("the scheduler preempted a placeholder"))
+            .map(str::to_string)
+    });
+    assert!(line.contains("placeholder=by-hand"), "{line}");
+    assert!(line.contains("--surge-ahead 0"), "says what to do: {line}");
+    wait_until("the pod that needed the room to run on spare", WAIT, || {
+        let pod = cluster.kubectl_json(&["get", "pod", "-n", "shop", "needs-the-room"]);
+        (pod["spec"]["nodeName"] == "spare").then_some(())
+    });
 }
+
+/// A pod shaped as rotor's placeholders are (labels, PriorityClass, the restricted Pod Security
+/// Standard of rotor's namespace), made by hand, as much CPU as a 2-CPU node has room for once.
+const PLACEHOLDER_BY_HAND: &str = r#"
+{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {"name": "by-hand", "namespace": "rotor-system",
+   "labels": {"rotor.dev/surge-for": "spare", "app.kubernetes.io/managed-by": "rotor-drainer"},
+   "annotations": {"rotor.dev/surge-node": "spare"}},
+ "spec": {"priorityClassName": "rotor-surge", "terminationGracePeriodSeconds": 0,
+   "securityContext": {"runAsNonRoot": true, "runAsUser": 65535, "seccompProfile": {"type": "RuntimeDefault"}},
+   "containers": [{"name": "pause", "image": "pause:3",
+     "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+     "resources": {"requests": {"cpu": "1500m", "memory": "64Mi"}}}]}}
+"#;
+
+/// A pod of priority 0 that fits only where [`PLACEHOLDER_BY_HAND`] stands.
+const NEEDS_THE_ROOM: &str = r#"
+{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {"name": "needs-the-room", "namespace": "shop"},
+ "spec": {"terminationGracePeriodSeconds": 0,
+   "containers": [{"name": "app", "image": "app:1", "resources": {"requests": {"cpu": "1500m", "memory": "64Mi"}}}]}}
+"#;
 
 #[test]
 fn without_room_a_surge_times_out_the_drain_goes_on_and_no_placeholder_outlives_an_abort_or_a_crash()

@@ -1,6 +1,6 @@
 //! The drainer's Prometheus metrics, named once here: drains by result, drain duration,
 //! evictions by outcome, pods held by budgets, seconds the start gate held, nodes by phase,
-//! surges, and the health gate's checks and state.
+//! surges and the placeholders preempted, and the health gate's checks and state.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -41,6 +41,7 @@ pub struct Metrics {
     pub nodes_by_phase: Family<PhaseLabel, Gauge>,
     pub surges: Family<OutcomeLabel, Counter>,
     pub surge_nodes: Gauge,
+    pub surge_placeholders_preempted: Counter,
     pub health_checks: Family<HealthCheckLabel, Counter>,
     pub health_gate_open: Gauge,
     pub halted: Gauge,
@@ -61,6 +62,7 @@ impl Metrics {
             nodes_by_phase: Family::default(),
             surges: Family::default(),
             surge_nodes: Gauge::default(),
+            surge_placeholders_preempted: Counter::default(),
             health_checks: Family::default(),
             health_gate_open: Gauge::default(),
             halted: Gauge::default(),
@@ -104,6 +106,11 @@ impl Metrics {
             "surge_nodes",
             "Nodes whose placeholders are outstanding (what --max-surge caps)",
             m.surge_nodes.clone(),
+        );
+        r.register(
+            "surge_placeholders_preempted",
+            "Placeholders the scheduler preempted for pods of higher priority (with --surge; rising: room made ahead competes with the room drains free)",
+            m.surge_placeholders_preempted.clone(),
         );
         r.register(
             "health_checks",

@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{DrainerConfig, LeaderArgs};
 use crate::drain::budgets_io::BudgetWatch;
 use crate::drain::eviction_io::EvictionWire;
+use crate::drain::preempted_io::count_preemptions;
 use crate::drain::published::Published;
 use crate::drain::rules_io::DrainRuleWatch;
 use crate::drain::shared::Drains;
@@ -102,6 +103,13 @@ pub async fn run(
         // come: every replica sweeps once as it starts, leading or not (so with the client that
         // is not fenced). A live leader elsewhere only loses room made ahead, which its drain
         // makes again; this replica's own (its first term may begin meanwhile) is spared.
+        // Placeholders the scheduler preempted: evicted pods that waited for room.
+        tasks.spawn(count_preemptions(
+            kube_client.clone(),
+            room.config().namespace.clone(),
+            metrics.surge_placeholders_preempted.clone(),
+            tasks_stop.clone(),
+        ));
         let client = kube_client.clone();
         tasks.spawn(async move { room.sweep_with(&client).await });
     }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{SimCluster, TestDrainer, WAIT, wait_until};
+use common::{SimCluster, TestDrainer, WAIT, metric, wait_until};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::PostParams;
 use serde_json::json;
@@ -275,6 +275,56 @@ async fn the_next_node_in_line_gets_its_room_while_the_one_before_drains() {
             .then_some(())
     })
     .await;
+}
+
+/// Two 2-CPU nodes of `web` pods (450m each, six in all), and no node can be added: beside a
+/// node's pods the other has room for one more, not for two.
+const PACKED: &str = r#"
+timing: {tick: 50ms, nodeStartup: 1s, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 200ms, podShutdown: 100ms, bookmarkInterval: 1s}
+namespaces: [rotor-system]
+nodeGroups:
+  - {name: g, size: 2, max: 2, template: {cpu: "2", memory: 8Gi, kubeletVersion: v1.32.9}}
+workloads:
+  - {kind: Deployment, name: web, namespace: shop, replicas: 6, requests: {cpu: 450m}, startup: 200ms, shutdown: 100ms}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placeholder_the_scheduler_preempts_is_counted_in_the_drainers_metrics() {
+    let cluster = SimCluster::start(PACKED).await;
+    create_surge_class(&cluster).await;
+    let (drainer, admin) =
+        TestDrainer::start_serving(&cluster, "p", &["--surge", "--surge-timeout", "1s"]);
+    // The node with the most `web` pods: the other has room for at least one placeholder.
+    let mut hosting = std::collections::BTreeMap::<String, usize>::new();
+    for pod in cluster.pods_labelled("shop", "app=web").await {
+        let node = pod
+            .spec
+            .and_then(|s| s.node_name)
+            .expect("web is scheduled");
+        *hosting.entry(node).or_default() += 1;
+    }
+    let (node, _) = hosting
+        .into_iter()
+        .max_by_key(|(_, pods)| *pods)
+        .expect("web runs");
+    const SERIES: &str = "rotor_drainer_surge_placeholders_preempted_total";
+    let before = wait_until("the drainer to serve /metrics", WAIT, || {
+        metric(admin, SERIES)
+    })
+    .await;
+    assert_eq!(before, 0.0, "none preempted before any drain");
+    // Some placeholders find room, the others wait; after --surge-timeout the drain evicts with
+    // them standing, and the replacements preempt those that hold room.
+    cluster.taint(&node, "manual").await;
+    let counted = wait_until("a preempted placeholder to be counted", WAIT, || async {
+        metric(admin, SERIES).await.filter(|n| *n >= 1.0)
+    })
+    .await;
+    // Every placeholder the simulated scheduler preempted, once each (only placeholders are
+    // ever preempted here: every other pod has the same priority).
+    let stats = cluster.stats();
+    assert_eq!(Some(counted), stats["podsPreempted"].as_f64(), "{stats}");
+    drainer.stop().await.expect("the drainer stops cleanly");
 }
 
 /// A new leader sweeps placeholders beside its first drains and the room it makes ahead, so the

@@ -14,7 +14,7 @@
 //! Pure functions over pods and nodes; the creating, waiting and deleting are in
 //! [`crate::drain::surge_io`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
@@ -26,6 +26,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::Resource;
+use kube::runtime::watcher;
 use rotor_apimachinery::quantity::parse_quantity;
 use rotor_apimachinery::scheduling::AUTOSCALER_EXPENDABLE_CUTOFF;
 use rotor_apimachinery::taints::tolerates;
@@ -494,6 +495,73 @@ pub fn orphaned<K: Resource>(placeholders: &[K], draining: impl Fn(&str) -> bool
         .iter()
         .filter(|p| placeholder_node(*p).is_none_or(|node| !draining(node)))
         .collect()
+}
+
+/// The reason the scheduler gives on a pod it preempts: it sets the pod's `DisruptionTarget`
+/// condition with it before it deletes the pod.
+const PREEMPTED_BY_SCHEDULER: &str = "PreemptionByScheduler";
+
+/// Whether the scheduler preempted `pod` (its `DisruptionTarget` condition says so).
+pub fn preempted_by_scheduler(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.type_ == "DisruptionTarget"
+                    && c.status == "True"
+                    && c.reason.as_deref() == Some(PREEMPTED_BY_SCHEDULER)
+            })
+        })
+}
+
+/// The placeholders a watch of them has shown preempted, each counted once however often it is
+/// shown: the scheduler's status patch, the deletion, and any relist while it terminates.
+#[derive(Debug, Default)]
+pub struct PreemptedPlaceholders {
+    /// The UIDs of those counted that the watch may show again (not yet shown deleted).
+    counted: BTreeSet<String>,
+    /// While the watch lists again, the UIDs listed so far.
+    relisted: Option<BTreeSet<String>>,
+}
+
+impl PreemptedPlaceholders {
+    /// Reads one event of the watch: the placeholder it shows preempted for the first time.
+    pub fn observe(&mut self, event: watcher::Event<Pod>) -> Option<Pod> {
+        match event {
+            watcher::Event::Init => {
+                self.relisted = Some(BTreeSet::new());
+                None
+            }
+            watcher::Event::InitApply(pod) => {
+                if let (Some(listed), Some(uid)) = (&mut self.relisted, &pod.metadata.uid) {
+                    listed.insert(uid.clone());
+                }
+                self.first_sight(pod)
+            }
+            watcher::Event::InitDone => {
+                // One deleted while the watch was down is never shown deleted.
+                if let Some(listed) = self.relisted.take() {
+                    self.counted.retain(|uid| listed.contains(uid));
+                }
+                None
+            }
+            watcher::Event::Apply(pod) => self.first_sight(pod),
+            watcher::Event::Delete(pod) => {
+                let uid = pod.metadata.uid.clone();
+                let preempted = self.first_sight(pod);
+                if let Some(uid) = uid {
+                    self.counted.remove(&uid);
+                }
+                preempted
+            }
+        }
+    }
+
+    fn first_sight(&mut self, pod: Pod) -> Option<Pod> {
+        let uid = pod.metadata.uid.clone()?;
+        (preempted_by_scheduler(&pod) && self.counted.insert(uid)).then_some(pod)
+    }
 }
 
 /// Whether another node may reserve room now: fewer than `--max-surge` nodes hold

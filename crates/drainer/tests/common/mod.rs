@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
@@ -50,13 +51,36 @@ pub fn settings(identity: &str, flags: &[&str]) -> (DrainerConfig, LeaderArgs) {
 impl TestDrainer {
     /// Starts the drainer with these flags (see [`settings`]).
     pub fn start(cluster: &SimCluster, identity: &str, flags: &[&str]) -> TestDrainer {
+        Self::start_on(cluster, identity, flags, "127.0.0.1:0".parse().unwrap())
+    }
+
+    /// Starts the drainer as [`TestDrainer::start`] does, with its admin server (`/metrics`) on
+    /// a free port of loopback, whose address it returns. The port is free when chosen; another
+    /// process could take it before the drainer binds it, and the scrapes then time out.
+    pub fn start_serving(
+        cluster: &SimCluster,
+        identity: &str,
+        flags: &[&str],
+    ) -> (TestDrainer, SocketAddr) {
+        let admin = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|free| free.local_addr())
+            .expect("a free port on loopback");
+        (Self::start_on(cluster, identity, flags, admin), admin)
+    }
+
+    fn start_on(
+        cluster: &SimCluster,
+        identity: &str,
+        flags: &[&str],
+        admin: SocketAddr,
+    ) -> TestDrainer {
         let (cfg, leader) = settings(identity, flags);
         let stop = CancellationToken::new();
         let handle = tokio::spawn(rotor_drainer::runtime::run(
             cluster.config(),
             cfg,
             leader,
-            "127.0.0.1:0".parse().unwrap(),
+            admin,
             stop.clone(),
         ));
         TestDrainer { stop, handle }
@@ -66,6 +90,19 @@ impl TestDrainer {
         self.stop.cancel();
         self.handle.await.expect("drainer task")
     }
+}
+
+/// The value of `series` (a name with its labels, as `/metrics` prints it) on the drainer's
+/// admin server at `admin`; `None` while it does not answer or has no such series.
+pub async fn metric(admin: SocketAddr, series: &str) -> Option<f64> {
+    let got =
+        tokio::task::spawn_blocking(move || rotor_e2e::http_get(&admin.to_string(), "/metrics"))
+            .await
+            .expect("the scrape task");
+    let body = got.ok().filter(|r| r.status == 200)?.body;
+    let prefix = format!("{series} ");
+    body.lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
 }
 
 pub fn is_daemon_or_mirror(p: &Pod) -> bool {

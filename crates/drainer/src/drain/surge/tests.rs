@@ -498,3 +498,108 @@ fn room_ahead_waits_while_room_changes_hands_and_a_node_that_left_the_line_is_fo
     queue.clear();
     assert_eq!(queue.due(true), Vec::<String>::new());
 }
+
+/// A placeholder as the watch of rotor's placeholders shows it; `preempted`: with the condition
+/// the scheduler sets on a pod it preempts, before it deletes it.
+fn watched_placeholder(uid: &str, preempted: bool) -> Pod {
+    let mut v = json!({
+        "metadata": {
+            "name": format!("rotor-surge-n1-{uid}"),
+            "namespace": "rotor-system",
+            "uid": uid,
+            "labels": {"rotor.dev/surge-for": "n1", "app.kubernetes.io/managed-by": "rotor-drainer"},
+            "annotations": {SURGE_NODE_ANNOTATION: "n1"}
+        },
+        "spec": {"nodeName": "n2", "priority": -5, "preemptionPolicy": "Never", "containers": [{"name": "pause", "image": "pause"}]},
+        "status": {"phase": "Running", "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"}
+        ]}
+    });
+    if preempted {
+        v["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({
+                "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                "message": "default-scheduler: preempting to accommodate a higher priority pod",
+                "lastTransitionTime": "2026-12-01T10:00:05Z"
+            }));
+        v["metadata"]["deletionTimestamp"] = json!("2026-12-01T10:00:05Z");
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn only_the_schedulers_preemption_marks_a_placeholder_preempted() {
+    assert!(preempted_by_scheduler(&watched_placeholder("a", true)));
+    assert!(!preempted_by_scheduler(&watched_placeholder("a", false)));
+    // Evicted (a disruption, not a preemption), or a condition that no longer holds.
+    let with_target = |reason: &str, status: &str| {
+        let mut pod = watched_placeholder("a", true);
+        let target = &mut pod.status.as_mut().unwrap().conditions.as_mut().unwrap()[1];
+        target.reason = Some(reason.into());
+        target.status = status.into();
+        pod
+    };
+    assert!(preempted_by_scheduler(&with_target(
+        "PreemptionByScheduler",
+        "True"
+    )));
+    assert!(!preempted_by_scheduler(&with_target(
+        "EvictionByEvictionAPI",
+        "True"
+    )));
+    assert!(!preempted_by_scheduler(&with_target(
+        "PreemptionByScheduler",
+        "False"
+    )));
+}
+
+#[test]
+fn each_preempted_placeholder_is_counted_once_however_often_the_watch_shows_it() {
+    use kube::runtime::watcher::Event;
+    let mut seen = PreemptedPlaceholders::default();
+    let count = |seen: &mut PreemptedPlaceholders, event| seen.observe(event).is_some();
+    // The first list: one standing, one already preempted and terminating.
+    assert!(!count(&mut seen, Event::Init));
+    assert!(!count(
+        &mut seen,
+        Event::InitApply(watched_placeholder("a", false))
+    ));
+    assert!(count(
+        &mut seen,
+        Event::InitApply(watched_placeholder("b", true))
+    ));
+    assert!(!count(&mut seen, Event::InitDone));
+    // `a` is preempted: the scheduler's patch, then its deletion.
+    assert!(count(
+        &mut seen,
+        Event::Apply(watched_placeholder("a", true))
+    ));
+    assert!(!count(
+        &mut seen,
+        Event::Delete(watched_placeholder("a", true))
+    ));
+    // The watch lists again while `b` still terminates: not counted twice.
+    assert!(!count(&mut seen, Event::Init));
+    assert!(!count(
+        &mut seen,
+        Event::InitApply(watched_placeholder("b", true))
+    ));
+    assert!(!count(&mut seen, Event::InitDone));
+    // A deletion shown without the patch before it (the watch missed it) is counted.
+    assert!(count(
+        &mut seen,
+        Event::Delete(watched_placeholder("c", true))
+    ));
+    // A placeholder deleted by rotor (its room freed) is not a preemption.
+    assert!(!count(
+        &mut seen,
+        Event::Delete(watched_placeholder("d", false))
+    ));
+    // Only what the watch may show again is remembered: `b`, until a relist no longer lists it.
+    assert_eq!(seen.counted, BTreeSet::from(["b".to_string()]));
+    assert!(!count(&mut seen, Event::Init));
+    assert!(!count(&mut seen, Event::InitDone));
+    assert!(seen.counted.is_empty());
+}

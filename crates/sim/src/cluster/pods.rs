@@ -287,19 +287,31 @@ impl Cluster {
         opts: &DeleteOptions,
         now: Timestamp,
     ) -> Result<(), ApiError> {
-        if let Some(p) = self.pods.get(ns, name) {
-            let mut p = (**p).clone();
-            set_pod_condition_with_reason(
-                &mut p,
-                "DisruptionTarget",
-                true,
-                "EvictionByEvictionAPI",
-                "Eviction API: evicting".into(),
-                now,
-            );
-            self.pods.put(p);
-        }
+        self.mark_disruption_target(
+            ns,
+            name,
+            "EvictionByEvictionAPI",
+            "Eviction API: evicting".into(),
+            now,
+        );
         self.delete_pod(ns, name, opts, Removal::Eviction, now)?;
         Ok(())
+    }
+
+    /// Says on a pod about to be deleted why it goes, as the API server (an eviction) and the
+    /// scheduler (a preemption) do: its `DisruptionTarget` condition, with `reason`.
+    pub(super) fn mark_disruption_target(
+        &mut self,
+        ns: &str,
+        name: &str,
+        reason: &str,
+        message: String,
+        now: Timestamp,
+    ) {
+        if let Some(p) = self.pods.get(ns, name) {
+            let mut p = (**p).clone();
+            set_pod_condition_with_reason(&mut p, "DisruptionTarget", true, reason, message, now);
+            self.pods.put(p);
+        }
     }
 }

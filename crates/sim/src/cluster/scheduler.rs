@@ -623,19 +623,14 @@ impl Cluster {
             .and_then(|s| s.scheduler_name.as_deref())
             .unwrap_or("default-scheduler");
         for (vns, vname) in &preemption.victims {
-            // As the real scheduler does before it deletes a victim: the pod says why it goes.
-            if let Some(victim) = self.pods.get(vns, vname) {
-                let mut v = (**victim).clone();
-                set_pod_condition_with_reason(
-                    &mut v,
-                    "DisruptionTarget",
-                    true,
-                    "PreemptionByScheduler",
-                    format!("{scheduler}: preempting to accommodate a higher priority pod"),
-                    now,
-                );
-                self.pods.put(v);
-            }
+            // As the real scheduler does before it deletes a victim.
+            self.mark_disruption_target(
+                vns,
+                vname,
+                "PreemptionByScheduler",
+                format!("{scheduler}: preempting to accommodate a higher priority pod"),
+                now,
+            );
             let _ = self.delete_pod(
                 vns,
                 vname,

@@ -5,6 +5,8 @@
 //! kube-rs clients talk to it), and what rotor's controllers use to evaluate selectors and
 //! quantities the way Kubernetes does.
 //!
+//! - [`conditions`]: pods' and nodes' status conditions (`Ready`, the scheduler's
+//!   `Unschedulable`), read as kubelet and the scheduler write them.
 //! - [`disruption`]: which pods a PodDisruptionBudget covers, for its controller and for the
 //!   Eviction API.
 //! - [`labels`]: label selectors, string form (`?labelSelector=`, `kubectl -l`) and structured
@@ -19,6 +21,7 @@
 //!
 //! No I/O, no clocks, no global state: every function is deterministic in its arguments.
 
+pub mod conditions;
 pub mod disruption;
 pub mod fields;
 pub mod labels;

@@ -8,6 +8,7 @@ mod common;
 use common::{SimCluster, TestDrainer, WAIT, metric, wait_until};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::PostParams;
+use rotor_apimachinery::conditions::pod_is_ready;
 use serde_json::json;
 
 /// Two 2-CPU nodes full of `web` (four 450m pods each): a drained node's pods fit nowhere else
@@ -24,12 +25,7 @@ workloads:
 const PLACEHOLDERS: &str = "rotor.dev/surge-for,app.kubernetes.io/managed-by=rotor-drainer";
 
 fn is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    pod.metadata.deletion_timestamp.is_none() && pod_is_ready(pod)
 }
 
 /// The nodes whose placeholders exist now.

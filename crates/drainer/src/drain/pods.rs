@@ -11,6 +11,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use rotor_apimachinery::conditions::pod_is_ready;
 use rotor_apimachinery::taints::tolerated_by_any;
 use rotor_core::contract::pod_opt_out;
 
@@ -652,14 +653,6 @@ fn push_unique(blockers: &mut Vec<Blocker>, blocker: Blocker) {
     }
 }
 
-/// True when the pod's `Ready` condition is `True`.
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 impl BudgetDemand {
     /// The demand of a plan, counting only the charged pods `keep` says are still to evict.
     pub fn of(plan: &NodePlan, keep: impl Fn(&str) -> bool) -> BudgetDemand {
@@ -705,7 +698,7 @@ fn consulted_budgets<'a>(
         .collect();
     match matching.len() {
         0 => Consulted::Nothing,
-        1 if !is_ready(pod) && unready_pod_passes(matching[0].pdb) => Consulted::Nothing,
+        1 if !pod_is_ready(pod) && unready_pod_passes(matching[0].pdb) => Consulted::Nothing,
         1 => Consulted::One(matching.remove(0)),
         _ => Consulted::Several(matching),
     }

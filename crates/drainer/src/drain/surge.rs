@@ -27,6 +27,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::Resource;
 use kube::runtime::watcher;
+use rotor_apimachinery::conditions::pod_condition;
 use rotor_apimachinery::quantity::parse_quantity;
 use rotor_apimachinery::scheduling::AUTOSCALER_EXPENDABLE_CUTOFF;
 use rotor_apimachinery::taints::tolerates;
@@ -456,15 +457,8 @@ impl Reservation {
             if is_bound(p) {
                 r.scheduled += 1;
             } else {
-                let reason = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .and_then(|c| {
-                        c.iter()
-                            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-                    })
-                    .and_then(|c| c.message.clone());
+                let reason =
+                    pod_condition(p, "PodScheduled", "False").and_then(|c| c.message.clone());
                 r.pending.push((
                     format!(
                         "{}/{}",
@@ -503,16 +497,8 @@ const PREEMPTED_BY_SCHEDULER: &str = "PreemptionByScheduler";
 
 /// Whether the scheduler preempted `pod` (its `DisruptionTarget` condition says so).
 pub fn preempted_by_scheduler(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions.iter().any(|c| {
-                c.type_ == "DisruptionTarget"
-                    && c.status == "True"
-                    && c.reason.as_deref() == Some(PREEMPTED_BY_SCHEDULER)
-            })
-        })
+    pod_condition(pod, "DisruptionTarget", "True")
+        .is_some_and(|c| c.reason.as_deref() == Some(PREEMPTED_BY_SCHEDULER))
 }
 
 /// The placeholders a watch of them has shown preempted, each counted once however often it is

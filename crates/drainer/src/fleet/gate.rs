@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use rotor_apimachinery::conditions::{pod_conditions, pod_unschedulable};
 
 use crate::drain::budgets::key_of;
 use crate::drain::published::WorkloadRef;
@@ -170,11 +171,7 @@ impl<'a> PendingTally<'a> {
     }
 
     fn blocker(&self, pod: &Pod) -> Option<GateBlocker> {
-        let condition = pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        })?;
+        let condition = pod_unschedulable(pod)?;
         let since = condition
             .last_transition_time
             .as_ref()
@@ -192,12 +189,7 @@ impl<'a> PendingTally<'a> {
 /// The earliest time a pending pod's grace may count from ([`pending_read_holds_until`]): its
 /// `PodScheduled` transitions, and its creation when a condition has no time or none is there.
 fn counts_from_at_most(pod: &Pod) -> Option<Timestamp> {
-    let scheduled: Vec<Option<Timestamp>> = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
+    let scheduled: Vec<Option<Timestamp>> = pod_conditions(pod)
         .filter(|c| c.type_ == "PodScheduled")
         .map(|c| c.last_transition_time.as_ref().map(|t| t.0))
         .collect();

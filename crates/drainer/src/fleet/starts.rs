@@ -20,6 +20,7 @@ use rotor_core::contract::{
     DrainPhase, find_drain_taint, node_drain_approved, node_opted_out, pre_drain_hooks,
 };
 
+use rotor_apimachinery::conditions::node_is_ready;
 use rotor_apimachinery::taints::keeps_pods_off;
 use rotor_core::NodeBudget;
 
@@ -100,15 +101,7 @@ impl NodeView {
     /// [`NodeView::of`] keeping only the labels with a key in `keys`, their strings shared
     /// through `strings` with the other nodes'.
     pub fn with_strings(node: &Node, keys: &LabelKeys, strings: &mut LabelStrings) -> Self {
-        let ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|conditions| {
-                conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            });
+        let ready = node_is_ready(node);
         NodeView {
             name: node.metadata.name.clone().unwrap_or_default(),
             tainted: find_drain_taint(node).is_some(),

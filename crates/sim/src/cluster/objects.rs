@@ -62,26 +62,12 @@ fn milli(q: Option<&Quantity>) -> i128 {
         .unwrap_or(0)
 }
 
-pub fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+pub use rotor_apimachinery::conditions::{node_is_ready as node_ready, pod_is_ready as pod_ready};
 
 /// The scheduler found no node for the pod: condition `PodScheduled` is `False` with reason
 /// `Unschedulable`.
 pub fn unschedulable(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        })
+    rotor_apimachinery::conditions::pod_unschedulable(pod).is_some()
 }
 
 pub fn terminating(pod: &Pod) -> bool {
@@ -236,13 +222,6 @@ pub fn set_pod_condition_with_reason(
         c.reason = Some(reason.into());
         c.message = Some(message);
     }
-}
-
-pub fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 pub fn node_unschedulable(node: &Node) -> bool {

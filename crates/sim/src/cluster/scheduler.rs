@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use rotor_apimachinery::conditions::pod_condition;
 use rotor_apimachinery::labels::LabelSelector;
 
 use super::objects::{
@@ -580,14 +581,8 @@ impl Cluster {
                 }
                 Placement::Unschedulable(why) => {
                     self.scheduler.unschedulable_since.entry(key).or_insert(now);
-                    let already = p
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-                        .is_some_and(|c| {
-                            c.status == "False" && c.message.as_deref() == Some(why.as_str())
-                        });
+                    let already = pod_condition(&p, "PodScheduled", "False")
+                        .is_some_and(|c| c.message.as_deref() == Some(why.as_str()));
                     if !already {
                         set_pod_condition_with_reason(
                             &mut p,
@@ -960,13 +955,9 @@ nodeGroups: [{name: g, size: 1, max: 1, template: {cpu: "2", memory: 8Gi}}]
             .get("ns", "ph")
             .expect("the victim terminates for 30 s");
         assert!(terminating(victim), "the placeholder was preempted");
-        let condition = victim
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
-            .expect("a DisruptionTarget condition on the victim");
-        assert_eq!(condition.status, "True");
+        let condition =
+            rotor_apimachinery::conditions::pod_condition(victim, "DisruptionTarget", "True")
+                .expect("a DisruptionTarget condition, True, on the victim");
         assert_eq!(condition.reason.as_deref(), Some("PreemptionByScheduler"));
         assert_eq!(
             condition.message.as_deref(),

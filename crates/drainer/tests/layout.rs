@@ -141,7 +141,9 @@ fn imports(text: &str, modules: &BTreeMap<String, String>) -> BTreeSet<String> {
 fn a_file_that_decides_does_no_io() {
     let mut offenders = Vec::new();
     for (file, text) in sources() {
-        let shell = file.ends_with("_io.rs") || SHELLS.contains(&file.as_str());
+        // A shell split along its seams keeps its name on the folder: `drain/surge_io/*.rs`.
+        let shell =
+            file.ends_with("_io.rs") || file.contains("_io/") || SHELLS.contains(&file.as_str());
         if shell || is_test_file(&file) {
             continue;
         }

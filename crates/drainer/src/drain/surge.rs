@@ -580,8 +580,10 @@ pub const AHEAD_AFTER_FREED: Duration = Duration::from_secs(2);
 
 /// How long after a drain starts no room is made ahead: a drain whose room was made ahead and
 /// is ready frees it a few hundred milliseconds in (and then [`AHEAD_AFTER_FREED`] holds on from
-/// there); one whose room is not ready waits for the provisioner, and room made ahead meanwhile
-/// is placed beside its own.
+/// there). One whose room is not ready waits for the provisioner, and room made ahead meanwhile
+/// is pending beside its own: placed later than the drain's own, it takes room the drain frees.
+/// Holding it off until the drain has freed its room only moves that to room freed for pods the
+/// budgets still hold back (docs/benchmarks.md, "Room made ahead beside Karpenter").
 pub const AHEAD_AFTER_START: Duration = Duration::from_secs(1);
 
 /// The nodes next in line whose room made ahead waits while a drain's room changes hands

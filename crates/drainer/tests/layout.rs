@@ -1,6 +1,7 @@
 //! The drainer's layout rules (ARCHITECTURE.md, "Layout rules"), checked on its own source:
 //! - a file that decides is pure: no `async`, no `.await`, no API client or `Api`, no spawned
-//!   task. Only the shells, named `*_io.rs` or listed in [`SHELLS`], do I/O;
+//!   task. Only the shells, named `*_io.rs`, in an `X_io/` folder or listed in
+//!   [`SHELLS`], do I/O;
 //! - the folders stand in layers, each importing only from those below it: `leader` (who acts)
 //!   < `record` (what others read) < `drain` (one node's drain) < `fleet` (the loop over nodes)
 //!   < the wiring (`runtime.rs`, `main.rs`);

@@ -15,6 +15,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt};
+use rotor_apimachinery::conditions::node_is_ready as node_ready;
 use rotor_sim::cluster::objects::unschedulable;
 use serde_json::{Value, json};
 
@@ -62,13 +63,6 @@ fn kubelet_version(n: &Node) -> String {
         .and_then(|s| s.node_info.as_ref())
         .map(|i| i.kubelet_version.clone())
         .unwrap_or_default()
-}
-
-fn node_ready(n: &Node) -> bool {
-    n.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 async fn pods_on(sim: &TestSim, node: &str) -> Vec<Pod> {

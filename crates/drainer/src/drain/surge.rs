@@ -581,9 +581,10 @@ pub const AHEAD_AFTER_FREED: Duration = Duration::from_secs(2);
 /// How long after a drain starts no room is made ahead: a drain whose room was made ahead and
 /// is ready frees it a few hundred milliseconds in (and then [`AHEAD_AFTER_FREED`] holds on from
 /// there). One whose room is not ready waits for the provisioner, and room made ahead meanwhile
-/// is pending beside its own: placed later than the drain's own, it takes room the drain frees.
-/// Holding it off until the drain has freed its room only moves that to room freed for pods the
-/// budgets still hold back (docs/benchmarks.md, "Room made ahead beside Karpenter").
+/// is pending beside its own: still pending when the drain's own are placed, it takes the room
+/// the drain frees. Holding it off until the drain has freed its room only moves it into the
+/// room freed for pods the budgets still hold back (docs/benchmarks.md, "Where the room made
+/// ahead goes at one node at a time").
 pub const AHEAD_AFTER_START: Duration = Duration::from_secs(1);
 
 /// The nodes next in line whose room made ahead waits while a drain's room changes hands

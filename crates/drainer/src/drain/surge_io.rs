@@ -7,7 +7,7 @@
 //! when a new leader starts. A surge never stops a drain: whatever fails, the drain goes on
 //! without the room and says why.
 //!
-//! `room` holds what they share, [`SurgeRoom`], and the creation of a node's sets; a drain's
+//! `room` holds what the other three share, [`SurgeRoom`], and the creation of a node's sets; a drain's
 //! room is made and freed in `making`, made ahead of its drain in `ahead`, and removed in
 //! `removal`.
 

@@ -147,10 +147,7 @@ pub fn node_of(pod: &Pod) -> Option<String> {
 }
 
 pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    rotor_apimachinery::conditions::pod_is_ready(pod)
 }
 
 pub fn is_terminating(pod: &Pod) -> bool {

@@ -1,5 +1,6 @@
 //! Room made ahead: the placeholders of the nodes next in line, created while other drains run
-//! and without waiting for them, so that a node's drain finds its room ready when it starts.
+//! and without waiting for them, so that a node's drain finds its room ready when it starts;
+//! removed if the node leaves the line first.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
@@ -8,8 +9,8 @@ use rotor_core::find_drain_taint;
 
 use crate::drain::surge::keeps_placeholders_off;
 
-use super::removal::remove_room;
-use super::room::{SetsStand, SurgeRoom, create_placeholders};
+use crate::drain::surge_io::removal::remove_room;
+use crate::drain::surge_io::room::{SetsStand, SurgeRoom, create_placeholders};
 
 /// The pods on node `name`, read for room made ahead (a drain has its own watch of them).
 async fn pods_on(room: &SurgeRoom, name: &str) -> Result<Vec<Pod>, String> {

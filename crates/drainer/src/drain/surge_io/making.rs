@@ -18,8 +18,8 @@ use crate::drain::surge::{AHEAD_AFTER_FREED, NOT_CREATED, Reservation, placehold
 use crate::drain::watched::WatchedPods;
 use crate::watch_backoff::WatchBackoffExt;
 
-use super::removal::{delete_room, delete_sets, remove_room};
-use super::room::{DrainRoom, SetsStand, SurgeRoom, create_placeholders};
+use crate::drain::surge_io::removal::{delete_room, delete_sets, remove_room};
+use crate::drain::surge_io::room::{DrainRoom, SetsStand, SurgeRoom, create_placeholders};
 
 /// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
 const POLL: Duration = Duration::from_secs(1);

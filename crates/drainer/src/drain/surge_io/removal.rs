@@ -1,6 +1,7 @@
 //! Removing a node's room: once its drain is over or cancelled, when the node leaves the line
 //! before its drain starts, and, for an earlier leader's leftovers, the sweep a drainer runs as
-//! it starts and again as it begins to lead.
+//! it starts and again as it begins to lead. Also the deletions a drain falls back on when it
+//! cannot scale its sets to zero, and hands its placeholders over with after a time-out.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,7 +14,7 @@ use crate::drain::surge::{
 };
 use crate::record::node::DrainRecord;
 
-use super::room::{DrainRoom, SurgeRoom};
+use crate::drain::surge_io::room::{DrainRoom, SurgeRoom};
 
 /// Removes `node`'s room once its drain is over, cancelled, or its node cleaned up: the
 /// placeholders (unless this drain freed them already) and the `--max-surge` slot, and the

@@ -41,13 +41,15 @@ pub struct SurgeRoom {
     /// after the room was freed would make placeholders again).
     pub(super) owned_by_drain: tokio::sync::Mutex<BTreeMap<String, DrainRoom>>,
     /// Until when no room is made ahead: a drain just started may be about to free its room,
-    /// or one freed it lately ([`AHEAD_AFTER_START`], [`AHEAD_AFTER_FREED`]).
+    /// or one freed it lately ([`AHEAD_AFTER_START`],
+    /// [`AHEAD_AFTER_FREED`](crate::drain::surge::AHEAD_AFTER_FREED)).
     pub(super) no_room_ahead_until: Mutex<Option<Instant>>,
     /// The nodes the loop over nodes wants room made ahead for, as it last said: set and
     /// cleared in its own order, before the tasks that make and remove the room run (in
     /// whatever order they get the lock), so a removal that runs first is not undone.
     pub(super) wanted_ahead: Mutex<BTreeSet<String>>,
 }
+
 /// Where a drain's room is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum DrainRoom {

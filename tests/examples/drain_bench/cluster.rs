@@ -15,7 +15,9 @@ use tokio::runtime::Handle;
 
 use crate::api_times;
 use crate::drainer::{Bins, Drainer};
-use crate::real::{RealBench, Requester, answer_codes, drainer_user, kubectl_user, request_spans};
+use crate::real::{
+    RealBench, Requester, SCHEDULER_AGENT, answer_codes, drainer_user, kubectl_user, request_spans,
+};
 use crate::sim::{BenchSim, counts};
 use crate::snapshot::Snapshot;
 
@@ -358,7 +360,6 @@ impl BenchCluster {
 }
 
 /// kube-scheduler runs as the admin; its requests are told apart by their User-Agent.
-const SCHEDULER_AGENT: &str = "kube-scheduler/";
 /// kube-controller-manager runs each controller as its own ServiceAccount.
 const DISRUPTION_CONTROLLER: &str = "system:serviceaccount:kube-system:disruption-controller";
 /// Who the API server's eviction handler writes a budget's status as.

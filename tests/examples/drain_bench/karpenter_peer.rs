@@ -20,6 +20,7 @@
 //! the budgets with the same independent pod watch, and count requests from the audit log:
 //! rotor's by its ServiceAccount, Karpenter's (it runs as the admin) by its User-Agent.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -35,7 +36,8 @@ use crate::cluster::BenchCluster;
 use crate::compare::{scenario_name, wait_for_nodes};
 use crate::drainer::Bins;
 use crate::real::{
-    RealBench, Requester, drainer_user, expected_pods, wait_settled, workloads_yaml,
+    Preempted, RealBench, Requester, drainer_user, expected_pods, preempted_placeholders,
+    wait_settled, workloads_yaml,
 };
 use crate::recorder::Recorder;
 use crate::snapshot::Snapshot;
@@ -81,6 +83,8 @@ pub struct PeerRun {
     pub launched: usize,
     pub provisioned_in: f64,
     pub timeline: Timeline,
+    /// rotor with `--surge`: the placeholders the scheduler preempted.
+    pub preempted: Option<Preempted>,
 }
 
 impl PeerRun {
@@ -340,6 +344,12 @@ fn print_run(c: usize, k: Option<&PeerRun>, r: &PeerRun, surge: bool) {
             run.pending_seconds,
             run.timeline.unschedulable_seconds()
         );
+        if let Some(p) = run.preempted {
+            println!(
+                "  {who}: placeholders the scheduler preempted {} ({} of them made ahead, before their node's drain began)",
+                p.total, p.made_ahead
+            );
+        }
         for v in &run.violations {
             println!("  {who}: budget violation: {v}");
         }
@@ -503,6 +513,7 @@ fn karpenter_drift(
         launched: record.nodes.keys().filter(|n| !names.contains(n)).count(),
         provisioned_in,
         timeline,
+        preempted: None,
     };
     eprintln!(
         "drain_bench: {label}: {}",
@@ -563,6 +574,7 @@ fn rotor_beside(
     let deadline = Instant::now() + args.run_timeout;
 
     let t0 = Instant::now();
+    let t0_epoch = jiff::Timestamp::now().as_nanosecond() as f64 / 1e9;
     cluster.taint_originals(&snap)?;
     wait_for_nodes(&label, Some(&mut drainer), &recorder, &names, t0, deadline)?;
     let (requests, evictions) = bench.requests_of(&drainer_user())?;
@@ -601,6 +613,19 @@ fn rotor_beside(
     drop(recorder);
     let timeline = Timeline::from_record(&drained_record, &names, &Default::default(), t0);
     let makespan = timeline.makespan();
+    let preempted = if args.surge {
+        let began: BTreeMap<String, f64> = timeline
+            .rows
+            .iter()
+            .filter_map(|row| Some((row.name.clone(), t0_epoch + row.started?)))
+            .collect();
+        Some(preempted_placeholders(
+            bench.audit_since_reset()?.lines(),
+            &began,
+        ))
+    } else {
+        None
+    };
     eprintln!(
         "drain_bench: {label}: {}; retired through Karpenter {}",
         makespan.map_or_else(|| "unfinished".into(), |m| format!("makespan {m:.1} s")),
@@ -630,6 +655,7 @@ fn rotor_beside(
             .count(),
         provisioned_in,
         timeline,
+        preempted,
     })
 }
 

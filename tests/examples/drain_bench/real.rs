@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, ensure};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
+use rotor_drainer::drain::surge::placeholder_name_start;
 use rotor_e2e::budget_watch::{BudgetWatch, WatchedBudget};
 use rotor_e2e::real_cluster::{
     FakeNode, ROTOR_NAMESPACE, RealCluster, RealClusterOptions, is_ready,
@@ -378,6 +379,60 @@ pub fn request_spans<'a>(
     }
     spans
 }
+
+/// The placeholders the scheduler preempted in a run, and how many of them had been made ahead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Preempted {
+    pub total: usize,
+    /// Preempted before the drain of the node they were made for began: room made ahead.
+    pub made_ahead: usize,
+}
+
+/// The placeholders the scheduler preempted, read from the audit log: rotor's placeholder pods
+/// the scheduler (user agent `kube-scheduler/`) deleted. Each is told apart by how its name
+/// begins ([`placeholder_name_start`] of the node it was made for) and counted as made ahead
+/// when deleted before that node's drain began: `began` holds, for each drained node, when
+/// (seconds since the epoch). A name no node's start matches, or more than one, counts in the
+/// total only.
+pub fn preempted_placeholders<'a>(
+    lines: impl Iterator<Item = &'a str> + 'a,
+    began: &BTreeMap<String, f64>,
+) -> Preempted {
+    let starts: Vec<(String, f64)> = began
+        .iter()
+        .map(|(node, at)| (placeholder_name_start(node), *at))
+        .collect();
+    let mut preempted = Preempted::default();
+    for e in requests_made(lines, &Requester::Agent(SCHEDULER_AGENT)) {
+        let target = &e["objectRef"];
+        let Some(name) = target["name"]
+            .as_str()
+            .filter(|n| n.starts_with("rotor-surge-"))
+        else {
+            continue;
+        };
+        if e["verb"] != "delete" || target["resource"] != "pods" || !target["subresource"].is_null()
+        {
+            continue;
+        }
+        preempted.total += 1;
+        let mut made_for = starts
+            .iter()
+            .filter(|(start, _)| name.starts_with(start.as_str()));
+        if let (Some((_, began_at)), None, Some(at)) = (
+            made_for.next(),
+            made_for.next(),
+            audit_seconds(&e, "requestReceivedTimestamp"),
+        ) && at < *began_at
+        {
+            preempted.made_ahead += 1;
+        }
+    }
+    preempted
+}
+
+/// The scheduler's requests, told by their user agent (it runs as the admin here).
+pub const SCHEDULER_AGENT: &str = "kube-scheduler/";
 
 /// How the API server answered `who`'s requests of one `kind`, as a count per status code.
 pub fn answer_codes<'a>(
@@ -736,6 +791,80 @@ mod tests {
         assert_eq!(spans.len(), 2, "{spans:?}");
         assert_eq!(secs(&spans["patch nodes"]), [40, 10], "{spans:?}");
         assert_eq!(secs(&spans["list pods"]), [5], "{spans:?}");
+    }
+
+    #[test]
+    fn placeholders_the_scheduler_deleted_are_counted_and_those_made_ahead_told_apart() {
+        let rec = |id: &str, stage: &str, agent: &str, verb: &str, name: &str, at: &str| {
+            json!({"auditID": id, "stage": stage, "verb": verb,
+                "user": {"username": "rotor-e2e-admin"}, "userAgent": agent,
+                "objectRef": {"resource": "pods", "namespace": "rotor-system", "name": name},
+                "requestReceivedTimestamp": format!("2026-12-01T17:43:{at}Z")})
+            .to_string()
+        };
+        let scheduler = "kube-scheduler/v0.0.0 (linux/amd64) kubernetes/$Format/scheduler";
+        let a = "kwok-rotor-peer-48tmq-legsribbon-2-ytgex6iek1-3303561717";
+        let b = "kwok-rotor-peer-d5f8l-molemirage-46-evrvgmkop9-1153900174";
+        // As the audit log names them: the set's name cut to 58 characters, a random suffix.
+        let on_a = "rotor-surge-kwok-rotor-peer-48tmq-legsribbon-2-ytgex-40fe2ggpxx";
+        let on_b = "rotor-surge-kwok-rotor-peer-d5f8l-molemirage-46-evrvg-8a0c1q2w3e";
+        let lines = [
+            // Preempted before a's drain began (04.0): made ahead. Counted once, at the end.
+            rec("1", "RequestReceived", scheduler, "delete", on_a, "03.500"),
+            rec("1", "ResponseComplete", scheduler, "delete", on_a, "03.500"),
+            // Preempted while b's drain ran: its own room.
+            rec("2", "ResponseComplete", scheduler, "delete", on_b, "09.000"),
+            // kwok's final deletion of a placeholder, and the scheduler's binding of one: not
+            // preemptions.
+            rec(
+                "3",
+                "ResponseComplete",
+                "kwok/v0.8.0 (linux/amd64)",
+                "delete",
+                on_a,
+                "10.000",
+            ),
+            json!({"auditID": "4", "stage": "ResponseComplete", "verb": "create",
+                "user": {"username": "rotor-e2e-admin"}, "userAgent": scheduler,
+                "objectRef": {"resource": "pods", "subresource": "binding",
+                    "namespace": "rotor-system", "name": on_b},
+                "requestReceivedTimestamp": "2026-12-01T17:43:02.000Z"})
+            .to_string(),
+            // A workload pod the scheduler preempted: not rotor's.
+            rec(
+                "5",
+                "ResponseComplete",
+                scheduler,
+                "delete",
+                "web-5d8f-x2x9q",
+                "05.000",
+            ),
+        ];
+        let epoch = |at: &str| -> f64 {
+            let t: jiff::Timestamp = format!("2026-12-01T17:43:{at}Z").parse().unwrap();
+            t.as_nanosecond() as f64 / 1e9
+        };
+        let began = BTreeMap::from([
+            (a.to_string(), epoch("04.000")),
+            (b.to_string(), epoch("08.000")),
+        ]);
+        assert_eq!(
+            preempted_placeholders(lines.iter().map(String::as_str), &began),
+            Preempted {
+                total: 2,
+                made_ahead: 1
+            }
+        );
+        // Without a's start (its drain never began, or it is not one of the run's nodes), its
+        // placeholder counts in the total only.
+        let only_b = BTreeMap::from([(b.to_string(), epoch("08.000"))]);
+        assert_eq!(
+            preempted_placeholders(lines.iter().map(String::as_str), &only_b),
+            Preempted {
+                total: 2,
+                made_ahead: 0
+            }
+        );
     }
 
     #[test]

@@ -344,10 +344,17 @@ fn placeholder_template(
 /// again (ahead of the drain, then at its start, or after a restart) finds them (409) instead
 /// of doubling them.
 pub fn placeholder_set_name(node: &str, group: &str) -> String {
+    let hash = fnv1a(format!("{node}\n{group}").as_bytes());
+    format!("{}{hash:016x}", placeholder_name_start(node))
+}
+
+/// How the names of `node`'s placeholder sets, and so of their pods, begin: `rotor-surge-`, at
+/// most the node name's first 40 characters, ending in a letter or digit, and `-` (53 at most,
+/// within the 58 the ReplicaSet controller keeps of a pod's name before its random suffix).
+pub fn placeholder_name_start(node: &str) -> String {
     let prefix: String = node.chars().take(40).collect();
     let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-    let hash = fnv1a(format!("{node}\n{group}").as_bytes());
-    format!("rotor-surge-{prefix}-{hash:016x}")
+    format!("rotor-surge-{prefix}-")
 }
 
 /// The pod's affinity, with its pod (anti-)affinity terms pinned to the pod's namespace (a

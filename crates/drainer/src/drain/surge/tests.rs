@@ -354,6 +354,14 @@ fn placeholder_names_and_labels_are_stable_and_valid_for_any_node_name() {
     let long = format!("{}.compute.internal", "n".repeat(200));
     let name = placeholder_set_name(&long, "0123456789abcdef");
     assert!(name.len() <= 253, "{}", name.len());
+    // The start a placeholder pod's name keeps (the ReplicaSet controller keeps 58 characters
+    // of a set's name before the pod's random suffix) says which node it was made for.
+    let start = placeholder_name_start(&long);
+    assert!(start.len() <= 58 && name.starts_with(&start), "{start}");
+    assert_eq!(
+        placeholder_name_start("kwok-rotor-peer-48tmq-legsribbon-2-ytgex6iek1-3303561717"),
+        "rotor-surge-kwok-rotor-peer-48tmq-legsribbon-2-ytgex-"
+    );
     assert!(
         name.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))

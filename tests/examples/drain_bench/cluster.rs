@@ -359,7 +359,6 @@ impl BenchCluster {
     }
 }
 
-/// kube-scheduler runs as the admin; its requests are told apart by their User-Agent.
 /// kube-controller-manager runs each controller as its own ServiceAccount.
 const DISRUPTION_CONTROLLER: &str = "system:serviceaccount:kube-system:disruption-controller";
 /// Who the API server's eviction handler writes a budget's status as.

@@ -346,7 +346,7 @@ fn print_run(c: usize, k: Option<&PeerRun>, r: &PeerRun, surge: bool) {
         );
         if let Some(p) = run.preempted {
             println!(
-                "  {who}: placeholders the scheduler preempted {} ({} of them made ahead, before their node's drain began)",
+                "  {who}: placeholders the scheduler preempted {} ({} of them before their node's drain began: room made ahead)",
                 p.total, p.made_ahead
             );
         }

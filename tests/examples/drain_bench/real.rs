@@ -380,20 +380,23 @@ pub fn request_spans<'a>(
     spans
 }
 
-/// The placeholders the scheduler preempted in a run, and how many of them had been made ahead.
+/// The placeholders the scheduler preempted in a run, and how many of them before their node's
+/// drain began.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Preempted {
     pub total: usize,
-    /// Preempted before the drain of the node they were made for began: room made ahead.
+    /// Preempted before the drain of the node they were made for began, so made ahead of it (a
+    /// lower bound of the room made ahead that was preempted: room made ahead and preempted once
+    /// its drain began counts in the total only).
     pub made_ahead: usize,
 }
 
 /// The placeholders the scheduler preempted, read from the audit log: rotor's placeholder pods
 /// the scheduler (user agent `kube-scheduler/`) deleted. Each is told apart by how its name
 /// begins ([`placeholder_name_start`] of the node it was made for) and counted as made ahead
-/// when deleted before that node's drain began: `began` holds, for each drained node, when
-/// (seconds since the epoch). A name no node's start matches, or more than one, counts in the
-/// total only.
+/// when deleted before that node's drain began: `began` holds, for each node whose drain began
+/// (first seen cordoned), when (seconds since the epoch). A name that no node in `began`
+/// matches, or more than one, counts in the total only. Counted per delete request answered.
 pub fn preempted_placeholders<'a>(
     lines: impl Iterator<Item = &'a str> + 'a,
     began: &BTreeMap<String, f64>,
@@ -807,12 +810,15 @@ mod tests {
         let b = "kwok-rotor-peer-d5f8l-molemirage-46-evrvgmkop9-1153900174";
         // As the audit log names them: the set's name cut to 58 characters, a random suffix.
         let on_a = "rotor-surge-kwok-rotor-peer-48tmq-legsribbon-2-ytgex-40fe2ggpxx";
-        let on_b = "rotor-surge-kwok-rotor-peer-d5f8l-molemirage-46-evrvg-8a0c1q2w3e";
+        let on_b = "rotor-surge-kwok-rotor-peer-d5f8l-molemirage-46-evrv-8a0c1q2w3e";
+        assert!(on_a.starts_with(&placeholder_name_start(a)));
+        assert!(on_b.starts_with(&placeholder_name_start(b)));
         let lines = [
-            // Preempted before a's drain began (04.0): made ahead. Counted once, at the end.
+            // Preempted at 03.5, before a's drain began at 04.0: made ahead. Counted once, at
+            // the end of the request.
             rec("1", "RequestReceived", scheduler, "delete", on_a, "03.500"),
             rec("1", "ResponseComplete", scheduler, "delete", on_a, "03.500"),
-            // Preempted while b's drain ran: its own room.
+            // Preempted at 09.0, after b's drain began at 08.0: its own room.
             rec("2", "ResponseComplete", scheduler, "delete", on_b, "09.000"),
             // kwok's final deletion of a placeholder, and the scheduler's binding of one: not
             // preemptions.
@@ -844,26 +850,27 @@ mod tests {
             let t: jiff::Timestamp = format!("2026-12-01T17:43:{at}Z").parse().unwrap();
             t.as_nanosecond() as f64 / 1e9
         };
-        let began = BTreeMap::from([
-            (a.to_string(), epoch("04.000")),
-            (b.to_string(), epoch("08.000")),
-        ]);
-        assert_eq!(
-            preempted_placeholders(lines.iter().map(String::as_str), &began),
-            Preempted {
-                total: 2,
-                made_ahead: 1
-            }
-        );
+        let count = |began: &[(&str, &str)]| {
+            let began: BTreeMap<String, f64> = began
+                .iter()
+                .map(|(node, at)| (node.to_string(), epoch(at)))
+                .collect();
+            preempted_placeholders(lines.iter().map(String::as_str), &began)
+        };
+        let preempted = |total, made_ahead| Preempted { total, made_ahead };
+        assert_eq!(count(&[(a, "04.000"), (b, "08.000")]), preempted(2, 1));
+        // Had b's drain begun only at 10.0, its placeholder too was made ahead.
+        assert_eq!(count(&[(a, "04.000"), (b, "10.000")]), preempted(2, 2));
         // Without a's start (its drain never began, or it is not one of the run's nodes), its
         // placeholder counts in the total only.
-        let only_b = BTreeMap::from([(b.to_string(), epoch("08.000"))]);
+        assert_eq!(count(&[(b, "10.000")]), preempted(2, 1));
+        // Two nodes whose names share their first 40 characters: which one a placeholder was
+        // made for is not known, so it counts in the total only.
+        let twin = "kwok-rotor-peer-48tmq-legsribbon-2-ytgex6-other";
+        assert_eq!(placeholder_name_start(twin), placeholder_name_start(a));
         assert_eq!(
-            preempted_placeholders(lines.iter().map(String::as_str), &only_b),
-            Preempted {
-                total: 2,
-                made_ahead: 0
-            }
+            count(&[(a, "04.000"), (twin, "04.000"), (b, "08.000")]),
+            preempted(2, 0)
         );
     }
 

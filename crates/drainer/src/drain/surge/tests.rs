@@ -354,8 +354,8 @@ fn placeholder_names_and_labels_are_stable_and_valid_for_any_node_name() {
     let long = format!("{}.compute.internal", "n".repeat(200));
     let name = placeholder_set_name(&long, "0123456789abcdef");
     assert!(name.len() <= 253, "{}", name.len());
-    // The start a placeholder pod's name keeps (the ReplicaSet controller keeps 58 characters
-    // of a set's name before the pod's random suffix) says which node it was made for.
+    // The start a placeholder pod's name keeps (the API server keeps 58 characters of its
+    // generateName, the set's name, before the random suffix) says which node it was made for.
     let start = placeholder_name_start(&long);
     assert!(start.len() <= 58 && name.starts_with(&start), "{start}");
     assert_eq!(

@@ -343,6 +343,9 @@ fn placeholder_names_and_labels_are_stable_and_valid_for_any_node_name() {
         placeholder_set_name("ip-10-0-1-23.ec2.internal", "0123456789abcdef"),
         "the same after a restart"
     );
+    // And the same across rotor versions: a drainer upgraded mid-rotation finds the sets its
+    // predecessor made (a 409 on create) instead of doubling them. FNV-1a of "node\ngroup".
+    assert_eq!(a, "rotor-surge-ip-10-0-1-23.ec2.internal-3cb8b44d1a9f16e8");
     assert_ne!(
         a,
         placeholder_set_name("ip-10-0-1-23.ec2.internal", "fedcba9876543210")

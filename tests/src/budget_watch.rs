@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use serde_json::Value;
 
-use crate::real_cluster::die_with_parent;
+use crate::real_cluster::{die_with_parent, is_ready};
 
 /// One budget to judge: the pods in `namespace` whose labels include all of `match_labels`
 /// must keep at least `min_healthy` Ready, non-terminating pods.
@@ -129,11 +129,7 @@ impl Judge {
 impl PodState {
     fn of(pod: &Value) -> PodState {
         {
-            let ready = pod["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let ready = is_ready(pod);
             let terminating = !pod["metadata"]["deletionTimestamp"].is_null();
             let labels = pod["metadata"]["labels"]
                 .as_object()

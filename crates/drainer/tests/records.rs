@@ -908,7 +908,8 @@ fn check_surge_case(
             Some(case.node.name.as_str()),
             "{at}"
         );
-        // The sweep (`SurgeRoom::sweep`, in `drain/surge_io/removal.rs`): the node's record read from its annotations.
+        // The sweep (`SurgeRoom::sweep`, in `drain/surge_io/removal.rs`): the node's record read
+        // from its annotations.
         let draining = point.node_record.as_ref().is_some_and(|record| {
             let annotations = node_records
                 .get(record)

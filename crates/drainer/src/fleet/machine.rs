@@ -11,6 +11,11 @@
 //!    windows and the taint burst decide which candidates may start ([`StartRound`]).
 //! 3. The shell asks the start gate and the budget-aware choice about the round (both read the
 //!    cluster), then [`Machine::start`] turns what is left into drains.
+//!
+//! The machine's parts that keep state of their own are its children, each pure: the policies
+//! and the pools the nodes are in ([`policies`]), the lease ([`lease`]), the circuit breaker's
+//! halt ([`halt`]), room made ahead ([`ahead`]), the policies' status writes ([`status`]),
+//! holds said on the nodes ([`announced`]) and the burst of taints ([`taint_burst`]).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,15 +29,31 @@ use crate::drain::published::WorkloadRef;
 use crate::fleet::breaker::{gate_trip, rotation_began, stalled_replacement};
 use crate::fleet::held::{Held, HeldReason, Limit};
 use crate::fleet::node_labels::LabelKeys;
-use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef, Pools, allowance};
+use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef};
 use crate::fleet::starts::{
-    FleetDecision, FleetLimits, NodeView, PoolRules, StartBlock, candidate_names, choose_in_pools,
-    start_block,
+    FleetDecision, FleetLimits, NodeView, PoolRules, candidate_names, choose_in_pools, start_block,
 };
-use crate::fleet::window::{MaintenanceWindow, any_open};
+use crate::fleet::window::MaintenanceWindow;
 use crate::record::node::{DrainRecord, Intent, retry_backoff};
 use crate::record::notify::NoticeKind;
 use crate::record::rotation::{Halt, HaltState};
+
+mod ahead;
+mod announced;
+mod halt;
+mod lease;
+mod policies;
+mod status;
+mod taint_burst;
+
+use ahead::RoomAhead;
+use announced::HoldsAnnounced;
+use halt::HaltBook;
+pub(super) use lease::LeaseCommand;
+use lease::{LeaseTurn, LeaseWatch, needs_rotor};
+use policies::PolicyBook;
+use status::StatusBook;
+use taint_burst::TaintBurst;
 
 /// What the machine is told.
 #[derive(Debug)]
@@ -103,27 +124,11 @@ pub(super) enum Command {
     Resumed,
     /// Tell the webhooks (`--notify-webhook`).
     Notify { kind: NoticeKind, detail: String },
-    /// Write this policy's status (the pool's progress; at most every [`STATUS_EVERY`]).
+    /// Write this policy's status (the pool's progress; at most every [`status::STATUS_EVERY`]).
     WritePolicyStatus {
         policy: String,
         status: rotor_policy::RotationPolicyStatus,
     },
-}
-
-/// The least time between two status writes of one policy.
-pub(super) const STATUS_EVERY: Duration = Duration::from_secs(5);
-
-/// What the lease step asks of the shell.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) enum LeaseCommand {
-    /// Contend for the leader lease: `node` needs rotor, for `why`.
-    Contend { node: String, why: &'static str },
-    /// Stop contending and release the lease (the shell waits until it is released); `idle` is
-    /// how long no node has needed rotor.
-    StandDown { leading: bool, idle: Duration },
-    /// Log that this replica stands by without the lease; `waiting` names tainted nodes that
-    /// only wait (empty: nothing is tainted).
-    StandBy { waiting: Vec<String> },
 }
 
 /// The starts a pass proposes, before the start gate and the budget-aware choice have their say.
@@ -189,20 +194,12 @@ pub(super) struct Machine {
     /// Nodes with a drain task; nodes with a clean-up task.
     running: BTreeSet<String>,
     cleaning: BTreeSet<String>,
-    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]; the shell
-    /// may hold its making a few seconds while a drain's room changes hands), with how many
-    /// starts have passed each over since.
-    reserved: BTreeMap<String, usize>,
-    /// What was last announced on each node that hooks or approval hold ([`Command::AnnounceHeld`]).
-    holds_announced: BTreeMap<String, HeldReason>,
+    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]).
+    ahead: RoomAhead,
+    /// What was last said on each node that only a person can free ([`Command::AnnounceHeld`]).
+    holds_announced: HoldsAnnounced,
     /// The circuit breaker's state, from the rotation record or tripped here.
-    halt: HaltState,
-    /// The record's watch has answered once (with `--halt-after`, nothing starts before: a
-    /// halt written by an earlier leader must hold this one too).
-    halt_known: bool,
-    /// The record showed a halt at its last read: its going away is a resume. A halt tripped
-    /// here and not yet written is lifted only by a resume written after it.
-    halt_in_record: bool,
+    halt: HaltBook,
     /// When this process first listed the nodes: only nodes created since are watched from
     /// their start, so only they can be known never to have been Ready.
     watching_since: Option<Timestamp>,
@@ -212,52 +209,40 @@ pub(super) struct Machine {
     /// node had a drain record, to no tainted node left undrained; `None` between rotations.
     rotation: Option<Rotation>,
     burst: TaintBurst,
-    /// The RotationPolicies, read.
-    pools: Pools,
-    /// The policy watch has answered (listed, or found no CRD).
-    pools_known: bool,
-    /// The label keys the nodes' summaries are read with from now on: those the policies'
-    /// selectors name.
-    label_keys: LabelKeys,
-    /// Some summaries lack a key a policy now selects by: the nodes are being read again, and
-    /// no drain starts or resumes until they have been (a node's pool may be wrong meanwhile).
-    labels_stale: bool,
-    /// The shell is to read every node again ([`Machine::take_read_nodes_again`]).
-    read_nodes_again: bool,
-    /// Each policy's status as last written, and when.
-    statuses: BTreeMap<String, (rotor_policy::RotationPolicyStatus, Instant)>,
+    /// The RotationPolicies, read, and the pools the nodes are in.
+    policies: PolicyBook,
+    /// Each policy's status as last written.
+    statuses: StatusBook,
     was_leading: bool,
-    idle_since: Option<Instant>,
-    standing_by: bool,
+    /// Whether this replica seeks the lease, and since when nothing needed it.
+    lease: LeaseWatch,
     last_pass: Option<Instant>,
 }
 
 impl Machine {
     pub(super) fn new(cfg: MachineConfig) -> Self {
         Machine {
-            pools_known: !cfg.watch_policies,
-            label_keys: LabelKeys::default(),
-            labels_stale: false,
-            read_nodes_again: false,
+            policies: PolicyBook::new(
+                cfg.watch_policies,
+                cfg.flag_drain.clone(),
+                cfg.require_approval,
+                cfg.windows.clone(),
+            ),
             cfg,
             nodes: BTreeMap::new(),
             listed: false,
             running: BTreeSet::new(),
             cleaning: BTreeSet::new(),
-            reserved: BTreeMap::new(),
-            holds_announced: BTreeMap::new(),
-            halt: HaltState::default(),
-            halt_known: false,
-            halt_in_record: false,
+            ahead: RoomAhead::default(),
+            holds_announced: HoldsAnnounced::default(),
+            halt: HaltBook::default(),
             watching_since: None,
             paused: BTreeSet::new(),
             rotation: None,
             burst: TaintBurst::default(),
-            pools: Pools::default(),
-            statuses: BTreeMap::new(),
+            statuses: StatusBook::default(),
             was_leading: false,
-            idle_since: None,
-            standing_by: false,
+            lease: LeaseWatch::default(),
             last_pass: None,
         }
     }
@@ -274,19 +259,19 @@ impl Machine {
 
     /// Whether the policy watch has answered (listed, or found no CRD), or none runs.
     pub(super) fn policies_known(&self) -> bool {
-        self.pools_known
+        self.policies.known()
     }
 
     /// The label keys to read the nodes' summaries with.
     pub(super) fn label_keys(&self) -> &LabelKeys {
-        &self.label_keys
+        self.policies.label_keys()
     }
 
     /// Whether the shell is to read every node again, now: a policy selects by a label key
     /// the summaries were read without. Asked once; the next [`Event::NodesListed`] ends the
     /// wait it causes.
     pub(super) fn take_read_nodes_again(&mut self) -> bool {
-        std::mem::take(&mut self.read_nodes_again)
+        self.policies.take_read_nodes_again()
     }
 
     /// When the taint burst under way settles, for the shell to wake then.
@@ -301,10 +286,11 @@ impl Machine {
                 // A list this machine asked for (new label keys) follows a watch that ran until
                 // it began: a taint seen then has stayed. After a watch that lost its place,
                 // whether the taint stayed while nobody watched is unknown: from now.
-                let watched_until_now = self.labels_stale;
+                // Listed with the keys asked for when the list began: every one now needed.
+                let watched_until_now = self.policies.nodes_listed();
                 let mut fresh = BTreeMap::new();
                 for mut view in listed {
-                    self.place(&mut view);
+                    self.policies.place(&mut view);
                     carry_ever_ready(&self.nodes, &mut view);
                     let old = self.nodes.get(&view.name).filter(|_| watched_until_now);
                     sight_taint(old, &mut view, now);
@@ -312,12 +298,10 @@ impl Machine {
                 }
                 self.nodes = fresh;
                 self.listed = true;
-                // Listed with the keys asked for when the list began: every one now needed.
-                self.labels_stale = false;
                 Vec::new()
             }
             Event::NodeApplied(mut view) => {
-                self.place(&mut view);
+                self.policies.place(&mut view);
                 let old = self.nodes.get(&view.name);
                 carry_ever_ready(&self.nodes, &mut view);
                 sight_taint(old, &mut view, now);
@@ -335,46 +319,28 @@ impl Machine {
                 vec![Command::ForgetDemand(name)]
             }
             Event::PoliciesListed(pools) => {
-                self.pools = Pools::new(pools.into_iter().map(|p| self.checked(p)));
-                self.pools_known = true;
-                self.policies_changed();
+                self.policies.listed(pools);
+                self.place_all();
                 Vec::new()
             }
             Event::PolicyApplied(pool) => {
-                let pool = self.checked(pool);
-                self.pools.insert(pool);
-                self.policies_changed();
+                self.policies.applied(pool);
+                self.place_all();
                 Vec::new()
             }
             Event::PolicyDeleted(name) => {
-                self.pools.remove(&name);
-                self.statuses.remove(&name);
-                self.policies_changed();
+                self.policies.deleted(&name);
+                self.statuses.forget(&name);
+                self.place_all();
                 Vec::new()
             }
             Event::PoliciesAbsent => {
-                self.pools = Pools::default();
-                self.pools_known = true;
-                self.policies_changed();
+                self.policies.absent();
+                self.place_all();
                 Vec::new()
             }
             Event::HaltRead(state) => {
-                self.halt_known = true;
-                let was_in_record =
-                    std::mem::replace(&mut self.halt_in_record, state.halted.is_some());
-                let lifted = match (&self.halt.halted, &state.halted) {
-                    (Some(halt), None) => {
-                        was_in_record || state.resumed_at.is_some_and(|r| r >= halt.since)
-                    }
-                    _ => false,
-                };
-                if state.halted.is_some() || self.halt.halted.is_none() || lifted {
-                    self.halt = state;
-                } else {
-                    // A halt tripped here whose write has not shown yet: it stands.
-                    self.halt.resumed_at = state.resumed_at;
-                }
-                if lifted {
+                if self.halt.read(state) {
                     self.paused.clear();
                     vec![Command::Resumed]
                 } else {
@@ -434,43 +400,27 @@ impl Machine {
         let needed = self.nodes.values().find_map(|n| {
             // A node its policies hold until a person acts needs a leader too: to say so on the
             // node and in the policies' status, as for pre-drain hooks.
-            let may_start = self.halt.halted.is_none()
-                && (self.pool_open(n, wall) || self.policy_holds_for_a_person(n));
+            let may_start = self.halt.halted().is_none()
+                && (self.policies.pool_open(n, wall) || self.policies.hold_for_a_person(n));
             needs_rotor(n, wall, may_start, may_resume).map(|why| (n.name.clone(), why))
         });
-        let mut commands = Vec::new();
-        match needed {
-            Some((node, why)) => {
-                self.idle_since = None;
-                if !contending {
-                    commands.push(LeaseCommand::Contend { node, why });
-                    self.standing_by = false;
-                }
-            }
-            None if self.running.is_empty() && self.cleaning.is_empty() => {
-                let idle = now.duration_since(*self.idle_since.get_or_insert(now));
-                let release = !leading || idle >= self.cfg.release_after;
-                let mut still_contending = contending;
-                if release && contending {
-                    commands.push(LeaseCommand::StandDown { leading, idle });
-                    still_contending = false;
-                }
-                if !self.standing_by && !still_contending {
-                    // Tainted nodes that only wait (for a window, a retry or an opt-out to go)
-                    // are named, so that the quiet is not mistaken for "nothing tainted".
-                    let waiting = self
-                        .nodes
-                        .values()
-                        .filter(|n| n.tainted && !n.is_drained())
-                        .map(|n| n.name.clone())
-                        .collect();
-                    commands.push(LeaseCommand::StandBy { waiting });
-                    self.standing_by = true;
-                }
-            }
-            None => self.idle_since = None,
-        }
-        commands
+        let tasks_run = !self.running.is_empty() || !self.cleaning.is_empty();
+        // Tainted nodes that only wait (for a window, a retry or an opt-out to go) are named
+        // when standing by, so that the quiet is not mistaken for "nothing tainted".
+        let waiting = || {
+            self.nodes
+                .values()
+                .filter(|n| n.tainted && !n.is_drained())
+                .map(|n| n.name.clone())
+                .collect()
+        };
+        let turn = LeaseTurn {
+            now,
+            contending,
+            leading,
+            release_after: self.cfg.release_after,
+        };
+        self.lease.step(needed, tasks_run, waiting, turn)
     }
 
     /// The acting half of a pass, given whether this replica leads now (read once, after the
@@ -497,11 +447,8 @@ impl Machine {
             // is stale: like any new leader, its first start passes the gate.
             commands.push(Command::NewTerm);
             self.last_pass = None;
-            // Whatever an earlier term wrote may have been changed since: write afresh.
-            self.statuses.clear();
-            // The new term's sweep removes placeholders of nodes not draining, those made
-            // ahead included.
-            self.reserved.clear();
+            self.statuses.forget_all();
+            self.ahead.forget_all();
             // Taking over a rotation under way: it was announced by the leader that began it.
             if self.rotation.is_none() && self.nodes.values().any(NodeView::is_active) {
                 self.rotation = Some(Rotation::default());
@@ -526,20 +473,13 @@ impl Machine {
         }
         // Room made ahead for a node that is no longer in line goes; a node that started its
         // drain owns its room now.
-        let reserved = std::mem::take(&mut self.reserved);
-        for (name, passed_over) in reserved {
-            let still_waiting = self
-                .nodes
-                .get(&name)
-                .is_some_and(|n| n.tainted && start_block(n, wall, retry_backoff).is_none());
-            if self.running.contains(&name) {
-                continue;
-            } else if still_waiting {
-                self.reserved.insert(name, passed_over);
-            } else {
-                commands.push(Command::ReleaseAhead(name));
-            }
-        }
+        let nodes = &self.nodes;
+        let no_longer_in_line = self.ahead.sort_out(&self.running, |name| {
+            nodes
+                .get(name)
+                .is_some_and(|n| n.tainted && start_block(n, wall, retry_backoff).is_none())
+        });
+        commands.extend(no_longer_in_line.into_iter().map(Command::ReleaseAhead));
         commands.extend(self.breaker_step(wall));
         commands.extend(self.rotation_finished());
         // Resume drains recorded as started (a restart or a failover), unless a halt stopped
@@ -550,14 +490,14 @@ impl Machine {
                 && n.record.is_active()
                 && !self.busy(&n.name)
                 && !self.drains_halted()
-                && self.pools_known
-                && !self.labels_stale
+                && self.policies.known()
+                && !self.policies.labels_stale()
             {
                 commands.push(Command::Drain {
                     node: n.name.clone(),
                     intent: Intent::Resume,
                     tainted_since: n.tainted_since,
-                    policy: self.drain_policy(&n.pool),
+                    policy: self.policies.drain_policy(&n.pool),
                 });
             }
         }
@@ -590,7 +530,7 @@ impl Machine {
         let mut view: Vec<NodeView> = Vec::new();
         let mut counted_beside: BTreeMap<PoolRef, usize> = BTreeMap::new();
         for n in self.nodes.values() {
-            let reserved = self.reserved.contains_key(&n.name);
+            let reserved = self.ahead.contains(&n.name);
             if !reserved
                 && !self.running.contains(&n.name)
                 && n.only_counts(wall, self.cfg.limits.startup_grace)
@@ -621,11 +561,11 @@ impl Machine {
             now,
         };
         self.take_decision(&mut round, decision);
-        if !round.start.is_empty() && !self.pools_known {
+        if !round.start.is_empty() && !self.policies.known() {
             round.hold(HeldReason::Gate(
                 "reading the RotationPolicies first: a policy's budget must not be missed".into(),
             ));
-        } else if !round.start.is_empty() && self.labels_stale {
+        } else if !round.start.is_empty() && self.policies.labels_stale() {
             round.hold(HeldReason::Gate(
                 "reading the nodes again: a RotationPolicy selects by a label the drainer had not kept, so a node's pool may be wrong until then".into(),
             ));
@@ -633,9 +573,9 @@ impl Machine {
         if !round.start.is_empty() && self.burst.settles_at(now).is_some() {
             round.hold(HeldReason::TaintsArriving);
         }
-        if let Some(halt) = &self.halt.halted {
+        if let Some(halt) = self.halt.halted() {
             round.hold(HeldReason::Halted(halt.reason.clone()));
-        } else if self.cfg.halt_after.is_some() && !self.halt_known {
+        } else if self.cfg.halt_after.is_some() && !self.halt.known() {
             round.hold(HeldReason::Gate(
                 "reading the rotation record first (--halt-after): a halt there holds every start"
                     .into(),
@@ -646,7 +586,7 @@ impl Machine {
 
     /// Whether the rotation is halted (for the `halted` gauge, on every replica).
     pub(super) fn halted(&self) -> bool {
-        self.halt.halted.is_some()
+        self.halt.halted().is_some()
     }
 
     /// Tainted nodes not drained yet: what the rotation still has to do.
@@ -674,7 +614,7 @@ impl Machine {
 
     /// Whether a halt stops the drains under way (`--halt-stops-drains`).
     fn drains_halted(&self) -> bool {
-        self.cfg.halt_stops_drains && self.halt.halted.is_some()
+        self.cfg.halt_stops_drains && self.halt.halted().is_some()
     }
 
     /// The circuit breaker's part of a pass: trip on a replacement that never came up, and stop
@@ -682,17 +622,17 @@ impl Machine {
     fn breaker_step(&mut self, wall: Timestamp) -> Vec<Command> {
         let mut commands = Vec::new();
         if let Some(halt_after) = self.cfg.halt_after
-            && self.halt.halted.is_none()
+            && self.halt.halted().is_none()
             && let Some(began) = rotation_began(self.nodes.values())
             && let Some(reason) = stalled_replacement(
                 self.nodes.values(),
                 self.watching_since.map_or(began, |w| w.max(began)),
-                self.halt.resumed_at,
+                self.halt.resumed_at(),
                 wall,
                 halt_after,
             )
         {
-            commands.push(self.trip(reason, wall));
+            commands.push(Command::Halt(self.halt.trip(reason, wall)));
         }
         if self.drains_halted() {
             for name in &self.running {
@@ -702,16 +642,6 @@ impl Machine {
             }
         }
         commands
-    }
-
-    /// Halts the rotation for `reason`.
-    fn trip(&mut self, reason: String, wall: Timestamp) -> Command {
-        let halt = Halt {
-            since: wall,
-            reason,
-        };
-        self.halt.halted = Some(halt.clone());
-        Command::Halt(halt)
     }
 
     /// Puts a fleet decision (the first, or the budget-aware choice's) into `round`. A node
@@ -730,10 +660,10 @@ impl Machine {
     pub(super) fn start(&mut self, round: StartRound) -> Vec<Command> {
         // The gate held past --halt-after: what the last drains evicted is not coming back.
         if let (Some(halt_after), Some((held_for, why)), None) =
-            (self.cfg.halt_after, &round.gate_held, &self.halt.halted)
+            (self.cfg.halt_after, &round.gate_held, self.halt.halted())
             && let Some(reason) = gate_trip(*held_for, halt_after, why)
         {
-            return vec![self.trip(reason, round.wall)];
+            return vec![Command::Halt(self.halt.trip(reason, round.wall))];
         }
         let mut commands = Vec::new();
         if let Some(first) = round.start.first()
@@ -751,17 +681,16 @@ impl Machine {
         }
         commands.extend(round.start.iter().map(|node| {
             self.running.insert(node.clone());
-            // Its room, if made ahead, is its drain's now.
-            self.reserved.remove(node);
+            self.ahead.taken_by_drain(node);
             let view = self.nodes.get(node);
             Command::Drain {
                 tainted_since: view.and_then(|n| n.tainted_since),
-                policy: view.and_then(|n| self.drain_policy(&n.pool)),
+                policy: view.and_then(|n| self.policies.drain_policy(&n.pool)),
                 node: node.clone(),
                 intent: Intent::Start,
             }
         }));
-        if !self.labels_stale {
+        if !self.policies.labels_stale() {
             // Both follow the nodes' pools, which are not known until the nodes are read again.
             commands.extend(self.reserve_ahead(&round));
             commands.extend(self.announce_holds(&round));
@@ -770,38 +699,13 @@ impl Machine {
         commands
     }
 
-    /// An Event on each node that pre-drain hooks or a missing approval hold, when it is news:
-    /// what holds it changed since the last one (so an operator reading the node sees who or
-    /// what holds it, once).
+    /// An Event on each node that pre-drain hooks, a missing approval or its policies hold,
+    /// when it is news (see [`HoldsAnnounced`]).
     fn announce_holds(&mut self, round: &StartRound) -> Vec<Command> {
-        let held: BTreeMap<&String, &HeldReason> = round
-            .held
-            .iter()
-            .filter(|(_, why)| {
-                // Only a person can clear these: say so on the node, once per change.
-                matches!(
-                    why,
-                    HeldReason::PreDrainHooks(_)
-                        | HeldReason::AwaitingApproval
-                        | HeldReason::PolicyOverlap(_)
-                        | HeldReason::PolicyInvalid { .. }
-                )
-            })
-            .map(|(node, why)| (node, why))
-            .collect();
-        self.holds_announced
-            .retain(|node, _| held.contains_key(node));
-        let mut commands = Vec::new();
-        for (node, why) in held {
-            if self.holds_announced.get(node) != Some(why) {
-                self.holds_announced.insert(node.clone(), why.clone());
-                commands.push(Command::AnnounceHeld {
-                    node: node.clone(),
-                    why: why.to_string(),
-                });
-            }
-        }
-        commands
+        let news = self.holds_announced.news(&round.held);
+        news.into_iter()
+            .map(|(node, why)| Command::AnnounceHeld { node, why })
+            .collect()
     }
 
     /// With `--surge`, the candidates that would start next (in the round's order, up to
@@ -810,64 +714,37 @@ impl Machine {
     /// next candidate is held for moments at most (a burst of taints settling, the gate) and
     /// makes its own room when it starts; reserving for it too would create every placeholder
     /// twice. Not outside the maintenance windows: room that no drain may use yet only costs.
-    ///
-    /// Room made ahead is meant for the next `reserve_ahead` starts. When the round's order was
-    /// weighed by the candidates' budgets (a start with a choice to make), a node holding room
-    /// that falls behind the next `reserve_ahead` has been passed over by the round's starts;
-    /// passed over by `reserve_ahead` starts, it gives its room back: its budgets keep it
-    /// waiting while others start, and the room is worth more to the node the choice will take
-    /// next. Among nodes that wait equally, one with room stays ahead
-    /// ([`NodeView::room_made_ahead`]), and room moves only after a full turn of starts, so a
-    /// budget that holds a node for one start does not cost its placeholders twice. An
-    /// unweighed order (a round without a choice) only fills free places.
+    /// When room moves from one waiting node to another is [`RoomAhead::plan`]'s rule.
     fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
         if self.cfg.reserve_ahead == 0 || self.running.is_empty() {
             return Vec::new();
         }
-        // Only nodes whose pool surges and may start now: room no drain may use yet only costs.
         let next_in_line: Vec<String> = candidate_names(&round.view, round.wall, retry_backoff)
             .into_iter()
             .filter(|name| {
                 !self.busy(name)
-                    && self
-                        .nodes
-                        .get(name)
-                        .is_some_and(|n| self.surges(&n.pool) && self.pool_open(n, round.wall))
+                    && self.nodes.get(name).is_some_and(|n| {
+                        self.policies.surges(&n.pool) && self.policies.pool_open(n, round.wall)
+                    })
             })
             .take(self.cfg.reserve_ahead)
             .collect();
-        let mut commands = Vec::new();
         let weighed = |name: &str| {
             round
                 .view
                 .iter()
                 .any(|v| v.name == name && v.budget_waits.is_some())
         };
-        let starts = round.start.len();
-        let turn = self.cfg.reserve_ahead;
-        let mut released = Vec::new();
-        for (name, passed_over) in self.reserved.iter_mut() {
-            if starts > 0 && weighed(name) && !next_in_line.contains(name) {
-                *passed_over += starts;
-                if *passed_over >= turn {
-                    released.push(name.clone());
-                }
-            }
-        }
-        for name in released {
-            self.reserved.remove(&name);
-            commands.push(Command::ReleaseAhead(name));
-        }
-        for name in next_in_line {
-            if self.reserved.len() >= self.cfg.reserve_ahead {
-                break;
-            }
-            if !self.reserved.contains_key(&name) {
-                self.reserved.insert(name.clone(), 0);
-                commands.push(Command::ReserveAhead(name));
-            }
-        }
-        commands
+        let changes = self.ahead.plan(
+            next_in_line,
+            weighed,
+            round.start.len(),
+            self.cfg.reserve_ahead,
+        );
+        let release = changes.release.into_iter().map(Command::ReleaseAhead);
+        release
+            .chain(changes.reserve.into_iter().map(Command::ReserveAhead))
+            .collect()
     }
 
     fn busy(&self, name: &str) -> bool {
@@ -881,147 +758,32 @@ impl Machine {
         wall: Timestamp,
         counted_beside: &'a BTreeMap<PoolRef, usize>,
     ) -> PoolRules<'a> {
-        PoolRules {
-            pools: &self.pools,
-            flags_open: any_open(&self.cfg.windows, wall),
-            counted_beside,
-        }
-    }
-
-    /// A policy checked against the flags it falls back to.
-    fn checked(&self, mut pool: Pool) -> Pool {
-        pool.check_against(&self.cfg.flag_drain);
-        pool
-    }
-
-    /// Puts a node in its pool; whether it awaits approval follows the pool's setting.
-    fn place(&self, view: &mut NodeView) {
-        view.pool = self.pools.assign(&view.labels);
-        let require_approval = match view.pool.policy().and_then(|p| self.pools.get(p)) {
-            Some(pool) => pool
-                .drain
-                .require_approval
-                .unwrap_or(self.cfg.require_approval),
-            None => self.cfg.require_approval,
-        };
-        view.awaiting_approval = require_approval && !view.drain_approved;
-    }
-
-    /// The policies changed: keep the label keys their selectors name, read the nodes again
-    /// when that adds a key, and place every node afresh.
-    fn policies_changed(&mut self) {
-        let needed = self.pools.label_keys();
-        if !self.label_keys.covers(&needed) {
-            // Also while the first list is under way: part of it was read without the key.
-            self.labels_stale = true;
-            self.read_nodes_again = true;
-        }
-        // Narrowing needs no read: summaries with a key no longer needed only hold more.
-        self.label_keys = needed;
-        self.place_all();
+        self.policies.rules(wall, counted_beside)
     }
 
     /// Every node placed afresh (the policies changed).
     fn place_all(&mut self) {
-        let mut nodes = std::mem::take(&mut self.nodes);
-        for view in nodes.values_mut() {
-            self.place(view);
-        }
-        self.nodes = nodes;
-    }
-
-    /// Whether the pool of `node` may start a drain now, as far as time decides: the flags'
-    /// windows for a node no policy selects; for a policy's node, a budget in force for its
-    /// drain reason and the policy readable. An overlap never may.
-    fn pool_open(&self, node: &NodeView, wall: Timestamp) -> bool {
-        match &node.pool {
-            PoolRef::Flags => any_open(&self.cfg.windows, wall),
-            PoolRef::Overlap(_) => false,
-            PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
-                pool.invalid.is_none()
-                    && allowance(&pool.budgets, Some(&node.reason), 1, wall)
-                        .budget
-                        .is_some()
-            }),
+        for view in self.nodes.values_mut() {
+            self.policies.place(view);
         }
     }
 
-    /// What a drain of a node of `pool` runs with, when a policy governs it.
-    fn drain_policy(&self, pool: &PoolRef) -> Option<DrainPolicy> {
-        let pool = self.pools.get(pool.policy()?)?;
-        Some(DrainPolicy {
-            name: pool.name.clone(),
-            drain: pool.drain.clone(),
-            surge: pool.surges(&self.cfg.flag_drain),
-        })
-    }
-
-    /// Whether the node's policies hold it until a person acts: an overlap, or its policy
-    /// cannot be followed.
-    fn policy_holds_for_a_person(&self, node: &NodeView) -> bool {
-        match &node.pool {
-            PoolRef::Overlap(_) => true,
-            PoolRef::Policy(name) => self.pools.get(name).is_none_or(|p| p.invalid.is_some()),
-            PoolRef::Flags => false,
-        }
-    }
-
-    /// Whether drains of this pool make room first.
-    fn surges(&self, pool: &PoolRef) -> bool {
-        match pool.policy().and_then(|p| self.pools.get(p)) {
-            Some(pool) => pool.surges(&self.cfg.flag_drain),
-            None => self.cfg.flag_drain.surge_timeout.is_some(),
-        }
-    }
-
-    /// Each policy's status, where it changed since its last write and that write is at least
-    /// [`STATUS_EVERY`] old; none while the nodes are read again.
+    /// The policies' status writes that are due; none while the nodes are read again (the
+    /// members are not known until then).
     fn status_writes(&mut self, now: Instant, wall: Timestamp) -> Vec<Command> {
-        let mut commands = Vec::new();
-        if self.labels_stale {
-            // The members are not known until the nodes have been read again.
-            return commands;
+        if self.policies.labels_stale() || self.policies.pools().is_empty() {
+            return Vec::new();
         }
-        let mut due_writes = Vec::new();
-        for pool in self.pools.iter() {
-            // Borrowed but for drains started this pass (a pool may hold thousands of nodes,
-            // read every pass).
-            let members: Vec<Cow<'_, NodeView>> = self
-                .nodes
-                .values()
-                .filter(|n| n.pool.policy() == Some(pool.name.as_str()))
-                .map(|n| self.as_seen(n))
-                .collect();
-            let members: Vec<&NodeView> = members.iter().map(|m| m.as_ref()).collect();
-            let overlapping: Vec<&str> = self
-                .nodes
-                .values()
-                .filter(
-                    |n| matches!(&n.pool, PoolRef::Overlap(names) if names.contains(&pool.name)),
-                )
-                .map(|n| n.name.as_str())
-                .collect();
-            let last = self.statuses.get(&pool.name);
-            let status = super::pool_status::pool_status(
-                pool,
-                &members,
-                &overlapping,
-                self.halt.halted.as_ref().map(|h| h.reason.as_str()),
-                last.map(|(s, _)| s),
-                wall,
-            );
-            let due = last.is_none_or(|(written, at)| {
-                *written != status && now.duration_since(*at) >= STATUS_EVERY
-            });
-            if due {
-                due_writes.push((pool.name.clone(), status));
-            }
-        }
-        for (policy, status) in due_writes {
-            self.statuses.insert(policy.clone(), (status.clone(), now));
-            commands.push(Command::WritePolicyStatus { policy, status });
-        }
-        commands
+        // Borrowed but for drains started this pass (a pool may hold thousands of nodes, read
+        // every pass).
+        let seen: Vec<Cow<'_, NodeView>> = self.nodes.values().map(|n| self.as_seen(n)).collect();
+        let halt = self.halt.halted().map(|h| h.reason.as_str());
+        let due = self
+            .statuses
+            .due(self.policies.pools(), &seen, halt, now, wall);
+        due.into_iter()
+            .map(|(policy, status)| Command::WritePolicyStatus { policy, status })
+            .collect()
     }
 }
 
@@ -1044,73 +806,11 @@ fn gate_after(result: &DrainResult, evicted: Vec<WorkloadRef>) -> Option<Vec<Wor
     (matches!(result, DrainResult::Drained) || !evicted.is_empty()).then_some(evicted)
 }
 
-/// Why `node` needs a leading drainer now, if it does: its drain is under way (to resume, after
-/// a failover), it has rotor's drain state without the taint (to undo), or it carries the taint
-/// and may start now: not drained, not opted out with `rotor.dev/do-not-disrupt`, not backing off
-/// after a failure, inside a maintenance window and not halted (`may_start`). A drain under way
-/// needs it unless a halt stopped it (`may_resume`). A node that only waits (to be retired, for
-/// its opt-out to go, for its retry time, a window or a resume) needs nothing yet: the node
-/// watch shows the first two change, and the once-a-second pass notices the others.
-fn needs_rotor(
-    node: &NodeView,
-    now: Timestamp,
-    may_start: bool,
-    may_resume: bool,
-) -> Option<&'static str> {
-    if !node.tainted {
-        return (node.record.phase.is_some() || node.record.cordoned_by_rotor)
-            .then_some("it has rotor's drain state but no drain taint, to undo");
-    }
-    if node.record.is_active() {
-        return may_resume.then_some("its drain is under way");
-    }
-    // The fleet's own test of whether a tainted node may start, so the two cannot drift apart.
-    // A node its pre-drain hooks hold needs a leader too: to say on the node who holds it.
-    match start_block(node, now, retry_backoff) {
-        _ if !may_start => None,
-        None => Some("it carries the drain taint"),
-        Some(StartBlock::PreDrainHooks | StartBlock::AwaitingApproval) => {
-            Some("it carries the drain taint and waits for its hooks or approval, to report")
-        }
-        Some(_) => None,
-    }
-}
-
 /// A rotation under way, for its notices.
 #[derive(Debug, Default)]
 struct Rotation {
     /// Nodes this leader drained in it.
     drained: usize,
-}
-
-/// Drain taints that arrive together (a selector run, or an operator tainting a list of nodes)
-/// come as one watch event per node. Choosing at the first one would pick among the few seen so
-/// far, and with several slots, often neighbours that queue on the same budgets; so new starts
-/// wait until no new taint has arrived for [`TAINT_QUIET`], at most [`TAINT_BURST_MAX`] after the
-/// first. Resumed drains and the taints found by the initial node list do not wait.
-#[derive(Default)]
-struct TaintBurst {
-    first: Option<Instant>,
-    last: Option<Instant>,
-}
-
-const TAINT_QUIET: Duration = Duration::from_millis(250);
-const TAINT_BURST_MAX: Duration = Duration::from_secs(2);
-
-impl TaintBurst {
-    fn taint_arrived(&mut self, now: Instant) {
-        if self.settles_at(now).is_none() {
-            self.first = Some(now);
-        }
-        self.last = Some(now);
-    }
-
-    /// When the burst under way at `now` is over; `None` when none is.
-    fn settles_at(&self, now: Instant) -> Option<Instant> {
-        let (first, last) = (self.first?, self.last?);
-        let over = (last + TAINT_QUIET).min(first + TAINT_BURST_MAX);
-        (over > now).then_some(over)
-    }
 }
 
 /// Holds this round's starts for `why`. The nodes the fleet limits held were held counting those

@@ -7,6 +7,7 @@ use jiff::Timestamp;
 use rotor_core::NodeBudget;
 use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
 
+use super::status::STATUS_EVERY;
 use super::*;
 use crate::fleet::pools::{FlagDrain, Pool};
 

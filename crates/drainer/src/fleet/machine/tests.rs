@@ -519,31 +519,6 @@ fn a_node_needs_rotor_while_it_can_start_or_runs_or_has_state_to_undo() {
 }
 
 #[test]
-fn a_burst_of_taints_settles_after_a_quiet_spell_or_at_most_the_cap() {
-    let t0 = Instant::now();
-    let ms = |n: u64| t0 + Duration::from_millis(n);
-    let mut burst = TaintBurst::default();
-    assert_eq!(burst.settles_at(t0), None);
-    burst.taint_arrived(t0);
-    assert_eq!(burst.settles_at(t0), Some(ms(250)));
-    // Each taint within the quiet spell extends it...
-    burst.taint_arrived(ms(200));
-    assert_eq!(burst.settles_at(ms(200)), Some(ms(450)));
-    assert_eq!(burst.settles_at(ms(449)), Some(ms(450)));
-    assert_eq!(burst.settles_at(ms(450)), None);
-    // ...up to the cap, so a steady trickle does not hold starts for ever.
-    let mut trickle = TaintBurst::default();
-    for i in 0..10 {
-        trickle.taint_arrived(ms(i * 200));
-    }
-    assert_eq!(trickle.settles_at(ms(1_800)), Some(ms(2_000)));
-    assert_eq!(trickle.settles_at(ms(2_000)), None);
-    // A taint after the burst is over starts a new one.
-    trickle.taint_arrived(ms(5_000));
-    assert_eq!(trickle.settles_at(ms(5_000)), Some(ms(5_250)));
-}
-
-#[test]
 fn held_starts_take_the_nodes_held_by_the_limits_with_them() {
     let max_unavailable = HeldReason::MaxUnavailable {
         max_unavailable: NodeBudget::Count(2),

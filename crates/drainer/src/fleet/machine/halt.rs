@@ -1,0 +1,111 @@
+//! The circuit breaker's state as the machine holds it: the halt read from the rotation record,
+//! or tripped here and not yet written there. When it trips is [`crate::fleet::breaker`]'s
+//! decision; what a halt stops is the machine's.
+
+use jiff::Timestamp;
+
+use crate::record::rotation::{Halt, HaltState};
+
+#[derive(Default)]
+pub(super) struct HaltBook {
+    /// From the rotation record, or tripped here.
+    state: HaltState,
+    /// The record's watch has answered once (with `--halt-after`, nothing starts before: a
+    /// halt written by an earlier leader must hold this one too).
+    known: bool,
+    /// The record showed a halt at its last read: its going away is a resume. A halt tripped
+    /// here and not yet written is lifted only by a resume written after it.
+    in_record: bool,
+}
+
+impl HaltBook {
+    /// The halt in force, if any.
+    pub(super) fn halted(&self) -> Option<&Halt> {
+        self.state.halted.as_ref()
+    }
+
+    /// When a halt was last lifted, as the record says.
+    pub(super) fn resumed_at(&self) -> Option<Timestamp> {
+        self.state.resumed_at
+    }
+
+    /// Whether the record's watch has answered.
+    pub(super) fn known(&self) -> bool {
+        self.known
+    }
+
+    /// Takes in the record's halt as read; returns whether that lifted the halt in force.
+    pub(super) fn read(&mut self, state: HaltState) -> bool {
+        self.known = true;
+        let was_in_record = std::mem::replace(&mut self.in_record, state.halted.is_some());
+        let lifted = match (&self.state.halted, &state.halted) {
+            (Some(halt), None) => {
+                was_in_record || state.resumed_at.is_some_and(|r| r >= halt.since)
+            }
+            _ => false,
+        };
+        if state.halted.is_some() || self.state.halted.is_none() || lifted {
+            self.state = state;
+        } else {
+            // A halt tripped here whose write has not shown yet: it stands.
+            self.state.resumed_at = state.resumed_at;
+        }
+        lifted
+    }
+
+    /// Halts the rotation for `reason`, from `wall`; the shell writes it into the record.
+    pub(super) fn trip(&mut self, reason: String, wall: Timestamp) -> Halt {
+        let halt = Halt {
+            since: wall,
+            reason,
+        };
+        self.state.halted = Some(halt.clone());
+        halt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(minutes: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + minutes * 60).unwrap()
+    }
+
+    fn record(halted_at: Option<i64>, resumed_at: Option<i64>) -> HaltState {
+        HaltState {
+            halted: halted_at.map(|m| Halt {
+                since: at(m),
+                reason: "a replacement never came up".into(),
+            }),
+            resumed_at: resumed_at.map(at),
+        }
+    }
+
+    #[test]
+    fn a_halt_tripped_here_stands_until_a_resume_written_after_it() {
+        let mut book = HaltBook::default();
+        assert!(!book.read(record(None, None)));
+        book.trip("the gate held past --halt-after".into(), at(10));
+        // The record has not shown the write yet, and its old resume predates the halt.
+        assert!(!book.read(record(None, Some(5))));
+        assert_eq!(book.halted().map(|h| h.since), Some(at(10)));
+        assert_eq!(book.resumed_at(), Some(at(5)));
+        // A resume written after the trip lifts it.
+        assert!(book.read(record(None, Some(11))));
+        assert!(book.halted().is_none());
+    }
+
+    #[test]
+    fn a_halt_in_the_record_is_lifted_when_it_goes_from_the_record() {
+        let mut book = HaltBook::default();
+        assert!(!book.known());
+        assert!(!book.read(record(Some(10), None)));
+        assert!(book.known());
+        assert!(book.halted().is_some());
+        // Removed from the record (by `rotor-drainer resume` or by hand), even without a
+        // resume time: lifted.
+        assert!(book.read(record(None, None)));
+        assert!(book.halted().is_none());
+    }
+}

@@ -1,0 +1,197 @@
+//! The RotationPolicies as the machine knows them: whether they have been read, which label
+//! keys the nodes' summaries must carry for their selectors, which pool a node is in, and what
+//! that pool allows now. Pure: the policy watch's events in, answers out.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+
+use crate::fleet::node_labels::LabelKeys;
+use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef, Pools, allowance};
+use crate::fleet::starts::{NodeView, PoolRules};
+use crate::fleet::window::{MaintenanceWindow, any_open};
+
+/// The policies read, and the flags each falls back to.
+pub(super) struct PolicyBook {
+    pools: Pools,
+    /// The policy watch has answered (listed, or found no CRD).
+    known: bool,
+    /// The label keys the nodes' summaries are read with from now on: those the policies'
+    /// selectors name.
+    label_keys: LabelKeys,
+    /// Some summaries lack a key a policy now selects by: the nodes are being read again, and
+    /// no drain starts or resumes until they have been (a node's pool may be wrong meanwhile).
+    labels_stale: bool,
+    /// The shell is to read every node again ([`PolicyBook::take_read_nodes_again`]).
+    read_nodes_again: bool,
+    /// What a policy's drain settings fall back to, and whether the drainer can surge.
+    flag_drain: FlagDrain,
+    /// `--require-approval`, for nodes whose pool does not say.
+    require_approval: bool,
+    /// The flags' maintenance windows, for nodes no policy selects.
+    windows: Vec<MaintenanceWindow>,
+}
+
+impl PolicyBook {
+    /// Nothing read yet; with no policy watch (`watch_policies` off, in tests), nothing to wait
+    /// for either.
+    pub(super) fn new(
+        watch_policies: bool,
+        flag_drain: FlagDrain,
+        require_approval: bool,
+        windows: Vec<MaintenanceWindow>,
+    ) -> Self {
+        PolicyBook {
+            pools: Pools::default(),
+            known: !watch_policies,
+            label_keys: LabelKeys::default(),
+            labels_stale: false,
+            read_nodes_again: false,
+            flag_drain,
+            require_approval,
+            windows,
+        }
+    }
+
+    /// The watch listed every policy. Every node is to be placed afresh after each change.
+    pub(super) fn listed(&mut self, pools: Vec<Pool>) {
+        self.pools = Pools::new(pools.into_iter().map(|p| self.checked(p)));
+        self.known = true;
+        self.changed();
+    }
+
+    pub(super) fn applied(&mut self, pool: Pool) {
+        let pool = self.checked(pool);
+        self.pools.insert(pool);
+        self.changed();
+    }
+
+    pub(super) fn deleted(&mut self, name: &str) {
+        self.pools.remove(name);
+        self.changed();
+    }
+
+    /// The RotationPolicy resource is not installed: every node follows the flags.
+    pub(super) fn absent(&mut self) {
+        self.pools = Pools::default();
+        self.known = true;
+        self.changed();
+    }
+
+    /// Whether the policy watch has answered (listed, or found no CRD), or none runs.
+    pub(super) fn known(&self) -> bool {
+        self.known
+    }
+
+    pub(super) fn pools(&self) -> &Pools {
+        &self.pools
+    }
+
+    /// The label keys to read the nodes' summaries with.
+    pub(super) fn label_keys(&self) -> &LabelKeys {
+        &self.label_keys
+    }
+
+    /// Whether the nodes are being read again for a label key: until then a node's pool may be
+    /// wrong.
+    pub(super) fn labels_stale(&self) -> bool {
+        self.labels_stale
+    }
+
+    /// The nodes have been listed with the keys asked for when the list began: every one now
+    /// needed. Returns whether they were being read again for a key.
+    pub(super) fn nodes_listed(&mut self) -> bool {
+        std::mem::take(&mut self.labels_stale)
+    }
+
+    /// Whether the shell is to read every node again, now. Asked once.
+    pub(super) fn take_read_nodes_again(&mut self) -> bool {
+        std::mem::take(&mut self.read_nodes_again)
+    }
+
+    /// A policy checked against the flags it falls back to.
+    fn checked(&self, mut pool: Pool) -> Pool {
+        pool.check_against(&self.flag_drain);
+        pool
+    }
+
+    /// Keep the label keys the selectors name, and ask for the nodes again when that adds one.
+    fn changed(&mut self) {
+        let needed = self.pools.label_keys();
+        if !self.label_keys.covers(&needed) {
+            // Also while the first list is under way: part of it was read without the key.
+            self.labels_stale = true;
+            self.read_nodes_again = true;
+        }
+        // Narrowing needs no read: summaries with a key no longer needed only hold more.
+        self.label_keys = needed;
+    }
+
+    /// Puts a node in its pool; whether it awaits approval follows the pool's setting.
+    pub(super) fn place(&self, view: &mut NodeView) {
+        view.pool = self.pools.assign(&view.labels);
+        let require_approval = match view.pool.policy().and_then(|p| self.pools.get(p)) {
+            Some(pool) => pool.drain.require_approval.unwrap_or(self.require_approval),
+            None => self.require_approval,
+        };
+        view.awaiting_approval = require_approval && !view.drain_approved;
+    }
+
+    /// The pools' rules at `wall`, for a choice among the candidates, with a round's nodes
+    /// `counted_beside` its view.
+    pub(super) fn rules<'a>(
+        &'a self,
+        wall: Timestamp,
+        counted_beside: &'a BTreeMap<PoolRef, usize>,
+    ) -> PoolRules<'a> {
+        PoolRules {
+            pools: &self.pools,
+            flags_open: any_open(&self.windows, wall),
+            counted_beside,
+        }
+    }
+
+    /// Whether the pool of `node` may start a drain now, as far as time decides: the flags'
+    /// windows for a node no policy selects; for a policy's node, a budget in force for its
+    /// drain reason and the policy readable. An overlap never may.
+    pub(super) fn pool_open(&self, node: &NodeView, wall: Timestamp) -> bool {
+        match &node.pool {
+            PoolRef::Flags => any_open(&self.windows, wall),
+            PoolRef::Overlap(_) => false,
+            PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
+                pool.invalid.is_none()
+                    && allowance(&pool.budgets, Some(&node.reason), 1, wall)
+                        .budget
+                        .is_some()
+            }),
+        }
+    }
+
+    /// What a drain of a node of `pool` runs with, when a policy governs it.
+    pub(super) fn drain_policy(&self, pool: &PoolRef) -> Option<DrainPolicy> {
+        let pool = self.pools.get(pool.policy()?)?;
+        Some(DrainPolicy {
+            name: pool.name.clone(),
+            drain: pool.drain.clone(),
+            surge: pool.surges(&self.flag_drain),
+        })
+    }
+
+    /// Whether the node's policies hold it until a person acts: an overlap, or its policy
+    /// cannot be followed.
+    pub(super) fn hold_for_a_person(&self, node: &NodeView) -> bool {
+        match &node.pool {
+            PoolRef::Overlap(_) => true,
+            PoolRef::Policy(name) => self.pools.get(name).is_none_or(|p| p.invalid.is_some()),
+            PoolRef::Flags => false,
+        }
+    }
+
+    /// Whether drains of this pool make room first.
+    pub(super) fn surges(&self, pool: &PoolRef) -> bool {
+        match pool.policy().and_then(|p| self.pools.get(p)) {
+            Some(pool) => pool.surges(&self.flag_drain),
+            None => self.flag_drain.surge_timeout.is_some(),
+        }
+    }
+}

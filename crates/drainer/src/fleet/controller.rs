@@ -56,7 +56,7 @@ use super::choice_io::{ChoiceReads, rechoose};
 use super::gate_io::{Gate, GateReads};
 use super::health_io::HealthGate;
 use super::held_log::HeldLog;
-use super::machine::{Command, Event, LeaseCommand, Machine, MachineConfig, StartRound};
+use super::machine::{Command, Event, FlagPool, LeaseCommand, Machine, MachineConfig, StartRound};
 use super::tainted_nodes::TaintedNodes;
 use crate::watch_backoff::WatchBackoffExt;
 
@@ -136,13 +136,15 @@ pub async fn run(
 
     let mut machine = Machine::new(MachineConfig {
         limits: fleet.settings.limits.clone(),
-        windows: fleet.settings.windows.clone(),
+        flags: FlagPool {
+            windows: fleet.settings.windows.clone(),
+            require_approval: fleet.settings.require_approval,
+            drain: fleet.settings.flag_drain.clone(),
+        },
         release_after,
         reserve_ahead: fleet.settings.surge_ahead,
-        require_approval: fleet.settings.require_approval,
         halt_after: fleet.settings.halt_after,
         halt_stops_drains: fleet.settings.halt_stops_drains,
-        flag_drain: fleet.settings.flag_drain.clone(),
         watch_policies: fleet.settings.watch_policies,
     });
     let mut shell = Shell {

@@ -29,11 +29,10 @@ use crate::drain::published::WorkloadRef;
 use crate::fleet::breaker::{gate_trip, rotation_began, stalled_replacement};
 use crate::fleet::held::{Held, HeldReason, Limit};
 use crate::fleet::node_labels::LabelKeys;
-use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef};
+use crate::fleet::pools::{DrainPolicy, Pool, PoolRef};
 use crate::fleet::starts::{
     FleetDecision, FleetLimits, NodeView, PoolRules, candidate_names, choose_in_pools, start_block,
 };
-use crate::fleet::window::MaintenanceWindow;
 use crate::record::node::{DrainRecord, Intent, retry_backoff};
 use crate::record::notify::NoticeKind;
 use crate::record::rotation::{Halt, HaltState};
@@ -50,7 +49,8 @@ use ahead::RoomAhead;
 use announced::HoldsAnnounced;
 use halt::HaltBook;
 pub(super) use lease::LeaseCommand;
-use lease::{LeaseTurn, LeaseWatch, needs_rotor};
+use lease::{LeasePass, LeaseWatch, needs_rotor};
+pub(super) use policies::FlagPool;
 use policies::PolicyBook;
 use status::StatusBook;
 use taint_burst::TaintBurst;
@@ -166,20 +166,17 @@ impl StartRound {
 #[derive(Clone, Debug)]
 pub(super) struct MachineConfig {
     pub limits: FleetLimits,
-    pub windows: Vec<MaintenanceWindow>,
+    /// The pool no RotationPolicy selects: the windows, approval and drain settings of the flags.
+    pub flags: FlagPool,
     /// `--release-lease-after`.
     pub release_after: Duration,
     /// How many nodes next in line get room made ahead of their drain: `--surge-ahead` (by
     /// default `--max-concurrent`) with `--surge`, 0 without.
     pub reserve_ahead: usize,
-    /// `--require-approval`: a drain starts only on a node approved by annotation.
-    pub require_approval: bool,
     /// `--halt-after`: the circuit breaker, when on.
     pub halt_after: Option<Duration>,
     /// `--halt-stops-drains`.
     pub halt_stops_drains: bool,
-    /// What policies' drain settings fall back to, and whether the drainer can surge.
-    pub flag_drain: FlagDrain,
     /// RotationPolicies are watched: nothing starts before the watch has answered (a policy
     /// tighter than the flags must not be missed). Off only where no watch runs (tests).
     pub watch_policies: bool,
@@ -194,7 +191,8 @@ pub(super) struct Machine {
     /// Nodes with a drain task; nodes with a clean-up task.
     running: BTreeSet<String>,
     cleaning: BTreeSet<String>,
-    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]).
+    /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]; the shell
+    /// may hold its making a few seconds while a drain's room changes hands).
     ahead: RoomAhead,
     /// What was last said on each node that only a person can free ([`Command::AnnounceHeld`]).
     holds_announced: HoldsAnnounced,
@@ -214,7 +212,7 @@ pub(super) struct Machine {
     /// Each policy's status as last written.
     statuses: StatusBook,
     was_leading: bool,
-    /// Whether this replica seeks the lease, and since when nothing needed it.
+    /// Since when nothing has needed a leader, and whether standing by was said.
     lease: LeaseWatch,
     last_pass: Option<Instant>,
 }
@@ -222,12 +220,7 @@ pub(super) struct Machine {
 impl Machine {
     pub(super) fn new(cfg: MachineConfig) -> Self {
         Machine {
-            policies: PolicyBook::new(
-                cfg.watch_policies,
-                cfg.flag_drain.clone(),
-                cfg.require_approval,
-                cfg.windows.clone(),
-            ),
+            policies: PolicyBook::new(cfg.watch_policies, cfg.flags.clone()),
             cfg,
             nodes: BTreeMap::new(),
             listed: false,
@@ -286,7 +279,6 @@ impl Machine {
                 // A list this machine asked for (new label keys) follows a watch that ran until
                 // it began: a taint seen then has stayed. After a watch that lost its place,
                 // whether the taint stayed while nobody watched is unknown: from now.
-                // Listed with the keys asked for when the list began: every one now needed.
                 let watched_until_now = self.policies.nodes_listed();
                 let mut fresh = BTreeMap::new();
                 for mut view in listed {
@@ -340,7 +332,8 @@ impl Machine {
                 Vec::new()
             }
             Event::HaltRead(state) => {
-                if self.halt.read(state) {
+                let lifted = self.halt.read(state);
+                if lifted {
                     self.paused.clear();
                     vec![Command::Resumed]
                 } else {
@@ -401,7 +394,7 @@ impl Machine {
             // A node its policies hold until a person acts needs a leader too: to say so on the
             // node and in the policies' status, as for pre-drain hooks.
             let may_start = self.halt.halted().is_none()
-                && (self.policies.pool_open(n, wall) || self.policies.hold_for_a_person(n));
+                && (self.policies.pool_open(n, wall) || self.policies.holds_for_a_person(n));
             needs_rotor(n, wall, may_start, may_resume).map(|why| (n.name.clone(), why))
         });
         let tasks_run = !self.running.is_empty() || !self.cleaning.is_empty();
@@ -414,13 +407,13 @@ impl Machine {
                 .map(|n| n.name.clone())
                 .collect()
         };
-        let turn = LeaseTurn {
+        let pass = LeasePass {
             now,
             contending,
             leading,
             release_after: self.cfg.release_after,
         };
-        self.lease.step(needed, tasks_run, waiting, turn)
+        self.lease.step(needed, tasks_run, waiting, pass)
     }
 
     /// The acting half of a pass, given whether this replica leads now (read once, after the
@@ -447,7 +440,10 @@ impl Machine {
             // is stale: like any new leader, its first start passes the gate.
             commands.push(Command::NewTerm);
             self.last_pass = None;
+            // Whatever an earlier term wrote may have been changed since: write afresh.
             self.statuses.forget_all();
+            // The new term's sweep removes placeholders of nodes not draining, those made
+            // ahead included.
             self.ahead.forget_all();
             // Taking over a rotation under way: it was announced by the leader that began it.
             if self.rotation.is_none() && self.nodes.values().any(NodeView::is_active) {
@@ -702,7 +698,7 @@ impl Machine {
     /// An Event on each node that pre-drain hooks, a missing approval or its policies hold,
     /// when it is news (see [`HoldsAnnounced`]).
     fn announce_holds(&mut self, round: &StartRound) -> Vec<Command> {
-        let news = self.holds_announced.news(&round.held);
+        let news = self.holds_announced.take_news(&round.held);
         news.into_iter()
             .map(|(node, why)| Command::AnnounceHeld { node, why })
             .collect()
@@ -714,11 +710,12 @@ impl Machine {
     /// next candidate is held for moments at most (a burst of taints settling, the gate) and
     /// makes its own room when it starts; reserving for it too would create every placeholder
     /// twice. Not outside the maintenance windows: room that no drain may use yet only costs.
-    /// When room moves from one waiting node to another is [`RoomAhead::plan`]'s rule.
+    /// When room moves from one waiting node to another is [`RoomAhead::after_round`]'s rule.
     fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
         if self.cfg.reserve_ahead == 0 || self.running.is_empty() {
             return Vec::new();
         }
+        // Only nodes whose pool surges and may start now: room no drain may use yet only costs.
         let next_in_line: Vec<String> = candidate_names(&round.view, round.wall, retry_backoff)
             .into_iter()
             .filter(|name| {
@@ -735,7 +732,7 @@ impl Machine {
                 .iter()
                 .any(|v| v.name == name && v.budget_waits.is_some())
         };
-        let changes = self.ahead.plan(
+        let changes = self.ahead.after_round(
             next_in_line,
             weighed,
             round.start.len(),
@@ -774,13 +771,13 @@ impl Machine {
         if self.policies.labels_stale() || self.policies.pools().is_empty() {
             return Vec::new();
         }
-        // Borrowed but for drains started this pass (a pool may hold thousands of nodes, read
-        // every pass).
+        // Borrowed but for drains started this pass (the fleet may hold thousands of nodes,
+        // read once a pass).
         let seen: Vec<Cow<'_, NodeView>> = self.nodes.values().map(|n| self.as_seen(n)).collect();
         let halt = self.halt.halted().map(|h| h.reason.as_str());
         let due = self
             .statuses
-            .due(self.policies.pools(), &seen, halt, now, wall);
+            .take_due(self.policies.pools(), &seen, halt, now, wall);
         due.into_iter()
             .map(|(policy, status)| Command::WritePolicyStatus { policy, status })
             .collect()

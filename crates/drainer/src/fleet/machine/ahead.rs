@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Nodes not yet draining that had room made ahead, with how many starts have passed each over
-/// since. The shell may hold the making a few seconds while a drain's room changes hands.
+/// since.
 #[derive(Default)]
 pub(super) struct RoomAhead {
     reserved: BTreeMap<String, usize>,
@@ -62,11 +62,12 @@ impl RoomAhead {
     /// room that falls behind the next `turn` has been passed over by the round's starts;
     /// passed over by `turn` starts, it gives its room back: its budgets keep it waiting while
     /// others start, and the room is worth more to the node the choice will take next. Among
-    /// nodes that wait equally, one with room stays ahead (`NodeView::room_made_ahead`), and
+    /// nodes that wait equally, one with room stays ahead
+    /// ([`crate::fleet::starts::NodeView::room_made_ahead`]), and
     /// room moves only after a full turn of starts, so a budget that holds a node for one
     /// start does not cost its placeholders twice. An unweighed order (a round without a
     /// choice) only fills free places.
-    pub(super) fn plan(
+    pub(super) fn after_round(
         &mut self,
         next_in_line: Vec<String>,
         weighed: impl Fn(&str) -> bool,
@@ -111,27 +112,35 @@ mod tests {
         let weighed = |_: &str| true;
         let mut ahead = RoomAhead::default();
         // Two places: the first two in line get room.
-        let changes = ahead.plan(names(&["a", "b", "c"]), weighed, 1, 2);
+        let changes = ahead.after_round(names(&["a", "b", "c"]), weighed, 1, 2);
         assert_eq!(changes.release, Vec::<String>::new());
         assert_eq!(changes.reserve, names(&["a", "b"]));
         // "a" falls out of the next two after one start: passed over once, it keeps its room.
-        let changes = ahead.plan(names(&["b", "c"]), weighed, 1, 2);
+        let changes = ahead.after_round(names(&["b", "c"]), weighed, 1, 2);
         assert_eq!(changes, AheadChanges::default());
         // A second start passes it over again: a full turn, so its room goes to "c".
-        let changes = ahead.plan(names(&["b", "c"]), weighed, 1, 2);
+        let changes = ahead.after_round(names(&["b", "c"]), weighed, 1, 2);
         assert_eq!(changes.release, names(&["a"]));
         assert_eq!(changes.reserve, names(&["c"]));
     }
 
     #[test]
-    fn an_unweighed_order_or_a_round_without_starts_passes_nobody_over() {
+    fn a_round_of_several_starts_counts_each_start_it_passed_over() {
         let mut ahead = RoomAhead::default();
-        ahead.plan(names(&["a"]), |_| true, 1, 1);
-        // Out of line, but the order was not weighed by budgets: "a" keeps its room.
-        let changes = ahead.plan(names(&["b"]), |_| false, 1, 1);
-        assert_eq!(changes, AheadChanges::default());
-        // Weighed, but nothing started: nobody was passed over.
-        let changes = ahead.plan(names(&["b"]), |_| true, 0, 1);
+        ahead.after_round(names(&["a", "b"]), |_| true, 1, 2);
+        // Two starts in one round passed "a" over: a full turn at once.
+        let changes = ahead.after_round(names(&["b", "c"]), |_| true, 2, 2);
+        assert_eq!(changes.release, names(&["a"]));
+        assert_eq!(changes.reserve, names(&["c"]));
+    }
+
+    #[test]
+    fn an_unweighed_order_only_fills_free_places() {
+        let mut ahead = RoomAhead::default();
+        ahead.after_round(names(&["a"]), |_| true, 1, 1);
+        // Out of line for a full turn, but the order was not weighed by budgets: "a" keeps
+        // its room and "b" waits for a free place.
+        let changes = ahead.after_round(names(&["b"]), |_| false, 1, 1);
         assert_eq!(changes, AheadChanges::default());
         assert!(ahead.contains("a") && !ahead.contains("b"));
     }
@@ -139,10 +148,11 @@ mod tests {
     #[test]
     fn sorting_out_keeps_the_waiting_forgets_the_started_and_releases_the_rest() {
         let mut ahead = RoomAhead::default();
-        ahead.plan(names(&["started", "waiting", "gone"]), |_| true, 0, 3);
+        ahead.after_round(names(&["started", "waiting", "gone"]), |_| true, 0, 3);
         let running = BTreeSet::from(["started".to_string()]);
-        let release = ahead.sort_out(&running, |name| name == "waiting");
-        // The started drain owns its room: it is neither kept here nor released.
+        // A node that just started still looks in line; its drain owns the room all the same:
+        // neither kept here nor released.
+        let release = ahead.sort_out(&running, |name| name != "gone");
         assert_eq!(release, names(&["gone"]));
         assert!(ahead.contains("waiting"));
         assert!(!ahead.contains("started") && !ahead.contains("gone"));

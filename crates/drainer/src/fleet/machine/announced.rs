@@ -17,7 +17,7 @@ impl HoldsAnnounced {
     /// The announcements that are news among a round's `held` nodes, as (node, why): the hold
     /// is new or changed since the last one. A node no longer held so is forgotten, so a hold
     /// that comes back is said again.
-    pub(super) fn news(&mut self, held: &[Held]) -> Vec<(String, String)> {
+    pub(super) fn take_news(&mut self, held: &[Held]) -> Vec<(String, String)> {
         let held: BTreeMap<&String, &HeldReason> = held
             .iter()
             .filter(|(_, why)| {

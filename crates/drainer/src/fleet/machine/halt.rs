@@ -6,6 +6,7 @@ use jiff::Timestamp;
 
 use crate::record::rotation::{Halt, HaltState};
 
+/// The halt in force, whether the record has been read, and whether it showed the halt.
 #[derive(Default)]
 pub(super) struct HaltBook {
     /// From the rotation record, or tripped here.
@@ -93,6 +94,26 @@ mod tests {
         assert_eq!(book.resumed_at(), Some(at(5)));
         // A resume written after the trip lifts it.
         assert!(book.read(record(None, Some(11))));
+        assert!(book.halted().is_none());
+    }
+
+    #[test]
+    fn a_resume_at_the_very_time_of_the_halt_lifts_it() {
+        let mut book = HaltBook::default();
+        book.trip("the gate held past --halt-after".into(), at(10));
+        assert!(book.read(record(None, Some(10))));
+        assert!(book.halted().is_none());
+    }
+
+    #[test]
+    fn a_halt_in_the_record_replaces_one_tripped_here() {
+        let mut book = HaltBook::default();
+        book.trip("tripped here".into(), at(10));
+        // Another replica's halt reached the record first: the record's stands.
+        assert!(!book.read(record(Some(9), None)));
+        assert_eq!(book.halted().map(|h| h.since), Some(at(9)));
+        // Gone from the record: lifted, as any halt the record showed.
+        assert!(book.read(record(None, None)));
         assert!(book.halted().is_none());
     }
 

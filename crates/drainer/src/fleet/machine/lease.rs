@@ -22,8 +22,8 @@ pub(in crate::fleet) enum LeaseCommand {
     StandBy { waiting: Vec<String> },
 }
 
-/// The election's state at a pass, and the flag that says when to give the lease back.
-pub(super) struct LeaseTurn {
+/// The election's state at a pass, with `--release-lease-after` (a flag, not state).
+pub(super) struct LeasePass {
     pub now: Instant,
     pub contending: bool,
     pub leading: bool,
@@ -48,26 +48,26 @@ impl LeaseWatch {
         needed: Option<(String, &'static str)>,
         tasks_run: bool,
         waiting: impl FnOnce() -> Vec<String>,
-        turn: LeaseTurn,
+        pass: LeasePass,
     ) -> Vec<LeaseCommand> {
         let mut commands = Vec::new();
         match needed {
             Some((node, why)) => {
                 self.idle_since = None;
-                if !turn.contending {
+                if !pass.contending {
                     commands.push(LeaseCommand::Contend { node, why });
                     self.standing_by = false;
                 }
             }
             None if !tasks_run => {
-                let idle = turn
+                let idle = pass
                     .now
-                    .duration_since(*self.idle_since.get_or_insert(turn.now));
-                let release = !turn.leading || idle >= turn.release_after;
-                let mut still_contending = turn.contending;
-                if release && turn.contending {
+                    .duration_since(*self.idle_since.get_or_insert(pass.now));
+                let release = !pass.leading || idle >= pass.release_after;
+                let mut still_contending = pass.contending;
+                if release && pass.contending {
                     commands.push(LeaseCommand::StandDown {
-                        leading: turn.leading,
+                        leading: pass.leading,
                         idle,
                     });
                     still_contending = false;

@@ -11,7 +11,20 @@ use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef, Pools, allowanc
 use crate::fleet::starts::{NodeView, PoolRules};
 use crate::fleet::window::{MaintenanceWindow, any_open};
 
-/// The policies read, and the flags each falls back to.
+/// The pool no RotationPolicy selects, as the flags set it; a policy's drain settings fall
+/// back to these too.
+#[derive(Clone, Debug)]
+pub(in crate::fleet) struct FlagPool {
+    /// The maintenance windows (`--window`).
+    pub windows: Vec<MaintenanceWindow>,
+    /// `--require-approval`: a drain starts only on a node approved by annotation.
+    pub require_approval: bool,
+    /// What policies' drain settings fall back to, and whether the drainer can surge.
+    pub drain: FlagDrain,
+}
+
+/// The policies read, and the flags' pool beside them. The machine places every node afresh
+/// after each change of the policies ([`PolicyBook::place`]).
 pub(super) struct PolicyBook {
     pools: Pools,
     /// The policy watch has answered (listed, or found no CRD).
@@ -24,48 +37,38 @@ pub(super) struct PolicyBook {
     labels_stale: bool,
     /// The shell is to read every node again ([`PolicyBook::take_read_nodes_again`]).
     read_nodes_again: bool,
-    /// What a policy's drain settings fall back to, and whether the drainer can surge.
-    flag_drain: FlagDrain,
-    /// `--require-approval`, for nodes whose pool does not say.
-    require_approval: bool,
-    /// The flags' maintenance windows, for nodes no policy selects.
-    windows: Vec<MaintenanceWindow>,
+    flags: FlagPool,
 }
 
 impl PolicyBook {
     /// Nothing read yet; with no policy watch (`watch_policies` off, in tests), nothing to wait
     /// for either.
-    pub(super) fn new(
-        watch_policies: bool,
-        flag_drain: FlagDrain,
-        require_approval: bool,
-        windows: Vec<MaintenanceWindow>,
-    ) -> Self {
+    pub(super) fn new(watch_policies: bool, flags: FlagPool) -> Self {
         PolicyBook {
             pools: Pools::default(),
             known: !watch_policies,
             label_keys: LabelKeys::default(),
             labels_stale: false,
             read_nodes_again: false,
-            flag_drain,
-            require_approval,
-            windows,
+            flags,
         }
     }
 
-    /// The watch listed every policy. Every node is to be placed afresh after each change.
+    /// The watch listed every policy.
     pub(super) fn listed(&mut self, pools: Vec<Pool>) {
         self.pools = Pools::new(pools.into_iter().map(|p| self.checked(p)));
         self.known = true;
         self.changed();
     }
 
+    /// A policy was added or changed.
     pub(super) fn applied(&mut self, pool: Pool) {
         let pool = self.checked(pool);
         self.pools.insert(pool);
         self.changed();
     }
 
+    /// A policy was deleted.
     pub(super) fn deleted(&mut self, name: &str) {
         self.pools.remove(name);
         self.changed();
@@ -111,7 +114,7 @@ impl PolicyBook {
 
     /// A policy checked against the flags it falls back to.
     fn checked(&self, mut pool: Pool) -> Pool {
-        pool.check_against(&self.flag_drain);
+        pool.check_against(&self.flags.drain);
         pool
     }
 
@@ -131,8 +134,11 @@ impl PolicyBook {
     pub(super) fn place(&self, view: &mut NodeView) {
         view.pool = self.pools.assign(&view.labels);
         let require_approval = match view.pool.policy().and_then(|p| self.pools.get(p)) {
-            Some(pool) => pool.drain.require_approval.unwrap_or(self.require_approval),
-            None => self.require_approval,
+            Some(pool) => pool
+                .drain
+                .require_approval
+                .unwrap_or(self.flags.require_approval),
+            None => self.flags.require_approval,
         };
         view.awaiting_approval = require_approval && !view.drain_approved;
     }
@@ -146,7 +152,7 @@ impl PolicyBook {
     ) -> PoolRules<'a> {
         PoolRules {
             pools: &self.pools,
-            flags_open: any_open(&self.windows, wall),
+            flags_open: any_open(&self.flags.windows, wall),
             counted_beside,
         }
     }
@@ -156,7 +162,7 @@ impl PolicyBook {
     /// drain reason and the policy readable. An overlap never may.
     pub(super) fn pool_open(&self, node: &NodeView, wall: Timestamp) -> bool {
         match &node.pool {
-            PoolRef::Flags => any_open(&self.windows, wall),
+            PoolRef::Flags => any_open(&self.flags.windows, wall),
             PoolRef::Overlap(_) => false,
             PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
                 pool.invalid.is_none()
@@ -173,13 +179,13 @@ impl PolicyBook {
         Some(DrainPolicy {
             name: pool.name.clone(),
             drain: pool.drain.clone(),
-            surge: pool.surges(&self.flag_drain),
+            surge: pool.surges(&self.flags.drain),
         })
     }
 
     /// Whether the node's policies hold it until a person acts: an overlap, or its policy
     /// cannot be followed.
-    pub(super) fn hold_for_a_person(&self, node: &NodeView) -> bool {
+    pub(super) fn holds_for_a_person(&self, node: &NodeView) -> bool {
         match &node.pool {
             PoolRef::Overlap(_) => true,
             PoolRef::Policy(name) => self.pools.get(name).is_none_or(|p| p.invalid.is_some()),
@@ -190,8 +196,8 @@ impl PolicyBook {
     /// Whether drains of this pool make room first.
     pub(super) fn surges(&self, pool: &PoolRef) -> bool {
         match pool.policy().and_then(|p| self.pools.get(p)) {
-            Some(pool) => pool.surges(&self.flag_drain),
-            None => self.flag_drain.surge_timeout.is_some(),
+            Some(pool) => pool.surges(&self.flags.drain),
+            None => self.flags.drain.surge_timeout.is_some(),
         }
     }
 }

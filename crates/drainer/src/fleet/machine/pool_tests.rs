@@ -23,16 +23,18 @@ fn config(max_concurrent: usize) -> MachineConfig {
             max_unavailable: NodeBudget::Count(1),
             startup_grace: Duration::from_secs(600),
         },
-        windows: Vec::new(),
+        flags: FlagPool {
+            windows: Vec::new(),
+            require_approval: false,
+            drain: FlagDrain {
+                drain_timeout: Duration::from_secs(1800),
+                ..FlagDrain::default()
+            },
+        },
         release_after: Duration::from_secs(30),
         reserve_ahead: 0,
-        require_approval: false,
         halt_after: None,
         halt_stops_drains: false,
-        flag_drain: FlagDrain {
-            drain_timeout: Duration::from_secs(1800),
-            ..FlagDrain::default()
-        },
         watch_policies: true,
     }
 }

@@ -28,6 +28,7 @@ impl StatusBook {
         self.written.clear();
     }
 
+    /// The policy was deleted: a policy of that name made later is written afresh.
     pub(super) fn forget(&mut self, policy: &str) {
         self.written.remove(policy);
     }
@@ -35,7 +36,7 @@ impl StatusBook {
     /// Each policy's status where it changed since its last write and that write is at least
     /// [`STATUS_EVERY`] old, taken as written at `now`. `nodes` is the fleet as the status
     /// counts it (a drain started this pass as under way); `halt` the halt's reason.
-    pub(super) fn due(
+    pub(super) fn take_due(
         &mut self,
         pools: &Pools,
         nodes: &[Cow<'_, NodeView>],

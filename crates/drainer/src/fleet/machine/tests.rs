@@ -6,6 +6,7 @@ use rotor_core::NodeBudget;
 
 use crate::fleet::pools::FlagDrain;
 use crate::fleet::starts::choose_nodes_to_start;
+use crate::fleet::window::MaintenanceWindow;
 
 fn wall() -> Timestamp {
     "2025-03-01T12:00:00Z".parse().unwrap()
@@ -18,19 +19,21 @@ fn config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
             max_unavailable: NodeBudget::Count(max_concurrent as u32),
             startup_grace: Duration::from_secs(600),
         },
-        windows: windows
-            .iter()
-            .map(|w| MaintenanceWindow::from_str(w).unwrap())
-            .collect(),
+        flags: FlagPool {
+            windows: windows
+                .iter()
+                .map(|w| MaintenanceWindow::from_str(w).unwrap())
+                .collect(),
+            require_approval: false,
+            drain: FlagDrain {
+                drain_timeout: Duration::from_secs(1800),
+                ..FlagDrain::default()
+            },
+        },
         release_after: Duration::from_secs(30),
         reserve_ahead: 0,
-        require_approval: false,
         halt_after: None,
         halt_stops_drains: false,
-        flag_drain: FlagDrain {
-            drain_timeout: Duration::from_secs(1800),
-            ..FlagDrain::default()
-        },
         watch_policies: false,
     }
 }
@@ -40,9 +43,12 @@ fn surge_config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
     let base = config(max_concurrent, windows);
     MachineConfig {
         reserve_ahead: max_concurrent,
-        flag_drain: FlagDrain {
-            surge_timeout: Some(Duration::from_secs(300)),
-            ..base.flag_drain.clone()
+        flags: FlagPool {
+            drain: FlagDrain {
+                surge_timeout: Some(Duration::from_secs(300)),
+                ..base.flags.drain.clone()
+            },
+            ..base.flags.clone()
         },
         ..base
     }
@@ -806,9 +812,13 @@ fn pre_drain_hooks_hold_a_node_and_are_announced_once_per_change() {
 #[test]
 fn with_require_approval_a_node_waits_for_its_approval_and_says_so_once() {
     let t0 = Instant::now();
+    let base = config(2, &[]);
     let cfg = MachineConfig {
-        require_approval: true,
-        ..config(2, &[])
+        flags: FlagPool {
+            require_approval: true,
+            ..base.flags.clone()
+        },
+        ..base
     };
     let approved = |name: &str, age: i64| NodeView {
         drain_approved: true,

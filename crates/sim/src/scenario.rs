@@ -542,6 +542,36 @@ pub fn version_minor(v: &str) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// Nodes and workload pods (DaemonSet pods left out) a scenario asks for.
+    fn size(s: &Scenario) -> (u32, u32) {
+        let nodes = s.node_groups.iter().map(|g| g.size).sum();
+        let pods = s
+            .workloads
+            .iter()
+            .filter(|w| w.kind != WorkloadKind::DaemonSet)
+            .map(|w| w.replicas)
+            .sum();
+        (nodes, pods)
+    }
+
+    #[test]
+    fn every_example_scenario_loads_and_the_benches_have_the_sizes_their_docs_give() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios");
+        let mut loaded = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).expect("examples/scenarios") {
+            let path = entry.expect("a directory entry").path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                loaded.insert(name, size(&scenario));
+            }
+        }
+        // docs/benchmarks.md and examples/scenarios/README.md give these sizes.
+        assert_eq!(loaded.get("bench-50.yaml"), Some(&(50, 1_000)));
+        assert_eq!(loaded.get("bench-100.yaml"), Some(&(100, 2_000)));
+        assert_eq!(loaded.get("bench-200.yaml"), Some(&(200, 4_000)));
+    }
+
     #[test]
     fn parses_a_small_scenario_with_defaults() {
         let s = Scenario::from_yaml(

@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{DrainerConfig, LeaderArgs};
 use crate::drain::budgets_io::BudgetWatch;
 use crate::drain::eviction_io::EvictionWire;
-use crate::drain::preempted_io::count_preemptions;
+use crate::drain::placeholders_io::watch_placeholders;
 use crate::drain::published::Published;
 use crate::drain::rules_io::DrainRuleWatch;
 use crate::drain::shared::Drains;
@@ -98,18 +98,19 @@ pub async fn run(
         ))
     });
     if let Some(room) = surge.clone() {
+        // Which placeholders are pending (a drain's room waits for them), and which the
+        // scheduler preempted (evicted pods that waited for room).
+        tasks.spawn(watch_placeholders(
+            kube_client.clone(),
+            room.clone(),
+            metrics.surge_placeholders_preempted.clone(),
+            tasks_stop.clone(),
+        ));
         // Room made ahead for a node records nothing on the node, so if the drainer stopped and
         // the node's taint went meanwhile, no node needs rotor and no new term's sweep would
         // come: every replica sweeps once as it starts, leading or not (so with the client that
         // is not fenced). A live leader elsewhere only loses room made ahead, which its drain
         // makes again; this replica's own (its first term may begin meanwhile) is spared.
-        // Placeholders the scheduler preempted: evicted pods that waited for room.
-        tasks.spawn(count_preemptions(
-            kube_client.clone(),
-            room.config().namespace.clone(),
-            metrics.surge_placeholders_preempted.clone(),
-            tasks_stop.clone(),
-        ));
         let client = kube_client.clone();
         tasks.spawn(async move { room.sweep_with(&client).await });
     }

@@ -380,3 +380,94 @@ async fn the_sweep_spares_room_made_ahead_in_this_term_and_takes_an_earlier_term
         "the sweep took the earlier term's room made ahead"
     );
 }
+
+/// Group `g` (general nodes, one more can be added) runs `web`; group `solo` (one node, never
+/// more) runs `solo`, which only a `solo` node takes: once that node is drained, its pod's
+/// placeholder stays pending.
+const ONE_NEVER_PLACED: &str = r#"
+timing: {tick: 50ms, nodeStartup: 1s, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 200ms, podShutdown: 100ms, bookmarkInterval: 1s}
+namespaces: [rotor-system]
+nodeGroups:
+  - {name: g, size: 1, max: 2, template: {cpu: "2", memory: 8Gi, kubeletVersion: v1.32.9, labels: {tier: general}}}
+  - {name: solo, size: 1, max: 1, template: {cpu: "2", memory: 8Gi, kubeletVersion: v1.32.9, labels: {tier: solo}}}
+workloads:
+  - {kind: Deployment, name: web, namespace: shop, replicas: 4, requests: {cpu: 450m}, startup: 200ms, shutdown: 100ms, nodeSelector: {tier: general}}
+  - {kind: Deployment, name: solo, namespace: shop, replicas: 1, requests: {cpu: 450m}, startup: 200ms, shutdown: 100ms, nodeSelector: {tier: solo}}
+"#;
+
+/// A drain whose room is ready holds it while another node's placeholder is pending (one
+/// pending then would take the freed room before the replacements exist), and frees it after
+/// 5 s when that placeholder is still pending: the other node's capacity never comes here, and
+/// the drain must not wait for its `--surge-timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_holds_its_room_while_another_nodes_placeholder_is_pending_for_at_most_5s() {
+    let cluster = SimCluster::start(ONE_NEVER_PLACED).await;
+    create_surge_class(&cluster).await;
+    let drainer = TestDrainer::start(
+        &cluster,
+        "h",
+        &[
+            "--surge",
+            "--surge-timeout",
+            "60s",
+            "--max-concurrent",
+            "2",
+            "--max-unavailable",
+            "2",
+        ],
+    );
+    let general = cluster.nodes_hosting("web-").await;
+    let solo = cluster.nodes_hosting("solo-").await;
+    assert_eq!((general.len(), solo.len()), (1, 1), "{general:?} {solo:?}");
+    let (general, solo) = (&general[0], &solo[0]);
+    cluster.taint(general, "manual").await;
+    cluster.taint(solo, "manual").await;
+    // Sample the general node's placeholders: when all four are bound (the autoscaler added a
+    // node for them), and when they are gone (its room freed for the evictions).
+    let selector =
+        format!("rotor.dev/surge-for={general},app.kubernetes.io/managed-by=rotor-drainer");
+    let start = std::time::Instant::now();
+    let (mut all_bound, mut freed) = (None, None);
+    while freed.is_none() {
+        assert!(
+            start.elapsed() < WAIT,
+            "the general node's room was not freed in time"
+        );
+        let placeholders = cluster.pods_labelled("rotor-system", &selector).await;
+        let bound = placeholders
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .count();
+        if all_bound.is_none() && placeholders.len() == 4 && bound == 4 {
+            all_bound = Some(start.elapsed());
+        }
+        if all_bound.is_some() && placeholders.is_empty() {
+            freed = Some(start.elapsed());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let held = freed.unwrap() - all_bound.unwrap();
+    cluster.wait_phase(general, "drained").await;
+    // Meanwhile the solo node's placeholder waited for a node that never comes.
+    let solo_selector =
+        format!("rotor.dev/surge-for={solo},app.kubernetes.io/managed-by=rotor-drainer");
+    let pending: Vec<_> = cluster
+        .pods_labelled("rotor-system", &solo_selector)
+        .await
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+        .collect();
+    assert_eq!(
+        pending.len(),
+        1,
+        "the solo node's placeholder is still pending"
+    );
+    drainer.stop().await.expect("the drainer stops cleanly");
+    // Held about 5 s (sampled every 50 ms; the removal itself takes a tick or two), not the
+    // solo node's 60 s --surge-timeout, and not freed at once as without the hold.
+    assert!(
+        held >= std::time::Duration::from_millis(4500) && held < std::time::Duration::from_secs(15),
+        "the room was held {held:?} after its placeholders were all bound"
+    );
+    assert_eq!(cluster.stats()["budgetViolations"], 0);
+}

@@ -656,5 +656,8 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     hash
 }
 
+mod pending;
+pub use pending::{OthersPending, PendingPlaceholders};
+
 #[cfg(test)]
 mod tests;

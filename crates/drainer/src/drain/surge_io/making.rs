@@ -1,24 +1,21 @@
 //! A drain's room: take a `--max-surge` slot, create or update the node's placeholder sets,
 //! wait on a watch of the placeholders until the scheduler has placed every one, then free the
-//! room just before the evictions, or after `--surge-timeout` hand the placeholders over.
+//! room just before the evictions ([`super::freeing`]), or after `--surge-timeout` hand the
+//! placeholders over.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::watcher;
+use kube::api::{Api, DeleteParams, ListParams};
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::lock;
-use crate::drain::pods::is_finished;
-use crate::drain::surge::{AHEAD_AFTER_FREED, NOT_CREATED, Reservation, placeholder_selector};
-use crate::drain::watched::WatchedPods;
-use crate::watch_backoff::WatchBackoffExt;
+use crate::drain::surge::{NOT_CREATED, Reservation, placeholder_selector};
 
-use crate::drain::surge_io::removal::{delete_room, delete_sets, remove_room};
+use crate::drain::surge_io::freeing::{PlaceholderWatch, free_room};
+use crate::drain::surge_io::removal::{delete_sets, remove_room};
 use crate::drain::surge_io::room::{DrainRoom, SetsStand, SurgeRoom, create_placeholders};
 
 /// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
@@ -28,12 +25,6 @@ const POLL: Duration = Duration::from_secs(1);
 /// sets for the reason (a quota, an admission webhook): a set makes its pods within
 /// milliseconds, so only a refusal lasts this long.
 const MISSING_FOR: Duration = Duration::from_secs(2);
-
-/// How long a drain waits for the ReplicaSet controller to remove the placeholders of sets it
-/// scaled to zero before it deletes them itself: the controller does it within tens of
-/// milliseconds, so only a controller that is down or far behind takes this long (a placeholder
-/// that has ended, which the controller leaves, holds no room and is not waited for).
-const FREED_WITHIN: Duration = Duration::from_secs(2);
 
 /// How a node's surge went.
 #[derive(Debug, PartialEq, Eq)]
@@ -129,7 +120,9 @@ pub async fn make_room(
     let mut watch = PlaceholderWatch::open(room, &name);
     match wait_until_scheduled(room, &mut watch, &name, wanted, give_up_at, abort, stop).await {
         Waited::Scheduled => {
-            free_room(room, &name, &sets, &mut watch).await;
+            if !free_room(room, &name, &sets, &mut watch, abort, stop).await {
+                return SurgeOutcome::Interrupted;
+            }
             SurgeOutcome::Ready {
                 placeholders: wanted,
                 waited: started.elapsed(),
@@ -149,150 +142,6 @@ pub async fn make_room(
             SurgeOutcome::Failed(why)
         }
         Waited::Interrupted => SurgeOutcome::Interrupted,
-    }
-}
-
-/// Frees the room `node`'s placeholders proved, just before the drain's first eviction, so
-/// that the evicted pods' replacements land in free room at once. Left standing, each
-/// placeholder would have to be preempted for a replacement, and in a full cluster the
-/// replacement then waits a scheduling cycle and the scheduler's back-off (a second or more)
-/// Pending. The room is proven, not held: a pod that is not the drain's may take it meanwhile,
-/// and that pod needed room too. The `--max-surge` slot is kept until the release.
-///
-/// The sets are scaled to zero (one patch each), and the drain waits on its placeholders'
-/// watch until they are gone: the ReplicaSet controller deletes a set's surplus pods side by
-/// side. A deletecollection deletes them one after another at the API server, and the drain's
-/// first eviction waited for all of them (258 ms for 20 placeholders, the median at C=3 on the
-/// real control plane). The empty sets go at the release. If a patch fails or the controller
-/// does not remove them within [`FREED_WITHIN`], the sets and then the placeholders are deleted
-/// as a collection each; if that fails too, the release removes what is left.
-async fn free_room(room: &SurgeRoom, node: &str, sets: &[String], watch: &mut PlaceholderWatch) {
-    // The sets made at the start, and any other set whose placeholders stand (one made ahead
-    // for pods the node no longer has).
-    let mut sets: BTreeSet<String> = sets.iter().cloned().collect();
-    sets.extend(watch.owners());
-    // A placeholder no set owns (made one by one by an earlier build) is no controller's to
-    // delete.
-    let scaled = !watch.any_unowned() && scale_to_zero(room, node, &sets).await;
-    let freed = if scaled && watch.until_none_left(FREED_WITHIN).await {
-        Some(DrainRoom::Freed { sets_left: true })
-    } else {
-        if scaled {
-            tracing::info!(%node, within = ?FREED_WITHIN, "the ReplicaSet controller has not removed the placeholders of the sets scaled to zero; deleting them");
-        }
-        delete_room(room, node)
-            .await
-            .then_some(DrainRoom::Freed { sets_left: false })
-    };
-    room.hold_room_ahead(AHEAD_AFTER_FREED);
-    if let Some(freed) = freed
-        && let Some(state) = room.owned_by_drain.lock().await.get_mut(node)
-    {
-        *state = freed;
-    }
-}
-
-/// Scales `node`'s placeholder sets to zero: one merge patch each, side by side. False if one
-/// failed (logged).
-async fn scale_to_zero(room: &SurgeRoom, node: &str, sets: &BTreeSet<String>) -> bool {
-    let api: Api<ReplicaSet> = Api::namespaced(room.client.clone(), &room.cfg.namespace);
-    let zero = serde_json::json!({"spec": {"replicas": 0}});
-    let patches = sets.iter().map(|set| {
-        let (api, zero) = (&api, &zero);
-        async move {
-            let patched = api
-                .patch(set, &PatchParams::default(), &Patch::Merge(zero))
-                .await;
-            (set, patched)
-        }
-    });
-    let mut all = true;
-    for (set, patched) in futures::future::join_all(patches).await {
-        if let Err(e) = patched {
-            tracing::warn!(%node, namespace = %room.cfg.namespace, set, error = %e, "could not scale a placeholder set to zero (rotor-drainer needs patch on replicasets in its namespace); deleting the placeholders instead");
-            all = false;
-        }
-    }
-    all
-}
-
-/// The names of the ReplicaSets among `pod`'s owners.
-fn sets_owning(pod: &Pod) -> impl Iterator<Item = &str> {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .filter(|owner| owner.kind == "ReplicaSet")
-        .map(|owner| owner.name.as_str())
-}
-
-/// The watch of one node's placeholders, open from the wait for their scheduling until their
-/// room is freed.
-struct PlaceholderWatch {
-    events: futures::stream::BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>,
-    placeholders: WatchedPods,
-}
-
-impl PlaceholderWatch {
-    /// kube-runtime's watcher of `node`'s placeholders, retried after a failure with the
-    /// drainer's watch back-off.
-    fn open(room: &SurgeRoom, node: &str) -> PlaceholderWatch {
-        let api: Api<Pod> = Api::namespaced(room.client.clone(), &room.cfg.namespace);
-        let selector = placeholder_selector(node);
-        PlaceholderWatch {
-            events: watcher(api, watcher::Config::default().labels(&selector))
-                .watch_backoff()
-                .boxed(),
-            placeholders: WatchedPods::default(),
-        }
-    }
-
-    /// The placeholders the watch has listed that hold room: a Failed or Succeeded pod holds
-    /// none (the scheduler does not count it), and a ReplicaSet scaled down leaves it.
-    fn standing(&self) -> Option<impl Iterator<Item = &Pod>> {
-        let pods = self.placeholders.listed()?;
-        Some(pods.values().filter(|pod| !is_finished(pod)))
-    }
-
-    /// The sets that own the standing placeholders.
-    fn owners(&self) -> impl Iterator<Item = String> + '_ {
-        self.standing()
-            .into_iter()
-            .flatten()
-            .flat_map(sets_owning)
-            .map(str::to_string)
-    }
-
-    /// Whether a standing placeholder has no set.
-    fn any_unowned(&self) -> bool {
-        self.standing()
-            .into_iter()
-            .flatten()
-            .any(|pod| sets_owning(pod).next().is_none())
-    }
-
-    /// Whether the watch has seen every placeholder go (or end), waiting at most `within`.
-    async fn until_none_left(&mut self, within: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if self
-                .standing()
-                .is_some_and(|mut left| left.next().is_none())
-            {
-                return true;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => return false,
-                ev = self.events.next() => match ev {
-                    Some(Ok(event)) => {
-                        self.placeholders.apply(event);
-                    }
-                    // The watcher lists again after a failure; its answer says what is left.
-                    Some(Err(_)) => {}
-                    None => return false,
-                },
-            }
-        }
     }
 }
 
@@ -457,92 +306,5 @@ async fn pause(abort: &CancellationToken, stop: &CancellationToken) -> bool {
         _ = tokio::time::sleep(POLL) => true,
         _ = abort.cancelled() => false,
         _ = stop.cancelled() => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::drain::watched::tests::pod;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-
-    type Feed =
-        futures::channel::mpsc::UnboundedSender<Result<watcher::Event<Pod>, watcher::Error>>;
-
-    /// A placeholder watch fed by hand, listed with `pods`.
-    fn listed_with(pods: Vec<Pod>) -> (Feed, PlaceholderWatch) {
-        let (tx, rx) = futures::channel::mpsc::unbounded();
-        tx.unbounded_send(Ok(watcher::Event::Init)).unwrap();
-        for p in pods {
-            tx.unbounded_send(Ok(watcher::Event::InitApply(p))).unwrap();
-        }
-        tx.unbounded_send(Ok(watcher::Event::InitDone)).unwrap();
-        let watch = PlaceholderWatch {
-            events: rx.boxed(),
-            placeholders: WatchedPods::default(),
-        };
-        (tx, watch)
-    }
-
-    fn placeholder(uid: &str, set: &str) -> Pod {
-        let mut p = pod(uid);
-        p.metadata.owner_references = Some(vec![OwnerReference {
-            kind: "ReplicaSet".into(),
-            name: set.into(),
-            ..OwnerReference::default()
-        }]);
-        p
-    }
-
-    #[tokio::test]
-    async fn the_room_is_free_once_the_watch_has_seen_every_placeholder_go() {
-        let (tx, mut watch) =
-            listed_with(vec![placeholder("a", "set-1"), placeholder("b", "set-2")]);
-        // Still standing: not free.
-        assert!(!watch.until_none_left(Duration::from_millis(50)).await);
-        let mut owners: Vec<String> = watch.owners().collect();
-        owners.sort();
-        assert_eq!(owners, ["set-1", "set-2"], "the sets that own what stands");
-        // The controller deletes them side by side; the room is free after the last.
-        tx.unbounded_send(Ok(watcher::Event::Delete(placeholder("a", "set-1"))))
-            .unwrap();
-        assert!(!watch.until_none_left(Duration::from_millis(50)).await);
-        tx.unbounded_send(Ok(watcher::Event::Delete(placeholder("b", "set-2"))))
-            .unwrap();
-        assert!(watch.until_none_left(Duration::from_millis(50)).await);
-    }
-
-    #[tokio::test]
-    async fn a_placeholder_that_has_ended_holds_no_room_and_one_without_a_set_is_no_controllers() {
-        let mut ended = placeholder("a", "set-1");
-        ended.status = Some(k8s_openapi::api::core::v1::PodStatus {
-            phase: Some("Failed".into()),
-            ..Default::default()
-        });
-        let (_tx, mut watch) = listed_with(vec![ended]);
-        assert!(watch.until_none_left(Duration::from_millis(50)).await);
-        assert_eq!(
-            watch.owners().count(),
-            0,
-            "an ended pod's set needs no scaling"
-        );
-        assert!(!watch.any_unowned());
-        let (_tx, mut watch) = listed_with(vec![placeholder("b", "set-1"), pod("one-by-one")]);
-        assert!(!watch.until_none_left(Duration::from_millis(50)).await);
-        assert!(watch.any_unowned());
-    }
-
-    #[tokio::test]
-    async fn a_watch_that_has_not_listed_does_not_say_the_room_is_free() {
-        let (tx, rx) = futures::channel::mpsc::unbounded();
-        let mut watch = PlaceholderWatch {
-            events: rx.boxed(),
-            placeholders: WatchedPods::default(),
-        };
-        tx.unbounded_send(Ok(watcher::Event::Init)).unwrap();
-        // Nothing seen yet is not nothing standing.
-        assert!(!watch.until_none_left(Duration::from_millis(50)).await);
-        tx.unbounded_send(Ok(watcher::Event::InitDone)).unwrap();
-        assert!(watch.until_none_left(Duration::from_millis(50)).await);
     }
 }

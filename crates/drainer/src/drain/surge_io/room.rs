@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
 use prometheus_client::metrics::gauge::Gauge;
 
 use crate::drain::lock;
 use crate::drain::pods::DrainOptions;
 use crate::drain::surge::{
-    AHEAD_AFTER_START, SurgeConfig, may_surge, placeholder_sets, placeholders_wanted,
-    pods_needing_room,
+    AHEAD_AFTER_START, PendingPlaceholders, SurgeConfig, may_surge, placeholder_sets,
+    placeholders_wanted, pods_needing_room,
 };
 
 /// What surge's I/O works with: the client, the settings, the `--max-surge` slots and the
@@ -48,6 +49,10 @@ pub struct SurgeRoom {
     /// cleared in its own order, before the tasks that make and remove the room run (in
     /// whatever order they get the lock), so a removal that runs first is not undone.
     pub(super) wanted_ahead: Mutex<BTreeSet<String>>,
+    /// Rotor's placeholders that wait for a node, as the watch of every placeholder shows them
+    /// ([`observe_placeholder`](SurgeRoom::observe_placeholder)): a drain about to free its
+    /// room waits for them.
+    pub(super) pending: tokio::sync::watch::Sender<PendingPlaceholders>,
 }
 
 /// Where a drain's room is.
@@ -78,7 +83,14 @@ impl SurgeRoom {
             owned_by_drain: tokio::sync::Mutex::default(),
             no_room_ahead_until: Mutex::default(),
             wanted_ahead: Mutex::default(),
+            pending: tokio::sync::watch::Sender::new(PendingPlaceholders::default()),
         }
+    }
+
+    /// Takes in one event of the watch of every placeholder, waking the drains that wait for
+    /// pending ones.
+    pub fn observe_placeholder(&self, event: &watcher::Event<Pod>) {
+        self.pending.send_modify(|pending| pending.observe(event));
     }
 
     /// Whether room may be made ahead now: no drain started or freed its room lately, so the

@@ -463,10 +463,10 @@ async fn a_drain_holds_its_room_while_another_nodes_placeholder_is_pending_for_a
         "the solo node's placeholder is still pending"
     );
     drainer.stop().await.expect("the drainer stops cleanly");
-    // Held about 5 s (sampled every 50 ms; the removal itself takes a tick or two), not the
-    // solo node's 60 s --surge-timeout, and not freed at once as without the hold.
+    // Held about 5 s (sampled every 50 ms, and a sample may lag on a loaded machine), not the
+    // solo node's 60 s --surge-timeout, and not freed at once as without the hold (54 ms).
     assert!(
-        held >= std::time::Duration::from_millis(4500) && held < std::time::Duration::from_secs(15),
+        held >= std::time::Duration::from_secs(4) && held < std::time::Duration::from_secs(15),
         "the room was held {held:?} after its placeholders were all bound"
     );
     assert_eq!(cluster.stats()["budgetViolations"], 0);

@@ -77,9 +77,10 @@ impl PendingPlaceholders {
     }
 
     /// The placeholders of nodes other than `node` that wait for a node, made less than
-    /// `young_for` before `now`. An older one waits for capacity that did not come within
-    /// `--surge-timeout` (its own drain has stopped waiting for it), and waiting for it would
-    /// only slow every drain. `None` until the watch has listed.
+    /// `young_for` (`--surge-timeout`) before `now`. An older one has waited longer than any
+    /// drain waits for its room, for capacity that is likely not coming, and waiting for it
+    /// would only slow every drain. One that names no node (not made by rotor's sets) is not
+    /// waited for either. `None` until the watch has listed.
     pub fn besides(
         &self,
         node: &str,
@@ -95,7 +96,7 @@ impl PendingPlaceholders {
         let mut nodes = std::collections::BTreeSet::new();
         let mut placeholders = 0;
         for waiting in self.waiting.values() {
-            if waiting.node != node && young(&waiting.made) {
+            if waiting.node != node && !waiting.node.is_empty() && young(&waiting.made) {
                 placeholders += 1;
                 nodes.insert(waiting.node.as_str());
             }
@@ -236,6 +237,14 @@ mod tests {
         // Made again, pending: waited for again.
         book.observe(&watcher::Event::Apply(placeholder("e", "n1", 0, None)));
         assert_eq!(besides(&book, "n2"), Some((1, 1)));
+    }
+
+    #[test]
+    fn a_pending_pod_that_names_no_node_is_not_waited_for() {
+        let mut unnamed = placeholder("x", "n1", 1, None);
+        unnamed.metadata.annotations = None;
+        let book = listed(vec![unnamed, placeholder("a", "n2", 1, None)]);
+        assert_eq!(besides(&book, "n9"), Some((1, 1)), "only n2's");
     }
 
     #[test]

@@ -27,10 +27,14 @@ use crate::drain::surge_io::room::{DrainRoom, SurgeRoom};
 const FREED_WITHIN: Duration = Duration::from_secs(2);
 
 /// How long a drain about to free its room waits at most for other nodes' pending placeholders
-/// to be scheduled: an autoscaler's node comes within seconds (Karpenter batches pending pods
-/// for 1 to 10 s, then its node registers), and room that has not come by then must not hold
-/// every drain.
+/// to be scheduled. Beside Karpenter's kwok provider a node comes within seconds (it batches
+/// pending pods for 1 to 10 s, then the node registers), and most holds ended within 50 ms; a
+/// cloud's node takes tens of seconds, and room that has not come by the cap must not hold
+/// every drain, so there the cap is what a drain mostly waits.
 const HOLD_FOR_OTHERS: Duration = Duration::from_secs(5);
+
+/// How often a held drain looks again at the placeholders' ages while the watch is quiet.
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// Frees the room `node`'s placeholders proved, just before the drain's first eviction, so
 /// that the evicted pods' replacements land in free room at once. Left standing, each
@@ -123,6 +127,8 @@ async fn hold_while_others_pending(
             changed = pending.changed() => if changed.is_err() {
                 break;
             },
+            // A placeholder that turns too old to wait for changes nothing on the watch.
+            _ = tokio::time::sleep(RECHECK) => {}
         }
     }
     if let Some(first) = first_seen {

@@ -15,9 +15,9 @@
 //! Does (I/O): [`task`] (the drain task and its passes), [`eviction_io`] (the Eviction API;
 //! [`budget_turns`] keeps one eviction per budget on the wire), [`restart_io`] (the rollout
 //! restart's reads and patch), [`surge_io`] (placeholder pods), [`placeholders_io`] (the watch
-//! of every placeholder: which are pending, which the scheduler preempted), [`rules_io`] (the DrainRule and
-//! namespace watches), [`watched_io`] (a node's pod watch), [`node_pods_io`] (the one watch a
-//! drain reads its node's pods from, for the surge step and the evictions) and
+//! of every placeholder: which are pending, which the scheduler preempted), [`rules_io`] (the
+//! DrainRule and namespace watches), [`watched_io`] (a node's pod watch), [`node_pods_io`] (the
+//! one watch a drain reads its node's pods from, for the surge step and the evictions) and
 //! [`kept_watches_io`] (the pod watches the choice opens to weigh candidates, kept for their
 //! drains).
 

@@ -43,7 +43,7 @@ pub async fn watch_placeholders(
         };
         match event {
             Some(Ok(event)) => {
-                room.observe_placeholder(&event);
+                room.observe_placeholder(event.clone());
                 let Some(pod) = seen.observe(event) else {
                     continue;
                 };

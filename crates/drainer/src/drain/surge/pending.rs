@@ -4,7 +4,7 @@
 //! pod's replacement exists, and where the nodes are packed full (as Karpenter packs them) that
 //! replacement then finds no room, preempts a placeholder and waits the scheduler's back-off.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -13,22 +13,14 @@ use kube::runtime::watcher;
 
 use crate::drain::pods::{is_bound, is_finished};
 use crate::drain::surge::placeholder_node;
+use crate::drain::watched::WatchedPods;
 
-/// One pending placeholder: the node it stands in for, and when it was made.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Waiting {
-    node: String,
-    made: Option<Timestamp>,
-}
-
-/// The pending placeholders by UID. Until the watch's first list has ended nothing is known,
-/// and nothing is reported pending: a drain holds its room only on what it has seen.
+/// Every placeholder as the watch shows it, pending or not: which ones wait is read when asked.
+/// Until the watch's first list has ended nothing is known, and nothing is reported pending: a
+/// drain holds its room only on what it has seen.
 #[derive(Debug, Default)]
 pub struct PendingPlaceholders {
-    waiting: BTreeMap<String, Waiting>,
-    /// While the watch lists again, what it has listed so far.
-    relisting: Option<BTreeMap<String, Waiting>>,
-    listed: bool,
+    placeholders: WatchedPods,
 }
 
 /// Which placeholders still wait for a node, for one node's drain.
@@ -42,63 +34,37 @@ pub struct OthersPending {
 
 impl PendingPlaceholders {
     /// Takes one event of the watch in.
-    pub fn observe(&mut self, event: &watcher::Event<Pod>) {
-        match event {
-            watcher::Event::Init => self.relisting = Some(BTreeMap::new()),
-            watcher::Event::InitApply(pod) => {
-                if let (Some(listing), Some((uid, waiting))) =
-                    (&mut self.relisting, waiting_for_node(pod))
-                {
-                    listing.insert(uid, waiting);
-                }
-            }
-            watcher::Event::InitDone => {
-                self.waiting = self.relisting.take().unwrap_or_default();
-                self.listed = true;
-            }
-            watcher::Event::Apply(pod) => {
-                let uid = pod.metadata.uid.clone().unwrap_or_default();
-                match waiting_for_node(pod) {
-                    Some((uid, waiting)) => {
-                        self.waiting.insert(uid, waiting);
-                    }
-                    // Bound, ending or ended: it takes no more room.
-                    None => {
-                        self.waiting.remove(&uid);
-                    }
-                }
-            }
-            watcher::Event::Delete(pod) => {
-                if let Some(uid) = &pod.metadata.uid {
-                    self.waiting.remove(uid);
-                }
-            }
-        }
+    pub fn observe(&mut self, event: watcher::Event<Pod>) {
+        self.placeholders.apply(event);
     }
 
-    /// The placeholders of nodes other than `node` that wait for a node, made less than
-    /// `young_for` (`--surge-timeout`) before `now`. An older one has waited longer than any
-    /// drain waits for its room, for capacity that is likely not coming, and waiting for it
-    /// would only slow every drain. One that names no node (not made by rotor's sets) is not
-    /// waited for either. `None` until the watch has listed.
+    /// The placeholders of nodes other than `node` that wait for a node (not bound, not being
+    /// deleted, not ended), made less than `young_for` (`--surge-timeout`) before `now`. An
+    /// older one has waited longer than any drain waits for its room, for capacity that is
+    /// likely not coming, and waiting for it would only slow every drain. One that names no
+    /// node (not made by rotor's sets) is not waited for either. `None` until the watch has
+    /// listed.
     pub fn besides(
         &self,
         node: &str,
         now: Timestamp,
         young_for: Duration,
     ) -> Option<OthersPending> {
-        if !self.listed {
-            return None;
-        }
-        let young = |made: &Option<Timestamp>| {
-            made.is_none_or(|made| now.duration_since(made).unsigned_abs() < young_for)
+        let young = |pod: &Pod| {
+            pod.metadata
+                .creation_timestamp
+                .as_ref()
+                .is_none_or(|made| now.duration_since(made.0).unsigned_abs() < young_for)
         };
-        let mut nodes = std::collections::BTreeSet::new();
+        let mut nodes = BTreeSet::new();
         let mut placeholders = 0;
-        for waiting in self.waiting.values() {
-            if waiting.node != node && !waiting.node.is_empty() && young(&waiting.made) {
+        for pod in self.placeholders.listed()?.values() {
+            let waits =
+                !is_bound(pod) && pod.metadata.deletion_timestamp.is_none() && !is_finished(pod);
+            let stands_for = placeholder_node(pod).unwrap_or_default();
+            if waits && stands_for != node && !stands_for.is_empty() && young(pod) {
                 placeholders += 1;
-                nodes.insert(waiting.node.as_str());
+                nodes.insert(stands_for);
             }
         }
         Some(OthersPending {
@@ -106,22 +72,6 @@ impl PendingPlaceholders {
             nodes: nodes.len(),
         })
     }
-}
-
-/// The placeholder's UID and what it waits as, if it waits for a node: not bound, not being
-/// deleted, not ended.
-fn waiting_for_node(pod: &Pod) -> Option<(String, Waiting)> {
-    if is_bound(pod) || pod.metadata.deletion_timestamp.is_some() || is_finished(pod) {
-        return None;
-    }
-    let uid = pod.metadata.uid.clone()?;
-    Some((
-        uid,
-        Waiting {
-            node: placeholder_node(pod).unwrap_or_default().to_string(),
-            made: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        },
-    ))
 }
 
 #[cfg(test)]
@@ -164,11 +114,11 @@ mod tests {
 
     fn listed(pods: Vec<Pod>) -> PendingPlaceholders {
         let mut book = PendingPlaceholders::default();
-        book.observe(&watcher::Event::Init);
+        book.observe(watcher::Event::Init);
         for pod in pods {
-            book.observe(&watcher::Event::InitApply(pod));
+            book.observe(watcher::Event::InitApply(pod));
         }
-        book.observe(&watcher::Event::InitDone);
+        book.observe(watcher::Event::InitDone);
         book
     }
 
@@ -180,14 +130,14 @@ mod tests {
     #[test]
     fn nothing_is_known_pending_before_the_first_list_has_ended() {
         let mut book = PendingPlaceholders::default();
-        book.observe(&watcher::Event::Init);
-        book.observe(&watcher::Event::InitApply(placeholder("a", "n1", 1, None)));
+        book.observe(watcher::Event::Init);
+        book.observe(watcher::Event::InitApply(placeholder("a", "n1", 1, None)));
         assert_eq!(
             besides(&book, "n2"),
             None,
             "a half-read list is not an answer"
         );
-        book.observe(&watcher::Event::InitDone);
+        book.observe(watcher::Event::InitDone);
         assert_eq!(besides(&book, "n2"), Some((1, 1)));
     }
 
@@ -216,7 +166,7 @@ mod tests {
             placeholder("c", "n1", 1, None),
         ]);
         assert_eq!(besides(&book, "n2"), Some((3, 1)));
-        book.observe(&watcher::Event::Apply(placeholder(
+        book.observe(watcher::Event::Apply(placeholder(
             "a",
             "n1",
             1,
@@ -226,16 +176,16 @@ mod tests {
         let mut leaving = placeholder("b", "n1", 1, None);
         leaving.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
-        book.observe(&watcher::Event::Apply(leaving));
+        book.observe(watcher::Event::Apply(leaving));
         assert_eq!(
             besides(&book, "n2"),
             Some((1, 1)),
             "scaled away, being deleted"
         );
-        book.observe(&watcher::Event::Delete(placeholder("c", "n1", 1, None)));
+        book.observe(watcher::Event::Delete(placeholder("c", "n1", 1, None)));
         assert_eq!(besides(&book, "n2"), Some((0, 0)), "deleted");
         // Made again, pending: waited for again.
-        book.observe(&watcher::Event::Apply(placeholder("e", "n1", 0, None)));
+        book.observe(watcher::Event::Apply(placeholder("e", "n1", 0, None)));
         assert_eq!(besides(&book, "n2"), Some((1, 1)));
     }
 
@@ -264,8 +214,8 @@ mod tests {
     fn a_new_list_replaces_what_the_watch_knew() {
         let mut book = listed(vec![placeholder("a", "n1", 1, None)]);
         // The watch failed; meanwhile "a" was bound and "b" made. The relist shows both.
-        book.observe(&watcher::Event::Init);
-        book.observe(&watcher::Event::InitApply(placeholder(
+        book.observe(watcher::Event::Init);
+        book.observe(watcher::Event::InitApply(placeholder(
             "a",
             "n1",
             1,
@@ -276,8 +226,8 @@ mod tests {
             Some((1, 1)),
             "what was known stands until the list ends"
         );
-        book.observe(&watcher::Event::InitApply(placeholder("b", "n2", 1, None)));
-        book.observe(&watcher::Event::InitDone);
+        book.observe(watcher::Event::InitApply(placeholder("b", "n2", 1, None)));
+        book.observe(watcher::Event::InitDone);
         assert_eq!(besides(&book, "n9"), Some((1, 1)));
         assert_eq!(
             besides(&book, "n2"),

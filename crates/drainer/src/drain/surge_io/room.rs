@@ -89,7 +89,7 @@ impl SurgeRoom {
 
     /// Takes in one event of the watch of every placeholder, waking the drains that wait for
     /// pending ones.
-    pub fn observe_placeholder(&self, event: &watcher::Event<Pod>) {
+    pub fn observe_placeholder(&self, event: watcher::Event<Pod>) {
         self.pending.send_modify(|pending| pending.observe(event));
     }
 

@@ -1264,3 +1264,94 @@ fn assert_evictions(cluster: &SimCluster, sent: u64, peak: u64, why: &str) {
     assert_eq!(stats["requests"]["create pods/eviction"], sent, "{stats}");
     assert_eq!(stats["evictionsInFlightPeak"], peak, "{why}: {stats}");
 }
+
+/// One node whose three `logged` pods share a budget that allows all three: one pass sends
+/// their evictions, which go out one after another (one per budget on the wire at a time), each
+/// answered after the simulator's 700 ms.
+const ANSWERED_APART: &str = r#"
+timing: {tick: 50ms, nodeStartup: 500ms, scaleUpDelay: 500ms, scaleDownDelay: 10m, podStartup: 300ms, podShutdown: 200ms, bookmarkInterval: 1s, evictionLatency: 700ms}
+namespaces: [rotor-system]
+nodeGroups:
+  - {name: g, size: 1, max: 2, template: {cpu: "4", memory: 16Gi, kubeletVersion: v1.32.9}}
+workloads:
+  - {kind: Deployment, name: logged, namespace: logged, replicas: 3, requests: {cpu: 100m}, startup: 300ms, shutdown: 200ms, pdb: {maxUnavailable: 3}}
+"#;
+
+/// The pods of the drainer's `evicted` log lines, each with when it was logged, from every test
+/// of this file (each test's pods have names of their own).
+static EVICTED_LINES: std::sync::Mutex<Vec<(String, Instant)>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps the drainer's `evicted` lines in [`EVICTED_LINES`] as they are emitted.
+struct EvictedLines;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for EvictedLines {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        #[derive(Default)]
+        struct Line {
+            message: String,
+            pod: String,
+        }
+        impl tracing::field::Visit for Line {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                match field.name() {
+                    "message" => self.message = format!("{value:?}"),
+                    "pod" => self.pod = format!("{value:?}"),
+                    _ => {}
+                }
+            }
+        }
+        let mut line = Line::default();
+        event.record(&mut line);
+        if line.message == "evicted" {
+            EVICTED_LINES
+                .lock()
+                .unwrap()
+                .push((line.pod, Instant::now()));
+        }
+    }
+}
+
+/// Installs [`EvictedLines`] for this test binary, once, for the drain's info lines only.
+fn keep_evicted_lines() {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let only_the_pass = tracing_subscriber::filter::Targets::new()
+            .with_target("rotor_drainer::drain::pass_io", tracing::Level::INFO);
+        let subscriber =
+            tracing_subscriber::registry().with(EvictedLines.with_filter(only_the_pass));
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other test of this file installs a subscriber");
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_pass_whose_evictions_are_answered_apart_then_each_is_logged_as_it_is_answered() {
+    keep_evicted_lines();
+    let cluster = SimCluster::start(ANSWERED_APART).await;
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    let node = cluster.node_names().await[0].clone();
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "drained").await;
+
+    let logged: Vec<Instant> = EVICTED_LINES
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(pod, _)| pod.starts_with("logged/"))
+        .map(|(_, at)| *at)
+        .collect();
+    assert_eq!(logged.len(), 3, "one line per evicted pod");
+    // Answered about 0.7 s apart: logged when the pass had all three answers, the lines would
+    // come within milliseconds of each other.
+    let spread = logged[2].duration_since(logged[0]);
+    assert!(
+        spread >= Duration::from_millis(1000),
+        "the three evictions were logged {spread:?} apart"
+    );
+    let stats = cluster.stats();
+    assert_eq!(stats["budgetViolations"], 0, "{stats}");
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}

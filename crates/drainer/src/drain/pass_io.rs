@@ -300,7 +300,7 @@ async fn evict_pass(
     if let Some(at) = sends.wake {
         wake = wake.min(at);
     }
-    let outcomes = send_all(&drains.wire, &sends.attempts).await;
+    let outcomes = send_all(&drains.wire, name, &sends.attempts).await;
     let facts = PassFacts {
         pods,
         paces: &budget_paces(&budgets),
@@ -402,11 +402,21 @@ async fn warn_long_grace(
 /// atomically. The wire caps what all drains have in flight together
 /// ([`crate::drain::eviction_io::EVICTIONS_IN_FLIGHT`]). They are answered in any order (one may
 /// wait for its budget's turn behind another drain's). Each answer comes with the time it
-/// arrived.
-async fn send_all(wire: &EvictionWire, attempts: &[Attempt]) -> Vec<(EvictionOutcome, Timestamp)> {
+/// arrived, and each eviction is logged as its answer arrives: a pass's answers can come seconds
+/// apart, and the log's time should be the eviction's, not the pass's end.
+async fn send_all(
+    wire: &EvictionWire,
+    node: &str,
+    attempts: &[Attempt],
+) -> Vec<(EvictionOutcome, Timestamp)> {
     futures::future::join_all(attempts.iter().map(|a| async move {
         let budget = a.charged.as_ref().map(|c| &c.budget);
         let outcome = wire.send(&a.pod, a.grace, a.forced, budget).await;
+        // A forced deletion is said (a warning and an Event) with the rest of its answer.
+        if outcome == EvictionOutcome::Evicted && !a.forced {
+            let budget = budget.map(ToString::to_string);
+            tracing::info!(node = %node, pod = %a.pod, budget = budget.as_deref().unwrap_or("none"), "evicted");
+        }
         (outcome, Timestamp::now())
     }))
     .await
@@ -450,8 +460,6 @@ async fn answered(
             if !attempt.forced {
                 drains.metrics.eviction("evicted");
             }
-            let budget = attempt.charged.as_ref().map(|c| c.budget.to_string());
-            tracing::info!(node = %name, pod = %pod, budget = budget.as_deref().unwrap_or("none"), "evicted");
             if let Some(Charge { budget, .. }) = &attempt.charged
                 && !attempt.forced
             {

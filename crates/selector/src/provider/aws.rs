@@ -22,9 +22,9 @@
 //! SDK's retries) fails the run before anything is written, naming the operation, except a call
 //! about one launch template that failed with an error about that request (not throttling, not a
 //! 5xx, not a lost connection): that template is recorded in [`AwsSnapshot::failed_templates`] and
-//! only the groups naming it are skipped ([`errors::concerns_only_the_request`]). Retiring a drained node
-//! is `TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=false)`, or `=true` when
-//! it gives a group surge back; `--group-surge` also calls `CreateOrUpdateTags`,
+//! only the groups naming it are skipped ([`errors::concerns_only_the_request`]). Retiring a
+//! drained node is `TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=false)`,
+//! or `=true` when it gives a group surge back; `--group-surge` also calls `CreateOrUpdateTags`,
 //! `SetDesiredCapacity` and `DeleteTags` ([`crate::provider::aws_group_surge`]).
 //!
 //! The calls are in [`describe`], how their errors are worded and which ones fail the run in

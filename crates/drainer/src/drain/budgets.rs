@@ -2,8 +2,8 @@
 //! let a not-Ready pod through without a disruption, which can never allow an eviction (read
 //! from their own status), what a node's drain asks of each budget ([`BudgetDemand`]) and how
 //! fast each budget gives disruptions back ([`budget_paces`]). Pure functions over the
-//! PodDisruptionBudgets; the planner in [`crate::drain::pods`] calls them (and decides, per pod, which
-//! budgets the Eviction API consults).
+//! PodDisruptionBudgets; the node's plan ([`crate::drain::node_plan`]) calls them (and decides, per
+//! pod, which budgets the Eviction API consults).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -272,4 +272,97 @@ pub fn refusal_settles_at(pdb: &PodDisruptionBudget, now: Timestamp) -> Option<T
 /// `"25%"` as 25; `None` for anything else.
 fn parse_percent(value: &str) -> Option<u32> {
     value.strip_suffix('%')?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use crate::drain::fixtures::{pdb, status};
+
+    use super::*;
+
+    #[test]
+    fn never_allowing_budgets() {
+        let sel = json!({"matchLabels": {"app": "web"}});
+        let cases: [(Value, Value, Option<i32>, Option<&str>); 12] = [
+            (
+                json!({"maxUnavailable": 0}),
+                status(3, 0),
+                None,
+                Some("maxUnavailable is 0"),
+            ),
+            (
+                json!({"maxUnavailable": "0%"}),
+                status(3, 0),
+                None,
+                Some("maxUnavailable is 0%"),
+            ),
+            (json!({"maxUnavailable": 1}), status(3, 0), None, None),
+            (json!({"maxUnavailable": "10%"}), status(3, 0), None, None),
+            (
+                json!({"minAvailable": "100%"}),
+                status(3, 0),
+                None,
+                Some("minAvailable is 100%"),
+            ),
+            (
+                json!({"minAvailable": 3}),
+                status(3, 0),
+                None,
+                Some("minAvailable 3 leaves no pod to spare out of 3 expected"),
+            ),
+            (json!({"minAvailable": 2}), status(3, 0), None, None),
+            (
+                json!({"minAvailable": 2}),
+                status(3, 0),
+                Some(2),
+                Some("minAvailable 2 leaves no pod to spare out of 2 expected"),
+            ),
+            // ceil(0.9 * 3) = 3: nothing to spare.
+            (
+                json!({"minAvailable": "90%"}),
+                status(3, 0),
+                None,
+                Some("minAvailable 90% of 3 expected pods is 3: none to spare"),
+            ),
+            (json!({"minAvailable": "50%"}), status(3, 0), None, None),
+            // Unknown expected count: an integer minAvailable cannot be judged.
+            (
+                json!({"minAvailable": 5}),
+                json!({"expectedPods": 0, "disruptionsAllowed": 0}),
+                None,
+                None,
+            ),
+            // The budget allows a disruption right now, whatever the spec says.
+            (json!({"maxUnavailable": 0}), status(4, 1), None, None),
+        ];
+        for (mut spec, status, hint, expected) in cases {
+            spec["selector"] = sel.clone();
+            let budget = pdb("web", spec.clone(), status);
+            assert_eq!(
+                budget_never_allows(&budget, hint)
+                    .map(|n| n.reason)
+                    .as_deref(),
+                expected,
+                "{spec} hint {hint:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn stale_budget_status_is_not_trusted_for_counts() {
+        let mut budget = pdb(
+            "web",
+            json!({"minAvailable": 3, "selector": {"matchLabels": {"app": "web"}}}),
+            status(3, 0),
+        );
+        assert!(budget_never_allows(&budget, None).is_some());
+        budget.metadata.generation = Some(2);
+        assert_eq!(budget_never_allows(&budget, None), None);
+        // The spec alone still decides for maxUnavailable 0.
+        budget.spec.as_mut().unwrap().min_available = None;
+        budget.spec.as_mut().unwrap().max_unavailable = Some(IntOrString::Int(0));
+        assert!(budget_never_allows(&budget, None).is_some());
+    }
 }

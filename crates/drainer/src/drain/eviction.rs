@@ -25,7 +25,8 @@ use jiff::Timestamp;
 use rotor_core::duration::later;
 
 use crate::drain::answers::EvictionOutcome;
-use crate::drain::pods::{Charge, PodRef};
+use crate::drain::node_plan::Charge;
+use crate::drain::pods::PodRef;
 
 /// What to do about one pod now.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,8 @@
 //! still need from the budgets, what they evicted) lives here too, so the fleet imports the
 //! drain and never the other way round.
 //!
-//! Decides (pure, no I/O): [`pods`] (what to do with each pod, which budget an eviction charges),
+//! Decides (pure, no I/O): [`pods`] (what to do with each pod), [`node_plan`] (a node's plan
+//! from its pods and the budgets: what to evict now, which budget each eviction charges),
 //! [`budgets`] (which budgets never allow one, and their pace), [`pace`] (how fast each budget
 //! gives disruptions back), [`eviction`] (the eviction queue: evict, wait, back off or force),
 //! [`restart`] (when a one-replica Deployment is restarted rather than its pod evicted),
@@ -27,7 +28,10 @@ pub mod budgets;
 pub mod budgets_io;
 pub mod eviction;
 pub mod eviction_io;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod kept_watches_io;
+pub mod node_plan;
 pub mod node_pods_io;
 pub mod outcome;
 pub mod pace;

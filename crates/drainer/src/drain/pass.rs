@@ -14,7 +14,8 @@ use k8s_openapi::api::core::v1::Pod;
 use rotor_core::duration::later;
 
 use crate::drain::eviction::{EvictionQueue, QueuePolicy, Step};
-use crate::drain::pods::{Blocker, Charge, NodePlan, PodRef};
+use crate::drain::node_plan::{Charge, NodePlan};
+use crate::drain::pods::{Blocker, PodRef};
 
 /// Whether a node the plan finds empty is drained now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! One drain's passes over its node's pods, until the node is empty: each pass plans every pod
-//! ([`crate::drain::pods`]), asks the eviction queue what to do with each
+//! ([`crate::drain::node_plan`]), asks the eviction queue what to do with each
 //! ([`crate::drain::eviction`]), sends the evictions ([`crate::drain::eviction_io`]), feeds the
 //! answers back, and records what blocks the node ([`crate::drain::pass`] decides what shows).
 //! A pass runs when the node's pod watch, a budget change or the next retry time wakes it,
@@ -18,13 +18,14 @@ use crate::drain::answers::EvictionOutcome;
 use crate::drain::budgets::{BudgetDemand, BudgetKey, DisruptionPace, budget_paces};
 use crate::drain::eviction::{EvictionQueue, QueuePolicy};
 use crate::drain::eviction_io::EvictionWire;
+use crate::drain::node_plan::{Charge, plan_node_with};
 use crate::drain::node_pods_io::NodePods;
 use crate::drain::outcome::DrainResult;
 use crate::drain::pass::{
     Attempt, Settled, choose_sends, force_wake, park_at, replace_by_held, say_odd_input, settle,
     what_shows,
 };
-use crate::drain::pods::{Charge, DrainOptions, PodRef, plan_node_with};
+use crate::drain::pods::{DrainOptions, PodRef};
 use crate::drain::published::owner_of;
 use crate::drain::replace_by::{Announcement, ReplaceBy};
 use crate::drain::restart::RolloutRestarts;

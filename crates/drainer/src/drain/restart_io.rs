@@ -14,7 +14,8 @@ use kube::api::{Api, Patch, PatchParams};
 use rotor_core::contract::FIELD_MANAGER;
 
 use crate::drain::answers::Denial;
-use crate::drain::pods::{EvictionTier, NodePlan, PodRef, eviction_tier};
+use crate::drain::node_plan::NodePlan;
+use crate::drain::pods::{EvictionTier, PodRef, eviction_tier};
 use crate::drain::restart::{
     Judgement, News, Next, RolloutRestarts, StampAnswer, judge, lone_deployment_of, replicaset_of,
     restart_patch,

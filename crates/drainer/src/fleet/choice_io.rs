@@ -13,7 +13,8 @@ use kube::api::{Api, ListParams};
 
 use crate::drain::budgets::{BudgetDemand, BudgetKey, budget_paces};
 use crate::drain::budgets_io::BudgetWatch;
-use crate::drain::pods::{DrainOptions, plan_node};
+use crate::drain::node_plan::plan_node;
+use crate::drain::pods::DrainOptions;
 use crate::drain::published::Published;
 use crate::drain::watched_io::PodWatches;
 use crate::fleet::choice::{

@@ -9,18 +9,18 @@
 //! - without `list`/`watch` on the apps workloads the gate cannot tell whether evicted
 //!   workloads are Ready again, so it holds every drain (fails closed) and says why;
 //! - without `list`/`watch` on `rotationpolicies` the drainer cannot tell which nodes a policy
-//!   governs, so it holds every drain (fails closed) and names the refused resource. (The
-//!   simulator serves no RotationPolicy: with the rule, the list answers 404 and every node
-//!   follows the flags, which the full rotation above shows. That the status rule is needed
-//!   is shown on the real control plane, `real_rbac.rs`, which serves the CRD.)
+//!   governs, so it holds every drain (fails closed) and names the refused resource. (The full
+//!   rotation above runs under a RotationPolicy for every node, whose status the drainer
+//!   writes; that the status rule is needed is shown on the real control plane,
+//!   `real_rbac.rs`.)
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rotor_e2e::{
-    SimOptions, SimProcess, TestDir, binary, describe_output, kubectl_ok, kustomize, node_phase,
-    run_with_timeout, taint_first_node, wait_until, workspace_root,
+    SimOptions, SimProcess, TestDir, binary, describe_output, kubectl_json, kubectl_ok, kustomize,
+    node_phase, run_with_timeout, taint_first_node, wait_until, workspace_root,
 };
 use serde_json::{Value, json};
 
@@ -189,6 +189,18 @@ fn drainer_without(name: &str, rule: &str) -> (TestDir, SimProcess, Drainer, Str
 fn the_shipped_rbac_is_enough_for_a_full_rotation_without_a_single_403() {
     let dir = TestDir::new("rbac-rotation");
     let sim = start_sim(policy_file(&dir, |s| s));
+    // Every node under one policy (as the flags would have it), so the drainer also reads
+    // RotationPolicies and writes one's status under the shipped rules.
+    let every_node = dir.join("rotation-policy.yaml");
+    std::fs::write(
+        &every_node,
+        "apiVersion: rotor.dev/v1alpha1\nkind: RotationPolicy\nmetadata: {name: every-node}\n\
+         spec: {nodeSelector: {}, budgets: [{nodes: \"1\"}]}\n",
+    )
+    .expect("write the policy");
+    // rotor-sim serves no OpenAPI document for kubectl's client-side validation.
+    let file = every_node.display().to_string();
+    kubectl_ok(&sim, &["create", "--validate=false", "-f", &file]);
     let drainer = start_drainer(&sim);
     upgrade(&sim);
 
@@ -232,6 +244,11 @@ fn the_shipped_rbac_is_enough_for_a_full_rotation_without_a_single_403() {
         "no eviction succeeded: {stats}"
     );
     assert!(drainer.log().contains("leading"), "{}", drainer.log());
+    let policy = kubectl_json(&sim, &["get", "rotationpolicy", "every-node", "-o", "json"]);
+    assert_eq!(
+        policy["status"]["observedGeneration"], 1,
+        "the drainer writes the policy's status: {policy}"
+    );
     for account in ["rotor-drainer", "rotor-selector"] {
         let user = format!("system:serviceaccount:{NS}:{account}");
         assert!(

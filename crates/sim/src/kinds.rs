@@ -9,6 +9,7 @@ use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
+use crate::rotor_kinds::{DrainRule, RotationPolicy};
 use crate::store::SimObject;
 
 pub trait SimKind: SimObject {
@@ -311,6 +312,8 @@ pub fn all() -> Vec<ResourceInfo> {
         info::<Lease>(),
         info::<EventsV1Event>(),
         info::<PriorityClass>(),
+        info::<RotationPolicy>(),
+        info::<DrainRule>(),
     ]
 }
 

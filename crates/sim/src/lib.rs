@@ -16,7 +16,8 @@
 //! - [`server`] and [`admin`]: the running process, fault injection and `/sim/v1`;
 //! - [`moto`]: the AWS emulator beside it, for the AWS provider's demo and tests;
 //! - [`authz`]: bearer tokens and RBAC, enforced only when a policy is loaded;
-//! - [`request_info`]: what a request addresses and its verb, read by [`api`] and [`authz`].
+//! - [`request_info`]: what a request addresses and its verb, read by [`api`] and [`authz`];
+//! - [`rotor_kinds`]: rotor's own resources (RotationPolicy, DrainRule), kept as JSON.
 
 pub mod admin;
 pub mod api;
@@ -28,6 +29,7 @@ pub mod managed_fields;
 pub mod meta;
 pub mod moto;
 pub mod request_info;
+pub mod rotor_kinds;
 pub mod scenario;
 pub mod seed;
 pub mod server;

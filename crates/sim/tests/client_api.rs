@@ -751,3 +751,97 @@ async fn given_an_eviction_latency_when_evicting_then_only_the_eviction_waits() 
         "the eviction was answered but the pod is not being deleted"
     );
 }
+
+/// rotor's own resources are served as if their CRDs were installed: rotor-policy's types (the
+/// drainer's) round-trip through create, list and watch; a RotationPolicy's status is written
+/// only through `/status` and its spec bumps the generation; a DrainRule has no `/status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_rotor_policies_and_drain_rules_when_written_and_watched_then_served_as_their_crds() {
+    use rotor_policy::{DrainRule, RotationPolicy};
+
+    let sim = TestSim::start(CLUSTER).await;
+    let policies: Api<RotationPolicy> = Api::all(sim.client.clone());
+    let rules: Api<DrainRule> = Api::all(sim.client.clone());
+    let (mut events, watch) = spawn_watcher(policies.clone());
+
+    let policy: RotationPolicy = serde_json::from_value(json!({
+        "apiVersion": "rotor.dev/v1alpha1",
+        "kind": "RotationPolicy",
+        "metadata": {"name": "gpu"},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "priority": 5,
+                 "budgets": [{"nodes": "2"}]},
+    }))
+    .unwrap();
+    let made = policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    assert_eq!(made.spec, policy.spec);
+    assert_eq!(made.metadata.generation, Some(1));
+    let seen = next_matching(&mut events, "the policy made", |e| match e {
+        Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => Some(p.name_any()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(seen, "gpu");
+
+    // A status in a write to the main resource is dropped, as for any CRD with /status.
+    let with_status = json!({"spec": {"priority": 7}, "status": {"nodes": 9}});
+    let patched = policies
+        .patch("gpu", &PatchParams::default(), &Patch::Merge(&with_status))
+        .await
+        .unwrap();
+    assert_eq!(patched.spec.priority, 7);
+    assert_eq!(patched.metadata.generation, Some(2));
+    assert!(patched.status.is_none(), "{:?}", patched.status);
+    let status = json!({"status": {"nodes": 3, "draining": 1}});
+    let patched = policies
+        .patch_status("gpu", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let got = patched.status.expect("status written through /status");
+    assert_eq!((got.nodes, got.draining), (3, 1));
+    assert_eq!(
+        patched.metadata.generation,
+        Some(2),
+        "status leaves generation"
+    );
+
+    let rule: DrainRule = serde_json::from_value(json!({
+        "apiVersion": "rotor.dev/v1alpha1",
+        "kind": "DrainRule",
+        "metadata": {"name": "batch"},
+        "spec": {"behavior": "Skip", "pods": [{"selector": {"matchLabels": {"app": "batch"}}}]},
+    }))
+    .unwrap();
+    rules.create(&PostParams::default(), &rule).await.unwrap();
+    let listed = rules.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].spec, rule.spec);
+    let no_status = rules
+        .patch_status(
+            "batch",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {}})),
+        )
+        .await;
+    assert_eq!(api_error(no_status).code, 404);
+
+    let discovered = sim
+        .client
+        .list_api_group_resources("rotor.dev/v1alpha1")
+        .await
+        .unwrap();
+    let mut names: Vec<_> = discovered
+        .resources
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["drainrules", "rotationpolicies", "rotationpolicies/status"]
+    );
+    watch.abort();
+    sim.stop().await;
+}

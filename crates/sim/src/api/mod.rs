@@ -147,6 +147,8 @@ fn collection_serving<'a>(
         ("apps", "v1", "daemonsets") => &mut cluster.daemonsets,
         ("coordination.k8s.io", "v1", "leases") => &mut cluster.leases,
         ("scheduling.k8s.io", "v1", "priorityclasses") => &mut cluster.priority_classes,
+        ("rotor.dev", "v1alpha1", "rotationpolicies") => &mut cluster.rotation_policies,
+        ("rotor.dev", "v1alpha1", "drainrules") => &mut cluster.drain_rules,
         _ => return None,
     })
 }
@@ -330,10 +332,10 @@ fn refuse_dry_run(call: &Call) -> Result<(), ApiError> {
 /// namespaced create has its namespace; returns the resource's kind.
 fn check_target(cluster: &Cluster, call: &Call) -> Result<&'static str, ApiError> {
     let t = call.target;
-    let (namespaced, kind) = crate::kinds::all()
+    let (namespaced, kind, has_status) = crate::kinds::all()
         .iter()
         .find(|r| r.group == t.group && r.version == t.version && r.plural == t.plural)
-        .map(|r| (r.namespaced, r.kind))
+        .map(|r| (r.namespaced, r.kind, r.has_status))
         .ok_or_else(|| ApiError {
             code: 404,
             reason: "NotFound",
@@ -352,7 +354,7 @@ fn check_target(cluster: &Cluster, call: &Call) -> Result<&'static str, ApiError
     }
     let sub = call.subresource();
     if let Some(s) = sub
-        && !matches!(s, "status")
+        && !(s == "status" && has_status)
         && !(t.plural == "pods" && s == "eviction")
         && !(s == "scale" && scale::serves_scale(&t.group, &t.plural))
     {

@@ -27,6 +27,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 
+use crate::rotor_kinds::{DrainRule, RotationPolicy};
 use crate::scenario::{StaticPodSpec, Timing};
 use crate::store::{Collection, IndexId, Revision};
 pub use stats::Stats;
@@ -62,6 +63,8 @@ pub struct Cluster {
     pub daemonsets: Collection<DaemonSet>,
     pub leases: Collection<Lease>,
     pub priority_classes: Collection<PriorityClass>,
+    pub rotation_policies: Collection<RotationPolicy>,
+    pub drain_rules: Collection<DrainRule>,
     pub pod_index: PodIndexes,
 
     pub timing: Timing,
@@ -104,6 +107,8 @@ impl Cluster {
             daemonsets: Collection::new(rev.clone(), cap),
             leases: Collection::new(rev.clone(), cap),
             priority_classes: Collection::new(rev.clone(), cap),
+            rotation_policies: Collection::new(rev.clone(), cap),
+            drain_rules: Collection::new(rev.clone(), cap),
             rev,
             pod_index,
             timing,
@@ -132,6 +137,8 @@ impl Cluster {
         self.daemonsets.compact_all();
         self.leases.compact_all();
         self.priority_classes.compact_all();
+        self.rotation_policies.compact_all();
+        self.drain_rules.compact_all();
     }
 
     pub fn ensure_namespace(&mut self, name: &str, now: Timestamp) {

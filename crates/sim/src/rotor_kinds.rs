@@ -1,0 +1,181 @@
+//! rotor's own resources, `RotationPolicy` and `DrainRule` (`rotor.dev/v1alpha1`, both
+//! cluster-scoped), served as the CRDs in `deploy/` define them: the drainer's watches of them
+//! work on the simulator as on a cluster with the CRDs installed, and tests and demos can make
+//! policies with any client.
+//!
+//! The simulator keeps each object's fields besides `metadata` as JSON and does not check them
+//! against the CRD's schema, as an API server would: it serves what it is given, so a test can
+//! also hand the drainer a policy a real API server would refuse. `RotationPolicy` has a
+//! `status` subresource, `DrainRule` has none, as in their CRDs.
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+
+use k8s_openapi::ClusterResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::Error as _;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::kinds::SimKind;
+
+/// Which of rotor's resources a [`RotorObject`] is.
+pub trait RotorKind: Clone + Debug + PartialEq + Send + Sync + 'static {
+    const KIND: &'static str;
+    const PLURAL: &'static str;
+    const SINGULAR: &'static str;
+    const SHORT_NAMES: &'static [&'static str];
+    const HAS_STATUS: bool;
+}
+
+pub const GROUP: &str = "rotor.dev";
+pub const VERSION: &str = "v1alpha1";
+pub const API_VERSION: &str = "rotor.dev/v1alpha1";
+
+/// One object of rotor's resource `R`: its metadata, typed as the store needs it, and the rest
+/// (`spec`, `status`) as it was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RotorObject<R> {
+    pub metadata: ObjectMeta,
+    /// Every field but `apiVersion`, `kind` and `metadata`.
+    pub fields: Map<String, Value>,
+    kind: PhantomData<R>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RotationPolicyKind;
+
+impl RotorKind for RotationPolicyKind {
+    const KIND: &'static str = "RotationPolicy";
+    const PLURAL: &'static str = "rotationpolicies";
+    const SINGULAR: &'static str = "rotationpolicy";
+    const SHORT_NAMES: &'static [&'static str] = &["rpol"];
+    const HAS_STATUS: bool = true;
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DrainRuleKind;
+
+impl RotorKind for DrainRuleKind {
+    const KIND: &'static str = "DrainRule";
+    const PLURAL: &'static str = "drainrules";
+    const SINGULAR: &'static str = "drainrule";
+    const SHORT_NAMES: &'static [&'static str] = &["drule"];
+    const HAS_STATUS: bool = false;
+}
+
+pub type RotationPolicy = RotorObject<RotationPolicyKind>;
+pub type DrainRule = RotorObject<DrainRuleKind>;
+
+impl<R: RotorKind> k8s_openapi::Resource for RotorObject<R> {
+    const API_VERSION: &'static str = API_VERSION;
+    const GROUP: &'static str = GROUP;
+    const KIND: &'static str = R::KIND;
+    const VERSION: &'static str = VERSION;
+    const URL_PATH_SEGMENT: &'static str = R::PLURAL;
+    type Scope = ClusterResourceScope;
+}
+
+impl<R: RotorKind> k8s_openapi::Metadata for RotorObject<R> {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl<R: RotorKind> SimKind for RotorObject<R> {
+    const NAMESPACED: bool = false;
+    const SINGULAR: &'static str = R::SINGULAR;
+    const SHORT_NAMES: &'static [&'static str] = R::SHORT_NAMES;
+    const HAS_STATUS: bool = R::HAS_STATUS;
+    const HAS_SPEC: bool = true;
+}
+
+impl<R: RotorKind> Serialize for RotorObject<R> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(3 + self.fields.len()))?;
+        map.serialize_entry("apiVersion", API_VERSION)?;
+        map.serialize_entry("kind", R::KIND)?;
+        map.serialize_entry("metadata", &self.metadata)?;
+        for (key, value) in &self.fields {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de, R: RotorKind> Deserialize<'de> for RotorObject<R> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut fields = Map::deserialize(d)?;
+        // A body may leave out apiVersion and kind, as the API server's decoder allows for a
+        // typed path; one that names them must name this resource.
+        for (field, want) in [("apiVersion", API_VERSION), ("kind", R::KIND)] {
+            match fields.remove(field) {
+                None => {}
+                Some(Value::String(got)) if got == want => {}
+                Some(got) => {
+                    return Err(D::Error::custom(format!(
+                        "{field} is {got}, expected {want:?}"
+                    )));
+                }
+            }
+        }
+        let metadata = match fields.remove("metadata") {
+            Some(m) => serde_json::from_value(m).map_err(D::Error::custom)?,
+            None => ObjectMeta::default(),
+        };
+        Ok(RotorObject {
+            metadata,
+            fields,
+            kind: PhantomData,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_object_round_trips_with_its_api_version_and_kind() {
+        let written = json!({
+            "apiVersion": "rotor.dev/v1alpha1",
+            "kind": "RotationPolicy",
+            "metadata": {"name": "gpu"},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "maxUnavailable": 1},
+        });
+        let policy: RotationPolicy = serde_json::from_value(written.clone()).unwrap();
+        assert_eq!(policy.metadata.name.as_deref(), Some("gpu"));
+        assert_eq!(policy.fields.keys().collect::<Vec<_>>(), ["spec"]);
+        assert_eq!(serde_json::to_value(&policy).unwrap(), written);
+
+        // apiVersion and kind may be left out; they are written back.
+        let bare: DrainRule =
+            serde_json::from_value(json!({"spec": {"behavior": "Skip"}})).unwrap();
+        let out = serde_json::to_value(&bare).unwrap();
+        assert_eq!(out["kind"], "DrainRule");
+        assert_eq!(out["apiVersion"], "rotor.dev/v1alpha1");
+        assert_eq!(out["spec"]["behavior"], "Skip");
+    }
+
+    #[test]
+    fn a_body_naming_another_kind_is_refused() {
+        let err = serde_json::from_value::<DrainRule>(json!({
+            "apiVersion": "rotor.dev/v1alpha1",
+            "kind": "RotationPolicy",
+            "metadata": {"name": "x"},
+        }))
+        .unwrap_err();
+        assert!(err.to_string().contains("expected \"DrainRule\""), "{err}");
+        let err =
+            serde_json::from_value::<RotationPolicy>(json!({"apiVersion": "v1"})).unwrap_err();
+        assert!(err.to_string().contains("apiVersion"), "{err}");
+    }
+}

@@ -451,6 +451,56 @@ fn deleting_a_pod_whose_budget_allows_no_disruption_is_a_violation() {
 }
 
 /// Runs `rotor-sim serve` on a scenario that must be refused; returns (stdout, stderr).
+/// rotor's RotationPolicy, as if its CRD were installed: kubectl makes one, writes its status
+/// through the subresource, and `kubectl get` prints the columns the CRD names.
+#[test]
+fn rotation_policies_are_made_and_listed_with_their_crds_columns() {
+    let sim = SimProcess::start(scenario("cluster.yaml"));
+    let dir = TestDir::new("kubectl-policy");
+    let file = dir.join("policy.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: rotor.dev/v1alpha1\nkind: RotationPolicy\nmetadata: {name: gpu}\n\
+         spec: {nodeSelector: {matchLabels: {pool: gpu}}, priority: 5, budgets: [{nodes: \"1\"}]}\n",
+    )
+    .expect("write the policy");
+    // rotor-sim serves no OpenAPI document for kubectl's client-side validation.
+    let path = file.display().to_string();
+    kubectl_ok(&sim, &["create", "--validate=false", "-f", &path]);
+    kubectl_ok(
+        &sim,
+        &[
+            "patch",
+            "rotationpolicy",
+            "gpu",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status": {"nodes": 3, "outOfDate": 1, "budget": "1 of 3"}}"#,
+        ],
+    );
+
+    let rows = parse_table(&kubectl_ok(&sim, &["get", "rpol"]));
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = &rows[0];
+    let cell = |column: &str| row.get(column).map(String::as_str);
+    assert_eq!(cell("NAME"), Some("gpu"), "{row:?}");
+    assert_eq!(cell("PRIORITY"), Some("5"), "{row:?}");
+    assert_eq!(cell("NODES"), Some("3"), "{row:?}");
+    assert_eq!(cell("OUT-OF-DATE"), Some("1"), "{row:?}");
+    assert_eq!(cell("BUDGET"), Some("1 of 3"), "{row:?}");
+    assert_eq!(
+        cell("UNTIL"),
+        Some(""),
+        "a field not set is an empty cell: {row:?}"
+    );
+    assert_eq!(
+        jsonpath(&sim, "rotationpolicy", "gpu", "{.metadata.generation}"),
+        "1",
+        "a status write leaves the generation"
+    );
+}
+
 fn serve_must_refuse(scenario: &Path) -> (String, String) {
     let dir = TestDir::new("refuse");
     let kubeconfig = dir.join("kubeconfig");

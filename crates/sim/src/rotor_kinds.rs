@@ -6,10 +6,12 @@
 //! The simulator keeps each object's fields besides `metadata` as JSON and does not check them
 //! against the CRD's schema, as an API server would: it serves what it is given, so a test can
 //! also hand the drainer a policy a real API server would refuse. `RotationPolicy` has a
-//! `status` subresource, `DrainRule` has none, as in their CRDs.
+//! `status` subresource, `DrainRule` has none, as in their CRDs. `kubectl get` prints the
+//! columns their CRDs name ([`printer_columns`]), read from the CRD files `deploy/` ships.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
+use std::sync::LazyLock;
 
 use k8s_openapi::ClusterResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -23,6 +25,8 @@ use crate::kinds::SimKind;
 /// Which of rotor's resources a [`RotorObject`] is.
 pub trait RotorKind: Clone + Debug + PartialEq + Send + Sync + 'static {
     const KIND: &'static str;
+    /// The CRD as `deploy/` ships it (generated from rotor-policy's types).
+    const CRD: &'static str;
     const PLURAL: &'static str;
     const SINGULAR: &'static str;
     const SHORT_NAMES: &'static [&'static str];
@@ -48,6 +52,8 @@ pub struct RotationPolicyKind;
 
 impl RotorKind for RotationPolicyKind {
     const KIND: &'static str = "RotationPolicy";
+    const CRD: &'static str =
+        include_str!("../../../deploy/base/crds/rotationpolicies.rotor.dev.yaml");
     const PLURAL: &'static str = "rotationpolicies";
     const SINGULAR: &'static str = "rotationpolicy";
     const SHORT_NAMES: &'static [&'static str] = &["rpol"];
@@ -59,6 +65,7 @@ pub struct DrainRuleKind;
 
 impl RotorKind for DrainRuleKind {
     const KIND: &'static str = "DrainRule";
+    const CRD: &'static str = include_str!("../../../deploy/base/crds/drainrules.rotor.dev.yaml");
     const PLURAL: &'static str = "drainrules";
     const SINGULAR: &'static str = "drainrule";
     const SHORT_NAMES: &'static [&'static str] = &["drule"];
@@ -138,6 +145,69 @@ impl<'de, R: RotorKind> Deserialize<'de> for RotorObject<R> {
     }
 }
 
+/// One of a CRD's `additionalPrinterColumns`: what `kubectl get` shows of each object.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrinterColumn {
+    pub name: String,
+    /// `integer`, `string`, `date`, ...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// A path of fields (`.status.nodes`): all that rotor's CRDs use of JSONPath.
+    pub json_path: String,
+    #[serde(default)]
+    pub priority: i32,
+}
+
+impl PrinterColumn {
+    /// This column's value in `object`; `null` where the object has none, as an API server
+    /// sends it (kubectl leaves the cell empty).
+    pub fn value_in<'a>(&self, object: &'a Value) -> &'a Value {
+        self.json_path
+            .split('.')
+            .filter(|field| !field.is_empty())
+            .fold(object, |at, field| at.get(field).unwrap_or(&Value::Null))
+    }
+}
+
+fn columns_of(crd: &str) -> Vec<PrinterColumn> {
+    #[derive(Deserialize)]
+    struct Crd {
+        spec: CrdSpec,
+    }
+    #[derive(Deserialize)]
+    struct CrdSpec {
+        versions: Vec<CrdVersion>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct CrdVersion {
+        name: String,
+        #[serde(default)]
+        additional_printer_columns: Vec<PrinterColumn>,
+    }
+    let crd: Crd = serde_saphyr::from_str(crd).expect("deploy/'s CRD files parse");
+    crd.spec
+        .versions
+        .into_iter()
+        .find(|v| v.name == VERSION)
+        .map(|v| v.additional_printer_columns)
+        .unwrap_or_default()
+}
+
+/// The printer columns of rotor's resource of `kind` (after the name, which every Table
+/// shows first), as its CRD names them; `None` for any other kind.
+pub fn printer_columns(kind: &str) -> Option<&'static [PrinterColumn]> {
+    static POLICY: LazyLock<Vec<PrinterColumn>> =
+        LazyLock::new(|| columns_of(RotationPolicyKind::CRD));
+    static RULE: LazyLock<Vec<PrinterColumn>> = LazyLock::new(|| columns_of(DrainRuleKind::CRD));
+    match kind {
+        RotationPolicyKind::KIND => Some(&POLICY),
+        DrainRuleKind::KIND => Some(&RULE),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +233,37 @@ mod tests {
         assert_eq!(out["kind"], "DrainRule");
         assert_eq!(out["apiVersion"], "rotor.dev/v1alpha1");
         assert_eq!(out["spec"]["behavior"], "Skip");
+    }
+
+    #[test]
+    fn printer_columns_are_the_crds() {
+        let names = |kind| -> Vec<&str> {
+            printer_columns(kind)
+                .unwrap()
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect()
+        };
+        assert_eq!(
+            names("RotationPolicy"),
+            [
+                "Priority",
+                "Nodes",
+                "Out-of-date",
+                "Draining",
+                "Drained",
+                "Blocked",
+                "Budget",
+                "Until",
+                "Age"
+            ]
+        );
+        assert_eq!(names("DrainRule"), ["Behavior", "Order", "Age"]);
+        assert!(printer_columns("Pod").is_none());
+        let nodes = &printer_columns("RotationPolicy").unwrap()[1];
+        let policy = json!({"status": {"nodes": 4}});
+        assert_eq!(nodes.value_in(&policy), &json!(4));
+        assert_eq!(nodes.value_in(&json!({"spec": {}})), &Value::Null);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
+use crate::rotor_kinds::printer_columns;
+
 /// Whether the Accept header asks for a Table.
 pub fn wants_table(accept: &str) -> bool {
     accept
@@ -172,7 +174,12 @@ pub fn to_table(kind: &str, doc: &Value, now: Timestamp) -> Value {
             col("Allowed Disruptions", "integer", 0),
             col("Age", "string", 0),
         ],
-        _ => vec![col("Name", "string", 0), col("Age", "string", 0)],
+        _ => match printer_columns(kind) {
+            Some(crd) => std::iter::once(col("Name", "string", 0))
+                .chain(crd.iter().map(|c| col(&c.name, &c.type_, c.priority)))
+                .collect(),
+            None => vec![col("Name", "string", 0), col("Age", "string", 0)],
+        },
     };
     let items: Vec<&Value> = match doc.get("items").and_then(Value::as_array) {
         Some(items) => items.iter().collect(),
@@ -187,7 +194,15 @@ pub fn to_table(kind: &str, doc: &Value, now: Timestamp) -> Value {
                 "Node" => node_cells(o, age),
                 "Deployment" => deployment_cells(o, age),
                 "PodDisruptionBudget" => pdb_cells(o, age),
-                _ => vec![o["metadata"]["name"].clone(), json!(age)],
+                _ => match printer_columns(kind) {
+                    Some(crd) => std::iter::once(o["metadata"]["name"].clone())
+                        .chain(crd.iter().map(|c| match c.type_.as_str() {
+                            "date" => json!(human_age(c.value_in(o).as_str(), now)),
+                            _ => c.value_in(o).clone(),
+                        }))
+                        .collect(),
+                    None => vec![o["metadata"]["name"].clone(), json!(age)],
+                },
             };
             json!({
                 "cells": cells,
@@ -232,6 +247,28 @@ mod tests {
         assert_eq!(cells[3], "5m0s");
         assert_eq!(cells[4], "v1.32.9");
         assert_eq!(t["metadata"]["resourceVersion"], "5");
+    }
+
+    #[test]
+    fn rotation_policies_show_their_crds_columns() {
+        let policy = json!({"metadata": {"name": "gpu", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"priority": 5}, "status": {"nodes": 4, "outOfDate": 2, "draining": 1, "budget": "1 of 4"}});
+        let t = to_table(
+            "RotationPolicy",
+            &policy,
+            "2026-01-01T00:00:30Z".parse().unwrap(),
+        );
+        let names: Vec<_> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names[..3], ["Name", "Priority", "Nodes"]);
+        assert_eq!(
+            t["rows"][0]["cells"],
+            json!(["gpu", 5, 4, 2, 1, null, null, "1 of 4", null, "30s"])
+        );
     }
 
     #[test]

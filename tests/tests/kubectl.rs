@@ -450,7 +450,6 @@ fn deleting_a_pod_whose_budget_allows_no_disruption_is_a_violation() {
     assert_eq!(stats["evictions"], json!({}));
 }
 
-/// Runs `rotor-sim serve` on a scenario that must be refused; returns (stdout, stderr).
 /// rotor's RotationPolicy, as if its CRD were installed: kubectl makes one, writes its status
 /// through the subresource, and `kubectl get` prints the columns the CRD names.
 #[test]
@@ -501,6 +500,7 @@ fn rotation_policies_are_made_and_listed_with_their_crds_columns() {
     );
 }
 
+/// Runs `rotor-sim serve` on a scenario that must be refused; returns (stdout, stderr).
 fn serve_must_refuse(scenario: &Path) -> (String, String) {
     let dir = TestDir::new("refuse");
     let kubeconfig = dir.join("kubeconfig");

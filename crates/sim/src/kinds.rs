@@ -9,7 +9,7 @@ use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
-use crate::rotor_kinds::{DrainRule, RotationPolicy};
+use crate::rotor_kinds::{DrainRule, RotationPolicy, RotorKind, RotorObject};
 use crate::store::SimObject;
 
 pub trait SimKind: SimObject {
@@ -20,6 +20,9 @@ pub trait SimKind: SimObject {
     const HAS_STATUS: bool;
     /// Spec changes bump `metadata.generation`.
     const HAS_SPEC: bool;
+    /// Takes strategic merge patches: every built-in kind does; custom resources do not (an
+    /// API server answers 415).
+    const STRATEGIC_MERGE_PATCH: bool = true;
     /// Fields usable in `fieldSelector` besides `metadata.name` and `metadata.namespace`.
     const FIELDS: &'static [&'static str] = &[];
 
@@ -269,6 +272,23 @@ impl SimKind for PriorityClass {
     const SHORT_NAMES: &'static [&'static str] = &["pc"];
     const HAS_STATUS: bool = false;
     const HAS_SPEC: bool = false;
+}
+
+/// rotor's own resources ([`crate::rotor_kinds`]), cluster-scoped as in their CRDs.
+impl<R: RotorKind> SimKind for RotorObject<R> {
+    const NAMESPACED: bool = false;
+    const SINGULAR: &'static str = R::SINGULAR;
+    const SHORT_NAMES: &'static [&'static str] = R::SHORT_NAMES;
+    const HAS_STATUS: bool = R::HAS_STATUS;
+    const HAS_SPEC: bool = true;
+    const STRATEGIC_MERGE_PATCH: bool = false;
+
+    /// With a status subresource, a create sets no status: only `/status` writes it.
+    fn on_create(&mut self, _now: jiff::Timestamp) {
+        if R::HAS_STATUS {
+            self.fields.remove("status");
+        }
+    }
 }
 
 /// A served resource as discovery describes it.

@@ -5,8 +5,10 @@
 //!
 //! The simulator keeps each object's fields besides `metadata` as JSON and does not check them
 //! against the CRD's schema, as an API server would: it serves what it is given, so a test can
-//! also hand the drainer a policy a real API server would refuse. `RotationPolicy` has a
-//! `status` subresource, `DrainRule` has none, as in their CRDs. `kubectl get` prints the
+//! also hand the drainer a policy a real API server would refuse, and it fills in none of the
+//! schema's defaults (the drainer's own types default the same fields alike). `RotationPolicy`
+//! has a `status` subresource (a create or a write to the main resource sets no status),
+//! `DrainRule` has none, as in their CRDs; neither takes strategic merge patches (415). `kubectl get` prints the
 //! columns their CRDs name ([`printer_columns`]), read from the CRD files `deploy/` ships.
 
 use std::fmt::Debug;
@@ -19,8 +21,6 @@ use serde::de::Error as _;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
-
-use crate::kinds::SimKind;
 
 /// Which of rotor's resources a [`RotorObject`] is.
 pub trait RotorKind: Clone + Debug + PartialEq + Send + Sync + 'static {
@@ -94,14 +94,6 @@ impl<R: RotorKind> k8s_openapi::Metadata for RotorObject<R> {
     fn metadata_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
-}
-
-impl<R: RotorKind> SimKind for RotorObject<R> {
-    const NAMESPACED: bool = false;
-    const SINGULAR: &'static str = R::SINGULAR;
-    const SHORT_NAMES: &'static [&'static str] = R::SHORT_NAMES;
-    const HAS_STATUS: bool = R::HAS_STATUS;
-    const HAS_SPEC: bool = true;
 }
 
 impl<R: RotorKind> Serialize for RotorObject<R> {

@@ -754,7 +754,8 @@ async fn given_an_eviction_latency_when_evicting_then_only_the_eviction_waits() 
 
 /// rotor's own resources are served as if their CRDs were installed: rotor-policy's types (the
 /// drainer's) round-trip through create, list and watch; a RotationPolicy's status is written
-/// only through `/status` and its spec bumps the generation; a DrainRule has no `/status`.
+/// only through `/status` (not by a create or a write to the policy) and its spec bumps the
+/// generation; a DrainRule has no `/status`; neither takes a strategic merge patch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_rotor_policies_and_drain_rules_when_written_and_watched_then_served_as_their_crds() {
     use rotor_policy::{DrainRule, RotationPolicy};
@@ -763,6 +764,10 @@ async fn given_rotor_policies_and_drain_rules_when_written_and_watched_then_serv
     let policies: Api<RotationPolicy> = Api::all(sim.client.clone());
     let rules: Api<DrainRule> = Api::all(sim.client.clone());
     let (mut events, watch) = spawn_watcher(policies.clone());
+    next_matching(&mut events, "the first (empty) list", |e| {
+        matches!(e, Ok(watcher::Event::InitDone)).then_some(())
+    })
+    .await;
 
     let policy: RotationPolicy = serde_json::from_value(json!({
         "apiVersion": "rotor.dev/v1alpha1",
@@ -770,6 +775,7 @@ async fn given_rotor_policies_and_drain_rules_when_written_and_watched_then_serv
         "metadata": {"name": "gpu"},
         "spec": {"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "priority": 5,
                  "budgets": [{"nodes": "2"}]},
+        "status": {"nodes": 9},
     }))
     .unwrap();
     let made = policies
@@ -778,12 +784,21 @@ async fn given_rotor_policies_and_drain_rules_when_written_and_watched_then_serv
         .unwrap();
     assert_eq!(made.spec, policy.spec);
     assert_eq!(made.metadata.generation, Some(1));
-    let seen = next_matching(&mut events, "the policy made", |e| match e {
-        Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => Some(p.name_any()),
-        _ => None,
-    })
+    assert!(
+        made.status.is_none(),
+        "a create sets no status: {:?}",
+        made.status
+    );
+    let seen = next_matching(
+        &mut events,
+        "the policy made, as a watch event",
+        |e| match e {
+            Ok(watcher::Event::Apply(p)) => Some(p.spec.clone()),
+            _ => None,
+        },
+    )
     .await;
-    assert_eq!(seen, "gpu");
+    assert_eq!(seen, policy.spec);
 
     // A status in a write to the main resource is dropped, as for any CRD with /status.
     let with_status = json!({"spec": {"priority": 7}, "status": {"nodes": 9}});
@@ -806,6 +821,14 @@ async fn given_rotor_policies_and_drain_rules_when_written_and_watched_then_serv
         Some(2),
         "status leaves generation"
     );
+    let strategic = policies
+        .patch(
+            "gpu",
+            &PatchParams::default(),
+            &Patch::Strategic(&json!({"spec": {"priority": 8}})),
+        )
+        .await;
+    assert_eq!(api_error(strategic).code, 415);
 
     let rule: DrainRule = serde_json::from_value(json!({
         "apiVersion": "rotor.dev/v1alpha1",

@@ -747,6 +747,11 @@ pub fn patch_typed<K: SimKind>(
     subresource: Option<&str>,
     ctx: &WriteContext,
 ) -> Result<Arc<K>, ApiError> {
+    if patch_type == PatchType::StrategicMerge && !K::STRATEGIC_MERGE_PATCH {
+        return Err(ApiError::strategic_merge_of_custom_resource(
+            "application/strategic-merge-patch+json",
+        ));
+    }
     let ns = if K::NAMESPACED { ns } else { "" };
     let current = coll
         .get(ns, name)

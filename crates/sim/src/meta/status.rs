@@ -101,6 +101,17 @@ impl ApiError {
         )
     }
 
+    /// A strategic merge patch to a custom resource, which has no patch strategy to follow.
+    pub fn strategic_merge_of_custom_resource(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+            ),
+        )
+    }
+
     pub fn expired(requested: u64, oldest: u64) -> Self {
         Self::new(
             410,

@@ -289,7 +289,7 @@ async fn a_placeholder_the_scheduler_preempts_is_counted_in_the_drainers_metrics
     let cluster = SimCluster::start(PACKED).await;
     create_surge_class(&cluster).await;
     let (drainer, admin) =
-        TestDrainer::start_serving(&cluster, "p", &["--surge", "--surge-timeout", "1s"]);
+        TestDrainer::start_serving(&cluster, "p", &["--surge", "--surge-timeout", "1s"]).await;
     // The node with the most `web` pods: the other has room for at least one placeholder.
     let mut hosting = std::collections::BTreeMap::<String, usize>::new();
     for pod in cluster.pods_labelled("shop", "app=web").await {

@@ -55,17 +55,38 @@ impl TestDrainer {
     }
 
     /// Starts the drainer as [`TestDrainer::start`] does, with its admin server (`/metrics`) on
-    /// a free port of loopback, whose address it returns. The port is free when chosen; another
-    /// process could take it before the drainer binds it, and the scrapes then time out.
-    pub fn start_serving(
+    /// a free port of loopback, whose address it returns once `/metrics` answers there. The port
+    /// is free when chosen, but another process may take it before the drainer binds it: then
+    /// the drainer ends at once with an error binding its admin server, and another port is
+    /// tried.
+    pub async fn start_serving(
         cluster: &SimCluster,
         identity: &str,
         flags: &[&str],
     ) -> (TestDrainer, SocketAddr) {
-        let admin = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|free| free.local_addr())
-            .expect("a free port on loopback");
-        (Self::start_on(cluster, identity, flags, admin), admin)
+        for _ in 0..5 {
+            let admin = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|free| free.local_addr())
+                .expect("a free port on loopback");
+            let drainer = Self::start_on(cluster, identity, flags, admin);
+            let serving = wait_until("the drainer's /metrics to answer", WAIT, || async {
+                if drainer.handle.is_finished() {
+                    return Some(false);
+                }
+                metric_page(admin).await.map(|_| true)
+            })
+            .await;
+            if serving {
+                return (drainer, admin);
+            }
+            match drainer.handle.await.expect("drainer task") {
+                Err(RunError::Admin(e)) => {
+                    eprintln!("{admin} was taken ({e}); trying another port")
+                }
+                other => panic!("the drainer ended before serving /metrics: {other:?}"),
+            }
+        }
+        panic!("no free port on loopback held long enough for the drainer's admin server");
     }
 
     fn start_on(
@@ -95,14 +116,19 @@ impl TestDrainer {
 /// The value of `series` (a name with its labels, as `/metrics` prints it) on the drainer's
 /// admin server at `admin`; `None` while it does not answer or has no such series.
 pub async fn metric(admin: SocketAddr, series: &str) -> Option<f64> {
+    let body = metric_page(admin).await?;
+    let prefix = format!("{series} ");
+    body.lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
+/// The drainer's `/metrics` page at `admin`; `None` while it does not answer.
+async fn metric_page(admin: SocketAddr) -> Option<String> {
     let got =
         tokio::task::spawn_blocking(move || rotor_e2e::http_get(&admin.to_string(), "/metrics"))
             .await
             .expect("the scrape task");
-    let body = got.ok().filter(|r| r.status == 200)?.body;
-    let prefix = format!("{series} ");
-    body.lines()
-        .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
+    Some(got.ok().filter(|r| r.status == 200)?.body)
 }
 
 pub fn is_daemon_or_mirror(p: &Pod) -> bool {

@@ -590,6 +590,35 @@ async fn groups_and_instances_are_paged_across_next_token() {
     assert_eq!(fleet.groups.1.get(), 3);
 }
 
+/// A service that answers every page with the token it was given (a fault seen in paginated
+/// APIs) ends the paging after that page instead of looping the selector forever.
+#[tokio::test]
+async fn a_next_token_handed_back_unchanged_ends_the_paging() {
+    let mut fleet = MockFleet::new(4, 2, 1, 2);
+    let all: Vec<_> = (0..4).map(|g| group(g, 2, 1)).collect();
+    fleet.groups = on(
+        move |input: &DescribeAutoScalingGroupsInput, _| -> GroupsResult {
+            let start: usize = input.next_token().map_or(0, |t| t.parse().unwrap());
+            Ok(DescribeAutoScalingGroupsOutput::builder()
+                .set_auto_scaling_groups(Some(all[start..start + 2].to_vec()))
+                .next_token("2")
+                .build())
+        },
+    );
+    let mut calls = ApiCalls::default();
+    let snapshot = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        fetch_snapshot(&fleet.clients(), &config(true), &mut calls),
+    )
+    .await
+    .expect("paging ends")
+    .unwrap();
+    // Pages with no token, then "2", then "2" again: the repeat ends it.
+    assert_eq!(fleet.groups.1.get(), 2);
+    assert_eq!(calls.get(AWS, op::DESCRIBE_GROUPS), 2, "{calls}");
+    assert_eq!(snapshot.groups.len(), 4);
+}
+
 #[tokio::test]
 async fn instances_page_across_next_token() {
     let fleet = MockFleet::new(3, 900, 1, 100);

@@ -1,5 +1,6 @@
-//! The Describe calls, each paged to its end and counted in [`ApiCalls`]; what they return is
-//! converted at once ([`super::convert`]).
+//! The Describe calls, each paged to its end by the SDK's paginators (which also stop should a
+//! service hand back the token it was given) and each page counted in [`ApiCalls`]; what they
+//! return is converted at once ([`super::convert`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,25 +57,18 @@ pub async fn describe_groups(
     let mut groups = Vec::new();
     let mut seen = BTreeSet::new();
     for request in requests {
-        let mut token: Option<String> = None;
-        loop {
+        let mut pages = request
+            .max_records(GROUPS_PAGE_SIZE)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
             count(calls, op::DESCRIBE_GROUPS);
-            let page = request
-                .clone()
-                .max_records(GROUPS_PAGE_SIZE)
-                .set_next_token(token.take())
-                .send()
-                .await
-                .map_err(|e| aws_error(op::DESCRIBE_GROUPS, e))?;
+            let page = page.map_err(|e| aws_error(op::DESCRIBE_GROUPS, e))?;
             for group in page.auto_scaling_groups() {
                 let group = convert_group(group);
                 if seen.insert(group.name.clone()) {
                     groups.push(group);
                 }
-            }
-            match page.next_token().filter(|t| !t.is_empty()) {
-                Some(next) => token = Some(next.to_owned()),
-                None => break,
             }
         }
     }
@@ -164,16 +158,12 @@ async fn templates_by(
             .set_launch_template_names(Some(references.to_vec()))
     };
     let mut templates = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
+    let mut pages = request.into_paginator().send();
+    while let Some(page) = pages.next().await {
         count(calls, op::DESCRIBE_TEMPLATES);
-        let page = request.clone().set_next_token(token.take()).send().await?;
-        templates.extend(page.launch_templates().iter().filter_map(convert_template));
-        match page.next_token().filter(|t| !t.is_empty()) {
-            Some(next) => token = Some(next.to_owned()),
-            None => return Ok(templates),
-        }
+        templates.extend(page?.launch_templates().iter().filter_map(convert_template));
     }
+    Ok(templates)
 }
 
 /// The resolved version of every template spec a group uses, by template id (what the image
@@ -238,27 +228,23 @@ async fn template_images(
     calls: &mut ApiCalls,
 ) -> Result<Vec<TemplateVersionImage>, VersionsError> {
     let mut images = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
+    let mut pages = client
+        .describe_launch_template_versions()
+        .launch_template_id(id)
+        .set_versions(Some(versions.iter().map(i64::to_string).collect()))
+        .resolve_alias(true)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
         count(calls, op::DESCRIBE_TEMPLATE_VERSIONS);
-        let page = client
-            .describe_launch_template_versions()
-            .launch_template_id(id)
-            .set_versions(Some(versions.iter().map(i64::to_string).collect()))
-            .resolve_alias(true)
-            .set_next_token(token.take())
-            .send()
-            .await?;
         images.extend(
-            page.launch_template_versions()
+            page?
+                .launch_template_versions()
                 .iter()
                 .filter_map(convert_template_version),
         );
-        match page.next_token().filter(|t| !t.is_empty()) {
-            Some(next) => token = Some(next.to_owned()),
-            None => return Ok(images),
-        }
     }
+    Ok(images)
 }
 
 /// `DescribeInstances` of every pending or running group instance, every page.
@@ -278,23 +264,17 @@ pub async fn describe_instances(
             .build(),
     ];
     let mut details = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
+    let mut pages = client
+        .describe_instances()
+        .set_filters(Some(filters))
+        .max_results(INSTANCES_PAGE_SIZE)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
         count(calls, op::DESCRIBE_INSTANCES);
-        let page = client
-            .describe_instances()
-            .set_filters(Some(filters.clone()))
-            .max_results(INSTANCES_PAGE_SIZE)
-            .set_next_token(token.take())
-            .send()
-            .await
-            .map_err(|e| aws_error(op::DESCRIBE_INSTANCES, e))?;
+        let page = page.map_err(|e| aws_error(op::DESCRIBE_INSTANCES, e))?;
         for reservation in page.reservations() {
             details.extend(reservation.instances().iter().filter_map(convert_instance));
-        }
-        match page.next_token().filter(|t| !t.is_empty()) {
-            Some(next) => token = Some(next.to_owned()),
-            None => break,
         }
     }
     Ok(details)

@@ -822,6 +822,19 @@ pub fn kubectl(sim: &SimProcess, args: &[&str]) -> Output {
     run_with_timeout(&mut cmd, KUBECTL_TIMEOUT)
 }
 
+/// Creates the YAML or JSON `objects` in the simulator as the admin (`kubectl create -f`, from a
+/// file in the simulator's directory); returns kubectl's output. Client-side validation is off:
+/// rotor-sim serves no OpenAPI document for it.
+pub fn kubectl_create(sim: &SimProcess, objects: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let path = sim
+        .dir()
+        .join(format!("create-{}.yaml", N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::write(&path, objects).expect("write the objects to create");
+    let path = path.display().to_string();
+    kubectl_ok(sim, &["create", "--validate=false", "-f", &path])
+}
+
 /// A process's resident memory as Linux reports it in `/proc/<pid>/status`, in KiB.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ResidentMemory {

@@ -12,8 +12,8 @@ use std::time::Duration;
 use rotor_e2e::helm::{self, template};
 use rotor_e2e::real_cluster::free_port;
 use rotor_e2e::{
-    SimProcess, TestDir, binary, describe_output, kubectl_json, kubectl_ok, kubectl_path,
-    run_with_timeout, scenario, taint_first_node, wait_until, workspace_root,
+    SimProcess, TestDir, binary, describe_output, kubectl_create, kubectl_json, kubectl_ok,
+    kubectl_path, run_with_timeout, scenario, taint_first_node, wait_until, workspace_root,
 };
 use serde_json::Value;
 
@@ -658,17 +658,7 @@ fn the_drainer_with_the_rendered_args_serves_its_probes_and_takes_the_lease() {
 
     let sim = SimProcess::start(scenario("cluster.yaml"));
     // The Lease lives in the overlay's Namespace: create it as rendered.
-    let namespace = sim.dir().join("namespace.json");
-    std::fs::write(&namespace, r.get("Namespace", NAMESPACE).to_string()).expect("write");
-    kubectl_ok(
-        &sim,
-        &[
-            "create",
-            "--validate=false",
-            "-f",
-            namespace.to_str().expect("UTF-8 path"),
-        ],
-    );
+    kubectl_create(&sim, &r.get("Namespace", NAMESPACE).to_string());
     let log_path = sim.dir().join("rotor-drainer.log");
     let log = std::fs::File::create(&log_path).expect("drainer log");
     let _drainer = Running(

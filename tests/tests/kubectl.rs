@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rotor_e2e::{
-    SimProcess, TestDir, binary, describe_output, kubectl, kubectl_json, kubectl_ok, parse_table,
-    run_with_timeout, scenario, workspace_root,
+    SimProcess, TestDir, binary, describe_output, kubectl, kubectl_create, kubectl_json,
+    kubectl_ok, parse_table, run_with_timeout, scenario, workspace_root,
 };
 use serde_json::{Value, json};
 
@@ -455,17 +455,11 @@ fn deleting_a_pod_whose_budget_allows_no_disruption_is_a_violation() {
 #[test]
 fn rotation_policies_are_made_and_listed_with_their_crds_columns() {
     let sim = SimProcess::start(scenario("cluster.yaml"));
-    let dir = TestDir::new("kubectl-policy");
-    let file = dir.join("policy.yaml");
-    std::fs::write(
-        &file,
+    kubectl_create(
+        &sim,
         "apiVersion: rotor.dev/v1alpha1\nkind: RotationPolicy\nmetadata: {name: gpu}\n\
          spec: {nodeSelector: {matchLabels: {pool: gpu}}, priority: 5, budgets: [{nodes: \"1\"}]}\n",
-    )
-    .expect("write the policy");
-    // rotor-sim serves no OpenAPI document for kubectl's client-side validation.
-    let path = file.display().to_string();
-    kubectl_ok(&sim, &["create", "--validate=false", "-f", &path]);
+    );
     kubectl_ok(
         &sim,
         &[

@@ -19,8 +19,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rotor_e2e::{
-    SimOptions, SimProcess, TestDir, binary, describe_output, kubectl_json, kubectl_ok, kustomize,
-    node_phase, run_with_timeout, taint_first_node, wait_until, workspace_root,
+    SimOptions, SimProcess, TestDir, binary, describe_output, kubectl_create, kubectl_json,
+    kubectl_ok, kustomize, node_phase, run_with_timeout, taint_first_node, wait_until,
+    workspace_root,
 };
 use serde_json::{Value, json};
 
@@ -191,16 +192,11 @@ fn the_shipped_rbac_is_enough_for_a_full_rotation_without_a_single_403() {
     let sim = start_sim(policy_file(&dir, |s| s));
     // Every node under one policy (as the flags would have it), so the drainer also reads
     // RotationPolicies and writes one's status under the shipped rules.
-    let every_node = dir.join("rotation-policy.yaml");
-    std::fs::write(
-        &every_node,
+    kubectl_create(
+        &sim,
         "apiVersion: rotor.dev/v1alpha1\nkind: RotationPolicy\nmetadata: {name: every-node}\n\
          spec: {nodeSelector: {}, budgets: [{nodes: \"1\"}]}\n",
-    )
-    .expect("write the policy");
-    // rotor-sim serves no OpenAPI document for kubectl's client-side validation.
-    let file = every_node.display().to_string();
-    kubectl_ok(&sim, &["create", "--validate=false", "-f", &file]);
+    );
     let drainer = start_drainer(&sim);
     upgrade(&sim);
 

@@ -8,8 +8,9 @@
 //! also hand the drainer a policy a real API server would refuse, and it fills in none of the
 //! schema's defaults (the drainer's own types default the same fields alike). `RotationPolicy`
 //! has a `status` subresource (a create or a write to the main resource sets no status),
-//! `DrainRule` has none, as in their CRDs; neither takes strategic merge patches (415). `kubectl get` prints the
-//! columns their CRDs name ([`printer_columns`]), read from the CRD files `deploy/` ships.
+//! `DrainRule` has none, as in their CRDs; neither takes strategic merge patches (415).
+//! `kubectl get` prints the columns their CRDs name ([`printer_columns`]), read from the CRD
+//! files `deploy/` ships; a test holds the names and subresources written here to those files.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -256,6 +257,36 @@ mod tests {
         let policy = json!({"status": {"nodes": 4}});
         assert_eq!(nodes.value_in(&policy), &json!(4));
         assert_eq!(nodes.value_in(&json!({"spec": {}})), &Value::Null);
+    }
+
+    /// The names and the status subresource written above are the CRD's: a rename in
+    /// rotor-policy (which generates the CRD files) fails here, not in a drainer test.
+    #[test]
+    fn names_and_subresources_are_the_crds() {
+        fn check<R: RotorKind>() {
+            let crd: Value = serde_saphyr::from_str(R::CRD).expect("the CRD parses");
+            let names = &crd["spec"]["names"];
+            assert_eq!(names["kind"], R::KIND);
+            assert_eq!(names["plural"], R::PLURAL);
+            assert_eq!(names["singular"], R::SINGULAR);
+            assert_eq!(names["shortNames"], json!(R::SHORT_NAMES));
+            assert_eq!(crd["spec"]["group"], GROUP);
+            assert_eq!(crd["spec"]["scope"], "Cluster");
+            let version = crd["spec"]["versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == VERSION)
+                .expect("the CRD serves VERSION");
+            assert_eq!(
+                version["subresources"]["status"].is_object(),
+                R::HAS_STATUS,
+                "{}",
+                R::KIND
+            );
+        }
+        check::<RotationPolicyKind>();
+        check::<DrainRuleKind>();
     }
 
     #[test]

@@ -748,9 +748,7 @@ pub fn patch_typed<K: SimKind>(
     ctx: &WriteContext,
 ) -> Result<Arc<K>, ApiError> {
     if patch_type == PatchType::StrategicMerge && !K::STRATEGIC_MERGE_PATCH {
-        return Err(ApiError::strategic_merge_of_custom_resource(
-            "application/strategic-merge-patch+json",
-        ));
+        return Err(ApiError::strategic_merge_of_custom_resource());
     }
     let ns = if K::NAMESPACED { ns } else { "" };
     let current = coll

@@ -136,6 +136,7 @@ fn pdb_cells(o: &Value, age: String) -> Vec<Value> {
 
 /// A Table for the objects of one kind, from a list (`items`) or a single object.
 pub fn to_table(kind: &str, doc: &Value, now: Timestamp) -> Value {
+    let crd_columns = printer_columns(kind);
     let columns: Vec<Value> = match kind {
         "Pod" => vec![
             col("Name", "string", 0),
@@ -174,7 +175,7 @@ pub fn to_table(kind: &str, doc: &Value, now: Timestamp) -> Value {
             col("Allowed Disruptions", "integer", 0),
             col("Age", "string", 0),
         ],
-        _ => match printer_columns(kind) {
+        _ => match crd_columns {
             Some(crd) => std::iter::once(col("Name", "string", 0))
                 .chain(crd.iter().map(|c| col(&c.name, &c.type_, c.priority)))
                 .collect(),
@@ -194,7 +195,7 @@ pub fn to_table(kind: &str, doc: &Value, now: Timestamp) -> Value {
                 "Node" => node_cells(o, age),
                 "Deployment" => deployment_cells(o, age),
                 "PodDisruptionBudget" => pdb_cells(o, age),
-                _ => match printer_columns(kind) {
+                _ => match crd_columns {
                     Some(crd) => std::iter::once(o["metadata"]["name"].clone())
                         .chain(crd.iter().map(|c| match c.type_.as_str() {
                             "date" => json!(human_age(c.value_in(o).as_str(), now)),

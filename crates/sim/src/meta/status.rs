@@ -92,22 +92,26 @@ impl ApiError {
     }
 
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(
-            415,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"
-            ),
+        Self::unsupported_media(
+            "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
+            content_type,
         )
     }
 
     /// A strategic merge patch to a custom resource, which has no patch strategy to follow.
-    pub fn strategic_merge_of_custom_resource(content_type: &str) -> Self {
+    pub fn strategic_merge_of_custom_resource() -> Self {
+        Self::unsupported_media(
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            "application/strategic-merge-patch+json",
+        )
+    }
+
+    fn unsupported_media(accepted: &str, content_type: &str) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: {accepted} (got {content_type:?})"
             ),
         )
     }

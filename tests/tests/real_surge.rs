@@ -209,10 +209,11 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
 
     // The audit log: one placeholder set created by rotor and its four pods by the ReplicaSet
     // controller, then the first eviction only once the room was there: rotor scaled the set
-    // to zero and the ReplicaSet controller removed the four placeholders just before it
-    // (side by side, where a deletecollection removes them one after another), the empty set
-    // deleted only after, and so no placeholder preempted by the scheduler (a preempted
-    // placeholder's replacement waits a scheduling cycle and the scheduler's back-off).
+    // to zero just before it, and the ReplicaSet controller removed the four placeholders
+    // (side by side, where a deletecollection removes them one after another) before it made
+    // the first replacement; the empty set deleted only after, and so no placeholder
+    // preempted by the scheduler (a preempted placeholder's replacement waits a scheduling
+    // cycle and the scheduler's back-off).
     let sets = requests_on(cluster.audit_by(DRAINER), "replicasets", "create", None);
     assert_eq!(sets.len(), 1, "placeholder sets created: {sets:?}");
     assert_eq!(sets[0].1, "rotor-system", "{sets:?}");
@@ -253,11 +254,24 @@ fn with_surge_an_autoscaler_adds_room_before_the_first_eviction_and_the_replacem
         4,
         "placeholders the ReplicaSet controller removed: {removed_by_controller:?}"
     );
+    let replacements_made: Vec<_> = requests_on(
+        cluster.audit_by(REPLICASET_CONTROLLER),
+        "pods",
+        "create",
+        None,
+    )
+    .into_iter()
+    .filter(|(at, ns, _)| ns == "shop" && at > first_eviction)
+    .collect();
+    let first_replacement = &replacements_made
+        .first()
+        .expect("the ReplicaSet controller made the evicted pods' replacements")
+        .0;
     assert!(
         removed_by_controller
             .iter()
-            .all(|(at, _, _)| at < first_eviction),
-        "every placeholder removed before the first eviction at {first_eviction}: {removed_by_controller:?}"
+            .all(|(at, _, _)| at < first_replacement),
+        "every placeholder removed before the first replacement was made at {first_replacement}: {removed_by_controller:?}"
     );
     let sets_deleted = requests_on(
         cluster.audit_by(DRAINER),

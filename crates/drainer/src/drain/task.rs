@@ -239,7 +239,7 @@ async fn drain_fresh(
 /// room, and an ended watch then fails it as the evictions find the stream gone.
 async fn surge_step(
     drains: &Drains,
-    room: &SurgeRoom,
+    room: &Arc<SurgeRoom>,
     node: &Node,
     taint: &Taint,
     pods: &mut NodePods,

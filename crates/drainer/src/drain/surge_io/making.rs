@@ -3,6 +3,7 @@
 //! room just before the evictions ([`super::freeing`]), or after `--surge-timeout` hand the
 //! placeholders over.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -60,7 +61,7 @@ pub enum SurgeOutcome {
 /// out). Without the pods, room made ahead for the node is removed and the drain goes on
 /// without room.
 pub async fn make_room(
-    room: &SurgeRoom,
+    room: &Arc<SurgeRoom>,
     node: &Node,
     drain_taint: &Taint,
     listed: Result<Vec<Pod>, String>,
@@ -120,7 +121,7 @@ pub async fn make_room(
     let mut watch = PlaceholderWatch::open(room, &name);
     match wait_until_scheduled(room, &mut watch, &name, wanted, give_up_at, abort, stop).await {
         Waited::Scheduled => {
-            if !free_room(room, &name, &sets, &mut watch, abort, stop).await {
+            if !free_room(room, &name, &sets, watch, abort, stop).await {
                 return SurgeOutcome::Interrupted;
             }
             SurgeOutcome::Ready {

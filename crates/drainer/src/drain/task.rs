@@ -347,7 +347,7 @@ async fn announce_surge(drains: &Drains, node: &Node, surge: &SurgeConfig, outco
             "ready",
             NodeEvent::SurgeReady,
             format!(
-                "rotor made room for this node's pods: {placeholders} placeholder(s) scheduled and then removed in {}s, so that the evicted pods find the room free; evicting now.",
+                "rotor made room for this node's pods: {placeholders} placeholder(s) scheduled in {}s; their sets are scaled to zero so that the evicted pods find the room free; evicting now.",
                 waited.as_secs()
             ),
         ),

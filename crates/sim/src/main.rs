@@ -87,10 +87,11 @@ fn main() -> ExitCode {
             Ok(s) => {
                 let nodes: u32 = s.node_groups.iter().map(|g| g.size).sum();
                 println!(
-                    "scenario {} is valid: {} node groups, {nodes} nodes, {} workloads",
+                    "scenario {} is valid: {} node groups, {nodes} nodes, {} workloads, {} RotationPolicies",
                     scenario.display(),
                     s.node_groups.len(),
-                    s.workloads.len()
+                    s.workloads.len(),
+                    s.rotation_policies.len()
                 );
                 ExitCode::SUCCESS
             }

@@ -201,6 +201,88 @@ pub fn printer_columns(kind: &str) -> Option<&'static [PrinterColumn]> {
     }
 }
 
+/// What `R`'s CRD schema refuses in `object` (a whole object of rotor's resource `R`, as JSON),
+/// one line per problem, by path (`spec.budgets[0].node`): fields of the wrong type, which an
+/// API server refuses, and fields the schema does not know, which it would prune silently, so
+/// that a scenario refuses a typo instead. Maps the schema leaves open (`additionalProperties`,
+/// as `matchLabels`) take any key; `metadata` is not looked into, nor the CEL rules.
+pub fn schema_problems<R: RotorKind>(object: &Value) -> Vec<String> {
+    let crd: Value = serde_saphyr::from_str(R::CRD).expect("deploy/'s CRD files parse");
+    let schema = crd["spec"]["versions"]
+        .as_array()
+        .and_then(|versions| versions.iter().find(|v| v["name"] == VERSION))
+        .map(|v| &v["schema"]["openAPIV3Schema"])
+        .unwrap_or(&Value::Null);
+    let mut problems = Vec::new();
+    if let Some(fields) = object.as_object() {
+        for (key, value) in fields {
+            if ["apiVersion", "kind", "metadata"].contains(&key.as_str()) {
+                continue;
+            }
+            match schema["properties"].get(key) {
+                Some(field) => walk_schema(value, field, key, &mut problems),
+                None => problems.push(format!("{key}: unknown field")),
+            }
+        }
+    }
+    problems.sort();
+    problems
+}
+
+fn walk_schema(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>) {
+    if let Some(want) = type_mismatch(value, schema) {
+        problems.push(format!("{path}: {value} is not {want}"));
+        return;
+    }
+    match value {
+        Value::Object(fields) => {
+            if let Some(open) = schema.get("additionalProperties") {
+                for (key, v) in fields {
+                    walk_schema(v, open, &format!("{path}.{key}"), problems);
+                }
+            } else if let Some(known) = schema.get("properties") {
+                for (key, v) in fields {
+                    let at = format!("{path}.{key}");
+                    match known.get(key) {
+                        Some(field) => walk_schema(v, field, &at, problems),
+                        None => problems.push(format!("{at}: unknown field")),
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item) = schema.get("items") {
+                for (i, v) in items.iter().enumerate() {
+                    walk_schema(v, item, &format!("{path}[{i}]"), problems);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The type `schema` wants where `value` is not of it (`null` passes where the schema allows
+/// it, as for optional fields).
+fn type_mismatch(value: &Value, schema: &Value) -> Option<&'static str> {
+    if value.is_null() && schema["nullable"] == true {
+        return None;
+    }
+    if schema["x-kubernetes-int-or-string"] == true {
+        return (!(value.is_i64() || value.is_u64() || value.is_string()))
+            .then_some("an integer or a string");
+    }
+    let (fits, want) = match schema["type"].as_str()? {
+        "string" => (value.is_string(), "a string"),
+        "integer" => (value.is_i64() || value.is_u64(), "an integer"),
+        "number" => (value.is_number(), "a number"),
+        "boolean" => (value.is_boolean(), "true or false"),
+        "array" => (value.is_array(), "a list"),
+        "object" => (value.is_object(), "an object"),
+        _ => return None,
+    };
+    (!fits).then_some(want)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,5 +383,42 @@ mod tests {
         let err =
             serde_json::from_value::<RotationPolicy>(json!({"apiVersion": "v1"})).unwrap_err();
         assert!(err.to_string().contains("apiVersion"), "{err}");
+    }
+
+    #[test]
+    fn what_the_crd_schema_refuses_is_named_by_path() {
+        let policy = json!({
+            "apiVersion": "rotor.dev/v1alpha1",
+            "kind": "RotationPolicy",
+            "metadata": {"name": "gpu", "labels": {"any": "thing"}},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"any-key": "is-fine"}},
+                "budgets": [{"nodes": "1"}, {"node": "2"}, {"nodes": 3}],
+                "drain": {"timeout": "1h", "force": true},
+                "priority": "high",
+                "maxUnavailable": 1
+            },
+            "extra": {}
+        });
+        assert_eq!(
+            schema_problems::<RotationPolicyKind>(&policy),
+            [
+                "extra: unknown field",
+                "spec.budgets[1].node: unknown field",
+                "spec.budgets[2].nodes: 3 is not a string",
+                "spec.drain.force: unknown field",
+                "spec.maxUnavailable: unknown field",
+                "spec.priority: \"high\" is not an integer",
+            ]
+        );
+        let clean = json!({"spec": {"nodeSelector": {"matchExpressions": [
+            {"key": "pool", "operator": "In", "values": ["a"]}
+        ]}, "priority": 5, "budgets": [
+            {"nodes": "20%", "schedule": "0 9 * * 1-5", "duration": "8h", "reasons": ["image"]}
+        ]}});
+        assert_eq!(
+            schema_problems::<RotationPolicyKind>(&clean),
+            Vec::<String>::new()
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! Scenario files: the YAML that describes a simulated cluster (control-plane version, timing,
-//! node groups with their templates, static pods, workloads). Unknown keys are rejected, so a
+//! node groups with their templates, static pods, workloads, RotationPolicies). Unknown keys are rejected, so a
 //! typo fails loudly instead of being silently ignored. The format is documented in
 //! `examples/scenarios/README.md`.
 
@@ -8,6 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
+
+use crate::rotor_kinds::{RotationPolicy, RotationPolicyKind, schema_problems};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
@@ -60,6 +62,11 @@ pub struct Scenario {
     /// Start with every workload already scheduled, running and Ready (a settled cluster).
     #[serde(default = "yes")]
     pub start_settled: bool,
+    /// RotationPolicies the cluster starts with (docs/policy.md), written as for `kubectl
+    /// apply` (`apiVersion` and `kind` may be left out): the drainer finds them as it would on
+    /// a cluster where someone had applied them.
+    #[serde(default)]
+    pub rotation_policies: Vec<RotationPolicy>,
 }
 
 fn default_cp_version() -> String {
@@ -484,6 +491,7 @@ impl Scenario {
                 self.control_plane_version
             )
         })?;
+        self.validate_policies()?;
         let mut workloads = std::collections::BTreeSet::new();
         for w in &self.workloads {
             if !workloads.insert((&w.namespace, &w.name)) {
@@ -518,6 +526,50 @@ impl Scenario {
                         w.namespace, w.name
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Scenario {
+    /// Each policy has a name of its own and a spec its CRD's schema takes; no status, which
+    /// only the drainer writes. What the drainer alone judges (a budget's cron schedule, say)
+    /// is left to it: it marks such a policy Invalid and holds its nodes, as on a cluster.
+    fn validate_policies(&self) -> Result<(), String> {
+        let mut names = std::collections::BTreeSet::new();
+        for policy in &self.rotation_policies {
+            let name = policy.metadata.name.as_deref().unwrap_or_default();
+            if name.is_empty() {
+                return Err("a RotationPolicy needs metadata.name".into());
+            }
+            if !names.insert(name) {
+                return Err(format!("RotationPolicy {name:?} is defined twice"));
+            }
+            if policy.metadata.namespace.is_some() {
+                return Err(format!(
+                    "RotationPolicy {name:?}: the kind is cluster-scoped; leave metadata.namespace out"
+                ));
+            }
+            if policy.fields.contains_key("status") {
+                return Err(format!(
+                    "RotationPolicy {name:?}: leave status out; rotor-drainer writes it"
+                ));
+            }
+            if !policy.fields.contains_key("spec") {
+                return Err(format!(
+                    "RotationPolicy {name:?} needs a spec (nodeSelector, budgets, drain)"
+                ));
+            }
+            // What the API server's schema refuses; and what it would drop silently, where a
+            // typo is better refused.
+            let written = serde_json::to_value(policy).map_err(|e| e.to_string())?;
+            let problems = schema_problems::<RotationPolicyKind>(&written);
+            if !problems.is_empty() {
+                return Err(format!(
+                    "RotationPolicy {name:?}: {} (`kubectl explain rotationpolicy.spec` describes the fields)",
+                    problems.join("; ")
+                ));
             }
         }
         Ok(())
@@ -625,6 +677,59 @@ workloads:
             .unwrap_err()
             .to_string();
         assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn rotation_policies_are_read_and_a_bad_one_is_refused_with_the_reason() {
+        let s = Scenario::from_yaml(
+            r#"
+rotationPolicies:
+  - metadata: {name: system}
+    spec: {nodeSelector: {matchLabels: {pool: system}}, budgets: [{nodes: "1"}]}
+  - apiVersion: rotor.dev/v1alpha1
+    kind: RotationPolicy
+    metadata: {name: general}
+    spec: {budgets: [{nodes: "25%"}], drain: {timeout: 30m}}
+"#,
+            "x.yaml",
+        )
+        .unwrap();
+        let names: Vec<_> = s
+            .rotation_policies
+            .iter()
+            .map(|p| p.metadata.name.as_deref().unwrap())
+            .collect();
+        assert_eq!(names, ["system", "general"]);
+        assert_eq!(
+            s.rotation_policies[1].fields["spec"]["drain"]["timeout"],
+            "30m"
+        );
+
+        let refused = |yaml: &str| {
+            Scenario::from_yaml(&format!("rotationPolicies: [{yaml}]"), "x.yaml")
+                .unwrap_err()
+                .to_string()
+        };
+        let err = refused("{metadata: {name: a}, spec: {budgets: [{node: '1'}]}}");
+        assert!(
+            err.contains("x.yaml") && err.contains("spec.budgets[0].node: unknown field"),
+            "{err}"
+        );
+        let err = refused("{metadata: {name: a}, spec: {budgets: [{nodes: 1}]}}");
+        assert!(
+            err.contains("RotationPolicy \"a\": spec.budgets[0].nodes: 1 is not a string"),
+            "{err}"
+        );
+        let err = refused("{metadata: {name: a}}");
+        assert!(err.contains("needs a spec"), "{err}");
+        let err = refused("{spec: {}}");
+        assert!(err.contains("metadata.name"), "{err}");
+        let err = refused("{metadata: {name: a}, spec: {}}, {metadata: {name: a}, spec: {}}");
+        assert!(err.contains("defined twice"), "{err}");
+        let err = refused("{kind: DrainRule, metadata: {name: a}, spec: {}}");
+        assert!(err.contains("DrainRule"), "{err}");
+        let err = refused("{metadata: {name: a}, spec: {}, status: {nodes: 3}}");
+        assert!(err.contains("leave status out"), "{err}");
     }
 
     #[test]

@@ -260,6 +260,16 @@ pub fn build(s: &Scenario, now: Timestamp) -> Cluster {
     for w in &s.workloads {
         add_workload(&mut c, w, now);
     }
+    // As a create through the API would store them (no managedFields: nobody applied them).
+    for policy in &s.rotation_policies {
+        let mut policy = policy.clone();
+        let m = &mut policy.metadata;
+        m.uid = Some(uuid::Uuid::new_v4().to_string());
+        m.creation_timestamp = Some(Time(now));
+        m.generation = Some(1);
+        crate::kinds::SimKind::on_create(&mut policy, now);
+        c.rotation_policies.put(policy);
+    }
     if s.start_settled {
         // Controllers create pods, the scheduler binds them, settle makes them Ready: a few
         // passes reach the steady state (StatefulSets add one pod per pass).
@@ -288,6 +298,29 @@ pub fn build(s: &Scenario, now: Timestamp) -> Cluster {
 mod tests {
     use super::*;
     use crate::cluster::objects::{node_name, pod_ready};
+
+    #[test]
+    fn a_scenarios_rotation_policies_are_stored_as_a_create_would_store_them() {
+        let s = Scenario::from_yaml(
+            "rotationPolicies: [{metadata: {name: gpu, labels: {team: ml}}, spec: {budgets: [{nodes: '1'}]}}]",
+            "t",
+        )
+        .unwrap();
+        let c = build(&s, Timestamp::now());
+        let gpu = c
+            .rotation_policies
+            .get("", "gpu")
+            .expect("stored, cluster-scoped");
+        let m = &gpu.metadata;
+        assert!(m.uid.is_some() && m.creation_timestamp.is_some() && m.resource_version.is_some());
+        assert_eq!(m.generation, Some(1), "the drainer's status echoes it");
+        assert_eq!(m.labels.as_ref().unwrap()["team"], "ml");
+        assert_eq!(gpu.fields["spec"]["budgets"][0]["nodes"], "1");
+        assert!(
+            !gpu.fields.contains_key("status"),
+            "only the drainer writes it"
+        );
+    }
 
     #[test]
     fn a_settled_scenario_runs_every_pod() {

@@ -79,9 +79,10 @@ pub struct DemoArgs {
     /// Give up (exit 1, saying what is stuck) after this long.
     #[arg(long, env = "ROTOR_DEMO_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
     timeout: Duration,
-    /// Nodes rotated at once: the selector's --max-tainted and the drainer's --max-concurrent
-    /// and --max-unavailable.
-    #[arg(long, env = "ROTOR_DEMO_MAX_TAINTED", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Nodes tainted and drained at once at most: the selector's --max-tainted and the
+    /// drainer's --max-concurrent and --max-unavailable. The scenario's RotationPolicies may
+    /// allow fewer in a pool (demo.yaml: two general nodes, one system node).
+    #[arg(long, env = "ROTOR_DEMO_MAX_TAINTED", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     max_tainted: u32,
     /// With `--provider kubernetes`: the control-plane version to upgrade to (default: the next
     /// minor version after the scenario's).

@@ -3,7 +3,8 @@
 //! the seconds since the rotation started, so the model can be fed by hand in tests.
 //!
 //! Phases come from the drainer's node annotations (`rotor.dev/phase`, `rotor.dev/blocker`), the
-//! selector's work from the drain taint, and replacement from nodes leaving the cluster.
+//! selector's work from the drain taint, replacement from nodes leaving the cluster, and each
+//! pool's progress from the status the drainer writes on its RotationPolicy.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -16,6 +17,8 @@ use serde::Serialize;
 pub struct NodeView {
     pub name: String,
     pub zone: String,
+    /// The node group it belongs to.
+    pub group: String,
     /// What decides whether it is current, for people: e.g. `v1.33.4` or an AMI id.
     pub version: String,
     /// Not built from its group's current template.
@@ -47,6 +50,66 @@ pub struct Snapshot {
     /// Evictions a PodDisruptionBudget refused (429).
     pub refusals: u64,
     pub budget_violations: usize,
+    /// The RotationPolicies, by name, as the drainer last wrote their status.
+    pub pools: Vec<PoolView>,
+}
+
+/// One RotationPolicy's pool, as its status says (written by the drainer, not worked out
+/// here: the demo shows what the drainer decided).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolView {
+    pub name: String,
+    /// `None` until the drainer has written a status.
+    pub status: Option<PoolStatus>,
+}
+
+/// The counters and budget of a RotationPolicy's status.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStatus {
+    pub nodes: u32,
+    pub out_of_date: u32,
+    pub draining: u32,
+    pub drained: u32,
+    pub blocked: u32,
+    /// The budget in force, as the drainer words it ("1 of 2").
+    pub budget: Option<String>,
+    /// The conditions that hold (Overlap, Paused, WindowClosed, Halted, Invalid), with why.
+    pub holding: Vec<String>,
+}
+
+impl fmt::Display for PoolView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(s) = &self.status else {
+            return write!(f, "pool {}: no status from the drainer yet", self.name);
+        };
+        write!(
+            f,
+            "pool {}: {} nodes, {} out of date, {} draining, {} drained, {} blocked, budget {}",
+            self.name,
+            s.nodes,
+            s.out_of_date,
+            s.draining,
+            s.drained,
+            s.blocked,
+            s.budget.as_deref().unwrap_or("-")
+        )?;
+        for why in &s.holding {
+            write!(f, "; {why}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether every pool's status, as the drainer last wrote it, shows its rotation over: no node
+/// out of date, draining or blocked. A pool without a status has nothing to wait for.
+pub fn pools_settled(snap: &Snapshot) -> bool {
+    snap.pools.iter().all(|p| {
+        p.status
+            .as_ref()
+            .is_none_or(|s| s.out_of_date == 0 && s.draining == 0 && s.blocked == 0)
+    })
 }
 
 /// What the progress display shows.
@@ -98,6 +161,8 @@ pub enum Change {
     Violations {
         total: usize,
     },
+    /// A pool's status, as the drainer wrote it, changed.
+    Pool(PoolView),
     /// Something the demo itself did or saw (selector runs, upgrades, a job finishing).
     Note(String),
 }
@@ -123,6 +188,7 @@ impl fmt::Display for Change {
             Change::Violations { total } => {
                 write!(f, "BUDGET VIOLATION: {total} so far (see the summary)")
             }
+            Change::Pool(pool) => pool.fmt(f),
             Change::Note(text) => f.write_str(text),
         }
     }
@@ -142,6 +208,7 @@ pub struct Event {
 pub struct NodeTimeline {
     pub node: String,
     pub zone: String,
+    pub group: String,
     pub reason: Option<String>,
     #[serde(serialize_with = "tenths_opt")]
     pub tainted_at: Option<f64>,
@@ -195,7 +262,8 @@ pub fn counts(snap: &Snapshot, initially_outdated: &BTreeSet<String>) -> Counts 
 }
 
 /// The changes from `prev` to `next` (or from an empty cluster when `prev` is `None`, which
-/// reports nothing but taints and phases already present), in a stable order: nodes by name.
+/// reports nothing but taints, phases and pool statuses already present), in a stable order:
+/// nodes by name, then pools by name.
 pub fn diff(prev: Option<&Snapshot>, next: &Snapshot) -> Vec<Change> {
     let empty = Snapshot::default();
     let first = prev.is_none();
@@ -254,6 +322,16 @@ pub fn diff(prev: Option<&Snapshot>, next: &Snapshot) -> Vec<Change> {
             total: next.budget_violations,
         });
     }
+    for pool in &next.pools {
+        let old = prev.pools.iter().find(|p| p.name == pool.name);
+        let news = match old {
+            Some(old) => old != pool,
+            None => pool.status.is_some(),
+        };
+        if news {
+            out.push(Change::Pool(pool.clone()));
+        }
+    }
     out
 }
 
@@ -285,6 +363,7 @@ impl Progress {
                 NodeTimeline {
                     node: n.name.clone(),
                     zone: n.zone.clone(),
+                    group: n.group.clone(),
                     ..NodeTimeline::default()
                 },
             );
@@ -414,6 +493,7 @@ mod tests {
         NodeView {
             name: name.into(),
             zone: "us-east-1a".into(),
+            group: "general".into(),
             version: if outdated { "v1.33.4" } else { "v1.34.1" }.into(),
             outdated,
             ready: true,
@@ -454,6 +534,7 @@ mod tests {
             evictions: 7,
             refusals: 3,
             budget_violations: 0,
+            pools: Vec::new(),
         };
         let c = counts(&s, &outdated);
         assert_eq!(
@@ -530,6 +611,38 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_is_news_when_its_status_changes_or_first_appears() {
+        let pool = |name: &str, draining: Option<u32>| PoolView {
+            name: name.into(),
+            status: draining.map(|draining| PoolStatus {
+                nodes: 2,
+                draining,
+                budget: Some("1 of 2".into()),
+                ..PoolStatus::default()
+            }),
+        };
+        let with_pools = |at: f64, pools: Vec<PoolView>| Snapshot {
+            pools,
+            ..snap(at, vec![node("a", true)])
+        };
+        // At the start: a pool with a status is shown, one without waits for the drainer.
+        let first = with_pools(0.0, vec![pool("general", Some(0)), pool("system", None)]);
+        assert_eq!(diff(None, &first), [Change::Pool(pool("general", Some(0)))]);
+        let next = with_pools(1.0, vec![pool("general", Some(0)), pool("system", Some(1))]);
+        assert_eq!(
+            diff(Some(&first), &next),
+            [Change::Pool(pool("system", Some(1)))]
+        );
+        assert!(diff(Some(&next), &next).is_empty());
+        assert!(!pools_settled(&next), "a node of system is draining");
+        assert!(pools_settled(&first));
+        assert_eq!(
+            Change::Pool(pool("system", Some(1))).to_string(),
+            "pool system: 2 nodes, 0 out of date, 1 draining, 0 drained, 0 blocked, budget 1 of 2"
+        );
+    }
+
+    #[test]
     fn a_new_blocker_is_a_change_even_in_the_same_phase() {
         let mut a = with(node("a", true), Some("image"), Some("blocked"));
         a.blocker = Some("pod x".into());
@@ -598,6 +711,7 @@ mod tests {
             NodeTimeline {
                 node: "a".into(),
                 zone: "us-east-1a".into(),
+                group: "general".into(),
                 reason: Some("kubelet-version".into()),
                 tainted_at: Some(2.0),
                 drain_started_at: Some(2.5),

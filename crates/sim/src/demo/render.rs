@@ -65,12 +65,17 @@ pub fn panel(title: &str, progress: &Progress, elapsed: f64) -> Vec<String> {
             "pods unschedulable {}  evictions {} (refused by budgets {})",
             c.unschedulable_pods, c.evictions, c.refusals
         ),
-        String::new(),
-        format!(
-            "  {:<30} {:<11} {:<22} {:<9} {:<16} {}",
-            "NODE", "ZONE", "VERSION", "STATUS", "ROTOR", "BLOCKER"
-        ),
     ];
+    if let Some(s) = progress.last() {
+        for pool in &s.pools {
+            lines.push(pool.to_string());
+        }
+    }
+    lines.push(String::new());
+    lines.push(format!(
+        "  {:<30} {:<8} {:<11} {:<22} {:<9} {:<16} {}",
+        "NODE", "GROUP", "ZONE", "VERSION", "STATUS", "ROTOR", "BLOCKER"
+    ));
     if let Some(s) = progress.last() {
         for n in &s.nodes {
             let status = match (n.ready, n.outdated) {
@@ -84,8 +89,9 @@ pub fn panel(title: &str, progress: &Progress, elapsed: f64) -> Vec<String> {
                 (None, None) => String::new(),
             };
             lines.push(format!(
-                "  {:<30} {:<11} {:<22} {:<9} {:<16} {}",
+                "  {:<30} {:<8} {:<11} {:<22} {:<9} {:<16} {}",
                 n.name,
+                n.group,
                 n.zone,
                 n.version,
                 status,
@@ -140,11 +146,14 @@ pub fn summary_text(s: &Summary) -> Vec<String> {
     for line in &s.stuck {
         out.push(format!("  stuck: {line}"));
     }
+    for pool in &s.pools {
+        out.push(format!("  {pool}"));
+    }
     out.push(String::new());
     out.push("timeline (seconds since the upgrade):".into());
     out.push(format!(
-        "  {:<30} {:<11} {:>8} {:>8} {:>8} {:>8} {:>9}  {}",
-        "NODE", "ZONE", "TAINTED", "DRAINING", "BLOCKED", "DRAINED", "REPLACED", "BLOCKER"
+        "  {:<30} {:<8} {:<11} {:>8} {:>8} {:>8} {:>8} {:>9}  {}",
+        "NODE", "GROUP", "ZONE", "TAINTED", "DRAINING", "BLOCKED", "DRAINED", "REPLACED", "BLOCKER"
     ));
     let t = |v: Option<f64>| {
         v.map(|v| format!("{:.1}", super::progress::tenths(v)))
@@ -152,8 +161,9 @@ pub fn summary_text(s: &Summary) -> Vec<String> {
     };
     for row in &s.timeline {
         out.push(format!(
-            "  {:<30} {:<11} {:>8} {:>8} {:>8} {:>8} {:>9}  {}",
+            "  {:<30} {:<8} {:<11} {:>8} {:>8} {:>8} {:>8} {:>9}  {}",
             row.node,
+            row.group,
             row.zone,
             t(row.tainted_at),
             t(row.drain_started_at),
@@ -260,7 +270,7 @@ impl Display {
 
 #[cfg(test)]
 mod tests {
-    use super::super::progress::{NodeView, Snapshot};
+    use super::super::progress::{NodeView, PoolStatus, PoolView, Snapshot};
     use super::*;
 
     #[test]
@@ -282,6 +292,7 @@ mod tests {
     fn the_panel_lists_every_node_with_its_rotor_phase() {
         let node = |name: &str, phase: Option<&str>| NodeView {
             name: name.into(),
+            group: "general".into(),
             zone: "us-east-1a".into(),
             version: "v1.33.4".into(),
             outdated: true,
@@ -293,11 +304,28 @@ mod tests {
         let p = Progress::new(Snapshot {
             at: 0.0,
             nodes: vec![node("a", Some("evicting")), node("b", None)],
+            pools: vec![PoolView {
+                name: "general".into(),
+                status: Some(PoolStatus {
+                    nodes: 2,
+                    out_of_date: 2,
+                    draining: 1,
+                    budget: Some("2 of 2".into()),
+                    ..PoolStatus::default()
+                }),
+            }],
             ..Snapshot::default()
         });
         let lines = panel("demo", &p, 1.0);
         let a = lines.iter().find(|l| l.contains(" a ")).unwrap();
-        assert!(a.contains("evicting") && a.contains("outdated"), "{a}");
+        assert!(
+            a.contains("evicting") && a.contains("outdated") && a.contains("general"),
+            "{a}"
+        );
+        assert!(
+            lines.contains(&"pool general: 2 nodes, 2 out of date, 1 draining, 0 drained, 0 blocked, budget 2 of 2".to_string()),
+            "{lines:#?}"
+        );
         let b = lines.iter().find(|l| l.contains(" b ")).unwrap();
         assert!(b.contains("tainted"), "{b}");
         assert!(lines[1].contains("0/2"), "{}", lines[1]);

@@ -19,6 +19,10 @@ use super::view::{self, Shown};
 use super::{Config, POLL, Provider, actions, secs};
 use rotor_sim::server::Sim;
 
+/// How long a completed rotation waits for the drainer's last status writes on the
+/// RotationPolicies (it writes each at most every 5 s).
+const POOLS_SETTLE: Duration = Duration::from_secs(7);
+
 pub(super) struct Outcome {
     pub(super) summary: summary::Summary,
     pub(super) interrupted: bool,
@@ -150,6 +154,20 @@ pub(super) async fn rotate(
     };
     let elapsed = secs(t0);
     cron.stop();
+    if ending == Ending::Completed {
+        // The drainer writes a pool's status at most every few seconds: the summary waits for
+        // the last write, so that it shows the pools as rotated, not a moment before.
+        let until = Instant::now() + POOLS_SETTLE;
+        while !progress.last().is_none_or(progress::pools_settled) && Instant::now() < until {
+            tokio::select! {
+                _ = token.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let (snap, _) = jobs.step(sim, cfg.speed, secs(t0), shown);
+            let news = progress.observe(snap);
+            display.update(&title, &progress, &news, secs(t0));
+        }
+    }
     let stopped = drainer.stop().await;
     if !stopped.starts_with("stopped") {
         display.say(&format!("rotor-drainer {stopped}"));

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::progress::{NodeTimeline, Progress, tenths};
+use super::progress::{NodeTimeline, PoolView, Progress, tenths};
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -29,6 +29,8 @@ pub struct Summary {
     pub unschedulable_pod_seconds: f64,
     /// What holds the rotation up, when it did not complete: one line per outdated node.
     pub stuck: Vec<String>,
+    /// Each RotationPolicy's pool as the drainer last wrote its status.
+    pub pools: Vec<PoolView>,
     pub timeline: Vec<NodeTimeline>,
     /// Everything the demo saw and did, in order.
     pub events: Vec<EventRow>,
@@ -98,6 +100,7 @@ pub fn summarize(progress: &Progress, ending: &Ending, facts: Facts) -> Summary 
         selector_failures: facts.selector_failures,
         unschedulable_pod_seconds: tenths(facts.unschedulable_pod_seconds),
         stuck,
+        pools: progress.last().map(|s| s.pools.clone()).unwrap_or_default(),
         timeline: progress.timelines(),
         events: progress
             .events()

@@ -1,14 +1,17 @@
 //! Reading the in-process simulated cluster into the progress model's [`Snapshot`]: nodes with
 //! their drain taint and `rotor.dev/...` annotations, whether each was built from its group's
-//! current template, and the simulator's counters (evictions, budget refusals, violations,
-//! pods waiting for a node). Called with the cluster lock held, so it must stay cheap.
+//! current template, the RotationPolicies' status as the drainer wrote it, and the simulator's
+//! counters (evictions, budget refusals, violations, pods waiting for a node). Called with the
+//! cluster lock held, so it must stay cheap.
 
 use k8s_openapi::api::core::v1::Node;
 use rotor_core::contract::{BLOCKER_ANNOTATION, DRAIN_TAINT_KEY, PHASE_ANNOTATION};
+use serde::Deserialize;
 
-use super::progress::{NodeView, Snapshot};
+use super::progress::{NodeView, PoolStatus, PoolView, Snapshot};
 use rotor_sim::cluster::Cluster;
 use rotor_sim::cluster::objects::{node_group_of, node_ready, node_taints};
+use rotor_sim::rotor_kinds::RotationPolicy;
 
 /// Which node property the rotation changes, shown beside each node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +37,61 @@ pub fn snapshot(c: &Cluster, at: f64, shown: Shown) -> Snapshot {
         evictions: count(&["success", "unhealthy-allowed", "bypass"]),
         refusals: count(&["budget", "budget-unprocessed", "multiple-pdbs"]),
         budget_violations: c.stats.budget_violations.len(),
+        pools: c.rotation_policies.values().map(|p| pool_view(p)).collect(),
+    }
+}
+
+/// The fields of a RotationPolicy's status the demo shows (the CRD's `status`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenStatus {
+    #[serde(default)]
+    nodes: u32,
+    #[serde(default)]
+    out_of_date: u32,
+    #[serde(default)]
+    draining: u32,
+    #[serde(default)]
+    drained: u32,
+    #[serde(default)]
+    blocked: u32,
+    budget: Option<String>,
+    #[serde(default)]
+    conditions: Vec<WrittenCondition>,
+}
+
+#[derive(Deserialize)]
+struct WrittenCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    #[serde(default)]
+    message: String,
+}
+
+fn pool_view(policy: &RotationPolicy) -> PoolView {
+    // A status the demo cannot read is shown as none rather than guessed at.
+    let status = policy
+        .fields
+        .get("status")
+        .and_then(|s| WrittenStatus::deserialize(s).ok())
+        .map(|s| PoolStatus {
+            nodes: s.nodes,
+            out_of_date: s.out_of_date,
+            draining: s.draining,
+            drained: s.drained,
+            blocked: s.blocked,
+            budget: s.budget,
+            holding: s
+                .conditions
+                .into_iter()
+                .filter(|c| c.status == "True")
+                .map(|c| format!("{}: {}", c.type_, c.message))
+                .collect(),
+        });
+    PoolView {
+        name: policy.metadata.name.clone().unwrap_or_default(),
+        status,
     }
 }
 
@@ -64,6 +122,7 @@ fn node_view(c: &Cluster, n: &Node, shown: Shown) -> NodeView {
     });
     NodeView {
         name: n.metadata.name.clone().unwrap_or_default(),
+        group: node_group_of(n).unwrap_or_default().to_string(),
         zone: labels
             .and_then(|l| l.get("topology.kubernetes.io/zone"))
             .cloned()
@@ -139,5 +198,37 @@ mod tests {
         assert_eq!(s.nodes[0].blocker.as_deref(), Some("pod a/b"));
         assert_eq!(s.nodes[1].taint, None);
         assert_eq!((s.evictions, s.refusals), (1, 2));
+    }
+
+    #[test]
+    fn pools_show_the_status_the_drainer_wrote() {
+        let s = Scenario::from_yaml(
+            "rotationPolicies: [{metadata: {name: b}, spec: {}}, {metadata: {name: a}, spec: {}}]",
+            "t",
+        )
+        .unwrap();
+        let mut c = rotor_sim::seed::build(&s, jiff::Timestamp::now());
+        let a = c.rotation_policies.get("", "a").unwrap().clone();
+        c.rotation_policies.modify(&a, |p| {
+            p.fields.insert(
+                "status".into(),
+                serde_json::json!({
+                    "nodes": 2, "outOfDate": 2, "draining": 1, "budget": "1 of 2",
+                    "conditions": [
+                        {"type": "Paused", "status": "False", "reason": "Open", "message": "open"},
+                        {"type": "Halted", "status": "True", "reason": "Breaker", "message": "a replacement never came up"}
+                    ]
+                }),
+            );
+        });
+        let snap = snapshot(&c, 0.0, Shown::KubeletVersion);
+        let shown: Vec<String> = snap.pools.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "pool a: 2 nodes, 2 out of date, 1 draining, 0 drained, 0 blocked, budget 1 of 2; Halted: a replacement never came up",
+                "pool b: no status from the drainer yet",
+            ]
+        );
     }
 }

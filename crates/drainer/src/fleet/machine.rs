@@ -3,16 +3,20 @@
 //! stand down, publish the phases, undo, resume or start a drain). The shell in
 //! [`super::controller::run`] only carries events in and runs the commands; the order of a pass is here:
 //!
+//! 0. Between passes, [`Machine::apply`] takes each event in ([`events`]).
 //! 1. [`Machine::lease_step`]: contend while some node needs rotor; give the lease back once
 //!    none has for `--release-lease-after` and nothing rotor started still runs.
 //! 2. [`Machine::act`] (every replica publishes; only the leader goes on): a new term forgets
 //!    what an earlier one knew; drains whose taint went are stopped; rotor's state on untainted
 //!    nodes is undone; drains recorded as started resume; then the fleet limits, the maintenance
-//!    windows and the taint burst decide which candidates may start ([`StartRound`]).
+//!    windows and the taint burst decide which candidates may start ([`StartRound`], in
+//!    [`round`]).
 //! 3. The shell asks the start gate and the budget-aware choice about the round (both read the
-//!    cluster), then [`Machine::start`] turns what is left into drains.
+//!    cluster), then [`Machine::start`] turns what is left into drains and room made ahead.
 //!
-//! The machine's parts that keep state of their own are its children, each pure: the policies
+//! This file holds the machine's state and the pass's spine (steps 1 and 2, the circuit
+//! breaker, the rotation's notices, the policies' status writes). The machine's parts that keep
+//! state of their own are its children, each pure: the policies
 //! and the pools the nodes are in ([`policies`]), the lease ([`lease`]), the circuit breaker's
 //! halt ([`halt`]), room made ahead ([`ahead`]), the policies' status writes ([`status`]),
 //! holds said on the nodes ([`announced`]) and the burst of taints ([`taint_burst`]).
@@ -24,65 +28,36 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use rotor_core::contract::DrainPhase;
 
-use crate::drain::outcome::DrainResult;
 use crate::drain::published::WorkloadRef;
-use crate::fleet::breaker::{gate_trip, rotation_began, stalled_replacement};
-use crate::fleet::held::{Held, HeldReason, Limit};
+use crate::fleet::breaker::{rotation_began, stalled_replacement};
 use crate::fleet::node_labels::LabelKeys;
-use crate::fleet::pools::{DrainPolicy, Pool, PoolRef};
-use crate::fleet::starts::{
-    FleetDecision, FleetLimits, NodeView, PoolRules, candidate_names, choose_in_pools, start_block,
-};
-use crate::record::node::{DrainRecord, Intent, retry_backoff};
+use crate::fleet::pools::{DrainPolicy, PoolRef};
+use crate::fleet::starts::{FleetLimits, NodeView, PoolRules, start_block};
+use crate::record::node::{Intent, retry_backoff};
 use crate::record::notify::NoticeKind;
-use crate::record::rotation::{Halt, HaltState};
+use crate::record::rotation::Halt;
 
 mod ahead;
 mod announced;
+mod events;
 mod halt;
 mod lease;
 mod policies;
+mod round;
 mod status;
 mod taint_burst;
 
 use ahead::RoomAhead;
 use announced::HoldsAnnounced;
+pub(super) use events::Event;
 use halt::HaltBook;
 pub(super) use lease::LeaseCommand;
 use lease::{LeasePass, LeaseWatch, needs_rotor};
 pub(super) use policies::FlagPool;
 use policies::PolicyBook;
+pub(super) use round::StartRound;
 use status::StatusBook;
 use taint_burst::TaintBurst;
-
-/// What the machine is told.
-#[derive(Debug)]
-pub(super) enum Event {
-    /// The node watch listed every node (at start, or a re-list after the watch lost its place).
-    NodesListed(Vec<NodeView>),
-    /// A node was added or changed.
-    NodeApplied(NodeView),
-    /// A node was deleted.
-    NodeDeleted(String),
-    /// The rotation record's halt changed (the record watch, with `--halt-after`).
-    HaltRead(HaltState),
-    /// The RotationPolicy watch listed every policy (at start, or a re-list).
-    PoliciesListed(Vec<Pool>),
-    /// A policy was added or changed.
-    PolicyApplied(Pool),
-    /// A policy was deleted.
-    PolicyDeleted(String),
-    /// The RotationPolicy resource is not installed (no CRD): every node follows the flags.
-    PoliciesAbsent,
-    /// A drain or clean-up task ended. `record` is what the task last wrote on the node (the
-    /// watch may not have delivered it yet); `evicted` the gated workloads it evicted from.
-    TaskEnded {
-        node: String,
-        result: DrainResult,
-        record: Option<DrainRecord>,
-        evicted: Vec<WorkloadRef>,
-    },
-}
 
 /// What the machine asks the shell to do.
 #[derive(Clone, Debug, PartialEq)]
@@ -129,37 +104,6 @@ pub(super) enum Command {
         policy: String,
         status: rotor_policy::RotationPolicyStatus,
     },
-}
-
-/// The starts a pass proposes, before the start gate and the budget-aware choice have their say.
-#[derive(Debug)]
-pub(super) struct StartRound {
-    /// Nodes to start, in order.
-    pub start: Vec<String>,
-    /// Tainted nodes that do not start, and why.
-    pub held: Vec<Held>,
-    /// The fleet as the choice sees it: nodes with a drain task that has not yet recorded its
-    /// start count as queued. Nodes that only count towards their pool's size are left out.
-    pub view: Vec<NodeView>,
-    /// The nodes left out of `view`, counted by pool.
-    pub counted_beside: BTreeMap<PoolRef, usize>,
-    /// Time since the last pass while leading (counts towards the gate's blocked-seconds).
-    pub elapsed: Duration,
-    /// How long the start gate has held, and why, when it holds (set by the shell; what the
-    /// circuit breaker judges).
-    pub gate_held: Option<(Duration, String)>,
-    /// Whether the nodes unavailable before this round left room under `--max-unavailable`.
-    unavailable_room: bool,
-    /// When the round was proposed.
-    pub wall: Timestamp,
-    now: Instant,
-}
-
-impl StartRound {
-    /// Holds this round's starts for `why` (see [`hold_starts`]).
-    pub(super) fn hold(&mut self, why: HeldReason) {
-        hold_starts(&mut self.held, &mut self.start, why, self.unavailable_room);
-    }
 }
 
 /// The fleet's configuration, as far as the machine decides with it.
@@ -270,113 +214,6 @@ impl Machine {
     /// When the taint burst under way settles, for the shell to wake then.
     pub(super) fn burst_settles_at(&self, now: Instant) -> Option<Instant> {
         self.burst.settles_at(now)
-    }
-
-    /// Takes in one event.
-    pub(super) fn apply(&mut self, event: Event, now: Instant) -> Vec<Command> {
-        match event {
-            Event::NodesListed(listed) => {
-                // A list this machine asked for (new label keys) follows a watch that ran until
-                // it began: a taint seen then has stayed. After a watch that lost its place,
-                // whether the taint stayed while nobody watched is unknown: from now.
-                let watched_until_now = self.policies.nodes_listed();
-                let mut fresh = BTreeMap::new();
-                for mut view in listed {
-                    self.policies.place(&mut view);
-                    carry_ever_ready(&self.nodes, &mut view);
-                    let old = self.nodes.get(&view.name).filter(|_| watched_until_now);
-                    sight_taint(old, &mut view, now);
-                    fresh.insert(view.name.clone(), view);
-                }
-                self.nodes = fresh;
-                self.listed = true;
-                Vec::new()
-            }
-            Event::NodeApplied(mut view) => {
-                self.policies.place(&mut view);
-                let old = self.nodes.get(&view.name);
-                carry_ever_ready(&self.nodes, &mut view);
-                sight_taint(old, &mut view, now);
-                let mut commands = Vec::new();
-                if view.tainted && old.is_none_or(|old| !old.tainted) {
-                    self.burst.taint_arrived(now);
-                    // Pods may have arrived while it was untainted: read them afresh.
-                    commands.push(Command::ForgetDemand(view.name.clone()));
-                }
-                self.nodes.insert(view.name.clone(), view);
-                commands
-            }
-            Event::NodeDeleted(name) => {
-                self.nodes.remove(&name);
-                vec![Command::ForgetDemand(name)]
-            }
-            Event::PoliciesListed(pools) => {
-                self.policies.listed(pools);
-                self.place_all();
-                Vec::new()
-            }
-            Event::PolicyApplied(pool) => {
-                self.policies.applied(pool);
-                self.place_all();
-                Vec::new()
-            }
-            Event::PolicyDeleted(name) => {
-                self.policies.deleted(&name);
-                self.statuses.forget(&name);
-                self.place_all();
-                Vec::new()
-            }
-            Event::PoliciesAbsent => {
-                self.policies.absent();
-                self.place_all();
-                Vec::new()
-            }
-            Event::HaltRead(state) => {
-                let lifted = self.halt.read(state);
-                if lifted {
-                    self.paused.clear();
-                    vec![Command::Resumed]
-                } else {
-                    Vec::new()
-                }
-            }
-            Event::TaskEnded {
-                node,
-                result,
-                record,
-                evicted,
-            } => {
-                self.running.remove(&node);
-                self.cleaning.remove(&node);
-                self.paused.remove(&node);
-                // The watch has not necessarily delivered the task's last write yet; without
-                // this the next pass would see the old phase and resume a finished drain.
-                if let Some(record) = record
-                    && let Some(view) = self.nodes.get_mut(&node)
-                {
-                    view.record = record;
-                }
-                let mut commands = Vec::new();
-                match &result {
-                    DrainResult::Drained => {
-                        commands.push(Command::CountDrainEnd("drained"));
-                        if let Some(rotation) = &mut self.rotation {
-                            rotation.drained += 1;
-                        }
-                    }
-                    DrainResult::Failed { .. } => commands.push(Command::CountDrainEnd("failed")),
-                    DrainResult::Parked { .. } => commands.push(Command::CountDrainEnd("parked")),
-                    DrainResult::Cancelled => commands.push(Command::CountDrainEnd("cancelled")),
-                    DrainResult::Skipped { .. }
-                    | DrainResult::NodeGone
-                    | DrainResult::Interrupted => {}
-                }
-                if let Some(owners) = gate_after(&result, evicted) {
-                    commands.push(Command::ArmGate(owners));
-                }
-                commands
-            }
-        }
     }
 
     /// The lease half of a pass. `contending` and `leading` are the election's state now. The
@@ -520,66 +357,6 @@ impl Machine {
         }
     }
 
-    /// The fleet limits' choice among the candidates, then the holds that apply to every start:
-    /// the maintenance windows and a burst of taints still arriving.
-    fn propose_starts(&self, now: Instant, wall: Timestamp, elapsed: Duration) -> StartRound {
-        let mut view: Vec<NodeView> = Vec::new();
-        let mut counted_beside: BTreeMap<PoolRef, usize> = BTreeMap::new();
-        for n in self.nodes.values() {
-            let reserved = self.ahead.contains(&n.name);
-            if !reserved
-                && !self.running.contains(&n.name)
-                && n.only_counts(wall, self.cfg.limits.startup_grace)
-            {
-                *counted_beside.entry(n.pool.clone()).or_default() += 1;
-                continue;
-            }
-            let mut v = self.as_seen(n).into_owned();
-            v.room_made_ahead = reserved;
-            view.push(v);
-        }
-        let decision = choose_in_pools(
-            &view,
-            &self.cfg.limits,
-            self.pool_rules(wall, &counted_beside),
-            wall,
-            retry_backoff,
-        );
-        let mut round = StartRound {
-            unavailable_room: decision.unavailable < decision.allowed_unavailable,
-            start: Vec::new(),
-            held: Vec::new(),
-            view,
-            counted_beside,
-            elapsed,
-            gate_held: None,
-            wall,
-            now,
-        };
-        self.take_decision(&mut round, decision);
-        if !round.start.is_empty() && !self.policies.known() {
-            round.hold(HeldReason::Gate(
-                "reading the RotationPolicies first: a policy's budget must not be missed".into(),
-            ));
-        } else if !round.start.is_empty() && self.policies.labels_stale() {
-            round.hold(HeldReason::Gate(
-                "reading the nodes again: a RotationPolicy selects by a label the drainer had not kept, so a node's pool may be wrong until then".into(),
-            ));
-        }
-        if !round.start.is_empty() && self.burst.settles_at(now).is_some() {
-            round.hold(HeldReason::TaintsArriving);
-        }
-        if let Some(halt) = self.halt.halted() {
-            round.hold(HeldReason::Halted(halt.reason.clone()));
-        } else if self.cfg.halt_after.is_some() && !self.halt.known() {
-            round.hold(HeldReason::Gate(
-                "reading the rotation record first (--halt-after): a halt there holds every start"
-                    .into(),
-            ));
-        }
-        round
-    }
-
     /// Whether the rotation is halted (for the `halted` gauge, on every replica).
     pub(super) fn halted(&self) -> bool {
         self.halt.halted().is_some()
@@ -640,110 +417,6 @@ impl Machine {
         commands
     }
 
-    /// Puts a fleet decision (the first, or the budget-aware choice's) into `round`. A node
-    /// whose clean-up is still running (untainted, then tainted again) waits for it.
-    pub(super) fn take_decision(&self, round: &mut StartRound, decision: FleetDecision) {
-        round.held = decision.held;
-        round.start = decision
-            .start
-            .into_iter()
-            .filter(|n| !self.busy(n))
-            .collect();
-    }
-
-    /// The round's starts, as drains to run, then room made ahead for the nodes next in line;
-    /// the shell calls it only while it still leads.
-    pub(super) fn start(&mut self, round: StartRound) -> Vec<Command> {
-        // The gate held past --halt-after: what the last drains evicted is not coming back.
-        if let (Some(halt_after), Some((held_for, why)), None) =
-            (self.cfg.halt_after, &round.gate_held, self.halt.halted())
-            && let Some(reason) = gate_trip(*held_for, halt_after, why)
-        {
-            return vec![Command::Halt(self.halt.trip(reason, round.wall))];
-        }
-        let mut commands = Vec::new();
-        if let Some(first) = round.start.first()
-            && self.rotation.is_none()
-        {
-            self.rotation = Some(Rotation::default());
-            commands.push(Command::Notify {
-                kind: NoticeKind::RotationStarted,
-                detail: format!(
-                    "{} tainted node(s) to drain, {} at a time at most; starting with {first}",
-                    self.undrained(),
-                    self.cfg.limits.max_concurrent
-                ),
-            });
-        }
-        commands.extend(round.start.iter().map(|node| {
-            self.running.insert(node.clone());
-            self.ahead.taken_by_drain(node);
-            let view = self.nodes.get(node);
-            Command::Drain {
-                tainted_since: view.and_then(|n| n.tainted_since),
-                policy: view.and_then(|n| self.policies.drain_policy(&n.pool)),
-                node: node.clone(),
-                intent: Intent::Start,
-            }
-        }));
-        if !self.policies.labels_stale() {
-            // Both follow the nodes' pools, which are not known until the nodes are read again.
-            commands.extend(self.reserve_ahead(&round));
-            commands.extend(self.announce_holds(&round));
-        }
-        commands.extend(self.status_writes(round.now, round.wall));
-        commands
-    }
-
-    /// An Event on each node that pre-drain hooks, a missing approval or its policies hold,
-    /// when it is news (see [`HoldsAnnounced`]).
-    fn announce_holds(&mut self, round: &StartRound) -> Vec<Command> {
-        let news = self.holds_announced.take_news(&round.held);
-        news.into_iter()
-            .map(|(node, why)| Command::AnnounceHeld { node, why })
-            .collect()
-    }
-
-    /// With `--surge`, the candidates that would start next (in the round's order, up to
-    /// `reserve_ahead` at once) get their room made while the drains before them run, so their
-    /// own drains need not wait for an autoscaler. Only behind a running drain: with none, the
-    /// next candidate is held for moments at most (a burst of taints settling, the gate) and
-    /// makes its own room when it starts; reserving for it too would create every placeholder
-    /// twice. Not outside the maintenance windows: room that no drain may use yet only costs.
-    /// When room moves from one waiting node to another is [`RoomAhead::after_round`]'s rule.
-    fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
-        if self.cfg.reserve_ahead == 0 || self.running.is_empty() {
-            return Vec::new();
-        }
-        // Only nodes whose pool surges and may start now: room no drain may use yet only costs.
-        let next_in_line: Vec<String> = candidate_names(&round.view, round.wall, retry_backoff)
-            .into_iter()
-            .filter(|name| {
-                !self.busy(name)
-                    && self.nodes.get(name).is_some_and(|n| {
-                        self.policies.surges(&n.pool) && self.policies.pool_open(n, round.wall)
-                    })
-            })
-            .take(self.cfg.reserve_ahead)
-            .collect();
-        let weighed = |name: &str| {
-            round
-                .view
-                .iter()
-                .any(|v| v.name == name && v.budget_waits.is_some())
-        };
-        let changes = self.ahead.after_round(
-            next_in_line,
-            weighed,
-            round.start.len(),
-            self.cfg.reserve_ahead,
-        );
-        let release = changes.release.into_iter().map(Command::ReleaseAhead);
-        release
-            .chain(changes.reserve.into_iter().map(Command::ReserveAhead))
-            .collect()
-    }
-
     fn busy(&self, name: &str) -> bool {
         self.running.contains(name) || self.cleaning.contains(name)
     }
@@ -756,13 +429,6 @@ impl Machine {
         counted_beside: &'a BTreeMap<PoolRef, usize>,
     ) -> PoolRules<'a> {
         self.policies.rules(wall, counted_beside)
-    }
-
-    /// Every node placed afresh (the policies changed).
-    fn place_all(&mut self) {
-        for view in self.nodes.values_mut() {
-            self.policies.place(view);
-        }
     }
 
     /// The policies' status writes that are due; none while the nodes are read again (the
@@ -795,65 +461,11 @@ fn phase_counts(nodes: &BTreeMap<String, NodeView>) -> BTreeMap<&'static str, i6
     counts
 }
 
-/// What the next start waits for once a drain task ends (`None`: nothing new), given the
-/// workloads it `evicted` from. A drained node always arms the gate; a drain that ended otherwise
-/// (failed, stopped, its node gone) arms it only if it evicted something, whose workloads must be
-/// Ready again just the same.
-fn gate_after(result: &DrainResult, evicted: Vec<WorkloadRef>) -> Option<Vec<WorkloadRef>> {
-    (matches!(result, DrainResult::Drained) || !evicted.is_empty()).then_some(evicted)
-}
-
 /// A rotation under way, for its notices.
 #[derive(Debug, Default)]
 struct Rotation {
     /// Nodes this leader drained in it.
     drained: usize,
-}
-
-/// Holds this round's starts for `why`. The nodes the fleet limits held were held counting those
-/// starts as drains ("max-concurrent 3 reached (3 draining)" while none is); with the starts
-/// held, those that only the starts kept out wait for `why` first, and say so. There was a free
-/// slot (something was starting), so that is every node held by max-concurrent, and those held
-/// by max-unavailable when the nodes unavailable before the starts left room
-/// (`unavailable_room`); otherwise that limit holds them whatever starts.
-fn hold_starts(
-    held: &mut Vec<Held>,
-    start: &mut Vec<String>,
-    why: HeldReason,
-    unavailable_room: bool,
-) {
-    for (_, reason) in held.iter_mut() {
-        let only_the_starts = match reason.limit() {
-            Some(Limit::MaxConcurrent) => true,
-            Some(Limit::MaxUnavailable) => unavailable_room,
-            None => false,
-        };
-        if only_the_starts {
-            *reason = why.clone();
-        }
-    }
-    held.extend(start.drain(..).map(|n| (n, why.clone())));
-}
-
-/// Sets `view.tainted_since` (see [`NodeView`]): kept from `old`, the last view of the node, while
-/// its drain taint keeps pods off; `now` when that has just begun or nothing earlier is known;
-/// `None` otherwise. So a taint that went and came back counts from its return, and the
-/// monotonic clock keeps a step of the wall clock from making a new taint look old.
-fn sight_taint(old: Option<&NodeView>, view: &mut NodeView, now: Instant) {
-    view.tainted_since = (view.tainted && view.taint_keeps_pods_off)
-        .then(|| old.and_then(|o| o.tainted_since).unwrap_or(now));
-}
-
-/// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
-/// makes it unavailable rather than "still starting" (see [`NodeView::is_starting`]). Only for
-/// the same node: a new one that reuses the name (IP-based names are reused) starts afresh.
-fn carry_ever_ready(known: &BTreeMap<String, NodeView>, view: &mut NodeView) {
-    if known
-        .get(&view.name)
-        .is_some_and(|old| old.ever_ready && old.created == view.created)
-    {
-        view.ever_ready = true;
-    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
 
 use super::status::STATUS_EVERY;
 use super::*;
+use crate::fleet::held::Held;
 use crate::fleet::pools::{FlagDrain, Pool};
 
 /// Saturday 2025-03-01, noon UTC.

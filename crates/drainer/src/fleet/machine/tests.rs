@@ -1,7 +1,13 @@
 use std::str::FromStr;
 
+use super::events::{gate_after, sight_taint};
+use super::round::hold_starts;
 use super::*;
+use crate::drain::outcome::DrainResult;
 use crate::drain::published::WorkloadRef;
+use crate::fleet::held::{Held, HeldReason};
+use crate::record::node::DrainRecord;
+use crate::record::rotation::HaltState;
 use rotor_core::NodeBudget;
 
 use crate::fleet::pools::FlagDrain;

@@ -544,16 +544,23 @@ fn serve_refuses_a_missing_scenario_file() {
 
 #[test]
 fn check_accepts_the_example_and_test_scenarios() {
-    let example = workspace_root().join("examples/scenarios/small.yaml");
+    let example = |name: &str| workspace_root().join("examples/scenarios").join(name);
     let cases = [
-        (example, "1 node groups, 3 nodes, 4 workloads"),
+        (
+            example("small.yaml"),
+            "1 node groups, 3 nodes, 4 workloads, 0 RotationPolicies",
+        ),
+        (
+            example("demo.yaml"),
+            "2 node groups, 8 nodes, 7 workloads, 2 RotationPolicies",
+        ),
         (
             scenario("cluster.yaml"),
-            "1 node groups, 3 nodes, 4 workloads",
+            "1 node groups, 3 nodes, 4 workloads, 0 RotationPolicies",
         ),
         (
             scenario("strict-budget.yaml"),
-            "1 node groups, 2 nodes, 1 workloads",
+            "1 node groups, 2 nodes, 1 workloads, 0 RotationPolicies",
         ),
     ];
     for (file, summary) in cases {

@@ -148,10 +148,11 @@ fn assert_complete_rotation(stdout: &str, s: &Value, speed: f64) {
 }
 
 /// Each of the scenario's RotationPolicies (demo.yaml: `system` one node at a time, `general`
-/// two, under the demo's three at once): the drainer wrote its pool's status, counting the
-/// groups' nodes its selector matches, and never had more of the pool's nodes draining at once
-/// than its budget allows, from each drain's start to the end of its draining (a drained node
-/// waiting to be retired no longer counts).
+/// two, under the demo's three at once, while the selector taints three or more): the drainer
+/// wrote its pool's status, counting the groups' nodes its selector matches, and had as many of
+/// the pool's nodes draining at once as its budget allows, never more, counted from each
+/// drain's cordon to the end of its draining (a drained node waiting to be retired no longer
+/// counts; the demo's samples, 0.2 s apart, see less than the drainer counts, never more).
 fn assert_pools_kept_their_budgets(s: &Value) {
     let scenario = Scenario::load(&demo_scenario()).expect("demo.yaml loads");
     assert!(
@@ -221,9 +222,9 @@ fn assert_pools_kept_their_budgets(s: &Value) {
             })
             .max()
             .unwrap_or(0);
-        assert!(
-            most <= budget,
-            "pool {name} had {most} nodes draining at once, its budget {budget}: {s:#}"
+        assert_eq!(
+            most, budget,
+            "pool {name} had {most} nodes draining at once at most, its budget {budget}: {s:#}"
         );
     }
 }

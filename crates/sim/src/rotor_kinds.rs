@@ -3,8 +3,9 @@
 //! work on the simulator as on a cluster with the CRDs installed, and tests and demos can make
 //! policies with any client.
 //!
-//! The simulator keeps each object's fields besides `metadata` as JSON and does not check them
-//! against the CRD's schema, as an API server would: it serves what it is given, so a test can
+//! The simulator keeps each object's fields besides `metadata` as JSON and, written through the
+//! API, does not check them against the CRD's schema, as an API server would (a scenario file's
+//! policies are: [`schema_problems`]): it serves what it is given, so a test can
 //! also hand the drainer a policy a real API server would refuse, and it fills in none of the
 //! schema's defaults (the drainer's own types default the same fields alike). `RotationPolicy`
 //! has a `status` subresource (a create or a write to the main resource sets no status),
@@ -202,10 +203,14 @@ pub fn printer_columns(kind: &str) -> Option<&'static [PrinterColumn]> {
 }
 
 /// What `R`'s CRD schema refuses in `object` (a whole object of rotor's resource `R`, as JSON),
-/// one line per problem, by path (`spec.budgets[0].node`): fields of the wrong type, which an
-/// API server refuses, and fields the schema does not know, which it would prune silently, so
-/// that a scenario refuses a typo instead. Maps the schema leaves open (`additionalProperties`,
-/// as `matchLabels`) take any key; `metadata` is not looked into, nor the CEL rules.
+/// one line per problem, by path (`spec.budgets[0].node`): what an API server refuses (a field
+/// of the wrong type, a required one missing, a value outside an enum or an integer format's
+/// range, a null where the field is not nullable) and the fields the schema does not know,
+/// which it would prune silently, so that a scenario refuses a typo instead. Each of these
+/// would also keep the drainer from decoding the list of policies at all. Maps the schema leaves
+/// open (`additionalProperties`, as `matchLabels`) take any key; `metadata` is not looked into,
+/// nor the patterns and the CEL rules, which the drainer judges itself (marking the policy
+/// Invalid).
 pub fn schema_problems<R: RotorKind>(object: &Value) -> Vec<String> {
     let crd: Value = serde_saphyr::from_str(R::CRD).expect("deploy/'s CRD files parse");
     let schema = crd["spec"]["versions"]
@@ -230,12 +235,24 @@ pub fn schema_problems<R: RotorKind>(object: &Value) -> Vec<String> {
 }
 
 fn walk_schema(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>) {
-    if let Some(want) = type_mismatch(value, schema) {
-        problems.push(format!("{path}: {value} is not {want}"));
+    if value.is_null() {
+        if schema["nullable"] != true {
+            problems.push(format!("{path}: null; leave the field out instead"));
+        }
+        return;
+    }
+    if let Some(problem) = value_problem(value, schema) {
+        problems.push(format!("{path}: {problem}"));
         return;
     }
     match value {
         Value::Object(fields) => {
+            let required = schema["required"].as_array().into_iter().flatten();
+            for key in required.filter_map(Value::as_str) {
+                if !fields.contains_key(key) {
+                    problems.push(format!("{path}.{key}: required"));
+                }
+            }
             if let Some(open) = schema.get("additionalProperties") {
                 for (key, v) in fields {
                     walk_schema(v, open, &format!("{path}.{key}"), problems);
@@ -261,26 +278,46 @@ fn walk_schema(value: &Value, schema: &Value, path: &str, problems: &mut Vec<Str
     }
 }
 
-/// The type `schema` wants where `value` is not of it (`null` passes where the schema allows
-/// it, as for optional fields).
-fn type_mismatch(value: &Value, schema: &Value) -> Option<&'static str> {
-    if value.is_null() && schema["nullable"] == true {
-        return None;
-    }
-    if schema["x-kubernetes-int-or-string"] == true {
-        return (!(value.is_i64() || value.is_u64() || value.is_string()))
-            .then_some("an integer or a string");
-    }
-    let (fits, want) = match schema["type"].as_str()? {
-        "string" => (value.is_string(), "a string"),
-        "integer" => (value.is_i64() || value.is_u64(), "an integer"),
-        "number" => (value.is_number(), "a number"),
-        "boolean" => (value.is_boolean(), "true or false"),
-        "array" => (value.is_array(), "a list"),
-        "object" => (value.is_object(), "an object"),
-        _ => return None,
+/// What is wrong with `value` (not null) itself against `schema`: its type, its enum, its
+/// integer format's range.
+fn value_problem(value: &Value, schema: &Value) -> Option<String> {
+    let fits = if schema["x-kubernetes-int-or-string"] == true {
+        (value.is_i64() || value.is_u64() || value.is_string())
+            .then_some(())
+            .ok_or("an integer or a string")
+    } else {
+        match schema["type"].as_str() {
+            Some("string") => value.is_string().then_some(()).ok_or("a string"),
+            Some("integer") => (value.is_i64() || value.is_u64())
+                .then_some(())
+                .ok_or("an integer"),
+            Some("number") => value.is_number().then_some(()).ok_or("a number"),
+            Some("boolean") => value.is_boolean().then_some(()).ok_or("true or false"),
+            Some("array") => value.is_array().then_some(()).ok_or("a list"),
+            Some("object") => value.is_object().then_some(()).ok_or("an object"),
+            _ => Ok(()),
+        }
     };
-    (!fits).then_some(want)
+    if let Err(want) = fits {
+        return Some(format!("{value} is not {want}"));
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        let allowed: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        return Some(format!("{value} is not one of {}", allowed.join(", ")));
+    }
+    let range = match schema["format"].as_str() {
+        Some("int32") => Some((i64::from(i32::MIN), i64::from(i32::MAX))),
+        Some("uint32") => Some((0, i64::from(u32::MAX))),
+        _ => None,
+    };
+    if let Some((min, max)) = range
+        && !value.as_i64().is_some_and(|v| (min..=max).contains(&v))
+    {
+        return Some(format!("{value} is out of range ({min} to {max})"));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -392,10 +429,13 @@ mod tests {
             "kind": "RotationPolicy",
             "metadata": {"name": "gpu", "labels": {"any": "thing"}},
             "spec": {
-                "nodeSelector": {"matchLabels": {"any-key": "is-fine"}},
+                "nodeSelector": {
+                    "matchLabels": {"any-key": "is-fine"},
+                    "matchExpressions": [{"key": "a", "operator": "in"}, {"key": "b"}]
+                },
                 "budgets": [{"nodes": "1"}, {"node": "2"}, {"nodes": 3}],
-                "drain": {"timeout": "1h", "force": true},
-                "priority": "high",
+                "drain": {"timeout": "1h", "force": true, "surge": null},
+                "priority": 3_000_000_000_u64,
                 "maxUnavailable": 1
             },
             "extra": {}
@@ -405,17 +445,31 @@ mod tests {
             [
                 "extra: unknown field",
                 "spec.budgets[1].node: unknown field",
+                "spec.budgets[1].nodes: required",
                 "spec.budgets[2].nodes: 3 is not a string",
                 "spec.drain.force: unknown field",
                 "spec.maxUnavailable: unknown field",
-                "spec.priority: \"high\" is not an integer",
+                "spec.nodeSelector.matchExpressions[0].operator: \"in\" is not one of \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\"",
+                "spec.nodeSelector.matchExpressions[1].operator: required",
+                "spec.priority: 3000000000 is out of range (-2147483648 to 2147483647)",
+            ]
+        );
+        // A null where the schema does not allow one: an API server drops it, the drainer's
+        // decoding of the list would fail on it.
+        let nulls = json!({"spec": {"nodeSelector": null, "priority": null}});
+        assert_eq!(
+            schema_problems::<RotationPolicyKind>(&nulls),
+            [
+                "spec.nodeSelector: null; leave the field out instead",
+                "spec.priority: null; leave the field out instead",
             ]
         );
         let clean = json!({"spec": {"nodeSelector": {"matchExpressions": [
             {"key": "pool", "operator": "In", "values": ["a"]}
-        ]}, "priority": 5, "budgets": [
-            {"nodes": "20%", "schedule": "0 9 * * 1-5", "duration": "8h", "reasons": ["image"]}
-        ]}});
+        ]}, "priority": -5, "budgets": [
+            {"nodes": "20%", "schedule": "0 9 * * 1-5", "duration": "8h", "reasons": ["image"],
+             "timeZone": null}
+        ], "drain": {"timeout": "1h", "surge": true}}});
         assert_eq!(
             schema_problems::<RotationPolicyKind>(&clean),
             Vec::<String>::new()

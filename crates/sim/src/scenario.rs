@@ -538,10 +538,10 @@ impl Scenario {
     /// is left to it: it marks such a policy Invalid and holds its nodes, as on a cluster.
     fn validate_policies(&self) -> Result<(), String> {
         let mut names = std::collections::BTreeSet::new();
-        for policy in &self.rotation_policies {
+        for (i, policy) in self.rotation_policies.iter().enumerate() {
             let name = policy.metadata.name.as_deref().unwrap_or_default();
             if name.is_empty() {
-                return Err("a RotationPolicy needs metadata.name".into());
+                return Err(format!("rotationPolicies[{i}] needs metadata.name"));
             }
             if !names.insert(name) {
                 return Err(format!("RotationPolicy {name:?} is defined twice"));
@@ -567,7 +567,7 @@ impl Scenario {
             let problems = schema_problems::<RotationPolicyKind>(&written);
             if !problems.is_empty() {
                 return Err(format!(
-                    "RotationPolicy {name:?}: {} (`kubectl explain rotationpolicy.spec` describes the fields)",
+                    "RotationPolicy {name:?}: {} (docs/policy.md and deploy/base/crds/rotationpolicies.rotor.dev.yaml describe the fields)",
                     problems.join("; ")
                 ));
             }
@@ -722,8 +722,13 @@ rotationPolicies:
         );
         let err = refused("{metadata: {name: a}}");
         assert!(err.contains("needs a spec"), "{err}");
-        let err = refused("{spec: {}}");
-        assert!(err.contains("metadata.name"), "{err}");
+        let err = refused("{metadata: {name: a}, spec: {}}, {spec: {}}");
+        assert!(
+            err.contains("rotationPolicies[1] needs metadata.name"),
+            "{err}"
+        );
+        let err = refused("{metadata: {name: a}, spec: {budgets: [{}]}}");
+        assert!(err.contains("spec.budgets[0].nodes: required"), "{err}");
         let err = refused("{metadata: {name: a}, spec: {}}, {metadata: {name: a}, spec: {}}");
         assert!(err.contains("defined twice"), "{err}");
         let err = refused("{kind: DrainRule, metadata: {name: a}, spec: {}}");

@@ -62,6 +62,9 @@ pub struct PoolView {
     pub name: String,
     /// `None` until the drainer has written a status.
     pub status: Option<PoolStatus>,
+    /// How many of the cluster's nodes its nodeSelector selects now (`None` when the selector
+    /// does not read), to tell a status written before the last node came or went.
+    pub selects: Option<u32>,
 }
 
 /// The counters and budget of a RotationPolicy's status.
@@ -103,12 +106,17 @@ impl fmt::Display for PoolView {
 }
 
 /// Whether every pool's status, as the drainer last wrote it, shows its rotation over: no node
-/// out of date, draining or blocked. A pool without a status has nothing to wait for.
+/// out of date, draining or blocked, and counting the nodes its selector selects now (a status
+/// written while a replacement was still coming shows the pool short). A pool without a status
+/// has nothing to wait for.
 pub fn pools_settled(snap: &Snapshot) -> bool {
     snap.pools.iter().all(|p| {
-        p.status
-            .as_ref()
-            .is_none_or(|s| s.out_of_date == 0 && s.draining == 0 && s.blocked == 0)
+        p.status.as_ref().is_none_or(|s| {
+            s.out_of_date == 0
+                && s.draining == 0
+                && s.blocked == 0
+                && p.selects.is_none_or(|n| n == s.nodes)
+        })
     })
 }
 
@@ -325,7 +333,8 @@ pub fn diff(prev: Option<&Snapshot>, next: &Snapshot) -> Vec<Change> {
     for pool in &next.pools {
         let old = prev.pools.iter().find(|p| p.name == pool.name);
         let news = match old {
-            Some(old) => old != pool,
+            // What the drainer wrote is the news; nodes coming and going are shown as such.
+            Some(old) => old.status != pool.status,
             None => pool.status.is_some(),
         };
         if news {
@@ -620,6 +629,7 @@ mod tests {
                 budget: Some("1 of 2".into()),
                 ..PoolStatus::default()
             }),
+            selects: Some(2),
         };
         let with_pools = |at: f64, pools: Vec<PoolView>| Snapshot {
             pools,
@@ -636,6 +646,15 @@ mod tests {
         assert!(diff(Some(&next), &next).is_empty());
         assert!(!pools_settled(&next), "a node of system is draining");
         assert!(pools_settled(&first));
+        // A third node joined general after the drainer's last write: its count is stale, and
+        // a node coming is not pool news.
+        let mut grown = first.clone();
+        grown.pools[0].selects = Some(3);
+        assert!(
+            !pools_settled(&grown),
+            "general's status counts 2 of its 3 nodes"
+        );
+        assert!(diff(Some(&first), &grown).is_empty());
         assert_eq!(
             Change::Pool(pool("system", Some(1))).to_string(),
             "pool system: 2 nodes, 0 out of date, 1 draining, 0 drained, 0 blocked, budget 1 of 2"

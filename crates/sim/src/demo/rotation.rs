@@ -19,9 +19,10 @@ use super::view::{self, Shown};
 use super::{Config, POLL, Provider, actions, secs};
 use rotor_sim::server::Sim;
 
-/// How long a completed rotation waits for the drainer's last status writes on the
-/// RotationPolicies (it writes each at most every 5 s).
-const POOLS_SETTLE: Duration = Duration::from_secs(7);
+/// How long a completed rotation waits at most for the drainer's last status writes on the
+/// RotationPolicies: it writes each at most every 5 s, on a pass (at least one a second), and
+/// a loaded machine may be late.
+const POOLS_SETTLE: Duration = Duration::from_secs(10);
 
 pub(super) struct Outcome {
     pub(super) summary: summary::Summary,
@@ -158,14 +159,20 @@ pub(super) async fn rotate(
         // The drainer writes a pool's status at most every few seconds: the summary waits for
         // the last write, so that it shows the pools as rotated, not a moment before.
         let until = Instant::now() + POOLS_SETTLE;
-        while !progress.last().is_none_or(progress::pools_settled) && Instant::now() < until {
+        while !progress.last().is_none_or(progress::pools_settled)
+            && Instant::now() < until
+            && drainer.exited().is_none()
+        {
             tokio::select! {
                 _ = token.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let (snap, _) = jobs.step(sim, cfg.speed, secs(t0), shown);
-            let news = progress.observe(snap);
-            display.update(&title, &progress, &news, secs(t0));
+            let at = secs(t0);
+            let (snap, said) = jobs.step(sim, cfg.speed, at, shown);
+            let mut news: Vec<progress::Event> =
+                said.into_iter().map(|s| progress.note(at, s)).collect();
+            news.extend(progress.observe(snap));
+            display.update(&title, &progress, &news, at);
         }
     }
     let stopped = drainer.stop().await;

@@ -5,6 +5,8 @@
 //! cluster lock held, so it must stay cheap.
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
+use rotor_apimachinery::labels::LabelSelector;
 use rotor_core::contract::{BLOCKER_ANNOTATION, DRAIN_TAINT_KEY, PHASE_ANNOTATION};
 use serde::Deserialize;
 
@@ -37,7 +39,11 @@ pub fn snapshot(c: &Cluster, at: f64, shown: Shown) -> Snapshot {
         evictions: count(&["success", "unhealthy-allowed", "bypass"]),
         refusals: count(&["budget", "budget-unprocessed", "multiple-pdbs"]),
         budget_violations: c.stats.budget_violations.len(),
-        pools: c.rotation_policies.values().map(|p| pool_view(p)).collect(),
+        pools: c
+            .rotation_policies
+            .values()
+            .map(|p| pool_view(c, p))
+            .collect(),
     }
 }
 
@@ -69,7 +75,7 @@ struct WrittenCondition {
     message: String,
 }
 
-fn pool_view(policy: &RotationPolicy) -> PoolView {
+fn pool_view(c: &Cluster, policy: &RotationPolicy) -> PoolView {
     // A status the demo cannot read is shown as none rather than guessed at.
     let status = policy
         .fields
@@ -89,9 +95,27 @@ fn pool_view(policy: &RotationPolicy) -> PoolView {
                 .map(|c| format!("{}: {}", c.type_, c.message))
                 .collect(),
         });
+    // A missing selector selects every node, as the drainer reads it.
+    let selector = policy
+        .fields
+        .get("spec")
+        .and_then(|s| s.get("nodeSelector"))
+        .map_or_else(
+            || Ok(metav1::LabelSelector::default()),
+            metav1::LabelSelector::deserialize,
+        )
+        .ok()
+        .and_then(|s| LabelSelector::from_k8s(Some(&s)).ok());
+    let selects = selector.map(|s| {
+        c.nodes
+            .values()
+            .filter(|n| s.matches_opt(n.metadata.labels.as_ref()))
+            .count() as u32
+    });
     PoolView {
         name: policy.metadata.name.clone().unwrap_or_default(),
         status,
+        selects,
     }
 }
 
@@ -203,7 +227,9 @@ mod tests {
     #[test]
     fn pools_show_the_status_the_drainer_wrote() {
         let s = Scenario::from_yaml(
-            "rotationPolicies: [{metadata: {name: b}, spec: {}}, {metadata: {name: a}, spec: {}}]",
+            "nodeGroups: [{name: g, size: 3, template: {labels: {pool: g}}}, {name: h, size: 1, template: {}}]
+rotationPolicies: [{metadata: {name: b}, spec: {}},
+  {metadata: {name: a}, spec: {nodeSelector: {matchLabels: {pool: g}}}}]",
             "t",
         )
         .unwrap();
@@ -230,5 +256,8 @@ mod tests {
                 "pool b: no status from the drainer yet",
             ]
         );
+        // What each selects now, to tell a status written before the last node came or went.
+        let selects: Vec<_> = snap.pools.iter().map(|p| p.selects).collect();
+        assert_eq!(selects, [Some(3), Some(4)]);
     }
 }

@@ -1,13 +1,15 @@
 //! rotor's per-pool policy API. [`resource`] defines the `RotationPolicy` resource
 //! (`rotor.dev/v1alpha1`), [`drain_rule`] the `DrainRule`; [`crds`] renders their
 //! CustomResourceDefinitions, which `deploy/` and the Helm chart ship (a test keeps the committed
-//! files equal to them). How the drainer reads a
-//! policy is the drainer's business (`rotor_drainer::fleet::pools`).
+//! files equal to them); [`priority`] settles which policy governs a node several select. How
+//! the drainer reads a policy is the drainer's business (`rotor_drainer::fleet::pools`).
 
 pub mod drain_rule;
+pub mod priority;
 pub mod resource;
 
 pub use drain_rule::{DrainBehavior, DrainRule, DrainRuleSpec, NodeSelection, PodSelection};
+pub use priority::highest_priority;
 pub use resource::{
     LabelRequirement, LabelSelectorSpec, PolicyBudget, PolicyCondition, PoolDrainSettings,
     RotationPolicy, RotationPolicySpec, RotationPolicyStatus, SelectorOperator,

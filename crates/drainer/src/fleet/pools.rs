@@ -13,7 +13,7 @@
 //! - A policy that cannot be read (a schedule that never fires, an unknown time zone, settings
 //!   that contradict the flags) holds its nodes and says why: fail closed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -340,23 +340,16 @@ impl Pools {
     /// The pool that governs a node with these labels: the selecting policy of highest
     /// priority; an overlap when several share it; the flags when none selects it.
     pub fn assign(&self, labels: &NodeLabels) -> PoolRef {
-        let selecting: Vec<&Pool> = self
-            .pools
-            .values()
-            .filter(|p| p.selector.matches_lookup(|key| labels.get(key)))
-            .collect();
-        let Some(top) = selecting.iter().map(|p| p.priority).max() else {
-            return PoolRef::Flags;
-        };
-        let names: BTreeSet<String> = selecting
-            .iter()
-            .filter(|p| p.priority == top)
-            .map(|p| p.name.clone())
-            .collect();
-        if names.len() == 1 {
-            PoolRef::Policy(names.into_iter().next().unwrap_or_default())
-        } else {
-            PoolRef::Overlap(names.into_iter().collect())
+        let names = rotor_policy::highest_priority(
+            self.pools
+                .values()
+                .filter(|p| p.selector.matches_lookup(|key| labels.get(key)))
+                .map(|p| (p.name.as_str(), p.priority)),
+        );
+        match names.as_slice() {
+            [] => PoolRef::Flags,
+            [one] => PoolRef::Policy((*one).to_string()),
+            _ => PoolRef::Overlap(names.iter().map(ToString::to_string).collect()),
         }
     }
 }

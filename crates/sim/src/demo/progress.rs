@@ -62,9 +62,10 @@ pub struct PoolView {
     pub name: String,
     /// `None` until the drainer has written a status.
     pub status: Option<PoolStatus>,
-    /// How many of the cluster's nodes its nodeSelector selects now (`None` when the selector
-    /// does not read), to tell a status written before the last node came or went.
-    pub selects: Option<u32>,
+    /// How many of the cluster's nodes it governs now, by the drainer's rule (selected by it
+    /// and by no other policy of the same or higher priority); `None` when its selector does
+    /// not read. Tells a status written before the last node came or went.
+    pub governs: Option<u32>,
 }
 
 /// The counters and budget of a RotationPolicy's status.
@@ -105,19 +106,32 @@ impl fmt::Display for PoolView {
     }
 }
 
-/// Whether every pool's status, as the drainer last wrote it, shows its rotation over: no node
-/// out of date, draining or blocked, and counting the nodes its selector selects now (a status
-/// written while a replacement was still coming shows the pool short). A pool without a status
-/// has nothing to wait for.
-pub fn pools_settled(snap: &Snapshot) -> bool {
-    snap.pools.iter().all(|p| {
-        p.status.as_ref().is_none_or(|s| {
-            s.out_of_date == 0
-                && s.draining == 0
-                && s.blocked == 0
-                && p.selects.is_none_or(|n| n == s.nodes)
+/// The pools whose status, as the drainer last wrote it, does not show their rotation over, each
+/// with why: a node out of date, draining or blocked, or a count of nodes other than the pool
+/// governs now (a status written while a replacement was still coming shows the pool short).
+/// A pool without a status has nothing to wait for. Empty when every pool has settled.
+pub fn unsettled_pools(snap: &Snapshot) -> Vec<String> {
+    snap.pools
+        .iter()
+        .filter_map(|p| {
+            let s = p.status.as_ref()?;
+            let busy = [
+                (s.out_of_date, "out of date"),
+                (s.draining, "draining"),
+                (s.blocked, "blocked"),
+            ];
+            if let Some((n, what)) = busy.into_iter().find(|(n, _)| *n > 0) {
+                return Some(format!("pool {}: {n} {what}", p.name));
+            }
+            match p.governs {
+                Some(n) if n != s.nodes => Some(format!(
+                    "pool {}: its status counts {} nodes, it governs {n}",
+                    p.name, s.nodes
+                )),
+                _ => None,
+            }
         })
-    })
+        .collect()
 }
 
 /// What the progress display shows.
@@ -629,7 +643,7 @@ mod tests {
                 budget: Some("1 of 2".into()),
                 ..PoolStatus::default()
             }),
-            selects: Some(2),
+            governs: Some(2),
         };
         let with_pools = |at: f64, pools: Vec<PoolView>| Snapshot {
             pools,
@@ -644,15 +658,15 @@ mod tests {
             [Change::Pool(pool("system", Some(1)))]
         );
         assert!(diff(Some(&next), &next).is_empty());
-        assert!(!pools_settled(&next), "a node of system is draining");
-        assert!(pools_settled(&first));
+        assert_eq!(unsettled_pools(&next), ["pool system: 1 draining"]);
+        assert!(unsettled_pools(&first).is_empty());
         // A third node joined general after the drainer's last write: its count is stale, and
         // a node coming is not pool news.
         let mut grown = first.clone();
-        grown.pools[0].selects = Some(3);
-        assert!(
-            !pools_settled(&grown),
-            "general's status counts 2 of its 3 nodes"
+        grown.pools[0].governs = Some(3);
+        assert_eq!(
+            unsettled_pools(&grown),
+            ["pool general: its status counts 2 nodes, it governs 3"]
         );
         assert!(diff(Some(&first), &grown).is_empty());
         assert_eq!(

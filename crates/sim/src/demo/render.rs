@@ -313,7 +313,7 @@ mod tests {
                     budget: Some("2 of 2".into()),
                     ..PoolStatus::default()
                 }),
-                selects: Some(2),
+                governs: Some(2),
             }],
             ..Snapshot::default()
         });

@@ -153,16 +153,30 @@ pub(super) async fn rotate(
             break Ending::TimedOut;
         }
     };
+    // The rotation's time, taken when the last node was replaced: the wait below is for the
+    // drainer's status writes, not for the rotation.
     let elapsed = secs(t0);
     cron.stop();
     if ending == Ending::Completed {
         // The drainer writes a pool's status at most every few seconds: the summary waits for
         // the last write, so that it shows the pools as rotated, not a moment before.
         let until = Instant::now() + POOLS_SETTLE;
-        while !progress.last().is_none_or(progress::pools_settled)
-            && Instant::now() < until
-            && drainer.exited().is_none()
-        {
+        loop {
+            let unsettled = progress
+                .last()
+                .map(progress::unsettled_pools)
+                .unwrap_or_default();
+            if unsettled.is_empty() || drainer.exited().is_some() {
+                break;
+            }
+            if Instant::now() >= until {
+                display.say(&format!(
+                    "after {} s the drainer's status still shows {}; the summary shows the pools as last written",
+                    POOLS_SETTLE.as_secs(),
+                    unsettled.join(", ")
+                ));
+                break;
+            }
             tokio::select! {
                 _ = token.cancelled() => break,
                 _ = tick.tick() => {}

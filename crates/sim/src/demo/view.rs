@@ -4,6 +4,8 @@
 //! counters (evictions, budget refusals, violations, pods waiting for a node). Called with the
 //! cluster lock held, so it must stay cheap.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
 use rotor_apimachinery::labels::LabelSelector;
@@ -39,11 +41,7 @@ pub fn snapshot(c: &Cluster, at: f64, shown: Shown) -> Snapshot {
         evictions: count(&["success", "unhealthy-allowed", "bypass"]),
         refusals: count(&["budget", "budget-unprocessed", "multiple-pdbs"]),
         budget_violations: c.stats.budget_violations.len(),
-        pools: c
-            .rotation_policies
-            .values()
-            .map(|p| pool_view(c, p))
-            .collect(),
+        pools: pool_views(c),
     }
 }
 
@@ -75,9 +73,48 @@ struct WrittenCondition {
     message: String,
 }
 
-fn pool_view(c: &Cluster, policy: &RotationPolicy) -> PoolView {
-    // A status the demo cannot read is shown as none rather than guessed at.
-    let status = policy
+/// Each policy with the status the drainer wrote and the nodes it governs now.
+fn pool_views(c: &Cluster) -> Vec<PoolView> {
+    let selectors: Vec<(&str, i32, Option<LabelSelector>)> = c
+        .rotation_policies
+        .values()
+        .map(|p| {
+            let name = p.metadata.name.as_deref().unwrap_or_default();
+            (name, priority(p), selector(p))
+        })
+        .collect();
+    // Counted by the drainer's rule, as its status counts them: the selecting policy of highest
+    // priority governs a node; a tie at the top is an overlap, which counts for none of them.
+    let mut governs: BTreeMap<&str, u32> = BTreeMap::new();
+    for n in c.nodes.values() {
+        let labels = n.metadata.labels.as_ref();
+        let winners = rotor_policy::highest_priority(
+            selectors
+                .iter()
+                .filter(|(_, _, s)| s.as_ref().is_some_and(|s| s.matches_opt(labels)))
+                .map(|(name, priority, _)| (*name, *priority)),
+        );
+        if let [one] = winners.as_slice() {
+            *governs.entry(one).or_default() += 1;
+        }
+    }
+    c.rotation_policies
+        .values()
+        .zip(&selectors)
+        .map(|(policy, (name, _, selector))| PoolView {
+            name: (*name).to_string(),
+            status: written_status(policy),
+            governs: selector
+                .as_ref()
+                .map(|_| governs.get(name).copied().unwrap_or(0)),
+        })
+        .collect()
+}
+
+/// The status as the drainer wrote it; one the demo cannot read is shown as none rather than
+/// guessed at.
+fn written_status(policy: &RotationPolicy) -> Option<PoolStatus> {
+    policy
         .fields
         .get("status")
         .and_then(|s| WrittenStatus::deserialize(s).ok())
@@ -94,9 +131,24 @@ fn pool_view(c: &Cluster, policy: &RotationPolicy) -> PoolView {
                 .filter(|c| c.status == "True")
                 .map(|c| format!("{}: {}", c.type_, c.message))
                 .collect(),
-        });
-    // A missing selector selects every node, as the drainer reads it.
-    let selector = policy
+        })
+}
+
+/// The policy's priority; left out, 0, as the CRD defaults it.
+fn priority(policy: &RotationPolicy) -> i32 {
+    policy
+        .fields
+        .get("spec")
+        .and_then(|s| s.get("priority"))
+        .and_then(serde_json::Value::as_i64)
+        .and_then(|p| i32::try_from(p).ok())
+        .unwrap_or(0)
+}
+
+/// The policy's node selector; a missing one selects every node, as the drainer reads it.
+/// `None` when it does not read (the CRD would have refused it).
+fn selector(policy: &RotationPolicy) -> Option<LabelSelector> {
+    policy
         .fields
         .get("spec")
         .and_then(|s| s.get("nodeSelector"))
@@ -105,18 +157,7 @@ fn pool_view(c: &Cluster, policy: &RotationPolicy) -> PoolView {
             metav1::LabelSelector::deserialize,
         )
         .ok()
-        .and_then(|s| LabelSelector::from_k8s(Some(&s)).ok());
-    let selects = selector.map(|s| {
-        c.nodes
-            .values()
-            .filter(|n| s.matches_opt(n.metadata.labels.as_ref()))
-            .count() as u32
-    });
-    PoolView {
-        name: policy.metadata.name.clone().unwrap_or_default(),
-        status,
-        selects,
-    }
+        .and_then(|s| LabelSelector::from_k8s(Some(&s)).ok())
 }
 
 fn node_view(c: &Cluster, n: &Node, shown: Shown) -> NodeView {
@@ -256,8 +297,18 @@ rotationPolicies: [{metadata: {name: b}, spec: {}},
                 "pool b: no status from the drainer yet",
             ]
         );
-        // What each selects now, to tell a status written before the last node came or went.
-        let selects: Vec<_> = snap.pools.iter().map(|p| p.selects).collect();
-        assert_eq!(selects, [Some(3), Some(4)]);
+        // What each governs now, to tell a status written before the last node came or went:
+        // at the same priority, g's three nodes are an overlap and count for neither policy.
+        let governs = |snap: &Snapshot| snap.pools.iter().map(|p| p.governs).collect::<Vec<_>>();
+        assert_eq!(governs(&snap), [Some(0), Some(1)]);
+        // Above b, a governs g's nodes; b keeps h's.
+        let a = c.rotation_policies.get("", "a").unwrap().clone();
+        c.rotation_policies.modify(&a, |p| {
+            p.fields["spec"]["priority"] = serde_json::json!(10);
+        });
+        assert_eq!(
+            governs(&snapshot(&c, 0.0, Shown::KubeletVersion)),
+            [Some(3), Some(1)]
+        );
     }
 }

@@ -204,13 +204,15 @@ pub fn printer_columns(kind: &str) -> Option<&'static [PrinterColumn]> {
 
 /// What `R`'s CRD schema refuses in `object` (a whole object of rotor's resource `R`, as JSON),
 /// one line per problem, by path (`spec.budgets[0].node`): what an API server refuses (a field
-/// of the wrong type, a required one missing, a value outside an enum or an integer format's
-/// range, a null where the field is not nullable) and the fields the schema does not know,
-/// which it would prune silently, so that a scenario refuses a typo instead. Each of these
-/// would also keep the drainer from decoding the list of policies at all. Maps the schema leaves
-/// open (`additionalProperties`, as `matchLabels`) take any key; `metadata` is not looked into,
-/// nor the patterns and the CEL rules, which the drainer judges itself (marking the policy
-/// Invalid).
+/// of the wrong type, a required one missing, a value outside an enum, a length or count
+/// limit, a minimum or maximum, or an integer format's range) and what it would drop silently
+/// where a scenario had better refuse it: fields the schema does not know, which it prunes,
+/// and nulls where a field is not nullable, which it drops (a null under a required field is
+/// reported as the field missing, as the API server would then find it). The simulator keeps
+/// an object as written, so each of these would also reach the drainer, which would fail to
+/// decode the list of policies at all. Maps the schema leaves open (`additionalProperties`,
+/// as `matchLabels`) take any key; `metadata` is not looked into, nor the patterns and the
+/// CEL rules, which the drainer judges itself (marking the policy Invalid).
 pub fn schema_problems<R: RotorKind>(object: &Value) -> Vec<String> {
     let crd: Value = serde_saphyr::from_str(R::CRD).expect("deploy/'s CRD files parse");
     let schema = crd["spec"]["versions"]
@@ -218,26 +220,32 @@ pub fn schema_problems<R: RotorKind>(object: &Value) -> Vec<String> {
         .and_then(|versions| versions.iter().find(|v| v["name"] == VERSION))
         .map(|v| &v["schema"]["openAPIV3Schema"])
         .unwrap_or(&Value::Null);
-    let mut problems = Vec::new();
-    if let Some(fields) = object.as_object() {
-        for (key, value) in fields {
-            if ["apiVersion", "kind", "metadata"].contains(&key.as_str()) {
-                continue;
-            }
-            match schema["properties"].get(key) {
-                Some(field) => walk_schema(value, field, key, &mut problems),
-                None => problems.push(format!("{key}: unknown field")),
-            }
+    // The object without what every object carries and the schema leaves to the API server.
+    let mut body = object.clone();
+    if let Some(fields) = body.as_object_mut() {
+        for key in ["apiVersion", "kind", "metadata"] {
+            fields.remove(key);
         }
     }
+    let mut problems = Vec::new();
+    walk_schema(&body, schema, "", &mut problems);
     problems.sort();
     problems
 }
 
 fn walk_schema(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>) {
+    let at = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
     if value.is_null() {
         if schema["nullable"] != true {
-            problems.push(format!("{path}: null; leave the field out instead"));
+            problems.push(format!(
+                "{path}: null, which an API server would drop; leave the field out instead"
+            ));
         }
         return;
     }
@@ -248,21 +256,29 @@ fn walk_schema(value: &Value, schema: &Value, path: &str, problems: &mut Vec<Str
     match value {
         Value::Object(fields) => {
             let required = schema["required"].as_array().into_iter().flatten();
+            let mut given_null = Vec::new();
             for key in required.filter_map(Value::as_str) {
-                if !fields.contains_key(key) {
-                    problems.push(format!("{path}.{key}: required"));
+                match fields.get(key) {
+                    None => problems.push(format!("{}: required", at(key))),
+                    Some(Value::Null) => {
+                        problems.push(format!("{}: required (null given)", at(key)));
+                        given_null.push(key);
+                    }
+                    Some(_) => {}
                 }
             }
+            let fields = fields
+                .iter()
+                .filter(|(k, _)| !given_null.contains(&k.as_str()));
             if let Some(open) = schema.get("additionalProperties") {
                 for (key, v) in fields {
-                    walk_schema(v, open, &format!("{path}.{key}"), problems);
+                    walk_schema(v, open, &at(key), problems);
                 }
             } else if let Some(known) = schema.get("properties") {
                 for (key, v) in fields {
-                    let at = format!("{path}.{key}");
                     match known.get(key) {
-                        Some(field) => walk_schema(v, field, &at, problems),
-                        None => problems.push(format!("{at}: unknown field")),
+                        Some(field) => walk_schema(v, field, &at(key), problems),
+                        None => problems.push(format!("{}: unknown field", at(key))),
                     }
                 }
             }
@@ -279,7 +295,7 @@ fn walk_schema(value: &Value, schema: &Value, path: &str, problems: &mut Vec<Str
 }
 
 /// What is wrong with `value` (not null) itself against `schema`: its type, its enum, its
-/// integer format's range.
+/// length or number of items, its minimum and maximum, its integer format's range.
 fn value_problem(value: &Value, schema: &Value) -> Option<String> {
     let fits = if schema["x-kubernetes-int-or-string"] == true {
         (value.is_i64() || value.is_u64() || value.is_string())
@@ -306,6 +322,36 @@ fn value_problem(value: &Value, schema: &Value) -> Option<String> {
     {
         let allowed: Vec<String> = allowed.iter().map(Value::to_string).collect();
         return Some(format!("{value} is not one of {}", allowed.join(", ")));
+    }
+    // Lengths count characters, as the API server's validation does.
+    let size = match value {
+        Value::String(text) => Some((text.chars().count(), "characters", "Length")),
+        Value::Array(items) => Some((items.len(), "items", "Items")),
+        _ => None,
+    };
+    if let Some((n, unit, keyword)) = size {
+        if let Some(max) = schema[format!("max{keyword}")].as_u64()
+            && n as u64 > max
+        {
+            return Some(format!("{n} {unit}; at most {max}"));
+        }
+        if let Some(min) = schema[format!("min{keyword}")].as_u64()
+            && (n as u64) < min
+        {
+            return Some(format!("{n} {unit}; at least {min}"));
+        }
+    }
+    if let Some(v) = value.as_f64() {
+        if let Some(min) = schema["minimum"].as_f64()
+            && v < min
+        {
+            return Some(format!("{value} is below the minimum, {min}"));
+        }
+        if let Some(max) = schema["maximum"].as_f64()
+            && v > max
+        {
+            return Some(format!("{value} is above the maximum, {max}"));
+        }
     }
     let range = match schema["format"].as_str() {
         Some("int32") => Some((i64::from(i32::MIN), i64::from(i32::MAX))),
@@ -455,14 +501,61 @@ mod tests {
             ]
         );
         // A null where the schema does not allow one: an API server drops it, the drainer's
-        // decoding of the list would fail on it.
-        let nulls = json!({"spec": {"nodeSelector": null, "priority": null}});
+        // decoding of the list would fail on it. Under a required field, the field is missing.
+        let nulls = json!({"spec": {"nodeSelector": null, "priority": null,
+            "budgets": [{"nodes": null, "schedule": null}]}});
         assert_eq!(
             schema_problems::<RotationPolicyKind>(&nulls),
             [
-                "spec.nodeSelector: null; leave the field out instead",
-                "spec.priority: null; leave the field out instead",
+                "spec.budgets[0].nodes: required (null given)",
+                "spec.nodeSelector: null, which an API server would drop; leave the field out instead",
+                "spec.priority: null, which an API server would drop; leave the field out instead",
             ]
+        );
+        // `spec:` written with nothing under it.
+        assert_eq!(
+            schema_problems::<RotationPolicyKind>(&json!({"spec": null})),
+            ["spec: required (null given)"]
+        );
+    }
+
+    #[test]
+    fn lengths_counts_and_minimums_are_held_to_the_crds_limits() {
+        let budget = json!({"nodes": "1"});
+        let policy = json!({"spec": {
+            "budgets": [
+                {"nodes": "123456789"},
+                {"nodes": "1", "reasons": vec!["image"; 17]},
+                {"nodes": "2", "timeZone": "Ä".repeat(64)},
+            ],
+            "nodeSelector": {"matchExpressions": [{"key": "", "operator": "Exists"}]}
+        }});
+        assert_eq!(
+            schema_problems::<RotationPolicyKind>(&policy),
+            [
+                "spec.budgets[0].nodes: 9 characters; at most 8",
+                "spec.budgets[1].reasons: 17 items; at most 16",
+                "spec.nodeSelector.matchExpressions[0].key: 0 characters; at least 1",
+            ],
+            "64 two-byte characters are 64 characters, within timeZone's 64"
+        );
+        let many = json!({"spec": {"budgets": vec![budget.clone(); 51]}});
+        assert_eq!(
+            schema_problems::<RotationPolicyKind>(&many),
+            ["spec.budgets: 51 items; at most 50"]
+        );
+        let fifty = json!({"spec": {"budgets": vec![budget; 50]}});
+        assert!(schema_problems::<RotationPolicyKind>(&fifty).is_empty());
+        let no_pods = json!({"spec": {"behavior": "Skip", "pods": []}});
+        assert_eq!(
+            schema_problems::<DrainRuleKind>(&no_pods),
+            ["spec.pods: 0 items; at least 1"]
+        );
+        // Only the status carries a minimum (a scenario may not write a status at all).
+        let status = json!({"spec": {}, "status": {"outOfDate": -1}});
+        assert_eq!(
+            schema_problems::<RotationPolicyKind>(&status),
+            ["status.outOfDate: -1 is below the minimum, 0"]
         );
         let clean = json!({"spec": {"nodeSelector": {"matchExpressions": [
             {"key": "pool", "operator": "In", "values": ["a"]}

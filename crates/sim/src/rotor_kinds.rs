@@ -325,17 +325,17 @@ fn value_problem(value: &Value, schema: &Value) -> Option<String> {
     }
     // Lengths count characters, as the API server's validation does.
     let size = match value {
-        Value::String(text) => Some((text.chars().count(), "characters", "Length")),
-        Value::Array(items) => Some((items.len(), "items", "Items")),
+        Value::String(text) => Some((text.chars().count(), "characters", "minLength", "maxLength")),
+        Value::Array(items) => Some((items.len(), "items", "minItems", "maxItems")),
         _ => None,
     };
-    if let Some((n, unit, keyword)) = size {
-        if let Some(max) = schema[format!("max{keyword}")].as_u64()
+    if let Some((n, unit, min_key, max_key)) = size {
+        if let Some(max) = schema[max_key].as_u64()
             && n as u64 > max
         {
             return Some(format!("{n} {unit}; at most {max}"));
         }
-        if let Some(min) = schema[format!("min{keyword}")].as_u64()
+        if let Some(min) = schema[min_key].as_u64()
             && (n as u64) < min
         {
             return Some(format!("{n} {unit}; at least {min}"));

@@ -75,12 +75,12 @@ struct WrittenCondition {
 
 /// Each policy with the status the drainer wrote and the nodes it governs now.
 fn pool_views(c: &Cluster) -> Vec<PoolView> {
-    let selectors: Vec<(&str, i32, Option<LabelSelector>)> = c
+    let policies: Vec<(&str, &RotationPolicy, i32, Option<LabelSelector>)> = c
         .rotation_policies
         .values()
         .map(|p| {
             let name = p.metadata.name.as_deref().unwrap_or_default();
-            (name, priority(p), selector(p))
+            (name, &**p, priority(p), selector(p))
         })
         .collect();
     // Counted by the drainer's rule, as its status counts them: the selecting policy of highest
@@ -89,19 +89,18 @@ fn pool_views(c: &Cluster) -> Vec<PoolView> {
     for n in c.nodes.values() {
         let labels = n.metadata.labels.as_ref();
         let winners = rotor_policy::highest_priority(
-            selectors
+            policies
                 .iter()
-                .filter(|(_, _, s)| s.as_ref().is_some_and(|s| s.matches_opt(labels)))
-                .map(|(name, priority, _)| (*name, *priority)),
+                .filter(|(_, _, _, s)| s.as_ref().is_some_and(|s| s.matches_opt(labels)))
+                .map(|(name, _, priority, _)| (*name, *priority)),
         );
         if let [one] = winners.as_slice() {
             *governs.entry(one).or_default() += 1;
         }
     }
-    c.rotation_policies
-        .values()
-        .zip(&selectors)
-        .map(|(policy, (name, _, selector))| PoolView {
+    policies
+        .iter()
+        .map(|(name, policy, _, selector)| PoolView {
             name: (*name).to_string(),
             status: written_status(policy),
             governs: selector

@@ -622,8 +622,9 @@ mod tests {
         assert_eq!(loaded.get("bench-50.yaml"), Some(&(50, 1_000)));
         assert_eq!(loaded.get("bench-100.yaml"), Some(&(100, 2_000)));
         assert_eq!(loaded.get("bench-200.yaml"), Some(&(200, 4_000)));
-        // The real control plane at scale: the same Deployments (and budgets) over 1,000 and
-        // 5,000 nodes, and five times their pods (DaemonSet pods are not counted here).
+        // The real control plane at scale (DaemonSet pods are not counted here): real-1k's
+        // Deployments and budgets on 1,000 nodes and on 5,000 (real-5k-nodes), and five times
+        // their pods on 5,000 (real-5k).
         assert_eq!(loaded.get("real-1k.yaml"), Some(&(1_000, 28_000)));
         assert_eq!(loaded.get("real-5k-nodes.yaml"), Some(&(5_000, 28_000)));
         assert_eq!(loaded.get("real-5k.yaml"), Some(&(5_000, 140_000)));

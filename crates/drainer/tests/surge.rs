@@ -70,6 +70,20 @@ async fn sample_until_drained(
     }
 }
 
+/// Waits until all eight `web` pods are Ready again.
+async fn web_whole(cluster: &SimCluster) {
+    wait_until("web to be whole again", WAIT, || async {
+        let ready = cluster
+            .pods_labelled("shop", "app=web")
+            .await
+            .into_iter()
+            .filter(is_ready)
+            .count();
+        (ready == 8).then_some(())
+    })
+    .await;
+}
+
 async fn create_surge_class(cluster: &SimCluster) {
     let class: PriorityClass = serde_json::from_value(json!({
         "metadata": {"name": "rotor-surge"},
@@ -94,16 +108,7 @@ async fn drain_one(flags: &[&str]) -> (serde_json::Value, SimCluster, String) {
     let node = cluster.nodes_hosting("web-").await[0].clone();
     cluster.taint(&node, "manual").await;
     cluster.wait_phase(&node, "drained").await;
-    wait_until("web to be whole again", WAIT, || async {
-        let ready = cluster
-            .pods_labelled("shop", "app=web")
-            .await
-            .into_iter()
-            .filter(is_ready)
-            .count();
-        (ready == 8).then_some(())
-    })
-    .await;
+    web_whole(&cluster).await;
     drainer.stop().await.expect("the drainer stops cleanly");
     (cluster.stats(), cluster, node)
 }
@@ -142,16 +147,7 @@ async fn with_surge_the_evicted_pods_never_wait_for_a_node_and_no_placeholder_is
     // the scale to zero before the evictions.
     assert_eq!(with["requests"]["create replicasets"], 1, "{with}");
     assert_eq!(with["requests"]["patch replicasets"], 1, "{with}");
-    let sets = cluster
-        .ns::<k8s_openapi::api::apps::v1::ReplicaSet>("rotor-system")
-        .list(&Default::default())
-        .await
-        .unwrap();
-    assert!(
-        sets.items.is_empty(),
-        "placeholder sets left: {:?}",
-        sets.items
-    );
+    assert_no_sets_left(&cluster).await;
     wait_until("the placeholders to be gone", WAIT, || async {
         cluster
             .pods_labelled("rotor-system", PLACEHOLDERS)
@@ -424,8 +420,7 @@ async fn a_drain_holds_its_room_while_another_nodes_placeholder_is_pending_for_a
     cluster.taint(solo, "manual").await;
     // Sample the general node's placeholders: when all four are bound (the autoscaler added a
     // node for them), and when they are gone (its room freed for the evictions).
-    let selector =
-        format!("rotor.dev/surge-for={general},app.kubernetes.io/managed-by=rotor-drainer");
+    let selector = placeholders_of(general);
     let start = std::time::Instant::now();
     let (mut all_bound, mut freed) = (None, None);
     while freed.is_none() {
@@ -449,8 +444,7 @@ async fn a_drain_holds_its_room_while_another_nodes_placeholder_is_pending_for_a
     let held = freed.unwrap() - all_bound.unwrap();
     cluster.wait_phase(general, "drained").await;
     // Meanwhile the solo node's placeholder waited for a node that never comes.
-    let solo_selector =
-        format!("rotor.dev/surge-for={solo},app.kubernetes.io/managed-by=rotor-drainer");
+    let solo_selector = placeholders_of(solo);
     let pending: Vec<_> = cluster
         .pods_labelled("rotor-system", &solo_selector)
         .await
@@ -470,4 +464,118 @@ async fn a_drain_holds_its_room_while_another_nodes_placeholder_is_pending_for_a
         "the room was held {held:?} after its placeholders were all bound"
     );
     assert_eq!(cluster.stats()["budgetViolations"], 0);
+}
+
+/// `node`'s placeholders, as the drain labels them.
+fn placeholders_of(node: &str) -> String {
+    format!("rotor.dev/surge-for={node},app.kubernetes.io/managed-by=rotor-drainer")
+}
+
+/// No placeholder set is left in rotor's namespace.
+async fn assert_no_sets_left(cluster: &SimCluster) {
+    let sets = cluster
+        .ns::<k8s_openapi::api::apps::v1::ReplicaSet>("rotor-system")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        sets.items.is_empty(),
+        "placeholder sets left: {:?}",
+        sets.items
+    );
+}
+
+/// Waits until `web` is whole again, stops the drainer, and checks that no placeholder set is
+/// left and that no budget was broken.
+async fn settle_and_stop(cluster: &SimCluster, drainer: TestDrainer) {
+    web_whole(cluster).await;
+    drainer.stop().await.expect("the drainer stops cleanly");
+    assert_no_sets_left(cluster).await;
+    assert_eq!(cluster.stats()["budgetViolations"], 0);
+}
+
+/// A ReplicaSet controller that does not remove the placeholders of the sets a drain scaled to
+/// zero (down, or far behind; here the simulated control plane is paused): 2 s after the scale
+/// the drain deletes the sets and the placeholders itself, and its release, which has nothing
+/// left to delete, does not delete the sets again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placeholders_the_controller_does_not_remove_are_deleted_by_the_drain_once() {
+    let cluster = SimCluster::start(FULL).await;
+    create_surge_class(&cluster).await;
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    // From here the controllers, the scheduler, the autoscaler and the kubelets run only when
+    // the test steps them; the API serves as ever.
+    cluster.pause(true).await;
+    let drainer = TestDrainer::start(&cluster, "c", &["--surge", "--surge-timeout", "60s"]);
+    cluster.taint(&node, "manual").await;
+    let selector = placeholders_of(&node);
+    // Stepped until the four placeholders are bound: the set's controller makes them, the
+    // autoscaler adds a node, the scheduler binds them. No step after that one, so nothing
+    // removes them once the drain has scaled the set to zero.
+    wait_until("the placeholders to be bound", WAIT, || async {
+        cluster.step().await;
+        let placeholders = cluster.pods_labelled("rotor-system", &selector).await;
+        let bound = placeholders
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .count();
+        (placeholders.len() == 4 && bound == 4).then_some(())
+    })
+    .await;
+    let bound_at = std::time::Instant::now();
+    wait_until("the drain to delete them itself", WAIT, || async {
+        cluster
+            .pods_labelled("rotor-system", &selector)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let waited = bound_at.elapsed();
+    // It scaled the set to zero first, and waited the controller's 2 s (less the moment
+    // between the bind and the scale) before deleting.
+    assert_eq!(cluster.requests("patch replicasets"), 1);
+    assert!(
+        waited >= std::time::Duration::from_millis(1500),
+        "the placeholders were deleted {waited:?} after they were bound"
+    );
+    assert_eq!(cluster.requests("deletecollection pods"), 1);
+    assert_eq!(cluster.requests("deletecollection replicasets"), 1);
+    cluster.pause(false).await;
+    cluster.wait_phase(&node, "drained").await;
+    settle_and_stop(&cluster, drainer).await;
+    // The release gave the slot back and deleted nothing: the sets were gone.
+    assert_eq!(cluster.requests("deletecollection replicasets"), 1);
+    assert_eq!(cluster.requests("deletecollection pods"), 1);
+}
+
+/// A set that cannot be scaled to zero (here every patch of a ReplicaSet fails): the drain
+/// deletes its sets and its placeholders, one deletecollection each, before its evictions, and
+/// its release has nothing left to delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_that_cannot_be_scaled_is_deleted_with_its_placeholders_before_the_evictions() {
+    let cluster = SimCluster::start(FULL).await;
+    create_surge_class(&cluster).await;
+    cluster.fail_requests("patch", "replicasets", 500).await;
+    let drainer = TestDrainer::start(&cluster, "p", &["--surge", "--surge-timeout", "30s"]);
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "drained").await;
+    settle_and_stop(&cluster, drainer).await;
+    let stats = cluster.stats();
+    assert!(cluster.requests("patch replicasets") >= 1, "{stats}");
+    assert_eq!(
+        cluster.requests("deletecollection replicasets"),
+        1,
+        "{stats}"
+    );
+    assert_eq!(cluster.requests("deletecollection pods"), 1, "{stats}");
+    // Deleted before the first eviction, so no replacement had to preempt a placeholder.
+    assert_eq!(stats["podsPreempted"], 0, "{stats}");
+    assert!(
+        cluster
+            .pods_labelled("rotor-system", PLACEHOLDERS)
+            .await
+            .is_empty()
+    );
 }

@@ -74,7 +74,9 @@ pub(super) async fn free_room(
     // A placeholder no set owns (made one by one by an earlier build) is no controller's to
     // delete.
     let scaled = !watch.any_unowned() && scale_to_zero(room, node, &sets).await;
-    let freed = if scaled {
+    if scaled {
+        // Said before `see_removed` may say the sets are gone too, so that this cannot undo it.
+        set_room(room, node, DrainRoom::Freed { sets_left: true }).await;
         // The evictions go now, beside the removal: the controller's queue takes the scale
         // before the evictions' replacements, so it deletes the placeholders first.
         tokio::spawn(see_removed(
@@ -83,24 +85,25 @@ pub(super) async fn free_room(
             watch,
             stop.clone(),
         ));
-        Some(DrainRoom::Freed { sets_left: true })
-    } else {
-        delete_room(room, node)
-            .await
-            .then_some(DrainRoom::Freed { sets_left: false })
-    };
-    room.hold_room_ahead(AHEAD_AFTER_FREED);
-    if let Some(freed) = freed
-        && let Some(state) = room.owned_by_drain.lock().await.get_mut(node)
-    {
-        *state = freed;
+    } else if delete_room(room, node).await {
+        set_room(room, node, DrainRoom::Freed { sets_left: false }).await;
     }
+    room.hold_room_ahead(AHEAD_AFTER_FREED);
     true
+}
+
+/// Records where `node`'s room is, while its drain holds the node (after the release, nothing
+/// is left to record).
+async fn set_room(room: &SurgeRoom, node: &str, now: DrainRoom) {
+    if let Some(state) = room.owned_by_drain.lock().await.get_mut(node) {
+        *state = now;
+    }
 }
 
 /// Watches the ReplicaSet controller remove the placeholders of `node`'s sets scaled to zero,
 /// while the drain evicts; if it has not within [`FREED_WITHIN`] (a controller down or far
-/// behind), deletes the sets and the placeholders itself.
+/// behind), deletes the sets and the placeholders itself, so that the release does not delete
+/// the sets again.
 async fn see_removed(
     room: Arc<SurgeRoom>,
     node: String,
@@ -113,7 +116,10 @@ async fn see_removed(
     };
     if !removed {
         tracing::info!(%node, within = ?FREED_WITHIN, "the ReplicaSet controller has not removed the placeholders of the sets scaled to zero; deleting them");
-        delete_room(&room, &node).await;
+        // The sets went with them: the release has only the slot left to give back.
+        if delete_room(&room, &node).await {
+            set_room(&room, &node, DrainRoom::Freed { sets_left: false }).await;
+        }
     }
 }
 

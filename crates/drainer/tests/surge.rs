@@ -9,6 +9,7 @@ use common::{SimCluster, TestDrainer, WAIT, metric, wait_until};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::PostParams;
 use rotor_apimachinery::conditions::pod_is_ready;
+use rotor_drainer::drain::pods::is_bound;
 use serde_json::json;
 
 /// Two 2-CPU nodes full of `web` (four 450m pods each): a drained node's pods fit nowhere else
@@ -429,10 +430,7 @@ async fn a_drain_holds_its_room_while_another_nodes_placeholder_is_pending_for_a
             "the general node's room was not freed in time"
         );
         let placeholders = cluster.pods_labelled("rotor-system", &selector).await;
-        let bound = placeholders
-            .iter()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-            .count();
+        let bound = placeholders.iter().filter(|p| is_bound(p)).count();
         if all_bound.is_none() && placeholders.len() == 4 && bound == 4 {
             all_bound = Some(start.elapsed());
         }
@@ -449,7 +447,7 @@ async fn a_drain_holds_its_room_while_another_nodes_placeholder_is_pending_for_a
         .pods_labelled("rotor-system", &solo_selector)
         .await
         .into_iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+        .filter(|p| !is_bound(p))
         .collect();
     assert_eq!(
         pending.len(),
@@ -515,10 +513,7 @@ async fn placeholders_the_controller_does_not_remove_are_deleted_by_the_drain_on
     wait_until("the placeholders to be bound", WAIT, || async {
         cluster.step().await;
         let placeholders = cluster.pods_labelled("rotor-system", &selector).await;
-        let bound = placeholders
-            .iter()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-            .count();
+        let bound = placeholders.iter().filter(|p| is_bound(p)).count();
         (placeholders.len() == 4 && bound == 4).then_some(())
     })
     .await;

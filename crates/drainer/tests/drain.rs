@@ -628,6 +628,55 @@ async fn given_a_budget_that_never_allows_when_the_deadline_passes_then_the_node
     cluster.stop().await;
 }
 
+/// Past a node's replace-by time (`--enforce-replace-by`) only a budget that can never allow is
+/// gone past: pods whose budget allows one eviction at a time wait their turn, as before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_passed_replace_by_time_then_a_budget_that_will_allow_is_waited_for_not_forced() {
+    // Six web pods on three nodes, one disruption at a time: a node with two or more evicts
+    // the second only once the first's replacement is Ready.
+    let yaml = CLUSTER
+        .replace("replicas: 4", "replicas: 6")
+        .replace("pdb: {minAvailable: 3}", "pdb: {maxUnavailable: 1}");
+    let cluster = SimCluster::start(&yaml).await;
+    let mut by_count = Vec::new();
+    for node in cluster.nodes_hosting("web-").await {
+        let web = cluster
+            .pods_on(&node)
+            .await
+            .iter()
+            .filter(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("web-"))
+            .count();
+        by_count.push((web, node));
+    }
+    by_count.sort();
+    let (web, node) = by_count.pop().expect("a node hosting web pods");
+    assert!(web >= 2, "{by_count:?}");
+    // Its replace-by time passed an hour ago.
+    let past = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    cluster
+        .annotate(&node, "rotor.dev/replace-by", Some(&past.to_string()))
+        .await;
+    let drainer = TestDrainer::start(&cluster, "a", &["--enforce-replace-by"]);
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "drained").await;
+    let stats = cluster.stats();
+    assert_eq!(
+        stats["requests"].get("delete pods"),
+        None,
+        "every web pod is evicted in its budget's turn: {stats}"
+    );
+    assert_eq!(stats["budgetViolations"], 0, "{stats}");
+    assert!(
+        stats["requests"]["create pods/eviction"]
+            .as_u64()
+            .unwrap_or(0)
+            >= web as u64,
+        "{stats}"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_statefulset_pod_when_it_is_recreated_under_the_same_name_then_the_drain_does_not_chase_it()
  {
@@ -1352,6 +1401,34 @@ async fn given_a_pass_whose_evictions_are_answered_apart_then_each_is_logged_as_
     );
     let stats = cluster.stats();
     assert_eq!(stats["budgetViolations"], 0, "{stats}");
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+/// A start write the API refuses (here every node patch fails, as behind a failing admission
+/// webhook) cannot be recorded on the node: the drainer logs it and tries again after the retry
+/// back-off, not every second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_node_the_drainer_cannot_patch_then_its_start_is_tried_again_after_the_back_off() {
+    let cluster = SimCluster::start(CLUSTER).await;
+    let node = cluster.node_names().await[0].clone();
+    cluster.taint(&node, "manual").await;
+    let tainted = cluster.requests("patch nodes");
+    cluster.fail_requests("patch", "nodes", 500).await;
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    wait_until("the drainer's start write", WAIT, || async {
+        (cluster.requests("patch nodes") > tainted).then_some(())
+    })
+    .await;
+    // Five passes of the fleet's loop later, still the one refused write.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(cluster.requests("patch nodes"), tainted + 1);
+    let spec = cluster.node(&node).await.spec.unwrap_or_default();
+    assert_ne!(spec.unschedulable, Some(true), "nothing was written");
+    assert_eq!(
+        cluster.stats()["requests"].get("create pods/eviction"),
+        None
+    );
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }

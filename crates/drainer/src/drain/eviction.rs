@@ -15,7 +15,9 @@
 //! - other failures back off exponentially (2 s doubling to 30 s), per pod, and show on the node
 //!   (after `--blocked-after`, as any wait) until the pod's eviction goes through: a webhook that
 //!   times out or answers 500 is an outage the operator must be able to see;
-//! - past `--force-after`, pods that budgets hold are deleted instead of evicted.
+//! - past `--force-after`, pods that their budgets hold are deleted instead of evicted, and past
+//!   a node's replace-by time (`--enforce-replace-by`) those a budget can never let go; never a
+//!   pod whose budget allows its eviction now: that pod is evicted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -38,7 +40,8 @@ pub enum Step {
     WaitForBudget { at: Timestamp, first: bool },
     /// Post an eviction.
     Evict,
-    /// Delete it (past `--force-after`, its budget having refused it).
+    /// Delete it: past `--force-after` its budget refused it and allows nothing now, or past the
+    /// replace-by time no budget can ever let it go.
     Force,
 }
 
@@ -68,6 +71,8 @@ pub struct EvictionQueue {
     failures: HashMap<String, u32>,
     /// Blockers that only an operator can clear (several budgets, a denied eviction).
     fatal: BTreeMap<String, String>,
+    /// Pods no budget can ever let go (one that never allows, or several), as the plan said.
+    never_allowed: HashSet<String>,
     /// Pods whose last eviction failed (5xx, a timeout), with the failure: retried with back-off.
     failing: BTreeMap<String, String>,
 }
@@ -77,15 +82,22 @@ pub struct EvictionQueue {
 pub struct QueuePolicy {
     /// `--budget-recheck`: how long a budget wait lasts when no budget change ends it sooner.
     pub budget_recheck: Duration,
-    /// From when pods that budgets hold are deleted (`--force-after`, or a replace-by time
-    /// passed under `--enforce-replace-by`); `None`: never.
+    /// From when pods that their budgets hold are deleted (`--force-after`); `None`: never.
     pub force_from: Option<Timestamp>,
+    /// From when pods that no budget can ever let go are deleted: the earlier of
+    /// `--force-after` and a replace-by time under `--enforce-replace-by`; `None`: never.
+    pub force_never_allowed_from: Option<Timestamp>,
 }
 
 impl QueuePolicy {
-    /// Whether pods that budgets hold are deleted at `now`.
+    /// Whether pods that their budgets hold are deleted at `now` (`--force-after`).
     pub fn forcing(&self, now: Timestamp) -> bool {
         self.force_from.is_some_and(|t| now >= t)
+    }
+
+    /// Whether pods that no budget can ever let go are deleted at `now`.
+    pub fn forcing_never_allowed(&self, now: Timestamp) -> bool {
+        self.forcing(now) || self.force_never_allowed_from.is_some_and(|t| now >= t)
     }
 }
 
@@ -107,7 +119,12 @@ impl EvictionQueue {
         {
             return Step::Skip(Some(*at));
         }
-        let forced = policy.forcing(now) && self.refused.contains_key(&pod.uid);
+        // A deletion goes past the budget: never for a pod whose budget allows its eviction now
+        // (the eviction is possible, so it is what goes).
+        let allowed_now = charged.is_some_and(|c| c.allowed_now > 0);
+        let forced = !allowed_now
+            && ((policy.forcing(now) && self.refused.contains_key(&pod.uid))
+                || (policy.forcing_never_allowed(now) && self.never_allowed.contains(&pod.uid)));
         if forced {
             return Step::Force;
         }
@@ -134,9 +151,10 @@ impl EvictionQueue {
         Step::Evict
     }
 
-    /// Past `--force-after`, a pod the plan leaves to its budget is one the budget refuses:
-    /// recorded so that [`EvictionQueue::next_step`] forces it.
-    pub fn held_by_budget(&mut self, pod: &PodRef) {
+    /// Once such pods are forced, a pod the plan says no budget can ever let go: recorded so
+    /// that [`EvictionQueue::next_step`] forces it.
+    pub fn never_allowed(&mut self, pod: &PodRef) {
+        self.never_allowed.insert(pod.uid.clone());
         self.refused
             .entry(pod.uid.clone())
             .or_insert_with(|| format!("{pod}: held by its budget"));
@@ -161,6 +179,7 @@ impl EvictionQueue {
             EvictionOutcome::Evicted | EvictionOutcome::Gone => {
                 recorded.waited = self.refused.contains_key(uid);
                 self.evicted.insert(uid.clone());
+                self.never_allowed.remove(uid);
                 self.refused.remove(uid);
                 self.fatal.remove(uid);
                 self.failing.remove(uid);
@@ -230,6 +249,7 @@ impl EvictionQueue {
         self.refused.remove(uid);
         self.fatal.remove(uid);
         self.failing.remove(uid);
+        self.never_allowed.remove(uid);
     }
 
     /// Whether the eviction of `uid` was accepted.
@@ -305,6 +325,7 @@ mod tests {
     const POLICY: QueuePolicy = QueuePolicy {
         budget_recheck: Duration::from_secs(60),
         force_from: None,
+        force_never_allowed_from: None,
     };
 
     #[test]
@@ -488,13 +509,79 @@ mod tests {
         let db = pod("db-0");
         // Not refused yet: evicted as usual even when forcing.
         assert_eq!(queue.next_step(&db, None, forcing, t0), Step::Evict);
-        queue.held_by_budget(&db);
-        assert_eq!(
-            queue.next_step(&db, Some(&charge("shop/db", 0)), forcing, t0),
-            Step::Force
-        );
+        queue.never_allowed(&db);
+        assert_eq!(queue.next_step(&db, None, forcing, t0), Step::Force);
         queue.pod_gone(&db.uid);
         assert_eq!(queue.refused(), 0);
+        // A pod its budget refused once, and holds still.
+        let web = pod("web-1");
+        assert!(matches!(
+            queue.next_step(&web, Some(&charge("shop/web", 0)), POLICY, t0),
+            Step::WaitForBudget { .. }
+        ));
+        queue.budget_moved();
+        assert_eq!(
+            queue.next_step(&web, Some(&charge("shop/web", 0)), forcing, t0),
+            Step::Force
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_budget_allows_its_eviction_is_evicted_even_when_forcing() {
+        let t0 = at("2025-03-01T12:00:00Z");
+        let forcing = QueuePolicy {
+            force_from: Some(t0),
+            ..POLICY
+        };
+        let mut queue = EvictionQueue::default();
+        let web = pod("web-1");
+        // Refused while its budget was at zero, before --force-after passed.
+        assert!(matches!(
+            queue.next_step(&web, Some(&charge("shop/web", 0)), POLICY, t0),
+            Step::WaitForBudget { first: true, .. }
+        ));
+        queue.budget_moved();
+        // Past --force-after, the budget allows one again: the eviction is possible, so it is
+        // what goes, not a deletion.
+        assert_eq!(
+            queue.next_step(&web, Some(&charge("shop/web", 1)), forcing, t0),
+            Step::Evict
+        );
+    }
+
+    #[test]
+    fn past_the_replace_by_time_only_a_pod_no_budget_can_let_go_is_deleted() {
+        let t0 = at("2025-03-01T12:00:00Z");
+        let replace_by = QueuePolicy {
+            force_never_allowed_from: Some(t0),
+            ..POLICY
+        };
+        let mut queue = EvictionQueue::default();
+        // Its budget allows none now but will (a replacement not Ready yet): it waits for its
+        // budget, past the replace-by time too, for as long as a budget recheck.
+        let web = pod("web-1");
+        let waiting = Some(charge("shop/web", 0));
+        assert_eq!(
+            queue.next_step(&web, waiting.as_ref(), replace_by, t0),
+            Step::WaitForBudget {
+                at: t0 + jiff::SignedDuration::from_secs(60),
+                first: true
+            }
+        );
+        queue.budget_moved();
+        assert!(matches!(
+            queue.next_step(&web, waiting.as_ref(), replace_by, t0),
+            Step::WaitForBudget { first: false, .. }
+        ));
+        // One whose budget never allows is deleted: the last resort the replace-by time brings.
+        let db = pod("db-0");
+        queue.never_allowed(&db);
+        assert_eq!(queue.next_step(&db, None, replace_by, t0), Step::Force);
+        // Before the replace-by time, not even that one.
+        let mut queue = EvictionQueue::default();
+        queue.never_allowed(&db);
+        let early = t0 - jiff::SignedDuration::from_secs(1);
+        assert_eq!(queue.next_step(&db, None, replace_by, early), Step::Evict);
     }
 
     #[test]

@@ -10,12 +10,13 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Taint};
 use rotor_core::duration::later;
 
 use crate::drain::eviction::{EvictionQueue, QueuePolicy, Step};
 use crate::drain::node_plan::{Charge, NodePlan};
-use crate::drain::pods::{Blocker, PodRef};
+use crate::drain::pods::{Blocker, DrainOptions, PodRef, PodVerdict, classify};
+use crate::drain::rules::PodRule;
 
 /// Whether a node the plan finds empty is drained now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,9 +78,9 @@ pub struct Sends {
     pub wake: Option<Timestamp>,
 }
 
-/// What to send now: each pod the plan evicts now (and, when `policy.forcing`, each that its
-/// budget holds, as a deletion) goes through the queue, which skips those evicted or not due,
-/// holds those whose budget allows none, and lets the rest go.
+/// What to send now: each pod the plan evicts now (and, once `policy` forces them, each that no
+/// budget can ever let go, as a deletion) goes through the queue, which skips those evicted or
+/// not due, holds those whose budget allows none, and lets the rest go.
 pub fn choose_sends(
     plan: &NodePlan,
     queue: &mut EvictionQueue,
@@ -90,9 +91,9 @@ pub fn choose_sends(
         targets: plan.evict_now.clone(),
         ..Sends::default()
     };
-    if policy.forcing(now) {
+    if policy.forcing_never_allowed(now) {
         for (pod, grace) in &plan.budget_blocked {
-            queue.held_by_budget(pod);
+            queue.never_allowed(pod);
             sends.targets.push((pod.clone(), *grace));
         }
     }
@@ -122,6 +123,23 @@ pub fn choose_sends(
         };
     }
     sends
+}
+
+/// The pods a drain past its deadline names as left on the node: those it still had to move or
+/// that hold it, not those it leaves there anyway (DaemonSet and mirror pods, finished ones,
+/// those tolerating the drain taint, those a DrainRule skips). They are what an operator must
+/// look at.
+pub fn left_at_deadline<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    drain_taint: &Taint,
+    options: &DrainOptions,
+    rule_of: impl Fn(&Pod) -> PodRule,
+) -> Vec<String> {
+    pods.into_iter()
+        .filter(|pod| !matches!(classify(pod, drain_taint, options), PodVerdict::Ignore(_)))
+        .filter(|pod| !matches!(rule_of(pod), PodRule::Skip))
+        .map(|pod| PodRef::of(pod).to_string())
+        .collect()
 }
 
 /// When the pass must wake for `--force-after` (at `force_at`): only while it is ahead and a
@@ -319,6 +337,37 @@ pub fn shown_blocker(
 mod tests {
     use super::*;
 
+    #[test]
+    fn past_the_deadline_only_the_pods_the_drain_had_to_move_are_named() {
+        use crate::drain::fixtures::{pod, taint};
+        use serde_json::json;
+        let web = pod("web-1", json!({}));
+        let agent = pod(
+            "agent-x",
+            json!({"metadata": {"namespace": "kube-system", "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+                "uid": "ds-uid", "controller": true
+            }]}}),
+        );
+        let done = pod("report-1", json!({"status": {"phase": "Succeeded"}}));
+        let skipped = pod("cache-1", json!({}));
+        let held = pod(
+            "precious",
+            json!({"metadata": {"annotations": {"rotor.dev/do-not-disrupt": "true"}}}),
+        );
+        let rule_of = |p: &Pod| match p.metadata.name.as_deref() {
+            Some("cache-1") => PodRule::Skip,
+            _ => PodRule::Drain { order: 0 },
+        };
+        let left = left_at_deadline(
+            [&web, &agent, &done, &skipped, &held],
+            &taint(),
+            &DrainOptions::default(),
+            rule_of,
+        );
+        assert_eq!(left, ["shop/web-1", "shop/precious"]);
+    }
+
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
     }
@@ -458,6 +507,7 @@ mod tests {
         QueuePolicy {
             budget_recheck: Duration::from_secs(10),
             force_from: forcing.then_some(Timestamp::MIN),
+            force_never_allowed_from: None,
         }
     }
 

@@ -22,8 +22,8 @@ use crate::drain::node_plan::{Charge, plan_node_with};
 use crate::drain::node_pods_io::NodePods;
 use crate::drain::outcome::DrainResult;
 use crate::drain::pass::{
-    Attempt, Settled, choose_sends, force_wake, park_at, replace_by_held, say_odd_input, settle,
-    what_shows,
+    Attempt, Settled, choose_sends, force_wake, left_at_deadline, park_at, replace_by_held,
+    say_odd_input, settle, what_shows,
 };
 use crate::drain::pods::{DrainOptions, PodRef};
 use crate::drain::published::owner_of;
@@ -180,16 +180,6 @@ async fn evict_pass(
         stuck_since,
     } = memory;
     let now = Timestamp::now();
-    if now >= task.deadline {
-        let error = DrainError::DeadlinePassed {
-            deadline: task.deadline,
-            pods: pods.values().map(|p| PodRef::of(p).to_string()).collect(),
-        };
-        return Pass {
-            ended: Some(DrainResult::Failed { error }),
-            wake: now,
-        };
-    }
     let mut wake = task.deadline;
     // The pass reads the watch's pods where they are: a copy of each at every pass was most of
     // a drain's memory churn.
@@ -218,6 +208,16 @@ async fn evict_pass(
             rules.rule_of(namespace, labels).0
         }
     };
+    if now >= task.deadline {
+        let error = DrainError::DeadlinePassed {
+            deadline: task.deadline,
+            pods: left_at_deadline(pods.values(), task.taint, &options, rule_of),
+        };
+        return Pass {
+            ended: Some(DrainResult::Failed { error }),
+            wake: now,
+        };
+    }
     let plan_now = |restarts: &Option<RolloutRestarts>| {
         plan_node_with(
             pods.values(),
@@ -279,12 +279,11 @@ async fn evict_pass(
     let force_at = drains.settings.force_after.map(|f| later(task.started, f));
     let policy = QueuePolicy {
         budget_recheck: drains.settings.budget_recheck,
-        // Past the replace-by time, a budget that never allows is overridden as --force-after
-        // would: the last resort, a deletion with the pod's grace period.
-        force_from: [force_at, replace_by.as_ref().map(ReplaceBy::at)]
-            .into_iter()
-            .flatten()
-            .min(),
+        force_from: force_at,
+        // Past the replace-by time, only a budget that never allows is overridden, as
+        // --force-after would: the last resort, a deletion with the pod's grace period. A
+        // budget that will allow is waited for.
+        force_never_allowed_from: replace_by.as_ref().map(ReplaceBy::at),
     };
     // Published before the evictions too: the requests below take a while, and a start chosen
     // meanwhile must see that these pods are about to take their disruptions.
@@ -449,8 +448,27 @@ async fn answered(
     } = *facts;
     if attempt.forced && outcome == EvictionOutcome::Evicted {
         drains.metrics.eviction("forced");
-        tracing::warn!(node = %name, pod = %pod, "deleted the pod past --force-after, against its disruption budget");
-        drains.announcer.on_node(task.node, NodeEvent::PodForced, format!("Deleted pod {pod} after --force-after: its disruption budget kept refusing eviction.")).await;
+        // Said by what forced it: --force-after, or else the node's replace-by time.
+        let (after, why) = if policy.forcing(answered_at) {
+            (
+                "--force-after",
+                "its disruption budget kept refusing eviction",
+            )
+        } else {
+            (
+                "the node's replace-by time (--enforce-replace-by)",
+                "no disruption budget covering it can ever allow its eviction",
+            )
+        };
+        tracing::warn!(node = %name, pod = %pod, "deleted the pod past {after}, against its disruption budget");
+        drains
+            .announcer
+            .on_node(
+                task.node,
+                NodeEvent::PodForced,
+                format!("Deleted pod {pod} after {after}: {why}."),
+            )
+            .await;
     }
     // A wait counts from the answer, not from the pass's start: a pass's sends can take seconds
     // on a loaded server, and a Retry-After counted from before the request was sent would send

@@ -66,13 +66,14 @@ pub async fn drain_node(
             };
         }
         Err(e) => {
+            let error = DrainError::ReadNode {
+                node: name,
+                error: e,
+            };
+            // Nothing was written, so nothing else says it.
+            tracing::warn!("{error}; trying again");
             return DrainOutcome {
-                result: DrainResult::Failed {
-                    error: DrainError::ReadNode {
-                        node: name,
-                        error: e,
-                    },
-                },
+                result: DrainResult::Failed { error },
                 record: None,
             };
         }
@@ -123,7 +124,8 @@ pub async fn drain_node(
 }
 
 /// [`drain_node`] once the node is read and due: records the start, cordons, evicts, and
-/// records how it ended. Returns the result and the last record written.
+/// records how it ended. Returns the result and the last record written (or, when the start
+/// itself could not be written, the failed attempt as only this drainer knows it).
 async fn drain_fresh(
     drains: &Drains,
     nodes: &Api<Node>,
@@ -167,7 +169,19 @@ async fn drain_fresh(
                 node: name.to_string(),
                 error: e,
             };
-            return (DrainResult::Failed { error }, before);
+            // The node's record could not be written, so neither it nor an Event can say so:
+            // the log does. The record handed back says the attempt failed, though it is only
+            // this drainer's: the next start waits out the retry back-off instead of sending
+            // the same refused write every second.
+            tracing::warn!("{error}; trying again after the retry back-off");
+            let failed = apply(
+                &started,
+                Transition::Failed {
+                    error: error.to_string(),
+                    now,
+                },
+            );
+            return (DrainResult::Failed { error }, failed);
         }
     };
     let deadline = record

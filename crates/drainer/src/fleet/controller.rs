@@ -504,7 +504,7 @@ impl Shell {
             Command::ArmGate(owners) => self.gate.arm(owners),
             Command::NewTerm => {
                 tracing::info!("leading: starting to drain tainted nodes");
-                self.gate = Gate::new_term();
+                self.gate = std::mem::take(&mut self.gate).next_term();
                 self.demand_cache = DemandCache::default();
                 if let Some(health) = &mut self.health {
                     health.new_term();

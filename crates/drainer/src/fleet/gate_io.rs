@@ -60,11 +60,22 @@ pub(super) struct Gate {
 }
 
 impl Gate {
-    /// The gate of a new leader: armed with nothing, so the first start still waits for the
-    /// workload index and for pending pods.
+    /// The gate of a new leader: armed, so the first start still waits for the workload index
+    /// and for pending pods.
     pub(super) fn new_term() -> Gate {
         let mut gate = Gate::default();
         gate.arm([]);
+        gate
+    }
+
+    /// The gate of this replica's next term: a new one, still waiting for the workloads this
+    /// replica's own drains evicted. A leader hands the lease back when no node has needed it
+    /// for a while (`--release-lease-after`) and takes it again at the next taint, which with
+    /// a selector tainting one node per run is before every drain: the workloads the last
+    /// drain evicted must still be Ready again before the next one starts.
+    pub(super) fn next_term(self) -> Gate {
+        let mut gate = Gate::new_term();
+        gate.arm(self.owners);
         gate
     }
 
@@ -323,6 +334,25 @@ async fn read_pending<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_term_still_waits_for_what_this_replicas_drains_evicted() {
+        let web = WorkloadRef {
+            kind: "ReplicaSet".into(),
+            namespace: "shop".into(),
+            name: "web-7d9f".into(),
+        };
+        let mut gate = Gate::new_term();
+        gate.arm([web.clone()]);
+        gate.held_since = Some(Instant::now());
+        gate.failing = true;
+        let next = gate.next_term();
+        assert!(next.armed());
+        assert_eq!(next.owners, BTreeSet::from([web]));
+        // The rest starts afresh, as any new term's.
+        assert!(next.held_since.is_none() && !next.failing);
+        assert!(Gate::new_term().owners.is_empty());
+    }
 
     #[test]
     fn the_held_reason_names_the_kinds_of_blocker_not_their_counts() {

@@ -22,6 +22,8 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
     let api: Api<RotationPolicy> = Api::all(client);
     let mut listing: Vec<Pool> = Vec::new();
     let mut last_failure: Option<u16> = None;
+    // Once listed, the policies as last seen keep governing while the watch is down.
+    let mut listed_once = false;
     watcher(api, watcher::Config::default())
         .watch_backoff()
         .filter_map(move |event| {
@@ -36,6 +38,7 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
                 }
                 Ok(watcher::Event::InitDone) => {
                     last_failure = None;
+                    listed_once = true;
                     tracing::info!(
                         policies = listing.len(),
                         "RotationPolicies listed: nodes they select follow them, the others the flags"
@@ -58,13 +61,17 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
                             Some(Event::PoliciesAbsent)
                         }
                         Some(403) => {
-                            if news {
+                            if news && listed_once {
+                                tracing::error!(%error, "the drainer may no longer list and watch rotationpolicies.rotor.dev: drains go on under the policies as last listed, and changes to them are not seen until it can (apply the RBAC in deploy/, which grants them)");
+                            } else if news {
                                 tracing::error!(%error, "the drainer may not list and watch rotationpolicies.rotor.dev: no drain starts until it can (apply the RBAC in deploy/, which grants them)");
                             }
                             None
                         }
                         _ => {
-                            if news {
+                            if news && listed_once {
+                                tracing::warn!(%error, "watching RotationPolicies failed; it restarts with back-off, and drains go on under the policies as last listed meanwhile");
+                            } else if news {
                                 tracing::warn!(%error, "watching RotationPolicies failed; it restarts with back-off, and no drain starts until it has listed them");
                             }
                             None

@@ -574,3 +574,70 @@ async fn a_set_that_cannot_be_scaled_is_deleted_with_its_placeholders_before_the
             .is_empty()
     );
 }
+
+/// Room made ahead for a node whose pool then stops surging (its RotationPolicy now says
+/// `surge: false`) goes at once: that node's drain makes no room, so it would never remove it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_made_ahead_goes_when_the_nodes_policy_stops_surging() {
+    use kube::api::{Patch, PatchParams};
+    use rotor_policy::RotationPolicy;
+    let cluster = SimCluster::start(FULL).await;
+    create_surge_class(&cluster).await;
+    let policies = cluster.api::<RotationPolicy>();
+    let every_node: RotationPolicy = serde_json::from_value(json!({
+        "apiVersion": "rotor.dev/v1alpha1",
+        "kind": "RotationPolicy",
+        "metadata": {"name": "all"},
+        "spec": {"nodeSelector": {}, "budgets": [{"nodes": "1"}], "drain": {"surge": true}},
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &every_node)
+        .await
+        .expect("the simulator serves RotationPolicies");
+    let drainer = TestDrainer::start(&cluster, "a", &["--surge"]);
+    let nodes = cluster.nodes_hosting("web-").await;
+    let (first, next) = (nodes[0].clone(), nodes[1].clone());
+    // The first node's drain holds (an opted-out pod on it), so the next waits in line.
+    cluster
+        .create_bare_pod_with(
+            "shop",
+            "precious",
+            "precious",
+            &first,
+            json!({"rotor.dev/do-not-disrupt": "true"}),
+        )
+        .await;
+    cluster.taint(&first, "manual").await;
+    cluster.wait_phase(&first, "blocked").await;
+    cluster.taint(&next, "manual").await;
+    wait_until("room made ahead for the next node", WAIT, || async {
+        let made = cluster
+            .pods_labelled("rotor-system", &placeholders_of(&next))
+            .await;
+        (!made.is_empty()).then_some(())
+    })
+    .await;
+
+    let no_surge = json!({"spec": {"drain": {"surge": false}}});
+    policies
+        .patch("all", &PatchParams::default(), &Patch::Merge(&no_surge))
+        .await
+        .unwrap();
+    wait_until("the room made ahead to go", WAIT, || async {
+        let left = cluster
+            .pods_labelled("rotor-system", &placeholders_of(&next))
+            .await;
+        left.is_empty().then_some(())
+    })
+    .await;
+    // Its sets went with them (the first node's, scaled to zero, wait for its drain's end).
+    let sets = cluster
+        .ns::<k8s_openapi::api::apps::v1::ReplicaSet>("rotor-system")
+        .list(&kube::api::ListParams::default().labels(&placeholders_of(&next)))
+        .await
+        .unwrap();
+    assert!(sets.items.is_empty(), "{:?}", sets.items);
+    assert_eq!(cluster.annotation(&next, "rotor.dev/phase").await, None);
+    drainer.stop().await.expect("the drainer stops cleanly");
+}

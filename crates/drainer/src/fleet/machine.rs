@@ -304,13 +304,17 @@ impl Machine {
                 commands.push(Command::CleanUp(n.name.clone()));
             }
         }
-        // Room made ahead for a node that is no longer in line goes; a node that started its
-        // drain owns its room now.
-        let nodes = &self.nodes;
+        // Room made ahead for a node that is no longer in line goes, and so does the room of a
+        // node whose pool no longer surges (its policy changed, or it moved to another pool):
+        // its drain makes no room, so it would not release any. A node that started its drain
+        // owns its room now.
+        let (nodes, policies) = (&self.nodes, &self.policies);
         let no_longer_in_line = self.ahead.sort_out(&self.running, |name| {
-            nodes
-                .get(name)
-                .is_some_and(|n| n.tainted && start_block(n, wall, retry_backoff).is_none())
+            nodes.get(name).is_some_and(|n| {
+                n.tainted
+                    && start_block(n, wall, retry_backoff).is_none()
+                    && (policies.labels_stale() || policies.surges(&n.pool))
+            })
         });
         commands.extend(no_longer_in_line.into_iter().map(Command::ReleaseAhead));
         commands.extend(self.breaker_step(wall));

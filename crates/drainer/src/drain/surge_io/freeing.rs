@@ -114,12 +114,23 @@ async fn see_removed(
         _ = stop.cancelled() => return,
         removed = watch.until_none_left(FREED_WITHIN) => removed,
     };
-    if !removed {
-        tracing::info!(%node, within = ?FREED_WITHIN, "the ReplicaSet controller has not removed the placeholders of the sets scaled to zero; deleting them");
-        // The sets went with them: the release has only the slot left to give back.
-        if delete_room(&room, &node).await {
-            set_room(&room, &node, DrainRoom::Freed { sets_left: false }).await;
-        }
+    if removed {
+        return;
+    }
+    // Held across the deletion. Only while the drain's sets are still to be deleted: once its
+    // release has begun (or a later drain of the node has made room of its own), they are not
+    // this look's.
+    let mut owned = room.owned_by_drain.lock().await;
+    let Some(state) = owned.get_mut(&node) else {
+        return;
+    };
+    if *state != (DrainRoom::Freed { sets_left: true }) {
+        return;
+    }
+    tracing::info!(%node, within = ?FREED_WITHIN, "the ReplicaSet controller has not removed the placeholders of the sets scaled to zero; deleting them");
+    // The sets went with them: the release has only the slot left to give back.
+    if delete_room(&room, &node).await {
+        *state = DrainRoom::Freed { sets_left: false };
     }
 }
 
@@ -195,7 +206,7 @@ async fn scale_to_zero(room: &SurgeRoom, node: &str, sets: &BTreeSet<String>) ->
 }
 
 /// The names of the ReplicaSets among `pod`'s owners.
-fn sets_owning(pod: &Pod) -> impl Iterator<Item = &str> {
+pub(super) fn sets_owning(pod: &Pod) -> impl Iterator<Item = &str> {
     pod.metadata
         .owner_references
         .iter()
@@ -276,7 +287,7 @@ impl PlaceholderWatch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::drain::watched::tests::pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -299,7 +310,8 @@ mod tests {
         (tx, watch)
     }
 
-    fn placeholder(uid: &str, set: &str) -> Pod {
+    /// A placeholder `uid` owned by the ReplicaSet `set`.
+    pub(in crate::drain::surge_io) fn placeholder(uid: &str, set: &str) -> Pod {
         let mut p = pod(uid);
         p.metadata.owner_references = Some(vec![OwnerReference {
             kind: "ReplicaSet".into(),

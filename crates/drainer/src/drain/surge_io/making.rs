@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::drain::lock;
 use crate::drain::surge::{NOT_CREATED, Reservation, placeholder_selector};
 
-use crate::drain::surge_io::freeing::{PlaceholderWatch, free_room};
+use crate::drain::surge_io::freeing::{PlaceholderWatch, free_room, sets_owning};
 use crate::drain::surge_io::removal::{delete_sets, remove_room};
 use crate::drain::surge_io::room::{DrainRoom, SetsStand, SurgeRoom, create_placeholders};
 
@@ -108,7 +108,12 @@ pub async fn make_room(
     }
     let (wanted, sets) = match create_placeholders(room, node, drain_taint, &pods, stand).await {
         Ok(made) if made.placeholders == 0 => {
-            room.give_back(&name);
+            // Room made ahead for pods that have left the node since is no one's now.
+            if made_ahead {
+                remove_room(room, &name).await;
+            } else {
+                room.give_back(&name);
+            }
             return SurgeOutcome::NothingToReserve;
         }
         Ok(made) => (made.placeholders, made.sets),
@@ -119,7 +124,11 @@ pub async fn make_room(
     };
     tracing::info!(node = %name, placeholders = wanted, "placeholders in place; waiting for them to be scheduled");
     let mut watch = PlaceholderWatch::open(room, &name);
-    match wait_until_scheduled(room, &mut watch, &name, wanted, give_up_at, abort, stop).await {
+    let waited = Wanted {
+        placeholders: wanted,
+        sets: &sets,
+    };
+    match wait_until_scheduled(room, &mut watch, &name, waited, give_up_at, abort, stop).await {
         Waited::Scheduled => {
             if !free_room(room, &name, &sets, watch, abort, stop).await {
                 return SurgeOutcome::Interrupted;
@@ -175,6 +184,23 @@ enum Waited {
     Interrupted,
 }
 
+/// The placeholders a drain waits for: how many its sets make, and the sets.
+struct Wanted<'a> {
+    placeholders: usize,
+    sets: &'a [String],
+}
+
+impl Wanted<'_> {
+    /// Whether the drain waits for `placeholder`: one of its sets' (or one no set owns, made
+    /// by an earlier build). A set made ahead for pods that have left the node since is not
+    /// the drain's to wait for: its placeholders may never find room; the room is freed with
+    /// them all the same.
+    fn waits_for(&self, placeholder: &Pod) -> bool {
+        let mut owners = sets_owning(placeholder).peekable();
+        owners.peek().is_none() || owners.any(|set| self.sets.iter().any(|s| s == set))
+    }
+}
+
 /// Waits on a watch of `node`'s placeholders until every one is bound, so the drain evicts the
 /// moment the scheduler has placed the last (a poll would add up to its period to every drain).
 /// Until the watch has listed, and while it fails, nothing counts as scheduled.
@@ -182,7 +208,7 @@ async fn wait_until_scheduled(
     room: &SurgeRoom,
     watch: &mut PlaceholderWatch,
     node: &str,
-    wanted: usize,
+    wanted: Wanted<'_>,
     give_up_at: Instant,
     abort: &CancellationToken,
     stop: &CancellationToken,
@@ -199,7 +225,10 @@ async fn wait_until_scheduled(
     let mut sets_read_at: Option<tokio::time::Instant> = None;
     loop {
         let reservation = if let Some(placeholders) = placeholders.listed() {
-            Reservation::of(placeholders.values(), wanted)
+            Reservation::of(
+                placeholders.values().filter(|p| wanted.waits_for(p)),
+                wanted.placeholders,
+            )
         } else {
             Reservation {
                 scheduled: 0,
@@ -307,5 +336,39 @@ async fn pause(abort: &CancellationToken, stop: &CancellationToken) -> bool {
         _ = tokio::time::sleep(POLL) => true,
         _ = abort.cancelled() => false,
         _ = stop.cancelled() => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::surge_io::freeing::tests::placeholder as owned_by;
+    use crate::drain::watched::tests::pod;
+
+    #[test]
+    fn a_drain_waits_for_its_own_sets_placeholders_not_for_a_stale_set_made_ahead() {
+        let sets = ["rotor-surge-n-a".to_string()];
+        let wanted = Wanted {
+            placeholders: 1,
+            sets: &sets,
+        };
+        assert!(wanted.waits_for(&owned_by("1", "rotor-surge-n-a")));
+        // Made ahead for pods that have left the node: not waited for.
+        assert!(!wanted.waits_for(&owned_by("2", "rotor-surge-n-b")));
+        // Made one by one by an earlier build, with no set: waited for, as before.
+        assert!(wanted.waits_for(&pod("3")));
+        let listed = [
+            owned_by("1", "rotor-surge-n-a"),
+            owned_by("2", "rotor-surge-n-b"),
+        ];
+        let mut bound = listed[0].clone();
+        bound.spec.get_or_insert_default().node_name = Some("node-9".into());
+        let reservation = Reservation::of(
+            [&bound, &listed[1]]
+                .into_iter()
+                .filter(|p| wanted.waits_for(p)),
+            wanted.placeholders,
+        );
+        assert!(reservation.complete(), "{reservation:?}");
     }
 }

@@ -22,7 +22,16 @@ use crate::drain::surge_io::room::{DrainRoom, SurgeRoom};
 pub async fn release(room: &SurgeRoom, node: &str) {
     // Not held across the removal (other drains start and end meanwhile); the node stays its
     // drain's until the end, so nothing is made ahead for it in between.
-    let state = room.owned_by_drain.lock().await.get(node).copied();
+    let state = {
+        let mut owned = room.owned_by_drain.lock().await;
+        let state = owned.get(node).copied();
+        // The sets are this release's to delete from now on: a drain's late look at whether
+        // the controller removed its placeholders (`see_removed`) leaves them alone.
+        if state == Some(DrainRoom::Freed { sets_left: true }) {
+            owned.insert(node.to_string(), DrainRoom::Freed { sets_left: false });
+        }
+        state
+    };
     match state {
         Some(DrainRoom::Freed { sets_left: false }) => room.give_back(node),
         // Scaled to zero: the placeholders are gone, the empty sets go now.

@@ -582,3 +582,45 @@ fn nodes_that_only_count_are_left_out_of_the_round_yet_size_their_pool() {
         ]
     );
 }
+
+#[test]
+fn room_made_ahead_goes_when_the_nodes_pool_stops_surging() {
+    let t0 = Instant::now();
+    let mut cfg = config(10);
+    cfg.reserve_ahead = 1;
+    cfg.flags.drain.surge_timeout = Some(Duration::from_secs(300));
+    let surging = |surge: bool| {
+        let mut general = policy("general", "general", &[("1", None)]);
+        general.drain.surge = Some(surge);
+        general
+    };
+    let room = |commands: &[Command]| -> Vec<Command> {
+        commands
+            .iter()
+            .filter(|c| matches!(c, Command::ReserveAhead(_) | Command::ReleaseAhead(_)))
+            .cloned()
+            .collect()
+    };
+    let mut machine = Machine::new(cfg);
+    machine.apply(Event::PoliciesListed(vec![surging(true)]), t0);
+    let general: Vec<NodeView> = nodes()
+        .into_iter()
+        .filter(|n| n.name.starts_with("gen-"))
+        .collect();
+    machine.apply(Event::NodesListed(general), t0);
+    // One general node at a time: gen-1 drains and gen-2, next in line, gets its room.
+    let (commands, _) = pass(&mut machine, t0);
+    assert_eq!(
+        started(&commands),
+        [("gen-1".into(), Some("general".into()))]
+    );
+    assert_eq!(room(&commands), [Command::ReserveAhead("gen-2".into())]);
+
+    // The policy stops surging: gen-2's drain will make no room and release none, so the room
+    // made ahead goes now, and none is made again.
+    machine.apply(Event::PoliciesListed(vec![surging(false)]), t0);
+    let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(1));
+    assert_eq!(room(&commands), [Command::ReleaseAhead("gen-2".into())]);
+    let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(2));
+    assert_eq!(room(&commands), []);
+}

@@ -816,31 +816,28 @@ current-context: {user}
         self.kubectl(&args)
     }
 
-    /// [`RealCluster::apply_kustomize`] that must succeed. The shipped selector CronJob is then
-    /// suspended: its schedule (every 10 minutes) would put a Job pod on the test's nodes at a
-    /// moment of the wall clock, and a test would pass or fail with the time of day. Tests run
-    /// the selector themselves ([`RealCluster::run_rotor_selector`]).
+    /// Applies the kustomization in `dir` (as [`RealCluster::apply_kustomize`] would), which must
+    /// succeed, with the shipped selector CronJob suspended in the same write that creates it:
+    /// its schedule (every 10 minutes, by the wall clock) would put a Job pod on the test's nodes,
+    /// and a test would pass or fail with the time of day. (Suspended by a patch after the apply,
+    /// a schedule that came due in between still did so.) Tests run the selector themselves
+    /// ([`RealCluster::run_rotor_selector`]).
     pub fn apply_kustomize_ok(&self, dir: &str) {
-        let out = self.apply_kustomize(dir, &[]);
+        let path = workspace_root().join(dir).display().to_string();
+        let rendered = self.kubectl(&["kustomize", path.as_str()]);
         assert!(
-            out.status.success(),
+            rendered.status.success(),
             "{}",
-            describe_output(&format!("kubectl apply --server-side -k {dir}"), &out)
+            describe_output(&format!("kubectl kustomize {dir}"), &rendered)
         );
-        let cronjobs = self.kubectl_json(&["get", "cronjobs", "-n", ROTOR_NAMESPACE]);
+        let rendered = String::from_utf8(rendered.stdout).expect("kustomize prints UTF-8");
+        self.apply(&suspend_cronjobs(&rendered));
+        let cronjobs = self.kubectl_json(&["get", "cronjobs", "-A"]);
         for cronjob in cronjobs["items"].as_array().into_iter().flatten() {
-            let name = cronjob["metadata"]["name"].as_str().unwrap_or_default();
-            self.kubectl_ok(&[
-                "patch",
-                "cronjob",
-                name,
-                "-n",
-                ROTOR_NAMESPACE,
-                "--type",
-                "merge",
-                "-p",
-                r#"{"spec":{"suspend":true}}"#,
-            ]);
+            assert_eq!(
+                cronjob["spec"]["suspend"], true,
+                "{dir}: a CronJob applied unsuspended: {cronjob:#}"
+            );
         }
     }
 
@@ -1065,5 +1062,41 @@ impl Drop for RealCluster {
             }
         }
         // `self.dir` is dropped next: kept if panicking.
+    }
+}
+
+/// `objects` (YAML documents as `kubectl kustomize` prints them: top-level fields at column 0,
+/// each level two spaces in) with every CronJob's `spec.suspend` set.
+fn suspend_cronjobs(objects: &str) -> String {
+    objects
+        .split("\n---\n")
+        .map(|doc| {
+            if doc.starts_with("kind: CronJob\n") || doc.contains("\nkind: CronJob\n") {
+                assert!(doc.contains("\nspec:\n"), "a CronJob without a spec: {doc}");
+                doc.replacen("\nspec:\n", "\nspec:\n  suspend: true\n", 1)
+            } else {
+                doc.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::suspend_cronjobs;
+
+    #[test]
+    fn only_cronjobs_are_suspended_at_their_spec() {
+        let objects = "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: a\n---\napiVersion: batch/v1\nkind: CronJob\nmetadata:\n  name: rotor-selector\nspec:\n  jobTemplate:\n    spec:\n      backoffLimit: 1\n  schedule: '*/10 * * * *'\n";
+        let suspended = suspend_cronjobs(objects);
+        assert_eq!(
+            suspended,
+            objects.replace(
+                "\nspec:\n  jobTemplate",
+                "\nspec:\n  suspend: true\n  jobTemplate"
+            )
+        );
+        assert_eq!(suspended.matches("suspend: true").count(), 1);
     }
 }

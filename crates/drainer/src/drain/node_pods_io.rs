@@ -50,10 +50,11 @@ impl NodePods {
         self.pods.listed()
     }
 
-    /// Takes the watch's next event in. Returns the UID of a pod the event removed; an error
+    /// Takes the watch's next event in. Returns the UIDs of the pods the event removed (a
+    /// re-list may remove several); an error
     /// only when the stream ended. A failed watch restarts with back-off (said in the log); one
     /// the API server refused to stream is opened again as a list and a watch.
-    pub async fn next(&mut self, drains: &Drains) -> Result<Option<String>, DrainError> {
+    pub async fn next(&mut self, drains: &Drains) -> Result<Vec<String>, DrainError> {
         let ended = || DrainError::PodWatchEnded {
             node: self.node.clone(),
         };
@@ -68,7 +69,7 @@ impl NodePods {
                 } else {
                     tracing::warn!(node = %self.node, error = %e, "watching the node's pods failed; it restarts with back-off");
                 }
-                Ok(None)
+                Ok(Vec::new())
             }
             None => {
                 self.ended = true;

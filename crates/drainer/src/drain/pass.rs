@@ -142,6 +142,15 @@ pub fn left_at_deadline<'a>(
         .collect()
 }
 
+/// How long a drain sleeps before its next pass, due at `wake`: until then, at least 50 ms (a
+/// pass is not worth running more often), and no more than that once `wake` has passed (a pass
+/// whose requests took long can name a time already gone).
+pub fn sleep_until(wake: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(wake.duration_since(now))
+        .unwrap_or(Duration::ZERO)
+        .max(Duration::from_millis(50))
+}
+
 /// When the pass must wake for `--force-after` (at `force_at`): only while it is ahead and a
 /// pod is held by its budget, the ones it would delete.
 pub fn force_wake(
@@ -336,6 +345,16 @@ pub fn shown_blocker(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wake_time_already_gone_means_the_next_pass_at_once() {
+        let now = at("2026-11-28T10:00:00Z");
+        let later_by = |secs: i64| now + jiff::SignedDuration::from_secs(secs);
+        assert_eq!(sleep_until(later_by(2), now), Duration::from_secs(2));
+        assert_eq!(sleep_until(now, now), Duration::from_millis(50));
+        // Eight seconds overdue: not eight more seconds of sleep.
+        assert_eq!(sleep_until(later_by(-8), now), Duration::from_millis(50));
+    }
 
     #[test]
     fn past_the_deadline_only_the_pods_the_drain_had_to_move_are_named() {

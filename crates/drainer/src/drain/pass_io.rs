@@ -23,7 +23,7 @@ use crate::drain::node_pods_io::NodePods;
 use crate::drain::outcome::DrainResult;
 use crate::drain::pass::{
     Attempt, Settled, choose_sends, force_wake, left_at_deadline, park_at, replace_by_held,
-    say_odd_input, settle, what_shows,
+    say_odd_input, settle, sleep_until, what_shows,
 };
 use crate::drain::pods::{DrainOptions, PodRef};
 use crate::drain::published::owner_of;
@@ -117,10 +117,7 @@ pub(crate) async fn evict_until_drained(
             }
             wake = pass.wake;
         }
-        let sleep_for = wake
-            .duration_since(Timestamp::now())
-            .unsigned_abs()
-            .max(Duration::from_millis(50));
+        let sleep_for = sleep_until(wake, Timestamp::now());
         tokio::select! {
             _ = stops.stop.cancelled() => return DrainResult::Interrupted,
             _ = stops.abort.cancelled() => return DrainResult::Cancelled,
@@ -129,8 +126,11 @@ pub(crate) async fn evict_until_drained(
                 memory.queue.budget_moved();
             },
             fed = pods.next(drains) => match fed {
-                Ok(Some(gone)) => memory.queue.pod_gone(&gone),
-                Ok(None) => {}
+                Ok(gone) => {
+                    for uid in &gone {
+                        memory.queue.pod_gone(uid);
+                    }
+                }
                 Err(error) => return DrainResult::Failed { error },
             },
         }

@@ -22,8 +22,9 @@ pub struct WatchedPods {
 }
 
 impl WatchedPods {
-    /// Takes one event in; returns the UID of a pod the event removed.
-    pub fn apply(&mut self, event: watcher::Event<Pod>) -> Option<String> {
+    /// Takes one event in; returns the UIDs of the pods the event removed: a deletion's, or
+    /// those a re-list no longer shows (deleted while the watch was down).
+    pub fn apply(&mut self, event: watcher::Event<Pod>) -> Vec<String> {
         match event {
             // A (re-)list starts: the pods known so far stay until it ends.
             watcher::Event::Init => {
@@ -34,9 +35,13 @@ impl WatchedPods {
                 self.listing.insert(uid(&p), p);
             }
             watcher::Event::InitDone => {
-                self.pods = std::mem::take(&mut self.listing);
+                let before = std::mem::replace(&mut self.pods, std::mem::take(&mut self.listing));
                 self.listed = true;
                 self.in_list = false;
+                return before
+                    .into_keys()
+                    .filter(|uid| !self.pods.contains_key(uid))
+                    .collect();
             }
             watcher::Event::Apply(p) => {
                 self.pods.insert(uid(&p), p);
@@ -44,10 +49,10 @@ impl WatchedPods {
             watcher::Event::Delete(p) => {
                 let gone = uid(&p);
                 self.pods.remove(&gone);
-                return Some(gone);
+                return vec![gone];
             }
         }
-        None
+        Vec::new()
     }
 
     /// The pods, once the first list has ended.
@@ -124,13 +129,14 @@ pub(crate) mod tests {
         w.apply(watcher::Event::InitApply(pod("a")));
         w.apply(watcher::Event::InitDone);
         w.apply(watcher::Event::Apply(pod("b")));
-        assert_eq!(w.apply(watcher::Event::Delete(pod("a"))), Some("a".into()));
+        assert_eq!(w.apply(watcher::Event::Delete(pod("a"))), ["a"]);
         assert_eq!(uids(&w), Some(vec!["b".to_string()]));
-        // A re-list (after a 410, say) keeps the old set until it ends, then replaces it.
-        w.apply(watcher::Event::Init);
+        // A re-list (after a 410, say) keeps the old set until it ends, then replaces it, and
+        // says which pods went while the watch was down.
+        assert!(w.apply(watcher::Event::Init).is_empty());
         w.apply(watcher::Event::InitApply(pod("c")));
         assert_eq!(uids(&w), Some(vec!["b".to_string()]));
-        w.apply(watcher::Event::InitDone);
+        assert_eq!(w.apply(watcher::Event::InitDone), ["b"]);
         assert_eq!(uids(&w), Some(vec!["c".to_string()]));
     }
 

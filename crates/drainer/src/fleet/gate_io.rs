@@ -57,6 +57,9 @@ pub(super) struct Gate {
     /// The last check could not read the cluster: hold, whatever --gate-timeout says (fail
     /// closed).
     failing: bool,
+    /// When a check last held the start on what it read (not on a failed read): the circuit
+    /// breaker saw that hold.
+    held_seen_at: Option<Instant>,
 }
 
 impl Gate {
@@ -171,13 +174,36 @@ impl Gate {
                 self.last_report = report;
             }
         }
-        if !self.failing && since.elapsed() >= reads.timeout {
+        let now = Instant::now();
+        if !self.failing && times_out(since, self.held_seen_at, reads.timeout, now) {
             tracing::warn!(blockers = ?self.last_report, "the gate held longer than --gate-timeout; starting the next node anyway");
             *self = Gate::default();
             return Ok(());
         }
+        if !self.failing {
+            self.held_seen_at = Some(now);
+        }
         Err(self.held_reason.clone())
     }
+}
+
+/// How recent the last hold the breaker saw must be for `--gate-timeout` to end the hold: the
+/// loop checks the gate every second while a start waits on it.
+const SEEN_WITHIN: Duration = Duration::from_secs(5);
+
+/// Whether a gate held since `since` times out now. The circuit breaker (`--halt-after`, which
+/// must be shorter than `--gate-timeout`) judges a hold only from a check that held, so the
+/// timeout waits for one: a check that comes after failed reads, or after a stretch without
+/// checks (no start was proposed meanwhile), holds once more and lets the breaker see how long
+/// the gate has held before the next may time out.
+fn times_out(
+    since: Instant,
+    held_seen_at: Option<Instant>,
+    timeout: Duration,
+    now: Instant,
+) -> bool {
+    let seen_lately = held_seen_at.is_some_and(|at| now.duration_since(at) <= SEEN_WITHIN);
+    seen_lately && now.duration_since(since) >= timeout
 }
 
 /// How often a held gate repeats its line when only the counts in it change.
@@ -334,6 +360,21 @@ async fn read_pending<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_times_out_only_right_after_a_hold_the_breaker_saw() {
+        let since = Instant::now();
+        let timeout = Duration::from_secs(900);
+        let at = |secs: u64| since + Duration::from_secs(secs);
+        // Held and seen a second ago, past the timeout: it times out.
+        assert!(times_out(since, Some(at(900)), timeout, at(901)));
+        // Not before the timeout.
+        assert!(!times_out(since, Some(at(898)), timeout, at(899)));
+        // After failed reads only (no hold seen), or after 20 minutes without a check: it
+        // holds once more, so the breaker judges the hold first.
+        assert!(!times_out(since, None, timeout, at(1200)));
+        assert!(!times_out(since, Some(at(1)), timeout, at(1200)));
+    }
 
     #[test]
     fn the_next_term_still_waits_for_what_this_replicas_drains_evicted() {

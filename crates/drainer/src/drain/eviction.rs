@@ -84,8 +84,8 @@ pub struct QueuePolicy {
     pub budget_recheck: Duration,
     /// From when pods that their budgets hold are deleted (`--force-after`); `None`: never.
     pub force_from: Option<Timestamp>,
-    /// From when pods that no budget can ever let go are deleted: the earlier of
-    /// `--force-after` and a replace-by time under `--enforce-replace-by`; `None`: never.
+    /// From when pods that no budget can ever let go are deleted besides `--force-after`
+    /// (which deletes them too): a replace-by time under `--enforce-replace-by`; `None`: never.
     pub force_never_allowed_from: Option<Timestamp>,
 }
 

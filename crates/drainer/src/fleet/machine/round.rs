@@ -148,22 +148,17 @@ impl Machine {
                 ),
             });
         }
-        for node in &round.start {
+        commands.extend(round.start.iter().map(|node| {
             self.running.insert(node.clone());
-            let view = self.nodes.get(node);
-            // Room made ahead is the drain's now, if the drain makes room: one whose pool no
-            // longer surges would leave it standing, so it goes first.
-            if self.ahead.contains(node) && !view.is_some_and(|n| self.policies.surges(&n.pool)) {
-                commands.push(Command::ReleaseAhead(node.clone()));
-            }
             self.ahead.taken_by_drain(node);
-            commands.push(Command::Drain {
+            let view = self.nodes.get(node);
+            Command::Drain {
                 tainted_since: view.and_then(|n| n.tainted_since),
                 policy: view.and_then(|n| self.policies.drain_policy(&n.pool)),
                 node: node.clone(),
                 intent: Intent::Start,
-            });
-        }
+            }
+        }));
         if !self.policies.labels_stale() {
             // Both follow the nodes' pools, which are not known until the nodes are read again.
             commands.extend(self.reserve_ahead(&round));

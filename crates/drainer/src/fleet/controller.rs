@@ -292,7 +292,7 @@ pub async fn run(
         if stop.is_cancelled() || !election.is_leading() {
             continue;
         }
-        for command in machine.start(round) {
+        for command in machine.start(round, Timestamp::now()) {
             shell.run(command).await;
         }
         // After the starts: a drain this pass started holds the room made ahead off.

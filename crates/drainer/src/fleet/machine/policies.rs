@@ -173,6 +173,28 @@ impl PolicyBook {
         }
     }
 
+    /// Whether what time decides about starting `node` differs between `then` and `now`: the
+    /// flags' windows open or closed, or another budget of its policy in force (or none). A
+    /// start weighed at `then` and made at `now` stands only if it does not; the rest of what
+    /// decided it is the machine's own state, which does not change while a round is weighed.
+    pub(super) fn time_rules_changed(
+        &self,
+        node: &NodeView,
+        then: Timestamp,
+        now: Timestamp,
+    ) -> bool {
+        match &node.pool {
+            PoolRef::Flags => {
+                any_open(&self.flags.windows, then) != any_open(&self.flags.windows, now)
+            }
+            PoolRef::Overlap(_) => false,
+            PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
+                let in_force = |at| allowance(&pool.budgets, Some(&node.reason), 1, at).budget;
+                in_force(then) != in_force(now)
+            }),
+        }
+    }
+
     /// What a drain of a node of `pool` runs with, when a policy governs it.
     pub(super) fn drain_policy(&self, pool: &PoolRef) -> Option<DrainPolicy> {
         let pool = self.pools.get(pool.policy()?)?;

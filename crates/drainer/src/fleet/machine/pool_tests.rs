@@ -9,7 +9,7 @@ use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
 
 use super::status::STATUS_EVERY;
 use super::*;
-use crate::fleet::held::Held;
+use crate::fleet::held::{Held, HeldReason};
 use crate::fleet::pools::{FlagDrain, Pool};
 
 /// Saturday 2025-03-01, noon UTC.
@@ -89,7 +89,7 @@ fn pass(machine: &mut Machine, now: Instant) -> (Vec<Command>, Vec<Held>) {
     let (mut commands, round) = machine.act(now, wall(), true);
     let round = round.expect("a leading pass proposes starts");
     let held = round.held.clone();
-    commands.extend(machine.start(round));
+    commands.extend(machine.start(round, wall()));
     (commands, held)
 }
 
@@ -572,7 +572,7 @@ fn nodes_that_only_count_are_left_out_of_the_round_yet_size_their_pool() {
     );
     // 25% of 9 rounds up to 3, and gen-9 takes one: both tainted nodes start. Without the six
     // left out it would be 25% of 3, taken by gen-9: none would.
-    let mut starts = started(&machine.start(round));
+    let mut starts = started(&machine.start(round, wall()));
     starts.sort();
     assert_eq!(
         starts,
@@ -623,4 +623,49 @@ fn room_made_ahead_goes_when_the_nodes_pool_stops_surging() {
     assert_eq!(room(&commands), [Command::ReleaseAhead("gen-2".into())]);
     let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(2));
     assert_eq!(room(&commands), []);
+}
+
+#[test]
+fn a_start_weighed_while_its_policys_budget_changed_is_decided_again() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    // `general` allows one node from 11:00 to 12:30 UTC and none otherwise; `system` always
+    // allows one.
+    machine.apply(
+        Event::PoliciesListed(vec![
+            policy(
+                "general",
+                "general",
+                &[("1", Some(("0 11 * * *", "90m"))), ("0", None)],
+            ),
+            policy("system", "system", &[("1", None)]),
+        ]),
+        t0,
+    );
+    machine.apply(Event::NodesListed(nodes()), t0);
+    machine.lease_step(t0, wall(), true, true);
+    let (_, round) = machine.act(t0, wall(), true);
+    let round = round.expect("a leading pass proposes starts");
+    assert_eq!(round.start, ["gen-1", "other-1", "sys-1"]);
+    // Started 31 minutes later: `general`'s scheduled budget has closed, `system`'s is the same.
+    let late = wall() + jiff::SignedDuration::from_mins(31);
+    assert_eq!(
+        started(&machine.start(round, late)),
+        [
+            ("other-1".to_string(), None),
+            ("sys-1".to_string(), Some("system".to_string()))
+        ]
+    );
+    let later = t0 + Duration::from_secs(31 * 60);
+    machine.lease_step(later, late, true, true);
+    let (_, round) = machine.act(later, late, true);
+    let round = round.expect("a leading pass proposes starts");
+    let gen_1 = round.held.iter().find(|(n, _)| n == "gen-1");
+    assert_eq!(
+        gen_1.map(|(_, why)| why),
+        Some(&HeldReason::PolicyPaused {
+            policy: "general".into(),
+            until: Some("2025-03-02T11:00:00Z".parse().unwrap()),
+        })
+    );
 }

@@ -125,8 +125,12 @@ impl Machine {
     }
 
     /// The round's starts, as drains to run, then room made ahead for the nodes next in line;
-    /// the shell calls it only while it still leads.
-    pub(in crate::fleet) fn start(&mut self, round: StartRound) -> Vec<Command> {
+    /// the shell calls it only while it still leads, at `wall`, after weighing the round.
+    pub(in crate::fleet) fn start(
+        &mut self,
+        mut round: StartRound,
+        wall: Timestamp,
+    ) -> Vec<Command> {
         // The gate held past --halt-after: what the last drains evicted is not coming back.
         if let (Some(halt_after), Some((held_for, why)), None) =
             (self.cfg.halt_after, &round.gate_held, self.halt.halted())
@@ -134,6 +138,7 @@ impl Machine {
         {
             return vec![Command::Halt(self.halt.trip(reason, round.wall))];
         }
+        self.recheck_the_clock(&mut round, wall);
         let mut commands = Vec::new();
         if let Some(first) = round.start.first()
             && self.rotation.is_none()
@@ -166,6 +171,30 @@ impl Machine {
         }
         commands.extend(self.status_writes(round.now, round.wall));
         commands
+    }
+
+    /// Weighing a round can take minutes (the gate's read of the Pending pods in a large
+    /// cluster, the health checks, the choice's reads). A node whose window closed, or whose
+    /// policy's budget in force changed, meanwhile does not start on the old decision: it is
+    /// decided again on the next pass, which holds it with the reason then true. The round's
+    /// time becomes `wall`, for the room made ahead.
+    fn recheck_the_clock(&self, round: &mut StartRound, wall: Timestamp) {
+        let (still, changed): (Vec<String>, Vec<String>) = std::mem::take(&mut round.start)
+            .into_iter()
+            .partition(|name| {
+                self.nodes
+                    .get(name)
+                    .is_none_or(|n| !self.policies.time_rules_changed(n, round.wall, wall))
+            });
+        for node in changed {
+            tracing::info!(
+                %node,
+                weighed_for = ?wall.duration_since(round.wall),
+                "not starting: its maintenance window or its RotationPolicy's budget in force changed while the start was weighed; it is decided again on the next pass"
+            );
+        }
+        round.start = still;
+        round.wall = wall;
     }
 
     /// An Event on each node that pre-drain hooks, a missing approval or its policies hold,

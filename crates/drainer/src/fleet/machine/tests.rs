@@ -141,7 +141,7 @@ fn leading_pass(machine: &mut Machine, now: Instant) -> (Vec<Command>, Vec<Held>
     let (mut commands, round) = machine.act(now, wall(), true);
     let round = round.expect("a leading pass proposes starts");
     let held = round.held.clone();
-    commands.extend(machine.start(round));
+    commands.extend(machine.start(round, wall()));
     (commands, held)
 }
 
@@ -629,7 +629,7 @@ fn weighed_pass(machine: &mut Machine, now: Instant, waits: &[(&str, u32)]) -> V
     }
     let decision = choose_nodes_to_start(&round.view, &machine.cfg.limits, wall(), retry_backoff);
     machine.take_decision(&mut round, decision);
-    commands.extend(machine.start(round));
+    commands.extend(machine.start(round, wall()));
     commands
 }
 
@@ -937,7 +937,7 @@ fn a_gate_held_past_halt_after_halts_the_rotation_until_it_is_resumed() {
         round.hold(HeldReason::Gate(
             "Deployment shop/api has 1/3 replicas ready".into(),
         ));
-        commands.extend(machine.start(round));
+        commands.extend(machine.start(round, wall()));
         commands
     };
     // Within --halt-after the gate only holds.
@@ -1174,4 +1174,44 @@ fn a_new_leader_taking_over_a_rotation_does_not_announce_it_again() {
     let mut follower = listed(config(1, &[]), vec![tainted("old-3", 5)], t0);
     let (commands, round) = follower.act(t0, wall(), false);
     assert!(round.is_none() && notices(&commands).is_empty());
+}
+
+#[test]
+fn a_start_weighed_across_a_windows_end_is_decided_again() {
+    let t0 = Instant::now();
+    // Open 11:00 to 12:30 UTC; the round is proposed at wall(), 12:00.
+    let window = config(2, &["0 11 * * * for 90m"]);
+    let mut machine = listed(window.clone(), vec![tainted("a", 3), tainted("b", 2)], t0);
+    machine.lease_step(t0, wall(), true, true);
+    let (_, round) = machine.act(t0, wall(), true);
+    let round = round.expect("a leading pass proposes starts");
+    assert_eq!(round.start, ["a", "b"]);
+    // The gate and the choice took 31 minutes: the window closed while they weighed.
+    let closed = wall() + jiff::SignedDuration::from_mins(31);
+    assert_eq!(drains(&machine.start(round, closed)), []);
+    // Neither counts as draining; the next pass holds both for the window.
+    let later = t0 + Duration::from_secs(31 * 60);
+    machine.lease_step(later, closed, true, true);
+    let (commands, round) = machine.act(later, closed, true);
+    assert_eq!(drains(&commands), []);
+    let round = round.expect("a leading pass proposes starts");
+    assert_eq!(round.start, Vec::<String>::new());
+    assert_eq!(
+        round.held,
+        [
+            ("a".to_string(), HeldReason::OutsideWindows),
+            ("b".to_string(), HeldReason::OutsideWindows)
+        ]
+    );
+
+    // Weighed for 29 minutes, inside the window: the decision stands.
+    let mut machine = listed(window, vec![tainted("a", 3), tainted("b", 2)], t0);
+    machine.lease_step(t0, wall(), true, true);
+    let (_, round) = machine.act(t0, wall(), true);
+    let round = round.expect("a leading pass proposes starts");
+    let open = wall() + jiff::SignedDuration::from_mins(29);
+    assert_eq!(
+        drains(&machine.start(round, open)),
+        [drain("a", Intent::Start), drain("b", Intent::Start)]
+    );
 }

@@ -97,14 +97,20 @@ impl BenchCluster {
     pub fn servers(&self) -> Vec<(String, u32)> {
         match self {
             BenchCluster::Sim(s) => vec![("rotor-sim".into(), s.process.pid())],
-            BenchCluster::Real(r) => ["kube-apiserver", "etcd"]
-                .into_iter()
-                .filter_map(|name| {
-                    r.cluster
-                        .component_pid(name)
-                        .map(|pid| (name.to_string(), pid))
-                })
-                .collect(),
+            BenchCluster::Real(r) => [
+                "kube-apiserver",
+                "etcd",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kwok",
+            ]
+            .into_iter()
+            .filter_map(|name| {
+                r.cluster
+                    .component_pid(name)
+                    .map(|pid| (name.to_string(), pid))
+            })
+            .collect(),
         }
     }
 

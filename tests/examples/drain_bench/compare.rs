@@ -415,6 +415,8 @@ fn run_contestant(
         .map(|d| ("rotor-drainer".to_string(), d.process.pid()))
         .collect();
     processes.extend(cluster.servers());
+    // The benchmark's own watches of every pod and node, and the test cluster's autoscaler.
+    processes.push(("drain_bench".to_string(), std::process::id()));
     let sampler = UsageSampler::start(processes);
 
     // t=0: every node gets the drain taint.
@@ -438,9 +440,14 @@ fn run_contestant(
             done
         }
     };
-    for usage in sampler.finish() {
-        eprintln!("drain_bench: {label}: {usage}");
-        notes.push(usage.to_string());
+    let (usage, load) = sampler.finish();
+    let lines = usage
+        .iter()
+        .map(ToString::to_string)
+        .chain(load.map(|l| l.to_string()));
+    for line in lines {
+        eprintln!("drain_bench: {label}: {line}");
+        notes.push(line);
     }
     let (counted, sim_stats) = cluster.counted(who != Contestant::Kubectl, names.len() as u64)?;
     let readings = cluster.audit_readings(&snap, who != Contestant::Kubectl)?;

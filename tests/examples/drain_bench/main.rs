@@ -30,8 +30,9 @@
 //! spread evenly over the cluster in name order; the others stay untainted, with room for the
 //! evicted pods, and the lower bound counts that: [`snapshot`]), `--idle SECONDS` (first, with
 //! rotor-drainer standing by and nothing tainted, count its requests and read its memory for
-//! that long). Each run also reports the CPU seconds and peak memory of rotor-drainer and of the
-//! servers answering it ([`usage`]: kube-apiserver and etcd, or rotor-sim). Progress goes to
+//! that long). Each run also reports the CPU seconds and peak memory of rotor-drainer, of the
+//! servers answering it ([`usage`]: the control plane's components and kwok, or rotor-sim) and
+//! of the benchmark itself, and how busy the machine's cores were. Progress goes to
 //! stderr, figures to stdout. A benchmark reports; it does not assert: targets missed are printed
 //! as MISS and the exit status stays 0 (it is non-zero only when something could not run).
 //! The scratch directory (each run's logs; on the real control plane its audit log too) is

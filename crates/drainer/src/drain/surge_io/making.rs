@@ -73,11 +73,13 @@ pub async fn make_room(
     let name = node.metadata.name.clone().unwrap_or_default();
     let give_up_at = started + cfg.timeout;
     {
-        // Wait out whatever is being done ahead for the node; nothing starts after this.
-        room.owned_by_drain
-            .lock()
-            .await
-            .insert(name.clone(), DrainRoom::Held);
+        // Wait out whatever is being done ahead for the node; nothing starts after this. The
+        // wish for room ahead goes too: a making of it still on its way would otherwise find
+        // the node free again once this drain has released it, and make room for a drained
+        // node that no one would remove.
+        let mut owned = room.owned_by_drain.lock().await;
+        owned.insert(name.clone(), DrainRoom::Held);
+        room.unwant_ahead(&name);
     }
     // Room made ahead holds its slot until the drain takes it.
     let made_ahead = lock(&room.held).contains(&name);
@@ -344,6 +346,59 @@ mod tests {
     use super::*;
     use crate::drain::surge_io::freeing::tests::placeholder as owned_by;
     use crate::drain::watched::tests::pod;
+
+    /// A room whose client reaches nothing: only what is decided before any request is tested.
+    fn offline_room() -> Arc<SurgeRoom> {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).expect("a client needs no server");
+        Arc::new(SurgeRoom::new(
+            client,
+            crate::drain::surge::SurgeConfig {
+                namespace: "rotor-system".into(),
+                priority_class: "rotor-surge".into(),
+                image: "registry.k8s.io/pause:3.10".into(),
+                timeout: std::time::Duration::from_secs(60),
+                max_surge: None,
+            },
+            crate::drain::pods::DrainOptions::default(),
+            prometheus_client::metrics::gauge::Gauge::default(),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_drain_taking_its_node_forgets_the_wish_for_room_ahead() {
+        let room = offline_room();
+        room.want_ahead("n");
+        assert!(room.wants_ahead("n"));
+        let node = Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some("n".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let taint = Taint {
+            key: rotor_core::contract::DRAIN_TAINT_KEY.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let (abort, stop) = (CancellationToken::new(), CancellationToken::new());
+        // The pods could not be read: the drain goes on without room, having taken the node.
+        let outcome = make_room(
+            &room,
+            &node,
+            &taint,
+            Err("no pods".into()),
+            Instant::now(),
+            &abort,
+            &stop,
+        )
+        .await;
+        assert!(matches!(outcome, SurgeOutcome::Failed(_)), "{outcome:?}");
+        // A making of room ahead still on its way finds no wish once the drain has released
+        // the node, so it makes nothing for a drained node.
+        assert!(!room.wants_ahead("n"));
+    }
 
     #[test]
     fn a_drain_waits_for_its_own_sets_placeholders_not_for_a_stale_set_made_ahead() {

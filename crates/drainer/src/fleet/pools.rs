@@ -379,6 +379,28 @@ impl Allowance {
     }
 }
 
+/// Which of `budgets` are in force at `now` for a drain of `reason`, by index: the scheduled
+/// ones open now, or with none open the unscheduled ones (see the rules atop this file).
+pub fn in_force(budgets: &[Budget], reason: Option<&str>, now: Timestamp) -> Vec<usize> {
+    let applying = || {
+        budgets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.applies_to(reason))
+    };
+    let open: Vec<usize> = applying()
+        .filter(|(_, b)| b.schedule.as_ref().is_some_and(|w| w.is_open(now)))
+        .map(|(i, _)| i)
+        .collect();
+    if !open.is_empty() {
+        return open;
+    }
+    applying()
+        .filter(|(_, b)| b.schedule.is_none())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// The budget in force for a node of a pool of `total` nodes whose drain reason is `reason`
 /// (see the rules atop this file). Ties between budgets resolving to the same count keep the
 /// first written.
@@ -389,20 +411,10 @@ pub fn allowance(
     now: Timestamp,
 ) -> Allowance {
     let applying: Vec<&Budget> = budgets.iter().filter(|b| b.applies_to(reason)).collect();
-    let active_scheduled: Vec<&Budget> = applying
-        .iter()
-        .copied()
-        .filter(|b| b.schedule.as_ref().is_some_and(|w| w.is_open(now)))
+    let in_force: Vec<&Budget> = in_force(budgets, reason, now)
+        .into_iter()
+        .map(|i| &budgets[i])
         .collect();
-    let in_force: Vec<&Budget> = if active_scheduled.is_empty() {
-        applying
-            .iter()
-            .copied()
-            .filter(|b| b.schedule.is_none())
-            .collect()
-    } else {
-        active_scheduled
-    };
     // The next change: an active schedule closing, or an inactive one opening.
     let until = applying
         .iter()

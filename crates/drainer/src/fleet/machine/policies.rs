@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use crate::fleet::node_labels::LabelKeys;
-use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef, Pools, allowance};
+use crate::fleet::pools::{DrainPolicy, FlagDrain, Pool, PoolRef, Pools, in_force};
 use crate::fleet::starts::{NodeView, PoolRules};
 use crate::fleet::window::{MaintenanceWindow, any_open};
 
@@ -166,15 +166,13 @@ impl PolicyBook {
             PoolRef::Overlap(_) => false,
             PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
                 pool.invalid.is_none()
-                    && allowance(&pool.budgets, Some(&node.reason), 1, wall)
-                        .budget
-                        .is_some()
+                    && !in_force(&pool.budgets, Some(&node.reason), wall).is_empty()
             }),
         }
     }
 
     /// Whether what time decides about starting `node` differs between `then` and `now`: the
-    /// flags' windows open or closed, or another budget of its policy in force (or none). A
+    /// flags' windows open or closed, or other budgets of its policy in force (or none). A
     /// start weighed at `then` and made at `now` stands only if it does not; the rest of what
     /// decided it is the machine's own state, which does not change while a round is weighed.
     pub(super) fn time_rules_changed(
@@ -189,8 +187,8 @@ impl PolicyBook {
             }
             PoolRef::Overlap(_) => false,
             PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
-                let in_force = |at| allowance(&pool.budgets, Some(&node.reason), 1, at).budget;
-                in_force(then) != in_force(now)
+                let at = |t| in_force(&pool.budgets, Some(&node.reason), t);
+                at(then) != at(now)
             }),
         }
     }

@@ -669,3 +669,52 @@ fn a_start_weighed_while_its_policys_budget_changed_is_decided_again() {
         })
     );
 }
+
+#[test]
+fn room_made_ahead_goes_when_the_nodes_pool_closes() {
+    let t0 = Instant::now();
+    let mut cfg = config(10);
+    cfg.reserve_ahead = 1;
+    cfg.flags.drain.surge_timeout = Some(Duration::from_secs(300));
+    let mut machine = Machine::new(cfg);
+    // One general node at a time, from 11:00 to 12:30 UTC only; wall() is 12:00.
+    let mut general = policy("general", "general", &[("1", Some(("0 11 * * *", "90m")))]);
+    general.drain.surge = Some(true);
+    machine.apply(Event::PoliciesListed(vec![general]), t0);
+    let general: Vec<NodeView> = nodes()
+        .into_iter()
+        .filter(|n| n.name.starts_with("gen-"))
+        .collect();
+    machine.apply(Event::NodesListed(general), t0);
+    let room = |commands: &[Command]| -> Vec<Command> {
+        commands
+            .iter()
+            .filter(|c| matches!(c, Command::ReserveAhead(_) | Command::ReleaseAhead(_)))
+            .cloned()
+            .collect()
+    };
+    let (commands, _) = pass(&mut machine, t0);
+    assert_eq!(
+        started(&commands),
+        [("gen-1".into(), Some("general".into()))]
+    );
+    assert_eq!(room(&commands), [Command::ReserveAhead("gen-2".into())]);
+
+    // Still open ten minutes later: the room stays.
+    let (later, open) = (
+        t0 + Duration::from_secs(600),
+        wall() + jiff::SignedDuration::from_mins(10),
+    );
+    machine.lease_step(later, open, true, true);
+    let (commands, _) = machine.act(later, open, true);
+    assert_eq!(room(&commands), []);
+    // The schedule has closed while gen-1 drains: gen-2 cannot start before tomorrow's, so its
+    // room goes.
+    let (later, closed) = (
+        t0 + Duration::from_secs(1860),
+        wall() + jiff::SignedDuration::from_mins(31),
+    );
+    machine.lease_step(later, closed, true, true);
+    let (commands, _) = machine.act(later, closed, true);
+    assert_eq!(room(&commands), [Command::ReleaseAhead("gen-2".into())]);
+}

@@ -660,4 +660,4 @@ mod pending;
 pub use pending::{OthersPending, PendingPlaceholders};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -3,7 +3,7 @@ use std::collections::BTreeSet;
 use super::*;
 use serde_json::json;
 
-fn drain_taint() -> Taint {
+pub(crate) fn drain_taint() -> Taint {
     Taint {
         key: rotor_core::contract::DRAIN_TAINT_KEY.into(),
         value: Some("image-drift".into()),
@@ -12,11 +12,11 @@ fn drain_taint() -> Taint {
     }
 }
 
-fn node(name: &str) -> Node {
+pub(crate) fn node(name: &str) -> Node {
     serde_json::from_value(json!({"metadata": {"name": name, "uid": "node-uid-1"}})).unwrap()
 }
 
-fn cfg() -> SurgeConfig {
+pub(crate) fn cfg() -> SurgeConfig {
     SurgeConfig {
         namespace: "rotor-system".into(),
         priority_class: "rotor-surge".into(),

@@ -344,6 +344,7 @@ async fn pause(abort: &CancellationToken, stop: &CancellationToken) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::surge::tests as surge_tests;
     use crate::drain::surge_io::freeing::tests::placeholder as owned_by;
     use crate::drain::watched::tests::pod;
 
@@ -353,13 +354,7 @@ mod tests {
         let client = kube::Client::try_from(config).expect("a client needs no server");
         Arc::new(SurgeRoom::new(
             client,
-            crate::drain::surge::SurgeConfig {
-                namespace: "rotor-system".into(),
-                priority_class: "rotor-surge".into(),
-                image: "registry.k8s.io/pause:3.10".into(),
-                timeout: std::time::Duration::from_secs(60),
-                max_surge: None,
-            },
+            surge_tests::cfg(),
             crate::drain::pods::DrainOptions::default(),
             prometheus_client::metrics::gauge::Gauge::default(),
         ))
@@ -370,18 +365,7 @@ mod tests {
         let room = offline_room();
         room.want_ahead("n");
         assert!(room.wants_ahead("n"));
-        let node = Node {
-            metadata: kube::api::ObjectMeta {
-                name: Some("n".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let taint = Taint {
-            key: rotor_core::contract::DRAIN_TAINT_KEY.into(),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        };
+        let (node, taint) = (surge_tests::node("n"), surge_tests::drain_taint());
         let (abort, stop) = (CancellationToken::new(), CancellationToken::new());
         // The pods could not be read: the drain goes on without room, having taken the node.
         let outcome = make_room(

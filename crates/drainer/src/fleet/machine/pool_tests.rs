@@ -8,6 +8,7 @@ use rotor_core::NodeBudget;
 use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
 
 use super::status::STATUS_EVERY;
+use super::tests::ahead;
 use super::*;
 use crate::fleet::held::{Held, HeldReason};
 use crate::fleet::pools::{FlagDrain, Pool};
@@ -583,46 +584,45 @@ fn nodes_that_only_count_are_left_out_of_the_round_yet_size_their_pool() {
     );
 }
 
-#[test]
-fn room_made_ahead_goes_when_the_nodes_pool_stops_surging() {
-    let t0 = Instant::now();
+/// The general nodes under `general` (one at a time, surging) with room made ahead for one
+/// node: the first pass starts gen-1, and gen-2, next in line, gets its room.
+fn gen_2_has_room_ahead(general: Pool, t0: Instant) -> Machine {
     let mut cfg = config(10);
     cfg.reserve_ahead = 1;
     cfg.flags.drain.surge_timeout = Some(Duration::from_secs(300));
-    let surging = |surge: bool| {
-        let mut general = policy("general", "general", &[("1", None)]);
-        general.drain.surge = Some(surge);
-        general
-    };
-    let room = |commands: &[Command]| -> Vec<Command> {
-        commands
-            .iter()
-            .filter(|c| matches!(c, Command::ReserveAhead(_) | Command::ReleaseAhead(_)))
-            .cloned()
-            .collect()
-    };
     let mut machine = Machine::new(cfg);
-    machine.apply(Event::PoliciesListed(vec![surging(true)]), t0);
+    machine.apply(Event::PoliciesListed(vec![general]), t0);
     let general: Vec<NodeView> = nodes()
         .into_iter()
         .filter(|n| n.name.starts_with("gen-"))
         .collect();
     machine.apply(Event::NodesListed(general), t0);
-    // One general node at a time: gen-1 drains and gen-2, next in line, gets its room.
     let (commands, _) = pass(&mut machine, t0);
     assert_eq!(
         started(&commands),
         [("gen-1".into(), Some("general".into()))]
     );
-    assert_eq!(room(&commands), [Command::ReserveAhead("gen-2".into())]);
+    assert_eq!(ahead(&commands), [Command::ReserveAhead("gen-2".into())]);
+    machine
+}
+
+#[test]
+fn room_made_ahead_goes_when_the_nodes_pool_stops_surging() {
+    let t0 = Instant::now();
+    let surging = |surge: bool| {
+        let mut general = policy("general", "general", &[("1", None)]);
+        general.drain.surge = Some(surge);
+        general
+    };
+    let mut machine = gen_2_has_room_ahead(surging(true), t0);
 
     // The policy stops surging: gen-2's drain will make no room and release none, so the room
     // made ahead goes now, and none is made again.
     machine.apply(Event::PoliciesListed(vec![surging(false)]), t0);
     let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(1));
-    assert_eq!(room(&commands), [Command::ReleaseAhead("gen-2".into())]);
+    assert_eq!(ahead(&commands), [Command::ReleaseAhead("gen-2".into())]);
     let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(2));
-    assert_eq!(room(&commands), []);
+    assert_eq!(ahead(&commands), []);
 }
 
 #[test]
@@ -673,32 +673,10 @@ fn a_start_weighed_while_its_policys_budget_changed_is_decided_again() {
 #[test]
 fn room_made_ahead_goes_when_the_nodes_pool_closes() {
     let t0 = Instant::now();
-    let mut cfg = config(10);
-    cfg.reserve_ahead = 1;
-    cfg.flags.drain.surge_timeout = Some(Duration::from_secs(300));
-    let mut machine = Machine::new(cfg);
     // One general node at a time, from 11:00 to 12:30 UTC only; wall() is 12:00.
     let mut general = policy("general", "general", &[("1", Some(("0 11 * * *", "90m")))]);
     general.drain.surge = Some(true);
-    machine.apply(Event::PoliciesListed(vec![general]), t0);
-    let general: Vec<NodeView> = nodes()
-        .into_iter()
-        .filter(|n| n.name.starts_with("gen-"))
-        .collect();
-    machine.apply(Event::NodesListed(general), t0);
-    let room = |commands: &[Command]| -> Vec<Command> {
-        commands
-            .iter()
-            .filter(|c| matches!(c, Command::ReserveAhead(_) | Command::ReleaseAhead(_)))
-            .cloned()
-            .collect()
-    };
-    let (commands, _) = pass(&mut machine, t0);
-    assert_eq!(
-        started(&commands),
-        [("gen-1".into(), Some("general".into()))]
-    );
-    assert_eq!(room(&commands), [Command::ReserveAhead("gen-2".into())]);
+    let mut machine = gen_2_has_room_ahead(general, t0);
 
     // Still open ten minutes later: the room stays.
     let (later, open) = (
@@ -707,7 +685,7 @@ fn room_made_ahead_goes_when_the_nodes_pool_closes() {
     );
     machine.lease_step(later, open, true, true);
     let (commands, _) = machine.act(later, open, true);
-    assert_eq!(room(&commands), []);
+    assert_eq!(ahead(&commands), []);
     // The schedule has closed while gen-1 drains: gen-2 cannot start before tomorrow's, so its
     // room goes.
     let (later, closed) = (
@@ -716,5 +694,5 @@ fn room_made_ahead_goes_when_the_nodes_pool_closes() {
     );
     machine.lease_step(later, closed, true, true);
     let (commands, _) = machine.act(later, closed, true);
-    assert_eq!(room(&commands), [Command::ReleaseAhead("gen-2".into())]);
+    assert_eq!(ahead(&commands), [Command::ReleaseAhead("gen-2".into())]);
 }

@@ -60,7 +60,8 @@ fn surge_config(max_concurrent: usize, windows: &[&str]) -> MachineConfig {
     }
 }
 
-fn ahead(commands: &[Command]) -> Vec<Command> {
+/// The room-ahead commands among `commands`.
+pub(super) fn ahead(commands: &[Command]) -> Vec<Command> {
     commands
         .iter()
         .filter(|c| matches!(c, Command::ReserveAhead(_) | Command::ReleaseAhead(_)))

@@ -52,10 +52,37 @@ pub async fn drain_node(
     seen: Option<Node>,
     stops: Stops,
 ) -> DrainOutcome {
+    if let Some(room) = &drains.surge {
+        // The loop over nodes no longer wants room made ahead for this node: a making still on
+        // its way must not outlive this drain, which only releases what stands when it ends.
+        room.unwant_ahead(&name);
+    }
+    let outcome = read_and_drain(&drains, &name, intent, tainted_since, seen, &stops).await;
+    // The placeholders' work is done however the drain ended, even before its room was made
+    // (room made ahead for the node goes, and its `--max-surge` slot), except at a shutdown:
+    // the next leader resumes this drain and finds them (or its sweep removes them).
+    if let Some(room) = &drains.surge
+        && !matches!(outcome.result, DrainResult::Interrupted)
+    {
+        release(room, &name).await;
+    }
+    outcome
+}
+
+/// [`drain_node`] up to its release: reads the node (or takes the watch's copy) and, if it is
+/// still tainted and due, drains it.
+async fn read_and_drain(
+    drains: &Drains,
+    name: &str,
+    intent: Intent,
+    tainted_since: Option<std::time::Instant>,
+    seen: Option<Node>,
+    stops: &Stops,
+) -> DrainOutcome {
     let nodes: Api<Node> = Api::all(drains.client.clone());
     let fetched = match seen {
         Some(node) => Ok(Some(node)),
-        None => nodes.get_opt(&name).await,
+        None => nodes.get_opt(name).await,
     };
     let node = match fetched {
         Ok(Some(n)) => n,
@@ -67,7 +94,7 @@ pub async fn drain_node(
         }
         Err(e) => {
             let error = DrainError::ReadNode {
-                node: name,
+                node: name.to_string(),
                 error: e,
             };
             // Nothing was written, so nothing else says it.
@@ -100,23 +127,16 @@ pub async fn drain_node(
             record: Some(before),
         };
     }
-    announce_misreadings(&drains, &node, now).await;
+    announce_misreadings(drains, &node, now).await;
     let read = ReadNode {
         node: &node,
-        name: &name,
+        name,
         intent,
         taint,
         record: before,
         at: now,
     };
-    let (result, record) = drain_fresh(&drains, &nodes, read, tainted_since, &stops).await;
-    // The placeholders' work is done however the drain ended, except at a shutdown: the next
-    // leader resumes this drain and finds them (or its sweep removes them).
-    if let Some(room) = &drains.surge
-        && !matches!(result, DrainResult::Interrupted)
-    {
-        release(room, &name).await;
-    }
+    let (result, record) = drain_fresh(drains, &nodes, read, tainted_since, stops).await;
     DrainOutcome {
         result,
         record: Some(record),
@@ -507,4 +527,107 @@ async fn record_end(
         DrainResult::NodeGone | DrainResult::Interrupted | DrainResult::Skipped { .. } => {}
     }
     record
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio_util::sync::CancellationToken;
+    use tokio_util::task::TaskTracker;
+
+    use super::*;
+    use crate::drain::budgets_io::BudgetWatch;
+    use crate::drain::eviction_io::EvictionWire;
+    use crate::drain::pods::DrainOptions;
+    use crate::drain::published::Published;
+    use crate::drain::rules_io::DrainRuleWatch;
+    use crate::drain::shared::DrainSettings;
+    use crate::drain::surge::tests as surge_tests;
+    use crate::drain::watched_io::PodWatches;
+    use crate::metrics::Metrics;
+    use crate::record::events_io::Announcer;
+    use crate::record::notify_io::Notifier;
+
+    /// The handles a drain runs with, all on a client that reaches nothing (nothing listens on
+    /// port 9), with `room` for `--surge`: only what a drain does before and without any answer
+    /// is tested.
+    fn offline_drains(
+        room: Arc<SurgeRoom>,
+        tasks: &TaskTracker,
+        stop: &CancellationToken,
+    ) -> Drains {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).expect("a client needs no server");
+        let reporter = kube::runtime::events::Reporter {
+            controller: "rotor-drainer".into(),
+            instance: None,
+        };
+        Drains {
+            client: client.clone(),
+            pod_watches: Arc::new(PodWatches::new(client.clone())),
+            wire: Arc::new(EvictionWire::new(client.clone())),
+            settings: DrainSettings {
+                drain_timeout: Duration::from_secs(1800),
+                force_after: None,
+                options: DrainOptions::default(),
+                budget_recheck: Duration::from_secs(10),
+                blocked_after: Duration::from_secs(300),
+                settle: Duration::ZERO,
+                restart_single_replica: false,
+                replace_by: None,
+                park_after: None,
+                several_at_once: false,
+            },
+            announcer: Announcer::new(client.clone(), reporter, Notifier::default()),
+            metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
+            budgets: BudgetWatch::start(client, tasks, stop.clone()),
+            rules: DrainRuleWatch::default(),
+            published: Arc::new(Published::default()),
+            surge: Some(room),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_drain_that_ends_before_making_its_room_gives_back_the_room_made_ahead() {
+        let room = SurgeRoom::offline();
+        // The node is next in line and its room was made ahead: the loop over nodes wished for
+        // it and the making took a --max-surge slot.
+        room.want_ahead("n");
+        assert!(room.take_slot("n"));
+        let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
+        let drains = Arc::new(offline_drains(room.clone(), &tasks, &stop));
+        let stops = Stops {
+            abort: CancellationToken::new(),
+            stop: CancellationToken::new(),
+        };
+        // Its taint went between the loop's choice and the drain's start: the drain ends before
+        // it reaches its room.
+        let untainted = surge_tests::node("n");
+        let outcome = drain_node(
+            drains,
+            "n".into(),
+            Intent::Start,
+            None,
+            Some(untainted),
+            stops,
+        )
+        .await;
+        assert!(
+            matches!(outcome.result, DrainResult::Cancelled),
+            "{:?}",
+            outcome.result
+        );
+        // The room made ahead is removed with the drain's end (the removal's requests fail here,
+        // and the next term's sweep would take the placeholders): its slot is free again.
+        assert!(
+            !room.holds_slot("n"),
+            "the slot of room made ahead outlived the drain"
+        );
+        // And a making of room ahead still on its way makes nothing: no one would remove it.
+        assert!(!room.wants_ahead("n"));
+        stop.cancel();
+        tasks.close();
+        tasks.wait().await;
+    }
 }

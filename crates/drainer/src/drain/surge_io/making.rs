@@ -73,13 +73,10 @@ pub async fn make_room(
     let name = node.metadata.name.clone().unwrap_or_default();
     let give_up_at = started + cfg.timeout;
     {
-        // Wait out whatever is being done ahead for the node; nothing starts after this. The
-        // wish for room ahead goes too: a making of it still on its way would otherwise find
-        // the node free again once this drain has released it, and make room for a drained
-        // node that no one would remove.
+        // Wait out whatever is being done ahead for the node; nothing starts after this (the
+        // drain took back the wish for room ahead as it began: `drain_node`).
         let mut owned = room.owned_by_drain.lock().await;
         owned.insert(name.clone(), DrainRoom::Held);
-        room.unwant_ahead(&name);
     }
     // Room made ahead holds its slot until the drain takes it.
     let made_ahead = lock(&room.held).contains(&name);
@@ -344,45 +341,8 @@ async fn pause(abort: &CancellationToken, stop: &CancellationToken) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::surge::tests as surge_tests;
     use crate::drain::surge_io::freeing::tests::placeholder as owned_by;
     use crate::drain::watched::tests::pod;
-
-    /// A room whose client reaches nothing: only what is decided before any request is tested.
-    fn offline_room() -> Arc<SurgeRoom> {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let client = kube::Client::try_from(config).expect("a client needs no server");
-        Arc::new(SurgeRoom::new(
-            client,
-            surge_tests::cfg(),
-            crate::drain::pods::DrainOptions::default(),
-            prometheus_client::metrics::gauge::Gauge::default(),
-        ))
-    }
-
-    #[tokio::test]
-    async fn a_drain_taking_its_node_forgets_the_wish_for_room_ahead() {
-        let room = offline_room();
-        room.want_ahead("n");
-        assert!(room.wants_ahead("n"));
-        let (node, taint) = (surge_tests::node("n"), surge_tests::drain_taint());
-        let (abort, stop) = (CancellationToken::new(), CancellationToken::new());
-        // The pods could not be read: the drain goes on without room, having taken the node.
-        let outcome = make_room(
-            &room,
-            &node,
-            &taint,
-            Err("no pods".into()),
-            Instant::now(),
-            &abort,
-            &stop,
-        )
-        .await;
-        assert!(matches!(outcome, SurgeOutcome::Failed(_)), "{outcome:?}");
-        // A making of room ahead still on its way finds no wish once the drain has released
-        // the node, so it makes nothing for a drained node.
-        assert!(!room.wants_ahead("n"));
-    }
 
     #[test]
     fn a_drain_waits_for_its_own_sets_placeholders_not_for_a_stale_set_made_ahead() {

@@ -110,7 +110,7 @@ impl SurgeRoom {
         lock(&self.wanted_ahead).remove(node);
     }
 
-    pub(super) fn wants_ahead(&self, node: &str) -> bool {
+    pub(crate) fn wants_ahead(&self, node: &str) -> bool {
         lock(&self.wanted_ahead).contains(node)
     }
 
@@ -136,7 +136,7 @@ impl SurgeRoom {
     }
 
     /// Takes a slot for `node` if it holds one already or one is free.
-    pub(super) fn take_slot(&self, node: &str) -> bool {
+    pub(crate) fn take_slot(&self, node: &str) -> bool {
         let mut held = lock(&self.held);
         if held.contains(node) {
             return true;
@@ -154,6 +154,26 @@ impl SurgeRoom {
         let mut held = lock(&self.held);
         held.remove(node);
         self.holding.set(held.len() as i64);
+    }
+
+    /// Whether `node` holds a `--max-surge` slot.
+    #[cfg(test)]
+    pub(crate) fn holds_slot(&self, node: &str) -> bool {
+        lock(&self.held).contains(node)
+    }
+
+    /// A room whose client reaches nothing (nothing listens on port 9): only what is decided
+    /// before any answer is tested.
+    #[cfg(test)]
+    pub(crate) fn offline() -> std::sync::Arc<SurgeRoom> {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).expect("a client needs no server");
+        std::sync::Arc::new(SurgeRoom::new(
+            client,
+            crate::drain::surge::tests::cfg(),
+            DrainOptions::default(),
+            Gauge::default(),
+        ))
     }
 
     /// Whether `node`'s room is this drainer's: a drain has taken it over, or a slot is held

@@ -23,6 +23,12 @@ impl NodeBudget {
             NodeBudget::Percent(p) => (total.saturating_mul(p as usize)).div_ceil(100),
         }
     }
+
+    /// Whether the budget lets no node go whatever the number of nodes: `0` or `0%` (any
+    /// other percentage rounds up to at least one node).
+    pub fn lets_none(&self) -> bool {
+        matches!(self, NodeBudget::Count(0) | NodeBudget::Percent(0))
+    }
 }
 
 impl NodeBudget {
@@ -104,6 +110,13 @@ mod tests {
         assert_eq!(NodeBudget::Percent(10).resolve(3), 1);
         assert_eq!(NodeBudget::Percent(0).resolve(100), 0);
         assert_eq!(NodeBudget::Count(2).resolve(100), 2);
+        // Only a zero lets no node go, however few the nodes.
+        for b in [NodeBudget::Count(0), NodeBudget::Percent(0)] {
+            assert!(b.lets_none() && b.resolve(1) == 0);
+        }
+        for b in [NodeBudget::Count(1), NodeBudget::Percent(1)] {
+            assert!(!b.lets_none() && b.resolve(1) == 1);
+        }
         assert_eq!(NodeBudget::Percent(25).describe(12), "25% (3 of 12 nodes)");
         assert_eq!(NodeBudget::Count(5).describe(12), "5");
         for b in [NodeBudget::Count(7), NodeBudget::Percent(10)] {

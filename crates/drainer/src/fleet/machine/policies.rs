@@ -159,14 +159,18 @@ impl PolicyBook {
 
     /// Whether the pool of `node` may start a drain now, as far as time decides: the flags'
     /// windows for a node no policy selects; for a policy's node, a budget in force for its
-    /// drain reason and the policy readable. An overlap never may.
+    /// drain reason, none of them a pause, and the policy readable. An overlap never may.
     pub(super) fn pool_open(&self, node: &NodeView, wall: Timestamp) -> bool {
         match &node.pool {
             PoolRef::Flags => any_open(&self.flags.windows, wall),
             PoolRef::Overlap(_) => false,
+            // Open: some budget in force, and none of them a pause (`0`), which holds every
+            // node of the pool as a closed schedule does.
             PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
+                let in_force = in_force(&pool.budgets, Some(&node.reason), wall);
                 pool.invalid.is_none()
-                    && !in_force(&pool.budgets, Some(&node.reason), wall).is_empty()
+                    && !in_force.is_empty()
+                    && in_force.iter().all(|&i| !pool.budgets[i].nodes.lets_none())
             }),
         }
     }

@@ -626,6 +626,88 @@ fn room_made_ahead_goes_when_the_nodes_pool_stops_surging() {
 }
 
 #[test]
+fn room_made_ahead_goes_when_the_nodes_pool_is_paused() {
+    let t0 = Instant::now();
+    let paused = |nodes: &str| {
+        let mut general = policy("general", "general", &[(nodes, None)]);
+        general.drain.surge = Some(true);
+        general
+    };
+    let mut machine = gen_2_has_room_ahead(paused("1"), t0);
+
+    // The policy's budget becomes 0 while gen-1 drains: gen-2 cannot start until someone lifts
+    // the pause, so its room goes, and none is made again meanwhile.
+    machine.apply(Event::PoliciesListed(vec![paused("0")]), t0);
+    let (commands, held) = pass(&mut machine, t0 + Duration::from_secs(1));
+    assert_eq!(ahead(&commands), [Command::ReleaseAhead("gen-2".into())]);
+    assert!(held_text(&held, "gen-2").contains("paused"), "{held:?}");
+    let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(2));
+    assert_eq!(ahead(&commands), []);
+}
+
+#[test]
+fn a_paused_pool_brings_no_leader_until_its_budget_lets_a_node_go() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    let general = |nodes: &str| policy("general", "general", &[(nodes, None)]);
+    machine.apply(Event::PoliciesListed(vec![general("0")]), t0);
+    machine.apply(Event::NodesListed(vec![tainted("gen-1", "general", 9)]), t0);
+    // Like a closed schedule: the node waits for a person to lift the pause, and no replica
+    // holds the Lease (renewing it every few seconds) meanwhile.
+    let idle = machine.lease_step(t0, wall(), false, false);
+    assert!(
+        !idle
+            .iter()
+            .any(|c| matches!(c, LeaseCommand::Contend { .. })),
+        "{idle:?}"
+    );
+    machine.apply(Event::PoliciesListed(vec![general("1")]), t0);
+    assert!(matches!(
+        machine.lease_step(t0, wall(), false, false).as_slice(),
+        [LeaseCommand::Contend { .. }]
+    ));
+}
+
+#[test]
+fn a_start_weighed_while_its_policys_budget_grew_is_decided_again() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    // `general` allows one node, and two from 12:30 UTC for an hour: the pool is open either way.
+    machine.apply(
+        Event::PoliciesListed(vec![policy(
+            "general",
+            "general",
+            &[("2", Some(("30 12 * * *", "60m"))), ("1", None)],
+        )]),
+        t0,
+    );
+    let general: Vec<NodeView> = nodes()
+        .into_iter()
+        .filter(|n| n.name.starts_with("gen-"))
+        .collect();
+    machine.apply(Event::NodesListed(general), t0);
+    machine.lease_step(t0, wall(), true, true);
+    let (_, round) = machine.act(t0, wall(), true);
+    let round = round.expect("a leading pass proposes starts");
+    assert_eq!(round.start, ["gen-1"]);
+    // Started 31 minutes later, once the wider budget is in force: the round was weighed under
+    // the other, so it is weighed again rather than trusted.
+    let late = wall() + jiff::SignedDuration::from_mins(31);
+    assert_eq!(started(&machine.start(round, late)), []);
+    let later = t0 + Duration::from_secs(31 * 60);
+    machine.lease_step(later, late, true, true);
+    let (_, round) = machine.act(later, late, true);
+    let round = round.expect("a leading pass proposes starts");
+    assert_eq!(
+        started(&machine.start(round, late)),
+        [
+            ("gen-1".to_string(), Some("general".to_string())),
+            ("gen-2".to_string(), Some("general".to_string()))
+        ]
+    );
+}
+
+#[test]
 fn a_start_weighed_while_its_policys_budget_changed_is_decided_again() {
     let t0 = Instant::now();
     let mut machine = Machine::new(config(10));

@@ -85,3 +85,54 @@ pub struct Stops {
     /// Stop where it is, its state kept on the node: a shutdown, a lost lease, a halt.
     pub stop: CancellationToken,
 }
+
+/// A client whose every request fails at once (nothing listens on port 9), for tests of what is
+/// decided before and without an answer.
+#[cfg(test)]
+pub(crate) fn offline_client() -> kube::Client {
+    let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+    kube::Client::try_from(config).expect("a client needs no server")
+}
+
+#[cfg(test)]
+impl Drains {
+    /// The handles a drain runs with, all on [`offline_client`], with `surge` for `--surge`;
+    /// the budget watch runs on `tasks` until `stop`.
+    pub(crate) fn offline(
+        surge: Option<Arc<SurgeRoom>>,
+        tasks: &tokio_util::task::TaskTracker,
+        stop: &CancellationToken,
+    ) -> Drains {
+        use crate::drain::pods::DrainOptions;
+        use crate::record::notify_io::Notifier;
+
+        let client = offline_client();
+        let reporter = kube::runtime::events::Reporter {
+            controller: "rotor-drainer".into(),
+            instance: None,
+        };
+        Drains {
+            client: client.clone(),
+            pod_watches: Arc::new(PodWatches::new(client.clone())),
+            wire: Arc::new(EvictionWire::new(client.clone())),
+            settings: DrainSettings {
+                drain_timeout: Duration::from_secs(1800),
+                force_after: None,
+                options: DrainOptions::default(),
+                budget_recheck: Duration::from_secs(10),
+                blocked_after: Duration::from_secs(300),
+                settle: Duration::ZERO,
+                restart_single_replica: false,
+                replace_by: None,
+                park_after: None,
+                several_at_once: false,
+            },
+            announcer: Announcer::new(client.clone(), reporter, Notifier::default()),
+            metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
+            budgets: BudgetWatch::start(client, tasks, stop.clone()),
+            rules: DrainRuleWatch::default(),
+            published: Arc::new(Published::default()),
+            surge,
+        }
+    }
+}

@@ -531,62 +531,11 @@ async fn record_end(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use tokio_util::sync::CancellationToken;
     use tokio_util::task::TaskTracker;
 
     use super::*;
-    use crate::drain::budgets_io::BudgetWatch;
-    use crate::drain::eviction_io::EvictionWire;
-    use crate::drain::pods::DrainOptions;
-    use crate::drain::published::Published;
-    use crate::drain::rules_io::DrainRuleWatch;
-    use crate::drain::shared::DrainSettings;
     use crate::drain::surge::tests as surge_tests;
-    use crate::drain::watched_io::PodWatches;
-    use crate::metrics::Metrics;
-    use crate::record::events_io::Announcer;
-    use crate::record::notify_io::Notifier;
-
-    /// The handles a drain runs with, all on a client that reaches nothing (nothing listens on
-    /// port 9), with `room` for `--surge`: only what a drain does before and without any answer
-    /// is tested.
-    fn offline_drains(
-        room: Arc<SurgeRoom>,
-        tasks: &TaskTracker,
-        stop: &CancellationToken,
-    ) -> Drains {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let client = kube::Client::try_from(config).expect("a client needs no server");
-        let reporter = kube::runtime::events::Reporter {
-            controller: "rotor-drainer".into(),
-            instance: None,
-        };
-        Drains {
-            client: client.clone(),
-            pod_watches: Arc::new(PodWatches::new(client.clone())),
-            wire: Arc::new(EvictionWire::new(client.clone())),
-            settings: DrainSettings {
-                drain_timeout: Duration::from_secs(1800),
-                force_after: None,
-                options: DrainOptions::default(),
-                budget_recheck: Duration::from_secs(10),
-                blocked_after: Duration::from_secs(300),
-                settle: Duration::ZERO,
-                restart_single_replica: false,
-                replace_by: None,
-                park_after: None,
-                several_at_once: false,
-            },
-            announcer: Announcer::new(client.clone(), reporter, Notifier::default()),
-            metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
-            budgets: BudgetWatch::start(client, tasks, stop.clone()),
-            rules: DrainRuleWatch::default(),
-            published: Arc::new(Published::default()),
-            surge: Some(room),
-        }
-    }
 
     #[tokio::test]
     async fn a_drain_that_ends_before_making_its_room_gives_back_the_room_made_ahead() {
@@ -596,7 +545,7 @@ mod tests {
         room.want_ahead("n");
         assert!(room.take_slot("n"));
         let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
-        let drains = Arc::new(offline_drains(room.clone(), &tasks, &stop));
+        let drains = Arc::new(Drains::offline(Some(room.clone()), &tasks, &stop));
         let stops = Stops {
             abort: CancellationToken::new(),
             stop: CancellationToken::new(),

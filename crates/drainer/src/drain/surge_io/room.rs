@@ -162,14 +162,11 @@ impl SurgeRoom {
         lock(&self.held).contains(node)
     }
 
-    /// A room whose client reaches nothing (nothing listens on port 9): only what is decided
-    /// before any answer is tested.
+    /// A room on [`offline_client`](crate::drain::shared::offline_client).
     #[cfg(test)]
     pub(crate) fn offline() -> std::sync::Arc<SurgeRoom> {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let client = kube::Client::try_from(config).expect("a client needs no server");
         std::sync::Arc::new(SurgeRoom::new(
-            client,
+            crate::drain::shared::offline_client(),
             crate::drain::surge::tests::cfg(),
             DrainOptions::default(),
             Gauge::default(),

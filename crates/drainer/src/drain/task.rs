@@ -59,10 +59,19 @@ pub async fn drain_node(
     }
     let outcome = read_and_drain(&drains, &name, intent, tainted_since, seen, &stops).await;
     // The placeholders' work is done however the drain ended, even before its room was made
-    // (room made ahead for the node goes, and its `--max-surge` slot), except at a shutdown:
-    // the next leader resumes this drain and finds them (or its sweep removes them).
+    // (room made ahead for the node goes, and its `--max-surge` slot), unless the drain is
+    // still under way: stopped where it is (the next leader resumes it and finds its room, or
+    // its sweep removes it), or a resume that could not read its node (the next pass resumes
+    // it, and its drain takes the room over again).
+    let under_way = match &outcome.result {
+        DrainResult::Interrupted => true,
+        DrainResult::Failed {
+            error: DrainError::ReadNode { .. },
+        } => intent == Intent::Resume,
+        _ => false,
+    };
     if let Some(room) = &drains.surge
-        && !matches!(outcome.result, DrainResult::Interrupted)
+        && !under_way
     {
         release(room, &name).await;
     }
@@ -575,6 +584,40 @@ mod tests {
         );
         // And a making of room ahead still on its way makes nothing: no one would remove it.
         assert!(!room.wants_ahead("n"));
+
+        stop.cancel();
+        tasks.close();
+        tasks.wait().await;
+    }
+
+    #[tokio::test]
+    async fn a_resumed_drain_that_cannot_read_its_node_keeps_its_room() {
+        let room = SurgeRoom::offline();
+        // The drain under way holds its room (a --max-surge slot and its placeholders).
+        assert!(room.take_slot("n"));
+        let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
+        let drains = Arc::new(Drains::offline(Some(room.clone()), &tasks, &stop));
+        let stops = Stops {
+            abort: CancellationToken::new(),
+            stop: CancellationToken::new(),
+        };
+        // A resume reads its node; the API server does not answer.
+        let outcome = drain_node(drains, "n".into(), Intent::Resume, None, None, stops).await;
+        assert!(
+            matches!(
+                outcome.result,
+                DrainResult::Failed {
+                    error: DrainError::ReadNode { .. }
+                }
+            ),
+            "{:?}",
+            outcome.result
+        );
+        // Its drain is still under way, and the next pass resumes it: its room stays for it.
+        assert!(
+            room.holds_slot("n"),
+            "a failed read removed the room of a drain under way"
+        );
         stop.cancel();
         tasks.close();
         tasks.wait().await;

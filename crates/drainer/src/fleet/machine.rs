@@ -307,16 +307,17 @@ impl Machine {
         // Room made ahead for a node that is no longer in line goes, and so does the room of a
         // node whose pool no longer surges (its policy changed, or it moved to another pool):
         // its drain makes no room, so it would not release any. So does the room of a node
-        // whose window has closed (or whose policy has no budget in force): no drain may use it
-        // until the pool opens again, maybe hours later. A node that started its drain owns
-        // its room now.
+        // whose window has closed, whose policy has no budget in force or a budget of 0, or
+        // any while the rotation is halted: no drain may use it until the pool opens again or
+        // a person acts, maybe hours later. A node that started its drain owns its room now.
         let (nodes, policies) = (&self.nodes, &self.policies);
+        let halted = self.halt.halted().is_some();
         let no_longer_in_line = self.ahead.sort_out(&self.running, |name| {
             nodes.get(name).is_some_and(|n| {
-                n.tainted
+                !halted
+                    && n.tainted
                     && start_block(n, wall, retry_backoff).is_none()
-                    && (policies.labels_stale()
-                        || (policies.surges(&n.pool) && policies.pool_open(n, wall)))
+                    && (policies.labels_stale() || policies.room_ahead_pays(n, wall))
             })
         });
         commands.extend(no_longer_in_line.into_iter().map(Command::ReleaseAhead));

@@ -20,8 +20,9 @@ use crate::drain::surge_io::room::{DrainRoom, SurgeRoom};
 /// placeholders (unless this drain freed them already) and the `--max-surge` slot, and the
 /// node is no longer its drain's.
 pub async fn release(room: &SurgeRoom, node: &str) {
-    // Not held across the removal (other drains start and end meanwhile); the node stays its
-    // drain's until the end, so nothing is made ahead for it in between.
+    // Not held across the removal (other drains start and end meanwhile): nothing is made
+    // ahead for the node in between, as its drain took back the wish for room ahead when it
+    // began and the loop over nodes asks again only once the drain has ended.
     let state = {
         let mut owned = room.owned_by_drain.lock().await;
         let state = owned.get(node).copied();

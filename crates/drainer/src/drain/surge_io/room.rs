@@ -47,7 +47,9 @@ pub struct SurgeRoom {
     pub(super) no_room_ahead_until: Mutex<Option<Instant>>,
     /// The nodes the loop over nodes wants room made ahead for, as it last said: set and
     /// cleared in its own order, before the tasks that make and remove the room run (in
-    /// whatever order they get the lock), so a removal that runs first is not undone.
+    /// whatever order they get the lock), so a removal that runs first is not undone. A drain
+    /// clears its node's as it begins, before its own making or removal of the room; the loop
+    /// wants room for the node again only once that drain has ended.
     pub(super) wanted_ahead: Mutex<BTreeSet<String>>,
     /// Rotor's placeholders that wait for a node, as the watch of every placeholder shows them
     /// ([`observe_placeholder`](SurgeRoom::observe_placeholder)): a drain about to free its
@@ -105,7 +107,7 @@ impl SurgeRoom {
         lock(&self.wanted_ahead).insert(node.to_string());
     }
 
-    /// The loop over nodes no longer wants room ahead for `node` (it left the line).
+    /// Room ahead is no longer wanted for `node`: it left the line, or its drain begins.
     pub fn unwant_ahead(&self, node: &str) {
         lock(&self.wanted_ahead).remove(node);
     }

@@ -159,20 +159,32 @@ impl PolicyBook {
 
     /// Whether the pool of `node` may start a drain now, as far as time decides: the flags'
     /// windows for a node no policy selects; for a policy's node, a budget in force for its
-    /// drain reason, none of them a pause, and the policy readable. An overlap never may.
+    /// drain reason and the policy readable. An overlap never may.
     pub(super) fn pool_open(&self, node: &NodeView, wall: Timestamp) -> bool {
         match &node.pool {
             PoolRef::Flags => any_open(&self.flags.windows, wall),
             PoolRef::Overlap(_) => false,
-            // Open: some budget in force, and none of them a pause (`0`), which holds every
-            // node of the pool as a closed schedule does.
             PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
-                let in_force = in_force(&pool.budgets, Some(&node.reason), wall);
                 pool.invalid.is_none()
-                    && !in_force.is_empty()
-                    && in_force.iter().all(|&i| !pool.budgets[i].nodes.lets_none())
+                    && !in_force(&pool.budgets, Some(&node.reason), wall).is_empty()
             }),
         }
+    }
+
+    /// Whether room made ahead of `node`'s drain is worth having now: its pool surges and may
+    /// start a drain now, open ([`Self::pool_open`]) and not paused by a budget of `0` in force
+    /// (which holds every node of the pool until a person changes it). Room no drain may use
+    /// yet only costs: placeholders, and the nodes an autoscaler keeps for them.
+    pub(super) fn room_ahead_pays(&self, node: &NodeView, wall: Timestamp) -> bool {
+        let paused = || match &node.pool {
+            PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
+                in_force(&pool.budgets, Some(&node.reason), wall)
+                    .iter()
+                    .any(|&i| pool.budgets[i].nodes.lets_none())
+            }),
+            PoolRef::Flags | PoolRef::Overlap(_) => false,
+        };
+        self.surges(&node.pool) && self.pool_open(node, wall) && !paused()
     }
 
     /// Whether what time decides about starting `node` differs between `then` and `now`: the

@@ -646,26 +646,31 @@ fn room_made_ahead_goes_when_the_nodes_pool_is_paused() {
 }
 
 #[test]
-fn a_paused_pool_brings_no_leader_until_its_budget_lets_a_node_go() {
+fn room_made_ahead_goes_while_the_rotation_is_halted() {
+    use crate::record::rotation::{Halt, HaltState};
     let t0 = Instant::now();
-    let mut machine = Machine::new(config(10));
-    let general = |nodes: &str| policy("general", "general", &[(nodes, None)]);
-    machine.apply(Event::PoliciesListed(vec![general("0")]), t0);
-    machine.apply(Event::NodesListed(vec![tainted("gen-1", "general", 9)]), t0);
-    // Like a closed schedule: the node waits for a person to lift the pause, and no replica
-    // holds the Lease (renewing it every few seconds) meanwhile.
-    let idle = machine.lease_step(t0, wall(), false, false);
-    assert!(
-        !idle
-            .iter()
-            .any(|c| matches!(c, LeaseCommand::Contend { .. })),
-        "{idle:?}"
-    );
-    machine.apply(Event::PoliciesListed(vec![general("1")]), t0);
-    assert!(matches!(
-        machine.lease_step(t0, wall(), false, false).as_slice(),
-        [LeaseCommand::Contend { .. }]
-    ));
+    let mut general = policy("general", "general", &[("1", None)]);
+    general.drain.surge = Some(true);
+    let mut machine = gen_2_has_room_ahead(general, t0);
+
+    // Halted while gen-1 drains (which finishes): nothing starts until a person resumes the
+    // rotation, maybe hours later, so gen-2's room goes and none is made meanwhile.
+    let halt = HaltState {
+        halted: Some(Halt {
+            since: wall(),
+            reason: "node gen-9 joined NotReady".into(),
+        }),
+        resumed_at: None,
+    };
+    machine.apply(Event::HaltRead(halt), t0);
+    let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(1));
+    assert_eq!(ahead(&commands), [Command::ReleaseAhead("gen-2".into())]);
+    let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(2));
+    assert_eq!(ahead(&commands), []);
+    // Resumed: room is made ahead again.
+    machine.apply(Event::HaltRead(HaltState::default()), t0);
+    let (commands, _) = pass(&mut machine, t0 + Duration::from_secs(3));
+    assert_eq!(ahead(&commands), [Command::ReserveAhead("gen-2".into())]);
 }
 
 #[test]

@@ -211,21 +211,22 @@ impl Machine {
     /// own drains need not wait for an autoscaler. Only behind a running drain: with none, the
     /// next candidate is held for moments at most (a burst of taints settling, the gate) and
     /// makes its own room when it starts; reserving for it too would create every placeholder
-    /// twice. Not outside the maintenance windows: room that no drain may use yet only costs.
+    /// twice. Not outside the maintenance windows, nor for a paused pool or while the rotation
+    /// is halted: room that no drain may use yet only costs.
     /// When room moves from one waiting node to another is
     /// [`RoomAhead::after_round`](super::ahead::RoomAhead::after_round)'s rule.
     fn reserve_ahead(&mut self, round: &StartRound) -> Vec<Command> {
-        if self.cfg.reserve_ahead == 0 || self.running.is_empty() {
+        if self.cfg.reserve_ahead == 0 || self.running.is_empty() || self.halted() {
             return Vec::new();
         }
-        // Only nodes whose pool surges and may start now: room no drain may use yet only costs.
         let next_in_line: Vec<String> = candidate_names(&round.view, round.wall, retry_backoff)
             .into_iter()
             .filter(|name| {
                 !self.busy(name)
-                    && self.nodes.get(name).is_some_and(|n| {
-                        self.policies.surges(&n.pool) && self.policies.pool_open(n, round.wall)
-                    })
+                    && self
+                        .nodes
+                        .get(name)
+                        .is_some_and(|n| self.policies.room_ahead_pays(n, round.wall))
             })
             .take(self.cfg.reserve_ahead)
             .collect();

@@ -546,6 +546,37 @@ mod tests {
     use super::*;
     use crate::drain::surge::tests as surge_tests;
 
+    /// A drain's handles on an offline client, with `--surge`, and the tasks they run.
+    struct Offline {
+        drains: Arc<Drains>,
+        stops: Stops,
+        tasks: TaskTracker,
+        stop: CancellationToken,
+    }
+
+    impl Offline {
+        fn new(room: &Arc<SurgeRoom>) -> Offline {
+            let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
+            let drains = Arc::new(Drains::offline(Some(room.clone()), &tasks, &stop));
+            let stops = Stops {
+                abort: CancellationToken::new(),
+                stop: CancellationToken::new(),
+            };
+            Offline {
+                drains,
+                stops,
+                tasks,
+                stop,
+            }
+        }
+
+        async fn close(self) {
+            self.stop.cancel();
+            self.tasks.close();
+            self.tasks.wait().await;
+        }
+    }
+
     #[tokio::test]
     async fn a_drain_that_ends_before_making_its_room_gives_back_the_room_made_ahead() {
         let room = SurgeRoom::offline();
@@ -553,22 +584,17 @@ mod tests {
         // it and the making took a --max-surge slot.
         room.want_ahead("n");
         assert!(room.take_slot("n"));
-        let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
-        let drains = Arc::new(Drains::offline(Some(room.clone()), &tasks, &stop));
-        let stops = Stops {
-            abort: CancellationToken::new(),
-            stop: CancellationToken::new(),
-        };
+        let offline = Offline::new(&room);
         // Its taint went between the loop's choice and the drain's start: the drain ends before
         // it reaches its room.
         let untainted = surge_tests::node("n");
         let outcome = drain_node(
-            drains,
+            offline.drains.clone(),
             "n".into(),
             Intent::Start,
             None,
             Some(untainted),
-            stops,
+            offline.stops.clone(),
         )
         .await;
         assert!(
@@ -584,10 +610,7 @@ mod tests {
         );
         // And a making of room ahead still on its way makes nothing: no one would remove it.
         assert!(!room.wants_ahead("n"));
-
-        stop.cancel();
-        tasks.close();
-        tasks.wait().await;
+        offline.close().await;
     }
 
     #[tokio::test]
@@ -595,14 +618,17 @@ mod tests {
         let room = SurgeRoom::offline();
         // The drain under way holds its room (a --max-surge slot and its placeholders).
         assert!(room.take_slot("n"));
-        let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
-        let drains = Arc::new(Drains::offline(Some(room.clone()), &tasks, &stop));
-        let stops = Stops {
-            abort: CancellationToken::new(),
-            stop: CancellationToken::new(),
-        };
+        let offline = Offline::new(&room);
         // A resume reads its node; the API server does not answer.
-        let outcome = drain_node(drains, "n".into(), Intent::Resume, None, None, stops).await;
+        let outcome = drain_node(
+            offline.drains.clone(),
+            "n".into(),
+            Intent::Resume,
+            None,
+            None,
+            offline.stops.clone(),
+        )
+        .await;
         assert!(
             matches!(
                 outcome.result,
@@ -618,8 +644,6 @@ mod tests {
             room.holds_slot("n"),
             "a failed read removed the room of a drain under way"
         );
-        stop.cancel();
-        tasks.close();
-        tasks.wait().await;
+        offline.close().await;
     }
 }

@@ -587,7 +587,10 @@ fn a_closed_schedule_holds_its_pool_only_and_the_status_says_until_when() {
             r#"{nodeSelector: {matchLabels: {pool: a}}, budgets: [{nodes: "1"}]}"#
         ),
     ));
-    let drainer = cluster.start_rotor_drainer("e2e-a", &["--max-concurrent", "4"]);
+    let drainer = cluster.start_rotor_drainer(
+        "e2e-a",
+        &["--max-concurrent", "4", "--release-lease-after", "2s"],
+    );
     taint(&cluster, "gpu-1");
     taint(&cluster, "a-1");
 
@@ -688,6 +691,36 @@ fn a_closed_schedule_holds_its_pool_only_and_the_status_says_until_when() {
         (a_row["BUDGET"].as_str(), a_row["UNTIL"].as_str()),
         ("1 of 1", ""),
         "{table}"
+    );
+
+    // Nothing left that may start, and both statuses as the API server holds them are what
+    // the drainer would write (a status it read back differently would keep a replica leading
+    // and writing): the lease goes, and neither it nor the policies change after.
+    let lease = || cluster.kubectl_json(&["-n", "rotor-system", "get", "lease", "rotor-drainer"]);
+    wait_for_drainer(
+        &drainer,
+        "the drainer to let the lease go",
+        Duration::from_secs(30),
+        || lease()["spec"]["holderIdentity"].is_null().then_some(()),
+    );
+    let versions = || {
+        let policies = cluster.kubectl_json(&["get", "rotationpolicies"]);
+        let mut versions: Vec<Value> = policies["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["metadata"]["resourceVersion"].clone())
+            .collect();
+        versions.push(lease()["metadata"]["resourceVersion"].clone());
+        versions
+    };
+    let settled = versions();
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(
+        versions(),
+        settled,
+        "a policy or the lease was written once nothing needed a leader\n{}",
+        tail(drainer.log_path(), 25)
     );
 }
 

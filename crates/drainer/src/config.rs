@@ -352,9 +352,11 @@ pub struct LeaderArgs {
 
     /// How long the leader keeps the lease once no node needs rotor: no drain is under way, no
     /// tainted node may start now (drained, opted out, backing off after a failure or outside
-    /// every window do not count), and no node has rotor's state to undo. Then it releases the
-    /// lease and, like every other replica, only watches until a node does: replicas contend for
-    /// the lease only while there is work, so an idle drainer sends no request but its watches.
+    /// every window do not count), and no node has rotor's state to undo; and every
+    /// RotationPolicy's status is up to date. Then it releases the lease and, like every other
+    /// replica, only watches until a node does or a status goes out of date: replicas contend
+    /// for the lease only while there is work, so an idle drainer sends no request but its
+    /// watches.
     #[arg(long, env = "ROTOR_RELEASE_LEASE_AFTER", default_value = "30s", value_parser = parse_duration)]
     pub release_lease_after: Duration,
 }

@@ -7,8 +7,10 @@
 mod common;
 
 use common::{SimCluster, TestDrainer, WAIT, wait_until};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use rotor_policy::RotationPolicy;
+use rotor_policy::{RotationPolicy, RotationPolicyStatus};
 use serde_json::json;
 use std::time::Duration;
 
@@ -110,6 +112,95 @@ async fn given_a_policy_pausing_its_pool_then_only_other_nodes_drain_until_it_al
         let sent = stats["requests"][list].as_u64();
         assert!(matches!(sent, Some(1..=2)), "{list}: {sent:?} in {stats}");
     }
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_policy_changed_while_no_node_is_tainted_then_a_replica_leads_to_write_its_status_and_lets_go()
+ {
+    let cluster = SimCluster::start(CLUSTER).await;
+    let drainer = TestDrainer::start(&cluster, "a", &["--release-lease-after", "1s"]);
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "rotor-system");
+    let holder = || async {
+        leases
+            .get_opt("rotor-drainer")
+            .await
+            .unwrap()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    let requests = |key: &str| cluster.stats()["requests"][key].as_u64().unwrap_or(0);
+    let policies = cluster.api::<RotationPolicy>();
+    let status_where = |generation: i64, invalid: &'static str| {
+        let policies = policies.clone();
+        move || {
+            let policies = policies.clone();
+            async move {
+                let status: RotationPolicyStatus = policies.get("batch").await.ok()?.status?;
+                let condition = status.conditions.iter().find(|c| c.type_ == "Invalid")?;
+                (status.observed_generation == Some(generation) && condition.status == invalid)
+                    .then_some(status)
+            }
+        }
+    };
+    // Nothing tainted, no policy: the drainer only watches.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(requests("update leases") + requests("create leases"), 0);
+
+    // A policy that cannot be followed (surge, which this drainer runs without): no node needs
+    // rotor, yet its status is written, saying why.
+    let surging: RotationPolicy = serde_json::from_value(json!({
+        "apiVersion": "rotor.dev/v1alpha1",
+        "kind": "RotationPolicy",
+        "metadata": {"name": "batch"},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"pool": "batch"}},
+            "budgets": [{"nodes": "1"}],
+            "drain": {"surge": true},
+        },
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &surging)
+        .await
+        .expect("the simulator serves RotationPolicies");
+    let status = wait_until("the invalid policy's status", WAIT, status_where(1, "True")).await;
+    assert_eq!((status.nodes, status.out_of_date), (2, 0), "{status:?}");
+    let invalid = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Invalid")
+        .unwrap();
+    assert!(invalid.message.contains("--surge"), "{invalid:?}");
+
+    // Written and seen back, nothing needs a leader: the lease goes, and stays untouched.
+    wait_until("the lease to be released", WAIT, || async {
+        holder().await.is_none().then_some(())
+    })
+    .await;
+    let (lease_writes, status_writes) = (
+        requests("update leases"),
+        requests("patch rotationpolicies/status"),
+    );
+    assert!(status_writes >= 1, "{}", cluster.stats());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        (
+            requests("update leases"),
+            requests("patch rotationpolicies/status")
+        ),
+        (lease_writes, status_writes),
+        "requests once the status was up to date"
+    );
+
+    // Fixed while still nothing is tainted: written again, for the new generation.
+    let fixed = json!({"spec": {"drain": null}});
+    policies
+        .patch("batch", &PatchParams::default(), &Patch::Merge(&fixed))
+        .await
+        .unwrap();
+    wait_until("the fixed policy's status", WAIT, status_where(2, "False")).await;
+    assert_eq!(cluster.stats()["budgetViolations"], 0);
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }

@@ -3,9 +3,10 @@
 //! runs. Drains that were recorded as started resume; drains whose taint disappeared are
 //! stopped and undone; new drains start only inside a maintenance window, when the gate is
 //! open, and within the fleet limits the `fleet` module computes. Every replica runs the loop;
-//! it contends for the leader lease while some node needs rotor and acts only while it leads.
-//! While no node needs rotor it makes no API request besides its watches, leader or not: the
-//! leader releases the lease after `--release-lease-after`.
+//! it contends for the leader lease while some node needs rotor (or a RotationPolicy's status is
+//! out of date) and acts only while it leads. While neither holds it makes no API request
+//! besides its watches, leader or not: the leader releases the lease after
+//! `--release-lease-after`.
 //!
 //! The decisions are in `machine.rs` (a state machine, no I/O); this module only carries the
 //! watches' events to it and runs its commands. `start_gate` holds the next start until the
@@ -56,7 +57,9 @@ use super::choice_io::{ChoiceReads, rechoose};
 use super::gate_io::{Gate, GateReads};
 use super::health_io::HealthGate;
 use super::held_log::HeldLog;
-use super::machine::{Command, Event, FlagPool, LeaseCommand, Machine, MachineConfig, StartRound};
+use super::machine::{
+    Command, Event, FlagPool, LeaseCommand, Machine, MachineConfig, Need, StartRound,
+};
 use super::tainted_nodes::TaintedNodes;
 use crate::watch_backoff::WatchBackoffExt;
 
@@ -405,8 +408,12 @@ impl Shell {
     /// Runs the lease step's commands.
     async fn lease(election: &mut Election, command: LeaseCommand) {
         match command {
-            LeaseCommand::Contend { node, why } => {
+            LeaseCommand::Contend(Need::Node(node, why)) => {
                 tracing::info!(%node, why, "a node needs rotor: contending for the leader lease");
+                election.contend();
+            }
+            LeaseCommand::Contend(Need::PolicyStatus(policy)) => {
+                tracing::info!(%policy, "a RotationPolicy's status is out of date: contending for the leader lease to write it");
                 election.contend();
             }
             LeaseCommand::StandDown { leading, idle } => {
@@ -429,7 +436,7 @@ impl Shell {
                     tracing::info!(
                         waiting = waiting.len(),
                         nodes = %shown.join(", "),
-                        "no tainted node can start now: standing by without the leader lease until one can (a window opens, a retry falls due, an opt-out goes)"
+                        "no tainted node can start now: standing by without the leader lease until one can (a window opens, a RotationPolicy lets it, a retry falls due, an opt-out goes)"
                     );
                 }
             }
@@ -562,7 +569,7 @@ impl Shell {
                 let client = self.fleet.client.clone();
                 self.fleet.tasks.spawn(async move {
                     if let Err(e) = super::pools_io::write_status(client, &policy, &status).await {
-                        tracing::warn!(%policy, error = %e, "could not write the RotationPolicy's status (it is written again on the next change; check the drainer's RBAC on rotationpolicies/status)");
+                        tracing::warn!(%policy, error = %e, "could not write the RotationPolicy's status (tried again in 30 s while it is out of date; check the drainer's RBAC on rotationpolicies/status)");
                     }
                 });
             }

@@ -4,8 +4,9 @@
 //! [`super::controller::run`] only carries events in and runs the commands; the order of a pass is here:
 //!
 //! 0. Between passes, [`Machine::apply`] takes each event in ([`events`]).
-//! 1. [`Machine::lease_step`]: contend while some node needs rotor; give the lease back once
-//!    none has for `--release-lease-after` and nothing rotor started still runs.
+//! 1. [`Machine::lease_step`]: contend while some node needs rotor, or a policy's status as
+//!    stored is out of date; give the lease back once neither has held for
+//!    `--release-lease-after` and nothing rotor started still runs.
 //! 2. [`Machine::act`] (every replica publishes; only the leader goes on): a new term forgets
 //!    what an earlier one knew; drains whose taint went are stopped; rotor's state on untainted
 //!    nodes is undone; drains recorded as started resume; then the fleet limits, the maintenance
@@ -51,7 +52,7 @@ use ahead::RoomAhead;
 use announced::HoldsAnnounced;
 pub(super) use events::Event;
 use halt::HaltBook;
-pub(super) use lease::LeaseCommand;
+pub(super) use lease::{LeaseCommand, Need};
 use lease::{LeasePass, LeaseWatch, needs_rotor};
 pub(super) use policies::FlagPool;
 use policies::PolicyBook;
@@ -227,13 +228,21 @@ impl Machine {
         leading: bool,
     ) -> Vec<LeaseCommand> {
         let may_resume = !self.drains_halted();
-        let needed = self.nodes.values().find_map(|n| {
-            // A node its policies hold until a person acts needs a leader too: to say so on the
-            // node and in the policies' status, as for pre-drain hooks.
-            let may_start = self.halt.halted().is_none()
-                && (self.policies.pool_open(n, wall) || self.policies.holds_for_a_person(n));
-            needs_rotor(n, wall, may_start, may_resume).map(|why| (n.name.clone(), why))
-        });
+        let needed = self
+            .nodes
+            .values()
+            .find_map(|n| {
+                // A node its policies hold until a person acts needs a leader too: to say so on
+                // the node, as for pre-drain hooks. One whose pool is closed or paused waits
+                // without one: its policy's status, which says why, brings a leader when it
+                // goes out of date.
+                let may_start = self.halt.halted().is_none()
+                    && (self.policies.pool_lets_start(n, wall)
+                        || self.policies.holds_for_a_person(n));
+                needs_rotor(n, wall, may_start, may_resume)
+                    .map(|why| Need::Node(n.name.clone(), why))
+            })
+            .or_else(|| self.status_out_of_date(wall).map(Need::PolicyStatus));
         let tasks_run = !self.running.is_empty() || !self.cleaning.is_empty();
         // Tainted nodes that only wait (for a window, a retry or an opt-out to go) are named
         // when standing by, so that the quiet is not mistaken for "nothing tainted".
@@ -356,13 +365,7 @@ impl Machine {
     /// `n` as the limits and the policies' status count it: a drain started this pass counts as
     /// under way (queued) before its record says so. Copied only then.
     fn as_seen<'a>(&self, n: &'a NodeView) -> Cow<'a, NodeView> {
-        if self.running.contains(&n.name) && !n.record.is_active() {
-            let mut v = n.clone();
-            v.record.phase = Some(DrainPhase::Queued);
-            Cow::Owned(v)
-        } else {
-            Cow::Borrowed(n)
-        }
+        as_seen(&self.running, n)
     }
 
     /// Whether the rotation is halted (for the `halted` gauge, on every replica).
@@ -442,12 +445,10 @@ impl Machine {
     /// The policies' status writes that are due; none while the nodes are read again (the
     /// members are not known until then).
     fn status_writes(&mut self, now: Instant, wall: Timestamp) -> Vec<Command> {
-        if self.policies.labels_stale() || self.policies.pools().is_empty() {
+        if !self.statuses_knowable() {
             return Vec::new();
         }
-        // Borrowed but for drains started this pass (the fleet may hold thousands of nodes,
-        // read once a pass).
-        let seen: Vec<Cow<'_, NodeView>> = self.nodes.values().map(|n| self.as_seen(n)).collect();
+        let seen = seen(&self.nodes, &self.running);
         let halt = self.halt.halted().map(|h| h.reason.as_str());
         let due = self
             .statuses
@@ -456,6 +457,49 @@ impl Machine {
             .map(|(policy, status)| Command::WritePolicyStatus { policy, status })
             .collect()
     }
+
+    /// A policy whose status as the cluster holds it is out of date, if any.
+    fn status_out_of_date(&self, wall: Timestamp) -> Option<String> {
+        if !self.statuses_knowable() {
+            return None;
+        }
+        let halt = self.halt.halted().map(|h| h.reason.as_str());
+        self.statuses
+            .out_of_date(self.policies.pools(), &self.seen(), halt, wall)
+    }
+
+    /// Whether the policies' status can be told: there are policies, and each node's pool is
+    /// known (it is not while the nodes are read again for a label key).
+    fn statuses_knowable(&self) -> bool {
+        self.policies.known() && !self.policies.labels_stale() && !self.policies.pools().is_empty()
+    }
+
+    /// The fleet as the status counts it. Borrowed but for drains started this pass (the fleet
+    /// may hold thousands of nodes, read once a pass).
+    fn seen(&self) -> Vec<Cow<'_, NodeView>> {
+        seen(&self.nodes, &self.running)
+    }
+}
+
+/// `n` as the limits and the policies' status count it, `running` the drains this replica runs:
+/// a drain started this pass counts as under way (queued) before its record says so. Copied
+/// only then.
+fn as_seen<'a>(running: &BTreeSet<String>, n: &'a NodeView) -> Cow<'a, NodeView> {
+    if running.contains(&n.name) && !n.record.is_active() {
+        let mut v = n.clone();
+        v.record.phase = Some(DrainPhase::Queued);
+        Cow::Owned(v)
+    } else {
+        Cow::Borrowed(n)
+    }
+}
+
+/// Every node [`as_seen`].
+fn seen<'a>(
+    nodes: &'a BTreeMap<String, NodeView>,
+    running: &BTreeSet<String>,
+) -> Vec<Cow<'a, NodeView>> {
+    nodes.values().map(|n| as_seen(running, n)).collect()
 }
 
 fn phase_counts(nodes: &BTreeMap<String, NodeView>) -> BTreeMap<&'static str, i64> {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use rotor_apimachinery::labels::LabelSelector;
 use rotor_core::NodeBudget;
-use rotor_policy::{PolicyBudget, PoolDrainSettings, RotationPolicy};
+use rotor_policy::{PolicyBudget, PoolDrainSettings, RotationPolicy, RotationPolicyStatus};
 
 use crate::drain::shared::DrainSettings;
 use crate::fleet::node_labels::{LabelKeys, NodeLabels};
@@ -138,6 +138,9 @@ pub struct Pool {
     pub drain: PoolDrain,
     /// Why the policy cannot be followed, when it cannot: its nodes are held.
     pub invalid: Option<String>,
+    /// The status as the cluster holds it (as last written, by any replica), to tell whether
+    /// it is out of date.
+    pub stored_status: Option<RotationPolicyStatus>,
 }
 
 impl Pool {
@@ -180,6 +183,7 @@ impl Pool {
             budgets,
             drain,
             invalid: (!problems.is_empty()).then(|| problems.join("; ")),
+            stored_status: policy.status.clone(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Leader election on a coordination.k8s.io/v1 Lease, so that of several drainer replicas only
-//! one acts. Replicas contend only while a node needs rotor, and the leader releases the lease
-//! when none has for a while ([`Election`]), so an idle drainer writes nothing. While
+//! one acts. Replicas contend only while a node needs rotor (or a policy's status is out of
+//! date), and the leader releases the lease when neither has held for a while ([`Election`]),
+//! so an idle drainer writes nothing. While
 //! contending, the algorithm is the one client-go uses: the holder renews `renewTime` every
 //! `renew_every`; another replica takes the lease over only when the record it observed has not
 //! changed for a whole `lease_duration` by its own clock (no trust in other clocks). Every write

@@ -1,6 +1,7 @@
 //! When this replica seeks the leader lease and when it gives it back: it contends while some
-//! node needs a leading drainer, and stands down once none has for `--release-lease-after` and
-//! no task it started still runs. Which node needs one, and why, is [`needs_rotor`].
+//! node needs a leading drainer, or a RotationPolicy's status is out of date, and stands down
+//! once neither has held for `--release-lease-after` and no task it started still runs. Which
+//! node needs one, and why, is [`needs_rotor`].
 
 use std::time::{Duration, Instant};
 
@@ -12,14 +13,23 @@ use crate::record::node::retry_backoff;
 /// What the lease step asks of the shell.
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::fleet) enum LeaseCommand {
-    /// Contend for the leader lease: `node` needs rotor, for `why`.
-    Contend { node: String, why: &'static str },
+    /// Contend for the leader lease, for what needs a leader.
+    Contend(Need),
     /// Stop contending and release the lease (the shell waits until it is released); `idle` is
     /// how long no node has needed rotor.
     StandDown { leading: bool, idle: Duration },
     /// Log that this replica stands by without the lease; `waiting` names tainted nodes that
     /// only wait (empty: nothing is tainted).
     StandBy { waiting: Vec<String> },
+}
+
+/// What needs a leading drainer.
+#[derive(Clone, Debug, PartialEq)]
+pub(in crate::fleet) enum Need {
+    /// The node needs rotor, for the reason given.
+    Node(String, &'static str),
+    /// The RotationPolicy's status is out of date, and only a leader writes it.
+    PolicyStatus(String),
 }
 
 /// The election's state at a pass, with `--release-lease-after` (a flag, not state).
@@ -39,23 +49,23 @@ pub(super) struct LeaseWatch {
 }
 
 impl LeaseWatch {
-    /// The lease's part of a pass. `needed` names a node that needs a leader now, and why;
+    /// The lease's part of a pass. `needed` says what needs a leader now, if anything;
     /// `tasks_run` says whether a drain or clean-up this replica started still runs (the lease
     /// is kept for it); `waiting` lists the tainted nodes that only wait, asked only when
     /// standing by is said.
     pub(super) fn step(
         &mut self,
-        needed: Option<(String, &'static str)>,
+        needed: Option<Need>,
         tasks_run: bool,
         waiting: impl FnOnce() -> Vec<String>,
         pass: LeasePass,
     ) -> Vec<LeaseCommand> {
         let mut commands = Vec::new();
         match needed {
-            Some((node, why)) => {
+            Some(need) => {
                 self.idle_since = None;
                 if !pass.contending {
-                    commands.push(LeaseCommand::Contend { node, why });
+                    commands.push(LeaseCommand::Contend(need));
                     self.standing_by = false;
                 }
             }

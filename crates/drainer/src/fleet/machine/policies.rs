@@ -160,7 +160,7 @@ impl PolicyBook {
     /// Whether the pool of `node` may start a drain now, as far as time decides: the flags'
     /// windows for a node no policy selects; for a policy's node, a budget in force for its
     /// drain reason and the policy readable. An overlap never may.
-    pub(super) fn pool_open(&self, node: &NodeView, wall: Timestamp) -> bool {
+    fn pool_open(&self, node: &NodeView, wall: Timestamp) -> bool {
         match &node.pool {
             PoolRef::Flags => any_open(&self.flags.windows, wall),
             PoolRef::Overlap(_) => false,
@@ -171,11 +171,10 @@ impl PolicyBook {
         }
     }
 
-    /// Whether room made ahead of `node`'s drain is worth having now: its pool surges and may
-    /// start a drain now, open ([`Self::pool_open`]) and not paused by a budget of `0` in force
-    /// (which holds every node of the pool until a person changes it). Room no drain may use
-    /// yet only costs: placeholders, and the nodes an autoscaler keeps for them.
-    pub(super) fn room_ahead_pays(&self, node: &NodeView, wall: Timestamp) -> bool {
+    /// Whether the pool of `node` lets a drain start now, as far as its rules decide: open
+    /// ([`Self::pool_open`]) and not paused by a budget of `0` in force, which holds every node
+    /// of the pool until a person changes the policy or a schedule ends it.
+    pub(super) fn pool_lets_start(&self, node: &NodeView, wall: Timestamp) -> bool {
         let paused = || match &node.pool {
             PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
                 in_force(&pool.budgets, Some(&node.reason), wall)
@@ -184,7 +183,14 @@ impl PolicyBook {
             }),
             PoolRef::Flags | PoolRef::Overlap(_) => false,
         };
-        self.surges(&node.pool) && self.pool_open(node, wall) && !paused()
+        self.pool_open(node, wall) && !paused()
+    }
+
+    /// Whether room made ahead of `node`'s drain is worth having now: its pool surges and lets
+    /// a drain start now ([`Self::pool_lets_start`]). Room no drain may use yet only costs:
+    /// placeholders, and the nodes an autoscaler keeps for them.
+    pub(super) fn room_ahead_pays(&self, node: &NodeView, wall: Timestamp) -> bool {
+        self.surges(&node.pool) && self.pool_lets_start(node, wall)
     }
 
     /// Whether what time decides about starting `node` differs between `then` and `now`: the

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use rotor_core::NodeBudget;
 use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
 
-use super::status::STATUS_EVERY;
+use super::status::{STATUS_AGAIN, STATUS_EVERY};
 use super::tests::ahead;
 use super::*;
 use crate::fleet::held::{Held, HeldReason};
@@ -281,7 +281,7 @@ fn an_overlap_holds_the_node_and_shows_on_both_policies() {
     // Held until a person acts, yet worth a leader: to say so on the node and the policies.
     assert!(matches!(
         machine.lease_step(t0, wall(), false, false).as_slice(),
-        [LeaseCommand::Contend { .. }]
+        [LeaseCommand::Contend(Need::Node(..))]
     ));
     let (commands, held) = pass(&mut machine, t0);
     assert_eq!(
@@ -372,6 +372,137 @@ fn statuses_are_written_on_change_at_most_every_few_seconds() {
     assert!(statuses(&commands).is_empty());
     let (commands, _) = pass(&mut machine, t0 + STATUS_EVERY);
     assert_eq!(statuses(&commands)["general"].nodes, 5);
+}
+
+/// What the policy watch shows after the statuses in `commands` were written: each policy
+/// with its status as stored.
+fn show_written(machine: &mut Machine, policies: &[Pool], commands: &[Command], now: Instant) {
+    for (name, status) in statuses(commands) {
+        let mut pool = policies.iter().find(|p| p.name == name).unwrap().clone();
+        pool.stored_status = Some(status);
+        machine.apply(Event::PolicyApplied(pool), now);
+    }
+}
+
+#[test]
+fn a_status_out_of_date_between_rotations_brings_a_leader_to_write_it_and_no_longer() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    // Weeknights only (wall() is a Saturday noon), and an unscheduled budget.
+    let policies = vec![
+        policy("system", "system", &[("1", Some(("0 22 * * 1-5", "6h")))]),
+        policy("general", "general", &[("1", None)]),
+    ];
+    machine.apply(Event::PoliciesListed(policies.clone()), t0);
+    // No node is tainted: nothing but the statuses, never written, needs a leader.
+    let untainted = nodes()
+        .into_iter()
+        .map(|mut v| {
+            v.tainted = false;
+            v
+        })
+        .collect();
+    machine.apply(Event::NodesListed(untainted), t0);
+    assert_eq!(
+        machine.lease_step(t0, wall(), false, false),
+        [LeaseCommand::Contend(Need::PolicyStatus("general".into()))]
+    );
+    let (commands, _) = pass(&mut machine, t0);
+    let written = statuses(&commands);
+    assert_eq!(written.keys().collect::<Vec<_>>(), ["general", "system"]);
+    assert_eq!(
+        written["system"].budget_until.as_deref(),
+        Some("2025-03-03T22:00:00Z")
+    );
+    // Once the watch shows them, nothing needs a leader: it lets the lease go in time.
+    show_written(&mut machine, &policies, &commands, t0);
+    let later = t0 + Duration::from_secs(1);
+    assert_eq!(machine.lease_step(later, wall(), true, true), []);
+    let (commands, _) = pass(&mut machine, later);
+    assert!(statuses(&commands).is_empty(), "{commands:?}");
+    let idle = later + Duration::from_secs(30);
+    assert!(matches!(
+        machine.lease_step(idle, wall(), true, true).as_slice(),
+        [
+            LeaseCommand::StandDown { leading: true, .. },
+            LeaseCommand::StandBy { .. }
+        ]
+    ));
+    machine.act(idle, wall(), false);
+    // Monday night the system pool's schedule opens, with no node tainted and no leader: its
+    // status (the window closed, until then) is out of date, and a replica contends to say so.
+    let monday_night: Timestamp = "2025-03-03T22:00:01Z".parse().unwrap();
+    let at = idle + Duration::from_secs(1);
+    assert_eq!(machine.lease_step(at, wall(), false, false), []);
+    assert_eq!(
+        machine.lease_step(at, monday_night, false, false),
+        [LeaseCommand::Contend(Need::PolicyStatus("system".into()))]
+    );
+}
+
+#[test]
+fn a_paused_pools_waiting_node_brings_a_leader_only_for_its_status_until_the_pool_opens() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    let paused = vec![policy("general", "general", &[("0", None)])];
+    machine.apply(Event::PoliciesListed(paused.clone()), t0);
+    machine.apply(Event::NodesListed(vec![tainted("gen-1", "general", 9)]), t0);
+    // Nothing may start: only the status, never written, needs a leader.
+    assert_eq!(
+        machine.lease_step(t0, wall(), false, false),
+        [LeaseCommand::Contend(Need::PolicyStatus("general".into()))]
+    );
+    let (commands, held) = pass(&mut machine, t0);
+    assert!(held_text(&held, "gen-1").contains("paused"), "{held:?}");
+    assert_eq!(
+        statuses(&commands)["general"].budget.as_deref(),
+        Some("0 (paused)")
+    );
+    // Shown back, the status says why the node waits: the lease goes, as for a closed window.
+    show_written(&mut machine, &paused, &commands, t0);
+    assert_eq!(machine.lease_step(t0, wall(), true, true), []);
+    assert!(matches!(
+        machine
+            .lease_step(t0 + Duration::from_secs(30), wall(), true, true)
+            .as_slice(),
+        [
+            LeaseCommand::StandDown { leading: true, .. },
+            LeaseCommand::StandBy { .. }
+        ]
+    ));
+    // The policy lets one go: the node needs rotor again.
+    machine.apply(
+        Event::PolicyApplied(policy("general", "general", &[("1", None)])),
+        t0,
+    );
+    assert_eq!(
+        machine.lease_step(t0 + Duration::from_secs(31), wall(), false, false),
+        [LeaseCommand::Contend(Need::Node(
+            "gen-1".into(),
+            "it carries the drain taint"
+        ))]
+    );
+}
+
+#[test]
+fn a_status_write_the_watch_does_not_show_back_is_made_again_later_not_each_pass() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    let policies = vec![policy("general", "general", &[("1", None)])];
+    machine.apply(Event::PoliciesListed(policies.clone()), t0);
+    machine.apply(Event::NodesListed(nodes()), t0);
+    let (commands, _) = pass(&mut machine, t0);
+    assert_eq!(statuses(&commands)["general"].draining, 1);
+    // The watch has not shown it: not written again until STATUS_AGAIN (the write may have
+    // failed, or something else wrote the status since).
+    let (commands, _) = pass(&mut machine, t0 + STATUS_EVERY);
+    assert!(statuses(&commands).is_empty(), "{commands:?}");
+    let (commands, _) = pass(&mut machine, t0 + STATUS_AGAIN);
+    assert_eq!(statuses(&commands)["general"].draining, 1);
+    // Shown back: never again while nothing changes.
+    show_written(&mut machine, &policies, &commands, t0 + STATUS_AGAIN);
+    let (commands, _) = pass(&mut machine, t0 + 3 * STATUS_AGAIN);
+    assert!(statuses(&commands).is_empty(), "{commands:?}");
 }
 
 /// `nodes` as the shell reads them with no label kept (before any policy names a key).

@@ -314,10 +314,10 @@ fn the_lease_is_sought_while_a_node_needs_rotor_and_given_back_once_idle() {
             false,
             false,
             Some(Event::NodeApplied(tainted("a", 3))),
-            vec![LeaseCommand::Contend {
-                node: "a".into(),
-                why: "it carries the drain taint",
-            }],
+            vec![LeaseCommand::Contend(Need::Node(
+                "a".into(),
+                "it carries the drain taint",
+            ))],
         ),
         (3, true, false, None, vec![]),
     ];

@@ -42,7 +42,7 @@ pub fn pool_status(
         .map(|n| n.reason.as_str());
     let total = members.len();
     let in_force = allowance(&pool.budgets, reason, total, now);
-    let paused = in_force.budget.is_some() && in_force.allowed == 0;
+    let paused = in_force.paused();
     let closed = in_force.budget.is_none();
 
     let overlap_message = if overlapping.is_empty() {
@@ -215,6 +215,22 @@ mod tests {
         assert_eq!(s.budget_until, None);
         for type_ in CONDITIONS {
             assert_eq!(condition(&s, type_).status, "False", "{type_}");
+        }
+    }
+
+    #[test]
+    fn a_pool_is_paused_by_a_budget_of_zero_not_by_having_no_nodes() {
+        let now = ts("2026-11-28T12:00:00Z");
+        // A policy made before its nodes join: allowed 0 of 0, yet not paused.
+        let empty = pool_status(&pool(&[("20%", None)]), &[], &[], None, None, now);
+        assert_eq!(empty.budget.as_deref(), Some("20% = 0 of 0"));
+        assert_eq!(condition(&empty, "Paused").status, "False");
+        let nodes = [view("a", true, None)];
+        let members: Vec<&NodeView> = nodes.iter().collect();
+        for zero in ["0", "0%"] {
+            let paused = pool_status(&pool(&[(zero, None)]), &members, &[], None, None, now);
+            assert_eq!(paused.budget.as_deref(), Some("0 (paused)"), "{zero}");
+            assert_eq!(condition(&paused, "Paused").status, "True", "{zero}");
         }
     }
 

@@ -371,12 +371,18 @@ pub struct Allowance {
 }
 
 impl Allowance {
+    /// Whether the budget in force lets no node go (`0` or `0%`), whatever the pool's size: the
+    /// pool is paused. (A pool of no nodes is allowed 0 under any budget, and is not paused.)
+    pub fn paused(&self) -> bool {
+        self.budget.is_some_and(|b| b.lets_none())
+    }
+
     /// The budget as an operator reads it: `1 of 12`, `20% = 3 of 12`, `0 (paused)`,
     /// `none (outside every schedule)`.
     pub fn shown(&self, total: usize) -> String {
         match self.budget {
             None => "none (outside every schedule)".into(),
-            Some(_) if self.allowed == 0 => "0 (paused)".into(),
+            Some(_) if self.paused() => "0 (paused)".into(),
             Some(NodeBudget::Count(_)) => format!("{} of {total}", self.allowed),
             Some(NodeBudget::Percent(p)) => format!("{p}% = {} of {total}", self.allowed),
         }

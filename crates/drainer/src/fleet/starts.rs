@@ -555,7 +555,7 @@ fn policy_hold(
             opens: allowance.until,
         });
     }
-    if allowance.allowed == 0 {
+    if allowance.paused() {
         return Some(HeldReason::PolicyPaused {
             policy,
             until: allowance.until,

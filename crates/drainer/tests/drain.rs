@@ -3,9 +3,8 @@
 
 mod common;
 
-use common::{SimCluster, TestDrainer, WAIT, is_daemon_or_mirror, wait_until};
+use common::{SimCluster, TestDrainer, WAIT, is_daemon_or_mirror, lease_holder, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::Value;
@@ -314,14 +313,7 @@ async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_oth
     let flags = ["--release-lease-after", "1s"];
     let a = TestDrainer::start(&cluster, "replica-a", &flags);
     let b = TestDrainer::start(&cluster, "replica-b", &flags);
-    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "rotor-system");
-    let holder = || async {
-        leases
-            .get_opt("rotor-drainer")
-            .await
-            .unwrap()
-            .and_then(|l| l.spec?.holder_identity)
-    };
+    let holder = || lease_holder(&cluster);
     let lease_requests = || {
         let requests = &cluster.stats()["requests"];
         ["get leases", "create leases", "update leases"]
@@ -530,15 +522,7 @@ async fn given_the_drainer_restarts_mid_drain_then_it_resumes_with_the_same_dead
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let second = TestDrainer::start(&cluster, "b", &["--drain-timeout", "1h"]);
     wait_until("the second drainer to pick the node up", WAIT, || async {
-        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-            kube::Api::namespaced(cluster.client.clone(), "rotor-system");
-        let holder = leases
-            .get("rotor-drainer")
-            .await
-            .ok()?
-            .spec?
-            .holder_identity?;
-        (holder == "b").then_some(())
+        (lease_holder(&cluster).await.as_deref() == Some("b")).then_some(())
     })
     .await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;

@@ -6,9 +6,7 @@
 
 mod common;
 
-use common::{SimCluster, TestDrainer, WAIT, wait_until};
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
+use common::{SimCluster, TestDrainer, WAIT, lease_holder, wait_until};
 use kube::api::{Patch, PatchParams, PostParams};
 use rotor_policy::{RotationPolicy, RotationPolicyStatus};
 use serde_json::json;
@@ -121,14 +119,6 @@ async fn given_a_policy_changed_while_no_node_is_tainted_then_a_replica_leads_to
  {
     let cluster = SimCluster::start(CLUSTER).await;
     let drainer = TestDrainer::start(&cluster, "a", &["--release-lease-after", "1s"]);
-    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "rotor-system");
-    let holder = || async {
-        leases
-            .get_opt("rotor-drainer")
-            .await
-            .unwrap()
-            .and_then(|l| l.spec?.holder_identity)
-    };
     let requests = |key: &str| cluster.stats()["requests"][key].as_u64().unwrap_or(0);
     let policies = cluster.api::<RotationPolicy>();
     let status_where = |generation: i64, invalid: &'static str| {
@@ -175,7 +165,7 @@ async fn given_a_policy_changed_while_no_node_is_tainted_then_a_replica_leads_to
 
     // Written and seen back, nothing needs a leader: the lease goes, and stays untouched.
     wait_until("the lease to be released", WAIT, || async {
-        holder().await.is_none().then_some(())
+        lease_holder(&cluster).await.is_none().then_some(())
     })
     .await;
     let (lease_writes, status_writes) = (

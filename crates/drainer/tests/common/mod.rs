@@ -113,6 +113,17 @@ impl TestDrainer {
     }
 }
 
+/// Who holds the drainer's leader Lease (`rotor-system/rotor-drainer`), if anyone.
+pub async fn lease_holder(cluster: &SimCluster) -> Option<String> {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(cluster.client.clone(), "rotor-system");
+    leases
+        .get_opt("rotor-drainer")
+        .await
+        .expect("the Lease reads")
+        .and_then(|l| l.spec?.holder_identity)
+}
+
 /// The value of `series` (a name with its labels, as `/metrics` prints it) on the drainer's
 /// admin server at `admin`; `None` while it does not answer or has no such series.
 pub async fn metric(admin: SocketAddr, series: &str) -> Option<f64> {

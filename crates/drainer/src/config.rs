@@ -351,12 +351,12 @@ pub struct LeaderArgs {
     pub lease_duration: Duration,
 
     /// How long the leader keeps the lease once no node needs rotor: no drain is under way, no
-    /// tainted node may start now (drained, opted out, backing off after a failure or outside
-    /// every window do not count), and no node has rotor's state to undo; and every
-    /// RotationPolicy's status is up to date. Then it releases the lease and, like every other
-    /// replica, only watches until a node does or a status goes out of date: replicas contend
-    /// for the lease only while there is work, so an idle drainer sends no request but its
-    /// watches.
+    /// tainted node may start now (drained, opted out, backing off after a failure, outside
+    /// every window or in a paused pool do not count), and no node has rotor's state to undo;
+    /// and every RotationPolicy's status is up to date. Then it releases the lease and, like
+    /// every other replica, only watches until a node does or a status goes out of date:
+    /// replicas contend for the lease only while there is work, so an idle drainer sends no
+    /// request but its watches.
     #[arg(long, env = "ROTOR_RELEASE_LEASE_AFTER", default_value = "30s", value_parser = parse_duration)]
     pub release_lease_after: Duration,
 }

@@ -420,7 +420,7 @@ impl Shell {
                 if leading {
                     tracing::info!(
                         idle_secs = idle.as_secs(),
-                        "no node needs rotor: standing down, giving the leader lease back"
+                        "nothing needs a leader (no node needs rotor, every RotationPolicy's status is up to date): standing down, giving the leader lease back"
                     );
                 }
                 // Returns once this replica no longer leads and the lease is released.
@@ -569,7 +569,7 @@ impl Shell {
                 let client = self.fleet.client.clone();
                 self.fleet.tasks.spawn(async move {
                     if let Err(e) = super::pools_io::write_status(client, &policy, &status).await {
-                        tracing::warn!(%policy, error = %e, "could not write the RotationPolicy's status (tried again in 30 s while it is out of date; check the drainer's RBAC on rotationpolicies/status)");
+                        tracing::warn!(%policy, error = %e, "could not write the RotationPolicy's status (tried again in 30 s, then less and less often, while it is out of date; check the drainer's RBAC on rotationpolicies/status)");
                     }
                 });
             }

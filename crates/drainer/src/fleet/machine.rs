@@ -57,7 +57,7 @@ use lease::{LeasePass, LeaseWatch, needs_rotor};
 pub(super) use policies::FlagPool;
 use policies::PolicyBook;
 pub(super) use round::StartRound;
-use status::StatusBook;
+use status::{Grouped, StatusBook, queued_copies};
 use taint_burst::TaintBurst;
 
 /// What the machine asks the shell to do.
@@ -242,7 +242,7 @@ impl Machine {
                 needs_rotor(n, wall, may_start, may_resume)
                     .map(|why| Need::Node(n.name.clone(), why))
             })
-            .or_else(|| self.status_out_of_date(wall).map(Need::PolicyStatus));
+            .or_else(|| self.status_out_of_date(now, wall).map(Need::PolicyStatus));
         let tasks_run = !self.running.is_empty() || !self.cleaning.is_empty();
         // Tainted nodes that only wait (for a window, a retry or an opt-out to go) are named
         // when standing by, so that the quiet is not mistaken for "nothing tainted".
@@ -277,8 +277,10 @@ impl Machine {
         let new_term = leading && !self.was_leading;
         self.was_leading = leading;
         if !leading {
-            // A later term tells the rotation from what it finds then.
+            // A later term tells the rotation from what it finds then; another replica may
+            // write the statuses meanwhile.
             self.rotation = None;
+            self.statuses.forget_written();
             return (commands, None);
         }
         if new_term {
@@ -287,7 +289,7 @@ impl Machine {
             commands.push(Command::NewTerm);
             self.last_pass = None;
             // Whatever an earlier term wrote may have been changed since: write afresh.
-            self.statuses.forget_all();
+            self.statuses.forget_written();
             // The new term's sweep removes placeholders of nodes not draining, those made
             // ahead included.
             self.ahead.forget_all();
@@ -365,7 +367,13 @@ impl Machine {
     /// `n` as the limits and the policies' status count it: a drain started this pass counts as
     /// under way (queued) before its record says so. Copied only then.
     fn as_seen<'a>(&self, n: &'a NodeView) -> Cow<'a, NodeView> {
-        as_seen(&self.running, n)
+        if self.running.contains(&n.name) && !n.record.is_active() {
+            let mut v = n.clone();
+            v.record.phase = Some(DrainPhase::Queued);
+            Cow::Owned(v)
+        } else {
+            Cow::Borrowed(n)
+        }
     }
 
     /// Whether the rotation is halted (for the `halted` gauge, on every replica).
@@ -448,24 +456,27 @@ impl Machine {
         if !self.statuses_knowable() {
             return Vec::new();
         }
-        let seen = seen(&self.nodes, &self.running);
+        let queued = queued_copies(&self.nodes, &self.running);
+        let fleet = Grouped::new(&self.nodes, &queued);
         let halt = self.halt.halted().map(|h| h.reason.as_str());
         let due = self
             .statuses
-            .take_due(self.policies.pools(), &seen, halt, now, wall);
+            .take_due(self.policies.pools(), &fleet, halt, now, wall);
         due.into_iter()
             .map(|(policy, status)| Command::WritePolicyStatus { policy, status })
             .collect()
     }
 
     /// A policy whose status as the cluster holds it is out of date, if any.
-    fn status_out_of_date(&self, wall: Timestamp) -> Option<String> {
+    fn status_out_of_date(&mut self, now: Instant, wall: Timestamp) -> Option<String> {
         if !self.statuses_knowable() {
             return None;
         }
+        let queued = queued_copies(&self.nodes, &self.running);
+        let fleet = Grouped::new(&self.nodes, &queued);
         let halt = self.halt.halted().map(|h| h.reason.as_str());
         self.statuses
-            .out_of_date(self.policies.pools(), &self.seen(), halt, wall)
+            .out_of_date(self.policies.pools(), &fleet, halt, now, wall)
     }
 
     /// Whether the policies' status can be told: there are policies, and each node's pool is
@@ -473,33 +484,6 @@ impl Machine {
     fn statuses_knowable(&self) -> bool {
         self.policies.known() && !self.policies.labels_stale() && !self.policies.pools().is_empty()
     }
-
-    /// The fleet as the status counts it. Borrowed but for drains started this pass (the fleet
-    /// may hold thousands of nodes, read once a pass).
-    fn seen(&self) -> Vec<Cow<'_, NodeView>> {
-        seen(&self.nodes, &self.running)
-    }
-}
-
-/// `n` as the limits and the policies' status count it, `running` the drains this replica runs:
-/// a drain started this pass counts as under way (queued) before its record says so. Copied
-/// only then.
-fn as_seen<'a>(running: &BTreeSet<String>, n: &'a NodeView) -> Cow<'a, NodeView> {
-    if running.contains(&n.name) && !n.record.is_active() {
-        let mut v = n.clone();
-        v.record.phase = Some(DrainPhase::Queued);
-        Cow::Owned(v)
-    } else {
-        Cow::Borrowed(n)
-    }
-}
-
-/// Every node [`as_seen`].
-fn seen<'a>(
-    nodes: &'a BTreeMap<String, NodeView>,
-    running: &BTreeSet<String>,
-) -> Vec<Cow<'a, NodeView>> {
-    nodes.values().map(|n| as_seen(running, n)).collect()
 }
 
 fn phase_counts(nodes: &BTreeMap<String, NodeView>) -> BTreeMap<&'static str, i64> {

@@ -89,8 +89,9 @@ impl Machine {
                 Vec::new()
             }
             Event::PolicyApplied(pool) => {
-                self.policies.applied(pool);
-                self.place_all();
+                if self.policies.applied(pool) {
+                    self.place_all();
+                }
                 Vec::new()
             }
             Event::PolicyDeleted(name) => {

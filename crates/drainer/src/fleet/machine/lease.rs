@@ -16,7 +16,7 @@ pub(in crate::fleet) enum LeaseCommand {
     /// Contend for the leader lease, for what needs a leader.
     Contend(Need),
     /// Stop contending and release the lease (the shell waits until it is released); `idle` is
-    /// how long no node has needed rotor.
+    /// how long nothing has needed a leader.
     StandDown { leading: bool, idle: Duration },
     /// Log that this replica stands by without the lease; `waiting` names tainted nodes that
     /// only wait (empty: nothing is tainted).
@@ -96,7 +96,8 @@ impl LeaseWatch {
 /// Why `node` needs a leading drainer now, if it does: its drain is under way (to resume, after
 /// a failover), it has rotor's drain state without the taint (to undo), or it carries the taint
 /// and may start now: not drained, not opted out with `rotor.dev/do-not-disrupt`, not backing off
-/// after a failure, inside a maintenance window and not halted (`may_start`). A drain under way
+/// after a failure, inside a maintenance window, its pool open and not paused, and not halted
+/// (`may_start`). A drain under way
 /// needs it unless a halt stopped it (`may_resume`). A node that only waits (to be retired, for
 /// its opt-out to go, for its retry time, a window or a resume) needs nothing yet: the node
 /// watch shows the first two change, and the once-a-second pass notices the others.

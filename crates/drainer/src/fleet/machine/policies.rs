@@ -61,11 +61,20 @@ impl PolicyBook {
         self.changed();
     }
 
-    /// A policy was added or changed.
-    pub(super) fn applied(&mut self, pool: Pool) {
+    /// A policy was added or changed. Returns whether its spec may have changed, and with it
+    /// which nodes it governs: not when only its status did (the same generation), as each
+    /// status write brings back.
+    pub(super) fn applied(&mut self, pool: Pool) -> bool {
         let pool = self.checked(pool);
+        let same_spec = self
+            .pools
+            .get(&pool.name)
+            .is_some_and(|old| old.generation.is_some() && old.generation == pool.generation);
         self.pools.insert(pool);
-        self.changed();
+        if !same_spec {
+            self.changed();
+        }
+        !same_spec
     }
 
     /// A policy was deleted.

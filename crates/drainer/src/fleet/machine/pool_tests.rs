@@ -417,6 +417,7 @@ fn a_status_out_of_date_between_rotations_brings_a_leader_to_write_it_and_no_lon
     // Once the watch shows them, nothing needs a leader: it lets the lease go in time.
     show_written(&mut machine, &policies, &commands, t0);
     let later = t0 + Duration::from_secs(1);
+    assert_eq!(machine.status_out_of_date(later, wall()), None);
     assert_eq!(machine.lease_step(later, wall(), true, true), []);
     let (commands, _) = pass(&mut machine, later);
     assert!(statuses(&commands).is_empty(), "{commands:?}");
@@ -460,6 +461,7 @@ fn a_paused_pools_waiting_node_brings_a_leader_only_for_its_status_until_the_poo
     );
     // Shown back, the status says why the node waits: the lease goes, as for a closed window.
     show_written(&mut machine, &paused, &commands, t0);
+    assert_eq!(machine.status_out_of_date(t0, wall()), None);
     assert_eq!(machine.lease_step(t0, wall(), true, true), []);
     assert!(matches!(
         machine
@@ -482,6 +484,128 @@ fn a_paused_pools_waiting_node_brings_a_leader_only_for_its_status_until_the_poo
             "it carries the drain taint"
         ))]
     );
+}
+
+#[test]
+fn a_status_written_by_another_replica_since_this_ones_term_is_no_reason_to_lead() {
+    let t0 = Instant::now();
+    // Weeknights only: closed on Saturday noon, open on Monday night.
+    let policies = vec![policy(
+        "system",
+        "system",
+        &[("1", Some(("0 22 * * 1-5", "6h")))],
+    )];
+    let untainted = || {
+        vec![NodeView {
+            tainted: false,
+            ..tainted("sys-1", "system", 9)
+        }]
+    };
+    let replica = || {
+        let mut machine = Machine::new(config(10));
+        machine.apply(Event::PoliciesListed(policies.clone()), t0);
+        machine.apply(Event::NodesListed(untainted()), t0);
+        machine
+    };
+    let (mut a, mut b) = (replica(), replica());
+    // a writes the status (the window closed) in a term of its own, then stands down.
+    a.lease_step(t0, wall(), true, true);
+    let (commands, _) = a.act(t0, wall(), true);
+    let round = a.act(t0, wall(), true).1.expect("a leading pass");
+    let mut commands = [commands, a.start(round, wall())].concat();
+    commands.retain(|c| matches!(c, Command::WritePolicyStatus { .. }));
+    assert_eq!(statuses(&commands).len(), 1, "{commands:?}");
+    show_written(&mut a, &policies, &commands, t0);
+    show_written(&mut b, &policies, &commands, t0);
+    a.act(t0, wall(), false);
+    // Monday night b leads and writes the window open, with its own transition time.
+    let monday_night: Timestamp = "2025-03-03T22:00:01Z".parse().unwrap();
+    let later = t0 + Duration::from_secs(60);
+    b.lease_step(later, monday_night, true, true);
+    let round = b.act(later, monday_night, true).1.expect("a leading pass");
+    let commands = b.start(round, monday_night);
+    assert_eq!(statuses(&commands).len(), 1, "{commands:?}");
+    show_written(&mut a, &policies, &commands, later);
+    // a reads it as b wrote it, not against its own old write: nothing to lead for.
+    let after = monday_night + jiff::SignedDuration::from_secs(5);
+    assert_eq!(a.status_out_of_date(later, after), None);
+    let lease = a.lease_step(later, after, false, false);
+    assert!(
+        !lease.iter().any(|c| matches!(c, LeaseCommand::Contend(_))),
+        "{lease:?}"
+    );
+}
+
+#[test]
+fn a_status_write_never_shown_back_is_made_less_and_less_often_and_is_no_reason_to_lead_meanwhile()
+{
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    let policies = vec![policy("general", "general", &[("1", None)])];
+    machine.apply(Event::PoliciesListed(policies.clone()), t0);
+    let untainted = vec![NodeView {
+        tainted: false,
+        ..tainted("gen-1", "general", 9)
+    }];
+    machine.apply(Event::NodesListed(untainted), t0);
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let writes = |machine: &mut Machine, s: u64| {
+        machine.lease_step(at(s), wall(), true, true);
+        let round = machine.act(at(s), wall(), true).1.expect("a leading pass");
+        statuses(&machine.start(round, wall())).len()
+    };
+    // Refused each time (no RBAC on rotationpolicies/status, say): written at 0 s, again at
+    // 30 s, then after 60 s more, then 120 s more.
+    let written_at: Vec<u64> = (0..=300)
+        .step_by(5)
+        .filter(|&s| writes(&mut machine, s) > 0)
+        .collect();
+    assert_eq!(written_at, [0, 30, 90, 210]);
+    // Between retries it is no reason to lead: the lease goes.
+    assert_eq!(machine.status_out_of_date(at(211), wall()), None);
+    machine.act(at(211), wall(), false);
+    let lease = machine.lease_step(at(211), wall(), false, false);
+    assert!(
+        !lease.iter().any(|c| matches!(c, LeaseCommand::Contend(_))),
+        "{lease:?}"
+    );
+    assert_eq!(
+        machine.lease_step(at(451), wall(), false, false),
+        [LeaseCommand::Contend(Need::PolicyStatus("general".into()))],
+        "due again 240 s after the last write"
+    );
+}
+
+#[test]
+fn a_status_that_changes_before_its_last_write_is_shown_back_is_written_again_in_time() {
+    let t0 = Instant::now();
+    let mut machine = Machine::new(config(10));
+    let policies = vec![policy("general", "general", &[("1", None)])];
+    machine.apply(Event::PoliciesListed(policies.clone()), t0);
+    machine.apply(Event::NodesListed(vec![tainted("gen-1", "general", 9)]), t0);
+    let (commands, _) = pass(&mut machine, t0);
+    assert_eq!(statuses(&commands)["general"].draining, 1);
+    // Drained before the watch showed that write back (a loaded API server, say).
+    let mut drained = tainted("gen-1", "general", 9);
+    drained.record.phase = Some(DrainPhase::Drained);
+    machine.apply(Event::NodeApplied(drained), t0);
+    machine.apply(
+        Event::TaskEnded {
+            node: "gen-1".into(),
+            result: crate::drain::outcome::DrainResult::Drained,
+            record: None,
+            evicted: Vec::new(),
+        },
+        t0,
+    );
+    // What is to be said now is a reason to lead, and is written at the usual pace.
+    let soon = t0 + Duration::from_secs(2);
+    assert_eq!(
+        machine.status_out_of_date(soon, wall()),
+        Some("general".into())
+    );
+    let (commands, _) = pass(&mut machine, t0 + STATUS_EVERY);
+    assert_eq!(statuses(&commands)["general"].drained, 1, "{commands:?}");
 }
 
 #[test]

@@ -57,7 +57,7 @@ use lease::{LeasePass, LeaseWatch, needs_rotor};
 pub(super) use policies::FlagPool;
 use policies::PolicyBook;
 pub(super) use round::StartRound;
-use status::{Grouped, StatusBook, queued_copies};
+use status::{Grouped, StatusBook, queued_copies, queued_copy};
 use taint_burst::TaintBurst;
 
 /// What the machine asks the shell to do.
@@ -368,9 +368,7 @@ impl Machine {
     /// under way (queued) before its record says so. Copied only then.
     fn as_seen<'a>(&self, n: &'a NodeView) -> Cow<'a, NodeView> {
         if self.running.contains(&n.name) && !n.record.is_active() {
-            let mut v = n.clone();
-            v.record.phase = Some(DrainPhase::Queued);
-            Cow::Owned(v)
+            Cow::Owned(queued_copy(n))
         } else {
             Cow::Borrowed(n)
         }

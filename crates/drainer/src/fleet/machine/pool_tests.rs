@@ -86,11 +86,16 @@ fn tainted(name: &str, pool: &str, age_days: i64) -> NodeView {
 }
 
 fn pass(machine: &mut Machine, now: Instant) -> (Vec<Command>, Vec<Held>) {
-    machine.lease_step(now, wall(), true, true);
-    let (mut commands, round) = machine.act(now, wall(), true);
+    pass_at(machine, now, wall())
+}
+
+/// A leading pass at `now`, with the clock on the wall at `wall`.
+fn pass_at(machine: &mut Machine, now: Instant, wall: Timestamp) -> (Vec<Command>, Vec<Held>) {
+    machine.lease_step(now, wall, true, true);
+    let (mut commands, round) = machine.act(now, wall, true);
     let round = round.expect("a leading pass proposes starts");
     let held = round.held.clone();
-    commands.extend(machine.start(round, wall()));
+    commands.extend(machine.start(round, wall));
     (commands, held)
 }
 
@@ -509,11 +514,7 @@ fn a_status_written_by_another_replica_since_this_ones_term_is_no_reason_to_lead
     };
     let (mut a, mut b) = (replica(), replica());
     // a writes the status (the window closed) in a term of its own, then stands down.
-    a.lease_step(t0, wall(), true, true);
-    let (commands, _) = a.act(t0, wall(), true);
-    let round = a.act(t0, wall(), true).1.expect("a leading pass");
-    let mut commands = [commands, a.start(round, wall())].concat();
-    commands.retain(|c| matches!(c, Command::WritePolicyStatus { .. }));
+    let (commands, _) = pass(&mut a, t0);
     assert_eq!(statuses(&commands).len(), 1, "{commands:?}");
     show_written(&mut a, &policies, &commands, t0);
     show_written(&mut b, &policies, &commands, t0);
@@ -521,9 +522,7 @@ fn a_status_written_by_another_replica_since_this_ones_term_is_no_reason_to_lead
     // Monday night b leads and writes the window open, with its own transition time.
     let monday_night: Timestamp = "2025-03-03T22:00:01Z".parse().unwrap();
     let later = t0 + Duration::from_secs(60);
-    b.lease_step(later, monday_night, true, true);
-    let round = b.act(later, monday_night, true).1.expect("a leading pass");
-    let commands = b.start(round, monday_night);
+    let (commands, _) = pass_at(&mut b, later, monday_night);
     assert_eq!(statuses(&commands).len(), 1, "{commands:?}");
     show_written(&mut a, &policies, &commands, later);
     // a reads it as b wrote it, not against its own old write: nothing to lead for.
@@ -549,11 +548,7 @@ fn a_status_write_never_shown_back_is_made_less_and_less_often_and_is_no_reason_
     }];
     machine.apply(Event::NodesListed(untainted), t0);
     let at = |s: u64| t0 + Duration::from_secs(s);
-    let writes = |machine: &mut Machine, s: u64| {
-        machine.lease_step(at(s), wall(), true, true);
-        let round = machine.act(at(s), wall(), true).1.expect("a leading pass");
-        statuses(&machine.start(round, wall())).len()
-    };
+    let writes = |machine: &mut Machine, s: u64| statuses(&pass(machine, at(s)).0).len();
     // Refused each time (no RBAC on rotationpolicies/status, say): written at 0 s, again at
     // 30 s, then after 60 s more, then 120 s more.
     let written_at: Vec<u64> = (0..=300)

@@ -46,12 +46,16 @@ pub(super) fn queued_copies(
         .iter()
         .filter_map(|name| nodes.get(name))
         .filter(|n| !n.record.is_active())
-        .map(|n| {
-            let mut v = n.clone();
-            v.record.phase = Some(DrainPhase::Queued);
-            v
-        })
+        .map(queued_copy)
         .collect()
+}
+
+/// A copy of `n`, whose drain this replica started, as under way (queued): its record does not
+/// say so until the drain's first write.
+pub(super) fn queued_copy(n: &NodeView) -> NodeView {
+    let mut v = n.clone();
+    v.record.phase = Some(DrainPhase::Queued);
+    v
 }
 
 impl<'a> Grouped<'a> {

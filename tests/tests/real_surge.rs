@@ -473,12 +473,16 @@ fn without_room_a_surge_times_out_the_drain_goes_on_and_no_placeholder_outlives_
     let next = cluster.start_rotor_drainer("surge-c", &["--surge", "--surge-timeout", "5s"]);
     wait_released(&cluster, "old-2", "the next drainer's clean-up");
     // The clean-up's log line may follow the release by a few milliseconds: wait for it.
-    wait_until("the next drainer to log the placeholders' removal", WAIT, || {
-        let log = next.log();
-        (log.contains("removed the node's placeholders")
-            || log.contains("removed placeholders left by an earlier leader"))
-        .then_some(())
-    });
+    wait_until(
+        "the next drainer to log the placeholders' removal",
+        WAIT,
+        || {
+            let log = next.log();
+            (log.contains("removed the node's placeholders")
+                || log.contains("removed placeholders left by an earlier leader"))
+            .then_some(())
+        },
+    );
     assert_eq!(
         cluster.refusals(DRAINER, 0),
         Vec::<String>::new(),

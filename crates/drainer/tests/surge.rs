@@ -492,6 +492,49 @@ async fn settle_and_stop(cluster: &SimCluster, drainer: TestDrainer) {
     assert_eq!(cluster.stats()["budgetViolations"], 0);
 }
 
+/// A node none of whose pods needs room elsewhere (here they request nothing): the drain makes
+/// no placeholder, says so, and, having made none, removes none: not a single ReplicaSet or
+/// deletecollection request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_pods_need_no_room_costs_no_placeholder_request() {
+    const UNREQUESTED: &str = r#"
+timing: {tick: 50ms, nodeStartup: 1s, scaleUpDelay: 1s, scaleDownDelay: 10m, podStartup: 200ms, podShutdown: 100ms, bookmarkInterval: 1s}
+namespaces: [rotor-system]
+nodeGroups:
+  - {name: g, size: 2, max: 3, template: {cpu: "2", memory: 8Gi, kubeletVersion: v1.32.9}}
+workloads:
+  - {kind: Deployment, name: web, namespace: shop, replicas: 8, startup: 200ms, shutdown: 100ms, pdb: {maxUnavailable: 1}}
+"#;
+    let cluster = SimCluster::start(UNREQUESTED).await;
+    create_surge_class(&cluster).await;
+    let (drainer, admin) =
+        TestDrainer::start_serving(&cluster, "u", &["--surge", "--surge-timeout", "30s"]).await;
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "drained").await;
+    let skipped = metric(
+        admin,
+        r#"rotor_drainer_surges_total{outcome="nothing_to_reserve"}"#,
+    )
+    .await
+    .expect("the surge's outcome counted");
+    assert_eq!(skipped, 1.0);
+    settle_and_stop(&cluster, drainer).await;
+    let stats = cluster.stats();
+    for key in [
+        "create replicasets",
+        "patch replicasets",
+        "deletecollection replicasets",
+        "deletecollection pods",
+    ] {
+        assert_eq!(cluster.requests(key), 0, "{key}: {stats}");
+    }
+    assert!(
+        cluster.requests("create pods/eviction") >= 1,
+        "the drain evicted: {stats}"
+    );
+}
+
 /// A ReplicaSet controller that does not remove the placeholders of the sets a drain scaled to
 /// zero (down, or far behind; here the simulated control plane is paused): 2 s after the scale
 /// the drain deletes the sets and the placeholders itself, and its release, which has nothing

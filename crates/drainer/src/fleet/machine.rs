@@ -236,7 +236,7 @@ impl Machine {
                 // the node, as for pre-drain hooks. One whose pool is closed or paused waits
                 // without one: its policy's status, which says why, brings a leader when it
                 // goes out of date.
-                let may_start = self.halt.halted().is_none()
+                let may_start = !self.halted()
                     && (self.policies.pool_lets_start(n, wall)
                         || self.policies.holds_for_a_person(n));
                 needs_rotor(n, wall, may_start, may_resume)

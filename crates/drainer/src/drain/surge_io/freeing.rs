@@ -94,7 +94,7 @@ pub(super) async fn free_room(
 
 /// Records where `node`'s room is, while its drain holds the node (after the release, nothing
 /// is left to record).
-async fn set_room(room: &SurgeRoom, node: &str, now: DrainRoom) {
+pub(super) async fn set_room(room: &SurgeRoom, node: &str, now: DrainRoom) {
     if let Some(state) = room.owned_by_drain.lock().await.get_mut(node) {
         *state = now;
     }

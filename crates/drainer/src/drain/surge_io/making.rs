@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use crate::drain::lock;
 use crate::drain::surge::{NOT_CREATED, Reservation, placeholder_selector};
 
-use crate::drain::surge_io::freeing::{PlaceholderWatch, free_room, sets_owning};
-use crate::drain::surge_io::removal::{delete_sets, remove_room};
+use crate::drain::surge_io::freeing::{PlaceholderWatch, free_room, set_room, sets_owning};
+use crate::drain::surge_io::removal::{delete_room, delete_sets, remove_room};
 use crate::drain::surge_io::room::{DrainRoom, SetsStand, SurgeRoom, create_placeholders};
 
 /// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
@@ -107,11 +107,12 @@ pub async fn make_room(
     }
     let (wanted, sets) = match create_placeholders(room, node, drain_taint, &pods, stand).await {
         Ok(made) if made.placeholders == 0 => {
-            // Room made ahead for pods that have left the node since is no one's now.
-            if made_ahead {
-                remove_room(room, &name).await;
-            } else {
-                room.give_back(&name);
+            // Room made ahead for pods that have left the node since is no one's now. Once
+            // nothing of the node's stands, the release has only the slot to give back: no
+            // deletecollections for room that was never made.
+            room.give_back(&name);
+            if !made_ahead || delete_room(room, &name).await {
+                set_room(room, &name, DrainRoom::Freed { sets_left: false }).await;
             }
             return SurgeOutcome::NothingToReserve;
         }

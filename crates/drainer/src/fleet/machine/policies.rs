@@ -166,33 +166,22 @@ impl PolicyBook {
         }
     }
 
-    /// Whether the pool of `node` may start a drain now, as far as time decides: the flags'
-    /// windows for a node no policy selects; for a policy's node, a budget in force for its
-    /// drain reason and the policy readable. An overlap never may.
-    fn pool_open(&self, node: &NodeView, wall: Timestamp) -> bool {
+    /// Whether the pool of `node` lets a drain start now, as far as its rules decide: for a
+    /// node no policy selects, the flags' windows open; for a policy's node, the policy
+    /// readable and a budget in force for its drain reason, none of them `0` (a pause holds
+    /// every node of the pool until a person changes the policy or a schedule ends it). An
+    /// overlap never may.
+    pub(super) fn pool_lets_start(&self, node: &NodeView, wall: Timestamp) -> bool {
         match &node.pool {
             PoolRef::Flags => any_open(&self.flags.windows, wall),
             PoolRef::Overlap(_) => false,
             PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
+                let budgets = in_force(&pool.budgets, Some(&node.reason), wall);
                 pool.invalid.is_none()
-                    && !in_force(&pool.budgets, Some(&node.reason), wall).is_empty()
+                    && !budgets.is_empty()
+                    && !budgets.iter().any(|&i| pool.budgets[i].nodes.lets_none())
             }),
         }
-    }
-
-    /// Whether the pool of `node` lets a drain start now, as far as its rules decide: open
-    /// ([`Self::pool_open`]) and not paused by a budget of `0` in force, which holds every node
-    /// of the pool until a person changes the policy or a schedule ends it.
-    pub(super) fn pool_lets_start(&self, node: &NodeView, wall: Timestamp) -> bool {
-        let paused = || match &node.pool {
-            PoolRef::Policy(name) => self.pools.get(name).is_some_and(|pool| {
-                in_force(&pool.budgets, Some(&node.reason), wall)
-                    .iter()
-                    .any(|&i| pool.budgets[i].nodes.lets_none())
-            }),
-            PoolRef::Flags | PoolRef::Overlap(_) => false,
-        };
-        self.pool_open(node, wall) && !paused()
     }
 
     /// Whether room made ahead of `node`'s drain is worth having now: its pool surges and lets

@@ -16,7 +16,7 @@ use crate::drain::lock;
 use crate::drain::surge::{NOT_CREATED, Reservation, placeholder_selector};
 
 use crate::drain::surge_io::freeing::{PlaceholderWatch, free_room, set_room, sets_owning};
-use crate::drain::surge_io::removal::{delete_room, delete_sets, remove_room};
+use crate::drain::surge_io::removal::{delete_sets, remove_room};
 use crate::drain::surge_io::room::{DrainRoom, SetsStand, SurgeRoom, create_placeholders};
 
 /// How often a drain waiting for a `--max-surge` slot looks again (the slots are in memory).
@@ -86,7 +86,7 @@ pub async fn make_room(
             // Left standing through the evictions, placeholders made ahead would be preempted
             // by the replacements and made again, pending.
             if made_ahead {
-                remove_room(room, &name).await;
+                remove_now(room, &name).await;
             }
             return SurgeOutcome::Failed(why);
         }
@@ -107,18 +107,19 @@ pub async fn make_room(
     }
     let (wanted, sets) = match create_placeholders(room, node, drain_taint, &pods, stand).await {
         Ok(made) if made.placeholders == 0 => {
-            // Room made ahead for pods that have left the node since is no one's now. Once
-            // nothing of the node's stands, the release has only the slot to give back: no
-            // deletecollections for room that was never made.
-            room.give_back(&name);
-            if !made_ahead || delete_room(room, &name).await {
-                set_room(room, &name, DrainRoom::Freed { sets_left: false }).await;
+            // Room made ahead for pods that have left the node since is no one's now. Without
+            // it the release still removes the node's room by its label: what an earlier term
+            // made for the node (ahead, or for a drain this one resumes) is not known here.
+            if made_ahead {
+                remove_now(room, &name).await;
+            } else {
+                room.give_back(&name);
             }
             return SurgeOutcome::NothingToReserve;
         }
         Ok(made) => (made.placeholders, made.sets),
         Err(why) => {
-            remove_room(room, &name).await;
+            remove_now(room, &name).await;
             return SurgeOutcome::Failed(why);
         }
     };
@@ -141,17 +142,28 @@ pub async fn make_room(
         Waited::TimedOut(reservation) => {
             // The pending placeholders stay, in case the capacity comes late; the set must not
             // replace the scheduled ones the evictions' replacements preempt.
-            hand_over(room, &name).await;
+            if hand_over(room, &name).await {
+                set_room(room, &name, DrainRoom::HandedOver).await;
+            }
             SurgeOutcome::TimedOut {
                 scheduled: reservation.scheduled,
                 pending: reservation.pending,
             }
         }
         Waited::Refused(why) => {
-            remove_room(room, &name).await;
+            remove_now(room, &name).await;
             SurgeOutcome::Failed(why)
         }
         Waited::Interrupted => SurgeOutcome::Interrupted,
+    }
+}
+
+/// Removes `node`'s room while its drain holds the node (a surge that failed, or room made
+/// ahead that its pods no longer need). Once the removal is answered nothing of the node's
+/// stands, so its release has only the slot to give back, not the same two deletions again.
+async fn remove_now(room: &SurgeRoom, node: &str) {
+    if remove_room(room, node).await {
+        set_room(room, node, DrainRoom::Freed { sets_left: false }).await;
     }
 }
 
@@ -164,7 +176,7 @@ pub async fn make_room(
 /// pending until the drain ends and removes them. Without an owner, the placeholders are no
 /// longer removed with the node: the release, or a later leader's sweep, removes them, and a
 /// drain of the node they run on evicts them like any pod ([`crate::drain::pods::classify`]).
-async fn hand_over(room: &SurgeRoom, node: &str) {
+async fn hand_over(room: &SurgeRoom, node: &str) -> bool {
     delete_sets(
         &room.client,
         &room.cfg,
@@ -172,7 +184,7 @@ async fn hand_over(room: &SurgeRoom, node: &str) {
         &DeleteParams::orphan(),
         "could not hand the placeholders over (rotor-drainer needs deletecollection on replicasets in its namespace): a placeholder preempted during the drain is made again, pending, until the drain ends",
     )
-    .await;
+    .await
 }
 
 /// How the wait for a node's placeholders ended.

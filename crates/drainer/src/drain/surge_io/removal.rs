@@ -40,21 +40,33 @@ pub async fn release(room: &SurgeRoom, node: &str) {
             room.give_back(node);
             remove_sets(&room.client, &room.cfg, node).await;
         }
-        Some(DrainRoom::Held) | None => remove_room(room, node).await,
+        // The sets went at the hand-over; their pods, owned by no one since, go now.
+        Some(DrainRoom::HandedOver) => {
+            remove_placeholders(&room.client, &room.cfg, node).await;
+            room.give_back(node);
+        }
+        Some(DrainRoom::Held) | None => {
+            remove_room(room, node).await;
+        }
     }
     room.owned_by_drain.lock().await.remove(node);
 }
 
 /// Removes `node`'s placeholder sets, then its placeholders, and gives back its `--max-surge`
-/// slot: a deletecollection of each by the node's label, in rotor's own namespace. The sets go
+/// slot: a deletecollection of each by the node's label, in rotor's own namespace; true when
+/// both deletions were answered. The sets go
 /// first, handed over or not (a set left standing would make its pods again, and which this
 /// drainer handed over or freed is not known after a failover); the pods left are those a
 /// timed-out surge left pending or the evicted pods did not already preempt. Errors are
 /// logged: the next leader's [`sweep`] removes what is left (and the garbage collector, once
 /// the node is deleted, what was not handed over).
-pub(super) async fn remove_room(room: &SurgeRoom, node: &str) {
+pub(super) async fn remove_room(room: &SurgeRoom, node: &str) -> bool {
+    // The slot only once the room is gone (or its removal failed): given back first, another
+    // drain could make room of its own while this node's still stands, one node past
+    // `--max-surge`.
+    let gone = delete_room(room, node).await;
     room.give_back(node);
-    delete_room(room, node).await;
+    gone
 }
 
 /// Deletes `node`'s placeholder sets, then its placeholders, both attempted whatever the other

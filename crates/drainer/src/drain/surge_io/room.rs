@@ -62,10 +62,13 @@ pub struct SurgeRoom {
 pub(super) enum DrainRoom {
     /// Its placeholders (if any) stand: the release removes them.
     Held,
-    /// Its placeholders were removed just before its evictions, or none were needed (room
-    /// made ahead for it, if any, removed). What the release has left to do: give back the
-    /// `--max-surge` slot, and delete the sets if they were only scaled to zero.
+    /// Its placeholders were removed just before its evictions, or its room was removed
+    /// while it held the node (a surge that failed). What the release has left to do: give
+    /// back the `--max-surge` slot, and delete the sets if they were only scaled to zero.
     Freed { sets_left: bool },
+    /// Its surge timed out and its sets were deleted, their placeholders left standing (in
+    /// case the capacity comes late): the release removes the placeholders.
+    HandedOver,
 }
 
 impl SurgeRoom {

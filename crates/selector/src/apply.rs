@@ -247,6 +247,12 @@ impl<'a> Applier<'a> {
 
     /// Terminates the instance of a drained node through the provider's [`Retirer`](crate::provider::seam::Retirer), then records
     /// an Event on the node. Without a retirer (Kubernetes provider) it fails and does nothing.
+    ///
+    /// A termination cannot be guarded by the node's resourceVersion, and the plan was made on
+    /// the nodes as listed before the cloud look-ups (seconds to minutes earlier). So the node is
+    /// read again and re-planned first: one taken back in the meantime (its taint removed, the
+    /// drain rolled back and pods scheduled on it again) is dropped, not terminated with its
+    /// pods on it.
     async fn retire(
         &self,
         node: &Node,
@@ -268,9 +274,43 @@ impl<'a> Applier<'a> {
         if candidate.instance.is_none() {
             return failed("the node names no instance to retire".to_owned(), 0);
         }
-        let (api, operation) = retirer.call(candidate);
+        let name = node.metadata.name.clone().unwrap_or_default();
+        calls.kube("get nodes");
+        let fresh = match retry_transient("get nodes", || self.api.get(&name)).await {
+            Ok(fresh) => slim(fresh),
+            Err(error) if api_code(&error) == Some(404) => {
+                return WriteResult {
+                    outcome: WriteOutcome::Dropped {
+                        why: "the node was deleted".into(),
+                    },
+                    attempts: 0,
+                };
+            }
+            Err(error) => {
+                return failed(
+                    format!(
+                        "cannot read the node again before terminating its instance: {}; nothing was terminated",
+                        describe(&error)
+                    ),
+                    0,
+                );
+            }
+        };
+        let candidate = self.assessor.candidate(&fresh);
+        let still = recheck(
+            &Action::Retire { shrink_group },
+            candidate.clone(),
+            self.retire_drained,
+        );
+        if let Err(why) = still {
+            return WriteResult {
+                outcome: WriteOutcome::Dropped { why },
+                attempts: 0,
+            };
+        }
+        let (api, operation) = retirer.call(&candidate);
         calls.count(api, operation);
-        match retirer.retire(candidate, shrink_group).await {
+        match retirer.retire(&candidate, shrink_group).await {
             Ok(note) => {
                 self.publish(node, RETIRED_REASON, "Retire", note, calls)
                     .await;

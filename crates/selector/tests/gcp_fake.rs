@@ -357,3 +357,62 @@ async fn five_thousand_instances_in_fifty_groups_cost_fifty_one_calls() {
     );
     cluster.stop().await;
 }
+
+/// A drained node taken back while the run looks its groups up (its taint removed, its drain
+/// rolled back, as `kubectl taint node X rotor.dev/drain-` and the drainer do): the plan, made
+/// on the nodes as listed, says retire, but the selector reads the node again before it
+/// terminates an instance and drops it instead. The node beside it, still drained, is retired.
+#[tokio::test]
+async fn a_drained_node_taken_back_during_the_run_is_not_retired() {
+    let mut workers = FakeGroup::zonal("workers", ZONE, "workers-v2", 2);
+    for old in &mut workers.instances {
+        old.template = Some("workers-v1".into());
+    }
+    let groups = vec![workers];
+    let instances = instances_of(&groups);
+    let fake = FakeGce::start(groups);
+    let cluster = TestCluster::start(&scenario(instances.len())).await;
+    map_nodes(&cluster, &instances);
+    let drained = [
+        ("rotor.dev/phase", "drained"),
+        ("rotor.dev/drained-at", "2026-01-01T00:00:00Z"),
+    ];
+    for node in ["n-0", "n-1"] {
+        cluster.mark(node, Some(("instance-template", "NoSchedule")), &drained);
+    }
+    // The run lists the nodes, then waits out a throttled look-up (Retry-After: 2 s); n-0 is
+    // taken back meanwhile.
+    fake.fail_next("aggregated", 503, Some(2));
+    let take_back = async {
+        while fake.count("aggregated") == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        cluster.modify_node("n-0", |n| {
+            if let Some(spec) = n.spec.as_mut() {
+                spec.taints = None;
+                spec.unschedulable = None;
+            }
+            if let Some(annotations) = n.metadata.annotations.as_mut() {
+                annotations.retain(|key, _| !key.starts_with("rotor.dev/"));
+            }
+        });
+    };
+    let (run, ()) = tokio::join!(
+        select(
+            &cluster,
+            &fake,
+            &["--retire-drained", "--max-tainted", "100%"]
+        ),
+        take_back
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let taken_back = entry(&run, "n-0");
+    assert_eq!(
+        taken_back["action"], "retire",
+        "planned on the listed node: {taken_back}"
+    );
+    assert_eq!(taken_back["result"]["outcome"], "dropped", "{taken_back}");
+    assert_eq!(entry(&run, "n-1")["result"]["outcome"], "applied");
+    let deleted: Vec<String> = fake.deleted().into_iter().map(|(_, i)| i).collect();
+    assert_eq!(deleted, vec![instances[1].1.clone()], "only n-1's instance");
+}

@@ -8,11 +8,13 @@
 //! - drain started: `rotor.dev/phase` is present, whatever its value (the drainer writes `queued`
 //!   before it cordons, and every later phase means it has acted; an unknown value is treated as
 //!   started, which only ever keeps a taint);
-//! - drained: phase `drained`, or `rotor.dev/drained-at` present.
+//! - drained: phase `drained`, or `rotor.dev/drained-at` present;
+//! - the drain taint: a node may carry the key more than once (one per effect); a value a
+//!   person chose (`manual`, or not a rotor reason) stands for them all ([`drain_taint_value`]).
 
 use k8s_openapi::api::core::v1::Node;
 use rotor_core::contract::{DRAINED_AT_ANNOTATION, PHASE_ANNOTATION};
-use rotor_core::{DrainPhase, find_drain_taint, node_opted_out, parse_aws_provider_id};
+use rotor_core::{DRAIN_TAINT_KEY, DrainPhase, DrainReason, node_opted_out, parse_aws_provider_id};
 
 use crate::plan::Candidate;
 use crate::verdict::Verdict;
@@ -47,12 +49,38 @@ pub fn node_candidate(node: &Node, verdict: Verdict, group: Option<String>) -> C
         zone: label(ZONE_LABEL).or_else(|| label(LEGACY_ZONE_LABEL)),
         created: meta.creation_timestamp.as_ref().map(|time| time.0),
         verdict,
-        current_taint: find_drain_taint(node).map(|taint| taint.value.clone().unwrap_or_default()),
+        current_taint: drain_taint_value(node),
         drain_started: phase.is_some(),
         opted_out: node_opted_out(meta),
         drained: phase.is_some_and(|p| p == DrainPhase::Drained.slug())
             || annotation(DRAINED_AT_ANNOTATION).is_some(),
     }
+}
+
+/// The value of the node's drain taint as the plan weighs it. Kubernetes lets the key appear
+/// once per effect, and an untaint removes every one of them: so when a person's taint (`manual`,
+/// or a value that is not a rotor reason) stands beside rotor's, the person's is the one weighed,
+/// which the plan never rolls back.
+fn drain_taint_value(node: &Node) -> Option<String> {
+    let values: Vec<&str> = node
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|taint| taint.key == DRAIN_TAINT_KEY)
+        .map(|taint| taint.value.as_deref().unwrap_or_default())
+        .collect();
+    let rotors = |value: &str| {
+        value
+            .parse::<DrainReason>()
+            .is_ok_and(|reason| reason != DrainReason::Manual)
+    };
+    values
+        .iter()
+        .find(|value| !rotors(value))
+        .or(values.first())
+        .map(|value| (*value).to_owned())
 }
 
 /// The value of the first of `keys` present (and not empty) on the node.
@@ -160,6 +188,30 @@ mod tests {
             Some("")
         );
         assert_eq!(DrainReason::Manual.slug(), "manual");
+    }
+
+    #[test]
+    fn a_persons_drain_taint_beside_rotors_is_the_one_weighed() {
+        let both = |first: &str, second: &str| {
+            node(json!({"spec": {"taints": [
+                {"key": "rotor.dev/drain", "value": first, "effect": "PreferNoSchedule"},
+                {"key": "dedicated", "value": "batch", "effect": "NoSchedule"},
+                {"key": "rotor.dev/drain", "value": second, "effect": "NoSchedule"},
+            ]}}))
+        };
+        let weighed = |n: &Node| node_candidate(n, Verdict::Current, None).current_taint;
+        // rotor's `image` first, a person's `manual` after it (as `kubectl taint` appends).
+        assert_eq!(weighed(&both("image", "manual")).as_deref(), Some("manual"));
+        assert_eq!(
+            weighed(&both("image", "ours-not-rotors")).as_deref(),
+            Some("ours-not-rotors")
+        );
+        assert_eq!(weighed(&both("image", "")).as_deref(), Some(""));
+        // Two rotor reasons: the first, as before.
+        assert_eq!(
+            weighed(&both("image", "kubelet-version")).as_deref(),
+            Some("image")
+        );
     }
 
     #[test]

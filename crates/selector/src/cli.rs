@@ -105,7 +105,7 @@ pub struct SelectArgs {
     /// With each new taint, set rotor.dev/replace-by to now plus this (a patch deadline, e.g. 7d):
     /// with rotor-drainer --enforce-replace-by, once it has passed, pod opt-outs and budgets
     /// that never allow no longer hold the node. A replace-by already on the node is kept.
-    #[arg(long, env = "ROTOR_REPLACE_WITHIN", value_name = "DURATION", value_parser = parse_max_age)]
+    #[arg(long, env = "ROTOR_REPLACE_WITHIN", value_name = "DURATION", value_parser = parse_replace_within)]
     pub replace_within: Option<Duration>,
 
     /// After each run, write the fleet's compliance figures to this file in Prometheus's text
@@ -322,6 +322,17 @@ pub fn parse_max_age(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// `--replace-within`: a positive duration whose deadline, counted from now, is a time the
+/// annotation can hold (a value past year 9999 would otherwise be dropped silently).
+fn parse_replace_within(text: &str) -> Result<Duration, String> {
+    let duration = parse_max_age(text)?;
+    jiff::SignedDuration::try_from(duration)
+        .ok()
+        .and_then(|d| jiff::Timestamp::now().checked_add(d).ok())
+        .map(|_| duration)
+        .ok_or_else(|| format!("duration {text:?} puts the deadline past the year 9999"))
+}
+
 /// `--group-label`: a label key (`[prefix/]name`); empty means none.
 fn parse_label_key(text: &str) -> Result<String, String> {
     let key = text.trim();
@@ -452,7 +463,6 @@ impl SelectArgs {
                 let aws_only = [
                     ("--cluster-name", self.cluster_name.is_some()),
                     ("--group", !self.groups.is_empty()),
-                    ("--exclude-group", !self.exclude_groups.is_empty()),
                     ("--exclude-tag", !self.exclude_tags.is_empty()),
                     ("--include-eks-managed", self.include_eks_managed),
                     ("--group-surge", self.group_surge),
@@ -460,6 +470,13 @@ impl SelectArgs {
                 ];
                 if let Some((flag, _)) = aws_only.iter().find(|(_, set)| *set) {
                     return Err(ConfigError::AwsOnly { flag });
+                }
+                // The cloud providers' groups; the kubernetes provider has none to leave out.
+                if !self.exclude_groups.is_empty() {
+                    return Err(ConfigError::NotForProvider {
+                        flag: "--exclude-group",
+                        provider: "kubernetes",
+                    });
                 }
                 if self.image_drift {
                     return Err(ConfigError::NotForProvider {
@@ -699,6 +716,32 @@ mod tests {
 
     fn config(args: &[&str]) -> SelectorConfig {
         parse(args).unwrap().select.validate().unwrap()
+    }
+
+    #[test]
+    fn exclude_group_with_the_kubernetes_provider_is_refused_without_calling_it_aws_only() {
+        let err = parse(&["--provider", "kubernetes", "--exclude-group", "g"])
+            .unwrap()
+            .select
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "--exclude-group is not supported by --provider kubernetes"
+        );
+    }
+
+    #[test]
+    fn a_replace_within_past_the_last_representable_time_is_refused() {
+        let within = |d: &str| parse(&["--provider", "kubernetes", "--replace-within", d]);
+        assert_eq!(
+            within("7d").unwrap().select.replace_within,
+            Some(Duration::from_secs(7 * 86_400))
+        );
+        let err = within("4000000d").unwrap_err().to_string();
+        assert!(err.contains("past the year 9999"), "{err}");
+        assert!(within("0s").is_err());
     }
 
     #[test]

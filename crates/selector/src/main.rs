@@ -58,6 +58,14 @@ async fn select(kube: rotor_core::KubeArgs, config: SelectorConfig) -> u8 {
         eprintln!("rotor-selector: {error}");
         return 2;
     }
+    if let Provider::Gcp(gcp) = &mut provider
+        && let Err(error) = gcp.connect().await
+    {
+        eprintln!(
+            "rotor-selector: {error}; check GOOGLE_APPLICATION_CREDENTIALS or the workload identity"
+        );
+        return 2;
+    }
     // kube's own retry is off: the selector retries 429/503/504 briefly itself and otherwise
     // leaves it to the next run (see rotor_selector::kube_retry).
     let client = match load_config(&kube).await.and_then(client_without_retry) {

@@ -482,6 +482,32 @@ async fn f_bad_flags_exit_2_before_any_request() {
         cluster.stats()["requests"]
     );
 
+    // Google Cloud credentials that cannot be loaded are configuration too: told before the
+    // cluster is contacted, as AWS's and Azure's are.
+    let garbled =
+        std::env::temp_dir().join(format!("rotor-garbled-adc-{}.json", std::process::id()));
+    std::fs::write(&garbled, "{ not json").unwrap();
+    let run = cluster
+        .run_env(
+            &["--provider", "gcp", "--gcp-project", "p"],
+            &[("GOOGLE_APPLICATION_CREDENTIALS", garbled.to_str().unwrap())],
+        )
+        .await;
+    let _ = std::fs::remove_file(&garbled);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("Google Cloud client setup failed")
+            && run.stderr.contains("GOOGLE_APPLICATION_CREDENTIALS"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        cluster.requests_total(),
+        0,
+        "{}",
+        cluster.stats()["requests"]
+    );
+
     // A kubeconfig that cannot be read is configuration too.
     let run = run_bare(
         &[

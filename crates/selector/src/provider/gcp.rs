@@ -150,10 +150,11 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// The Google Cloud provider, configured.
+/// The Google Cloud provider, configured, and its clients once set up ([`GcpProvider::connect`]).
 #[derive(Clone, Debug)]
 pub struct GcpProvider {
     pub config: GcpConfig,
+    clients: Option<GcpClients>,
 }
 
 /// What the calls returned, converted.
@@ -169,7 +170,21 @@ pub struct GcpSnapshot {
 
 impl GcpProvider {
     pub fn new(config: GcpConfig) -> GcpProvider {
-        GcpProvider { config }
+        GcpProvider {
+            config,
+            clients: None,
+        }
+    }
+
+    /// Sets the clients up (application default credentials unless an endpoint is given)
+    /// unless done already: credentials that cannot be loaded are a configuration error, told
+    /// before the cluster is contacted (exit 2).
+    pub async fn connect(&mut self) -> Result<(), ProviderError> {
+        if self.clients.is_none() {
+            install_crypto_provider();
+            self.clients = Some(GcpClients::connect(&self.config).await?);
+        }
+        Ok(())
     }
 
     /// Lists the groups and the instances of those the nodes may belong to, judges them, and
@@ -180,8 +195,13 @@ impl GcpProvider {
         calls: &mut ApiCalls,
         _now: Timestamp,
     ) -> Result<GcpAssessor, ProviderError> {
-        install_crypto_provider();
-        let clients = GcpClients::connect(&self.config).await?;
+        let clients = match &self.clients {
+            Some(clients) => clients.clone(),
+            None => {
+                install_crypto_provider();
+                GcpClients::connect(&self.config).await?
+            }
+        };
         let started = std::time::Instant::now();
         let node_instances: Vec<InstanceRef> = nodes
             .iter()

@@ -397,6 +397,8 @@ async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
         resource: Some("leases".into()),
         rate: 1.0,
         code: 503,
+        after_serving: false,
+        times: None,
     }];
     let ended = tokio::time::timeout(std::time::Duration::from_secs(10), drainer.handle)
         .await

@@ -27,7 +27,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use rotor_core::contract::{
     REPLACE_BY_ANNOTATION, SELECTED_AT_ANNOTATION, SELECTOR_DETAIL_ANNOTATION, format_timestamp,
 };
-use rotor_core::{DRAIN_TAINT_KEY, DrainReason, FIELD_MANAGER, TaintEffect, drain_taint};
+use rotor_core::{
+    DRAIN_TAINT_KEY, DrainReason, FIELD_MANAGER, TaintEffect, drain_taint, find_drain_taint,
+};
 use serde_json::{Value, json};
 
 use crate::api_calls::ApiCalls;
@@ -115,6 +117,18 @@ pub fn untaint_patch(node: &Node) -> Result<Value, String> {
         },
         "spec": {"taints": if taints.is_empty() { Value::Null } else { json!(taints) }},
     }))
+}
+
+/// Whether `node` carries the taint this run writes: rotor's drain taint with `reason` and the
+/// run's own `selected-at` (whole seconds, unique to the run), so the write is this run's.
+pub fn carries_this_runs_taint(node: &Node, reason: DrainReason, selected_at: Timestamp) -> bool {
+    let taint = find_drain_taint(node).and_then(|t| t.value.as_deref());
+    let selected = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SELECTED_AT_ANNOTATION));
+    taint == Some(reason.slug()) && selected == Some(&format_timestamp(selected_at))
 }
 
 fn resource_version(node: &Node) -> Result<&str, String> {
@@ -382,6 +396,14 @@ impl<'a> Applier<'a> {
                             );
                         }
                     };
+                    // A patch the server made but whose answer was lost (a 504, retried) meets
+                    // its own write on the retry: made, not dropped.
+                    if let Action::Taint { reason, .. } = &action
+                        && carries_this_runs_taint(&fresh, *reason, self.selected_at)
+                    {
+                        self.announce(&fresh, &action, calls).await;
+                        return result(WriteOutcome::Applied, attempt);
+                    }
                     match recheck(
                         &action,
                         self.assessor.candidate(&fresh),
@@ -587,6 +609,39 @@ mod tests {
             json!({"rotor.dev/replace-by": "2025-05-08T00:00:00Z"}),
         );
         assert_eq!(replace_by_written(&set), None);
+    }
+
+    #[test]
+    fn a_taint_is_known_as_this_runs_by_its_reason_and_selected_at() {
+        let at: Timestamp = "2026-12-04T22:00:00Z".parse().unwrap();
+        let tainted = |value: &str, selected: &str| {
+            node(
+                json!([{"key": "rotor.dev/drain", "value": value, "effect": "NoSchedule"}]),
+                json!({"rotor.dev/selected-at": selected}),
+            )
+        };
+        let this_run = "2026-12-04T22:00:00Z";
+        assert!(carries_this_runs_taint(
+            &tainted("image", this_run),
+            DrainReason::Image,
+            at
+        ));
+        // An earlier run's taint, another reason, or no taint at all: not this run's write.
+        assert!(!carries_this_runs_taint(
+            &tainted("image", "2026-12-04T21:00:00Z"),
+            DrainReason::Image,
+            at
+        ));
+        assert!(!carries_this_runs_taint(
+            &tainted("manual", this_run),
+            DrainReason::Image,
+            at
+        ));
+        assert!(!carries_this_runs_taint(
+            &node(json!([]), json!({"rotor.dev/selected-at": this_run})),
+            DrainReason::Image,
+            at
+        ));
     }
 
     #[test]

@@ -702,6 +702,40 @@ async fn g_failed_writes_exit_1_naming_the_node() {
     cluster.stop().await;
 }
 
+/// A taint the API server made but whose answer was lost (a 504 after the write): the retry
+/// meets a conflict with the run's own write, which is reported as made, with its Event, not as
+/// dropped for a concurrent change.
+#[tokio::test]
+async fn g_a_taint_made_whose_answer_was_lost_is_reported_as_made() {
+    let cluster = TestCluster::start_fleet().await;
+    cluster.set_control_plane("v1.34.1").await;
+    cluster
+        .faults(
+            json!({"errors": [{"verb": "patch", "resource": "nodes", "rate": 1.0,
+            "code": 504, "afterServing": true, "times": 1}]}),
+        )
+        .await;
+    let run = select(&cluster, &["--max-tainted", "1"]).await;
+    let tainted = cluster.tainted().await;
+    assert_eq!(tainted.len(), 1, "{tainted:?}");
+    let node = &tainted[0];
+    assert_eq!(
+        run.node(node)["result"],
+        json!({"outcome": "applied", "attempts": 1, "message": null}),
+        "{}",
+        run.stdout
+    );
+    // The write, its retry answered 409, and no third.
+    assert_eq!(cluster.requests("patch nodes"), 2);
+    let events = cluster.events(node).await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, ..)| reason == "DrainTaintAdded"),
+        "{events:?}"
+    );
+}
+
 #[tokio::test]
 async fn g_an_unavailable_api_server_is_retried_briefly_then_the_run_fails() {
     let cluster = TestCluster::start_fleet().await;

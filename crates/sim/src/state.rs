@@ -25,6 +25,19 @@ pub struct ErrorRule {
     /// HTTP status to answer: 429, 500, 503 or 504.
     #[serde(default = "default_code")]
     pub code: u16,
+    /// Serve the request, then answer the error instead of its result: an answer lost on its
+    /// way back, the write made all the same (a 504 from a busy API server).
+    #[serde(default)]
+    pub after_serving: bool,
+    /// Fire at most this many times, then the rule is gone; absent, for as long as it stands.
+    #[serde(default)]
+    pub times: Option<u32>,
+}
+
+/// An error a rule fired: answered instead of the request's result, before or after serving it.
+pub struct Injected {
+    pub error: ApiError,
+    pub after_serving: bool,
 }
 
 fn default_code() -> u16 {
@@ -54,19 +67,29 @@ impl Faults {
 
     /// The error to answer instead of serving this request, if a rule fires.
     pub fn injected_error(&mut self, verb: &str, resource: &str) -> Option<ApiError> {
-        let rule = self
-            .rules
-            .iter()
-            .find(|r| {
-                r.verb.as_deref().is_none_or(|v| v == verb)
-                    && r.resource.as_deref().is_none_or(|x| x == resource)
-            })?
-            .clone();
+        self.injected(verb, resource).map(|i| i.error)
+    }
+
+    /// The error to answer for this request, and whether after serving it, if a rule fires; a
+    /// rule with `times` left counts one down, and goes at zero.
+    pub fn injected(&mut self, verb: &str, resource: &str) -> Option<Injected> {
+        let index = self.rules.iter().position(|r| {
+            r.verb.as_deref().is_none_or(|v| v == verb)
+                && r.resource.as_deref().is_none_or(|x| x == resource)
+        })?;
+        let rule = self.rules[index].clone();
         if self.next_f64() >= rule.rate {
             return None;
         }
+        if let Some(times) = rule.times {
+            if times <= 1 {
+                self.rules.remove(index);
+            } else {
+                self.rules[index].times = Some(times - 1);
+            }
+        }
         let msg = format!("injected fault: {verb} {resource}");
-        Some(match rule.code {
+        let error = match rule.code {
             429 => ApiError::too_many_requests(msg).with_retry_after(1),
             503 => ApiError {
                 code: 503,
@@ -83,6 +106,10 @@ impl Faults {
                 retry_after: None,
             },
             _ => ApiError::internal(msg),
+        };
+        Some(Injected {
+            error,
+            after_serving: rule.after_serving,
         })
     }
 }
@@ -133,6 +160,8 @@ mod tests {
                 resource: Some("pods/eviction".into()),
                 rate: 1.0,
                 code: 429,
+                after_serving: false,
+                times: None,
             }],
             ..Default::default()
         };
@@ -144,6 +173,26 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_with_times_fires_that_often_then_goes() {
+        let mut f = Faults {
+            rules: vec![ErrorRule {
+                verb: Some("patch".into()),
+                resource: Some("nodes".into()),
+                rate: 1.0,
+                code: 504,
+                after_serving: true,
+                times: Some(2),
+            }],
+            ..Default::default()
+        };
+        let first = f.injected("patch", "nodes").unwrap();
+        assert_eq!((first.error.code, first.after_serving), (504, true));
+        assert!(f.injected("patch", "nodes").is_some());
+        assert!(f.injected("patch", "nodes").is_none());
+        assert!(f.rules.is_empty());
+    }
+
+    #[test]
     fn fault_rate_is_roughly_honoured() {
         let mut f = Faults {
             rules: vec![ErrorRule {
@@ -151,6 +200,8 @@ mod tests {
                 resource: None,
                 rate: 0.3,
                 code: 500,
+                after_serving: false,
+                times: None,
             }],
             ..Default::default()
         };

@@ -113,17 +113,22 @@ pub async fn dispatch(
         };
         drop(c);
         let mut f = sim.faults.lock().expect("faults lock");
-        (answer + f.latency, f.injected_error(verb, &resource))
+        (answer + f.latency, f.injected(verb, &resource))
     };
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    if let Some(e) = injected {
-        return e.into_response();
-    }
-    match handle(&sim, &method, &target, verb, &q, &headers, &body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
+    match injected {
+        Some(i) if !i.after_serving => i.error.into_response(),
+        Some(i) => {
+            // Served, its answer lost: the client sees only the error.
+            let _ = handle(&sim, &method, &target, verb, &q, &headers, &body).await;
+            i.error.into_response()
+        }
+        None => match handle(&sim, &method, &target, verb, &q, &headers, &body).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        },
     }
 }
 

@@ -100,6 +100,13 @@ pub const DRAIN_APPROVED_ANNOTATION: &str = "rotor.dev/drain-approved";
 /// allow no longer hold the node's drain.
 pub const REPLACE_BY_ANNOTATION: &str = "rotor.dev/replace-by";
 
+/// Node annotation `rotor-selector` writes beside a [`REPLACE_BY_ANNOTATION`] it set itself
+/// (value [`REPLACE_BY_SET_BY_SELECTOR`]): such a deadline goes with the selector's taint when
+/// the node is up to date again; one anyone else set stays.
+pub const REPLACE_BY_SET_BY_ANNOTATION: &str = "rotor.dev/replace-by-set-by";
+/// The value of [`REPLACE_BY_SET_BY_ANNOTATION`] when the selector set the deadline.
+pub const REPLACE_BY_SET_BY_SELECTOR: &str = "rotor-selector";
+
 /// Pod template annotation of a Deployment: the time (RFC 3339) rotor-drainer
 /// `--restart-single-replica` restarted its rollout, to move its only pod off a draining node
 /// without leaving it with no replica. Like `kubectl rollout restart`'s, changing it is what

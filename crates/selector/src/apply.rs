@@ -25,7 +25,8 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use rotor_core::contract::{
-    REPLACE_BY_ANNOTATION, SELECTED_AT_ANNOTATION, SELECTOR_DETAIL_ANNOTATION, format_timestamp,
+    REPLACE_BY_ANNOTATION, REPLACE_BY_SET_BY_ANNOTATION, REPLACE_BY_SET_BY_SELECTOR,
+    SELECTED_AT_ANNOTATION, SELECTOR_DETAIL_ANNOTATION, format_timestamp,
 };
 use rotor_core::{
     DRAIN_TAINT_KEY, DrainReason, FIELD_MANAGER, TaintEffect, drain_taint, find_drain_taint,
@@ -90,6 +91,8 @@ pub fn taint_patch(
         .is_some_and(|a| a.contains_key(REPLACE_BY_ANNOTATION));
     if let Some(at) = replace_by.filter(|_| !has_one) {
         annotations[REPLACE_BY_ANNOTATION] = json!(format_timestamp(at));
+        // Marked as the selector's, so that a rollback takes it back and only it.
+        annotations[REPLACE_BY_SET_BY_ANNOTATION] = json!(REPLACE_BY_SET_BY_SELECTOR);
     }
     Ok(json!({
         "metadata": {
@@ -100,20 +103,31 @@ pub fn taint_patch(
     }))
 }
 
-/// The merge patch that removes rotor's taint, the two selector annotations and the replace-by
-/// time (it came with the selection) from `node`, keeping everything else, guarded by the node's
-/// resourceVersion.
+/// The merge patch that removes rotor's taint, the two selector annotations and, when the
+/// selector set it (it came with the selection, and is marked so), the replace-by time from
+/// `node`, keeping everything else (a replace-by someone else set included), guarded by the
+/// node's resourceVersion.
 pub fn untaint_patch(node: &Node) -> Result<Value, String> {
     let resource_version = resource_version(node)?;
     let taints = other_taints(node);
+    let mut annotations = json!({
+        SELECTED_AT_ANNOTATION: null,
+        SELECTOR_DETAIL_ANNOTATION: null,
+    });
+    let selectors_deadline = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REPLACE_BY_SET_BY_ANNOTATION))
+        .is_some_and(|by| by == REPLACE_BY_SET_BY_SELECTOR);
+    if selectors_deadline {
+        annotations[REPLACE_BY_ANNOTATION] = Value::Null;
+        annotations[REPLACE_BY_SET_BY_ANNOTATION] = Value::Null;
+    }
     Ok(json!({
         "metadata": {
             "resourceVersion": resource_version,
-            "annotations": {
-                SELECTED_AT_ANNOTATION: null,
-                SELECTOR_DETAIL_ANNOTATION: null,
-                REPLACE_BY_ANNOTATION: null,
-            },
+            "annotations": annotations,
         },
         "spec": {"taints": if taints.is_empty() { Value::Null } else { json!(taints) }},
     }))
@@ -661,7 +675,6 @@ mod tests {
                     "annotations": {
                         "rotor.dev/selected-at": null,
                         "rotor.dev/selector-detail": null,
-                        "rotor.dev/replace-by": null,
                     },
                 },
                 "spec": {"taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]},
@@ -674,6 +687,41 @@ mod tests {
         assert_eq!(
             untaint_patch(&only_rotor).unwrap()["spec"],
             json!({"taints": null})
+        );
+    }
+
+    #[test]
+    fn an_untaint_takes_back_the_selectors_deadline_and_leaves_anyone_elses() {
+        let tainted = |annotations: Value| {
+            node(
+                json!([{"key": "rotor.dev/drain", "value": "image", "effect": "NoSchedule"}]),
+                annotations,
+            )
+        };
+        // Set with the taint (as `taint_patch` writes it): removed with the marker.
+        let written = taint_patch(
+            &node(json!([]), json!({})),
+            DrainReason::Image,
+            "d",
+            TaintEffect::NoSchedule,
+            at(),
+            Some("2025-05-13T07:08:09Z".parse().unwrap()),
+        )
+        .unwrap();
+        let selectors = tainted(written["metadata"]["annotations"].clone());
+        let annotations = &untaint_patch(&selectors).unwrap()["metadata"]["annotations"];
+        assert_eq!(annotations["rotor.dev/replace-by"], Value::Null);
+        assert_eq!(
+            annotations.get("rotor.dev/replace-by-set-by"),
+            Some(&Value::Null)
+        );
+        assert!(annotations.get("rotor.dev/replace-by").is_some());
+        // A person's deadline, unmarked: left where it is.
+        let persons = tainted(json!({"rotor.dev/replace-by": "2025-06-01T00:00:00Z"}));
+        let annotations = &untaint_patch(&persons).unwrap()["metadata"]["annotations"];
+        assert!(
+            annotations.get("rotor.dev/replace-by").is_none(),
+            "{annotations}"
         );
     }
 

@@ -104,7 +104,8 @@ pub struct SelectArgs {
 
     /// With each new taint, set rotor.dev/replace-by to now plus this (a patch deadline, e.g. 7d):
     /// with rotor-drainer --enforce-replace-by, once it has passed, pod opt-outs and budgets
-    /// that never allow no longer hold the node. A replace-by already on the node is kept.
+    /// that never allow no longer hold the node. A replace-by already on the node is kept; one
+    /// the selector set goes with its taint if the node is up to date again.
     #[arg(long, env = "ROTOR_REPLACE_WITHIN", value_name = "DURATION", value_parser = parse_replace_within)]
     pub replace_within: Option<Duration>,
 

@@ -84,11 +84,14 @@ pub fn taint_patch(
         SELECTED_AT_ANNOTATION: format_timestamp(selected_at),
         SELECTOR_DETAIL_ANNOTATION: detail,
     });
+    // Someone else's deadline stands. One the selector set for an earlier selection whose taint
+    // was then removed by hand (its own untaint takes the deadline with it) belongs to no
+    // selection now: the new one replaces it rather than enforcing a stale time.
     let has_one = node
         .metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(REPLACE_BY_ANNOTATION));
+        .is_some_and(|a| a.contains_key(REPLACE_BY_ANNOTATION) && !selectors_deadline(node));
     if let Some(at) = replace_by.filter(|_| !has_one) {
         annotations[REPLACE_BY_ANNOTATION] = json!(format_timestamp(at));
         // Marked as the selector's, so that a rollback takes it back and only it.
@@ -114,13 +117,7 @@ pub fn untaint_patch(node: &Node) -> Result<Value, String> {
         SELECTED_AT_ANNOTATION: null,
         SELECTOR_DETAIL_ANNOTATION: null,
     });
-    let selectors_deadline = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(REPLACE_BY_SET_BY_ANNOTATION))
-        .is_some_and(|by| by == REPLACE_BY_SET_BY_SELECTOR);
-    if selectors_deadline {
+    if selectors_deadline(node) {
         annotations[REPLACE_BY_ANNOTATION] = Value::Null;
         annotations[REPLACE_BY_SET_BY_ANNOTATION] = Value::Null;
     }
@@ -133,16 +130,35 @@ pub fn untaint_patch(node: &Node) -> Result<Value, String> {
     }))
 }
 
-/// Whether `node` carries the taint this run writes: rotor's drain taint with `reason` and the
-/// run's own `selected-at` (whole seconds, unique to the run), so the write is this run's.
-pub fn carries_this_runs_taint(node: &Node, reason: DrainReason, selected_at: Timestamp) -> bool {
-    let taint = find_drain_taint(node).and_then(|t| t.value.as_deref());
-    let selected = node
-        .metadata
+/// Whether the node's replace-by is one the selector set (marked so), not a person's.
+fn selectors_deadline(node: &Node) -> bool {
+    node.metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(SELECTED_AT_ANNOTATION));
-    taint == Some(reason.slug()) && selected == Some(&format_timestamp(selected_at))
+        .and_then(|a| a.get(REPLACE_BY_SET_BY_ANNOTATION))
+        .is_some_and(|by| by == REPLACE_BY_SET_BY_SELECTOR)
+}
+
+/// Whether `node` carries the taint this run writes: rotor's drain taint with `reason`, the
+/// run's own `selected-at` (whole seconds) and the same `selector-detail`, so the write is this
+/// run's (two runs within one second would also have to word the node alike).
+pub fn carries_this_runs_taint(
+    node: &Node,
+    reason: DrainReason,
+    detail: &str,
+    selected_at: Timestamp,
+) -> bool {
+    let taint = find_drain_taint(node).and_then(|t| t.value.as_deref());
+    let annotation = |key: &str| {
+        node.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    taint == Some(reason.slug())
+        && annotation(SELECTED_AT_ANNOTATION) == Some(format_timestamp(selected_at).as_str())
+        && annotation(SELECTOR_DETAIL_ANNOTATION) == Some(detail)
 }
 
 fn resource_version(node: &Node) -> Result<&str, String> {
@@ -305,15 +321,10 @@ impl<'a> Applier<'a> {
         let name = node.metadata.name.clone().unwrap_or_default();
         calls.kube("get nodes");
         let fresh = match retry_transient("get nodes", || self.api.get(&name)).await {
-            Ok(fresh) => slim(fresh),
-            Err(error) if api_code(&error) == Some(404) => {
-                return WriteResult {
-                    outcome: WriteOutcome::Dropped {
-                        why: "the node was deleted".into(),
-                    },
-                    attempts: 0,
-                };
-            }
+            Ok(fresh) => Some(slim(fresh)),
+            // Its Node deleted since the list: no pod can run there, and no later run would
+            // list it, so its drained instance is retired as planned.
+            Err(error) if api_code(&error) == Some(404) => None,
             Err(error) => {
                 return failed(
                     format!(
@@ -324,18 +335,24 @@ impl<'a> Applier<'a> {
                 );
             }
         };
-        let candidate = self.assessor.candidate(&fresh);
-        let still = recheck(
-            &Action::Retire { shrink_group },
-            candidate.clone(),
-            self.retire_drained,
-        );
-        if let Err(why) = still {
-            return WriteResult {
-                outcome: WriteOutcome::Dropped { why },
-                attempts: 0,
-            };
-        }
+        let candidate = match fresh {
+            Some(fresh) => {
+                let candidate = self.assessor.candidate(&fresh);
+                let still = recheck(
+                    &Action::Retire { shrink_group },
+                    candidate.clone(),
+                    self.retire_drained,
+                );
+                if let Err(why) = still {
+                    return WriteResult {
+                        outcome: WriteOutcome::Dropped { why },
+                        attempts: 0,
+                    };
+                }
+                candidate
+            }
+            None => candidate.clone(),
+        };
         let (api, operation) = retirer.call(&candidate);
         calls.count(api, operation);
         match retirer.retire(&candidate, shrink_group).await {
@@ -412,8 +429,8 @@ impl<'a> Applier<'a> {
                     };
                     // A patch the server made but whose answer was lost (a 504, retried) meets
                     // its own write on the retry: made, not dropped.
-                    if let Action::Taint { reason, .. } = &action
-                        && carries_this_runs_taint(&fresh, *reason, self.selected_at)
+                    if let Action::Taint { reason, detail } = &action
+                        && carries_this_runs_taint(&fresh, *reason, detail, self.selected_at)
                     {
                         self.announce(&fresh, &action, calls).await;
                         return result(WriteOutcome::Applied, attempt);
@@ -617,45 +634,51 @@ mod tests {
             replace_by_written(&node(json!([]), json!({}))),
             Some(json!("2025-05-13T07:08:09Z"))
         );
-        // A deadline set earlier (by a person, or an earlier selection) stands.
+        // A deadline someone else set earlier stands.
         let set = node(
             json!([]),
             json!({"rotor.dev/replace-by": "2025-05-08T00:00:00Z"}),
         );
         assert_eq!(replace_by_written(&set), None);
+        // One the selector set for a selection whose taint was removed by hand belongs to no
+        // selection: the new one's replaces it.
+        let stale = node(
+            json!([]),
+            json!({"rotor.dev/replace-by": "2025-05-08T00:00:00Z",
+                   "rotor.dev/replace-by-set-by": "rotor-selector"}),
+        );
+        assert_eq!(
+            replace_by_written(&stale),
+            Some(json!("2025-05-13T07:08:09Z"))
+        );
     }
 
     #[test]
     fn a_taint_is_known_as_this_runs_by_its_reason_and_selected_at() {
         let at: Timestamp = "2026-12-04T22:00:00Z".parse().unwrap();
-        let tainted = |value: &str, selected: &str| {
+        let tainted = |value: &str, selected: &str, detail: &str| {
             node(
                 json!([{"key": "rotor.dev/drain", "value": value, "effect": "NoSchedule"}]),
-                json!({"rotor.dev/selected-at": selected}),
+                json!({"rotor.dev/selected-at": selected, "rotor.dev/selector-detail": detail}),
             )
         };
         let this_run = "2026-12-04T22:00:00Z";
-        assert!(carries_this_runs_taint(
-            &tainted("image", this_run),
-            DrainReason::Image,
-            at
-        ));
-        // An earlier run's taint, another reason, or no taint at all: not this run's write.
-        assert!(!carries_this_runs_taint(
-            &tainted("image", "2026-12-04T21:00:00Z"),
-            DrainReason::Image,
-            at
-        ));
-        assert!(!carries_this_runs_taint(
-            &tainted("manual", this_run),
-            DrainReason::Image,
-            at
-        ));
-        assert!(!carries_this_runs_taint(
-            &node(json!([]), json!({"rotor.dev/selected-at": this_run})),
-            DrainReason::Image,
-            at
-        ));
+        let ours =
+            |n: &Node| carries_this_runs_taint(n, DrainReason::Image, "ami-1 wants ami-2", at);
+        assert!(ours(&tainted("image", this_run, "ami-1 wants ami-2")));
+        // An earlier run's taint, another reason, another run's words in the same second, or
+        // no taint at all: not this run's write.
+        assert!(!ours(&tainted(
+            "image",
+            "2026-12-04T21:00:00Z",
+            "ami-1 wants ami-2"
+        )));
+        assert!(!ours(&tainted("manual", this_run, "ami-1 wants ami-2")));
+        assert!(!ours(&tainted("image", this_run, "ami-0 wants ami-2")));
+        assert!(!ours(&node(
+            json!([]),
+            json!({"rotor.dev/selected-at": this_run, "rotor.dev/selector-detail": "ami-1 wants ami-2"})
+        )));
     }
 
     #[test]

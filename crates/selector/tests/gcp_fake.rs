@@ -361,10 +361,12 @@ async fn five_thousand_instances_in_fifty_groups_cost_fifty_one_calls() {
 /// A drained node taken back while the run looks its groups up (its taint removed, its drain
 /// rolled back, as `kubectl taint node X rotor.dev/drain-` and the drainer do): the plan, made
 /// on the nodes as listed, says retire, but the selector reads the node again before it
-/// terminates an instance and drops it instead. The node beside it, still drained, is retired.
+/// terminates an instance and drops it instead. The node beside it, still drained, is retired;
+/// so is a drained node whose Node object was deleted meanwhile (no pod can run there, and no
+/// later run would list it).
 #[tokio::test]
 async fn a_drained_node_taken_back_during_the_run_is_not_retired() {
-    let mut workers = FakeGroup::zonal("workers", ZONE, "workers-v2", 2);
+    let mut workers = FakeGroup::zonal("workers", ZONE, "workers-v2", 3);
     for old in &mut workers.instances {
         old.template = Some("workers-v1".into());
     }
@@ -377,11 +379,14 @@ async fn a_drained_node_taken_back_during_the_run_is_not_retired() {
         ("rotor.dev/phase", "drained"),
         ("rotor.dev/drained-at", "2026-01-01T00:00:00Z"),
     ];
-    for node in ["n-0", "n-1"] {
+    for node in ["n-0", "n-1", "n-2"] {
         cluster.mark(node, Some(("instance-template", "NoSchedule")), &drained);
     }
-    // The run lists the nodes, then waits out a throttled look-up (Retry-After: 2 s); n-0 is
-    // taken back meanwhile.
+    // The run lists the nodes, then looks the groups up (the first throttled once); n-0 is taken
+    // back and n-2's Node deleted meanwhile. Every request to the API server takes 300 ms, so
+    // the selector's read before a retire, sent after the look-ups, is answered after those
+    // changes however fast the look-ups go.
+    cluster.faults(json!({"latencyMs": 300})).await;
     fake.fail_next("aggregated", 503, Some(2));
     let take_back = async {
         while fake.count("aggregated") == 0 {
@@ -396,6 +401,11 @@ async fn a_drained_node_taken_back_during_the_run_is_not_retired() {
                 annotations.retain(|key, _| !key.starts_with("rotor.dev/"));
             }
         });
+        cluster
+            .api::<k8s_openapi::api::core::v1::Node>()
+            .delete("n-2", &Default::default())
+            .await
+            .expect("n-2's Node deleted");
     };
     let (run, ()) = tokio::join!(
         select(
@@ -413,6 +423,11 @@ async fn a_drained_node_taken_back_during_the_run_is_not_retired() {
     );
     assert_eq!(taken_back["result"]["outcome"], "dropped", "{taken_back}");
     assert_eq!(entry(&run, "n-1")["result"]["outcome"], "applied");
+    assert_eq!(entry(&run, "n-2")["result"]["outcome"], "applied");
     let deleted: Vec<String> = fake.deleted().into_iter().map(|(_, i)| i).collect();
-    assert_eq!(deleted, vec![instances[1].1.clone()], "only n-1's instance");
+    assert_eq!(
+        deleted,
+        vec![instances[1].1.clone(), instances[2].1.clone()],
+        "n-1's and n-2's instances, not n-0's"
+    );
 }

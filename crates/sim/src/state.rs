@@ -78,6 +78,11 @@ impl Faults {
                 && r.resource.as_deref().is_none_or(|x| x == resource)
         })?;
         let rule = self.rules[index].clone();
+        if rule.times == Some(0) {
+            // Fired as often as it was told, or told never to.
+            self.rules.remove(index);
+            return None;
+        }
         if self.next_f64() >= rule.rate {
             return None;
         }
@@ -172,17 +177,21 @@ mod tests {
         assert!(f.injected_error("create", "pods/eviction").is_none());
     }
 
+    fn first_rule() -> ErrorRule {
+        ErrorRule {
+            verb: Some("patch".into()),
+            resource: Some("nodes".into()),
+            rate: 1.0,
+            code: 504,
+            after_serving: true,
+            times: Some(2),
+        }
+    }
+
     #[test]
     fn a_rule_with_times_fires_that_often_then_goes() {
         let mut f = Faults {
-            rules: vec![ErrorRule {
-                verb: Some("patch".into()),
-                resource: Some("nodes".into()),
-                rate: 1.0,
-                code: 504,
-                after_serving: true,
-                times: Some(2),
-            }],
+            rules: vec![first_rule()],
             ..Default::default()
         };
         let first = f.injected("patch", "nodes").unwrap();
@@ -190,6 +199,12 @@ mod tests {
         assert!(f.injected("patch", "nodes").is_some());
         assert!(f.injected("patch", "nodes").is_none());
         assert!(f.rules.is_empty());
+        // Told to fire no time: it never does.
+        f.rules = vec![ErrorRule {
+            times: Some(0),
+            ..first_rule()
+        }];
+        assert!(f.injected("patch", "nodes").is_none());
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //!   started, which only ever keeps a taint);
 //! - drained: phase `drained`, or `rotor.dev/drained-at` present;
 //! - the drain taint: a node may carry the key more than once (one per effect); a value a
-//!   person chose (`manual`, or not a rotor reason) stands for them all ([`drain_taint_value`]).
+//!   person chose (`manual`, or not a rotor reason) stands for them all (`drain_taint_value`).
 
 use k8s_openapi::api::core::v1::Node;
 use rotor_core::contract::{DRAINED_AT_ANNOTATION, PHASE_ANNOTATION};

@@ -319,12 +319,10 @@ impl<'a> Applier<'a> {
             return failed("the node names no instance to retire".to_owned(), 0);
         }
         let name = node.metadata.name.clone().unwrap_or_default();
-        calls.kube("get nodes");
-        let fresh = match retry_transient("get nodes", || self.api.get(&name)).await {
-            Ok(fresh) => Some(slim(fresh)),
-            // Its Node deleted since the list: no pod can run there, and no later run would
-            // list it, so its drained instance is retired as planned.
-            Err(error) if api_code(&error) == Some(404) => None,
+        // Its Node deleted since the list (None): no pod can run there, and no later run would
+        // list it, so its drained instance is retired as planned.
+        let fresh = match self.reread(&name, calls).await {
+            Ok(fresh) => fresh,
             Err(error) => {
                 return failed(
                     format!(
@@ -411,12 +409,9 @@ impl<'a> Applier<'a> {
                 }
                 Err(error) if api_code(&error) == Some(409) => {
                     tracing::info!(node = %name, attempt, "conflict: the node changed since it was read; re-reading it");
-                    calls.kube("get nodes");
-                    let fresh = match retry_transient("get nodes", || self.api.get(&name)).await {
-                        Ok(fresh) => slim(fresh),
-                        Err(error) if api_code(&error) == Some(404) => {
-                            return dropped("the node was deleted".into(), attempt);
-                        }
+                    let fresh = match self.reread(&name, calls).await {
+                        Ok(Some(fresh)) => fresh,
+                        Ok(None) => return dropped("the node was deleted".into(), attempt),
                         Err(error) => {
                             return failed(
                                 format!(
@@ -457,6 +452,16 @@ impl<'a> Applier<'a> {
             format!("the node kept changing: still conflicting after {MAX_ATTEMPTS} attempts"),
             MAX_ATTEMPTS,
         )
+    }
+
+    /// Reads the node again, as the plan needs it; `None` when it was deleted since the list.
+    async fn reread(&self, name: &str, calls: &mut ApiCalls) -> Result<Option<Node>, kube::Error> {
+        calls.kube("get nodes");
+        match retry_transient("get nodes", || self.api.get(name)).await {
+            Ok(fresh) => Ok(Some(slim(fresh))),
+            Err(error) if api_code(&error) == Some(404) => Ok(None),
+            Err(error) => Err(error),
+        }
     }
 
     /// Records an Event on the node for a write that was made.

@@ -216,19 +216,32 @@ pub fn plan(candidates: Vec<Candidate>, limits: &PlanLimits) -> Vec<PlannedNode>
         .collect()
 }
 
-/// A tainted node that is no longer out of date.
-fn rollback(taint: &str, drain_started: bool) -> Action {
+/// Why a drain taint with this value is a person's, which the selector never removes:
+/// `manual`, or a value that is not a rotor reason. `None` for one of the selector's reasons.
+pub fn persons_taint(taint: &str) -> Option<String> {
     match taint.parse::<DrainReason>() {
-        Ok(DrainReason::Manual) => keep("taint reason manual is never removed by the selector"),
-        Err(_) => keep(format!(
+        Ok(DrainReason::Manual) => {
+            Some("taint reason manual is never removed by the selector".to_owned())
+        }
+        Err(_) => Some(format!(
             "taint value {taint:?} is not a rotor reason; left in place"
         )),
-        Ok(_) if drain_started => keep(format!(
+        Ok(_) => None,
+    }
+}
+
+/// A tainted node that is no longer out of date.
+fn rollback(taint: &str, drain_started: bool) -> Action {
+    if let Some(why) = persons_taint(taint) {
+        keep(why)
+    } else if drain_started {
+        keep(format!(
             "no longer out of date (was {taint}), but the drain has started"
-        )),
-        Ok(_) => Action::Untaint {
+        ))
+    } else {
+        Action::Untaint {
             why: format!("no longer out of date (was {taint})"),
-        },
+        }
     }
 }
 

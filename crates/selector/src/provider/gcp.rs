@@ -181,10 +181,21 @@ impl GcpProvider {
     /// before the cluster is contacted (exit 2).
     pub async fn connect(&mut self) -> Result<(), ProviderError> {
         if self.clients.is_none() {
-            install_crypto_provider();
-            self.clients = Some(GcpClients::connect(&self.config).await?);
+            self.clients = Some(self.clients().await?);
         }
         Ok(())
+    }
+
+    /// The clients set up by [`GcpProvider::connect`], or set up now for a caller that did not
+    /// connect first.
+    async fn clients(&self) -> Result<GcpClients, ProviderError> {
+        match &self.clients {
+            Some(clients) => Ok(clients.clone()),
+            None => {
+                install_crypto_provider();
+                GcpClients::connect(&self.config).await
+            }
+        }
     }
 
     /// Lists the groups and the instances of those the nodes may belong to, judges them, and
@@ -195,13 +206,7 @@ impl GcpProvider {
         calls: &mut ApiCalls,
         _now: Timestamp,
     ) -> Result<GcpAssessor, ProviderError> {
-        let clients = match &self.clients {
-            Some(clients) => clients.clone(),
-            None => {
-                install_crypto_provider();
-                GcpClients::connect(&self.config).await?
-            }
-        };
+        let clients = self.clients().await?;
         let started = std::time::Instant::now();
         let node_instances: Vec<InstanceRef> = nodes
             .iter()

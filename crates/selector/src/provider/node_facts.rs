@@ -14,9 +14,9 @@
 
 use k8s_openapi::api::core::v1::Node;
 use rotor_core::contract::{DRAINED_AT_ANNOTATION, PHASE_ANNOTATION};
-use rotor_core::{DRAIN_TAINT_KEY, DrainPhase, DrainReason, node_opted_out, parse_aws_provider_id};
+use rotor_core::{DRAIN_TAINT_KEY, DrainPhase, node_opted_out, parse_aws_provider_id};
 
-use crate::plan::Candidate;
+use crate::plan::{Candidate, persons_taint};
 use crate::verdict::Verdict;
 
 /// Zone label set by the cloud controller manager.
@@ -60,7 +60,7 @@ pub fn node_candidate(node: &Node, verdict: Verdict, group: Option<String>) -> C
 /// The value of the node's drain taint as the plan weighs it. Kubernetes lets the key appear
 /// once per effect, and an untaint removes every one of them: so when a person's taint (`manual`,
 /// or a value that is not a rotor reason) stands beside rotor's, the person's is the one weighed,
-/// which the plan never rolls back.
+/// which the plan never rolls back ([`persons_taint`]).
 fn drain_taint_value(node: &Node) -> Option<String> {
     let values: Vec<&str> = node
         .spec
@@ -71,14 +71,9 @@ fn drain_taint_value(node: &Node) -> Option<String> {
         .filter(|taint| taint.key == DRAIN_TAINT_KEY)
         .map(|taint| taint.value.as_deref().unwrap_or_default())
         .collect();
-    let rotors = |value: &str| {
-        value
-            .parse::<DrainReason>()
-            .is_ok_and(|reason| reason != DrainReason::Manual)
-    };
     values
         .iter()
-        .find(|value| !rotors(value))
+        .find(|value| persons_taint(value).is_some())
         .or(values.first())
         .map(|value| (*value).to_owned())
 }

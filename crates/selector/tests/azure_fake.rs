@@ -3,9 +3,9 @@
 //! scale set's latest model through `ROTOR_AZURE_ENDPOINT` and a static test token
 //! (`ROTOR_AZURE_TOKEN`). Scenarios: drift tainted (reason `model`), dry run, budgets, the skips
 //! (Rolling policy, AKS pool, Flexible), paging, throttling retried within a bound, an expired
-//! token fetched again, a scale set that vanishes between the calls, image drift in a scale set
-//! whose model asks for `latest` (reason `image`), and 5,000 VMs in 50 scale sets (calls
-//! counted, run time printed).
+//! token fetched again, a scale set that vanishes between the calls, a resource group that does
+//! not exist, image drift in a scale set whose model asks for `latest` (reason `image`), and
+//! 5,000 VMs in 50 scale sets (calls counted, run time printed).
 
 mod common;
 
@@ -318,6 +318,57 @@ async fn throttling_and_an_expired_token_are_retried_and_a_vanished_scale_set_is
         );
     }
     assert!(cluster.tainted().await.is_empty());
+    cluster.stop().await;
+}
+
+/// A mistyped `--azure-resource-group` (404 ResourceGroupNotFound) beside a right one: the
+/// right one's scale sets are judged and written, and the run reports the missing group and
+/// exits 1, so that a typo does not pass as a fleet with nothing out of date.
+#[tokio::test]
+async fn a_resource_group_that_does_not_exist_fails_the_run_and_the_others_are_handled() {
+    let fake = fake();
+    let cluster = cluster_on(&fake).await;
+    let run = select(
+        &cluster,
+        &fake,
+        &[
+            "--azure-resource-group",
+            "rg-Wrokers",
+            "--azure-resource-group",
+            "rg-Workers",
+            "--max-tainted",
+            "100%",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let failures = run.json()["lookupFailures"].clone();
+    assert_eq!(failures.as_array().map(Vec::len), Some(1), "{failures}");
+    assert_eq!(failures[0]["operation"], "VirtualMachineScaleSets_List");
+    assert_eq!(failures[0]["subject"], "resource group rg-Wrokers");
+    let error = failures[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("ResourceGroupNotFound") && error.contains("--azure-resource-group"),
+        "{error}"
+    );
+    let mut tainted = cluster.tainted().await;
+    tainted.sort();
+    assert_eq!(tainted, ["n-0", "n-1", "n-2"]);
+
+    // Named right, the run exits 0.
+    let right = select(
+        &cluster,
+        &fake,
+        &[
+            "--azure-resource-group",
+            "rg-Workers",
+            "--max-tainted",
+            "100%",
+        ],
+    )
+    .await;
+    assert_eq!(right.code, 0, "{}", right.stderr);
+    assert_eq!(right.json()["lookupFailures"], json!([]));
     cluster.stop().await;
 }
 

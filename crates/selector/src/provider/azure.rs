@@ -18,7 +18,9 @@
 //! Faults: a 429 or 503 (and 500, 502, 504) is retried after its `Retry-After` (or 1, 2, 4 s),
 //! at most [`MAX_ATTEMPTS`] attempts and [`MAX_RETRY_AFTER`] a wait; a 401 fetches the token
 //! again and retries once; a 404 on one scale set's VMs (it vanished between the calls) skips
-//! that scale set (reason `lookup-failed`); anything else fails the run before any write.
+//! that scale set (reason `lookup-failed`); a 404 on a resource group named by
+//! `--azure-resource-group` is reported as a lookup failure (exit 1) while the others are
+//! handled; anything else fails the run before any write.
 //! A `nextLink` must stay on the configured endpoint (the token is never sent elsewhere).
 //!
 //! With `--retire-drained`, a drained node's VM is deleted with
@@ -317,6 +319,9 @@ pub struct AzureSnapshot {
     pub outdated_vms: BTreeMap<String, Vec<ScaleSetVm>>,
     /// Per scale set (by key): the look-up that failed for it alone.
     pub failed: BTreeMap<String, FailedScaleSet>,
+    /// Resource groups named by `--azure-resource-group` that do not exist (404), with ARM's
+    /// message.
+    pub missing_resource_groups: BTreeMap<String, String>,
 }
 
 impl AzureProvider {
@@ -355,6 +360,17 @@ impl AzureProvider {
         let started = Instant::now();
         let snapshot = fetch_snapshot(&client, &self.config, calls).await?;
         let judged = judge_snapshot(&snapshot, &self.config);
+        let missing = snapshot
+            .missing_resource_groups
+            .iter()
+            .map(|(rg, message)| LookupFailure {
+                operation: op::LIST_SCALE_SETS,
+                subject: format!("resource group {rg}"),
+                error: format!(
+                    "{message}; check --azure-resource-group (nodes there are skipped as instance-not-in-groups)"
+                ),
+                groups: Vec::new(),
+            });
         let lookup_failures = snapshot
             .failed
             .iter()
@@ -367,6 +383,7 @@ impl AzureProvider {
                     groups: vec![set.group.clone()],
                 })
             })
+            .chain(missing)
             .collect();
         tracing::info!(
             scale_sets = snapshot.scale_sets.len(),
@@ -413,6 +430,7 @@ pub async fn fetch_snapshot(
 ) -> Result<AzureSnapshot, ProviderError> {
     let sub = &config.subscription;
     let mut scale_sets: Vec<ScaleSet> = Vec::new();
+    let mut missing_resource_groups = BTreeMap::new();
     if config.resource_groups.is_empty() {
         let path = format!(
             "/subscriptions/{sub}/providers/Microsoft.Compute/virtualMachineScaleSets?api-version={API_VERSION}"
@@ -428,9 +446,11 @@ pub async fn fetch_snapshot(
             );
             match client.list(op::LIST_SCALE_SETS, &path, calls).await {
                 Ok(sets) => scale_sets.extend(sets),
-                // A resource group that does not exist has no scale sets to judge.
+                // A resource group that does not exist has no scale sets to judge; the others
+                // are judged, and the run reports it and exits 1 so that a mistyped name does
+                // not pass as a fleet with nothing out of date.
                 Err(ArmError::NotFound(message)) => {
-                    tracing::warn!(resource_group = %rg, %message, "azure: resource group not found")
+                    missing_resource_groups.insert(rg.clone(), message);
                 }
                 Err(e) => return Err(fail(op::LIST_SCALE_SETS, e)),
             }
@@ -484,6 +504,7 @@ pub async fn fetch_snapshot(
         scale_sets,
         outdated_vms,
         failed,
+        missing_resource_groups,
     })
 }
 

@@ -95,11 +95,12 @@ impl std::fmt::Display for LookupFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} for {} failed: {}; skipped group(s) {}",
-            self.operation,
-            self.subject,
-            self.error,
-            self.groups.join(", ")
-        )
+            "{} for {} failed: {}",
+            self.operation, self.subject, self.error
+        )?;
+        if !self.groups.is_empty() {
+            write!(f, "; skipped group(s) {}", self.groups.join(", "))?;
+        }
+        Ok(())
     }
 }

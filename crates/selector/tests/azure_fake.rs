@@ -328,19 +328,11 @@ async fn throttling_and_an_expired_token_are_retried_and_a_vanished_scale_set_is
 async fn a_resource_group_that_does_not_exist_fails_the_run_and_the_others_are_handled() {
     let fake = fake();
     let cluster = cluster_on(&fake).await;
-    let run = select(
-        &cluster,
-        &fake,
-        &[
-            "--azure-resource-group",
-            "rg-Wrokers",
-            "--azure-resource-group",
-            "rg-Workers",
-            "--max-tainted",
-            "100%",
-        ],
-    )
-    .await;
+    let in_groups = |groups: &[&'static str]| -> Vec<&'static str> {
+        let named = groups.iter().flat_map(|g| ["--azure-resource-group", g]);
+        named.chain(["--max-tainted", "100%"]).collect()
+    };
+    let run = select(&cluster, &fake, &in_groups(&["rg-Wrokers", "rg-Workers"])).await;
     assert_eq!(run.code, 1, "{}", run.stderr);
     let failures = run.json()["lookupFailures"].clone();
     assert_eq!(failures.as_array().map(Vec::len), Some(1), "{failures}");
@@ -356,17 +348,7 @@ async fn a_resource_group_that_does_not_exist_fails_the_run_and_the_others_are_h
     assert_eq!(tainted, ["n-0", "n-1", "n-2"]);
 
     // Named right, the run exits 0.
-    let right = select(
-        &cluster,
-        &fake,
-        &[
-            "--azure-resource-group",
-            "rg-Workers",
-            "--max-tainted",
-            "100%",
-        ],
-    )
-    .await;
+    let right = select(&cluster, &fake, &in_groups(&["rg-Workers"])).await;
     assert_eq!(right.code, 0, "{}", right.stderr);
     assert_eq!(right.json()["lookupFailures"], json!([]));
     cluster.stop().await;

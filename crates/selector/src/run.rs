@@ -17,7 +17,9 @@ use crate::apply::{Applier, describe, writes};
 use crate::cli::SelectorConfig;
 use crate::node_list::list_nodes;
 use crate::plan::{Action, PlannedNode, plan, summary};
-use crate::provider::aws_group_surge::{GroupSurge, plan_group_surge};
+use crate::provider::aws_group_surge::{
+    GroupSurge, SurgeStep, hold_raises_over_missed_give_backs, plan_group_surge,
+};
 use crate::provider::seam::ProviderError;
 use crate::provider::{Assessor, Provider};
 use crate::report::{GroupSurgeReport, NodeReport, Report, WriteOutcome, WriteResult};
@@ -79,7 +81,7 @@ pub async fn run_with(
     }
     let candidates = nodes.iter().map(|node| assessor.candidate(node)).collect();
     let mut planned = plan(candidates, &config.limits);
-    let surges = match &assessor {
+    let mut surges = match &assessor {
         Assessor::Aws(aws) if config.group_surge => plan_group_surge(&mut planned, &aws.capacities),
         _ => Vec::new(),
     };
@@ -127,6 +129,12 @@ pub async fn run_with(
 
     // After the node writes: a raise is computed on the capacity the retires leave (each
     // decrements it), and the group's new taints wait for the surge anyway.
+    hold_raises_over_missed_give_backs(&mut surges, &planned, &writes_made);
+    for surge in &surges {
+        if let SurgeStep::RaiseHeld { .. } = surge.step {
+            tracing::warn!(group = %surge.group, step = surge.step.kind(), "{}", surge.describe());
+        }
+    }
     let surge_writes = write_surges(&assessor, config.dry_run, &surges, &mut calls).await;
 
     let report = Report {

@@ -17,11 +17,15 @@
 //!   tag written first) and this run's new taints wait; they also wait until the group counts as many
 //!   `InService` instances as its desired capacity. The next run taints them.
 //! - When nothing is outstanding and the surge is given back, the tag is removed.
+//! - A raise is computed on the capacity this run's give-backs leave. Where some of them do not
+//!   land (the retire failed, or was dropped because the node was taken back), the raise is held
+//!   when it would not be above the capacity the group still has: sent, it would lower it.
 
 use std::collections::BTreeMap;
 
 use crate::plan::{Action, PlannedNode};
 use crate::provider::aws_model::AutoScalingGroup;
+use crate::report::{WriteOutcome, WriteResult};
 
 /// Group tag holding the desired capacity before rotor raised it.
 pub const SURGE_BASE_TAG: &str = "rotor.dev/surge-base";
@@ -70,6 +74,9 @@ impl GroupCapacity {
 pub enum SurgeStep {
     /// Write the base tag, then raise the desired capacity to `to`; the group's new taints wait.
     Raise { to: u32 },
+    /// A raise to `to` not sent: `missed` of this run's give-back retires did not land, so the
+    /// desired capacity is still `desired`, and `to` would not be above it. The new taints wait.
+    RaiseHeld { to: u32, desired: u32, missed: u32 },
     /// The surge is asked for; the group's new taints wait until `in_service` reaches `desired`.
     Wait { in_service: u32, desired: u32 },
     /// The surge instances serve; taints go ahead.
@@ -86,10 +93,11 @@ pub enum SurgeStep {
 }
 
 impl SurgeStep {
-    /// `raise`, `wait`, `ready`, `no-room`, `give-back`, `finish` or `stranded`.
+    /// `raise`, `raise-held`, `wait`, `ready`, `no-room`, `give-back`, `finish` or `stranded`.
     pub const fn kind(&self) -> &'static str {
         match self {
             SurgeStep::Raise { .. } => "raise",
+            SurgeStep::RaiseHeld { .. } => "raise-held",
             SurgeStep::Wait { .. } => "wait",
             SurgeStep::Ready => "ready",
             SurgeStep::NoRoom => "no-room",
@@ -136,6 +144,13 @@ impl GroupSurge {
         match &self.step {
             SurgeStep::Raise { to } => format!(
                 "group {group}: raising desired capacity to {to} ({figures}); new taints wait for the surge"
+            ),
+            SurgeStep::RaiseHeld {
+                to,
+                desired: still,
+                missed,
+            } => format!(
+                "group {group}: not raising desired capacity to {to}: {missed} drained instance(s) that were to give surge back were not retired, so it is still {still}, and setting {to} would let the group terminate an instance of its choosing; new taints wait, the next run decides again ({figures})"
             ),
             SurgeStep::Wait {
                 in_service,
@@ -274,6 +289,51 @@ fn decide(
         }
     }
     Some(surge(step))
+}
+
+/// Holds each raise that this run's give-backs, as they turned out, would make a lowering.
+///
+/// A raise's target was computed on the desired capacity left once every planned give-back retire
+/// has decremented it. Each that failed or was dropped left its instance and the capacity as they
+/// were; a target not above the capacity the group still has would then lower it, and the group
+/// would pick which instance to terminate, drained or not. rotor never lowers a desired capacity
+/// (module documentation), so such a raise becomes [`SurgeStep::RaiseHeld`]. `writes` are the
+/// node writes' results, index for index with `planned`.
+pub fn hold_raises_over_missed_give_backs(
+    surges: &mut [GroupSurge],
+    planned: &[PlannedNode],
+    writes: &[Option<WriteResult>],
+) {
+    for surge in surges {
+        let SurgeStep::Raise { to } = surge.step else {
+            continue;
+        };
+        let (mut give_backs, mut landed) = (0u32, 0u32);
+        for (node, write) in planned.iter().zip(writes) {
+            if node.candidate.group.as_deref() != Some(surge.group.as_str())
+                || node.action != (Action::Retire { shrink_group: true })
+            {
+                continue;
+            }
+            give_backs += 1;
+            // A dry run plans as if every write landed.
+            if let Some(WriteResult {
+                outcome: WriteOutcome::Applied | WriteOutcome::DryRun,
+                ..
+            }) = write
+            {
+                landed += 1;
+            }
+        }
+        let desired = surge.desired.saturating_sub(landed);
+        if to <= desired {
+            surge.step = SurgeStep::RaiseHeld {
+                to,
+                desired,
+                missed: give_backs - landed,
+            };
+        }
+    }
 }
 
 #[cfg(test)]

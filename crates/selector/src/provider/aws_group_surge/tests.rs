@@ -266,3 +266,75 @@ fn capacity_is_read_from_the_describe_answer() {
         .insert(SURGE_BASE_TAG.into(), "not a number".into());
     assert_eq!(GroupCapacity::of(&untagged).recorded_base, None);
 }
+
+#[test]
+fn a_raise_is_held_when_the_give_backs_it_counted_on_did_not_land() {
+    // Base 3, surge 2 in effect. a and b are drained and give it back; c is still draining.
+    // Planned on both give-backs landing: desired 3 after them, 1 wanted, so raise to 4.
+    let nodes = || {
+        vec![
+            node("a", true, Some("image"), true),
+            node("b", true, Some("image"), true),
+            node("c", true, Some("image"), false),
+        ]
+    };
+    let result = |outcome: WriteOutcome| {
+        Some(WriteResult {
+            outcome,
+            attempts: 1,
+        })
+    };
+    let failed = || {
+        result(WriteOutcome::Failed {
+            error: "TerminateInstanceInAutoScalingGroup: throttled".into(),
+        })
+    };
+    let dropped = || {
+        result(WriteOutcome::Dropped {
+            why: "taken back: the drain taint is gone".into(),
+        })
+    };
+    let after = |writes: Vec<Option<WriteResult>>| {
+        let (planned, mut decisions) = surge(nodes(), capacity(5, 10, 5, Some(3)));
+        assert_eq!(step(&decisions), &SurgeStep::Raise { to: 4 });
+        hold_raises_over_missed_give_backs(&mut decisions, &planned, &writes);
+        decisions.remove(0).step
+    };
+
+    // Neither landed: desired is still 5, and 4 would make the group terminate one it picks.
+    assert_eq!(
+        after(vec![failed(), dropped(), None]),
+        SurgeStep::RaiseHeld {
+            to: 4,
+            desired: 5,
+            missed: 2
+        }
+    );
+    assert!(!after(vec![failed(), dropped(), None]).writes());
+    // One landed: desired 4, and setting 4 changes nothing: held too.
+    assert_eq!(
+        after(vec![result(WriteOutcome::Applied), failed(), None]),
+        SurgeStep::RaiseHeld {
+            to: 4,
+            desired: 4,
+            missed: 1
+        }
+    );
+    // Both landed, or a dry run: desired 3, the raise goes as planned.
+    assert_eq!(
+        after(vec![
+            result(WriteOutcome::Applied),
+            result(WriteOutcome::Applied),
+            None
+        ]),
+        SurgeStep::Raise { to: 4 }
+    );
+    assert_eq!(
+        after(vec![
+            result(WriteOutcome::DryRun),
+            result(WriteOutcome::DryRun),
+            None
+        ]),
+        SurgeStep::Raise { to: 4 }
+    );
+}

@@ -308,6 +308,15 @@ fn handle(
             None => (decode(p), String::new()),
         })
         .collect();
+    // A request target is ASCII (RFC 9112); a name beyond it must come percent-encoded.
+    if !path.is_ascii() {
+        return error(
+            400,
+            "InvalidRequestUri",
+            &format!("{path:?} is not percent-encoded"),
+        );
+    }
+    // Segments stay encoded until split, and the names in them are decoded as ARM does.
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let eq = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
     // (operation, resource group, scale set)
@@ -327,7 +336,7 @@ fn handle(
                 && eq(ns, "Microsoft.Compute")
                 && eq(v, "virtualMachineScaleSets") =>
         {
-            Some(("VirtualMachineScaleSets_List", Some(rg.to_string()), None))
+            Some(("VirtualMachineScaleSets_List", Some(decode(rg)), None))
         }
         [s, _, r, rg, p, ns, v, name, tail]
             if eq(s, "subscriptions")
@@ -341,7 +350,7 @@ fn handle(
                 vm if eq(vm, "virtualMachines") => Some("VirtualMachineScaleSetVMs_List"),
                 _ => None,
             };
-            operation.map(|op| (op, Some(rg.to_string()), Some(name.to_string())))
+            operation.map(|op| (op, Some(decode(rg)), Some(decode(name))))
         }
         _ => None,
     };

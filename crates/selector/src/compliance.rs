@@ -87,8 +87,10 @@ impl Compliance {
                 Action::Untaint { .. } => !applied,
                 _ => candidate.current_taint.is_some(),
             };
+            // A drained node retired by this run waits for nothing more.
+            let retired = matches!(node.planned.action, Action::Retire { .. }) && applied;
             figures.tainted += usize::from(tainted);
-            figures.drained += usize::from(tainted && candidate.drained);
+            figures.drained += usize::from(tainted && candidate.drained && !retired);
         }
         figures
     }
@@ -409,6 +411,37 @@ mod tests {
         // ip-1 was tainted, ip-2's taint landed, ip-3's failed.
         assert_eq!((figures.tainted, figures.drained), (2, 1));
         assert!(!figures.succeeded, "a failed write fails the run");
+    }
+
+    #[test]
+    fn a_drained_node_retired_by_the_run_is_no_longer_waiting_to_be() {
+        let mut report = fleet();
+        let retire = |outcome| {
+            let mut node = node(
+                "ip-7",
+                Some("web"),
+                "2026-10-02T00:00:00Z",
+                drifted(DrainReason::Image),
+                Some("image"),
+                Action::Retire {
+                    shrink_group: false,
+                },
+                Some(outcome),
+            );
+            node.planned.candidate.drained = true;
+            node
+        };
+        report.nodes.push(retire(WriteOutcome::Applied));
+        let figures = Compliance::of(&report, at("2026-11-26T00:00:00Z"));
+        // ip-1 still waits; ip-7's instance is gone, its tainted Node not yet.
+        assert_eq!((figures.tainted, figures.drained), (3, 1));
+        // A retire that failed leaves it waiting.
+        report.nodes.pop();
+        report.nodes.push(retire(WriteOutcome::Failed {
+            error: "TerminateInstanceInAutoScalingGroup: throttled".into(),
+        }));
+        let figures = Compliance::of(&report, at("2026-11-26T00:00:00Z"));
+        assert_eq!((figures.tainted, figures.drained), (3, 2));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! (`ROTOR_AZURE_TOKEN`). Scenarios: drift tainted (reason `model`), dry run, budgets, the skips
 //! (Rolling policy, AKS pool, Flexible), paging, throttling retried within a bound, an expired
 //! token fetched again, a scale set that vanishes between the calls, a resource group that does
-//! not exist, image drift in a scale set whose model asks for `latest` (reason `image`), and
+//! not exist, a resource group named beyond ASCII, image drift in a scale set whose model asks for `latest` (reason `image`), and
 //! 5,000 VMs in 50 scale sets (calls counted, run time printed).
 
 mod common;
@@ -351,6 +351,42 @@ async fn a_resource_group_that_does_not_exist_fails_the_run_and_the_others_are_h
     let right = select(&cluster, &fake, &in_groups(&["rg-Workers"])).await;
     assert_eq!(right.code, 0, "{}", right.stderr);
     assert_eq!(right.json()["lookupFailures"], json!([]));
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_resource_group_named_beyond_ascii_is_listed_and_its_vms_judged() {
+    // Azure allows letters beyond ASCII in resource group names. Here the third byte is inside
+    // a letter of two, where the AKS check reads the name's first three; the paths carry it
+    // percent-encoded (the fake refuses a raw one, as a real HTTP server does).
+    const RG: &str = "grün-rg";
+    let fake = fake();
+    fake.add(FakeScaleSet::uniform(
+        RG,
+        "kühl",
+        vec![FakeVm::new("0", false)],
+    ));
+    let cluster = cluster_on(&fake).await;
+    let id = format!(
+        "azure:///subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets/kühl/virtualMachines/0"
+    );
+    cluster.modify_node("n-6", |n| {
+        n.spec.get_or_insert_with(Default::default).provider_id = Some(id)
+    });
+    let run = select(
+        &cluster,
+        &fake,
+        &["--azure-resource-group", RG, "--max-tainted", "100%"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(cluster.tainted().await, ["n-6"]);
+    // The whole subscription, this group among the others.
+    let run = select(&cluster, &fake, &["--max-tainted", "100%"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut tainted = cluster.tainted().await;
+    tainted.sort();
+    assert_eq!(tainted, ["n-0", "n-1", "n-2", "n-6"]);
     cluster.stop().await;
 }
 

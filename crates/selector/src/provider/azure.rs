@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use rotor_core::http::HttpClient;
 use serde::de::DeserializeOwned;
 
@@ -55,6 +56,22 @@ pub const AZURE: &str = "azure";
 
 /// The Microsoft.Compute api-version of every call.
 pub const API_VERSION: &str = "2024-07-01";
+
+/// What a request URL may not carry as it is: resource group names may hold letters beyond ASCII
+/// (and names come into paths from IDs and provider IDs as written), so those bytes and the
+/// characters a URI forbids are percent-encoded, which ARM decodes. `%` itself stays: the
+/// filters are written encoded already.
+const NOT_IN_A_URI: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'<')
+    .add(b'>')
+    .add(b'\\')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
 
 /// The default ARM endpoint (`ROTOR_AZURE_ENDPOINT` overrides it, for tests and sovereign
 /// clouds).
@@ -204,6 +221,7 @@ impl ArmClient {
     /// One request with the retries described at the top of this module; the body of a 2xx.
     /// Only for requests that may be repeated (reads, and deletes of named VMs).
     async fn send(&self, method: http::Method, url: &str, body: Bytes) -> Result<Bytes, ArmError> {
+        let url = utf8_percent_encode(url, NOT_IN_A_URI).to_string();
         let mut token = self.tokens.token().await.map_err(ArmError::Failed)?;
         let mut refreshed = false;
         let mut attempt = 0;
@@ -211,12 +229,12 @@ impl ArmClient {
             attempt += 1;
             let request = http::Request::builder()
                 .method(method.clone())
-                .uri(url)
+                .uri(url.as_str())
                 .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
                 .header(http::header::ACCEPT, "application/json")
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(body.clone())
-                .map_err(|e| ArmError::Failed(format!("bad request URL: {e}")))?;
+                .map_err(|e| ArmError::Failed(format!("bad request URL {url:?}: {e}")))?;
             let answer = self.http.exchange(request, ATTEMPT_TIMEOUT, MAX_BODY).await;
             let answer = match answer {
                 Ok(answer) => answer,

@@ -86,17 +86,22 @@ pub fn image_version(version: &str) -> Option<Vec<u64>> {
 }
 
 /// The image rule over one scale set's full VM list: each `Succeeded` VM on the latest model
-/// whose `exactVersion` is older than the newest one in the set, with its verdict.
+/// whose `exactVersion` is older than the newest one a `Succeeded` VM on the latest model runs,
+/// with its verdict.
 pub fn image_drifted_vms(group: &str, vms: &[ScaleSetVm]) -> Vec<(String, Verdict)> {
     let version_of = |vm: &ScaleSetVm| {
         let text = vm.image()?.exact_version.as_deref()?;
         Some((image_version(text)?, text.to_owned()))
     };
+    // Only VMs on the latest model are compared, the newest among them included: a VM still on
+    // an earlier model may run another image altogether (the model moved to another offer or
+    // SKU, whose versions number lower), and the model rule judges it already.
     let settled = |vm: &&ScaleSetVm| {
         vm.properties
             .provisioning_state
             .as_deref()
             .is_some_and(|s| s.eq_ignore_ascii_case("Succeeded"))
+            && vm.properties.latest_model_applied == Some(true)
     };
     let Some((newest, newest_text, newest_vm)) = vms
         .iter()
@@ -108,7 +113,6 @@ pub fn image_drifted_vms(group: &str, vms: &[ScaleSetVm]) -> Vec<(String, Verdic
     };
     vms.iter()
         .filter(settled)
-        .filter(|vm| vm.properties.latest_model_applied == Some(true))
         .filter_map(|vm| {
             let (version, text) = version_of(vm)?;
             (version < newest).then(|| {
@@ -182,9 +186,10 @@ pub fn aks_pool(set: &ScaleSet) -> Option<String> {
     }
     let tagged = set.tags.keys().any(|k| k.starts_with(AKS_TAG_PREFIX));
     let rg = set.resource_group();
-    let node_rg = rg.len() >= AKS_NODE_RESOURCE_GROUP_PREFIX.len()
-        && rg[..AKS_NODE_RESOURCE_GROUP_PREFIX.len()]
-            .eq_ignore_ascii_case(AKS_NODE_RESOURCE_GROUP_PREFIX);
+    // By `get`, not by slicing: resource group names may hold letters of more than one byte.
+    let node_rg = rg
+        .get(..AKS_NODE_RESOURCE_GROUP_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(AKS_NODE_RESOURCE_GROUP_PREFIX));
     (tagged || node_rg).then(|| set.name.clone())
 }
 
@@ -781,5 +786,51 @@ mod tests {
             Verdict::Current
         );
         assert!(!lists_every_vm(&sets[0], false) && lists_every_vm(&sets[0], true));
+    }
+
+    #[test]
+    fn image_drift_ignores_vms_off_the_model_when_finding_the_newest() {
+        // The model moved to another image whose versions number lower (22.04 after 24.04):
+        // VM 0 still runs the earlier model's image, VM 5 the model's own. VM 5 is current;
+        // VM 0 is the model rule's.
+        let vms = every_vm(
+            "rg",
+            "latest",
+            &[
+                ("0", false, "Succeeded", Some("24.04.202410010")),
+                ("5", true, "Succeeded", Some("22.04.202410020")),
+            ],
+        );
+        assert_eq!(image_drifted_vms("rg/latest", &vms), Vec::new());
+        // Among VMs on the model the older is still drifted.
+        let vms = every_vm(
+            "rg",
+            "latest",
+            &[
+                ("0", false, "Succeeded", Some("24.04.202410010")),
+                ("5", true, "Succeeded", Some("22.04.202410020")),
+                ("6", true, "Succeeded", Some("22.04.202409120")),
+            ],
+        );
+        let drifted = image_drifted_vms("rg/latest", &vms);
+        assert_eq!(
+            drifted
+                .iter()
+                .map(|(id, _)| id.as_str())
+                .collect::<Vec<_>>(),
+            ["6"],
+            "{drifted:?}"
+        );
+    }
+
+    #[test]
+    fn a_resource_group_named_in_letters_of_several_bytes_is_no_aks_node_group() {
+        assert_eq!(aks_pool(&set("éé-rg", "pool", json!({}))), None);
+        assert_eq!(aks_pool(&set("пр-k8s", "pool", json!({}))), None);
+        assert_eq!(aks_pool(&set("M", "pool", json!({}))), None);
+        assert_eq!(
+            aks_pool(&set("mc_prod_aks_westeurope", "pool", json!({}))),
+            Some("pool".into())
+        );
     }
 }

@@ -379,6 +379,16 @@ pub enum ConfigError {
     /// The Azure provider needs a subscription.
     #[error("--provider azure needs --azure-subscription (or AZURE_SUBSCRIPTION_ID)")]
     AzureSubscriptionMissing,
+    /// The subscription given is not a subscription ID.
+    #[error(
+        "--azure-subscription (or AZURE_SUBSCRIPTION_ID) {given:?} is not a subscription ID: give the ID, a GUID such as 00000000-0000-0000-0000-000000000000 (`az account show --query id`), not the subscription's name"
+    )]
+    AzureSubscriptionNotAnId { given: String },
+    /// A resource group name Azure would refuse.
+    #[error(
+        "--azure-resource-group {given:?} is not a resource group name: at most 90 letters, digits, '_', '-', '.', '(' or ')', not ending in '.'"
+    )]
+    AzureResourceGroupName { given: String },
     /// A Google Cloud-only flag with another provider.
     #[error("{flag} is only used by --provider gcp")]
     GcpOnly { flag: &'static str },
@@ -590,6 +600,11 @@ impl SelectArgs {
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
             .ok_or(ConfigError::AzureSubscriptionMissing)?;
+        if !is_guid(&subscription) {
+            return Err(ConfigError::AzureSubscriptionNotAnId {
+                given: subscription,
+            });
+        }
         let trimmed = |names: &[String]| -> Vec<String> {
             names
                 .iter()
@@ -598,6 +613,12 @@ impl SelectArgs {
                 .collect()
         };
         let mut resource_groups = trimmed(&self.azure_resource_groups);
+        if let Some(bad) = resource_groups
+            .iter()
+            .find(|rg| !is_resource_group_name(rg))
+        {
+            return Err(ConfigError::AzureResourceGroupName { given: bad.clone() });
+        }
         resource_groups.sort_by_key(|rg| rg.to_ascii_lowercase());
         resource_groups.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
         Ok(AzureConfig {
@@ -702,6 +723,27 @@ impl SelectArgs {
 
 #[cfg(test)]
 mod fuzz;
+
+/// An Azure subscription ID: a GUID, 8-4-4-4-12 hexadecimal digits. Its name is refused here
+/// (exit 2) rather than by ARM after the cluster was read.
+fn is_guid(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Azure's rule for resource group names: 1 to 90 letters or digits (Unicode ones included),
+/// '_', '-', '.', '(' or ')', not ending in '.'.
+fn is_resource_group_name(name: &str) -> bool {
+    (1..=90).contains(&name.chars().count())
+        && !name.ends_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '(' | ')'))
+}
 
 #[cfg(test)]
 mod tests {
@@ -970,11 +1012,12 @@ mod tests {
 
     #[test]
     fn azure_flags_parse_and_foreign_flags_are_refused() {
+        const SUB: &str = "5d3b9c1e-0f2a-4b7c-9e8d-1a2b3c4d5e6f";
         let args = parse(&[
             "--provider",
             "azure",
             "--azure-subscription",
-            " sub-1 ",
+            " 5D3B9C1E-0F2A-4B7C-9E8D-1A2B3C4D5E6F ",
             "--azure-resource-group",
             "rg-b,RG-A",
             "--azure-resource-group",
@@ -988,7 +1031,7 @@ mod tests {
         assert_eq!(
             args.select.azure_config(None).unwrap(),
             AzureConfig {
-                subscription: "sub-1".into(),
+                subscription: "5D3B9C1E-0F2A-4B7C-9E8D-1A2B3C4D5E6F".into(),
                 resource_groups: vec!["RG-A".into(), "rg-b".into()],
                 excluded_names: ["vmss-x".to_owned()].into(),
                 include_aks_managed: true,
@@ -998,17 +1041,17 @@ mod tests {
         let bare = parse(&["--provider", "azure"]).unwrap();
         assert_eq!(
             bare.select
-                .azure_config(Some("env-sub".into()))
+                .azure_config(Some(SUB.into()))
                 .unwrap()
                 .subscription,
-            "env-sub"
+            SUB
         );
         assert_eq!(
             bare.select.azure_config(None).unwrap_err().to_string(),
             "--provider azure needs --azure-subscription (or AZURE_SUBSCRIPTION_ID)"
         );
         let with = |extra: &[&str]| {
-            let mut args = vec!["--provider", "azure", "--azure-subscription", "s"];
+            let mut args = vec!["--provider", "azure", "--azure-subscription", SUB];
             args.extend_from_slice(extra);
             parse(&args)
                 .unwrap()
@@ -1021,7 +1064,7 @@ mod tests {
             "--provider",
             "azure",
             "--azure-subscription",
-            "s",
+            SUB,
             "--retire-drained",
         ])
         .unwrap()
@@ -1045,6 +1088,50 @@ mod tests {
             config_error(&["--provider", "kubernetes", "--azure-subscription", "s"]),
             "--azure-subscription is only used by --provider azure"
         );
+    }
+
+    #[test]
+    fn an_azure_subscription_name_or_a_resource_group_azure_would_refuse_is_a_flag_error() {
+        let config = |extra: &[&str], env: Option<&str>| {
+            let mut args = vec!["--provider", "azure"];
+            args.extend_from_slice(extra);
+            parse(&args)
+                .unwrap()
+                .select
+                .azure_config(env.map(str::to_owned))
+        };
+        const SUB: &str = "5d3b9c1e-0f2a-4b7c-9e8d-1a2b3c4d5e6f";
+        // The subscription's name where its ID belongs, by flag or environment.
+        for given in ["prod-subscription", "5d3b9c1e0f2a4b7c9e8d1a2b3c4d5e6f"] {
+            let error = config(&["--azure-subscription", given], None).unwrap_err();
+            assert_eq!(
+                error,
+                ConfigError::AzureSubscriptionNotAnId {
+                    given: given.into()
+                }
+            );
+            assert!(error.to_string().contains("az account show"), "{error}");
+            assert!(config(&[], Some(given)).is_err());
+        }
+        for bad in ["my rg", "rg.", "rg/other", &"r".repeat(91)] {
+            assert_eq!(
+                config(
+                    &["--azure-subscription", SUB, "--azure-resource-group", bad],
+                    None
+                )
+                .unwrap_err(),
+                ConfigError::AzureResourceGroupName { given: bad.into() }
+            );
+        }
+        // What Azure allows: Unicode letters, parentheses, periods inside, 90 characters.
+        for good in ["grün-rg", "rg_(prod).eu", &"r".repeat(90)] {
+            let ok = config(
+                &["--azure-subscription", SUB, "--azure-resource-group", good],
+                None,
+            )
+            .unwrap();
+            assert_eq!(ok.resource_groups, [good]);
+        }
     }
 
     #[test]

@@ -232,11 +232,12 @@ async fn image_drift_end_to_end_with_budgets_dry_run_and_retire() {
 }
 
 #[tokio::test]
-async fn unknown_groups_are_empty_and_an_unreachable_endpoint_fails_with_exit_1() {
+async fn an_unknown_group_and_an_unreachable_endpoint_fail_with_exit_1() {
     let moto = start_moto().await;
     let cluster = TestCluster::start(SCENARIO).await;
-    // A group name moto does not know is not an error (an empty answer); an unreachable endpoint
-    // is: the run fails before writing, exit 1, naming the operation.
+    // AWS answers a group name it does not know with an empty list: the run reports the name as
+    // a look-up failure and exits 1, so that a typo does not pass for a fleet with nothing out of
+    // date. An unreachable endpoint fails the run before writing, exit 1, naming the operation.
     let run = cluster
         .run_env(
             &["--provider", "aws", "--group", "nope", "--output", "json"],
@@ -249,8 +250,13 @@ async fn unknown_groups_are_empty_and_an_unreachable_endpoint_fails_with_exit_1(
             ],
         )
         .await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.code, 1, "{}", run.stderr);
     assert_eq!(run.json()["summary"]["skip"], 4);
+    let failures = run.json()["lookupFailures"].clone();
+    assert_eq!(failures.as_array().map(Vec::len), Some(1), "{failures}");
+    assert_eq!(failures[0]["operation"], "DescribeAutoScalingGroups");
+    assert_eq!(failures[0]["subject"], "Auto Scaling group nope");
+    assert!(cluster.tainted().await.is_empty());
     drop(moto);
     let run = cluster
         .run_env(

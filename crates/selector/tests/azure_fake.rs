@@ -290,8 +290,9 @@ async fn throttling_and_an_expired_token_are_retried_and_a_vanished_scale_set_is
     let run = select(&cluster, &fake, &["--max-tainted", "100%"]).await;
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
-        run.stderr
-            .contains("Azure VirtualMachineScaleSets_ListAll failed: 429 TooManyRequests"),
+        run.stderr.contains(&format!(
+            "Azure VirtualMachineScaleSets_ListAll failed: subscription {SUB}: 429 TooManyRequests"
+        )),
         "{}",
         run.stderr
     );

@@ -334,10 +334,32 @@ pub fn judge_snapshot(snapshot: &AwsSnapshot, config: &AwsConfig, now: Timestamp
             }),
         }
     }
+    lookup_failures.extend(missing_named_groups(snapshot, &config.discovery));
     Judgement {
         fleet: fleet_verdicts(&inputs),
         lookup_failures,
     }
+}
+
+/// A group named by `--group` that `DescribeAutoScalingGroups` did not return (AWS answers an
+/// unknown name with nothing, not an error). Reported as a look-up failure, so that the run
+/// exits 1 and a mistyped name does not pass for a fleet with nothing out of date; the groups
+/// found are still handled.
+fn missing_named_groups(snapshot: &AwsSnapshot, discovery: &GroupDiscovery) -> Vec<LookupFailure> {
+    let GroupDiscovery::Names(names) = discovery else {
+        return Vec::new();
+    };
+    let found: BTreeSet<&str> = snapshot.groups.iter().map(|g| g.name.as_str()).collect();
+    names
+        .iter()
+        .filter(|name| !found.contains(name.as_str()))
+        .map(|name| LookupFailure {
+            operation: op::DESCRIBE_GROUPS,
+            subject: format!("Auto Scaling group {name}"),
+            error: "no group of that name in this account and region; check --group (names are case-sensitive) and AWS_REGION (nodes there are skipped as instance-not-in-groups)".to_owned(),
+            groups: Vec::new(),
+        })
+        .collect()
 }
 
 /// Runs the call plan.
@@ -374,6 +396,26 @@ pub async fn fetch_snapshot(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_group_named_by_flag_and_not_described_is_a_lookup_failure() {
+        let snapshot = AwsSnapshot {
+            groups: vec![AutoScalingGroup {
+                name: "workers".into(),
+                ..AutoScalingGroup::default()
+            }],
+            ..AwsSnapshot::default()
+        };
+        let names = GroupDiscovery::Names(vec!["workers".into(), "Workers-b".into()]);
+        let missing = missing_named_groups(&snapshot, &names);
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert_eq!(missing[0].operation, "DescribeAutoScalingGroups");
+        assert_eq!(missing[0].subject, "Auto Scaling group Workers-b");
+        assert!(missing[0].error.contains("--group"), "{}", missing[0].error);
+        // Groups found by the cluster's tag: none was named, none is missing.
+        let tagged = GroupDiscovery::ClusterTag("prod".into());
+        assert!(missing_named_groups(&AwsSnapshot::default(), &tagged).is_empty());
+    }
 
     #[test]
     fn cluster_tag_keys() {

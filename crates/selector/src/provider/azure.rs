@@ -45,7 +45,7 @@ use crate::plan::Candidate;
 use crate::provider::azure_model::{Page, ScaleSet, ScaleSetVm};
 use crate::provider::azure_rules::{
     AzureInputs, FailedScaleSet, ScaleSetJudgement, judge_scale_sets, lists_every_vm, node_verdict,
-    scale_set_key, scale_set_skip,
+    scale_set_key, scale_set_label, scale_set_skip,
 };
 use crate::provider::azure_token::TokenSource;
 use crate::provider::node_facts::node_candidate;
@@ -433,10 +433,11 @@ pub fn judge_snapshot(
     })
 }
 
-fn fail(operation: &'static str, error: ArmError) -> ProviderError {
+/// A failed call, naming what it was about (the subscription, a resource group, a scale set).
+fn fail(operation: &'static str, subject: &str, error: ArmError) -> ProviderError {
     ProviderError::Azure {
         operation,
-        message: error.message().to_owned(),
+        message: format!("{subject}: {}", error.message()),
     }
 }
 
@@ -456,7 +457,7 @@ pub async fn fetch_snapshot(
         scale_sets = client
             .list(op::LIST_ALL_SCALE_SETS, &path, calls)
             .await
-            .map_err(|e| fail(op::LIST_ALL_SCALE_SETS, e))?;
+            .map_err(|e| fail(op::LIST_ALL_SCALE_SETS, &format!("subscription {sub}"), e))?;
     } else {
         for rg in &config.resource_groups {
             let path = format!(
@@ -470,7 +471,13 @@ pub async fn fetch_snapshot(
                 Err(ArmError::NotFound(message)) => {
                     missing_resource_groups.insert(rg.clone(), message);
                 }
-                Err(e) => return Err(fail(op::LIST_SCALE_SETS, e)),
+                Err(e) => {
+                    return Err(fail(
+                        op::LIST_SCALE_SETS,
+                        &format!("resource group {rg}"),
+                        e,
+                    ));
+                }
             }
         }
     }
@@ -515,7 +522,13 @@ pub async fn fetch_snapshot(
                     },
                 );
             }
-            Err(e) => return Err(fail(op::LIST_VMS, e)),
+            Err(e) => {
+                return Err(fail(
+                    op::LIST_VMS,
+                    &format!("scale set {}", scale_set_label(set)),
+                    e,
+                ));
+            }
         }
     }
     Ok(AzureSnapshot {

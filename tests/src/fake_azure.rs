@@ -110,6 +110,8 @@ struct State {
     throttle: Vec<(u16, u64)>,
     expire_once: bool,
     vanish: Vec<String>,
+    /// Every list's `nextLink` names the page it is on, so paging would never end.
+    paging_stuck: bool,
     calls: BTreeMap<String, u64>,
     faults_served: BTreeMap<String, u64>,
     /// (scale set, instance id) deleted by `VirtualMachineScaleSets_DeleteInstances`.
@@ -188,11 +190,18 @@ impl FakeAzure {
         state.throttle.clear();
         state.expire_once = false;
         state.vanish.clear();
+        state.paging_stuck = false;
     }
 
     /// The next answer is a 401 `ExpiredAuthenticationToken`, whatever the token.
     pub fn expire_token_once(&self) {
         self.state.lock().unwrap().expire_once = true;
+    }
+
+    /// From now on every list page's `nextLink` points at the page it is on (past the first,
+    /// the same URL again): a server bug a client must not follow forever.
+    pub fn stick_paging(&self) {
+        self.state.lock().unwrap().paging_stuck = true;
     }
 
     /// Scale set `name` disappears right after the next scale-set list was answered.
@@ -434,6 +443,11 @@ fn handle(
         .and_then(|t| t.parse().ok())
         .unwrap_or(0);
     let page_size = state.page_size;
+    let next_skip = if state.paging_stuck {
+        skip
+    } else {
+        skip + page_size
+    };
     let next_link = |total: usize, extra: &[(&str, &str)]| -> Option<String> {
         (skip + page_size < total).then(|| {
             let mut q = format!(
@@ -448,7 +462,7 @@ fn handle(
             for (k, v) in extra {
                 q.push_str(&format!("&{}={}", encode(k), encode(v)));
             }
-            q.push_str(&format!("&%24skiptoken={}", skip + page_size));
+            q.push_str(&format!("&%24skiptoken={next_skip}"));
             format!("{base}{path}?{q}")
         })
     };

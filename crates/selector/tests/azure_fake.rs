@@ -4,8 +4,9 @@
 //! (`ROTOR_AZURE_TOKEN`). Scenarios: drift tainted (reason `model`), dry run, budgets, the skips
 //! (Rolling policy, AKS pool, Flexible), paging, throttling retried within a bound, an expired
 //! token fetched again, a scale set that vanishes between the calls, a resource group that does
-//! not exist, a resource group named beyond ASCII, image drift in a scale set whose model asks for `latest` (reason `image`), and
-//! 5,000 VMs in 50 scale sets (calls counted, run time printed).
+//! not exist, a resource group named beyond ASCII, a `nextLink` that repeats a page, image drift
+//! in a scale set whose model asks for `latest` (reason `image`), and 5,000 VMs in 50 scale sets
+//! (calls counted, run time printed).
 
 mod common;
 
@@ -388,6 +389,29 @@ async fn a_resource_group_named_beyond_ascii_is_listed_and_its_vms_judged() {
     let mut tainted = cluster.tainted().await;
     tainted.sort();
     assert_eq!(tainted, ["n-0", "n-1", "n-2", "n-6"]);
+    cluster.stop().await;
+}
+
+/// A server whose `nextLink` names the page it is on would keep a run paging forever: the
+/// run stops at the repeat, fails naming the call, and writes nothing.
+#[tokio::test]
+async fn a_next_link_that_repeats_a_page_fails_the_run_instead_of_paging_forever() {
+    let fake = fake();
+    let cluster = cluster_on(&fake).await;
+    fake.set_page_size(2);
+    fake.stick_paging();
+    let run = select(&cluster, &fake, &["--max-tainted", "100%"]).await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("VirtualMachineScaleSets_ListAll: nextLink names a page already read"),
+        "{}",
+        run.stderr
+    );
+    // The first page and the page its link named, whose link names itself: nothing more.
+    assert_eq!(fake.calls()["VirtualMachineScaleSets_ListAll"], 2);
+    assert!(cluster.tainted().await.is_empty());
+    assert_eq!(cluster.requests("patch nodes"), 0);
     cluster.stop().await;
 }
 

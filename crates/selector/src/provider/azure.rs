@@ -21,7 +21,8 @@
 //! that scale set (reason `lookup-failed`); a 404 on a resource group named by
 //! `--azure-resource-group` is reported as a lookup failure (exit 1) while the others are
 //! handled; anything else fails the run before any write.
-//! A `nextLink` must stay on the configured endpoint (the token is never sent elsewhere).
+//! A `nextLink` must stay on the configured endpoint (the token is never sent elsewhere) and
+//! must not name a page already read (the list would never end); either fails the run.
 //!
 //! With `--retire-drained`, a drained node's VM is deleted with
 //! `VirtualMachineScaleSets_DeleteInstances` (`POST .../virtualMachineScaleSets/{name}/delete`,
@@ -183,6 +184,7 @@ impl ArmClient {
         calls: &mut ApiCalls,
     ) -> Result<Vec<T>, ArmError> {
         let mut url = format!("{}{path_and_query}", self.endpoint);
+        let mut followed = std::collections::HashSet::new();
         let mut items = Vec::new();
         loop {
             calls.count(AZURE, operation);
@@ -198,6 +200,13 @@ impl ArmClient {
                         return Err(ArmError::Failed(format!(
                             "{operation}: nextLink leaves {}; not followed",
                             self.endpoint
+                        )));
+                    }
+                    // A link already followed would page forever over the same items.
+                    if !followed.insert(next.clone()) {
+                        return Err(ArmError::Failed(format!(
+                            "{operation}: nextLink names a page already read ({next}); not \
+                             followed, as the list would never end"
                         )));
                     }
                     url = next;

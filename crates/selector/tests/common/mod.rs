@@ -166,12 +166,7 @@ impl TestCluster {
 
     /// Runs the built `rotor-selector` against this cluster with these flags.
     pub async fn run(&self, flags: &[&str]) -> SelectorRun {
-        let output = self
-            .command(flags)
-            .output()
-            .await
-            .expect("rotor-selector runs");
-        finished(output)
+        run_to_end(self.command(flags)).await
     }
 
     /// Runs the built `rotor-selector` against this cluster with these flags and extra
@@ -179,7 +174,7 @@ impl TestCluster {
     pub async fn run_env(&self, flags: &[&str], env: &[(&str, &str)]) -> SelectorRun {
         let mut command = bare_command(flags, env);
         command.arg("--kubeconfig").arg(self.kubeconfig());
-        finished(command.output().await.expect("rotor-selector runs"))
+        run_to_end(command).await
     }
 
     /// Starts the built `rotor-selector` against this cluster without waiting for it.
@@ -225,9 +220,17 @@ impl TestCluster {
 /// kubeconfig of the harness; the caller's `ROTOR_*`, `AWS_*`, `KUBECONFIG` and `POD_NAME`
 /// removed).
 pub async fn run_bare(flags: &[&str], env: &[(&str, &str)]) -> SelectorRun {
-    let output = bare_command(flags, env)
-        .output()
+    run_to_end(bare_command(flags, env)).await
+}
+
+/// The longest a test waits for one run: a run that pages or retries forever fails its test
+/// instead of hanging the suite (the child is killed on drop).
+const RUN_BOUND: Duration = Duration::from_secs(600);
+
+async fn run_to_end(mut command: tokio::process::Command) -> SelectorRun {
+    let output = tokio::time::timeout(RUN_BOUND, command.output())
         .await
+        .unwrap_or_else(|_| panic!("rotor-selector did not finish within {RUN_BOUND:?}"))
         .expect("rotor-selector runs");
     finished(output)
 }

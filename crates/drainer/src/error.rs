@@ -29,6 +29,12 @@ pub enum DrainError {
         /// The pods still on the node, as `namespace/name`.
         pods: Vec<String>,
     },
+    /// The node's pod watch never listed (a 403 on pods, a proxy that refuses the watch): the
+    /// deadline still ends the drain, where an operator sees it.
+    #[error(
+        "drain deadline {deadline} passed before the node's pods could be listed, so none was evicted in this attempt (rotor-drainer needs list and watch on pods; its log has the pod watch's error)"
+    )]
+    PodsNotListed { deadline: Timestamp },
 }
 
 /// Why a running drainer stopped other than by being asked to. The binary exits non-zero on

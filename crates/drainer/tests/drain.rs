@@ -1391,6 +1391,55 @@ async fn given_a_pass_whose_evictions_are_answered_apart_then_each_is_logged_as_
     cluster.stop().await;
 }
 
+/// A drain whose node's pods can no longer be listed (here, after a restart, every pod list
+/// and watch fails, as with a 403 once the RBAC lost pods or a proxy that refuses watches) still
+/// ends at its deadline, failed with the reason on the node, instead of showing `evicting` for
+/// ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_pods_that_cannot_be_listed_when_the_deadline_passes_then_the_node_fails() {
+    let cluster = SimCluster::start(&stuck_cluster()).await;
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    let flags = ["--drain-timeout", "6s"];
+    let first = TestDrainer::start(&cluster, "a", &flags);
+    cluster.taint(&node, "manual").await;
+    wait_until("the drain to start", WAIT, || async {
+        (cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref()
+            == Some("evicting"))
+        .then_some(())
+    })
+    .await;
+    first.stop().await.unwrap();
+    cluster
+        .faults(serde_json::json!({"errors": [
+            {"verb": "list", "resource": "pods", "rate": 1.0, "code": 500},
+            {"verb": "watch", "resource": "pods", "rate": 1.0, "code": 500},
+        ]}))
+        .await;
+    let second = TestDrainer::start(&cluster, "b", &flags);
+    let error = wait_until("the resumed drain to fail", WAIT, || async {
+        if cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref()
+            == Some("failed")
+        {
+            cluster.annotation(&node, "rotor.dev/last-error").await
+        } else {
+            None
+        }
+    })
+    .await;
+    assert!(
+        error.contains("before the node's pods could be listed"),
+        "{error}"
+    );
+    second.stop().await.unwrap();
+    cluster.stop().await;
+}
+
 /// A start write the API refuses (here every node patch fails, as behind a failing admission
 /// webhook) cannot be recorded on the node: the drainer logs it and tries again after the retry
 /// back-off, not every second.

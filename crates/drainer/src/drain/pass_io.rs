@@ -116,6 +116,12 @@ pub(crate) async fn evict_until_drained(
                 return ended;
             }
             wake = pass.wake;
+        } else if Timestamp::now() >= task.deadline {
+            // The deadline holds whether or not the pods were ever listed.
+            let error = DrainError::PodsNotListed {
+                deadline: task.deadline,
+            };
+            return DrainResult::Failed { error };
         }
         let sleep_for = sleep_until(wake, Timestamp::now());
         tokio::select! {

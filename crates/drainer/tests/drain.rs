@@ -1440,6 +1440,53 @@ async fn given_pods_that_cannot_be_listed_when_the_deadline_passes_then_the_node
     cluster.stop().await;
 }
 
+/// The write that records a drain's end fails twice (a restarting or throttled API server):
+/// it is tried again until it lands, and the drain is not resumed and drained a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_end_write_fails_for_a_moment_then_it_lands_and_the_drain_is_not_resumed() {
+    use k8s_openapi::api::events::v1::Event;
+    let cluster = SimCluster::start(CLUSTER).await;
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    cluster.taint(&node, "manual").await;
+    wait_until("the drain to start", WAIT, || async {
+        (cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref()
+            == Some("evicting"))
+        .then_some(())
+    })
+    .await;
+    let patched = cluster.requests("patch nodes");
+    cluster
+        .faults(serde_json::json!({"errors": [
+            {"verb": "patch", "resource": "nodes", "rate": 1.0, "code": 500, "times": 2},
+        ]}))
+        .await;
+    cluster.wait_phase(&node, "drained").await;
+    assert!(
+        cluster.requests("patch nodes") >= patched + 3,
+        "the end write failed twice and then landed"
+    );
+    // Long enough for the fleet to have resumed the drain had it read the node as draining.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let events: Api<Event> = Api::all(cluster.client.clone());
+    let reasons: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node.as_str()))
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.iter().any(|r| r == "Drained"), "{reasons:?}");
+    assert!(!reasons.iter().any(|r| r == "DrainResumed"), "{reasons:?}");
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
 /// A start write the API refuses (here every node patch fails, as behind a failing admission
 /// webhook) cannot be recorded on the node: the drainer logs it and tries again after the retry
 /// back-off, not every second.

@@ -25,7 +25,7 @@ use crate::record::events::NodeEvent;
 use crate::record::node::{
     DrainRecord, Intent, Transition, apply, begin_check, misreadings, retry_backoff, still_due,
 };
-use crate::record::node_io::{StartWrite, clean_up, park, save, start_and_cordon};
+use crate::record::node_io::{StartWrite, clean_up, park, save_end, start_and_cordon};
 
 /// The node as the drain read it, due to start.
 struct ReadNode<'a> {
@@ -440,7 +440,9 @@ async fn announce_surge(drains: &Drains, node: &Node, surge: &SurgeConfig, outco
 }
 
 /// Records how the drain ended on the node (drained, or failed with its reason) and says so;
-/// undoes rotor's state when the taint went away. Returns the record as last written.
+/// undoes rotor's state when the taint went away. Returns the record as the drain ended it:
+/// a drained or failed end even when the node refused its write, so the fleet neither resumes
+/// a drain that ended nor skips the retry back-off.
 async fn record_end(
     task: &Evicting<'_>,
     result: &DrainResult,
@@ -461,12 +463,11 @@ async fn record_end(
                     now: Timestamp::now(),
                 },
             );
-            match save(nodes, name, &done, &record).await {
-                Ok(()) => record = done,
-                Err(e) => {
-                    tracing::warn!(node = %name, error = %e, "could not record the drained phase")
-                }
+            if let Err(e) = save_end(nodes, name, &done, &record).await {
+                tracing::warn!(node = %name, error = %e, "could not record the drained phase on the node; the drainer goes on from what it knows, and resumes the drain when it next reads the node as draining");
             }
+            // The drain did end: what is handed back says so even when the node could not.
+            record = done;
             let secs = Timestamp::now()
                 .duration_since(started)
                 .as_secs_f64()
@@ -483,10 +484,11 @@ async fn record_end(
                     now: Timestamp::now(),
                 },
             );
-            match save(nodes, name, &failed, &record).await {
-                Ok(()) => record = failed,
-                Err(e) => tracing::warn!(node = %name, error = %e, "could not record the failure"),
+            if let Err(e) = save_end(nodes, name, &failed, &record).await {
+                tracing::warn!(node = %name, error = %e, "could not record the failure on the node");
             }
+            // Handed back as written or not: the retry waits out its back-off either way.
+            record = failed;
             tracing::warn!(node = %name, %error, "drain failed; it will be retried after a back-off");
             drains
                 .announcer

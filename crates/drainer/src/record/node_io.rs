@@ -31,6 +31,39 @@ pub async fn save(
     Ok(())
 }
 
+/// [`save`] for a drain's end (drained or failed), retried while the API server's answer may
+/// change (429, 5xx, no answer): an end left unwritten leaves the node showing the drain
+/// active, so the fleet would resume it, counting a drained node twice or failing it again at
+/// once. The write is a merge of the record's own annotations, so a repeat is harmless.
+pub async fn save_end(
+    nodes: &Api<Node>,
+    name: &str,
+    new: &DrainRecord,
+    old: &DrainRecord,
+) -> Result<(), kube::Error> {
+    (|| save(nodes, name, new, old))
+        .retry(end_backoff())
+        .when(may_pass_if_repeated)
+        .await
+}
+
+/// About 15 s in all: long enough for an API server restart or a throttled moment.
+fn end_backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_secs(1))
+        .with_max_delay(Duration::from_secs(8))
+        .with_max_times(4)
+        .with_jitter()
+}
+
+fn may_pass_if_repeated(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
 fn patch_params() -> PatchParams {
     PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),

@@ -1487,6 +1487,51 @@ async fn given_the_end_write_fails_for_a_moment_then_it_lands_and_the_drain_is_n
     cluster.stop().await;
 }
 
+/// Rule: rotor undoes only a cordon it placed. A drain fails and leaves rotor's cordon; a person
+/// uncordons the node during the back-off and another tool cordons it again: when the taint
+/// goes, that cordon stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_rotors_cordon_undone_and_another_placed_when_the_taint_goes_then_the_other_stays() {
+    let cluster = SimCluster::start(&stuck_cluster()).await;
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    let drainer = TestDrainer::start(&cluster, "a", &["--drain-timeout", "2s"]);
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "failed").await;
+    let key = "rotor.dev/cordoned-by-rotor";
+    assert_eq!(
+        cluster.annotation(&node, key).await.as_deref(),
+        Some("true")
+    );
+    let uncordon = serde_json::json!({"spec": {"unschedulable": false}});
+    cluster
+        .nodes()
+        .patch(&node, &PatchParams::default(), &Patch::Merge(&uncordon))
+        .await
+        .unwrap();
+    wait_until("rotor to forget its cordon", WAIT, || async {
+        cluster.annotation(&node, key).await.is_none().then_some(())
+    })
+    .await;
+    cluster.cordon(&node).await;
+    cluster.untaint(&node).await;
+    wait_until("rotor's drain state to be cleared", WAIT, || async {
+        cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let spec = cluster.node(&node).await.spec.unwrap_or_default();
+    assert_eq!(
+        spec.unschedulable,
+        Some(true),
+        "the other tool's cordon stays"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
 /// A start write the API refuses (here every node patch fails, as behind a failing admission
 /// webhook) cannot be recorded on the node: the drainer logs it and tries again after the retry
 /// back-off, not every second.

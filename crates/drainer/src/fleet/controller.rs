@@ -47,7 +47,7 @@ use crate::metrics::{Metrics, PhaseLabel};
 use crate::record::events::NodeEvent;
 use crate::record::events_io::Announcer;
 use crate::record::node::Intent;
-use crate::record::node_io::clean_up;
+use crate::record::node_io::{clean_up, forget_cordon};
 use crate::record::notify::{Notice, NoticeKind};
 use crate::record::rotation::RecordRef;
 use crate::record::rotation_io::{watch_halt, write_halt, write_waiting};
@@ -597,6 +597,29 @@ impl Shell {
                     let outcome = DrainOutcome {
                         result: DrainResult::NodeGone,
                         record: None,
+                    };
+                    (node, outcome)
+                });
+            }
+            Command::ForgetCordon(node) => {
+                let client = self.fleet.client.clone();
+                self.tasks.spawn(async move {
+                    let record = match forget_cordon(&client, &node).await {
+                        Ok(Some(record)) => {
+                            tracing::info!(%node, "the node was uncordoned by someone else: rotor no longer counts a cordon on it as its own");
+                            Some(record)
+                        }
+                        Ok(None) => None,
+                        Err(e) => {
+                            tracing::warn!(%node, error = %e, "could not record that rotor's cordon was undone by someone else (tried again at the next pass)");
+                            None
+                        }
+                    };
+                    let outcome = DrainOutcome {
+                        result: DrainResult::Skipped {
+                            why: "rotor's cordon was undone by someone else",
+                        },
+                        record,
                     };
                     (node, outcome)
                 });

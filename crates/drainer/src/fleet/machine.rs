@@ -78,6 +78,8 @@ pub(super) enum Command {
     Abort(String),
     /// Undo rotor's state on this untainted node (nobody is draining it).
     CleanUp(String),
+    /// Forget rotor's cordon of this node, which someone uncordoned while nobody drained it.
+    ForgetCordon(String),
     /// Run this node's drain, with the drain settings of `policy` (the flags' when `None`).
     Drain {
         node: String,
@@ -315,6 +317,19 @@ impl Machine {
                 commands.push(Command::CleanUp(n.name.clone()));
             }
         }
+        // Rule: rotor undoes only a cordon it placed. A tainted node its record says rotor
+        // cordoned, seen uncordoned while no drain runs, is no longer cordoned by rotor: a later
+        // cordon is someone else's.
+        for n in self.nodes.values() {
+            if n.tainted
+                && n.record.cordoned_by_rotor
+                && !n.unschedulable
+                && !n.deleting
+                && !self.busy(&n.name)
+            {
+                commands.push(Command::ForgetCordon(n.name.clone()));
+            }
+        }
         // Room made ahead for a node that is no longer in line goes, and so does the room of a
         // node whose pool no longer surges (its policy changed, or it moved to another pool):
         // its drain makes no room, so it would not release any. So does the room of a node
@@ -355,7 +370,9 @@ impl Machine {
         }
         for command in &commands {
             match command {
-                Command::CleanUp(name) => self.cleaning.insert(name.clone()),
+                Command::CleanUp(name) | Command::ForgetCordon(name) => {
+                    self.cleaning.insert(name.clone())
+                }
                 Command::Drain { node, .. } => self.running.insert(node.clone()),
                 _ => false,
             };

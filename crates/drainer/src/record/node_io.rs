@@ -177,6 +177,43 @@ fn undo_rotors_cordon(patch: &mut serde_json::Value, node: &Node, placed_by_roto
     uncordon
 }
 
+/// Forgets rotor's cordon of a node that is no longer cordoned (someone uncordoned it while
+/// its drain failed or waited): without this, a cordon someone else placed later would pass
+/// for rotor's and be undone when the taint goes. Read fresh and guarded by resourceVersion, so
+/// a cordon placed in between keeps the record as it is. Returns the record as written, or
+/// `None` when the node, read fresh, had nothing to forget (or is gone).
+pub async fn forget_cordon(
+    client: &kube::Client,
+    name: &str,
+) -> Result<Option<DrainRecord>, kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let attempt = || async {
+        let Some(node) = nodes.get_opt(name).await? else {
+            return Ok(None);
+        };
+        let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
+        let cordoned = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        if cordoned || !record.cordoned_by_rotor {
+            return Ok(None);
+        }
+        let forgotten = DrainRecord {
+            cordoned_by_rotor: false,
+            ..record.clone()
+        };
+        let mut patch = forgotten.annotation_patch(&record);
+        patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+        nodes
+            .patch(name, &patch_params(), &Patch::Merge(&patch))
+            .await?;
+        Ok(Some(forgotten))
+    };
+    attempt.retry(conflict_backoff()).when(is_conflict).await
+}
+
 /// Undoes what rotor did to a node whose taint went away: its own cordon, its annotations.
 pub async fn clean_up(
     client: &kube::Client,

@@ -1216,3 +1216,63 @@ fn a_start_weighed_across_a_windows_end_is_decided_again() {
         [drain("a", Intent::Start), drain("b", Intent::Start)]
     );
 }
+
+/// Rule: rotor undoes only a cordon it placed. A failed drain's node that someone uncordoned
+/// has its record's cordon forgotten, once, and not while it is still cordoned, nor when the
+/// cordon was never rotor's.
+#[test]
+fn a_cordon_of_rotors_that_someone_undid_is_forgotten_once() {
+    let t0 = Instant::now();
+    let failed = |name: &str, by_rotor: bool, cordoned: bool| {
+        let mut n = with_phase(tainted(name, 5), DrainPhase::Failed);
+        n.record.cordoned_by_rotor = by_rotor;
+        n.record.deadline = Some(wall());
+        n.record.attempts = 1;
+        n.unschedulable = cordoned;
+        n
+    };
+    let nodes = vec![
+        failed("uncordoned-by-someone", true, false),
+        failed("still-rotors-cordon", true, true),
+        failed("someone-elses-cordon", false, true),
+    ];
+    let mut machine = listed(config(3, &[]), nodes, t0);
+
+    let (commands, _) = leading_pass(&mut machine, t0);
+    let forgotten = |commands: &[Command]| {
+        commands
+            .iter()
+            .filter(|c| matches!(c, Command::ForgetCordon(_)))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        forgotten(&commands),
+        [Command::ForgetCordon("uncordoned-by-someone".into())]
+    );
+    assert!(
+        !drains(&commands)
+            .iter()
+            .any(|(n, _)| n == "uncordoned-by-someone"),
+        "not started while its record is being written"
+    );
+    // While the write runs, not asked for again.
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(1));
+    assert!(forgotten(&commands).is_empty(), "{commands:?}");
+    // Written: the record handed back no longer claims the cordon.
+    let mut record = machine.nodes["uncordoned-by-someone"].record.clone();
+    record.cordoned_by_rotor = false;
+    machine.apply(
+        Event::TaskEnded {
+            node: "uncordoned-by-someone".into(),
+            result: DrainResult::Skipped {
+                why: "rotor's cordon was undone by someone else",
+            },
+            record: Some(record),
+            evicted: Vec::new(),
+        },
+        t0 + Duration::from_secs(2),
+    );
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(3));
+    assert!(forgotten(&commands).is_empty(), "{commands:?}");
+}

@@ -188,6 +188,14 @@ pub fn what_shows(
     let mut blockers: Vec<String> = plan.blockers.iter().map(Blocker::to_string).collect();
     blockers.extend(restart_failures.iter().cloned());
     blockers.extend(queue.blockers().cloned());
+    // Nothing is evicted on a rule not known: a rule watch that never fills (no RBAC on
+    // drainrules) must show, once the drain has gone `blocked_after` without progress.
+    if !plan.undecided.is_empty() {
+        blockers.push(format!(
+            "{} pod(s) wait for the DrainRules, which the drainer has not read (check its RBAC on drainrules and namespaces, and its log)",
+            plan.undecided.len()
+        ));
+    }
     let needs_someone = match plan.blockers.first() {
         Some(first) => !matches!(first, Blocker::BudgetRefusing { .. }),
         None => !restart_failures.is_empty() || queue.has_operator_problem(),
@@ -743,6 +751,27 @@ mod tests {
         );
         assert_eq!(shown.blocker, Some(failure[0].clone()));
         assert!(shown.needs_someone);
+        // Pods waiting for DrainRules not read yet: shown once --blocked-after has gone by
+        // without progress, not at once (the rule watch usually fills within a second).
+        let undecided = NodePlan {
+            undecided: vec![PodRef {
+                namespace: "shop".into(),
+                name: "web-1".into(),
+                uid: "u1".into(),
+            }],
+            ..NodePlan::default()
+        };
+        let shown = what_shows(&undecided, &[], &queue, progressed, now, after);
+        assert_eq!(shown.blocker, None);
+        assert_eq!(shown.look_again, Some(at("2026-11-28T10:00:30Z")));
+        let later_on = at("2026-11-28T10:00:31Z");
+        let shown = what_shows(&undecided, &[], &queue, progressed, later_on, after);
+        assert_eq!(
+            shown.blocker.as_deref(),
+            Some(
+                "1 pod(s) wait for the DrainRules, which the drainer has not read (check its RBAC on drainrules and namespaces, and its log)"
+            )
+        );
         // Nothing blocks: the node shows evicting.
         let shown = what_shows(&NodePlan::default(), &[], &queue, progressed, now, after);
         assert_eq!(

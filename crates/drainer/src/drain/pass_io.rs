@@ -241,7 +241,7 @@ async fn evict_pass(
             plan = plan_now(restarts);
         }
     }
-    if let Some(at) = restarts.as_ref().and_then(RolloutRestarts::next_look) {
+    if let Some(at) = restarts.as_ref().and_then(|r| r.next_look(now)) {
         wake = wake.min(at);
     }
     // A budget judged too early to say it never allows: look again when it can be said.

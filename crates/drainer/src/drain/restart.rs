@@ -460,8 +460,10 @@ impl RolloutRestarts {
         lines
     }
 
-    /// When the next pod is due to be looked at or judged again.
-    pub fn next_look(&self) -> Option<Timestamp> {
+    /// When the next pod is due to be looked at or judged again, after `now`. A time already
+    /// gone is left out: a due pod the pass looked at has a new one, and one the pass did not
+    /// (it left the plan: opted out, or deferred by a rule) would wake the drain every 50 ms.
+    pub fn next_look(&self, now: Timestamp) -> Option<Timestamp> {
         self.pods
             .values()
             .filter_map(|e| match e.decision {
@@ -470,6 +472,7 @@ impl RolloutRestarts {
                 }
                 PodRestart::Evict => None,
             })
+            .filter(|at| *at > now)
             .min()
     }
 

@@ -302,7 +302,10 @@ fn a_lone_replica_is_stamped_once_then_withheld_until_it_goes() {
     // Judged again only after RECHECK, and a rollout under way is said only once.
     assert!(!restarts.due(uid, later(now, secs(5))));
     let recheck = later(now, RECHECK);
-    assert_eq!(restarts.next_look(), Some(recheck));
+    assert_eq!(restarts.next_look(now), Some(recheck));
+    // Its time gone and the pod not looked at (it left the plan): no wake at once, again and
+    // again.
+    assert_eq!(restarts.next_look(recheck), None);
     assert!(restarts.due(uid, recheck));
     assert_eq!(
         restarts.judged(PodRef::of(&solo), SOLO, Judgement::RollingOut, recheck),
@@ -316,7 +319,7 @@ fn a_lone_replica_is_stamped_once_then_withheld_until_it_goes() {
     ));
     restarts.keep_only(&[going]);
     assert!(!restarts.withheld(uid));
-    assert_eq!(restarts.next_look(), None);
+    assert_eq!(restarts.next_look(now), None);
 }
 
 #[test]
@@ -393,7 +396,7 @@ fn the_patchs_answers_decide_what_comes_next() {
     let mut restarts = RolloutRestarts::default();
     assert_eq!(stamp(&mut restarts, StampAnswer::Changed), None);
     assert!(restarts.withheld(uid));
-    assert_eq!(restarts.next_look(), Some(later(now, UNSETTLED_RETRY)));
+    assert_eq!(restarts.next_look(now), Some(later(now, UNSETTLED_RETRY)));
     // An admission webhook's refusal will not pass by waiting: evict, saying so.
     let mut restarts = RolloutRestarts::default();
     let refused = stamp(&mut restarts, StampAnswer::Refused("denied".into()));
@@ -416,7 +419,7 @@ fn the_patchs_answers_decide_what_comes_next() {
     );
     assert!(restarts.withheld(uid));
     assert_eq!(restarts.failures(), ["pod shop/solo-1: forbidden"]);
-    assert_eq!(restarts.next_look(), Some(later(now, FAILED_RETRY)));
+    assert_eq!(restarts.next_look(now), Some(later(now, FAILED_RETRY)));
 }
 
 #[test]

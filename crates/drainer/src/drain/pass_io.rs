@@ -107,6 +107,9 @@ pub(crate) async fn evict_until_drained(
         progressed_at: Timestamp::now(),
         stuck_since: None,
     };
+    // A drain resumed past its deadline fails naming the pods left, so its watch gets a while
+    // to list them first.
+    let list_by = later(Timestamp::now(), FIRST_LIST_GRACE);
     loop {
         let mut wake = task.deadline;
         if let Some(pods) = pods.listed() {
@@ -116,12 +119,15 @@ pub(crate) async fn evict_until_drained(
                 return ended;
             }
             wake = pass.wake;
-        } else if Timestamp::now() >= task.deadline {
+        } else {
             // The deadline holds whether or not the pods were ever listed.
-            let error = DrainError::PodsNotListed {
-                deadline: task.deadline,
-            };
-            return DrainResult::Failed { error };
+            wake = wake.max(list_by);
+            if Timestamp::now() >= wake {
+                let error = DrainError::PodsNotListed {
+                    deadline: task.deadline,
+                };
+                return DrainResult::Failed { error };
+            }
         }
         let sleep_for = sleep_until(wake, Timestamp::now());
         tokio::select! {
@@ -142,6 +148,10 @@ pub(crate) async fn evict_until_drained(
         }
     }
 }
+
+/// How long a drain's pod watch may take to list the node's pods before a deadline already
+/// passed fails the drain without them.
+const FIRST_LIST_GRACE: Duration = Duration::from_secs(10);
 
 /// The `budget_blocked_pods` gauge's share of one drain: kept equal to its refused pods, and
 /// given back whole when the drain ends, however it ends.

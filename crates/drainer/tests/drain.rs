@@ -1534,7 +1534,7 @@ async fn given_rotors_cordon_undone_and_another_placed_when_the_taint_goes_then_
 
 /// A start write the API refuses (here every node patch fails, as behind a failing admission
 /// webhook) cannot be recorded on the node: the drainer logs it and tries again after the retry
-/// back-off, not every second.
+/// back-off, not every second, nor at the next change of the node (a label, a kubelet status).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_node_the_drainer_cannot_patch_then_its_start_is_tried_again_after_the_back_off() {
     let cluster = SimCluster::start(CLUSTER).await;
@@ -1547,6 +1547,13 @@ async fn given_a_node_the_drainer_cannot_patch_then_its_start_is_tried_again_aft
         (cluster.requests("patch nodes") > tainted).then_some(())
     })
     .await;
+    // The node changes, as nodes do: a new view of it, still without the drain's record.
+    cluster.modify_node(&node, |n| {
+        n.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("example.com/changed".into(), "yes".into());
+    });
     // Five passes of the fleet's loop later, still the one refused write.
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(cluster.requests("patch nodes"), tainted + 1);

@@ -34,7 +34,7 @@ use crate::fleet::breaker::{rotation_began, stalled_replacement};
 use crate::fleet::node_labels::LabelKeys;
 use crate::fleet::pools::{DrainPolicy, PoolRef};
 use crate::fleet::starts::{FleetLimits, NodeView, PoolRules, start_block};
-use crate::record::node::{Intent, retry_backoff};
+use crate::record::node::{DrainRecord, Intent, retry_backoff};
 use crate::record::notify::NoticeKind;
 use crate::record::rotation::Halt;
 
@@ -138,6 +138,10 @@ pub(super) struct Machine {
     /// Nodes with a drain task; nodes with a clean-up task.
     running: BTreeSet<String>,
     cleaning: BTreeSet<String>,
+    /// Failed starts the node could not show (the API refused the start write): the record as
+    /// the node shows it, and the failed one the back-off counts from. Carried over each new
+    /// view of the node while the node still shows the first.
+    unwritten: BTreeMap<String, (DrainRecord, DrainRecord)>,
     /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]; the shell
     /// may hold its making a few seconds while a drain's room changes hands).
     ahead: RoomAhead,
@@ -173,6 +177,7 @@ impl Machine {
             listed: false,
             running: BTreeSet::new(),
             cleaning: BTreeSet::new(),
+            unwritten: BTreeMap::new(),
             ahead: RoomAhead::default(),
             holds_announced: HoldsAnnounced::default(),
             halt: HaltBook::default(),

@@ -10,6 +10,7 @@ use std::time::Instant;
 use super::{Command, Machine};
 use crate::drain::outcome::DrainResult;
 use crate::drain::published::WorkloadRef;
+use crate::error::DrainError;
 use crate::fleet::pools::Pool;
 use crate::fleet::starts::NodeView;
 use crate::record::node::DrainRecord;
@@ -57,6 +58,7 @@ impl Machine {
                 for mut view in listed {
                     self.policies.place(&mut view);
                     carry_ever_ready(&self.nodes, &mut view);
+                    carry_unwritten(&mut self.unwritten, &mut view);
                     let old = self.nodes.get(&view.name).filter(|_| watched_until_now);
                     sight_taint(old, &mut view, now);
                     fresh.insert(view.name.clone(), view);
@@ -69,6 +71,7 @@ impl Machine {
                 self.policies.place(&mut view);
                 let old = self.nodes.get(&view.name);
                 carry_ever_ready(&self.nodes, &mut view);
+                carry_unwritten(&mut self.unwritten, &mut view);
                 sight_taint(old, &mut view, now);
                 let mut commands = Vec::new();
                 if view.tainted && old.is_none_or(|old| !old.tainted) {
@@ -81,6 +84,7 @@ impl Machine {
             }
             Event::NodeDeleted(name) => {
                 self.nodes.remove(&name);
+                self.unwritten.remove(&name);
                 vec![Command::ForgetDemand(name)]
             }
             Event::PoliciesListed(pools) => {
@@ -123,11 +127,22 @@ impl Machine {
                 self.running.remove(&node);
                 self.cleaning.remove(&node);
                 self.paused.remove(&node);
+                let shown = self.unwritten.remove(&node);
                 // The watch has not necessarily delivered the task's last write yet; without
                 // this the next pass would see the old phase and resume a finished drain.
                 if let Some(record) = record
                     && let Some(view) = self.nodes.get_mut(&node)
                 {
+                    // A start the API refused is written nowhere: kept here, so that the next
+                    // view of the node does not take its back-off away.
+                    if let DrainResult::Failed {
+                        error: DrainError::Cordon { .. },
+                    } = &result
+                    {
+                        let on_node = shown.map_or_else(|| view.record.clone(), |(n, _)| n);
+                        self.unwritten
+                            .insert(node.clone(), (on_node, record.clone()));
+                    }
                     view.record = record;
                 }
                 let mut commands = Vec::new();
@@ -184,6 +199,22 @@ pub(super) fn sight_taint(old: Option<&NodeView>, view: &mut NodeView, now: Inst
 /// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
 /// makes it unavailable rather than "still starting" (see [`NodeView::is_starting`]). Only for
 /// the same node: a new one that reuses the name (IP-based names are reused) starts afresh.
+/// Puts a failed start the node could not show ([`Machine::unwritten`]) back into a new view of
+/// it, while the node still shows what it showed then; once its record changed (someone wrote
+/// it), the node's own is what counts.
+fn carry_unwritten(
+    unwritten: &mut BTreeMap<String, (DrainRecord, DrainRecord)>,
+    view: &mut NodeView,
+) {
+    match unwritten.get(&view.name) {
+        Some((on_node, failed)) if *on_node == view.record => view.record = failed.clone(),
+        Some(_) => {
+            unwritten.remove(&view.name);
+        }
+        None => {}
+    }
+}
+
 fn carry_ever_ready(known: &BTreeMap<String, NodeView>, view: &mut NodeView) {
     if known
         .get(&view.name)

@@ -1276,3 +1276,52 @@ fn a_cordon_of_rotors_that_someone_undid_is_forgotten_once() {
     let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(3));
     assert!(forgotten(&commands).is_empty(), "{commands:?}");
 }
+
+/// A start the API refused is written nowhere: a later view of the node, which still shows no
+/// drain, keeps its back-off; once the node's record changes (someone wrote it), that counts.
+#[test]
+fn a_refused_start_keeps_its_back_off_through_new_views_of_the_node() {
+    let t0 = Instant::now();
+    let mut machine = listed(config(1, &[]), vec![tainted("a", 5)], t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+    let mut failed = DrainRecord::default();
+    failed.phase = Some(DrainPhase::Failed);
+    failed.attempts = 1;
+    failed.deadline = Some(wall());
+    let status = kube::core::Status::failure("denied by webhook", "BadRequest").with_code(400);
+    machine.apply(
+        Event::TaskEnded {
+            node: "a".into(),
+            result: DrainResult::Failed {
+                error: crate::error::DrainError::Cordon {
+                    node: "a".into(),
+                    error: kube::Error::Api(Box::new(status)),
+                },
+            },
+            record: Some(failed.clone()),
+            evicted: vec![],
+        },
+        t0 + Duration::from_secs(1),
+    );
+    // A label changed: a new view, the node's record still empty.
+    machine.apply(
+        Event::NodeApplied(tainted("a", 5)),
+        t0 + Duration::from_secs(2),
+    );
+    assert_eq!(machine.nodes["a"].record, failed);
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(3));
+    assert!(drains(&commands).is_empty(), "{commands:?}");
+    // Someone wrote the node's record (here another replica's start): it counts.
+    let written = with_phase(tainted("a", 5), DrainPhase::Evicting);
+    machine.apply(
+        Event::NodeApplied(written.clone()),
+        t0 + Duration::from_secs(4),
+    );
+    assert_eq!(machine.nodes["a"].record, written.record);
+    machine.apply(
+        Event::NodeApplied(tainted("a", 5)),
+        t0 + Duration::from_secs(5),
+    );
+    assert_eq!(machine.nodes["a"].record, DrainRecord::default());
+}

@@ -1285,10 +1285,12 @@ fn a_refused_start_keeps_its_back_off_through_new_views_of_the_node() {
     let mut machine = listed(config(1, &[]), vec![tainted("a", 5)], t0);
     let (commands, _) = leading_pass(&mut machine, t0);
     assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
-    let mut failed = DrainRecord::default();
-    failed.phase = Some(DrainPhase::Failed);
-    failed.attempts = 1;
-    failed.deadline = Some(wall());
+    let failed = DrainRecord {
+        phase: Some(DrainPhase::Failed),
+        attempts: 1,
+        deadline: Some(wall()),
+        ..DrainRecord::default()
+    };
     let status = kube::core::Status::failure("denied by webhook", "BadRequest").with_code(400);
     machine.apply(
         Event::TaskEnded {

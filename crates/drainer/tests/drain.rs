@@ -22,6 +22,15 @@ workloads:
   - {kind: DaemonSet, name: agent, namespace: kube-system}
 "#;
 
+/// The node's `rotor.dev/last-error` once its drain has failed.
+async fn last_error_once_failed(cluster: &SimCluster, node: &str) -> String {
+    cluster.wait_phase(node, "failed").await;
+    cluster
+        .annotation(node, "rotor.dev/last-error")
+        .await
+        .expect("a failed drain records its error")
+}
+
 /// [`CLUSTER`] with web's budget allowing no eviction: a drain that reaches a web pod blocks until
 /// the budget is relaxed or the taint removed.
 fn stuck_cluster() -> String {
@@ -562,19 +571,7 @@ async fn given_a_budget_that_never_allows_when_the_deadline_passes_then_the_node
     // Without --force-after: marked failed at the deadline, with the reason.
     let drainer = TestDrainer::start(&cluster, "a", &["--drain-timeout", "2s"]);
     cluster.taint(&node, "manual").await;
-    let error = wait_until("the drain to fail", WAIT, || async {
-        if cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("failed")
-        {
-            cluster.annotation(&node, "rotor.dev/last-error").await
-        } else {
-            None
-        }
-    })
-    .await;
+    let error = last_error_once_failed(&cluster, &node).await;
     assert!(error.contains("deadline"), "{error}");
     assert_eq!(
         cluster.stats()["requests"].get("delete pods"),
@@ -1402,15 +1399,7 @@ async fn given_pods_that_cannot_be_listed_when_the_deadline_passes_then_the_node
     let flags = ["--drain-timeout", "6s"];
     let first = TestDrainer::start(&cluster, "a", &flags);
     cluster.taint(&node, "manual").await;
-    wait_until("the drain to start", WAIT, || async {
-        (cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("evicting"))
-        .then_some(())
-    })
-    .await;
+    cluster.wait_phase(&node, "evicting").await;
     first.stop().await.unwrap();
     cluster
         .faults(serde_json::json!({"errors": [
@@ -1419,19 +1408,7 @@ async fn given_pods_that_cannot_be_listed_when_the_deadline_passes_then_the_node
         ]}))
         .await;
     let second = TestDrainer::start(&cluster, "b", &flags);
-    let error = wait_until("the resumed drain to fail", WAIT, || async {
-        if cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("failed")
-        {
-            cluster.annotation(&node, "rotor.dev/last-error").await
-        } else {
-            None
-        }
-    })
-    .await;
+    let error = last_error_once_failed(&cluster, &node).await;
     assert!(
         error.contains("before the node's pods could be listed"),
         "{error}"
@@ -1449,15 +1426,7 @@ async fn given_the_end_write_fails_for_a_moment_then_it_lands_and_the_drain_is_n
     let node = cluster.nodes_hosting("web-").await[0].clone();
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     cluster.taint(&node, "manual").await;
-    wait_until("the drain to start", WAIT, || async {
-        (cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref()
-            == Some("evicting"))
-        .then_some(())
-    })
-    .await;
+    cluster.wait_phase(&node, "evicting").await;
     let patched = cluster.requests("patch nodes");
     cluster
         .faults(serde_json::json!({"errors": [

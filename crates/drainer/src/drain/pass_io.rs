@@ -415,7 +415,8 @@ async fn warn_long_grace(
 /// would start the last replacement rounds after the first, and the next drain waits for it
 /// (the gate). Sending them at once takes nothing from the budgets: evictions under one budget
 /// go one after another in its turn, and the API server checks each against its budget
-/// atomically, so one the budget no longer allows is refused (429) and waits for it to move. The wire caps what all drains have in flight together
+/// atomically, so one the budget no longer allows is refused (429) and waits for it to move.
+/// The wire caps what all drains have in flight together
 /// ([`crate::drain::eviction_io::EVICTIONS_IN_FLIGHT`]). They are answered in any order (one may
 /// wait for its budget's turn behind another drain's). Each answer comes with the time it
 /// arrived, and each eviction is logged as its answer arrives: a pass's answers can come seconds

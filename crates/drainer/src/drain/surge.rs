@@ -391,11 +391,7 @@ fn placeholder_affinity(affinity: Option<Affinity>, pod_namespace: &str) -> Opti
 /// stands in for. Its drain makes the room after its cordon.
 pub fn keeps_placeholders_off(node: &Node, drain_taint: &Taint) -> bool {
     matches!(drain_taint.effect.as_str(), "NoSchedule" | "NoExecute")
-        || node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
+        || crate::record::node::cordoned(node)
 }
 
 /// Gives each pod (anti-)affinity term without namespaces the pod's own namespace, which is

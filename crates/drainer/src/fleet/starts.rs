@@ -27,7 +27,7 @@ use rotor_core::NodeBudget;
 use crate::fleet::held::{Held, HeldReason};
 use crate::fleet::node_labels::{LabelKeys, LabelStrings, NodeLabels};
 use crate::fleet::pools::{NO_POLICIES, Pool, PoolRef, Pools, allowance};
-use crate::record::node::DrainRecord;
+use crate::record::node::{DrainRecord, cordoned};
 
 /// What the fleet decision needs to know about one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -110,11 +110,7 @@ impl NodeView {
             record: DrainRecord::from_annotations(node.metadata.annotations.as_ref()),
             ready,
             ever_ready: ready,
-            unschedulable: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.unschedulable)
-                .unwrap_or(false),
+            unschedulable: cordoned(node),
             deleting: node.metadata.deletion_timestamp.is_some(),
             opted_out: node_opted_out(&node.metadata),
             pre_drain_hooks: pre_drain_hooks(&node.metadata),

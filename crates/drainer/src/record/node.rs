@@ -477,6 +477,14 @@ pub fn changes_nothing(patch: &Value) -> bool {
         .is_some_and(Map::is_empty)
 }
 
+/// Whether the node is cordoned (`spec.unschedulable`), by anyone.
+pub fn cordoned(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
 /// The record after the start and the cordon on `node` as read, and the guarded merge patch
 /// that writes both (`None` when the node already shows all of it).
 pub fn start_write(
@@ -484,11 +492,7 @@ pub fn start_write(
     started: &DrainRecord,
     then: Option<Transition>,
 ) -> (DrainRecord, Option<serde_json::Value>) {
-    let cordoned = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
+    let cordoned = cordoned(node);
     // A cordon the node's own record says rotor placed stays rotor's: a start written again
     // after a conflict can find rotor's earlier start there (its answer lost, or another
     // replica's), and `started` was made from the record before it.

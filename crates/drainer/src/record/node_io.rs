@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::record::events::NodeEvent;
 use crate::record::events_io::Announcer;
-use crate::record::node::{DrainRecord, Transition, changes_nothing, start_write};
+use crate::record::node::{DrainRecord, Transition, changes_nothing, cordoned, start_write};
 
 /// Writes the changed annotations of a record, unless nothing changed.
 pub async fn save(
@@ -165,12 +165,7 @@ pub async fn park(
 /// Adds the uncordon to `patch` when the node is cordoned and rotor placed that cordon
 /// (`placed_by_rotor`, from its record): never someone else's. Returns whether it did.
 fn undo_rotors_cordon(patch: &mut serde_json::Value, node: &Node, placed_by_rotor: bool) -> bool {
-    let cordoned = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
-    let uncordon = placed_by_rotor && cordoned;
+    let uncordon = placed_by_rotor && cordoned(node);
     if uncordon {
         patch["spec"] = json!({"unschedulable": false});
     }
@@ -192,12 +187,7 @@ pub async fn forget_cordon(
             return Ok(None);
         };
         let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
-        let cordoned = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
-        if cordoned || !record.cordoned_by_rotor {
+        if cordoned(&node) || !record.cordoned_by_rotor {
             return Ok(None);
         }
         let forgotten = DrainRecord {

@@ -196,9 +196,6 @@ pub(super) fn sight_taint(old: Option<&NodeView>, view: &mut NodeView, now: Inst
         .then(|| old.and_then(|o| o.tainted_since).unwrap_or(now));
 }
 
-/// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
-/// makes it unavailable rather than "still starting" (see [`NodeView::is_starting`]). Only for
-/// the same node: a new one that reuses the name (IP-based names are reused) starts afresh.
 /// Puts a failed start the node could not show ([`Machine::unwritten`]) back into a new view of
 /// it, while the node still shows what it showed then; once its record changed (someone wrote
 /// it), the node's own is what counts.
@@ -215,6 +212,9 @@ fn carry_unwritten(
     }
 }
 
+/// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady
+/// makes it unavailable rather than "still starting" (see [`NodeView::is_starting`]). Only for
+/// the same node: a new one that reuses the name (IP-based names are reused) starts afresh.
 fn carry_ever_ready(known: &BTreeMap<String, NodeView>, view: &mut NodeView) {
     if known
         .get(&view.name)

@@ -150,6 +150,7 @@ fn bad_flags_exit_2_before_touching_the_cluster() {
         &["--max-unavailable", "120%"][..],
         &["--window", "at night"][..],
         &["--health-url", "healthz:8080"][..],
+        &["--lease-duration", "0s"][..],
         &[
             "--health-prometheus",
             "http://p:9090",

@@ -82,6 +82,13 @@ pub enum ConfigError {
         timeout: Duration,
         interval: Duration,
     },
+    #[error(
+        "--lease-duration ({}s) must be between {}s and {}s: shorter, the leader renews too often to ride out a slow answer and leadership flaps; longer, a failed leader's drains wait that long for the next",
+        lease_duration.as_secs_f64(),
+        LeaderArgs::SHORTEST_LEASE.as_secs(),
+        LeaderArgs::LONGEST_LEASE.as_secs()
+    )]
+    LeaseDuration { lease_duration: Duration },
 }
 
 // The drainer's flags. Their doc comments are `--help` text: `<cron>` and bare URLs read as an
@@ -346,7 +353,9 @@ pub struct LeaderArgs {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
 
-    /// How long a leader's lease lasts without renewal.
+    /// How long a leader's lease lasts without renewal; 2s to 1h. The leader renews every third
+    /// of it and stops acting when it has not renewed for two thirds; a standby takes over once
+    /// the lease has not changed for a whole one.
     #[arg(long, env = "ROTOR_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
 
@@ -359,6 +368,24 @@ pub struct LeaderArgs {
     /// request but its watches.
     #[arg(long, env = "ROTOR_RELEASE_LEASE_AFTER", default_value = "30s", value_parser = parse_duration)]
     pub release_lease_after: Duration,
+}
+
+impl LeaderArgs {
+    /// Below this, renewals (a third of it apart, each given a third) cannot ride out one slow
+    /// answer, and replicas take the lease from each other.
+    pub const SHORTEST_LEASE: Duration = Duration::from_secs(2);
+    /// Above this, a failed leader's work waits that long for the next; the Lease's
+    /// `leaseDurationSeconds` is an i32 too.
+    pub const LONGEST_LEASE: Duration = Duration::from_secs(3600);
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(Self::SHORTEST_LEASE..=Self::LONGEST_LEASE).contains(&self.lease_duration) {
+            return Err(ConfigError::LeaseDuration {
+                lease_duration: self.lease_duration,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Validated settings the runtime uses.
@@ -770,6 +797,22 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("--force-after (1200s)"), "{err}");
+        for lease in ["0s", "1500ms", "2h"] {
+            let err = Cli::try_parse_from(["x", "--lease-duration", lease])
+                .unwrap()
+                .leader
+                .validate()
+                .unwrap_err();
+            assert!(
+                err.to_string().contains("--lease-duration")
+                    && err.to_string().contains("2s and 3600s"),
+                "{lease}: {err}"
+            );
+        }
+        for lease in ["2s", "15s", "1h"] {
+            let args = Cli::try_parse_from(["x", "--lease-duration", lease]).unwrap();
+            assert_eq!(args.leader.validate(), Ok(()), "{lease}");
+        }
         assert!(Cli::try_parse_from(["x", "--drain-timeout", "soon"]).is_err());
         assert!(Cli::try_parse_from(["x", "--max-unavailable", "150%"]).is_err());
         assert!(Cli::try_parse_from(["x", "--window", "every night"]).is_err());

@@ -116,7 +116,7 @@ fn main() -> ExitCode {
             leader,
             admin,
         } => {
-            let cfg = match drain.validate() {
+            let cfg = match leader.validate().and_then(|()| drain.validate()) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("rotor-drainer: {e}");

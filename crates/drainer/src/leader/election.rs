@@ -4,7 +4,8 @@
 //! so an idle drainer writes nothing. While
 //! contending, the algorithm is the one client-go uses: the holder renews `renewTime` every
 //! `renew_every`; another replica takes the lease over only when the record it observed has not
-//! changed for a whole `lease_duration` by its own clock (no trust in other clocks). Every write
+//! changed for a whole lease duration (its own, or the holder's if that is longer) by its own
+//! clock (no trust in other clocks). Every write
 //! is an update guarded by resourceVersion, so two candidates can never both win. (The
 //! kube-lease-manager crate uses server-side apply instead, which the simulator does not serve.)
 
@@ -52,6 +53,11 @@ pub enum Attempt {
     Follow { holder: String },
 }
 
+/// `lease_duration` is this replica's own `--lease-duration`. A held lease expires only once it
+/// has been unchanged for the longer of that and the duration its holder wrote into it: while a
+/// Deployment rolls from a longer duration to a shorter one, the old leader goes on acting for
+/// two thirds of its own (longer) duration after its last renewal, and a new replica that went
+/// by its shorter one would take the lease while the old leader may still write.
 pub fn decide(
     spec: Option<&LeaseSpec>,
     me: &str,
@@ -61,11 +67,16 @@ pub fn decide(
     let holder = spec
         .and_then(|s| s.holder_identity.clone())
         .filter(|h| !h.is_empty());
+    let holders_duration = spec
+        .and_then(|s| s.lease_duration_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .map(Duration::from_secs)
+        .unwrap_or_default();
     match holder {
         None => Attempt::Acquire,
         Some(h) if h == me => Attempt::Renew,
         Some(h) => match unchanged_for {
-            Some(d) if d >= lease_duration => Attempt::Acquire,
+            Some(d) if d >= lease_duration.max(holders_duration) => Attempt::Acquire,
             _ => Attempt::Follow { holder: h },
         },
     }
@@ -431,6 +442,45 @@ mod tests {
         assert_eq!(
             decide(Some(&held_by("b")), "a", None, d),
             Attempt::Follow { holder: "b".into() }
+        );
+    }
+
+    #[test]
+    fn a_lease_written_with_a_longer_duration_than_ours_lasts_that_long() {
+        // A leader still on --lease-duration=60s while this replica runs with 15s: the leader
+        // acts for up to 40 s after its last renewal, so 15 s of silence is not enough.
+        let ours = Duration::from_secs(15);
+        let written_with = |secs| LeaseSpec {
+            lease_duration_seconds: Some(secs),
+            ..held_by("b")
+        };
+        let quiet = |secs| Some(Duration::from_secs(secs));
+        assert_eq!(
+            decide(Some(&written_with(60)), "a", quiet(15), ours),
+            Attempt::Follow { holder: "b".into() }
+        );
+        assert_eq!(
+            decide(Some(&written_with(60)), "a", quiet(59), ours),
+            Attempt::Follow { holder: "b".into() }
+        );
+        assert_eq!(
+            decide(Some(&written_with(60)), "a", quiet(60), ours),
+            Attempt::Acquire
+        );
+        // A shorter written duration does not shorten ours: a holder's clock or flags are not
+        // trusted to let us take over sooner than our own rule allows.
+        assert_eq!(
+            decide(Some(&written_with(5)), "a", quiet(10), ours),
+            Attempt::Follow { holder: "b".into() }
+        );
+        assert_eq!(
+            decide(Some(&written_with(5)), "a", quiet(15), ours),
+            Attempt::Acquire
+        );
+        // Nonsense written by someone else (negative) counts as nothing.
+        assert_eq!(
+            decide(Some(&written_with(-7)), "a", quiet(15), ours),
+            Attempt::Acquire
         );
     }
 }

@@ -44,6 +44,7 @@ pub fn settings(identity: &str, flags: &[&str]) -> (DrainerConfig, LeaderArgs) {
     }
     args.extend_from_slice(flags);
     let cli = DrainerCli::try_parse_from(args).expect("test flags parse");
+    cli.leader.validate().expect("test lease flags are valid");
     let cfg = cli.drain.validate().expect("test flags are valid");
     (cfg, cli.leader)
 }

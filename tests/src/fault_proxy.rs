@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Either, Full};
 use hyper::body::{Body, Frame, Incoming};
 use hyper::service::service_fn;
@@ -103,6 +103,19 @@ pub struct Faults {
     pub error_rate: f64,
     /// The probability (0 to 1) that a request's connection is reset (see the module docs).
     pub reset_rate: f64,
+    /// When set, the faults above apply only to requests with this method whose path
+    /// contains this text (`(Method::PATCH, "/configmaps/")`); the others pass untouched.
+    pub only: Option<(Method, String)>,
+}
+
+impl Faults {
+    /// The faults in force for a request with `method` and `path`.
+    fn for_request(&self, method: &Method, path: &str) -> Option<&Faults> {
+        match &self.only {
+            Some((m, part)) if m != method || !path.contains(part.as_str()) => None,
+            _ => Some(self),
+        }
+    }
 }
 
 /// What the proxy does with one request, drawn by [`decide`].
@@ -347,8 +360,10 @@ impl Shared {
         f(&mut lock(&self.stats));
     }
 
-    fn decide(&self, streaming: bool) -> Decision {
+    fn decide(&self, streaming: bool, method: &Method, path: &str) -> Decision {
         let (rng, faults) = &mut *lock(&self.decisions);
+        let none = Faults::default();
+        let faults = faults.for_request(method, path).unwrap_or(&none);
         decide(rng, faults, streaming)
     }
 
@@ -559,7 +574,7 @@ async fn handle(
     if shared.partitioned_now() {
         return shared.stall_then_reset(&conn).await;
     }
-    let decision = shared.decide(is_watch(req.uri()));
+    let decision = shared.decide(is_watch(req.uri()), req.method(), req.uri().path());
     // A partition starting while the request waits, or waits for its answer, catches it too.
     tokio::select! {
         biased;
@@ -805,7 +820,29 @@ mod tests {
             latency: Some((Duration::from_millis(10), Duration::from_millis(200))),
             error_rate: 0.3,
             reset_rate: 0.3,
+            only: None,
         }
+    }
+
+    #[test]
+    fn faults_meant_for_some_requests_leave_the_others_alone() {
+        let patches = Faults {
+            error_rate: 1.0,
+            only: Some((Method::PATCH, "/configmaps/".into())),
+            ..Faults::default()
+        };
+        let cm = "/api/v1/namespaces/rotor-system/configmaps/rotor-drainer-rotation";
+        assert_eq!(patches.for_request(&Method::PATCH, cm), Some(&patches));
+        assert_eq!(patches.for_request(&Method::GET, cm), None);
+        assert_eq!(
+            patches.for_request(&Method::PATCH, "/api/v1/nodes/old-1"),
+            None
+        );
+        let everything = some_faults();
+        assert_eq!(
+            everything.for_request(&Method::GET, "/api/v1/nodes"),
+            Some(&everything)
+        );
     }
 
     fn decisions(seed: u64, faults: &Faults, n: usize) -> Vec<Decision> {

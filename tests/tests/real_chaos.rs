@@ -558,6 +558,7 @@ fn chaos_in_ci() {
             latency: Some((Duration::ZERO, Duration::from_millis(30))),
             error_rate: 0.02,
             reset_rate: 0.01,
+            only: None,
         },
         limit: Duration::from_secs(900),
     });
@@ -579,6 +580,7 @@ fn chaos_long() {
             latency: Some((Duration::ZERO, Duration::from_millis(80))),
             error_rate: 0.05,
             reset_rate: 0.02,
+            only: None,
         },
         limit: Duration::from_secs(1800),
     });

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use rotor_e2e::budget_watch::BudgetVerdict;
+use rotor_e2e::fault_proxy::{FaultProxy, Faults};
 use rotor_e2e::manifests::{deployment, min_available_budget};
 use rotor_e2e::{
     Background, BudgetWatch, FakeNode, RealCluster, WatchedBudget, wait_until, workspace_root,
@@ -1126,23 +1127,42 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
     let webhook = rotor_e2e::health_peers::TestEndpoint::start(200, "ok");
     webhook.fail_next(2);
     let secret_path = webhook.url().replace("/ready", "/services/T0/B0/s3cret");
-    let drainer = shop.drainer(
-        "e2e-a",
-        &[
-            "--halt-after",
-            "5s",
-            "--pending-grace",
-            "1s",
-            "--notify-webhook",
-            &secret_path,
-            "--notify-cluster",
-            "e2e",
-        ],
-    );
+    // Through a proxy that can fail the rotation record's writes.
+    let proxy = FaultProxy::in_front_of(cluster, 43);
+    let flags = [
+        "--halt-after",
+        "5s",
+        "--pending-grace",
+        "1s",
+        "--notify-webhook",
+        &secret_path,
+        "--notify-cluster",
+        "e2e",
+    ];
+    let drainer = cluster.start_rotor_drainer_with("e2e-a", &flags, |kubeconfig| {
+        (
+            std::process::Command::new(rotor_e2e::binary("rotor-drainer")),
+            cluster.kubeconfig_via(kubeconfig, &proxy.url()),
+        )
+    });
     shop.taint("old-1");
     wait_phase(cluster, "old-1", "drained", WAIT);
+    // The halt's first write fails (an API server restarting): it is written again once the
+    // record's writes go through, and the leader holds the lease meanwhile.
+    proxy.set_faults(Faults {
+        error_rate: 1.0,
+        only: Some((http::Method::PATCH, "/configmaps/".into())),
+        ..Faults::default()
+    });
     // old-1's pinned pod is now unschedulable: the next start waits on the gate, then halts.
     shop.taint("old-2");
+    wait_until("the halt's write to fail", WAIT, || {
+        drainer
+            .log()
+            .contains("could not write the halt into the rotation record")
+            .then_some(())
+    });
+    proxy.set_faults(Faults::default());
     let halted = wait_until("status to show the rotation halted", WAIT, || {
         let rotation = status_json(cluster)["rotation"].clone();
         rotation["halted"]["reason"].as_str().map(str::to_string)
@@ -1181,6 +1201,10 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
     assert!(rotation["resumedAt"].is_string(), "{rotation}");
     let log = drainer.log();
     assert!(log.contains("rotation halted"), "{log}");
+    assert!(
+        log.contains("the rotation record does not show the halt yet: writing it again"),
+        "{log}"
+    );
     assert!(log.contains("rotation resumed"), "{log}");
     assert!(
         !log.contains("s3cret"),

@@ -49,7 +49,7 @@ use crate::record::events_io::Announcer;
 use crate::record::node::Intent;
 use crate::record::node_io::{clean_up, forget_cordon};
 use crate::record::notify::{Notice, NoticeKind};
-use crate::record::rotation::RecordRef;
+use crate::record::rotation::{Halt, RecordRef};
 use crate::record::rotation_io::{watch_halt, write_halt, write_waiting};
 
 use super::choice::DemandCache;
@@ -405,11 +405,28 @@ impl Shell {
         }
     }
 
+    /// Writes the halt into the rotation record in the background. A failure is logged; the
+    /// machine sends it again until the record's watch shows it.
+    fn spawn_halt_write(&self, halt: Halt) {
+        let (client, record) = (self.fleet.client.clone(), self.fleet.rotation.clone());
+        self.fleet.tasks.spawn(async move {
+            if let Err(e) = write_halt(&client, &record, &halt).await {
+                tracing::error!(configmap = %record.name, namespace = %record.namespace, error = %e, "could not write the halt into the rotation record (written again in a few seconds, this replica holding the leader lease meanwhile): until it lands, `status` does not show the halt and a new leader would not know of it (check the drainer's RBAC on configmaps)");
+            }
+        });
+    }
+
     /// Runs the lease step's commands.
     async fn lease(election: &mut Election, command: LeaseCommand) {
         match command {
             LeaseCommand::Contend(Need::Node(node, why)) => {
                 tracing::info!(%node, why, "a node needs rotor: contending for the leader lease");
+                election.contend();
+            }
+            LeaseCommand::Contend(Need::HaltRecord) => {
+                tracing::warn!(
+                    "the rotation is halted here but its record does not show the halt yet: holding the leader lease until it does"
+                );
                 election.contend();
             }
             LeaseCommand::Contend(Need::PolicyStatus(policy)) => {
@@ -558,12 +575,11 @@ impl Shell {
                         halt.reason
                     ),
                 ));
-                let (client, record) = (self.fleet.client.clone(), self.fleet.rotation.clone());
-                self.fleet.tasks.spawn(async move {
-                    if let Err(e) = write_halt(&client, &record, &halt).await {
-                        tracing::error!(configmap = %record.name, namespace = %record.namespace, error = %e, "could not write the halt into the rotation record: this leader stays halted, but `status` does not show it and a new leader would not know (check the drainer's RBAC on configmaps)");
-                    }
-                });
+                self.spawn_halt_write(halt);
+            }
+            Command::RewriteHalt(halt) => {
+                tracing::warn!(configmap = %self.fleet.rotation.name, "the rotation record does not show the halt yet: writing it again");
+                self.spawn_halt_write(halt);
             }
             Command::WritePolicyStatus { policy, status } => {
                 let client = self.fleet.client.clone();

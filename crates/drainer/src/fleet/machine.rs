@@ -96,6 +96,9 @@ pub(super) enum Command {
     AnnounceHeld { node: String, why: String },
     /// The circuit breaker tripped: write the halt into the rotation record and say so.
     Halt(Halt),
+    /// Write the halt tripped here into the rotation record again: the record has not shown it
+    /// since it was last sent.
+    RewriteHalt(Halt),
     /// Stop this node's drain where it is, its state kept on the node (`--halt-stops-drains`).
     Pause(String),
     /// The halt was lifted: the breaker's clocks start afresh.
@@ -249,6 +252,7 @@ impl Machine {
                 needs_rotor(n, wall, may_start, may_resume)
                     .map(|why| Need::Node(n.name.clone(), why))
             })
+            .or_else(|| self.halt.unwritten().then_some(Need::HaltRecord))
             .or_else(|| self.status_out_of_date(now, wall).map(Need::PolicyStatus));
         let tasks_run = !self.running.is_empty() || !self.cleaning.is_empty();
         // Tainted nodes that only wait (for a window, a retry or an opt-out to go) are named
@@ -352,7 +356,7 @@ impl Machine {
             })
         });
         commands.extend(no_longer_in_line.into_iter().map(Command::ReleaseAhead));
-        commands.extend(self.breaker_step(wall));
+        commands.extend(self.breaker_step(now, wall));
         commands.extend(self.rotation_finished());
         // Resume drains recorded as started (a restart or a failover), unless a halt stopped
         // them. A resumed drain runs with its pool's settings, so not before the policies are
@@ -429,9 +433,10 @@ impl Machine {
         self.cfg.halt_stops_drains && self.halt.halted().is_some()
     }
 
-    /// The circuit breaker's part of a pass: trip on a replacement that never came up, and stop
-    /// the drains under way if the halt says so.
-    fn breaker_step(&mut self, wall: Timestamp) -> Vec<Command> {
+    /// The circuit breaker's part of a pass: trip on a replacement that never came up, write a
+    /// halt tripped here again while the record does not show it, and stop the drains under way
+    /// if the halt says so.
+    fn breaker_step(&mut self, now: Instant, wall: Timestamp) -> Vec<Command> {
         let mut commands = Vec::new();
         if let Some(halt_after) = self.cfg.halt_after
             && self.halt.halted().is_none()
@@ -444,8 +449,9 @@ impl Machine {
                 halt_after,
             )
         {
-            commands.push(Command::Halt(self.halt.trip(reason, wall)));
+            commands.push(Command::Halt(self.halt.trip(reason, wall, now)));
         }
+        commands.extend(self.halt.due_rewrite(now).map(Command::RewriteHalt));
         if self.drains_halted() {
             for name in &self.running {
                 if self.paused.insert(name.clone()) {

@@ -30,6 +30,9 @@ pub(in crate::fleet) enum Need {
     Node(String, &'static str),
     /// The RotationPolicy's status is out of date, and only a leader writes it.
     PolicyStatus(String),
+    /// The circuit breaker tripped here and the rotation record does not show the halt yet:
+    /// a leader that stood down now would leave the next one draining, unaware of it.
+    HaltRecord,
 }
 
 /// The election's state at a pass, with `--release-lease-after` (a flag, not state).

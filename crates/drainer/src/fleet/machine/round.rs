@@ -136,7 +136,7 @@ impl Machine {
             (self.cfg.halt_after, &round.gate_held, self.halt.halted())
             && let Some(reason) = gate_trip(*held_for, halt_after, why)
         {
-            return vec![Command::Halt(self.halt.trip(reason, round.wall))];
+            return vec![Command::Halt(self.halt.trip(reason, round.wall, round.now))];
         }
         self.recheck_the_clock(&mut round, wall);
         let mut commands = Vec::new();

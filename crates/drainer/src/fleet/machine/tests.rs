@@ -964,7 +964,38 @@ fn a_gate_held_past_halt_after_halts_the_rotation_until_it_is_resumed() {
             .starts_with("rotation halted until `rotor-drainer resume`")),
         "{held:?}"
     );
-    // A halted rotation does not keep the lease for waiting nodes.
+    // Until the record shows the halt, the leader keeps the lease (a new one would not know of
+    // the halt) and writes it again: the first write may have failed.
+    assert_eq!(
+        machine.lease_step(t0, wall(), false, false),
+        vec![LeaseCommand::Contend(Need::HaltRecord)]
+    );
+    let rewrites = |commands: &[Command]| {
+        commands
+            .iter()
+            .filter(|c| matches!(c, Command::RewriteHalt(_)))
+            .count()
+    };
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(4));
+    assert_eq!(rewrites(&commands), 0, "{commands:?}");
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(6));
+    assert_eq!(rewrites(&commands), 1, "{commands:?}");
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(7));
+    assert_eq!(rewrites(&commands), 0, "backs off: {commands:?}");
+    let halted_at = wall();
+    machine.apply(
+        Event::HaltRead(HaltState {
+            halted: Some(Halt {
+                since: halted_at,
+                reason: tripped[0].clone(),
+            }),
+            resumed_at: None,
+        }),
+        t0,
+    );
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(60));
+    assert_eq!(rewrites(&commands), 0, "shown in the record: {commands:?}");
+    // A halted rotation whose record shows the halt does not keep the lease for waiting nodes.
     assert_eq!(
         machine.lease_step(t0, wall(), false, false),
         vec![LeaseCommand::StandBy {

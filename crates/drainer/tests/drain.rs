@@ -1535,3 +1535,64 @@ async fn given_a_node_the_drainer_cannot_patch_then_its_start_is_tried_again_aft
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
+
+/// Weighing the next starts may wait on the API server for a long time (here every read of pods
+/// is held 60 s, as a starved API server holds a large read): a drain whose taint goes
+/// meanwhile stops and gives its node back at once, and a shutdown ends the drainer, neither
+/// waiting for the weighing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_next_starts_are_weighed_slowly_when_a_drains_taint_goes_then_it_stops_at_once() {
+    let cluster = SimCluster::start(&stuck_cluster()).await;
+    let drainer = TestDrainer::start(
+        &cluster,
+        "a",
+        &["--max-concurrent", "2", "--max-unavailable", "3"],
+    );
+    let blocked = block_a_web_node(&cluster).await;
+    assert_eq!(
+        cluster.node(&blocked).await.spec.unwrap().unschedulable,
+        Some(true)
+    );
+    let held = Duration::from_secs(60);
+    cluster
+        .faults(serde_json::json!({"delays": [
+            {"verb": "list", "resource": "pods", "ms": held.as_millis()},
+            {"verb": "watch", "resource": "pods", "ms": held.as_millis()},
+        ]}))
+        .await;
+    // Two candidates for the one free slot: the choice reads their pods, and waits.
+    let read_pods = || cluster.requests("list pods") + cluster.requests("watch pods");
+    let before = read_pods();
+    for node in cluster.node_names().await {
+        if node != blocked {
+            cluster.taint(&node, "manual").await;
+        }
+    }
+    wait_until(
+        "the choice to ask for the candidates' pods",
+        WAIT,
+        || async { (read_pods() > before).then_some(()) },
+    )
+    .await;
+    let asked = Instant::now();
+    cluster.untaint(&blocked).await;
+    wait_until(
+        "the drain to stop and uncordon its node while the reads are held",
+        held / 3,
+        || async {
+            let node = cluster.node(&blocked).await;
+            (node.spec.unwrap().unschedulable != Some(true)).then_some(())
+        },
+    )
+    .await;
+    // A shutdown while the reads are still held ends the drainer without waiting for them.
+    assert!(asked.elapsed() < held / 2, "the reads are still held");
+    let stopping = Instant::now();
+    drainer.stop().await.unwrap();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "stopped in {:?}, without waiting for the held reads",
+        stopping.elapsed()
+    );
+    cluster.stop().await;
+}

@@ -33,7 +33,7 @@ use crate::cluster::objects::{
     node_unschedulable, pod_ready, terminal, terminating,
 };
 use crate::scenario::{NodeTemplate, version_minor};
-use crate::state::{ErrorRule, Sim};
+use crate::state::{DelayRule, ErrorRule, Sim};
 
 pub fn router() -> Router<Arc<Sim>> {
     Router::new()
@@ -249,6 +249,8 @@ struct FaultsBody {
     errors: Vec<ErrorRule>,
     #[serde(default)]
     latency_ms: u64,
+    #[serde(default)]
+    delays: Vec<DelayRule>,
 }
 
 async fn set_faults(State(sim): State<Arc<Sim>>, Json(b): Json<FaultsBody>) -> Response {
@@ -263,7 +265,8 @@ async fn set_faults(State(sim): State<Arc<Sim>>, Json(b): Json<FaultsBody>) -> R
     let mut f = sim.faults.lock().expect("faults lock");
     f.rules = b.errors;
     f.latency = Duration::from_millis(b.latency_ms);
-    Json(json!({"errors": f.rules, "latencyMs": b.latency_ms})).into_response()
+    f.delays = b.delays;
+    Json(json!({"errors": f.rules, "latencyMs": b.latency_ms, "delays": f.delays})).into_response()
 }
 
 async fn drop_watches(State(sim): State<Arc<Sim>>) -> Response {

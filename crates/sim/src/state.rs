@@ -34,6 +34,20 @@ pub struct ErrorRule {
     pub times: Option<u32>,
 }
 
+/// One injected delay: requests matching verb and resource wait `ms` before they are served
+/// (a watch: before its stream begins; the events of an open one are not delayed).
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DelayRule {
+    /// As [`ErrorRule::verb`]; absent matches all.
+    #[serde(default)]
+    pub verb: Option<String>,
+    /// As [`ErrorRule::resource`]; absent matches all.
+    #[serde(default)]
+    pub resource: Option<String>,
+    pub ms: u64,
+}
+
 /// An error a rule fired: answered instead of the request's result, before or after serving it.
 pub struct Injected {
     pub error: ApiError,
@@ -48,10 +62,22 @@ fn default_code() -> u16 {
 pub struct Faults {
     pub rules: Vec<ErrorRule>,
     pub latency: Duration,
+    pub delays: Vec<DelayRule>,
     rng: u64,
 }
 
 impl Faults {
+    /// How long a request waits for the first delay rule it matches (none: no wait).
+    pub fn delay(&self, verb: &str, resource: &str) -> Duration {
+        self.delays
+            .iter()
+            .find(|r| {
+                r.verb.as_deref().is_none_or(|v| v == verb)
+                    && r.resource.as_deref().is_none_or(|x| x == resource)
+            })
+            .map_or(Duration::ZERO, |r| Duration::from_millis(r.ms))
+    }
+
     fn next_f64(&mut self) -> f64 {
         // xorshift64*: enough randomness for fault injection, no dependency.
         if self.rng == 0 {
@@ -175,6 +201,28 @@ mod tests {
         assert!(f.injected_error("list", "pods").is_none());
         f.rules[0].rate = 0.0;
         assert!(f.injected_error("create", "pods/eviction").is_none());
+    }
+
+    #[test]
+    fn delay_rules_match_verb_and_resource() {
+        let f = Faults {
+            delays: vec![
+                DelayRule {
+                    verb: Some("watch".into()),
+                    resource: Some("pods".into()),
+                    ms: 30_000,
+                },
+                DelayRule {
+                    verb: None,
+                    resource: Some("pods".into()),
+                    ms: 5,
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(f.delay("watch", "pods"), Duration::from_secs(30));
+        assert_eq!(f.delay("list", "pods"), Duration::from_millis(5));
+        assert_eq!(f.delay("watch", "nodes"), Duration::ZERO);
     }
 
     fn first_rule() -> ErrorRule {

@@ -13,7 +13,7 @@
 //! cluster has absorbed the last drains; `choice` orders the candidates by what their pods'
 //! budgets allow now; both read the cluster, so the shell asks them between the machine's steps.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::watcher;
+use rotor_core::find_drain_taint;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -201,6 +202,9 @@ pub async fn run(
     // their selectors need and is not read twice; at most this long, should the policy watch
     // keep failing (the tick polls again each second).
     let policies_awaited_until = Instant::now() + POLICIES_BEFORE_NODES;
+    // Node events that arrived while the starts were weighed, taken before the watch's next.
+    let mut stashed_node_events = VecDeque::new();
+    let mut node_events_ended = false;
     loop {
         let burst_over = machine.burst_settles_at(Instant::now());
         let read_nodes = machine.policies_known() || Instant::now() >= policies_awaited_until;
@@ -227,7 +231,7 @@ pub async fn run(
                 }
                 None
             }
-            ev = node_events.next(), if read_nodes => {
+            ev = next_node_event(&mut stashed_node_events, &mut node_events), if read_nodes => {
                 if let Some(Ok(event)) = &ev {
                     shell.tainted_nodes.apply(event);
                 }
@@ -257,6 +261,7 @@ pub async fn run(
                 // A new watch starts with a full list; the machine holds starts until it ends.
                 tracing::info!(keys = %machine.label_keys().describe(), "a RotationPolicy selects nodes by a label the drainer did not keep: it reads every node again, and no drain starts or resumes until it has");
                 node_events = watch_nodes(&fleet.client);
+                (stashed_node_events, node_events_ended) = (VecDeque::new(), false);
                 listing.clear();
             }
             // Every replica reports the halt it knows, so the figure survives a failover.
@@ -290,8 +295,33 @@ pub async fn run(
             shell.make_waiting_room_ahead(election.is_leading());
             continue;
         };
-        let round = shell.weigh_starts(&machine, round).await;
+        // Weighing may wait on the API for minutes (the gate's read of pending pods on a
+        // starved API server). Meanwhile a shutdown or a lost lease ends it, and a node whose
+        // taint went has its drain stopped at once; node events wait for the next passes.
+        let aborts = shell.abort_tokens();
+        let weighed = {
+            let weighing = shell.weigh_starts(&machine, round);
+            tokio::pin!(weighing);
+            loop {
+                tokio::select! {
+                    round = &mut weighing => break Some(round),
+                    _ = stop.cancelled() => break None,
+                    changed = leading_changes.changed() => if changed.is_err() || !election.is_leading() {
+                        break None;
+                    },
+                    ev = node_events.next(), if read_nodes && !node_events_ended => {
+                        match &ev {
+                            Some(Ok(event)) => abort_if_untainted(event, &aborts),
+                            None => node_events_ended = true,
+                            Some(Err(_)) => {}
+                        }
+                        stashed_node_events.push_back(ev);
+                    }
+                }
+            }
+        };
         // The gate and the choice may have waited on the API: act only if still leading.
+        let Some(round) = weighed else { continue };
         if stop.is_cancelled() || !election.is_leading() {
             continue;
         }
@@ -306,15 +336,44 @@ pub async fn run(
     Ok(())
 }
 
+type NodeEvents = futures::stream::BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>>;
+
+/// The next node event: one kept while the starts were weighed, else the watch's next.
+async fn next_node_event(
+    stashed: &mut VecDeque<Option<Result<watcher::Event<Node>, watcher::Error>>>,
+    events: &mut NodeEvents,
+) -> Option<Result<watcher::Event<Node>, watcher::Error>> {
+    match stashed.pop_front() {
+        Some(kept) => kept,
+        None => events.next().await,
+    }
+}
+
+/// Stops the drain of a node that this event shows without the drain taint, or gone, as the
+/// machine's [`Command::Abort`] would at the next pass: seen while the starts are weighed.
+fn abort_if_untainted(event: &watcher::Event<Node>, aborts: &HashMap<String, CancellationToken>) {
+    let gone = match event {
+        watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+            find_drain_taint(n).is_none().then_some(n)
+        }
+        watcher::Event::Delete(n) => Some(n),
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    };
+    if let Some(abort) = gone
+        .and_then(|n| n.metadata.name.as_deref())
+        .and_then(|name| aborts.get(name))
+    {
+        abort.cancel();
+    }
+}
+
 /// How long the first list of the nodes waits for the policy watch's answer.
 const POLICIES_BEFORE_NODES: Duration = Duration::from_secs(10);
 
 /// Every node, listed then watched. Small pages: each listed Node is summarised and dropped at
 /// once, so the page is the peak (500 full Nodes with their image lists are several MiB at
 /// 5,000 nodes).
-fn watch_nodes(
-    client: &kube::Client,
-) -> futures::stream::BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>> {
+fn watch_nodes(client: &kube::Client) -> NodeEvents {
     let nodes: Api<Node> = Api::all(client.clone());
     watcher(nodes, watcher::Config::default().page_size(100))
         .watch_backoff()
@@ -458,6 +517,14 @@ impl Shell {
                 }
             }
         }
+    }
+
+    /// Each running drain's abort, for use while the shell is busy.
+    fn abort_tokens(&self) -> HashMap<String, CancellationToken> {
+        self.stoppers
+            .iter()
+            .map(|(node, stops)| (node.clone(), stops.abort.clone()))
+            .collect()
     }
 
     /// Asks the start gate, then the budget-aware choice, about the machine's round of starts.
@@ -714,5 +781,39 @@ impl Shell {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, tainted: bool) -> Node {
+        let taints = tainted.then(|| {
+            vec![rotor_core::drain_taint(
+                rotor_core::DrainReason::Manual,
+                rotor_core::TaintEffect::NoSchedule,
+            )]
+        });
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"taints": taints},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_drain_is_stopped_by_its_nodes_loss_of_the_taint_or_its_deletion_only() {
+        let aborts: HashMap<String, CancellationToken> = ["a", "b", "c"]
+            .map(|n| (n.to_string(), CancellationToken::new()))
+            .into();
+        abort_if_untainted(&watcher::Event::Apply(node("a", true)), &aborts);
+        abort_if_untainted(&watcher::Event::Apply(node("b", false)), &aborts);
+        abort_if_untainted(&watcher::Event::Delete(node("c", true)), &aborts);
+        abort_if_untainted(&watcher::Event::Apply(node("other", false)), &aborts);
+        let stopped = |n: &str| aborts[n].is_cancelled();
+        assert!(!stopped("a"), "still tainted");
+        assert!(stopped("b"), "its taint went");
+        assert!(stopped("c"), "the node went");
     }
 }

@@ -113,7 +113,10 @@ pub async fn dispatch(
         };
         drop(c);
         let mut f = sim.faults.lock().expect("faults lock");
-        (answer + f.latency, f.injected(verb, &resource))
+        (
+            answer + f.latency + f.delay(verb, &resource),
+            f.injected(verb, &resource),
+        )
     };
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;

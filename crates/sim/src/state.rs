@@ -54,6 +54,17 @@ pub struct Injected {
     pub after_serving: bool,
 }
 
+/// Whether a rule's verb and resource (each absent: any) match a request's.
+fn matches(
+    rule_verb: &Option<String>,
+    rule_resource: &Option<String>,
+    verb: &str,
+    resource: &str,
+) -> bool {
+    rule_verb.as_deref().is_none_or(|v| v == verb)
+        && rule_resource.as_deref().is_none_or(|x| x == resource)
+}
+
 fn default_code() -> u16 {
     500
 }
@@ -71,10 +82,7 @@ impl Faults {
     pub fn delay(&self, verb: &str, resource: &str) -> Duration {
         self.delays
             .iter()
-            .find(|r| {
-                r.verb.as_deref().is_none_or(|v| v == verb)
-                    && r.resource.as_deref().is_none_or(|x| x == resource)
-            })
+            .find(|r| matches(&r.verb, &r.resource, verb, resource))
             .map_or(Duration::ZERO, |r| Duration::from_millis(r.ms))
     }
 
@@ -99,10 +107,10 @@ impl Faults {
     /// The error to answer for this request, and whether after serving it, if a rule fires; a
     /// rule with `times` left counts one down, and goes at zero.
     pub fn injected(&mut self, verb: &str, resource: &str) -> Option<Injected> {
-        let index = self.rules.iter().position(|r| {
-            r.verb.as_deref().is_none_or(|v| v == verb)
-                && r.resource.as_deref().is_none_or(|x| x == resource)
-        })?;
+        let index = self
+            .rules
+            .iter()
+            .position(|r| matches(&r.verb, &r.resource, verb, resource))?;
         let rule = self.rules[index].clone();
         if rule.times == Some(0) {
             // Fired as often as it was told, or told never to.

@@ -353,9 +353,9 @@ pub struct LeaderArgs {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
 
-    /// How long a leader's lease lasts without renewal; 2s to 1h. The leader renews every third
-    /// of it and stops acting when it has not renewed for two thirds; a standby takes over once
-    /// the lease has not changed for a whole one.
+    /// How long a leader's lease lasts without renewal, from 2s to 1h. The leader renews every
+    /// third of it and stops acting when it has not renewed for two thirds; a standby takes
+    /// over once the lease has not changed for a whole one.
     #[arg(long, env = "ROTOR_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
 

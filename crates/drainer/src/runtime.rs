@@ -126,6 +126,7 @@ pub async fn run(
         budgets: budgets.clone(),
         rules: DrainRuleWatch::start(kube_client.clone(), &tasks, tasks_stop.clone()),
         published: published.clone(),
+        fleet_room: surge.clone(),
         surge,
     });
     let fleet = Arc::new(Fleet {

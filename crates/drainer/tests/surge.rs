@@ -587,6 +587,44 @@ async fn a_timed_out_surges_release_removes_only_the_placeholders_it_handed_over
     }
 }
 
+/// The release's removal fails (the API server answers 500 once): the node keeps its
+/// `--max-surge` slot and the removal is tried again a few seconds later, instead of the
+/// placeholders, owned by no one, standing until a next leader's sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placeholders_whose_removal_failed_are_removed_on_a_later_try() {
+    let cluster = SimCluster::start(PACKED).await;
+    create_surge_class(&cluster).await;
+    let drainer = TestDrainer::start(&cluster, "r", &["--surge", "--surge-timeout", "1s"]);
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    cluster
+        .faults(serde_json::json!({"errors": [
+            {"verb": "deletecollection", "resource": "pods", "rate": 1.0, "code": 500, "times": 1},
+        ]}))
+        .await;
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "drained").await;
+    wait_until(
+        "the placeholders to be removed on a later try",
+        WAIT,
+        || async {
+            cluster
+                .pods_labelled("rotor-system", &placeholders_of(&node))
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    drainer.stop().await.expect("the drainer stops cleanly");
+    assert_no_sets_left(&cluster).await;
+    let stats = cluster.stats();
+    assert_eq!(
+        cluster.requests("deletecollection pods"),
+        2,
+        "the failed removal and its later try: {stats}"
+    );
+}
+
 /// A ReplicaSet controller that does not remove the placeholders of the sets a drain scaled to
 /// zero (down, or far behind; here the simulated control plane is paused): 2 s after the scale
 /// the drain deletes the sets and the placeholders itself, and its release, which has nothing

@@ -62,8 +62,12 @@ pub struct Drains {
     pub rules: DrainRuleWatch,
     /// What the drains publish for the loop over nodes.
     pub published: Arc<Published>,
-    /// `--surge`: the placeholders' I/O, shared with the loop (which makes room ahead).
+    /// `--surge`: the placeholders' I/O, shared with the loop (which makes room ahead); `None`
+    /// for a drain whose pool does not surge.
     pub surge: Option<Arc<SurgeRoom>>,
+    /// `--surge`'s room whether this drain's pool surges or not: what the drain's end releases
+    /// of room made for its node before its pool stopped surging.
+    pub fleet_room: Option<Arc<SurgeRoom>>,
 }
 
 impl Drains {
@@ -132,6 +136,7 @@ impl Drains {
             budgets: BudgetWatch::start(client, tasks, stop.clone()),
             rules: DrainRuleWatch::default(),
             published: Arc::new(Published::default()),
+            fleet_room: surge.clone(),
             surge,
         }
     }

@@ -19,5 +19,5 @@ mod room;
 
 pub use ahead::{release_ahead, reserve_ahead};
 pub use making::{SurgeOutcome, make_room};
-pub use removal::release;
+pub use removal::{release, release_if_held};
 pub use room::SurgeRoom;

@@ -19,7 +19,7 @@ use crate::drain::pass_io::{Evicting, evict_until_drained};
 use crate::drain::replace_by::ReplaceBy;
 use crate::drain::shared::{Drains, Stops};
 use crate::drain::surge::SurgeConfig;
-use crate::drain::surge_io::{SurgeOutcome, SurgeRoom, make_room, release};
+use crate::drain::surge_io::{SurgeOutcome, SurgeRoom, make_room, release, release_if_held};
 use crate::error::DrainError;
 use crate::record::events::NodeEvent;
 use crate::record::node::{
@@ -70,10 +70,13 @@ pub async fn drain_node(
         } => intent == Intent::Resume,
         _ => false,
     };
-    if let Some(room) = &drains.surge
-        && !under_way
-    {
-        release(room, &name).await;
+    match (&drains.surge, &drains.fleet_room) {
+        _ if under_way => {}
+        (Some(room), _) => release(room, &name).await,
+        // Its pool does not surge, but it may have once (a drain resumed after its policy
+        // stopped surging): whatever surge still holds for the node goes.
+        (None, Some(room)) => release_if_held(room, &name).await,
+        (None, None) => {}
     }
     outcome
 }
@@ -604,11 +607,13 @@ mod tests {
             "{:?}",
             outcome.result
         );
-        // The room made ahead is removed with the drain's end (the removal's requests fail here,
-        // and the next term's sweep would take the placeholders): its slot is free again.
+        // The room made ahead is removed with the drain's end. Its removal's requests fail
+        // here: the slot stays held, so that no placeholder stands beyond --max-surge, and the
+        // removal waits to be tried again.
+        assert!(room.holds_slot("n"));
         assert!(
-            !room.holds_slot("n"),
-            "the slot of room made ahead outlived the drain"
+            room.awaits_removal("n"),
+            "the room made ahead was not released with the drain"
         );
         // And a making of room ahead still on its way makes nothing: no one would remove it.
         assert!(!room.wants_ahead("n"));

@@ -32,7 +32,7 @@ use crate::drain::pods::DrainOptions;
 use crate::drain::published::Published;
 use crate::drain::shared::{Drains, Stops};
 use crate::drain::surge::AheadQueue;
-use crate::drain::surge_io::{release, release_ahead, reserve_ahead};
+use crate::drain::surge_io::{release, release_ahead, release_if_held, reserve_ahead};
 use crate::drain::task::drain_node;
 use crate::error::RunError;
 use crate::fleet::gate::GateConfig;
@@ -292,7 +292,7 @@ pub async fn run(
             // Only the leader asks the health checks: a replica that is not leading (any more)
             // reports the gate open, so that `min` over replicas is the leader's verdict.
             fleet.metrics.health_gate_open.set(1);
-            shell.make_waiting_room_ahead(election.is_leading());
+            shell.look_after_surge(election.is_leading());
             continue;
         };
         // Weighing may wait on the API for minutes (the gate's read of pending pods on a
@@ -329,7 +329,7 @@ pub async fn run(
             shell.run(command).await;
         }
         // After the starts: a drain this pass started holds the room made ahead off.
-        shell.make_waiting_room_ahead(election.is_leading());
+        shell.look_after_surge(election.is_leading());
     }
     // Shutdown: let running drains stop where they are; their state stays on the nodes.
     while shell.tasks.join_next().await.is_some() {}
@@ -415,10 +415,19 @@ impl Shell {
     }
 
     /// Makes the room ahead that waited while a drain's room changed hands, once it may be
-    /// made; only while `leading`.
-    fn make_waiting_room_ahead(&mut self, leading: bool) {
+    /// made, and tries again to remove the rooms whose removal failed, when due; only while
+    /// `leading`.
+    fn look_after_surge(&mut self, leading: bool) {
         let quiet = match &self.fleet.drains.surge {
-            Some(room) if leading => room.quiet_for_room_ahead(),
+            Some(room) if leading => {
+                if room.removals_due(Instant::now()) {
+                    let room = room.clone();
+                    self.fleet
+                        .tasks
+                        .spawn(async move { room.retry_removals().await });
+                }
+                room.quiet_for_room_ahead()
+            }
             _ => return,
         };
         for node in self.ahead.due(quiet) {
@@ -733,6 +742,13 @@ impl Shell {
                 });
             }
             // Room still waiting to be made ahead is only forgotten.
+            Command::ReleaseRoom(node) => {
+                if let Some(room) = self.fleet.drains.surge.clone() {
+                    self.fleet
+                        .tasks
+                        .spawn(async move { release_if_held(&room, &node).await });
+                }
+            }
             Command::ReleaseAhead(node) => {
                 if let Some(room) = self.fleet.drains.surge.clone() {
                     room.unwant_ahead(&node);

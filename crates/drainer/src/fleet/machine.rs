@@ -91,6 +91,9 @@ pub(super) enum Command {
     ReserveAhead(String),
     /// Remove the room made ahead for this node: it is no longer in line.
     ReleaseAhead(String),
+    /// This node is gone and nothing drains it: release whatever surge still holds for it (the
+    /// room of a drain a halt stopped), if anything.
+    ReleaseRoom(String),
     /// Say on this node (an Event) that pre-drain hooks, a missing approval, RotationPolicies
     /// overlapping on it or its policy being unreadable hold it, in `why`'s words.
     AnnounceHeld { node: String, why: String },

@@ -9,6 +9,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams};
 
+use crate::drain::lock;
 use crate::drain::surge::{
     SurgeConfig, all_placeholders_selector, orphaned, placeholder_node, placeholder_selector,
 };
@@ -33,23 +34,61 @@ pub async fn release(room: &SurgeRoom, node: &str) {
         }
         state
     };
-    match state {
-        Some(DrainRoom::Freed { sets_left: false }) => room.give_back(node),
-        // Scaled to zero: the placeholders are gone, the empty sets go now.
+    let removed = match state {
+        Some(DrainRoom::Freed { sets_left: false }) => true,
+        // Scaled to zero: the placeholders are gone (the slot with them), the empty sets go now.
         Some(DrainRoom::Freed { sets_left: true }) => {
             room.give_back(node);
-            remove_sets(&room.client, &room.cfg, node).await;
+            remove_sets(&room.client, &room.cfg, node).await
         }
         // The sets went at the hand-over; their pods, owned by no one since, go now.
-        Some(DrainRoom::HandedOver) => {
-            remove_placeholders(&room.client, &room.cfg, node).await;
-            room.give_back(node);
-        }
-        Some(DrainRoom::Held) | None => {
-            remove_room(room, node).await;
+        Some(DrainRoom::HandedOver) => remove_placeholders(&room.client, &room.cfg, node).await,
+        Some(DrainRoom::Held) | None => delete_room(room, node).await,
+    };
+    room.owned_by_drain.lock().await.remove(node);
+    // Rule: placeholders stand only within --max-surge. What could not be removed keeps its
+    // slot and is tried again; nothing else removes it before the next term's sweep (handed
+    // over, it is owned by no one, and a node that stays keeps its sets).
+    if removed {
+        room.give_back(node);
+    } else {
+        room.keep_for_removal(node, std::time::Instant::now());
+    }
+}
+
+/// Releases `node`'s room only if this drainer holds some for it (a drain took it over, or a
+/// slot is held) and its removal is not already waiting to be tried again: for a node deleted
+/// while its drain was stopped (a halt), and at the end of a drain whose pool does not surge
+/// (it may have been resumed under a policy that stopped surging). Sends nothing otherwise.
+pub async fn release_if_held(room: &SurgeRoom, node: &str) {
+    let held = {
+        let owned = room.owned_by_drain.lock().await;
+        room.is_ours(&owned, node) && !room.awaits_removal(node)
+    };
+    if held {
+        release(room, node).await;
+    }
+}
+
+impl SurgeRoom {
+    /// Tries again to remove the rooms whose removal failed at their release (the caller asks
+    /// [`SurgeRoom::removals_due`] first). A room taken over since (a new drain of the node,
+    /// or room made ahead for it) is left to whoever holds it now.
+    pub async fn retry_removals(&self) {
+        let nodes: Vec<String> = lock(&self.unremoved).iter().cloned().collect();
+        for node in nodes {
+            // Held across the removal, as the sweep holds it: no room for the node begins
+            // meanwhile.
+            let owned = self.owned_by_drain.lock().await;
+            if owned.contains_key(&node) || self.wants_ahead(&node) {
+                lock(&self.unremoved).remove(&node);
+            } else if delete_room(self, &node).await {
+                lock(&self.unremoved).remove(&node);
+                self.give_back(&node);
+                tracing::info!(%node, "removed the node's placeholders on a later try");
+            }
         }
     }
-    room.owned_by_drain.lock().await.remove(node);
 }
 
 /// Removes `node`'s placeholder sets, then its placeholders, and gives back its `--max-surge`
@@ -95,7 +134,7 @@ async fn remove_placeholders(client: &kube::Client, cfg: &SurgeConfig, node: &st
             true
         }
         Err(e) => {
-            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholders (rotor-drainer needs deletecollection on pods in its namespace); the next leader's sweep removes them");
+            tracing::warn!(%node, namespace = %cfg.namespace, error = %e, "could not remove the node's placeholders (rotor-drainer needs deletecollection on pods in its namespace); tried again with back-off while this replica leads, their --max-surge slot kept meanwhile, else the next leader's sweep removes them");
             false
         }
     }
@@ -109,7 +148,7 @@ async fn remove_sets(client: &kube::Client, cfg: &SurgeConfig, node: &str) -> bo
         cfg,
         node,
         &DeleteParams::background(),
-        "could not remove the node's placeholder sets (rotor-drainer needs deletecollection on replicasets in its namespace); the next leader or the node's deletion removes them",
+        "could not remove the node's placeholder sets (rotor-drainer needs deletecollection on replicasets in its namespace); tried again with back-off while this replica leads, else the next leader or the node's deletion removes them",
     )
     .await
 }
@@ -240,4 +279,28 @@ async fn delete_all<'a>(
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::drain::surge_io::room::SurgeRoom;
+
+    #[tokio::test]
+    async fn a_room_that_could_not_be_removed_is_tried_again_with_back_off_until_it_goes() {
+        let room = SurgeRoom::offline();
+        let t0 = Instant::now();
+        let secs = |s| t0 + Duration::from_secs(s);
+        assert!(!room.removals_due(secs(1000)), "nothing to remove");
+        assert!(room.take_slot("a"));
+        room.keep_for_removal("a", t0);
+        assert!(room.holds_slot("a"), "kept until it goes");
+        let due: Vec<u64> = (0..=700).filter(|s| room.removals_due(secs(*s))).collect();
+        assert_eq!(due, [5, 15, 35, 75, 155, 315, 615]);
+        // Gone on a later try: nothing is due any more.
+        room.unremoved.lock().unwrap().clear();
+        assert!(!room.removals_due(secs(2000)));
+        assert!(room.removal_retry.lock().unwrap().is_none());
+    }
 }

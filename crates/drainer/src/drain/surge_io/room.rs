@@ -51,11 +51,23 @@ pub struct SurgeRoom {
     /// clears its node's as it begins, before its own making or removal of the room; the loop
     /// wants room for the node again only once that drain has ended.
     pub(super) wanted_ahead: Mutex<BTreeSet<String>>,
+    /// Nodes whose room could not be removed at their release (a 5xx, a timeout, no RBAC):
+    /// they keep their `--max-surge` slot until a later try removes it
+    /// ([`retry_removals`](SurgeRoom::retry_removals)), so a removal that keeps failing stops
+    /// surge instead of leaving more placeholders behind.
+    pub(super) unremoved: Mutex<BTreeSet<String>>,
+    /// When the rooms in `unremoved` are next tried, and the wait after that.
+    pub(super) removal_retry: Mutex<Option<(Instant, Duration)>>,
     /// Rotor's placeholders that wait for a node, as the watch of every placeholder shows them
     /// ([`observe_placeholder`](SurgeRoom::observe_placeholder)): a drain about to free its
     /// room waits for them.
     pub(super) pending: tokio::sync::watch::Sender<PendingPlaceholders>,
 }
+
+/// How long after a failed removal of a node's room it is tried again; each further try waits
+/// twice as long, up to [`REMOVAL_RETRY_AT_MOST`].
+pub(super) const REMOVAL_RETRY_FIRST: Duration = Duration::from_secs(5);
+pub(super) const REMOVAL_RETRY_AT_MOST: Duration = Duration::from_secs(300);
 
 /// Where a drain's room is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,8 +100,40 @@ impl SurgeRoom {
             owned_by_drain: tokio::sync::Mutex::default(),
             no_room_ahead_until: Mutex::default(),
             wanted_ahead: Mutex::default(),
+            unremoved: Mutex::default(),
+            removal_retry: Mutex::default(),
             pending: tokio::sync::watch::Sender::new(PendingPlaceholders::default()),
         }
+    }
+
+    /// `node`'s room could not be removed: it keeps its slot, and is tried again after the
+    /// current wait (the first [`REMOVAL_RETRY_FIRST`]).
+    pub(super) fn keep_for_removal(&self, node: &str, now: Instant) {
+        lock(&self.unremoved).insert(node.to_string());
+        lock(&self.removal_retry).get_or_insert((now + REMOVAL_RETRY_FIRST, REMOVAL_RETRY_FIRST));
+    }
+
+    /// Whether the rooms that could not be removed are due to be tried again at `now`: the
+    /// caller tries them then, and the next try, if one is still needed, waits twice as long.
+    pub fn removals_due(&self, now: Instant) -> bool {
+        let mut retry = lock(&self.removal_retry);
+        match *retry {
+            Some((at, wait)) if now >= at && !lock(&self.unremoved).is_empty() => {
+                let next = (wait * 2).min(REMOVAL_RETRY_AT_MOST);
+                *retry = Some((now + next, next));
+                true
+            }
+            Some(_) if lock(&self.unremoved).is_empty() => {
+                *retry = None;
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `node`'s room waits to be removed again.
+    pub(crate) fn awaits_removal(&self, node: &str) -> bool {
+        lock(&self.unremoved).contains(node)
     }
 
     /// Takes in one event of the watch of every placeholder, waking the drains that wait for
@@ -194,6 +238,9 @@ impl SurgeRoom {
         let mut owned = self.owned_by_drain.lock().await;
         owned.clear();
         lock(&self.wanted_ahead).clear();
+        // What could not be removed is an earlier term's too: the sweep removes it.
+        lock(&self.unremoved).clear();
+        *lock(&self.removal_retry) = None;
         let mut held = lock(&self.held);
         held.clear();
         self.holding.set(0);

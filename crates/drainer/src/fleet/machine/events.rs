@@ -85,7 +85,12 @@ impl Machine {
             Event::NodeDeleted(name) => {
                 self.nodes.remove(&name);
                 self.unwritten.remove(&name);
-                vec![Command::ForgetDemand(name)]
+                // A running drain ends on the next pass and releases its own room.
+                let release = (!self.busy(&name)).then(|| Command::ReleaseRoom(name.clone()));
+                [Command::ForgetDemand(name)]
+                    .into_iter()
+                    .chain(release)
+                    .collect()
             }
             Event::PoliciesListed(pools) => {
                 self.policies.listed(pools);

@@ -252,6 +252,32 @@ fn a_taint_removed_stops_the_drain_and_one_gone_for_good_is_forgotten() {
 }
 
 #[test]
+fn a_node_deleted_once_its_drain_stopped_has_its_surge_room_released() {
+    let t0 = Instant::now();
+    let mut machine = listed(config(1, &[]), vec![tainted("a", 3)], t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), [drain("a", Intent::Start)]);
+    // A halt (or a shutdown) stopped the drain where it was: its room stays for its resume.
+    machine.apply(
+        Event::TaskEnded {
+            node: "a".into(),
+            result: DrainResult::Interrupted,
+            record: None,
+            evicted: Vec::new(),
+        },
+        t0,
+    );
+    // The node goes (retired by someone else): no resume will come to release the room.
+    assert_eq!(
+        machine.apply(Event::NodeDeleted("a".into()), t0),
+        [
+            Command::ForgetDemand("a".into()),
+            Command::ReleaseRoom("a".into())
+        ]
+    );
+}
+
+#[test]
 fn starts_wait_for_a_burst_of_taints_and_for_a_window() {
     let t0 = Instant::now();
     let mut machine = listed(config(1, &[]), vec![node("a", 3), node("b", 2)], t0);

@@ -43,10 +43,11 @@ pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
         tracing::debug!(node = %name, effect = %taint.effect, "the drain taint does not keep placeholders off the node and it is not cordoned yet: its drain makes the room after the cordon");
         return;
     }
-    let owned = room.owned_by_drain.lock().await;
+    // Held across the making: a drain that starts meanwhile waits for it.
+    let _node = room.lock_node(name).await;
     // Its drain has taken over, or the node left the line while this was on its way (the
     // removal may have run first and found nothing).
-    if owned.contains_key(name) || !room.wants_ahead(name) {
+    if room.owned_by_drain.lock().await.contains_key(name) || !room.wants_ahead(name) {
         return;
     }
     if !room.take_slot(name) {
@@ -73,8 +74,8 @@ pub async fn reserve_ahead(room: &SurgeRoom, name: &str) {
 /// whose budgets keep it waiting): nothing, if its drain has taken the room over since.
 pub async fn release_ahead(room: &SurgeRoom, node: &str) {
     // Held across the removal: a drain that starts meanwhile waits for it.
-    let owned = room.owned_by_drain.lock().await;
-    if owned.contains_key(node) {
+    let _node = room.lock_node(node).await;
+    if room.owned_by_drain.lock().await.contains_key(node) {
         return;
     }
     remove_room(room, node).await;

@@ -120,17 +120,15 @@ async fn see_removed(
     // Held across the deletion. Only while the drain's sets are still to be deleted: once its
     // release has begun (or a later drain of the node has made room of its own), they are not
     // this look's.
-    let mut owned = room.owned_by_drain.lock().await;
-    let Some(state) = owned.get_mut(&node) else {
-        return;
-    };
-    if *state != (DrainRoom::Freed { sets_left: true }) {
+    let _node = room.lock_node(&node).await;
+    let state = room.owned_by_drain.lock().await.get(&node).copied();
+    if state != Some(DrainRoom::Freed { sets_left: true }) {
         return;
     }
     tracing::info!(%node, within = ?FREED_WITHIN, "the ReplicaSet controller has not removed the placeholders of the sets scaled to zero; deleting them");
     // The sets went with them: the release has only the slot left to give back.
     if delete_room(&room, &node).await {
-        *state = DrainRoom::Freed { sets_left: false };
+        set_room(&room, &node, DrainRoom::Freed { sets_left: false }).await;
     }
 }
 

@@ -75,8 +75,15 @@ pub async fn make_room(
     {
         // Wait out whatever is being done ahead for the node; nothing starts after this (the
         // drain took back the wish for room ahead as it began: `drain_node`).
-        let mut owned = room.owned_by_drain.lock().await;
-        owned.insert(name.clone(), DrainRoom::Held);
+        let _node = tokio::select! {
+            node = room.lock_node(&name) => node,
+            _ = abort.cancelled() => return SurgeOutcome::Interrupted,
+            _ = stop.cancelled() => return SurgeOutcome::Interrupted,
+        };
+        room.owned_by_drain
+            .lock()
+            .await
+            .insert(name.clone(), DrainRoom::Held);
     }
     // Room made ahead holds its slot until the drain takes it.
     let made_ahead = lock(&room.held).contains(&name);
@@ -105,7 +112,17 @@ pub async fn make_room(
             return SurgeOutcome::Interrupted;
         }
     }
-    let (wanted, sets) = match create_placeholders(room, node, drain_taint, &pods, stand).await {
+    // Within --surge-timeout, like the rest of the surge: kube retries a create the API
+    // server sheds (429, 503) for minutes.
+    let making = create_placeholders(room, node, drain_taint, &pods, stand);
+    let made = match tokio::time::timeout_at(give_up_at.into(), making).await {
+        Ok(made) => made,
+        Err(_) => Err(format!(
+            "the placeholder sets were not made within --surge-timeout ({:?}): the API server did not answer in time",
+            cfg.timeout
+        )),
+    };
+    let (wanted, sets) = match made {
         Ok(made) if made.placeholders == 0 => {
             // Room made ahead for pods that have left the node since is no one's now. Without
             // it the release still removes the node's room by its label: what an earlier term

@@ -21,19 +21,18 @@ use crate::drain::surge_io::room::{DrainRoom, SurgeRoom};
 /// placeholders (unless this drain freed them already) and the `--max-surge` slot, and the
 /// node is no longer its drain's.
 pub async fn release(room: &SurgeRoom, node: &str) {
-    // Not held across the removal (other drains start and end meanwhile): nothing is made
-    // ahead for the node in between, as its drain took back the wish for room ahead when it
-    // began and the loop over nodes asks again only once the drain has ended.
-    let state = {
-        let mut owned = room.owned_by_drain.lock().await;
-        let state = owned.get(node).copied();
-        // The sets are this release's to delete from now on: a drain's late look at whether
-        // the controller removed its placeholders (`see_removed`) leaves them alone.
-        if state == Some(DrainRoom::Freed { sets_left: true }) {
-            owned.insert(node.to_string(), DrainRoom::Freed { sets_left: false });
-        }
-        state
-    };
+    {
+        // Held across the removal: a drain's late look at whether the controller removed its
+        // placeholders (`see_removed`) either ends first or finds the node released.
+        let _node = room.lock_node(node).await;
+        release_held(room, node).await;
+    }
+    room.forget_node_lock(node);
+}
+
+/// [`release`], with `node`'s lock held.
+async fn release_held(room: &SurgeRoom, node: &str) {
+    let state = room.owned_by_drain.lock().await.get(node).copied();
     let removed = match state {
         Some(DrainRoom::Freed { sets_left: false }) => true,
         // Scaled to zero: the placeholders are gone (the slot with them), the empty sets go now.
@@ -61,13 +60,17 @@ pub async fn release(room: &SurgeRoom, node: &str) {
 /// while its drain was stopped (a halt), and at the end of a drain whose pool does not surge
 /// (it may have been resumed under a policy that stopped surging). Sends nothing otherwise.
 pub async fn release_if_held(room: &SurgeRoom, node: &str) {
-    let held = {
-        let owned = room.owned_by_drain.lock().await;
-        room.is_ours(&owned, node) && !room.awaits_removal(node)
-    };
-    if held {
-        release(room, node).await;
+    {
+        let _node = room.lock_node(node).await;
+        let held = {
+            let owned = room.owned_by_drain.lock().await;
+            room.is_ours(&owned, node) && !room.awaits_removal(node)
+        };
+        if held {
+            release_held(room, node).await;
+        }
     }
+    room.forget_node_lock(node);
 }
 
 impl SurgeRoom {
@@ -79,8 +82,9 @@ impl SurgeRoom {
         for node in nodes {
             // Held across the removal, as the sweep holds it: no room for the node begins
             // meanwhile.
-            let owned = self.owned_by_drain.lock().await;
-            if owned.contains_key(&node) || self.wants_ahead(&node) {
+            let _node = self.lock_node(&node).await;
+            let taken_over = self.owned_by_drain.lock().await.contains_key(&node);
+            if taken_over || self.wants_ahead(&node) {
                 lock(&self.unremoved).remove(&node);
             } else if delete_room(self, &node).await {
                 lock(&self.unremoved).remove(&node);
@@ -188,9 +192,9 @@ impl SurgeRoom {
 /// Removes the placeholders and placeholder sets whose drain is over (their node is gone, or not
 /// being drained): a previous leader's leftovers. Every drainer runs it once as it starts, and a
 /// new leader once more. It runs beside the first drains and the room made ahead, so it may
-/// list a set made a moment ago: each node's room is removed with `owned_by_drain` locked and
-/// only if it is not `room`'s own ([`SurgeRoom::is_ours`]), which making room ahead takes (and
-/// a drain's start marks) under the same lock before it creates anything.
+/// list a set made a moment ago: each node's room is removed with the node's lock held and only
+/// if it is not `room`'s own ([`SurgeRoom::is_ours`]), which making room ahead takes (and a
+/// drain's start marks) under the same lock before it creates anything.
 async fn sweep(client: &kube::Client, room: &SurgeRoom) {
     let cfg = &room.cfg;
     let selector = ListParams::default().labels(&all_placeholders_selector());
@@ -242,12 +246,12 @@ async fn sweep(client: &kube::Client, room: &SurgeRoom) {
             .or_default()
             .push(pod);
     }
-    // Node by node, with the lock held so that no room for the node begins meanwhile: its sets
+    // Node by node, with its lock held so that no room for the node begins meanwhile: its sets
     // first (a set left standing would make the pods removed after it again), then its pods.
     let mut removed = 0;
     for (node, pods) in orphans {
-        let owned = room.owned_by_drain.lock().await;
-        if room.is_ours(&owned, node) {
+        let _node = room.lock_node(node).await;
+        if room.is_ours(&*room.owned_by_drain.lock().await, node) {
             continue;
         }
         if set_nodes.contains(node) {

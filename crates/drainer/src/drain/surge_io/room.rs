@@ -3,8 +3,8 @@
 //! which a drain and the room made ahead both do.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -37,10 +37,15 @@ pub struct SurgeRoom {
     pub(super) holding: Gauge,
     /// The nodes whose drain has taken over their room, and how far: what the loop over nodes
     /// does ahead of a drain (room made or released ahead) leaves them alone from then on.
-    /// Held across the room made ahead's create and release, and while a drain takes its node
-    /// over, so that nothing done ahead lands after the drain has taken over (a set made again
-    /// after the room was freed would make placeholders again).
+    /// Locked only to read or change it, never across a request.
     pub(super) owned_by_drain: tokio::sync::Mutex<BTreeMap<String, DrainRoom>>,
+    /// One lock per node whose room is being made, changed or removed
+    /// ([`lock_node`](SurgeRoom::lock_node)): held across the room made ahead's create and
+    /// release, the sweep's and a release's removals, and while a drain takes its node over,
+    /// so that nothing done ahead lands after the drain has taken over (a set made again after
+    /// the room was freed would make placeholders again). Per node, so that one node's slow
+    /// request (kube retries a 429 or 503 for minutes) holds up no other node's room.
+    node_locks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Until when no room is made ahead: a drain just started may be about to free its room,
     /// or one freed it lately ([`AHEAD_AFTER_START`],
     /// [`AHEAD_AFTER_FREED`](crate::drain::surge::AHEAD_AFTER_FREED)).
@@ -63,6 +68,9 @@ pub struct SurgeRoom {
     /// room waits for them.
     pub(super) pending: tokio::sync::watch::Sender<PendingPlaceholders>,
 }
+
+/// A node's lock, held ([`SurgeRoom::lock_node`]).
+pub(super) type NodeGuard = tokio::sync::OwnedMutexGuard<()>;
 
 /// How long after a failed removal of a node's room it is tried again; each further try waits
 /// twice as long, up to [`REMOVAL_RETRY_AT_MOST`].
@@ -98,11 +106,33 @@ impl SurgeRoom {
             fleet_size: AtomicUsize::new(0),
             holding,
             owned_by_drain: tokio::sync::Mutex::default(),
+            node_locks: Mutex::default(),
             no_room_ahead_until: Mutex::default(),
             wanted_ahead: Mutex::default(),
             unremoved: Mutex::default(),
             removal_retry: Mutex::default(),
             pending: tokio::sync::watch::Sender::new(PendingPlaceholders::default()),
+        }
+    }
+
+    /// Waits for `node`'s lock (see `node_locks`) and holds it until the guard is dropped.
+    pub(super) async fn lock_node(&self, node: &str) -> NodeGuard {
+        let node_lock = lock(&self.node_locks)
+            .entry(node.to_string())
+            .or_default()
+            .clone();
+        node_lock.lock_owned().await
+    }
+
+    /// Forgets `node`'s lock once no one holds or waits for it: taken from the map and cloned
+    /// under the same mutex, so no one can be about to.
+    pub(super) fn forget_node_lock(&self, node: &str) {
+        let mut locks = lock(&self.node_locks);
+        if locks
+            .get(node)
+            .is_some_and(|node_lock| Arc::strong_count(node_lock) == 1)
+        {
+            locks.remove(node);
         }
     }
 
@@ -223,7 +253,8 @@ impl SurgeRoom {
     }
 
     /// Whether `node`'s room is this drainer's: a drain has taken it over, or a slot is held
-    /// for it (room being made, or made ahead). Read with `owned_by_drain` locked, as `owned`.
+    /// for it (room being made, or made ahead). Read with `owned_by_drain` locked, as `owned`
+    /// (and the node's lock held, so that it stays true or false while the caller acts).
     pub(super) fn is_ours(&self, owned: &BTreeMap<String, DrainRoom>, node: &str) -> bool {
         owned.contains_key(node) || lock(&self.held).contains(node)
     }

@@ -21,13 +21,10 @@ use crate::drain::surge_io::room::{DrainRoom, SurgeRoom};
 /// placeholders (unless this drain freed them already) and the `--max-surge` slot, and the
 /// node is no longer its drain's.
 pub async fn release(room: &SurgeRoom, node: &str) {
-    {
-        // Held across the removal: a drain's late look at whether the controller removed its
-        // placeholders (`see_removed`) either ends first or finds the node released.
-        let _node = room.lock_node(node).await;
-        release_held(room, node).await;
-    }
-    room.forget_node_lock(node);
+    // Held across the removal: a drain's late look at whether the controller removed its
+    // placeholders (`see_removed`) either ends first or finds the node released.
+    let _node = room.lock_node(node).await;
+    release_held(room, node).await;
 }
 
 /// [`release`], with `node`'s lock held.
@@ -60,17 +57,14 @@ async fn release_held(room: &SurgeRoom, node: &str) {
 /// while its drain was stopped (a halt), and at the end of a drain whose pool does not surge
 /// (it may have been resumed under a policy that stopped surging). Sends nothing otherwise.
 pub async fn release_if_held(room: &SurgeRoom, node: &str) {
-    {
-        let _node = room.lock_node(node).await;
-        let held = {
-            let owned = room.owned_by_drain.lock().await;
-            room.is_ours(&owned, node) && !room.awaits_removal(node)
-        };
-        if held {
-            release_held(room, node).await;
-        }
+    let _node = room.lock_node(node).await;
+    let held = {
+        let owned = room.owned_by_drain.lock().await;
+        room.is_ours(&owned, node) && !room.awaits_removal(node)
+    };
+    if held {
+        release_held(room, node).await;
     }
-    room.forget_node_lock(node);
 }
 
 impl SurgeRoom {
@@ -290,6 +284,26 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use crate::drain::surge_io::room::SurgeRoom;
+
+    #[tokio::test]
+    async fn a_nodes_lock_is_kept_only_while_held_or_awaited() {
+        let room = SurgeRoom::offline();
+        let held = room.lock_node("a").await;
+        let waiting = {
+            let room = room.clone();
+            tokio::spawn(async move {
+                let _again = room.lock_node("a").await;
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "one holder at a time");
+        drop(held);
+        waiting.await.unwrap();
+        assert!(
+            room.node_locks.lock().unwrap().is_empty(),
+            "forgotten once no one holds or waits for it"
+        );
+    }
 
     #[tokio::test]
     async fn a_room_that_could_not_be_removed_is_tried_again_with_back_off_until_it_goes() {

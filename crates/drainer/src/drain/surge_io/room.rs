@@ -45,7 +45,7 @@ pub struct SurgeRoom {
     /// so that nothing done ahead lands after the drain has taken over (a set made again after
     /// the room was freed would make placeholders again). Per node, so that one node's slow
     /// request (kube retries a 429 or 503 for minutes) holds up no other node's room.
-    node_locks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(super) node_locks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Until when no room is made ahead: a drain just started may be about to free its room,
     /// or one freed it lately ([`AHEAD_AFTER_START`],
     /// [`AHEAD_AFTER_FREED`](crate::drain::surge::AHEAD_AFTER_FREED)).
@@ -69,8 +69,21 @@ pub struct SurgeRoom {
     pub(super) pending: tokio::sync::watch::Sender<PendingPlaceholders>,
 }
 
-/// A node's lock, held ([`SurgeRoom::lock_node`]).
-pub(super) type NodeGuard = tokio::sync::OwnedMutexGuard<()>;
+/// A node's lock, held ([`SurgeRoom::lock_node`]); dropped, it lets go and the lock is
+/// forgotten unless someone else holds or waits for it.
+pub(super) struct NodeGuard<'a> {
+    room: &'a SurgeRoom,
+    node: String,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for NodeGuard<'_> {
+    fn drop(&mut self) {
+        // Let go first: the guard holds a clone of the lock.
+        self.held.take();
+        self.room.forget_node_lock(&self.node);
+    }
+}
 
 /// How long after a failed removal of a node's room it is tried again; each further try waits
 /// twice as long, up to [`REMOVAL_RETRY_AT_MOST`].
@@ -116,17 +129,22 @@ impl SurgeRoom {
     }
 
     /// Waits for `node`'s lock (see `node_locks`) and holds it until the guard is dropped.
-    pub(super) async fn lock_node(&self, node: &str) -> NodeGuard {
+    pub(super) async fn lock_node(&self, node: &str) -> NodeGuard<'_> {
         let node_lock = lock(&self.node_locks)
             .entry(node.to_string())
             .or_default()
             .clone();
-        node_lock.lock_owned().await
+        NodeGuard {
+            room: self,
+            node: node.to_string(),
+            held: Some(node_lock.lock_owned().await),
+        }
     }
 
-    /// Forgets `node`'s lock once no one holds or waits for it: taken from the map and cloned
-    /// under the same mutex, so no one can be about to.
-    pub(super) fn forget_node_lock(&self, node: &str) {
+    /// Forgets `node`'s lock once no one holds or waits for it (each holds a clone): taken from
+    /// the map and cloned under the same mutex, so no one can be about to. The map keeps only
+    /// the nodes whose room is being worked on.
+    fn forget_node_lock(&self, node: &str) {
         let mut locks = lock(&self.node_locks);
         if locks
             .get(node)

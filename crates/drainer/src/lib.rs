@@ -13,7 +13,8 @@
 //!
 //! Folders import only from those below them: `leader` < `record` < `drain` < `fleet`
 //! (`tests/layout.rs` keeps this). Beside them: `config` (flags, and the settings each folder
-//! gets from them), `runtime` (wiring), `metrics`, and `error` (what can fail, in words an
+//! gets from them), `runtime` (wiring), `metrics`, `watch_backoff` and `retry_later` (how a
+//! failed watch and a failed write are tried again), and `error` (what can fail, in words an
 //! operator can act on; `anyhow` is used only by the binary).
 
 // The folders' docs link the private modules and items they describe: they are written for the
@@ -27,5 +28,6 @@ pub mod fleet;
 pub mod leader;
 pub mod metrics;
 pub mod record;
+pub mod retry_later;
 pub mod runtime;
 pub mod watch_backoff;

@@ -19,6 +19,7 @@ use crate::drain::surge::{
     AHEAD_AFTER_START, PendingPlaceholders, SurgeConfig, may_surge, placeholder_sets,
     placeholders_wanted, pods_needing_room,
 };
+use crate::retry_later::RetryLater;
 
 /// What surge's I/O works with: the client, the settings, the `--max-surge` slots and the
 /// fleet's size they are a share of. One per drainer, shared by the drains (which make room)
@@ -61,8 +62,8 @@ pub struct SurgeRoom {
     /// ([`retry_removals`](SurgeRoom::retry_removals)), so a removal that keeps failing stops
     /// surge instead of leaving more placeholders behind.
     pub(super) unremoved: Mutex<BTreeSet<String>>,
-    /// When the rooms in `unremoved` are next tried, and the wait after that.
-    pub(super) removal_retry: Mutex<Option<(Instant, Duration)>>,
+    /// When the rooms in `unremoved` are next tried.
+    pub(super) removal_retry: Mutex<Option<RetryLater>>,
     /// Rotor's placeholders that wait for a node, as the watch of every placeholder shows them
     /// ([`observe_placeholder`](SurgeRoom::observe_placeholder)): a drain about to free its
     /// room waits for them.
@@ -158,25 +159,20 @@ impl SurgeRoom {
     /// current wait (the first [`REMOVAL_RETRY_FIRST`]).
     pub(super) fn keep_for_removal(&self, node: &str, now: Instant) {
         lock(&self.unremoved).insert(node.to_string());
-        lock(&self.removal_retry).get_or_insert((now + REMOVAL_RETRY_FIRST, REMOVAL_RETRY_FIRST));
+        lock(&self.removal_retry).get_or_insert_with(|| {
+            RetryLater::after(now, REMOVAL_RETRY_FIRST, REMOVAL_RETRY_AT_MOST)
+        });
     }
 
     /// Whether the rooms that could not be removed are due to be tried again at `now`: the
     /// caller tries them then, and the next try, if one is still needed, waits twice as long.
     pub fn removals_due(&self, now: Instant) -> bool {
         let mut retry = lock(&self.removal_retry);
-        match *retry {
-            Some((at, wait)) if now >= at && !lock(&self.unremoved).is_empty() => {
-                let next = (wait * 2).min(REMOVAL_RETRY_AT_MOST);
-                *retry = Some((now + next, next));
-                true
-            }
-            Some(_) if lock(&self.unremoved).is_empty() => {
-                *retry = None;
-                false
-            }
-            _ => false,
+        if lock(&self.unremoved).is_empty() {
+            *retry = None;
+            return false;
         }
+        retry.as_mut().is_some_and(|retry| retry.due(now))
     }
 
     /// Whether `node`'s room waits to be removed again.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use crate::record::rotation::{Halt, HaltState};
+use crate::retry_later::RetryLater;
 
 /// How long after a trip its write is first sent again if the record has not shown it; each
 /// further send waits twice as long, up to [`REWRITE_AT_MOST`].
@@ -24,9 +25,8 @@ pub(super) struct HaltBook {
     /// The record showed a halt at its last read: its going away is a resume. A halt tripped
     /// here and not yet written is lifted only by a resume written after it.
     in_record: bool,
-    /// A halt tripped here that the record has not shown yet: when its write goes out again,
-    /// and the wait after that one.
-    rewrite: Option<(Instant, Duration)>,
+    /// A halt tripped here that the record has not shown yet: when its write goes out again.
+    rewrite: Option<RetryLater>,
 }
 
 impl HaltBook {
@@ -79,7 +79,7 @@ impl HaltBook {
             reason,
         };
         self.state.halted = Some(halt.clone());
-        self.rewrite = Some((now + REWRITE_FIRST, REWRITE_FIRST));
+        self.rewrite = Some(RetryLater::after(now, REWRITE_FIRST, REWRITE_AT_MOST));
         halt
     }
 
@@ -93,13 +93,11 @@ impl HaltBook {
     /// the last write: a write that failed (a 5xx, a timeout) is not left at that. Writing it
     /// twice is harmless: the second apply finds the same keys.
     pub(super) fn due_rewrite(&mut self, now: Instant) -> Option<Halt> {
-        let (at, wait) = self.rewrite?;
-        if now < at {
-            return None;
+        if self.rewrite.as_mut()?.due(now) {
+            self.state.halted.clone()
+        } else {
+            None
         }
-        let next = (wait * 2).min(REWRITE_AT_MOST);
-        self.rewrite = Some((now + next, next));
-        self.state.halted.clone()
     }
 }
 

@@ -621,6 +621,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_drain_whose_pool_stopped_surging_releases_the_room_its_node_still_holds() {
+        let room = SurgeRoom::offline();
+        // The node's drain began while its pool surged: its room holds a --max-surge slot.
+        assert!(room.take_slot("n"));
+        let mut offline = Offline::new(&room);
+        // It goes on under a RotationPolicy that no longer surges: no room of its own.
+        let settings = offline.drains.settings.clone();
+        offline.drains = Arc::new(offline.drains.with_settings(settings, false));
+        assert!(offline.drains.surge.is_none());
+        let outcome = drain_node(
+            offline.drains.clone(),
+            "n".into(),
+            Intent::Start,
+            None,
+            Some(surge_tests::node("n")),
+            offline.stops.clone(),
+        )
+        .await;
+        assert!(
+            matches!(outcome.result, DrainResult::Cancelled),
+            "{:?}",
+            outcome.result
+        );
+        // Its end releases what surge still holds for the node. The removal's requests fail
+        // here, so the slot stays and the removal waits to be tried again: it was released.
+        assert!(
+            room.awaits_removal("n"),
+            "the room made before the pool stopped surging was not released"
+        );
+        assert!(room.holds_slot("n"));
+        offline.close().await;
+    }
+
+    #[tokio::test]
     async fn a_resumed_drain_that_cannot_read_its_node_keeps_its_room() {
         let room = SurgeRoom::offline();
         // The drain under way holds its room (a --max-surge slot and its placeholders).

@@ -337,12 +337,14 @@ pub async fn run(
 }
 
 type NodeEvents = futures::stream::BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>>;
+/// One answer of the node watch; `None` when it ended.
+type NodeWatchItem = Option<Result<watcher::Event<Node>, watcher::Error>>;
 
 /// The next node event: one kept while the starts were weighed, else the watch's next.
 async fn next_node_event(
-    stashed: &mut VecDeque<Option<Result<watcher::Event<Node>, watcher::Error>>>,
+    stashed: &mut VecDeque<NodeWatchItem>,
     events: &mut NodeEvents,
-) -> Option<Result<watcher::Event<Node>, watcher::Error>> {
+) -> NodeWatchItem {
     match stashed.pop_front() {
         Some(kept) => kept,
         None => events.next().await,

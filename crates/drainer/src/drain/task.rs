@@ -467,7 +467,7 @@ async fn record_end(
                 },
             );
             if let Err(e) = save_end(nodes, name, &done, &record).await {
-                tracing::warn!(node = %name, error = %e, "could not record the drained phase on the node; the drainer goes on from what it knows, and resumes the drain when it next reads the node as draining");
+                tracing::warn!(node = %name, error = %e, "could not record the drained phase on the node; this drainer goes on from what it knows (the node drained) until someone writes the node's record, and a next leader that reads it as draining resumes the drain, which finds nothing to evict");
             }
             // The drain did end: what is handed back says so even when the node could not.
             record = done;

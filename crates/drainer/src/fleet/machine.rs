@@ -144,9 +144,11 @@ pub(super) struct Machine {
     /// Nodes with a drain task; nodes with a clean-up task.
     running: BTreeSet<String>,
     cleaning: BTreeSet<String>,
-    /// Failed starts the node could not show (the API refused the start write): the record as
-    /// the node shows it, and the failed one the back-off counts from. Carried over each new
-    /// view of the node while the node still shows the first.
+    /// Drains' ends the node may not show (a refused start write, an end write that failed
+    /// past its retries): the record as the node showed it then, and the end (drained, or
+    /// failed with the attempt the back-off counts from). Carried over each new view of the
+    /// node while the node still shows the first; once someone writes the node, its own
+    /// record counts.
     unwritten: BTreeMap<String, (DrainRecord, DrainRecord)>,
     /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]; the shell
     /// may hold its making a few seconds while a drain's room changes hands).

@@ -10,7 +10,6 @@ use std::time::Instant;
 use super::{Command, Machine};
 use crate::drain::outcome::DrainResult;
 use crate::drain::published::WorkloadRef;
-use crate::error::DrainError;
 use crate::fleet::pools::Pool;
 use crate::fleet::starts::NodeView;
 use crate::record::node::DrainRecord;
@@ -138,12 +137,11 @@ impl Machine {
                 if let Some(record) = record
                     && let Some(view) = self.nodes.get_mut(&node)
                 {
-                    // A start the API refused is written nowhere: kept here, so that the next
-                    // view of the node does not take its back-off away.
-                    if let DrainResult::Failed {
-                        error: DrainError::Cordon { .. },
-                    } = &result
-                    {
+                    // An end the node may not show: a start the API refused is written
+                    // nowhere, and an end write can fail past its retries (a webhook on nodes
+                    // down). Kept here while the node shows what it showed, so that its next
+                    // view does not resume a drain that ended nor take a back-off away.
+                    if matches!(result, DrainResult::Drained | DrainResult::Failed { .. }) {
                         let on_node = shown.map_or_else(|| view.record.clone(), |(n, _)| n);
                         self.unwritten
                             .insert(node.clone(), (on_node, record.clone()));
@@ -201,7 +199,7 @@ pub(super) fn sight_taint(old: Option<&NodeView>, view: &mut NodeView, now: Inst
         .then(|| old.and_then(|o| o.tainted_since).unwrap_or(now));
 }
 
-/// Puts a failed start the node could not show ([`Machine::unwritten`]) back into a new view of
+/// Puts a drain's end the node may not show ([`Machine::unwritten`]) back into a new view of
 /// it, while the node still shows what it showed then; once its record changed (someone wrote
 /// it), the node's own is what counts.
 fn carry_unwritten(

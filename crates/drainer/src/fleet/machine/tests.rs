@@ -1384,3 +1384,70 @@ fn a_refused_start_keeps_its_back_off_through_new_views_of_the_node() {
     );
     assert_eq!(machine.nodes["a"].record, DrainRecord::default());
 }
+
+/// A drain that ended but could not write its end on the node (a webhook on nodes down past
+/// the write's retries) is not drained again: the node's next views, still showing the drain
+/// under way, keep the end; once the node shows another record, that counts.
+#[test]
+fn an_end_the_node_could_not_show_is_kept_through_new_views_of_the_node() {
+    let t0 = Instant::now();
+    let under_way = with_phase(tainted("a", 5), DrainPhase::Evicting);
+    let mut machine = listed(config(1, &[]), vec![under_way.clone()], t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert_eq!(drains(&commands), [drain("a", Intent::Resume)]);
+    let drained = DrainRecord {
+        phase: Some(DrainPhase::Drained),
+        ..under_way.record.clone()
+    };
+    machine.apply(
+        Event::TaskEnded {
+            node: "a".into(),
+            result: DrainResult::Drained,
+            record: Some(drained.clone()),
+            evicted: vec![],
+        },
+        t0 + Duration::from_secs(1),
+    );
+    // The kubelet's status update: a new view, the node's record still saying evicting.
+    machine.apply(
+        Event::NodeApplied(under_way.clone()),
+        t0 + Duration::from_secs(2),
+    );
+    assert_eq!(machine.nodes["a"].record, drained);
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(3));
+    assert!(drains(&commands).is_empty(), "drained again: {commands:?}");
+    // A failed end is kept the same way: the retry waits out its back-off.
+    let failed = DrainRecord {
+        phase: Some(DrainPhase::Failed),
+        attempts: 2,
+        deadline: Some(wall()),
+        ..under_way.record.clone()
+    };
+    let mut machine = listed(config(1, &[]), vec![under_way.clone()], t0);
+    leading_pass(&mut machine, t0);
+    machine.apply(
+        Event::TaskEnded {
+            node: "a".into(),
+            result: DrainResult::Failed {
+                error: crate::error::DrainError::PodWatchEnded { node: "a".into() },
+            },
+            record: Some(failed.clone()),
+            evicted: vec![],
+        },
+        t0 + Duration::from_secs(1),
+    );
+    machine.apply(
+        Event::NodeApplied(under_way.clone()),
+        t0 + Duration::from_secs(2),
+    );
+    assert_eq!(machine.nodes["a"].record, failed);
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(3));
+    assert!(
+        drains(&commands).is_empty(),
+        "retried at once: {commands:?}"
+    );
+    // The node shows another record (the write landed late, or someone wrote it): it counts.
+    let cleared = tainted("a", 5);
+    machine.apply(Event::NodeApplied(cleared), t0 + Duration::from_secs(4));
+    assert_eq!(machine.nodes["a"].record, DrainRecord::default());
+}

@@ -208,15 +208,16 @@ impl DrainRecord {
     }
 
     /// The record's times that rotor cannot have written, as of `now` with `drain_timeout`: a
-    /// start or a drained time in the future, a deadline later than `now + drain_timeout` (or,
-    /// once failed, a failure time in the future), each beyond [`CLOCK_SKEW`]. Someone wrote
-    /// them; rotor does not act on them (see [`apply`] and [`DrainRecord::backing_off_until`]).
+    /// start or a drained time in the future, a deadline later than `now` plus the longer of
+    /// `drain_timeout` and [`LONGEST_RECORDED_TIMEOUT`] (or, once failed, a failure time in
+    /// the future), each beyond [`CLOCK_SKEW`]. Someone wrote them; rotor does not act on them
+    /// (see [`apply`] and [`DrainRecord::backing_off_until`]).
     pub fn implausible_times(&self, now: Timestamp, drain_timeout: Duration) -> Vec<&'static str> {
         let soon = add(now, CLOCK_SKEW);
         let latest_deadline = if self.waits_to_retry() {
             soon
         } else {
-            add(soon, drain_timeout)
+            add(soon, drain_timeout.max(LONGEST_RECORDED_TIMEOUT))
         };
         [
             (STARTED_AT_ANNOTATION, self.started_at, soon),
@@ -233,6 +234,12 @@ impl DrainRecord {
 /// How far another replica's clock may run ahead of this one's before a time it wrote counts as
 /// in the future.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
+
+/// How far ahead of now a drain's deadline may lie and still be rotor's, whatever this
+/// replica's timeout: the drain may have started under a longer `--drain-timeout` (or pool
+/// timeout) before a roll lowered it. Such a drain is resumed, its deadline shortened to the
+/// timeout in force ([`apply`]), not started over as if someone else had written it.
+pub const LONGEST_RECORDED_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A drain record annotation whose value rotor does not use: one that does not parse, or a time
 /// rotor cannot have written. [`DrainRecord::from_annotations`] reads the first kind as absent;
@@ -346,10 +353,11 @@ fn add(timestamp: Timestamp, duration: Duration) -> Timestamp {
 /// - `Start` begins attempt `attempts + 1`: phase `Queued`, `started_at = now`, `deadline = now +
 ///   drain_timeout`, blocker and `drained_at` cleared (the last error stays until the node
 ///   drains). **Resume:** on a record already mid-drain (queued, cordoned, evicting or blocked)
-///   that has a deadline, `Start` changes nothing, so a restarted or failed-over drainer keeps
-///   the original deadline and attempt count. A record whose times rotor cannot have written
-///   ([`DrainRecord::implausible_times`]: a deadline past `now + drain_timeout`, a start in the
-///   future) is not resumed but starts a new attempt, so a hand-written year 9999 never
+///   that has a deadline, `Start` keeps the attempt, its start and its deadline, so a restarted
+///   or failed-over drainer goes on where it was; only a deadline later than its start plus
+///   the timeout in force is brought forward to that (the timeout was lowered since). A record
+///   whose times rotor cannot have written ([`DrainRecord::implausible_times`]: a deadline
+///   more than a week or `drain_timeout` ahead, a start in the future) is not resumed but starts a new attempt, so a hand-written year 9999 never
 ///   switches the drain timeout off. A `Drained` record is also left as it is: it stays
 ///   drained while the taint is there. A `Failed` record starts a new attempt (whoever calls
 ///   `Start` has checked the back-off, as [`crate::fleet::starts::choose_nodes_to_start`] does).
@@ -369,7 +377,15 @@ pub fn apply(record: &DrainRecord, transition: Transition) -> DrainRecord {
     let mut next = record.clone();
     match transition {
         Transition::Start { now, drain_timeout } | Transition::Retry { now, drain_timeout } => {
-            if record.resumes(now, drain_timeout) || record.phase == Some(DrainPhase::Drained) {
+            if record.resumes(now, drain_timeout) {
+                // Rule: a resume keeps its attempt's deadline, shortened to what the timeout in
+                // force allows from its start (a lowered timeout holds for drains under way
+                // too), never lengthened.
+                let limit = whole_seconds(add(record.started_at.unwrap_or(now), drain_timeout));
+                next.deadline = record.deadline.map(|deadline| deadline.min(limit));
+                return next;
+            }
+            if record.phase == Some(DrainPhase::Drained) {
                 return next;
             }
             let now = whole_seconds(now);
@@ -669,11 +685,28 @@ mod tests {
             assert_eq!(next.deadline, Some(ts("2025-03-01T11:30:00Z")));
             assert!(next.implausible_times(now, HOUR).is_empty());
         }
-        // A deadline up to the drain timeout (and the clock skew) ahead is rotor's: resumed.
+        // A deadline up to a week ahead is rotor's: a drain started under a longer timeout
+        // than this replica's is resumed, its deadline shortened to the timeout in force from
+        // its start (10:00), not started over.
         let mut record = apply(&started(), Transition::Evicting);
-        record.deadline = Some(ts("2025-03-01T11:34:00Z"));
-        assert!(record.resumes(now, HOUR));
-        assert_eq!(apply(&record, start), record);
+        for deadline in ["2025-03-01T11:34:00Z", "2025-03-07T10:00:00Z"] {
+            record.deadline = Some(ts(deadline));
+            assert!(record.implausible_times(now, HOUR).is_empty(), "{deadline}");
+            assert!(record.resumes(now, HOUR));
+            let resumed = apply(&record, start.clone());
+            assert_eq!(resumed.deadline, Some(ts("2025-03-01T11:00:00Z")));
+            assert_eq!(
+                (resumed.started_at, resumed.attempts),
+                (record.started_at, record.attempts)
+            );
+        }
+        // A timeout raised since does not lengthen the drain under way.
+        record.deadline = Some(ts("2025-03-01T11:00:00Z"));
+        let raised = Transition::Start {
+            now,
+            drain_timeout: 3 * HOUR,
+        };
+        assert_eq!(apply(&record, raised), record);
         // A deadline long past is taken as it is: the drain fails at once, then retries.
         record.deadline = Some(ts("1970-01-01T00:00:00Z"));
         assert!(record.resumes(now, HOUR));

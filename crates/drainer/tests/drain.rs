@@ -1421,7 +1421,6 @@ async fn given_pods_that_cannot_be_listed_when_the_deadline_passes_then_the_node
 /// it is tried again until it lands, and the drain is not resumed and drained a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_end_write_fails_for_a_moment_then_it_lands_and_the_drain_is_not_resumed() {
-    use k8s_openapi::api::events::v1::Event;
     let cluster = SimCluster::start(CLUSTER).await;
     let node = cluster.nodes_hosting("web-").await[0].clone();
     let drainer = TestDrainer::start(&cluster, "a", &[]);
@@ -1440,18 +1439,53 @@ async fn given_the_end_write_fails_for_a_moment_then_it_lands_and_the_drain_is_n
     );
     // Long enough for the fleet to have resumed the drain had it read the node as draining.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let reasons = event_reasons(&cluster, &node).await;
+    assert!(reasons.iter().any(|r| r == "Drained"), "{reasons:?}");
+    assert!(!reasons.iter().any(|r| r == "DrainResumed"), "{reasons:?}");
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
+/// The reasons of the Events about `node`, oldest first.
+async fn event_reasons(cluster: &SimCluster, node: &str) -> Vec<String> {
+    use k8s_openapi::api::events::v1::Event;
     let events: Api<Event> = Api::all(cluster.client.clone());
-    let reasons: Vec<String> = events
+    events
         .list(&Default::default())
         .await
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node.as_str()))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node))
         .filter_map(|e| e.reason)
-        .collect();
-    assert!(reasons.iter().any(|r| r == "Drained"), "{reasons:?}");
-    assert!(!reasons.iter().any(|r| r == "DrainResumed"), "{reasons:?}");
+        .collect()
+}
+
+/// Rule: a blocker is announced once. While the node refuses the write that says the drain is
+/// blocked (a webhook on nodes down), each pass tries it again without posting its Warning
+/// again; once the write lands, the node shows the blocker, still with one Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_blocked_write_fails_then_the_blocker_is_announced_once() {
+    let cluster = SimCluster::start(&stuck_cluster()).await;
+    let node = wait_until("a node hosting web pods", WAIT, || async {
+        cluster.nodes_hosting("web-").await.into_iter().next()
+    })
+    .await;
+    let flags = ["--blocked-after", "1s", "--budget-recheck", "1s"];
+    let drainer = TestDrainer::start(&cluster, "a", &flags);
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "evicting").await;
+    let patched = cluster.requests("patch nodes");
+    cluster.fail_requests("patch", "nodes", 500).await;
+    wait_until("three tries of the blocked write", WAIT, || async {
+        (cluster.requests("patch nodes") >= patched + 3).then_some(())
+    })
+    .await;
+    cluster.faults(serde_json::json!({})).await;
+    cluster.wait_phase(&node, "blocked").await;
+    let reasons = event_reasons(&cluster, &node).await;
+    let blocked = reasons.iter().filter(|r| *r == "DrainBlocked").count();
+    assert_eq!(blocked, 1, "{reasons:?}");
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }

@@ -73,6 +73,8 @@ struct Memory {
     progressed_at: Timestamp,
     /// Since when a blocker only a person can clear has held the drain, continuously.
     stuck_since: Option<Timestamp>,
+    /// The blocker last announced (Event, webhook notice), whether or not its write landed.
+    announced_blocker: Option<String>,
 }
 
 /// What one pass over the node's pods concluded.
@@ -106,6 +108,8 @@ pub(crate) async fn evict_until_drained(
         said: Default::default(),
         progressed_at: Timestamp::now(),
         stuck_since: None,
+        // A resumed drain's blocker was announced by whoever wrote it.
+        announced_blocker: record.blocker.clone(),
     };
     // A drain resumed past its deadline fails naming the pods left, so its watch gets a while
     // to list them first.
@@ -194,6 +198,7 @@ async fn evict_pass(
         said,
         progressed_at,
         stuck_since,
+        announced_blocker,
     } = memory;
     let now = Timestamp::now();
     let mut wake = task.deadline;
@@ -358,7 +363,8 @@ async fn evict_pass(
     }
     let stuck = shown.needs_someone && shown.blocker.is_some();
     *stuck_since = stuck.then(|| stuck_since.unwrap_or(now));
-    record_blockers(task, record, shown.blocker.clone(), shown.needs_someone).await;
+    let (blocker, needs_someone) = (shown.blocker.clone(), shown.needs_someone);
+    record_blockers(task, record, announced_blocker, blocker, needs_someone).await;
     // Parked past park-after: the node gives its slot back rather than hold the pool.
     if let Some(at) = park_at(*stuck_since, drains.settings.park_after) {
         if now >= at {
@@ -582,6 +588,7 @@ async fn announce_replace_by(
 async fn record_blockers(
     task: &Evicting<'_>,
     record: &mut DrainRecord,
+    announced: &mut Option<String>,
     blocker: Option<String>,
     needs_someone: bool,
 ) {
@@ -592,7 +599,12 @@ async fn record_blockers(
     if next == *record {
         return;
     }
-    if next.phase == Some(DrainPhase::Blocked) && next.blocker != record.blocker {
+    // Rule: a blocker is announced once, as it first shows. A save that fails is tried again
+    // at the next pass, which does not announce it again (one 503 is not a second Event and
+    // stuck notice).
+    let new_blocker = next.blocker != *announced;
+    *announced = next.blocker.clone();
+    if next.phase == Some(DrainPhase::Blocked) && new_blocker {
         tracing::info!(node = %task.name, blocker = ?next.blocker, "drain blocked");
         let note = next.blocker.clone().unwrap_or_default();
         if needs_someone {

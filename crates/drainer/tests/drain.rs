@@ -1446,6 +1446,55 @@ async fn given_the_end_write_fails_for_a_moment_then_it_lands_and_the_drain_is_n
     cluster.stop().await;
 }
 
+/// A taint removed and put back at once (say, to change its reason) does not wipe the drain:
+/// the clean-up reads the node fresh, finds it tainted again, and leaves rotor's record and
+/// cordon for the drain to resume, with no `DrainCancelled` Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_taint_is_put_back_before_the_clean_up_then_the_drain_is_resumed_not_wiped() {
+    let cluster = SimCluster::start(&stuck_cluster()).await;
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    let node = block_a_web_node(&cluster).await;
+    let started_at = cluster.annotation(&node, "rotor.dev/started-at").await;
+    // The clean-up's read of the node waits 2 s; the taint changes in the simulator's store
+    // directly, so this test's own steps wait for nothing.
+    cluster
+        .faults(serde_json::json!({"delays": [{"verb": "get", "resource": "nodes", "ms": 2000}]}))
+        .await;
+    let taint_of = |n: &k8s_openapi::api::core::v1::Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+    };
+    let taints = taint_of(&cluster.node(&node).await);
+    cluster.modify_node(&node, |n| {
+        n.spec.as_mut().unwrap().taints = Some(vec![]);
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.modify_node(&node, |n| {
+        n.spec.as_mut().unwrap().taints = Some(taints.clone());
+    });
+    // The clean-up has read the node (2 s), and the drain resumed.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    cluster.faults(serde_json::json!({})).await;
+    cluster.wait_phase(&node, "blocked").await;
+    let reasons = event_reasons(&cluster, &node).await;
+    assert!(
+        !reasons.iter().any(|r| r == "DrainCancelled"),
+        "{reasons:?}"
+    );
+    let after = cluster.node(&node).await;
+    assert_eq!(after.spec.as_ref().unwrap().unschedulable, Some(true));
+    assert_eq!(
+        cluster.annotation(&node, "rotor.dev/started-at").await,
+        started_at,
+        "the same attempt goes on"
+    );
+    assert!(!taint_of(&after).is_empty());
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
 /// The reasons of the Events about `node`, oldest first.
 async fn event_reasons(cluster: &SimCluster, node: &str) -> Vec<String> {
     use k8s_openapi::api::events::v1::Event;

@@ -533,7 +533,8 @@ async fn record_end(
             }
         }
         DrainResult::Cancelled => match clean_up(&drains.client, &drains.announcer, name).await {
-            Ok(()) => record = DrainRecord::default(),
+            // Cleared, or as the node shows it when it was tainted again meanwhile.
+            Ok(after) => record = after,
             Err(e) => {
                 tracing::warn!(node = %name, error = %e, "could not undo rotor's drain state after the taint was removed")
             }

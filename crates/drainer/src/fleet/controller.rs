@@ -680,9 +680,15 @@ impl Shell {
             Command::CleanUp(node) => {
                 let fleet = self.fleet.clone();
                 self.tasks.spawn(async move {
-                    if let Err(e) = clean_up(&fleet.client, &fleet.announcer, &node).await {
-                        tracing::warn!(%node, error = %e, "could not undo rotor's drain state");
-                    }
+                    // The record as it stands after, so the loop need not wait for the watch
+                    // to see the clean-up (and send another).
+                    let record = match clean_up(&fleet.client, &fleet.announcer, &node).await {
+                        Ok(after) => Some(after),
+                        Err(e) => {
+                            tracing::warn!(%node, error = %e, "could not undo rotor's drain state");
+                            None
+                        }
+                    };
                     // Placeholders are rotor's drain state too (a drain interrupted by a
                     // restart leaves them until its node is cleaned up or drained).
                     if let Some(room) = &fleet.drains.surge {
@@ -690,7 +696,7 @@ impl Shell {
                     }
                     let outcome = DrainOutcome {
                         result: DrainResult::NodeGone,
-                        record: None,
+                        record,
                     };
                     (node, outcome)
                 });

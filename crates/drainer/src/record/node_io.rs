@@ -7,7 +7,7 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use rotor_core::contract::FIELD_MANAGER;
+use rotor_core::contract::{FIELD_MANAGER, find_drain_taint};
 use serde_json::json;
 
 use crate::record::events::NodeEvent;
@@ -205,26 +205,41 @@ pub async fn forget_cordon(
 }
 
 /// Undoes what rotor did to a node whose taint went away: its own cordon, its annotations.
+/// Read fresh: a node tainted again meanwhile (a taint removed and put back, say to change its
+/// reason) keeps its drain, and a node with nothing of rotor's left is neither written nor
+/// told about (a second clean-up after a lagging watch). Returns the node's record as it
+/// stands after: cleared, or as read when the node was tainted again (empty when it is gone).
 pub async fn clean_up(
     client: &kube::Client,
     announcer: &Announcer,
     name: &str,
-) -> Result<(), kube::Error> {
+) -> Result<DrainRecord, kube::Error> {
     let nodes: Api<Node> = Api::all(client.clone());
     let attempt = || async {
         let Some(node) = nodes.get_opt(name).await? else {
-            return Ok(None);
+            return Ok((DrainRecord::default(), None));
         };
         let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
+        if find_drain_taint(&node).is_some() {
+            tracing::debug!(
+                node = name,
+                "tainted again before its clean-up: its drain stays"
+            );
+            return Ok((record, None));
+        }
         let mut patch = DrainRecord::cleared().annotation_patch(&record);
         patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
         let uncordon = undo_rotors_cordon(&mut patch, &node, record.cordoned_by_rotor);
+        if changes_nothing(&patch) && !uncordon {
+            return Ok((record, None));
+        }
         nodes
             .patch(name, &patch_params(), &Patch::Merge(&patch))
             .await?;
-        Ok(Some((node, uncordon)))
+        Ok((DrainRecord::cleared(), Some((node, uncordon))))
     };
-    if let Some((node, uncordon)) = attempt.retry(conflict_backoff()).when(is_conflict).await? {
+    let (after, written) = attempt.retry(conflict_backoff()).when(is_conflict).await?;
+    if let Some((node, uncordon)) = written {
         let what = if uncordon {
             "uncordoned it and cleared"
         } else {
@@ -242,5 +257,5 @@ pub async fn clean_up(
             )
             .await;
     }
-    Ok(())
+    Ok(after)
 }

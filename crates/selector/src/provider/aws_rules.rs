@@ -15,6 +15,7 @@ use rotor_core::{DrainReason, parse_aws_provider_id};
 
 use crate::provider::aws_model::{
     AutoScalingGroup, GroupInstance, InstanceDetails, LaunchTemplateInfo, LaunchTemplateSpec,
+    Override,
 };
 use crate::verdict::{SkipReason, Verdict, age_beyond, approx_duration, exact_duration};
 
@@ -279,7 +280,7 @@ fn judge(
         return Err(Verdict::skip(why));
     }
 
-    match wanted_template(group, inst) {
+    match wanted_template(group, inst, inputs.templates) {
         Some(spec) => template_rules(group, inst, spec, inputs)?,
         None => match &group.launch_configuration_name {
             Some(wanted) => launch_configuration_rule(inst, wanted)?,
@@ -463,11 +464,13 @@ fn details_of<'a>(
 }
 
 /// The template spec that applies to `inst`: an override's own template when the override names
-/// the instance's type, else the mixed policy's base template, else the group's template; `None`
-/// when the group uses no template.
+/// the instance's type; else an attribute-based override's own template when the instance was
+/// launched from it ([`attribute_based_template`]); else the mixed policy's base template, else
+/// the group's template; `None` when the group uses no template.
 fn wanted_template<'g>(
     group: &'g AutoScalingGroup,
     inst: &GroupInstance,
+    templates: &BTreeMap<String, LaunchTemplateInfo>,
 ) -> Option<&'g LaunchTemplateSpec> {
     let Some(policy) = &group.mixed_instances_policy else {
         return group.launch_template.as_ref();
@@ -479,7 +482,49 @@ fn wanted_template<'g>(
             .find(|o| o.instance_type.as_deref() == Some(instance_type))
             .and_then(|o| o.launch_template.as_ref())
     });
-    Some(override_template.unwrap_or(&policy.launch_template))
+    override_template
+        .or_else(|| attribute_based_template(&policy.overrides, inst, templates))
+        .or(Some(&policy.launch_template))
+}
+
+/// The own template of the attribute-based override (`InstanceRequirements`) `inst` was launched
+/// through. Such an override names no instance type, and the group's answer does not say which
+/// override launched an instance, so the instance's template id tells: the override whose
+/// template has that id (of several, the one whose version the instance runs, else the first,
+/// whose version rule then reports the drift). `None` when no such override has that template.
+fn attribute_based_template<'g>(
+    overrides: &'g [Override],
+    inst: &GroupInstance,
+    templates: &BTreeMap<String, LaunchTemplateInfo>,
+) -> Option<&'g LaunchTemplateSpec> {
+    let actual = inst.launch_template.as_ref()?;
+    let actual_id = template_id(actual, templates)?;
+    let candidates: Vec<&LaunchTemplateSpec> = overrides
+        .iter()
+        .filter(|o| o.has_instance_requirements)
+        .filter_map(|o| o.launch_template.as_ref())
+        .filter(|spec| template_id(spec, templates) == Some(actual_id))
+        .collect();
+    let actual_version = actual.version.as_deref().and_then(|v| v.parse().ok());
+    candidates
+        .iter()
+        .find(|spec| {
+            actual_version.is_some()
+                && resolve_group_version(spec, templates).ok() == actual_version
+        })
+        .or(candidates.first())
+        .copied()
+}
+
+/// A spec's template id: its own, else the id of the described template of its name.
+fn template_id<'s>(
+    spec: &'s LaunchTemplateSpec,
+    templates: &'s BTreeMap<String, LaunchTemplateInfo>,
+) -> Option<&'s str> {
+    match &spec.id {
+        Some(id) => Some(id),
+        None => find_template(spec, templates).ok().map(|t| t.id.as_str()),
+    }
 }
 
 /// The described template a spec names: by id when it has one, else by name.
@@ -1172,6 +1217,95 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(instance_type_rule_skip(&plain), None);
+    }
+
+    #[test]
+    fn an_attribute_based_override_with_its_own_template_is_judged_by_that_template() {
+        let mut f = Fixture::new();
+        // DescribeLaunchTemplates also answers the x86 override's template.
+        f.templates.insert(
+            "lt-0x86".into(),
+            serde_json::from_value(json!({
+                "LaunchTemplateId": "lt-0x86", "LaunchTemplateName": "workers-x86",
+                "LatestVersionNumber": 7, "DefaultVersionNumber": 6
+            }))
+            .unwrap(),
+        );
+        // As DescribeAutoScalingGroups answers it: attribute-based overrides, each with the
+        // template of its architecture, on the base template lt-0abc $Latest.
+        let overrides = json!([
+            {"InstanceRequirements": {"VCpuCount": {"Min": 2, "Max": 8}, "MemoryMiB": {"Min": 4096},
+                                      "CpuManufacturers": ["intel", "amd"]},
+             "LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0x86", "LaunchTemplateName": "workers-x86", "Version": "$Latest"}},
+            {"InstanceRequirements": {"VCpuCount": {"Min": 2, "Max": 8}, "MemoryMiB": {"Min": 4096},
+                                      "CpuManufacturers": ["amazon-web-services"]},
+             "LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0arm", "LaunchTemplateName": "workers-arm"}}
+        ]);
+        let verdict = |instance| f.verdict(mixed_group(overrides.clone(), instance));
+
+        // The arm override's template, no version = $Default = 2.
+        assert_eq!(
+            verdict(lt_instance("i-0aaa", "m7g.large", "lt-0arm", "2")),
+            Verdict::Current
+        );
+        assert_eq!(
+            verdict(lt_instance("i-0aaa", "m7g.large", "lt-0arm", "1")),
+            drift(
+                DrainReason::LaunchTemplateVersion,
+                "lt-0arm: instance version 1, group wants 2 ($Default)"
+            )
+        );
+        // The x86 override's template at $Latest = 7.
+        assert_eq!(
+            verdict(lt_instance("i-0aaa", "m6i.large", "lt-0x86", "7")),
+            Verdict::Current
+        );
+        assert_eq!(
+            verdict(lt_instance("i-0aaa", "m6i.large", "lt-0x86", "6")),
+            drift(
+                DrainReason::LaunchTemplateVersion,
+                "lt-0x86: instance version 6, group wants 7 ($Latest)"
+            )
+        );
+        // The base template still applies to an instance launched from it.
+        assert_eq!(
+            verdict(lt_instance("i-0aaa", "m6i.large", "lt-0abc", "5")),
+            Verdict::Current
+        );
+        // A template none of the group's specs names is judged against the base, as before.
+        assert_eq!(
+            verdict(lt_instance("i-0aaa", "m6i.large", "lt-0old", "5")),
+            drift(
+                DrainReason::LaunchTemplate,
+                "instance runs lt-0old (workers), group wants lt-0abc (workers)"
+            )
+        );
+        // Two overrides on one template at different versions: either version is current.
+        let pinned = json!([
+            {"InstanceRequirements": {"VCpuCount": {"Min": 2}, "MemoryMiB": {"Min": 4096}},
+             "LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0arm", "Version": "1"}},
+            {"InstanceRequirements": {"VCpuCount": {"Min": 4}, "MemoryMiB": {"Min": 8192}},
+             "LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0arm", "Version": "$Latest"}}
+        ]);
+        for version in ["1", "3"] {
+            assert_eq!(
+                f.verdict(mixed_group(
+                    pinned.clone(),
+                    lt_instance("i-0aaa", "m7g.large", "lt-0arm", version)
+                )),
+                Verdict::Current
+            );
+        }
+        assert_eq!(
+            f.verdict(mixed_group(
+                pinned,
+                lt_instance("i-0aaa", "m7g.large", "lt-0arm", "2")
+            )),
+            drift(
+                DrainReason::LaunchTemplateVersion,
+                "lt-0arm: instance version 2, group wants 1"
+            )
+        );
     }
 
     #[test]

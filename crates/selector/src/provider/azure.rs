@@ -21,8 +21,9 @@
 //! that scale set (reason `lookup-failed`); a 404 on a resource group named by
 //! `--azure-resource-group` is reported as a lookup failure (exit 1) while the others are
 //! handled; anything else fails the run before any write.
-//! A `nextLink` must stay on the configured endpoint (the token is never sent elsewhere) and
-//! must not name a page already read (the list would never end); either fails the run.
+//! A `nextLink` must stay on the configured endpoint (same scheme, host and port, `:443` written
+//! or not, and a path under the endpoint's: the token is never sent elsewhere) and must not name
+//! a page already read (the list would never end); either fails the run.
 //!
 //! With `--retire-drained`, a drained node's VM is deleted with
 //! `VirtualMachineScaleSets_DeleteInstances` (`POST .../virtualMachineScaleSets/{name}/delete`,
@@ -196,9 +197,11 @@ impl ArmClient {
             match page.next_link.filter(|l| !l.is_empty()) {
                 None => return Ok(items),
                 Some(next) => {
-                    if !next.starts_with(&format!("{}/", self.endpoint)) {
+                    if !link_stays_on(&self.endpoint, &next) {
                         return Err(ArmError::Failed(format!(
-                            "{operation}: nextLink leaves {}; not followed",
+                            "{operation}: nextLink {next} leaves {} (another scheme, host, port \
+                             or path); not followed, as the bearer token goes to the configured \
+                             endpoint only; if ARM moved, set {ENDPOINT_ENV} to its endpoint",
                             self.endpoint
                         )));
                     }
@@ -290,6 +293,58 @@ impl ArmClient {
             }
         }
     }
+}
+
+/// Whether `link` (a `nextLink`) stays on `endpoint`: the same scheme, the same host in any
+/// case, the same port (443 for https, 80 for http when not written: ARM writes `:443`), and a
+/// path under the endpoint's without `..` segments. The bearer token goes with every page, so a
+/// link anywhere else is not followed. URLs that do not parse are not followed either.
+pub fn link_stays_on(endpoint: &str, link: &str) -> bool {
+    match (url_parts(endpoint), url_parts(link)) {
+        (Some(endpoint), Some(link)) => {
+            let base = endpoint.path.trim_end_matches('/');
+            let under = link
+                .path
+                .strip_prefix(base)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+            endpoint.scheme == link.scheme
+                && endpoint.host == link.host
+                && endpoint.port == link.port
+                && under
+                && !link.path.split('/').any(|segment| segment == "..")
+        }
+        _ => false,
+    }
+}
+
+/// What [`link_stays_on`] compares, normalised: scheme and host lower-cased, the port made
+/// explicit.
+struct UrlParts {
+    scheme: String,
+    host: String,
+    port: u16,
+    path: String,
+}
+
+/// Parsed as [`ArmClient::send`] would send it (percent-encoded first).
+fn url_parts(url: &str) -> Option<UrlParts> {
+    let uri: http::Uri = utf8_percent_encode(url.trim(), NOT_IN_A_URI)
+        .to_string()
+        .parse()
+        .ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let port = match (uri.port_u16(), scheme.as_str()) {
+        (Some(port), _) => port,
+        (None, "https") => 443,
+        (None, "http") => 80,
+        (None, _) => return None,
+    };
+    Some(UrlParts {
+        host: uri.host()?.to_ascii_lowercase(),
+        port,
+        path: uri.path().to_owned(),
+        scheme,
+    })
 }
 
 /// 1, 2, 4 s.
@@ -630,6 +685,55 @@ mod tests {
         assert_eq!(retry_after(&h), None);
         assert_eq!(backoff(1), Duration::from_secs(1));
         assert_eq!(backoff(3), Duration::from_secs(4));
+    }
+
+    /// A `nextLink` as ARM writes it: the default port spelled out, `$skiptoken` last.
+    const ARM_NEXT_LINK: &str = "https://management.azure.com:443/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg-aks/providers/Microsoft.Compute/virtualMachineScaleSets/vmss-a/virtualMachines?api-version=2024-07-01&$filter=properties%2FlatestModelApplied%20eq%20false&$skiptoken=Mjs0MDAwMA==";
+
+    #[test]
+    fn a_next_link_with_the_default_port_is_followed() {
+        assert!(link_stays_on(DEFAULT_ENDPOINT, ARM_NEXT_LINK));
+        let page_2 = ARM_NEXT_LINK.replace(":443", "");
+        assert!(link_stays_on(DEFAULT_ENDPOINT, &page_2));
+        // Hosts compare in any case; an endpoint may name the port itself.
+        assert!(link_stays_on(
+            DEFAULT_ENDPOINT,
+            &page_2.replace("management.azure.com", "Management.Azure.com")
+        ));
+        assert!(link_stays_on("https://management.azure.com:443", &page_2));
+        // A test server's endpoint with a path prefix, and its own links.
+        assert!(link_stays_on(
+            "http://127.0.0.1:8443/arm",
+            "http://127.0.0.1:8443/arm/subscriptions/s/providers/Microsoft.Compute/virtualMachineScaleSets?api-version=2024-07-01&%24skiptoken=2"
+        ));
+    }
+
+    #[test]
+    fn a_next_link_to_another_host_port_or_scheme_is_refused() {
+        let path = "/subscriptions/s/providers/Microsoft.Compute/virtualMachineScaleSets?api-version=2024-07-01&$skiptoken=2";
+        for link in [
+            format!("https://management.azure.com.evil.example{path}"),
+            format!("https://evil.example{path}"),
+            format!("https://management.azure.com:443@evil.example{path}"),
+            format!("https://management.azure.com:8443{path}"),
+            format!("http://management.azure.com{path}"),
+            format!("http://management.azure.com:443{path}"),
+            path.to_owned(),
+            "not a url".to_owned(),
+        ] {
+            assert!(!link_stays_on(DEFAULT_ENDPOINT, &link), "followed {link}");
+        }
+        // Out of the endpoint's path.
+        for link in [
+            "http://127.0.0.1:8443/other/subscriptions/s?%24skiptoken=2",
+            "http://127.0.0.1:8443/armory/subscriptions/s?%24skiptoken=2",
+            "http://127.0.0.1:8443/arm/../other/subscriptions/s?%24skiptoken=2",
+        ] {
+            assert!(
+                !link_stays_on("http://127.0.0.1:8443/arm", link),
+                "followed {link}"
+            );
+        }
     }
 
     #[test]

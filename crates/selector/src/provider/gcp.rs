@@ -16,10 +16,12 @@
 //!
 //! Groups skipped by a rule (excluded, GKE, PROACTIVE, canary in flight) are not listed. A
 //! `listManagedInstances` that answers 404 (the group was deleted after the aggregated list) makes
-//! only that group skipped, reported as a failed look-up; any other failed call fails the run
-//! before anything is written. Retries are the client's: its AIP-194 policy (503 and I/O errors
-//! on idempotent calls) extended to 429, with its exponential back-off (it does not read
-//! `Retry-After`), at most [`ATTEMPTS`] attempts and `--gcp-call-timeout` per call in all;
+//! only that group skipped, reported as a failed look-up, and so is each zone or region the
+//! aggregated list names in `unreachables` (its groups are missing from the answer); any other
+//! failed call fails the run before anything is written. Retries are the client's: its AIP-194
+//! policy (503 and I/O errors on idempotent calls) extended to 429, with its exponential
+//! back-off (it does not read `Retry-After`), at most [`ATTEMPTS`] attempts and
+//! `--gcp-call-timeout` per call in all;
 //! `listManagedInstances` is a POST the client would not retry, so it is marked idempotent (it
 //! only reads). The endpoint can be replaced (`ROTOR_GCP_ENDPOINT`, for tests against a fake
 //! server), which also switches to anonymous credentials.
@@ -224,12 +226,6 @@ impl GcpProvider {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "gcp provider: listed the managed instance groups"
         );
-        if !snapshot.unreachable.is_empty() {
-            tracing::warn!(
-                unreachable = snapshot.unreachable.join(", "),
-                "gcp provider: the aggregated list could not reach some zones or regions; nodes there are skipped"
-            );
-        }
         Ok(assessor)
     }
 }
@@ -286,29 +282,42 @@ pub async fn list_groups(
         };
         count(calls, op::AGGREGATED_LIST);
         let page = page.map_err(|e| gcp_error(op::AGGREGATED_LIST, &e))?;
-        unreachable.extend(page.unreachables);
-        for (key, scoped) in page.items {
-            let Some(scope) = GroupScope::from_key(&key) else {
-                continue;
-            };
-            groups.extend(
-                scoped
-                    .instance_group_managers
-                    .iter()
-                    .filter_map(|g| convert_group(g, scope.clone())),
-            );
-        }
-        if page
+        let last = page
             .next_page_token
             .as_deref()
             .unwrap_or_default()
-            .is_empty()
-        {
+            .is_empty();
+        read_aggregated_page(page, &mut groups, &mut unreachable);
+        if last {
             break;
         }
     }
     groups.sort_by_key(ManagedGroup::key);
+    // Every page may repeat the zones it could not reach.
+    unreachable.sort();
+    unreachable.dedup();
     Ok((groups, unreachable))
+}
+
+/// One `aggregatedList` page: its groups, by the zone or region of their key, and its
+/// `unreachables` (`zones/{zone}` or `regions/{region}`), as the API writes them.
+pub fn read_aggregated_page(
+    page: model::InstanceGroupManagerAggregatedList,
+    groups: &mut Vec<ManagedGroup>,
+    unreachable: &mut Vec<String>,
+) {
+    unreachable.extend(page.unreachables);
+    for (key, scoped) in page.items {
+        let Some(scope) = GroupScope::from_key(&key) else {
+            continue;
+        };
+        groups.extend(
+            scoped
+                .instance_group_managers
+                .iter()
+                .filter_map(|g| convert_group(g, scope.clone())),
+        );
+    }
 }
 
 /// `listManagedInstances` of one group, every page; `Err` in the listing when the group is gone
@@ -431,6 +440,26 @@ pub fn convert_instance(instance: &model::ManagedInstance) -> Option<GroupInstan
 
 // ---- Judging nodes. ----
 
+/// An `unreachables` entry of the aggregated list (`zones/us-central1-b`, `regions/us-central1`)
+/// as a failed look-up: the groups there were not listed, so the nodes there cannot be judged.
+pub fn unreachable_scope_failure(entry: &str) -> LookupFailure {
+    let subject = match GroupScope::from_key(entry) {
+        Some(GroupScope::Zone(zone)) => format!("zone {zone}"),
+        Some(GroupScope::Region(region)) => format!("region {region}"),
+        None => entry.to_owned(),
+    };
+    LookupFailure {
+        operation: op::AGGREGATED_LIST,
+        error: format!(
+            "Google Cloud reported {subject} unreachable, so its groups were not listed and its \
+             nodes are skipped as instance-not-in-groups; retry the run (if it persists, check \
+             the Google Cloud status dashboard)"
+        ),
+        subject,
+        groups: Vec::new(),
+    }
+}
+
 /// The fleet's verdicts; judges nodes without I/O.
 #[derive(Clone, Debug)]
 pub struct GcpAssessor {
@@ -481,6 +510,13 @@ impl GcpAssessor {
                 });
             }
         }
+        // Their groups are missing from the answer, so their nodes would pass as in no group.
+        lookup_failures.extend(
+            snapshot
+                .unreachable
+                .iter()
+                .map(|entry| unreachable_scope_failure(entry)),
+        );
         GcpAssessor {
             fleet: Arc::new(fleet_verdicts(&snapshot.groups, &snapshot.listings)),
             groups: Arc::new(snapshot.groups.clone()),
@@ -623,6 +659,80 @@ impl Retirer for GcpAssessor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Report;
+
+    #[test]
+    fn an_unreachable_zone_in_the_aggregated_list_is_a_lookup_failure_and_exits_1() {
+        // Shaped like Compute Engine's instanceGroupManagers.aggregatedList answer when one zone
+        // does not answer: the zone is named in `unreachables`, and no groups come from it.
+        let page: model::InstanceGroupManagerAggregatedList =
+            serde_json::from_value(serde_json::json!({
+                "kind": "compute#instanceGroupManagerAggregatedList",
+                "id": "projects/p/aggregated/instanceGroupManagers",
+                "items": {
+                    "zones/us-central1-a": {"instanceGroupManagers": [{
+                        "kind": "compute#instanceGroupManager",
+                        "name": "nodes-a",
+                        "zone": "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a",
+                        "baseInstanceName": "nodes-a",
+                        "instanceTemplate": "https://www.googleapis.com/compute/v1/projects/p/global/instanceTemplates/nodes-v2",
+                        "targetSize": 3
+                    }]},
+                    "zones/us-central1-c": {"warning": {
+                        "code": "NO_RESULTS_ON_PAGE",
+                        "message": "There are no results for scope 'zones/us-central1-c' on this page.",
+                        "data": [{"key": "scope", "value": "zones/us-central1-c"}]
+                    }}
+                },
+                "unreachables": ["zones/us-central1-b"],
+                "selfLink": "https://www.googleapis.com/compute/v1/projects/p/aggregated/instanceGroupManagers"
+            }))
+            .unwrap();
+        let mut groups = Vec::new();
+        let mut unreachable = Vec::new();
+        read_aggregated_page(page, &mut groups, &mut unreachable);
+        assert_eq!(groups.len(), 1);
+        let snapshot = GcpSnapshot {
+            groups,
+            listings: BTreeMap::new(),
+            unreachable,
+        };
+        let config = GcpConfig {
+            project: "p".into(),
+            excluded_names: BTreeSet::new(),
+            include_gke_managed: false,
+            endpoint: None,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        };
+        let assessor = GcpAssessor::of(&snapshot, &config);
+        assert_eq!(
+            assessor
+                .lookup_failures
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            [
+                "instanceGroupManagers.aggregatedList for zone us-central1-b failed: Google Cloud \
+              reported zone us-central1-b unreachable, so its groups were not listed and its nodes \
+              are skipped as instance-not-in-groups; retry the run (if it persists, check the \
+              Google Cloud status dashboard)"
+            ]
+        );
+        let report = Report {
+            provider: "gcp",
+            dry_run: true,
+            nodes: Vec::new(),
+            api_calls: ApiCalls::default(),
+            lookup_failures: assessor.lookup_failures,
+            group_surges: Vec::new(),
+        };
+        assert_eq!(report.exit_code(), 1);
+        // A region is named as one.
+        assert_eq!(
+            unreachable_scope_failure("regions/us-central1").subject,
+            "region us-central1"
+        );
+    }
 
     #[test]
     fn converts_the_clients_types_from_the_api_json() {

@@ -781,6 +781,7 @@ mod tests {
             verdict,
             current_taint: taint.map(str::to_owned),
             drain_started: false,
+            selected_by_selector: taint.is_some(),
             opted_out: false,
             drained: false,
         }

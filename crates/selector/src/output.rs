@@ -205,6 +205,7 @@ mod tests {
             verdict,
             current_taint: taint.map(str::to_owned),
             drain_started: false,
+            selected_by_selector: false,
             opted_out: false,
             drained: false,
         }

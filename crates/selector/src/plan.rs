@@ -8,7 +8,7 @@ use std::fmt;
 
 use jiff::Timestamp;
 use rotor_core::DrainReason;
-use rotor_core::contract::DO_NOT_DISRUPT_ANNOTATION;
+use rotor_core::contract::{DO_NOT_DISRUPT_ANNOTATION, SELECTED_AT_ANNOTATION};
 
 use rotor_core::NodeBudget;
 
@@ -34,6 +34,9 @@ pub struct Candidate {
     /// The drainer has started: `rotor.dev/phase` is present, whatever its value (`queued`
     /// included: the drainer has taken the node on).
     pub drain_started: bool,
+    /// The node carries `rotor.dev/selected-at`, which a selector run writes with every taint
+    /// it places: only such a taint may a run take back.
+    pub selected_by_selector: bool,
     /// The node carries `rotor.dev/do-not-disrupt=true`.
     pub opted_out: bool,
     /// The drainer finished: the node's phase is `drained` or it carries `rotor.dev/drained-at`
@@ -127,7 +130,7 @@ pub fn plan(candidates: Vec<Candidate>, limits: &PlanLimits) -> Vec<PlannedNode>
                     Some(keep("drained, but there is no instance to retire"))
                 }
             }
-            (Verdict::Current, Some(taint)) => Some(rollback(taint, candidate.drain_started)),
+            (Verdict::Current, Some(taint)) => Some(rollback(taint, candidate)),
             (Verdict::Drifted { .. }, Some(taint)) => {
                 Some(keep(format!("already tainted ({taint})")))
             }
@@ -230,11 +233,18 @@ pub fn persons_taint(taint: &str) -> Option<String> {
     }
 }
 
-/// A tainted node that is no longer out of date.
-fn rollback(taint: &str, drain_started: bool) -> Action {
+/// A tainted node that is no longer out of date. Rule: the selector takes back only a taint
+/// a selector run placed (it carries `rotor.dev/selected-at`), never another tool's or a
+/// person's, even with a rotor reason for its value.
+fn rollback(taint: &str, candidate: &Candidate) -> Action {
     if let Some(why) = persons_taint(taint) {
         keep(why)
-    } else if drain_started {
+    } else if !candidate.selected_by_selector {
+        keep(format!(
+            "no longer out of date (was {taint}), but the taint was not placed by rotor-selector \
+             (no {SELECTED_AT_ANNOTATION}); left in place"
+        ))
+    } else if candidate.drain_started {
         keep(format!(
             "no longer out of date (was {taint}), but the drain has started"
         ))
@@ -351,6 +361,7 @@ mod tests {
             verdict: drifted(),
             current_taint: None,
             drain_started: false,
+            selected_by_selector: false,
             opted_out: false,
             drained: false,
         }
@@ -506,6 +517,7 @@ mod tests {
     fn already_tainted_count_and_weigh_on_their_zone() {
         let mut tainted = node("a-tainted", "us-east-1a", 30);
         tainted.current_taint = Some("launch-template-version".into());
+        tainted.selected_by_selector = true;
         let candidates = vec![
             tainted,
             node("a1", "us-east-1a", 1),
@@ -549,12 +561,40 @@ mod tests {
     }
 
     #[test]
+    fn a_taint_with_a_rotor_reason_that_no_selector_run_placed_is_not_taken_back() {
+        // Another tool (a script, a second selector) tainted the node with a rotor reason,
+        // without rotor.dev/selected-at: this run judges the node up to date but leaves it.
+        let mut theirs = node("theirs", "a", 1);
+        theirs.verdict = Verdict::Current;
+        theirs.current_taint = Some("kubelet-version".into());
+        let mut ours = theirs.clone();
+        ours.node = "ours".into();
+        ours.selected_by_selector = true;
+        let plan = plan(vec![theirs, ours], &limits("10"));
+        assert_eq!(
+            plan[0].action,
+            keep(
+                "no longer out of date (was kubelet-version), but the taint was not placed by \
+                 rotor-selector (no rotor.dev/selected-at); left in place"
+            )
+        );
+        assert_eq!(
+            plan[1].action,
+            Action::Untaint {
+                why: "no longer out of date (was kubelet-version)".into()
+            }
+        );
+    }
+
+    #[test]
     fn rollback_untaints_unless_started_manual_or_foreign() {
         let tainted = |name: &str, value: &str, started: bool| {
             let mut c = node(name, "a", 1);
             c.verdict = Verdict::Current;
             c.current_taint = Some(value.into());
+            c.selected_by_selector = true;
             c.drain_started = started;
+            c.selected_by_selector = true;
             c
         };
         let plan = plan(
@@ -600,6 +640,7 @@ mod tests {
         let mut rolled_back = node("rolled-back", "a", 1);
         rolled_back.verdict = Verdict::Current;
         rolled_back.current_taint = Some("image".into());
+        rolled_back.selected_by_selector = true;
         let plan = plan(vec![rolled_back, node("d1", "b", 2)], &limits("1"));
         assert_eq!(kinds(&plan), [("rolled-back", "untaint"), ("d1", "keep")]);
     }
@@ -611,11 +652,13 @@ mod tests {
         let mut opted_out_tainted = node("opted-out-tainted", "a", 1);
         opted_out_tainted.opted_out = true;
         opted_out_tainted.current_taint = Some("launch-template".into());
+        opted_out_tainted.selected_by_selector = true;
         let mut standby = node("standby", "a", 1);
         standby.verdict = Verdict::skip(SkipReason::NotInService {
             state: "Standby".into(),
         });
         standby.current_taint = Some("launch-template".into());
+        standby.selected_by_selector = true;
         let plan = plan(
             vec![
                 opted_out,
@@ -653,6 +696,7 @@ mod tests {
         };
         let mut g1_tainted = in_group("g1-tainted", "g1", "a", 50);
         g1_tainted.current_taint = Some("image".into());
+        g1_tainted.selected_by_selector = true;
         let candidates = vec![
             g1_tainted,
             in_group("g1-a", "g1", "a", 1),
@@ -725,6 +769,7 @@ mod tests {
             let mut c = node(name, "a", day);
             c.verdict = verdict;
             c.current_taint = Some("launch-template-version".into());
+            c.selected_by_selector = true;
             c.drain_started = true;
             c.drained = true;
             c
@@ -790,10 +835,12 @@ mod tests {
         let mut rollback = node("rollback", "a", 1);
         rollback.verdict = Verdict::Current;
         rollback.current_taint = Some("image".into());
+        rollback.selected_by_selector = true;
         let mut opted_out = node("opted-out", "a", 1);
         opted_out.opted_out = true;
         let mut drained = node("drained", "a", 1);
         drained.current_taint = Some("image".into());
+        drained.selected_by_selector = true;
         drained.drained = true;
         let mut limits = limits("4");
         limits.retire_drained = true;

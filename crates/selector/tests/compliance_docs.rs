@@ -38,6 +38,7 @@ fn the_metrics_table_lists_exactly_the_gauges_a_run_publishes() {
                 verdict,
                 current_taint: None,
                 drain_started: false,
+                selected_by_selector: false,
                 opted_out: false,
                 drained: false,
             },

@@ -246,6 +246,8 @@ async fn c_rollback_untaints_unless_the_drain_started_or_the_taint_is_manual() {
     assert_eq!(run.node("old-2")["detail"], "already tainted (manual)");
     // The drainer has started on old-1.
     cluster.mark("old-1", None, &[("rotor.dev/phase", "cordoned")]);
+    // A script taints new-0 with a rotor reason; no selector run placed it (no selected-at).
+    cluster.mark("new-0", Some(("kubelet-version", "NoSchedule")), &[]);
 
     // The control-plane upgrade is rolled back.
     cluster.set_control_plane("v1.33.4").await;
@@ -294,10 +296,21 @@ async fn c_rollback_untaints_unless_the_drain_started_or_the_taint_is_manual() {
             json!(null)
         )
     );
+    assert_eq!(
+        entry("new-0"),
+        (
+            json!("kubelet-version"),
+            json!(
+                "no longer out of date (was kubelet-version), but the taint was not placed by rotor-selector (no rotor.dev/selected-at); left in place"
+            ),
+            json!(null)
+        )
+    );
     assert_eq!(cluster.requests("patch nodes") - patches, 2);
 
-    // Only rotor's taint and the selector's annotations went; the node's own taint stayed.
-    assert_eq!(cluster.tainted().await, ["old-1", "old-2"]);
+    // Only rotor's taint and the selector's annotations went; the node's own taint stayed, and
+    // the script's taint too.
+    assert_eq!(cluster.tainted().await, ["new-0", "old-1", "old-2"]);
     assert_eq!(
         cluster.taints("old-0").await,
         ["dedicated=batch:NoSchedule"]

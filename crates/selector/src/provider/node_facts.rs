@@ -13,7 +13,7 @@
 //!   person chose (`manual`, or not a rotor reason) stands for them all (`drain_taint_value`).
 
 use k8s_openapi::api::core::v1::Node;
-use rotor_core::contract::{DRAINED_AT_ANNOTATION, PHASE_ANNOTATION};
+use rotor_core::contract::{DRAINED_AT_ANNOTATION, PHASE_ANNOTATION, SELECTED_AT_ANNOTATION};
 use rotor_core::{DRAIN_TAINT_KEY, DrainPhase, node_opted_out, parse_aws_provider_id};
 
 use crate::plan::{Candidate, persons_taint};
@@ -51,6 +51,7 @@ pub fn node_candidate(node: &Node, verdict: Verdict, group: Option<String>) -> C
         verdict,
         current_taint: drain_taint_value(node),
         drain_started: phase.is_some(),
+        selected_by_selector: annotation(SELECTED_AT_ANNOTATION).is_some(),
         opted_out: node_opted_out(meta),
         drained: phase.is_some_and(|p| p == DrainPhase::Drained.slug())
             || annotation(DRAINED_AT_ANNOTATION).is_some(),
@@ -142,6 +143,7 @@ mod tests {
                 verdict: Verdict::Current,
                 current_taint: None,
                 drain_started: false,
+                selected_by_selector: false,
                 opted_out: false,
                 drained: false,
             }

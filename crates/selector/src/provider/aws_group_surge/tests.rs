@@ -27,6 +27,7 @@ fn node(name: &str, drifted: bool, taint: Option<&str>, drained: bool) -> Candid
         },
         current_taint: taint.map(str::to_owned),
         drain_started: taint.is_some(),
+        selected_by_selector: taint.is_some(),
         opted_out: false,
         drained,
     }

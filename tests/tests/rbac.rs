@@ -245,6 +245,26 @@ fn the_shipped_rbac_is_enough_for_a_full_rotation_without_a_single_403() {
         policy["status"]["observedGeneration"], 1,
         "the drainer writes the policy's status: {policy}"
     );
+    // What an operator runs in the drainer's pod when it pages (`kubectl exec ... --`):
+    // `status` reads the rotation record, `resume` reads it first, under the same identity.
+    for command in ["status", "resume"] {
+        let out = run_with_timeout(
+            Command::new(binary("rotor-drainer"))
+                .arg("--kubeconfig")
+                .arg(sim.service_account_kubeconfig(NS, "rotor-drainer"))
+                .args([command, "--lease-namespace", NS])
+                .env("NO_COLOR", "1"),
+            Duration::from_secs(60),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("cannot read"),
+            "{}",
+            describe_output(&format!("rotor-drainer {command}"), &out)
+        );
+    }
+    let authz = authorization_stats(&sim);
+    assert_eq!(authz["forbidden"], 0, "403s to status or resume: {authz}");
     for account in ["rotor-drainer", "rotor-selector"] {
         let user = format!("system:serviceaccount:{NS}:{account}");
         assert!(

@@ -39,6 +39,17 @@ pub enum PoolRef {
 }
 
 impl PoolRef {
+    /// The pools whose budgets a node of this pool counts in. Rule: a node several policies
+    /// select counts in each of them: it starts no drain of its own, but one under way when the
+    /// policies came to overlap (or a node cordoned or not ready) still disrupts each pool, and
+    /// must not free a slot in any.
+    pub fn counted_in(&self) -> Vec<PoolRef> {
+        match self {
+            PoolRef::Overlap(names) => names.iter().cloned().map(PoolRef::Policy).collect(),
+            pool => vec![pool.clone()],
+        }
+    }
+
     /// The policy's name, for a node one policy governs.
     pub fn policy(&self) -> Option<&str> {
         match self {

@@ -440,15 +440,19 @@ pub fn choose_in_pools(
 ) -> FleetDecision {
     let counted = |n: &&NodeView| !n.is_starting(now, limits.startup_grace);
     let starting = nodes.len() - nodes.iter().filter(counted).count();
-    let mut pool_total: BTreeMap<&PoolRef, usize> = BTreeMap::new();
+    let mut pool_total: BTreeMap<PoolRef, usize> = BTreeMap::new();
     for (pool, count) in rules.counted_beside {
-        *pool_total.entry(pool).or_default() += count;
+        for pool in pool.counted_in() {
+            *pool_total.entry(pool).or_default() += count;
+        }
     }
-    let mut pool_unavailable: BTreeMap<&PoolRef, usize> = BTreeMap::new();
+    let mut pool_unavailable: BTreeMap<PoolRef, usize> = BTreeMap::new();
     for n in nodes.iter().filter(counted) {
-        *pool_total.entry(&n.pool).or_default() += 1;
-        if n.is_unavailable() {
-            *pool_unavailable.entry(&n.pool).or_default() += 1;
+        for pool in n.pool.counted_in() {
+            *pool_total.entry(pool.clone()).or_default() += 1;
+            if n.is_unavailable() {
+                *pool_unavailable.entry(pool).or_default() += 1;
+            }
         }
     }
     let flags = PoolRef::Flags;
@@ -622,6 +626,60 @@ mod tests {
 
     fn held_names(d: &FleetDecision) -> Vec<&str> {
         d.held.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// A node two policies came to select while its drain was under way starts nothing, but
+    /// its drain still counts in each policy's budget: the pool does not start another.
+    #[test]
+    fn a_node_in_an_overlap_counts_in_each_of_its_policies_budgets() {
+        use crate::fleet::pools::{Pool, Pools};
+        use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
+        let one_at_a_time = |name: &str| {
+            Pool::read(&RotationPolicy::new(
+                name,
+                RotationPolicySpec {
+                    node_selector: Default::default(),
+                    priority: 0,
+                    budgets: vec![PolicyBudget {
+                        nodes: "1".into(),
+                        ..Default::default()
+                    }],
+                    drain: None,
+                },
+            ))
+        };
+        let pools = Pools::new([one_at_a_time("general"), one_at_a_time("east")]);
+        let overlap = PoolRef::Overlap(vec!["east".into(), "general".into()]);
+        let mut under_way = draining("gen-3", DrainPhase::Evicting);
+        under_way.pool = overlap;
+        let mut view = vec![under_way];
+        for (name, pool) in [
+            ("gen-5", "general"),
+            ("east-1", "east"),
+            ("gen-7", "general"),
+        ] {
+            let mut n = tainted(name);
+            n.pool = PoolRef::Policy(pool.into());
+            n.reason = "image".into();
+            view.push(n);
+        }
+        let rules = PoolRules {
+            pools: &pools,
+            ..PoolRules::flags_only()
+        };
+        let decision = choose_in_pools(&view, &limits(5, "100%"), rules, now(), retry_backoff);
+        assert!(decision.start.is_empty(), "{:?}", decision.start);
+        let held = held_text(&decision);
+        assert!(
+            held.iter().any(|(n, why)| n == "gen-5"
+                && why.contains("RotationPolicy general: budget 1 of 3 reached")),
+            "{held:?}"
+        );
+        assert!(
+            held.iter()
+                .any(|(n, why)| n == "east-1" && why.contains("RotationPolicy east")),
+            "{held:?}"
+        );
     }
 
     #[test]

@@ -194,3 +194,59 @@ async fn given_a_policy_changed_while_no_node_is_tainted_then_a_replica_leads_to
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
+
+/// An API server that has not synced its CRDs yet answers 404 for RotationPolicies: once the
+/// drainer has listed them, that does not count as "not installed". The pool the policy closes
+/// stays closed while the watch lists again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_policies_answer_404_after_they_were_listed_then_the_pool_stays_closed() {
+    let cluster = SimCluster::start(CLUSTER).await;
+    let (batch, _) = batch_and_general(&cluster).await;
+    let policies = cluster.api::<RotationPolicy>();
+    let paused: RotationPolicy = serde_json::from_value(json!({
+        "apiVersion": "rotor.dev/v1alpha1",
+        "kind": "RotationPolicy",
+        "metadata": {"name": "batch"},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": "batch"}}, "budgets": [{"nodes": "0"}]},
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &paused)
+        .await
+        .unwrap();
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    cluster.taint(&batch[0], "manual").await;
+    // Listed: the drainer writes the pool's status, with the tainted node out of date.
+    wait_until("the pool's status", WAIT, || async {
+        let status = policies.get("batch").await.ok()?.status?;
+        (status.out_of_date == 1).then_some(())
+    })
+    .await;
+    // Every watch is cut, and the policies' next requests answer 404 for a while.
+    let requests =
+        cluster.requests("list rotationpolicies") + cluster.requests("watch rotationpolicies");
+    cluster
+        .faults(json!({"errors": [
+            {"resource": "rotationpolicies", "rate": 1.0, "code": 404, "times": 3},
+        ]}))
+        .await;
+    cluster.admin_post("faults/drop-watches", None).await;
+    wait_until(
+        "the policies' watch to meet the 404s and list again",
+        WAIT,
+        || async {
+            let now = cluster.requests("list rotationpolicies")
+                + cluster.requests("watch rotationpolicies");
+            (now >= requests + 4).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        cluster.annotation(&batch[0], "rotor.dev/phase").await,
+        None,
+        "the paused pool's node started draining"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}

@@ -258,8 +258,11 @@ async fn set_faults(State(sim): State<Arc<Sim>>, Json(b): Json<FaultsBody>) -> R
         if !(0.0..=1.0).contains(&r.rate) {
             return bad(format!("rate {} must be between 0 and 1", r.rate));
         }
-        if ![429, 500, 503, 504].contains(&r.code) {
-            return bad(format!("code {} must be one of 429, 500, 503, 504", r.code));
+        if ![404, 429, 500, 503, 504].contains(&r.code) {
+            return bad(format!(
+                "code {} must be one of 404, 429, 500, 503, 504",
+                r.code
+            ));
         }
     }
     let mut f = sim.faults.lock().expect("faults lock");

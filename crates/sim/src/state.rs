@@ -22,7 +22,8 @@ pub struct ErrorRule {
     pub resource: Option<String>,
     /// Fraction of matching requests to fail, 0 to 1.
     pub rate: f64,
-    /// HTTP status to answer: 429, 500, 503 or 504.
+    /// HTTP status to answer: 404 (the resource type not served: an API server whose CRDs are
+    /// not synced yet), 429, 500, 503 or 504.
     #[serde(default = "default_code")]
     pub code: u16,
     /// Serve the request, then answer the error instead of its result: an answer lost on its
@@ -129,6 +130,13 @@ impl Faults {
         }
         let msg = format!("injected fault: {verb} {resource}");
         let error = match rule.code {
+            404 => ApiError {
+                code: 404,
+                reason: "NotFound",
+                message: format!("the server could not find the requested resource ({msg})"),
+                details: None,
+                retry_after: None,
+            },
             429 => ApiError::too_many_requests(msg).with_retry_after(1),
             503 => ApiError {
                 code: 503,

@@ -73,6 +73,8 @@ impl DrainRuleWatch {
         let mut all: BTreeMap<String, DrainRule> = BTreeMap::new();
         let mut listing: BTreeMap<String, DrainRule> = BTreeMap::new();
         let mut last_failure: Option<u16> = None;
+        // Once listed, the rules as last seen keep applying while the watch is down.
+        let mut listed_once = false;
         loop {
             let event = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -90,6 +92,7 @@ impl DrainRuleWatch {
                 }
                 Some(Ok(watcher::Event::InitDone)) => {
                     last_failure = None;
+                    listed_once = true;
                     all = std::mem::take(&mut listing);
                     true
                 }
@@ -105,7 +108,15 @@ impl DrainRuleWatch {
                     let code = rotor_core::watch_failure_status(&error);
                     let news = last_failure != Some(code.unwrap_or(0));
                     last_failure = Some(code.unwrap_or(0));
-                    if code == Some(404) {
+                    // A 404 once listed is an API server that has not synced its CRDs yet
+                    // (removing the CRD deletes the rules first, which the watch has seen):
+                    // the rules as last listed stand.
+                    if code == Some(404) && listed_once {
+                        if news {
+                            tracing::warn!(%error, "DrainRules answered 404 after they had been listed (an API server whose CRDs are not synced yet, or the CRD removed): drains go on under the rules as last listed; restart the drainer if you removed the CRD");
+                        }
+                        false
+                    } else if code == Some(404) {
                         if news {
                             tracing::info!(
                                 "the DrainRule resource is not installed (no CRD drainrules.rotor.dev): every pod drains as without rules"

@@ -54,6 +54,16 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
                     let news = last_failure != Some(code.unwrap_or(0));
                     last_failure = Some(code.unwrap_or(0));
                     match code {
+                        // Once listed, a 404 is not taken as "not installed": an API server that
+                        // has not synced its CRDs yet answers it too, and falling back to the
+                        // flags would open a pool its policy closes. Removing the CRD deletes
+                        // the policies first, which the watch has seen.
+                        Some(404) if listed_once => {
+                            if news {
+                                tracing::warn!(%error, "RotationPolicies answered 404 after they had been listed (an API server whose CRDs are not synced yet, or the CRD removed): drains go on under the policies as last listed; restart the drainer if you removed the CRD");
+                            }
+                            None
+                        }
                         Some(404) => {
                             if news {
                                 tracing::info!("the RotationPolicy resource is not installed (no CRD rotationpolicies.rotor.dev): every node follows the flags; install deploy/base/crds to use per-pool policy");

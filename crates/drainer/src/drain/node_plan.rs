@@ -175,6 +175,12 @@ pub fn plan_node_with<'a>(
                 continue;
             }
             (_, PodRule::Unknown) => {
+                // Rule: order is never guessed. A pod whose rule is not known yet may come
+                // first and may be ordinary: nothing after the lowest possible order goes, nor
+                // a critical pod, until it is known.
+                lowest_left = Some(i32::MIN);
+                ordinary_left = true;
+                ordinary_left_in.insert(i32::MIN);
                 plan.undecided.push(pod_ref);
                 continue;
             }
@@ -1048,5 +1054,18 @@ mod tests {
             (vec!["x"], false)
         );
         assert!(plan.evict_now.is_empty());
+        // A pod whose rule is not known yet (its namespace's labels not seen) may come first:
+        // the databases of order 10, the pods without a rule and the critical ones all wait.
+        let pods = [
+            pod("ml", ruled("unknown", json!({}))),
+            pod("db", ruled("10", json!({}))),
+            pod("web", json!({})),
+            pod("dns", critical.clone()),
+        ];
+        let plan = plan_of(&pods);
+        assert_eq!(evict_names(&plan), Vec::<&str>::new());
+        assert_eq!(names(&plan.deferred), ["db", "dns", "web"]);
+        assert_eq!(names(&plan.undecided), ["ml"]);
+        assert!(plan.holds_critical);
     }
 }

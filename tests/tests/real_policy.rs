@@ -237,6 +237,15 @@ fn bad_policies() -> Vec<Bad> {
             field: "spec.budgets",
             why: "Too many: 51: must have at most 50 items".into(),
         },
+        Bad {
+            // Stored, it would make the drainer's list of every policy fail to decode.
+            what: "a priority beyond 32 bits",
+            spec: json!({"priority": 3_000_000_000u64}),
+            field: "spec.priority",
+            why: "Invalid value: 3000000000: spec.priority in body should be less than or equal \
+                  to 2147483647"
+                .into(),
+        },
     ]
 }
 

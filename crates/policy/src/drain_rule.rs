@@ -42,7 +42,9 @@ pub struct DrainRuleSpec {
 
     /// With Drain: pods are evicted by ascending order, every pod of one order gone before the
     /// next order starts. Pods no rule selects have order 0; negative orders go before them.
+    /// Any 32-bit integer (-2147483648 to 2147483647); the API server refuses one outside.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = i32::MIN, max = i32::MAX))]
     pub order: Option<i32>,
 
     /// Which pods: a pod matching any entry (each entry's selectors all hold) is selected.

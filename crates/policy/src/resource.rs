@@ -56,8 +56,10 @@ pub struct RotationPolicySpec {
 
     /// Settles overlaps: a node selected by several policies follows the one with the highest
     /// priority. Two or more at the highest priority is an overlap: the node does not start
-    /// draining, and the policies' Overlap condition names it.
+    /// draining, and the policies' Overlap condition names it. Any 32-bit integer
+    /// (-2147483648 to 2147483647); the API server refuses one outside.
     #[serde(default)]
+    #[schemars(range(min = i32::MIN, max = i32::MAX))]
     pub priority: i32,
 
     /// How many of the pool's nodes may be disrupted at once (cordoned, NotReady, deleting or
@@ -232,28 +234,39 @@ pub struct PoolDrainSettings {
     pub surge: Option<bool>,
 }
 
+/// The bound of `observedGeneration`: the largest integer a float64, which the API server
+/// compares bounds in, holds exactly (2^53 - 1; `i64::MAX` would round up to 2^63, beyond an
+/// int64). A generation never comes near it.
+const MAX_EXACT_INTEGER: i64 = (1 << 53) - 1;
+
 /// What the drainer's leader last saw of the pool.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RotationPolicyStatus {
     /// The policy's generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_EXACT_INTEGER))]
     pub observed_generation: Option<i64>,
     /// Nodes this policy governs.
     #[serde(default)]
+    #[schemars(range(min = 0, max = u32::MAX))]
     pub nodes: u32,
     /// Governed nodes carrying the drain taint (out of date, drained or not).
     #[serde(default)]
+    #[schemars(range(min = 0, max = u32::MAX))]
     pub out_of_date: u32,
     /// Governed nodes whose drain is under way.
     #[serde(default)]
+    #[schemars(range(min = 0, max = u32::MAX))]
     pub draining: u32,
     /// Governed nodes drained, waiting to be retired.
     #[serde(default)]
+    #[schemars(range(min = 0, max = u32::MAX))]
     pub drained: u32,
     /// Governed nodes whose drain is blocked or failed: they need someone (see each node's
     /// rotor.dev/blocker and rotor.dev/last-error annotations).
     #[serde(default)]
+    #[schemars(range(min = 0, max = u32::MAX))]
     pub blocked: u32,
     /// The budget in force now, as nodes allowed of the pool ("1 of 12", "20% = 3 of 12",
     /// "0 (paused)", "none (outside every schedule)").

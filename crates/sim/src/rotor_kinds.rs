@@ -497,7 +497,7 @@ mod tests {
                 "spec.maxUnavailable: unknown field",
                 "spec.nodeSelector.matchExpressions[0].operator: \"in\" is not one of \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\"",
                 "spec.nodeSelector.matchExpressions[1].operator: required",
-                "spec.priority: 3000000000 is out of range (-2147483648 to 2147483647)",
+                "spec.priority: 3000000000 is above the maximum, 2147483647",
             ]
         );
         // A null where the schema does not allow one: an API server drops it, the drainer's

@@ -23,8 +23,14 @@ CRD = ROOT / "deploy" / "helm" / "rotor" / "crds" / "rotationpolicies.rotor.dev.
 TARGET = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "debug"
 OUT = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "deploy" / "helm" / "rotor" / "values.schema.json"
 
-# Set by the chart from other values, or meaningless after `run` (global options).
-LEFT_OUT = {"help", "version", "log-format", "kubeconfig", "context"}
+# Set by the chart from other values, or meaningless after `run` (global options); and what the
+# chart sets from the pod: each replica's own name as its identity (one name for both would make
+# both lead), and the release's namespace for the Lease and the placeholders, where the chart's
+# Roles are.
+LEFT_OUT = {
+    "help", "version", "log-format", "kubeconfig", "context",
+    "identity", "lease-namespace", "surge-namespace",
+}
 REPEATABLE = {
     "window", "gate-ignore-namespace", "notify-webhook", "health-url",
     "group-label", "group", "exclude-group", "exclude-tag", "azure-resource-group",

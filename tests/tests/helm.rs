@@ -246,6 +246,9 @@ fn the_schema_refuses_a_wrong_value_at_install_naming_it() {
         ("drainer.logFormat=xml", "logFormat"),
         ("selector.flags.taint-effect=NoExecute", "taint-effect"),
         ("drainer.replicas=-1", "replicas"),
+        // Set from each pod: one identity for both replicas would make both lead.
+        ("drainer.flags.identity=x", "identity"),
+        ("drainer.flags.lease-namespace=other", "lease-namespace"),
     ];
     for (set, named) in cases {
         let out = template(&[], &["--set", set]);

@@ -501,6 +501,33 @@ fn the_network_policies_render_only_when_enabled_one_per_pod_with_extra_egress_l
         }
     }
 
+    // On Google Cloud the selector's credentials come from the metadata server: allowed then,
+    // and only then.
+    let metadata_server = serde_json::json!({
+        "to": [{"ipBlock": {"cidr": "169.254.169.254/32"}}],
+        "ports": [{"protocol": "TCP", "port": 80}],
+    });
+    let selector_egress = |ps: &[Value]| -> Vec<Value> {
+        ps.iter()
+            .find(|p| p["metadata"]["name"] == "rotor-selector")
+            .and_then(|p| p["spec"]["egress"].as_array().cloned())
+            .expect("the selector's NetworkPolicy")
+    };
+    let gcp = policies(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "selector.flags.provider=gcp",
+        "--set",
+        "selector.flags.gcp-project=p",
+    ]);
+    assert!(
+        selector_egress(&gcp).contains(&metadata_server),
+        "{:?}",
+        selector_egress(&gcp)
+    );
+    assert!(!selector_egress(&on).contains(&metadata_server));
+
     let out = template(
         &[],
         &[

@@ -214,6 +214,12 @@ def main():
             "monitoring": {
                 "type": "object", "additionalProperties": False,
                 "properties": {
+                    "podMonitor": {"type": "object", "additionalProperties": False,
+                                   "properties": {"enabled": {"type": "boolean"},
+                                                  "labels": string_map,
+                                                  # Empty: Prometheus's own interval.
+                                                  "interval": {"type": "string",
+                                                               "pattern": r"^([0-9]+(ms|s|m|h))*$"}}},
                     "prometheusRule": {"type": "object", "additionalProperties": False,
                                        "properties": {"enabled": {"type": "boolean"},
                                                       "labels": string_map}},

@@ -544,3 +544,47 @@ fn the_network_policies_render_only_when_enabled_one_per_pod_with_extra_egress_l
         describe_output("helm template", &out)
     );
 }
+
+/// `monitoring.podMonitor`: the drainer's scrape, without which its alerts have no data. It
+/// selects the drainer's pods by the labels their template carries and scrapes the port their
+/// container names, at the path the admin server serves.
+#[test]
+fn the_pod_monitor_scrapes_the_drainers_admin_port() {
+    let out = template(&[], &["--set", "monitoring.podMonitor.enabled=true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output("helm template", &out)
+    );
+    let objects = parse(&String::from_utf8_lossy(&out.stdout));
+    let monitor = objects
+        .iter()
+        .find(|o| o["kind"] == "PodMonitor")
+        .expect("a PodMonitor");
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "rotor-drainer")
+        .expect("the drainer's Deployment");
+    let pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        .as_object()
+        .expect("pod labels");
+    let wanted = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    assert!(
+        wanted.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "{wanted:?} must select the drainer's pods {pod_labels:?}"
+    );
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    let ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .expect("container ports");
+    assert!(
+        ports.iter().any(|p| p["name"] == endpoint["port"]),
+        "{endpoint} must name one of {ports:?}"
+    );
+    assert_eq!(endpoint["path"], "/metrics");
+    // Off by default: the CRD is prometheus-operator's.
+    let out = template(&[], &[]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("kind: PodMonitor"));
+}

@@ -1539,6 +1539,48 @@ async fn given_the_blocked_write_fails_then_the_blocker_is_announced_once() {
     cluster.stop().await;
 }
 
+/// The end write fails past its retries (a webhook on nodes down for a while): the drain is not
+/// resumed nor drained again while the node shows it under way, and the leader writes the end
+/// again later, so the node comes to show it drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_end_write_fails_past_its_retries_then_the_leader_writes_it_later() {
+    let cluster = SimCluster::start(CLUSTER).await;
+    let node = cluster.nodes_hosting("web-").await[0].clone();
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    cluster.taint(&node, "manual").await;
+    cluster.wait_phase(&node, "evicting").await;
+    let patched = cluster.requests("patch nodes");
+    // The drain's own write is tried five times in about 15 s: every one fails.
+    cluster
+        .faults(serde_json::json!({"errors": [
+            {"verb": "patch", "resource": "nodes", "rate": 1.0, "code": 500, "times": 5},
+        ]}))
+        .await;
+    wait_until(
+        "the node to show the drain drained",
+        Duration::from_secs(90),
+        || async {
+            let phase = cluster.annotation(&node, "rotor.dev/phase").await;
+            (phase.as_deref() == Some("drained")).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        cluster.requests("patch nodes"),
+        patched + 6,
+        "five failed tries of the drain's write, then the leader's"
+    );
+    let reasons = event_reasons(&cluster, &node).await;
+    assert!(!reasons.iter().any(|r| r == "DrainResumed"), "{reasons:?}");
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "Drained").count(),
+        1,
+        "{reasons:?}"
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
 /// Rule: rotor undoes only a cordon it placed. A drain fails and leaves rotor's cordon; a person
 /// uncordons the node during the back-off and another tool cordons it again: when the taint
 /// goes, that cordon stays.

@@ -48,7 +48,7 @@ use crate::metrics::{Metrics, PhaseLabel};
 use crate::record::events::NodeEvent;
 use crate::record::events_io::Announcer;
 use crate::record::node::Intent;
-use crate::record::node_io::{clean_up, forget_cordon};
+use crate::record::node_io::{clean_up, forget_cordon, save};
 use crate::record::notify::{Notice, NoticeKind};
 use crate::record::rotation::{Halt, RecordRef};
 use crate::record::rotation_io::{watch_halt, write_halt, write_waiting};
@@ -59,7 +59,7 @@ use super::gate_io::{Gate, GateReads};
 use super::health_io::HealthGate;
 use super::held_log::HeldLog;
 use super::machine::{
-    Command, Event, FlagPool, LeaseCommand, Machine, MachineConfig, Need, StartRound,
+    Command, EndRewrite, Event, FlagPool, LeaseCommand, Machine, MachineConfig, Need, StartRound,
 };
 use super::tainted_nodes::TaintedNodes;
 use crate::watch_backoff::WatchBackoffExt;
@@ -499,6 +499,10 @@ impl Shell {
                 );
                 election.contend();
             }
+            LeaseCommand::Contend(Need::EndRecord(node)) => {
+                tracing::warn!(%node, "the node does not show its drain's end yet: holding the leader lease until it does");
+                election.contend();
+            }
             LeaseCommand::Contend(Need::PolicyStatus(policy)) => {
                 tracing::info!(%policy, "a RotationPolicy's status is out of date: contending for the leader lease to write it");
                 election.contend();
@@ -654,6 +658,16 @@ impl Shell {
                     ),
                 ));
                 self.spawn_halt_write(halt);
+            }
+            Command::RewriteEnd(rewrite) => {
+                tracing::warn!(node = %rewrite.node, "the node does not show its drain's end yet: writing it again");
+                let nodes: Api<Node> = Api::all(self.fleet.client.clone());
+                self.fleet.tasks.spawn(async move {
+                    let EndRewrite { node, end, over } = rewrite;
+                    if let Err(e) = save(&nodes, &node, &end, &over).await {
+                        tracing::warn!(%node, error = %e, "could not write the drain's end on the node; tried again later (check admission webhooks on nodes and the drainer's RBAC)");
+                    }
+                });
             }
             Command::RewriteHalt(halt) => {
                 tracing::warn!(configmap = %self.fleet.rotation.name, "the rotation record does not show the halt yet: writing it again");

@@ -34,7 +34,7 @@ use crate::fleet::breaker::{rotation_began, stalled_replacement};
 use crate::fleet::node_labels::LabelKeys;
 use crate::fleet::pools::{DrainPolicy, PoolRef};
 use crate::fleet::starts::{FleetLimits, NodeView, PoolRules, start_block};
-use crate::record::node::{DrainRecord, Intent, retry_backoff};
+use crate::record::node::{Intent, retry_backoff};
 use crate::record::notify::NoticeKind;
 use crate::record::rotation::Halt;
 
@@ -47,6 +47,7 @@ mod policies;
 mod round;
 mod status;
 mod taint_burst;
+mod unwritten;
 
 use ahead::RoomAhead;
 use announced::HoldsAnnounced;
@@ -59,6 +60,8 @@ use policies::PolicyBook;
 pub(super) use round::StartRound;
 use status::{Grouped, StatusBook, queued_copies, queued_copy};
 use taint_burst::TaintBurst;
+pub(super) use unwritten::EndRewrite;
+use unwritten::UnwrittenEnds;
 
 /// What the machine asks the shell to do.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,6 +105,9 @@ pub(super) enum Command {
     /// Write the halt tripped here into the rotation record again: the record has not shown it
     /// since it was last sent.
     RewriteHalt(Halt),
+    /// Write a drain's drained end on its node again: the node has not shown it since the
+    /// drain's own write failed.
+    RewriteEnd(EndRewrite),
     /// Stop this node's drain where it is, its state kept on the node (`--halt-stops-drains`).
     Pause(String),
     /// The halt was lifted: the breaker's clocks start afresh.
@@ -145,11 +151,9 @@ pub(super) struct Machine {
     running: BTreeSet<String>,
     cleaning: BTreeSet<String>,
     /// Drains' ends the node may not show (a refused start write, an end write that failed
-    /// past its retries): the record as the node showed it then, and the end (drained, or
-    /// failed with the attempt the back-off counts from). Carried over each new view of the
-    /// node while the node still shows the first; once someone writes the node, its own
-    /// record counts.
-    unwritten: BTreeMap<String, (DrainRecord, DrainRecord)>,
+    /// past its retries), carried over the node's views while it shows what it showed; a
+    /// drained one is written again until it shows.
+    unwritten: UnwrittenEnds,
     /// Nodes not yet draining that had room made ahead ([`Command::ReserveAhead`]; the shell
     /// may hold its making a few seconds while a drain's room changes hands).
     ahead: RoomAhead,
@@ -185,7 +189,7 @@ impl Machine {
             listed: false,
             running: BTreeSet::new(),
             cleaning: BTreeSet::new(),
-            unwritten: BTreeMap::new(),
+            unwritten: UnwrittenEnds::default(),
             ahead: RoomAhead::default(),
             holds_announced: HoldsAnnounced::default(),
             halt: HaltBook::default(),
@@ -258,6 +262,11 @@ impl Machine {
                     .map(|why| Need::Node(n.name.clone(), why))
             })
             .or_else(|| self.halt.unwritten().then_some(Need::HaltRecord))
+            .or_else(|| {
+                self.unwritten
+                    .awaiting_rewrite()
+                    .map(|node| Need::EndRecord(node.to_string()))
+            })
             .or_else(|| self.status_out_of_date(now, wall).map(Need::PolicyStatus));
         let tasks_run = !self.running.is_empty() || !self.cleaning.is_empty();
         // Tainted nodes that only wait (for a window, a retry or an opt-out to go) are named
@@ -362,6 +371,11 @@ impl Machine {
         });
         commands.extend(no_longer_in_line.into_iter().map(Command::ReleaseAhead));
         commands.extend(self.breaker_step(now, wall));
+        let (running, cleaning) = (&self.running, &self.cleaning);
+        let rewrites = self
+            .unwritten
+            .due_rewrites(now, |n| running.contains(n) || cleaning.contains(n));
+        commands.extend(rewrites.into_iter().map(Command::RewriteEnd));
         commands.extend(self.rotation_finished());
         // Resume drains recorded as started (a restart or a failover), unless a halt stopped
         // them. A resumed drain runs with its pool's settings, so not before the policies are

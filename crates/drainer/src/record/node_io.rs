@@ -206,8 +206,8 @@ pub async fn forget_cordon(
 
 /// Undoes what rotor did to a node whose taint went away: its own cordon, its annotations.
 /// Read fresh: a node tainted again meanwhile (a taint removed and put back, say to change its
-/// reason) keeps its drain, and a node with nothing of rotor's left is neither written nor
-/// told about (a second clean-up after a lagging watch). Returns the node's record as it
+/// reason) keeps a drain under way, and a node with nothing of rotor's left is neither written
+/// nor told about (a second clean-up after a lagging watch). Returns the node's record as it
 /// stands after: cleared, or as read when the node was tainted again (empty when it is gone).
 pub async fn clean_up(
     client: &kube::Client,
@@ -220,7 +220,9 @@ pub async fn clean_up(
             return Ok((DrainRecord::default(), None));
         };
         let record = DrainRecord::from_annotations(node.metadata.annotations.as_ref());
-        if find_drain_taint(&node).is_some() {
+        // A drain under way stays; an ended one (parked, failed, drained) is cleared as ever,
+        // which is how an operator asks for a retry sooner: untaint, taint again.
+        if find_drain_taint(&node).is_some() && record.is_active() {
             tracing::debug!(
                 node = name,
                 "tainted again before its clean-up: its drain stays"

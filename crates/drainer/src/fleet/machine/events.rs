@@ -57,7 +57,7 @@ impl Machine {
                 for mut view in listed {
                     self.policies.place(&mut view);
                     carry_ever_ready(&self.nodes, &mut view);
-                    carry_unwritten(&mut self.unwritten, &mut view);
+                    self.unwritten.carry(&mut view);
                     let old = self.nodes.get(&view.name).filter(|_| watched_until_now);
                     sight_taint(old, &mut view, now);
                     fresh.insert(view.name.clone(), view);
@@ -70,7 +70,7 @@ impl Machine {
                 self.policies.place(&mut view);
                 let old = self.nodes.get(&view.name);
                 carry_ever_ready(&self.nodes, &mut view);
-                carry_unwritten(&mut self.unwritten, &mut view);
+                self.unwritten.carry(&mut view);
                 sight_taint(old, &mut view, now);
                 let mut commands = Vec::new();
                 if view.tainted && old.is_none_or(|old| !old.tainted) {
@@ -83,7 +83,7 @@ impl Machine {
             }
             Event::NodeDeleted(name) => {
                 self.nodes.remove(&name);
-                self.unwritten.remove(&name);
+                self.unwritten.forget(&name);
                 // A running drain ends on the next pass and releases its own room.
                 let release = (!self.busy(&name)).then(|| Command::ReleaseRoom(name.clone()));
                 [Command::ForgetDemand(name)]
@@ -131,7 +131,7 @@ impl Machine {
                 self.running.remove(&node);
                 self.cleaning.remove(&node);
                 self.paused.remove(&node);
-                let shown = self.unwritten.remove(&node);
+                let shown = self.unwritten.forget(&node);
                 // The watch has not necessarily delivered the task's last write yet; without
                 // this the next pass would see the old phase and resume a finished drain.
                 if let Some(record) = record
@@ -142,9 +142,8 @@ impl Machine {
                     // down). Kept here while the node shows what it showed, so that its next
                     // view does not resume a drain that ended nor take a back-off away.
                     if matches!(result, DrainResult::Drained | DrainResult::Failed { .. }) {
-                        let on_node = shown.map_or_else(|| view.record.clone(), |(n, _)| n);
-                        self.unwritten
-                            .insert(node.clone(), (on_node, record.clone()));
+                        let on_node = shown.unwrap_or_else(|| view.record.clone());
+                        self.unwritten.keep(&node, on_node, record.clone(), now);
                     }
                     view.record = record;
                 }
@@ -197,22 +196,6 @@ pub(super) fn gate_after(
 pub(super) fn sight_taint(old: Option<&NodeView>, view: &mut NodeView, now: Instant) {
     view.tainted_since = (view.tainted && view.taint_keeps_pods_off)
         .then(|| old.and_then(|o| o.tainted_since).unwrap_or(now));
-}
-
-/// Puts a drain's end the node may not show ([`Machine::unwritten`]) back into a new view of
-/// it, while the node still shows what it showed then; once its record changed (someone wrote
-/// it), the node's own is what counts.
-fn carry_unwritten(
-    unwritten: &mut BTreeMap<String, (DrainRecord, DrainRecord)>,
-    view: &mut NodeView,
-) {
-    match unwritten.get(&view.name) {
-        Some((on_node, failed)) if *on_node == view.record => view.record = failed.clone(),
-        Some(_) => {
-            unwritten.remove(&view.name);
-        }
-        None => {}
-    }
 }
 
 /// A node once seen Ready stays "has been Ready" across its later views, so that going NotReady

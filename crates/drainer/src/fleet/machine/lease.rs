@@ -33,6 +33,9 @@ pub(in crate::fleet) enum Need {
     /// The circuit breaker tripped here and the rotation record does not show the halt yet:
     /// a leader that stood down now would leave the next one draining, unaware of it.
     HaltRecord,
+    /// This node's drain drained it, and the node does not show it yet: a leader that stood
+    /// down now would leave the next one to drain it again.
+    EndRecord(String),
 }
 
 /// The election's state at a pass, with `--release-lease-after` (a flag, not state).

@@ -1416,6 +1416,32 @@ fn an_end_the_node_could_not_show_is_kept_through_new_views_of_the_node() {
     assert_eq!(machine.nodes["a"].record, drained);
     let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(3));
     assert!(drains(&commands).is_empty(), "drained again: {commands:?}");
+    // Nothing else would write the drained end: the leader writes it again, over what the
+    // node shows, 30 s after the drain ended (its own write had been retried).
+    let rewrites = |commands: &[Command]| -> Vec<EndRewrite> {
+        commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::RewriteEnd(r) => Some(r.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(rewrites(&commands).is_empty());
+    // Meanwhile the leader keeps the lease: the next one would drain the node again.
+    assert_eq!(
+        machine.lease_step(t0 + Duration::from_secs(3), wall(), false, false),
+        vec![LeaseCommand::Contend(Need::EndRecord("a".into()))]
+    );
+    let (commands, _) = leading_pass(&mut machine, t0 + Duration::from_secs(31));
+    assert_eq!(
+        rewrites(&commands),
+        [EndRewrite {
+            node: "a".into(),
+            end: drained.clone(),
+            over: under_way.record.clone(),
+        }]
+    );
     // A failed end is kept the same way: the retry waits out its back-off.
     let failed = DrainRecord {
         phase: Some(DrainPhase::Failed),

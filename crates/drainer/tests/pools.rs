@@ -38,15 +38,9 @@ async fn batch_and_general(cluster: &SimCluster) -> (Vec<String>, Vec<String>) {
     (batch, general)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_a_policy_pausing_its_pool_then_only_other_nodes_drain_until_it_allows_one() {
-    let cluster = SimCluster::start(CLUSTER).await;
-    let (batch, general) = batch_and_general(&cluster).await;
-    assert_eq!(
-        (batch.len(), general.len()),
-        (2, 2),
-        "{batch:?} {general:?}"
-    );
+/// Creates the RotationPolicy `batch`, which selects the `pool: batch` nodes with a budget of
+/// 0 (paused); returns the policies' API.
+async fn pause_the_batch_pool(cluster: &SimCluster) -> kube::Api<RotationPolicy> {
     let policies = cluster.api::<RotationPolicy>();
     let paused: RotationPolicy = serde_json::from_value(json!({
         "apiVersion": "rotor.dev/v1alpha1",
@@ -59,6 +53,19 @@ async fn given_a_policy_pausing_its_pool_then_only_other_nodes_drain_until_it_al
         .create(&PostParams::default(), &paused)
         .await
         .expect("the simulator serves RotationPolicies");
+    policies
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_policy_pausing_its_pool_then_only_other_nodes_drain_until_it_allows_one() {
+    let cluster = SimCluster::start(CLUSTER).await;
+    let (batch, general) = batch_and_general(&cluster).await;
+    assert_eq!(
+        (batch.len(), general.len()),
+        (2, 2),
+        "{batch:?} {general:?}"
+    );
+    let policies = pause_the_batch_pool(&cluster).await;
 
     let drainer = TestDrainer::start(&cluster, "a", &["--max-concurrent", "2"]);
     cluster.taint(&batch[0], "manual").await;
@@ -202,18 +209,7 @@ async fn given_a_policy_changed_while_no_node_is_tainted_then_a_replica_leads_to
 async fn given_policies_answer_404_after_they_were_listed_then_the_pool_stays_closed() {
     let cluster = SimCluster::start(CLUSTER).await;
     let (batch, _) = batch_and_general(&cluster).await;
-    let policies = cluster.api::<RotationPolicy>();
-    let paused: RotationPolicy = serde_json::from_value(json!({
-        "apiVersion": "rotor.dev/v1alpha1",
-        "kind": "RotationPolicy",
-        "metadata": {"name": "batch"},
-        "spec": {"nodeSelector": {"matchLabels": {"pool": "batch"}}, "budgets": [{"nodes": "0"}]},
-    }))
-    .unwrap();
-    policies
-        .create(&PostParams::default(), &paused)
-        .await
-        .unwrap();
+    let policies = pause_the_batch_pool(&cluster).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     cluster.taint(&batch[0], "manual").await;
     // Listed: the drainer writes the pool's status, with the tainted node out of date.

@@ -550,20 +550,10 @@ mod tests {
 
     #[test]
     fn the_picks_keep_every_pools_rules_and_the_flags_windows() {
-        use crate::fleet::pools::{Pool, PoolRef, Pools};
-        use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
+        use crate::fleet::pools::{PoolRef, Pools, one_node_at_a_time};
         // `a` follows the flags, whose windows are closed; `b` a policy of one node at a time
         // with `c` in it too; every budget of the pods allows.
-        let spec = RotationPolicySpec {
-            node_selector: Default::default(),
-            priority: 0,
-            budgets: vec![PolicyBudget {
-                nodes: "1".into(),
-                ..Default::default()
-            }],
-            drain: None,
-        };
-        let pools = Pools::new([Pool::read(&RotationPolicy::new("gpu", spec))]);
+        let pools = Pools::new([one_node_at_a_time("gpu")]);
         let mut view = vec![tainted("a", 9), tainted("b", 8), tainted("c", 7)];
         for v in view.iter_mut().skip(1) {
             v.pool = PoolRef::Policy("gpu".into());

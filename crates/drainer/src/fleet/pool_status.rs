@@ -41,7 +41,10 @@ pub fn pool_status(
         .find(|n| n.tainted && !n.is_drained() && !n.is_active())
         .map(|n| n.reason.as_str());
     let total = members.len();
-    let in_force = allowance(&pool.budgets, reason, total, now);
+    // The budget counts the nodes another policy selects too, as the starts do
+    // (`PoolRef::counted_in`).
+    let budgeted = total + overlapping.len();
+    let in_force = allowance(&pool.budgets, reason, budgeted, now);
     let paused = in_force.paused();
     let closed = in_force.budget.is_none();
 
@@ -123,7 +126,7 @@ pub fn pool_status(
         draining: count(&|n| n.is_active() && !stuck(n)),
         drained: count(&|n| n.is_drained()),
         blocked: count(&stuck),
-        budget: Some(in_force.shown(total)),
+        budget: Some(in_force.shown(budgeted)),
         budget_until: until,
         conditions,
     }

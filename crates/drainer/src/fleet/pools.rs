@@ -80,11 +80,14 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// `None`: any reason (what a pool's status shows when no node of it is tainted).
-    fn applies_to(&self, reason: Option<&str>) -> bool {
+    /// Whether this budget, one of the pool's `budgets`, applies to a drain of `reason`. `None`
+    /// (what a pool's status shows when no node of it waits): the budgets for any reason,
+    /// those without `reasons`, or every budget when each names reasons. A reason-limited
+    /// pause (`{nodes: "0", reasons: [max-age]}`) does not make an idle pool read as paused.
+    fn applies_to(&self, reason: Option<&str>, budgets: &[Budget]) -> bool {
         match reason {
             Some(reason) => self.reasons.is_empty() || self.reasons.iter().any(|r| r == reason),
-            None => true,
+            None => self.reasons.is_empty() || budgets.iter().all(|b| !b.reasons.is_empty()),
         }
     }
 }
@@ -407,7 +410,7 @@ pub fn in_force(budgets: &[Budget], reason: Option<&str>, now: Timestamp) -> Vec
         budgets
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.applies_to(reason))
+            .filter(|(_, b)| b.applies_to(reason, budgets))
     };
     let open: Vec<usize> = applying()
         .filter(|(_, b)| b.schedule.as_ref().is_some_and(|w| w.is_open(now)))
@@ -431,7 +434,10 @@ pub fn allowance(
     total: usize,
     now: Timestamp,
 ) -> Allowance {
-    let applying: Vec<&Budget> = budgets.iter().filter(|b| b.applies_to(reason)).collect();
+    let applying: Vec<&Budget> = budgets
+        .iter()
+        .filter(|b| b.applies_to(reason, budgets))
+        .collect();
     let in_force: Vec<&Budget> = in_force(budgets, reason, now)
         .into_iter()
         .map(|i| &budgets[i])
@@ -454,6 +460,23 @@ pub fn allowance(
         allowed: tightest.map_or(0, |b| b.resolve(total)),
         until,
     }
+}
+
+/// For tests: a policy over every node, one node at a time.
+#[cfg(test)]
+pub(crate) fn one_node_at_a_time(name: &str) -> Pool {
+    Pool::read(&RotationPolicy::new(
+        name,
+        rotor_policy::RotationPolicySpec {
+            node_selector: Default::default(),
+            priority: 0,
+            budgets: vec![PolicyBudget {
+                nodes: "1".into(),
+                ..Default::default()
+            }],
+            drain: None,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -606,6 +629,16 @@ mod tests {
         // No budget for the reason: closed.
         let a = allowance(&[budget("2", None, &["image"])], Some("manual"), 5, now);
         assert_eq!(a.budget, None);
+        // No node waits (the status of an idle pool): the budgets for any reason, so the
+        // pause of age-based rotation does not show the pool as paused.
+        let idle = allowance(&budgets, None, 5, now);
+        assert_eq!((idle.allowed, idle.paused()), (1, false));
+        // Every budget names reasons: they all count, the tightest shown.
+        let only_limited = [
+            budget("0", None, &["max-age"]),
+            budget("2", None, &["image"]),
+        ];
+        assert_eq!(allowance(&only_limited, None, 5, now).allowed, 0);
     }
 
     #[test]

@@ -632,23 +632,8 @@ mod tests {
     /// its drain still counts in each policy's budget: the pool does not start another.
     #[test]
     fn a_node_in_an_overlap_counts_in_each_of_its_policies_budgets() {
-        use crate::fleet::pools::{Pool, Pools};
-        use rotor_policy::{PolicyBudget, RotationPolicy, RotationPolicySpec};
-        let one_at_a_time = |name: &str| {
-            Pool::read(&RotationPolicy::new(
-                name,
-                RotationPolicySpec {
-                    node_selector: Default::default(),
-                    priority: 0,
-                    budgets: vec![PolicyBudget {
-                        nodes: "1".into(),
-                        ..Default::default()
-                    }],
-                    drain: None,
-                },
-            ))
-        };
-        let pools = Pools::new([one_at_a_time("general"), one_at_a_time("east")]);
+        use crate::fleet::pools::{Pools, one_node_at_a_time};
+        let pools = Pools::new([one_node_at_a_time("general"), one_node_at_a_time("east")]);
         let overlap = PoolRef::Overlap(vec!["east".into(), "general".into()]);
         let mut under_way = draining("gen-3", DrainPhase::Evicting);
         under_way.pool = overlap;

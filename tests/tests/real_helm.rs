@@ -31,12 +31,13 @@ fn the_chart_installs_upgrades_and_rotor_drains_under_its_rbac() {
     let cluster = RealCluster::start();
     let crd =
         std::fs::read_to_string(workspace_root().join("tests/manifests/prometheusrule-crd.yaml"))
-            .expect("read the PrometheusRule CRD stand-in");
+            .expect("read the PrometheusRule and PodMonitor CRD stand-ins");
     cluster.apply(&crd);
     cluster.kubectl_ok(&[
         "wait",
         "--for=condition=Established",
         "crd/prometheusrules.monitoring.coreos.com",
+        "crd/podmonitors.monitoring.coreos.com",
         "--timeout=60s",
     ]);
     cluster.kubectl_ok(&["create", "namespace", NAMESPACE]);

@@ -324,7 +324,7 @@ pub fn misreadings(
         // A failed or parked record's deadline is its retry time, not a drain's deadline.
         let retrying = matches!(record.phase, Some(DrainPhase::Failed | DrainPhase::Parked));
         let expected = if key == DEADLINE_ANNOTATION && !retrying {
-            "a deadline rotor can have set (at most --drain-timeout from now)"
+            "a deadline rotor can have set (at most a week, or --drain-timeout if longer, from now)"
         } else {
             "a time in the past"
         };

@@ -483,28 +483,39 @@ fn wanted_template<'g>(
             .and_then(|o| o.launch_template.as_ref())
     });
     override_template
-        .or_else(|| attribute_based_template(&policy.overrides, inst, templates))
+        .or_else(|| {
+            attribute_based_template(&policy.overrides, &policy.launch_template, inst, templates)
+        })
         .or(Some(&policy.launch_template))
 }
 
 /// The own template of the attribute-based override (`InstanceRequirements`) `inst` was launched
 /// through. Such an override names no instance type, and the group's answer does not say which
 /// override launched an instance, so the instance's template id tells: the override whose
-/// template has that id (of several, the one whose version the instance runs, else the first,
-/// whose version rule then reports the drift). `None` when no such override has that template.
+/// template has that id (of several, or of it and the `base` template with the same id, an
+/// override without a template of its own launching through the base, the one whose version
+/// the instance runs, else the first, whose version rule then reports the drift). `None` when
+/// no such override has that template.
 fn attribute_based_template<'g>(
     overrides: &'g [Override],
+    base: &'g LaunchTemplateSpec,
     inst: &GroupInstance,
     templates: &BTreeMap<String, LaunchTemplateInfo>,
 ) -> Option<&'g LaunchTemplateSpec> {
     let actual = inst.launch_template.as_ref()?;
     let actual_id = template_id(actual, templates)?;
-    let candidates: Vec<&LaunchTemplateSpec> = overrides
+    let mut candidates: Vec<&LaunchTemplateSpec> = overrides
         .iter()
         .filter(|o| o.has_instance_requirements)
         .filter_map(|o| o.launch_template.as_ref())
         .filter(|spec| template_id(spec, templates) == Some(actual_id))
         .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    if template_id(base, templates) == Some(actual_id) {
+        candidates.push(base);
+    }
     let actual_version = actual.version.as_deref().and_then(|v| v.parse().ok());
     candidates
         .iter()
@@ -1306,6 +1317,23 @@ mod tests {
                 "lt-0arm: instance version 2, group wants 1"
             )
         );
+        // One override pins the base's template at version 1, another has no template of its
+        // own and launches through the base ($Latest = 5): either version is current.
+        let beside_the_base = json!([
+            {"InstanceRequirements": {"VCpuCount": {"Min": 2}, "MemoryMiB": {"Min": 4096}},
+             "LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0abc", "Version": "1"}},
+            {"InstanceRequirements": {"VCpuCount": {"Min": 4}, "MemoryMiB": {"Min": 8192}}}
+        ]);
+        for version in ["1", "5"] {
+            assert_eq!(
+                f.verdict(mixed_group(
+                    beside_the_base.clone(),
+                    lt_instance("i-0aaa", "m6i.large", "lt-0abc", version)
+                )),
+                Verdict::Current,
+                "version {version}"
+            );
+        }
     }
 
     #[test]

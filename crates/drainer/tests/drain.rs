@@ -1417,10 +1417,10 @@ async fn given_pods_that_cannot_be_listed_when_the_deadline_passes_then_the_node
     cluster.stop().await;
 }
 
-/// The write that records a drain's end fails twice (a restarting or throttled API server):
-/// it is tried again until it lands, and the drain is not resumed and drained a second time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_the_end_write_fails_for_a_moment_then_it_lands_and_the_drain_is_not_resumed() {
+/// A drain of a web node whose next `times` node writes fail with a 500, from the moment it
+/// evicts: with [`CLUSTER`]'s budgets the next writes are its end's. Returns the cluster, the
+/// node, the drainer and the node writes counted before.
+async fn drain_failing_its_end_write(times: u32) -> (SimCluster, String, TestDrainer, u64) {
     let cluster = SimCluster::start(CLUSTER).await;
     let node = cluster.nodes_hosting("web-").await[0].clone();
     let drainer = TestDrainer::start(&cluster, "a", &[]);
@@ -1429,9 +1429,17 @@ async fn given_the_end_write_fails_for_a_moment_then_it_lands_and_the_drain_is_n
     let patched = cluster.requests("patch nodes");
     cluster
         .faults(serde_json::json!({"errors": [
-            {"verb": "patch", "resource": "nodes", "rate": 1.0, "code": 500, "times": 2},
+            {"verb": "patch", "resource": "nodes", "rate": 1.0, "code": 500, "times": times},
         ]}))
         .await;
+    (cluster, node, drainer, patched)
+}
+
+/// The write that records a drain's end fails twice (a restarting or throttled API server):
+/// it is tried again until it lands, and the drain is not resumed and drained a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_end_write_fails_for_a_moment_then_it_lands_and_the_drain_is_not_resumed() {
+    let (cluster, node, drainer, patched) = drain_failing_its_end_write(2).await;
     cluster.wait_phase(&node, "drained").await;
     assert!(
         cluster.requests("patch nodes") >= patched + 3,
@@ -1544,18 +1552,8 @@ async fn given_the_blocked_write_fails_then_the_blocker_is_announced_once() {
 /// again later, so the node comes to show it drained.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_end_write_fails_past_its_retries_then_the_leader_writes_it_later() {
-    let cluster = SimCluster::start(CLUSTER).await;
-    let node = cluster.nodes_hosting("web-").await[0].clone();
-    let drainer = TestDrainer::start(&cluster, "a", &[]);
-    cluster.taint(&node, "manual").await;
-    cluster.wait_phase(&node, "evicting").await;
-    let patched = cluster.requests("patch nodes");
     // The drain's own write is tried five times in about 15 s: every one fails.
-    cluster
-        .faults(serde_json::json!({"errors": [
-            {"verb": "patch", "resource": "nodes", "rate": 1.0, "code": 500, "times": 5},
-        ]}))
-        .await;
+    let (cluster, node, drainer, patched) = drain_failing_its_end_write(5).await;
     wait_until(
         "the node to show the drain drained",
         Duration::from_secs(90),

@@ -576,6 +576,24 @@ mod tests {
             }
         }
 
+        /// Starts a drain of `node` seen without its taint: it ends cancelled, before its room.
+        async fn start_untainted(&self, node: &str) {
+            let outcome = drain_node(
+                self.drains.clone(),
+                node.into(),
+                Intent::Start,
+                None,
+                Some(surge_tests::node(node)),
+                self.stops.clone(),
+            )
+            .await;
+            assert!(
+                matches!(outcome.result, DrainResult::Cancelled),
+                "{:?}",
+                outcome.result
+            );
+        }
+
         async fn close(self) {
             self.stop.cancel();
             self.tasks.close();
@@ -593,21 +611,7 @@ mod tests {
         let offline = Offline::new(&room);
         // Its taint went between the loop's choice and the drain's start: the drain ends before
         // it reaches its room.
-        let untainted = surge_tests::node("n");
-        let outcome = drain_node(
-            offline.drains.clone(),
-            "n".into(),
-            Intent::Start,
-            None,
-            Some(untainted),
-            offline.stops.clone(),
-        )
-        .await;
-        assert!(
-            matches!(outcome.result, DrainResult::Cancelled),
-            "{:?}",
-            outcome.result
-        );
+        offline.start_untainted("n").await;
         // The room made ahead is removed with the drain's end. Its removal's requests fail
         // here: the slot stays held, so that no placeholder stands beyond --max-surge, and the
         // removal waits to be tried again.
@@ -631,20 +635,7 @@ mod tests {
         let settings = offline.drains.settings.clone();
         offline.drains = Arc::new(offline.drains.with_settings(settings, false));
         assert!(offline.drains.surge.is_none());
-        let outcome = drain_node(
-            offline.drains.clone(),
-            "n".into(),
-            Intent::Start,
-            None,
-            Some(surge_tests::node("n")),
-            offline.stops.clone(),
-        )
-        .await;
-        assert!(
-            matches!(outcome.result, DrainResult::Cancelled),
-            "{:?}",
-            outcome.result
-        );
+        offline.start_untainted("n").await;
         // Its end releases what surge still holds for the node. The removal's requests fail
         // here, so the slot stays and the removal waits to be tried again: it was released.
         assert!(

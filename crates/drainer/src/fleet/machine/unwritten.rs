@@ -47,7 +47,8 @@ pub(super) struct UnwrittenEnds {
 }
 
 impl UnwrittenEnds {
-    /// Keeps `end` for `node`, whose record showed `on_node` when its drain ended.
+    /// Keeps `end` for `node`, whose record showed `on_node` when its drain ended; nothing
+    /// when the node shows the end already (the watch brought its write first).
     pub(super) fn keep(
         &mut self,
         node: &str,
@@ -55,6 +56,10 @@ impl UnwrittenEnds {
         end: DrainRecord,
         now: Instant,
     ) {
+        if on_node == end {
+            self.ends.remove(node);
+            return;
+        }
         let rewrite = (end.phase == Some(DrainPhase::Drained))
             .then(|| RetryLater::after(now, REWRITE_FIRST, REWRITE_AT_MOST));
         self.ends.insert(
@@ -169,5 +174,9 @@ mod tests {
         ends.carry(&mut later);
         assert_eq!(later.record.phase, Some(DrainPhase::Evicting));
         assert!(ends.due_rewrites(secs(5000), |_| false).is_empty());
+        // An end the node shows already (the watch brought its write before the drain's end
+        // was taken in) is not kept: nothing to write, and no lease to hold for it.
+        ends.keep("c", drained.clone(), drained, t0);
+        assert_eq!(ends.awaiting_rewrite(), None);
     }
 }

@@ -22,6 +22,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub mod config;
+pub mod crd_watch;
 pub mod drain;
 pub mod error;
 pub mod fleet;

@@ -16,6 +16,7 @@ use rotor_policy::DrainRule;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::crd_watch::{CrdWatchFailure, CrdWatchState};
 use crate::drain::rules::{DrainRules, NamespaceLabels};
 use crate::watch_backoff::WatchBackoffExt;
 
@@ -72,9 +73,8 @@ impl DrainRuleWatch {
             .boxed();
         let mut all: BTreeMap<String, DrainRule> = BTreeMap::new();
         let mut listing: BTreeMap<String, DrainRule> = BTreeMap::new();
-        let mut last_failure: Option<u16> = None;
         // Once listed, the rules as last seen keep applying while the watch is down.
-        let mut listed_once = false;
+        let mut state = CrdWatchState::default();
         loop {
             let event = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -91,8 +91,7 @@ impl DrainRuleWatch {
                     false
                 }
                 Some(Ok(watcher::Event::InitDone)) => {
-                    last_failure = None;
-                    listed_once = true;
+                    state.listed();
                     all = std::mem::take(&mut listing);
                     true
                 }
@@ -104,19 +103,14 @@ impl DrainRuleWatch {
                     all.remove(&rule.metadata.name.unwrap_or_default());
                     true
                 }
-                Some(Err(error)) => {
-                    let code = rotor_core::watch_failure_status(&error);
-                    let news = last_failure != Some(code.unwrap_or(0));
-                    last_failure = Some(code.unwrap_or(0));
-                    // A 404 once listed is an API server that has not synced its CRDs yet
-                    // (removing the CRD deletes the rules first, which the watch has seen):
-                    // the rules as last listed stand.
-                    if code == Some(404) && listed_once {
+                Some(Err(error)) => match state.failed(&error) {
+                    (CrdWatchFailure::NotSyncedYet, news) => {
                         if news {
                             tracing::warn!(%error, "DrainRules answered 404 after they had been listed (an API server whose CRDs are not synced yet, or the CRD removed): drains go on under the rules as last listed; restart the drainer if you removed the CRD");
                         }
                         false
-                    } else if code == Some(404) {
+                    }
+                    (CrdWatchFailure::NotInstalled, news) => {
                         if news {
                             tracing::info!(
                                 "the DrainRule resource is not installed (no CRD drainrules.rotor.dev): every pod drains as without rules"
@@ -124,13 +118,16 @@ impl DrainRuleWatch {
                         }
                         all.clear();
                         true
-                    } else {
-                        if news {
-                            tracing::warn!(%error, "watching DrainRules failed; it restarts with back-off, and drains evict nothing until the rules are listed (check the drainer's RBAC on drainrules)");
+                    }
+                    (_, news) => {
+                        if news && state.listed_once() {
+                            tracing::warn!(%error, "watching DrainRules failed; it restarts with back-off, and drains go on under the rules as last listed meanwhile (a 403 means the drainer's RBAC lacks drainrules)");
+                        } else if news {
+                            tracing::warn!(%error, "watching DrainRules failed; it restarts with back-off, and drains evict nothing until the rules are listed (a 403 means the drainer's RBAC lacks drainrules)");
                         }
                         false
                     }
-                }
+                },
             };
             if changed {
                 let rules: Vec<DrainRule> = all.values().cloned().collect();

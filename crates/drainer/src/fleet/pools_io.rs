@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::machine::Event;
 use super::pools::Pool;
+use crate::crd_watch::{CrdWatchFailure, CrdWatchState};
 use crate::watch_backoff::WatchBackoffExt;
 
 /// The policies' changes as the machine's events. Errors are logged here (once per kind of
@@ -21,9 +22,8 @@ use crate::watch_backoff::WatchBackoffExt;
 pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
     let api: Api<RotationPolicy> = Api::all(client);
     let mut listing: Vec<Pool> = Vec::new();
-    let mut last_failure: Option<u16> = None;
     // Once listed, the policies as last seen keep governing while the watch is down.
-    let mut listed_once = false;
+    let mut state = CrdWatchState::default();
     watcher(api, watcher::Config::default())
         .watch_backoff()
         .filter_map(move |event| {
@@ -37,8 +37,7 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
                     None
                 }
                 Ok(watcher::Event::InitDone) => {
-                    last_failure = None;
-                    listed_once = true;
+                    state.listed();
                     tracing::info!(
                         policies = listing.len(),
                         "RotationPolicies listed: nodes they select follow them, the others the flags"
@@ -50,27 +49,23 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
                     policy.metadata.name.unwrap_or_default(),
                 )),
                 Err(error) => {
-                    let code = rotor_core::watch_failure_status(&error);
-                    let news = last_failure != Some(code.unwrap_or(0));
-                    last_failure = Some(code.unwrap_or(0));
-                    match code {
-                        // Once listed, a 404 is not taken as "not installed": an API server that
-                        // has not synced its CRDs yet answers it too, and falling back to the
-                        // flags would open a pool its policy closes. Removing the CRD deletes
-                        // the policies first, which the watch has seen.
-                        Some(404) if listed_once => {
+                    let (failure, news) = state.failed(&error);
+                    let listed_once = state.listed_once();
+                    match failure {
+                        // Falling back to the flags would open a pool its policy closes.
+                        CrdWatchFailure::NotSyncedYet => {
                             if news {
                                 tracing::warn!(%error, "RotationPolicies answered 404 after they had been listed (an API server whose CRDs are not synced yet, or the CRD removed): drains go on under the policies as last listed; restart the drainer if you removed the CRD");
                             }
                             None
                         }
-                        Some(404) => {
+                        CrdWatchFailure::NotInstalled => {
                             if news {
                                 tracing::info!("the RotationPolicy resource is not installed (no CRD rotationpolicies.rotor.dev): every node follows the flags; install deploy/base/crds to use per-pool policy");
                             }
                             Some(Event::PoliciesAbsent)
                         }
-                        Some(403) => {
+                        CrdWatchFailure::Forbidden => {
                             if news && listed_once {
                                 tracing::error!(%error, "the drainer may no longer list and watch rotationpolicies.rotor.dev: drains go on under the policies as last listed, and changes to them are not seen until it can (apply the RBAC in deploy/, which grants them)");
                             } else if news {
@@ -78,7 +73,7 @@ pub(super) fn watch(client: kube::Client) -> impl Stream<Item = Event> + Send {
                             }
                             None
                         }
-                        _ => {
+                        CrdWatchFailure::Other => {
                             if news && listed_once {
                                 tracing::warn!(%error, "watching RotationPolicies failed; it restarts with back-off, and drains go on under the policies as last listed meanwhile");
                             } else if news {

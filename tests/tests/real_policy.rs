@@ -17,31 +17,38 @@ use std::time::Instant;
 use rotor_e2e::{RealCluster, describe_output, parse_table, workspace_root};
 use serde_json::{Value, json};
 
-/// The CRD as `deploy/` ships it.
-const CRD: &str = "deploy/base/crds/rotationpolicies.rotor.dev.yaml";
+/// The CRDs as `deploy/` ships them: the RotationPolicy's, and the DrainRule's, which shares
+/// its label selectors.
+const CRDS: [&str; 2] = [
+    "deploy/base/crds/rotationpolicies.rotor.dev.yaml",
+    "deploy/base/crds/drainrules.rotor.dev.yaml",
+];
 
-/// A real cluster with the RotationPolicy CRD installed and Established.
+/// A real cluster with rotor's CRDs installed and Established.
 fn cluster_with_the_crd() -> RealCluster {
     let started = Instant::now();
     let cluster = RealCluster::start();
     eprintln!("control plane up in {:?}", started.elapsed());
-    let crd = std::fs::read_to_string(workspace_root().join(CRD))
-        .unwrap_or_else(|e| panic!("cannot read {CRD}: {e}"));
-    let out = cluster.apply_result(&crd);
-    assert!(
-        out.status.success(),
-        "the API server refused the CRD (a CEL rule over its cost budget or not compiling \
-         shows here): {}",
-        describe_output(&format!("kubectl apply --server-side -f {CRD}"), &out)
-    );
+    for file in CRDS {
+        let crd = std::fs::read_to_string(workspace_root().join(file))
+            .unwrap_or_else(|e| panic!("cannot read {file}: {e}"));
+        let out = cluster.apply_result(&crd);
+        assert!(
+            out.status.success(),
+            "the API server refused the CRD (a CEL rule over its cost budget or not compiling \
+             shows here): {}",
+            describe_output(&format!("kubectl apply --server-side -f {file}"), &out)
+        );
+    }
     cluster.kubectl_ok(&[
         "wait",
         "--for",
         "condition=Established",
         "--timeout=60s",
         "crd/rotationpolicies.rotor.dev",
+        "crd/drainrules.rotor.dev",
     ]);
-    eprintln!("CRD Established {:?} after start", started.elapsed());
+    eprintln!("CRDs Established {:?} after start", started.elapsed());
     cluster
 }
 
@@ -155,6 +162,8 @@ fn the_crd_installs_and_a_good_policy_is_accepted() {
 
 /// The patterns of the schema, as the refusals quote them.
 const NODES: &str = "'^((100|[0-9]{1,2})%|[0-9]+)$'";
+const LABEL_KEY: &str = "'^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'";
+const LABEL_VALUE: &str = "'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'";
 const DURATION: &str = "'^([0-9]+(ms|s|m|h))+$'";
 
 /// A bad policy's spec, and what the refusal must say: `field: why`, as the API server puts it.
@@ -165,13 +174,15 @@ struct Bad {
     why: String,
 }
 
+/// kube-apiserver's refusal of `value` at `field` for not matching `pattern`.
+fn pattern(value: &str, field: &str, pattern: &str) -> String {
+    format!("Invalid value: \"{value}\": {field} in body should match {pattern}")
+}
+
 /// The bad policies and their refusals. The texts are kube-apiserver's (v1.36): a pattern's
 /// quotes it, an enum's lists the supported values, a CEL rule's is the rule's message.
 fn bad_policies() -> Vec<Bad> {
     let one = |budget: Value| json!({"budgets": [budget]});
-    let pattern = |value: &str, field: &str, pattern: &str| {
-        format!("Invalid value: \"{value}\": {field} in body should match {pattern}")
-    };
     vec![
         Bad {
             what: "a percentage over 100",
@@ -237,6 +248,41 @@ fn bad_policies() -> Vec<Bad> {
             field: "spec.budgets",
             why: "Too many: 51: must have at most 50 items".into(),
         },
+        // Selectors rotor could not read would leave the policy's nodes under the flags.
+        Bad {
+            what: "a label value with a space",
+            spec: json!({"nodeSelector": {"matchLabels": {"pool": "blue green"}}}),
+            field: "spec.nodeSelector.matchLabels.pool",
+            why: pattern(
+                "blue green",
+                "spec.nodeSelector.matchLabels.pool",
+                LABEL_VALUE,
+            ),
+        },
+        Bad {
+            what: "a label key that is not a qualified name",
+            spec: json!({"nodeSelector": {"matchLabels": {"-pool": "blue"}}}),
+            field: "spec.nodeSelector",
+            why: "Invalid value: matchLabels: each key must be a label key".into(),
+        },
+        Bad {
+            what: "a requirement's key with two slashes",
+            spec: json!({"nodeSelector": {"matchExpressions": [
+                {"key": "a/b/c", "operator": "Exists"}]}}),
+            field: "spec.nodeSelector.matchExpressions[0].key",
+            why: pattern(
+                "a/b/c",
+                "spec.nodeSelector.matchExpressions[0].key",
+                LABEL_KEY,
+            ),
+        },
+        Bad {
+            what: "a requirement's value of 64 characters",
+            spec: json!({"nodeSelector": {"matchExpressions": [
+                {"key": "zone", "operator": "In", "values": ["a".repeat(64)]}]}}),
+            field: "spec.nodeSelector.matchExpressions[0].values[0]",
+            why: "Too long: may not be more than 63 bytes".into(),
+        },
         Bad {
             // Stored, it would make the drainer's list of every policy fail to decode.
             what: "a priority beyond 32 bits",
@@ -274,6 +320,29 @@ fn bad_policies_are_refused_by_the_api_server_naming_the_field() {
         if !listed.trim().is_empty() {
             wrong.push(format!("{}: stored anyway", bad.what));
         }
+    }
+    // A DrainRule shares the selectors: one rotor could not read would leave out the rule, and
+    // evict the pods it skips.
+    let rule = json!({
+        "apiVersion": "rotor.dev/v1alpha1",
+        "kind": "DrainRule",
+        "metadata": {"name": "bad-selector"},
+        "spec": {"behavior": "Skip", "pods": [{"selector": {"matchLabels": {"app": "cache db"}}}]},
+    });
+    let out = cluster.apply_result(&rule.to_string());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let reason = format!(
+        "spec.pods[0].selector.matchLabels.app: {}",
+        pattern(
+            "cache db",
+            "spec.pods[0].selector.matchLabels.app",
+            LABEL_VALUE
+        )
+    );
+    if out.status.success() || !stderr.contains(&reason) {
+        wrong.push(format!(
+            "a DrainRule's label value with a space: not refused with {reason:?}: {stderr}"
+        ));
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 

@@ -86,11 +86,18 @@ fn default_budgets() -> Vec<PolicyBudget> {
 
 /// A label selector (the shape of `metav1.LabelSelector`): every requirement must hold; an
 /// empty selector selects everything.
+// The keys and values are checked by the API server as Kubernetes checks labels: a selector
+// that does not parse would leave its object out (a DrainRule's pods evicted, a policy's nodes
+// under the flags), so it is refused when written rather than found unreadable later.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new(r"!has(self.matchLabels) || self.matchLabels.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!k.contains('/') || k.indexOf('/') <= 253))").message("matchLabels: each key must be a label key: an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit")
+)]
 pub struct LabelSelectorSpec {
     /// Labels the object must carry, each with this value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 63, "pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"}))]
     pub match_labels: BTreeMap<String, String>,
     /// Requirements the object's labels must meet, all of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -127,17 +134,30 @@ impl LabelSelectorSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)").message("matchExpressions: In and NotIn need values; Exists and DoesNotExist take none")
+    validation = Rule::new("(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)").message("matchExpressions: In and NotIn need values; Exists and DoesNotExist take none"),
+    validation = Rule::new("!self.key.contains('/') || self.key.indexOf('/') <= 253").message("matchExpressions: a key's prefix (before '/') is at most 253 characters")
 )]
 pub struct LabelRequirement {
-    /// The label's key.
-    #[schemars(length(min = 1, max = 317))]
+    /// The label's key: an optional DNS subdomain prefix and '/', then a name of at most 63
+    /// letters, digits, '-', '_' or '.', beginning and ending with a letter or digit.
+    #[schemars(
+        length(min = 1, max = 317),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+        )
+    )]
     pub key: String,
     /// How the label is compared with `values`.
     pub operator: SelectorOperator,
     /// The values for In and NotIn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
+    #[schemars(
+        length(max = 64),
+        inner(
+            length(max = 63),
+            regex(pattern = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+        )
+    )]
     pub values: Vec<String>,
 }
 

@@ -44,7 +44,9 @@ pub struct NodePlan {
     pub blockers: Vec<Blocker>,
     /// How many pods are left alone (DaemonSet, mirror, finished, tolerating the taint).
     pub ignored: usize,
-    /// Critical pods that wait until no ordinary pod is left (not counted in `evict_now`).
+    /// Pods not in their turn yet: of a later DrainRule order than a pod still on the node, or
+    /// critical while an ordinary pod of their order is left. Neither evicted, forced nor
+    /// restarted until their turn (not counted in `evict_now`, `withheld` or `budget_blocked`).
     pub deferred: Vec<PodRef>,
     /// Pods that could be evicted but for their budgets (never allowing, or several): what
     /// `--force-after` deletes. Never do-not-disrupt pods.
@@ -142,6 +144,7 @@ pub fn plan_node_with<'a>(
 
     let mut plan = NodePlan::default();
     let mut evictable: Vec<(i32, EvictionTier, PodRef, Option<i64>)> = Vec::new();
+    let mut not_evictable: Vec<(i32, EvictionTier, NotEvictable)> = Vec::new();
     // Ordinary pods that still hold back the critical tier: evictable or blocked, not
     // terminating; by order.
     let mut ordinary_left = false;
@@ -205,14 +208,18 @@ pub fn plan_node_with<'a>(
                     ordinary_left_in.insert(order);
                 }
                 if withheld(&pod_ref.uid) {
-                    plan.withheld.push(pod_ref);
+                    not_evictable.push((order, tier, NotEvictable::Withheld(pod_ref)));
                     continue;
                 }
                 let consulted = consulted_budgets(pod, &pod_ref, &budgets);
                 match budget_blocker(&pod_ref, &consulted, opts.now, &mut plan.judge_budgets_at) {
                     Some(blocker) => {
                         push_unique(&mut plan.blockers, blocker);
-                        plan.budget_blocked.push((pod_ref, grace_period_seconds));
+                        not_evictable.push((
+                            order,
+                            tier,
+                            NotEvictable::BudgetBlocked(pod_ref, grace_period_seconds),
+                        ));
                     }
                     None => {
                         if let Consulted::One(budget) = consulted {
@@ -235,18 +242,45 @@ pub fn plan_node_with<'a>(
     }
 
     plan.holds_critical = ordinary_left;
+    let not_in_turn = |order: i32, tier: EvictionTier| {
+        lowest_left.is_some_and(|lowest| order > lowest)
+            || (tier == EvictionTier::Critical && ordinary_left_in.contains(&order))
+    };
     for (order, tier, pod_ref, grace) in evictable {
-        let later_order = lowest_left.is_some_and(|lowest| order > lowest);
-        if later_order || (tier == EvictionTier::Critical && ordinary_left_in.contains(&order)) {
+        if not_in_turn(order, tier) {
             plan.deferred.push(pod_ref);
         } else {
             plan.evict_now.push((pod_ref, grace));
+        }
+    }
+    // Rule: what acts on a pod other than its eviction (a rollout restart of a withheld pod,
+    // `--force-after`'s deletion of a budget-blocked one) waits for the pod's turn too, so the
+    // order of DrainRules and of the critical tier holds through them.
+    for (order, tier, held) in not_evictable {
+        match held {
+            NotEvictable::Withheld(pod_ref) | NotEvictable::BudgetBlocked(pod_ref, _)
+                if not_in_turn(order, tier) =>
+            {
+                plan.deferred.push(pod_ref)
+            }
+            NotEvictable::Withheld(pod_ref) => plan.withheld.push(pod_ref),
+            NotEvictable::BudgetBlocked(pod_ref, grace) => {
+                plan.budget_blocked.push((pod_ref, grace))
+            }
         }
     }
     // Stable: each group keeps the namespace/name order.
     plan.evict_now
         .sort_by_key(|(pod, _)| !plan.charged.contains_key(&pod.uid));
     plan
+}
+
+/// An evictable pod the drain does not evict now for a reason of its own.
+enum NotEvictable {
+    /// Left to its Deployment's rollout.
+    Withheld(PodRef),
+    /// Its budgets never allow it (or are several), with its grace period.
+    BudgetBlocked(PodRef, Option<i64>),
 }
 
 fn push_unique(blockers: &mut Vec<Blocker>, blocker: Blocker) {
@@ -1067,5 +1101,77 @@ mod tests {
         assert_eq!(names(&plan.deferred), ["db", "dns", "web"]);
         assert_eq!(names(&plan.undecided), ["ml"]);
         assert!(plan.holds_critical);
+    }
+
+    #[test]
+    fn a_pod_not_in_its_turn_is_neither_forced_nor_restarted() {
+        // db (order 10) sits under a budget that never allows, cache (order 10) is left to
+        // its rollout, dns is critical under a never-allowing budget too; web (order 0) is
+        // still on the node. `--force-after` deletes the budget-blocked pods and rollout
+        // restarts act on the withheld ones: neither may reach a pod before its turn.
+        let frozen = |app: &str| {
+            pdb(
+                app,
+                json!({"minAvailable": 1, "selector": {"matchLabels": {"app": app}}}),
+                status(1, 0),
+            )
+        };
+        let labelled = |app: &str, extra: Value| {
+            let mut base = json!({"metadata": {"labels": {"app": app}}});
+            merge(&mut base, extra);
+            base
+        };
+        let critical = json!({"spec": {"priorityClassName": "system-node-critical"}});
+        let pods = [
+            pod("web", json!({})),
+            pod(
+                "db",
+                labelled("db", json!({"metadata": {"labels": {"rule": "10"}}})),
+            ),
+            pod(
+                "cache",
+                labelled("cache", json!({"metadata": {"labels": {"rule": "10"}}})),
+            ),
+            pod("dns", labelled("dns", critical)),
+        ];
+        let budgets = [frozen("db"), frozen("dns")];
+        let plan_of = |pods: &[Pod]| {
+            plan_node_with(
+                pods,
+                &budgets,
+                &taint(),
+                &DrainOptions::default(),
+                |uid| uid == "uid-cache",
+                by_label,
+            )
+        };
+        let plan = plan_of(&pods);
+        assert_eq!(evict_names(&plan), ["web"]);
+        assert!(plan.budget_blocked.is_empty(), "{plan:?}");
+        assert!(plan.withheld.is_empty(), "{plan:?}");
+        assert_eq!(names(&plan.deferred), ["cache", "db", "dns"]);
+        // The blockers still say what will hold the node.
+        assert_eq!(plan.blockers.len(), 2, "{plan:?}");
+        // web gone: dns's turn (order 0, critical, no ordinary pod of order 0 left).
+        let plan = plan_of(&pods[1..]);
+        assert_eq!(
+            plan.budget_blocked
+                .iter()
+                .map(|(p, _)| p.name.as_str())
+                .collect::<Vec<_>>(),
+            ["dns"]
+        );
+        assert_eq!(names(&plan.deferred), ["cache", "db"]);
+        // dns gone too: order 10's turn, db forced if it must be, cache restarted.
+        let plan = plan_of(&pods[1..3]);
+        assert_eq!(
+            plan.budget_blocked
+                .iter()
+                .map(|(p, _)| p.name.as_str())
+                .collect::<Vec<_>>(),
+            ["db"]
+        );
+        assert_eq!(names(&plan.withheld), ["cache"]);
+        assert!(plan.deferred.is_empty());
     }
 }

@@ -15,7 +15,7 @@ use rotor_core::contract::FIELD_MANAGER;
 
 use crate::drain::answers::Denial;
 use crate::drain::node_plan::NodePlan;
-use crate::drain::pods::{EvictionTier, PodRef, eviction_tier};
+use crate::drain::pods::PodRef;
 use crate::drain::restart::{
     Judgement, News, Next, RolloutRestarts, StampAnswer, judge, lone_deployment_of, replicaset_of,
     restart_patch,
@@ -134,23 +134,13 @@ pub async fn restart_lone_replicas(
     now: Timestamp,
 ) -> bool {
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    // The critical tier waits for the ordinary one here too: a critical pod is not restarted
-    // before its turn to be evicted.
-    let blocked_in_turn = plan
-        .budget_blocked
-        .iter()
-        .map(|(pod, _)| pod)
-        .filter(|pod| {
-            !plan.holds_critical
-                || pods
-                    .get(&pod.uid)
-                    .is_some_and(|p| eviction_tier(p) == EvictionTier::Ordinary)
-        });
+    // Only pods in their turn: the plan defers those of a later DrainRule order, and critical
+    // pods while ordinary ones of their order are left.
     let due: Vec<&Pod> = plan
         .evict_now
         .iter()
+        .chain(&plan.budget_blocked)
         .map(|(pod, _)| pod)
-        .chain(blocked_in_turn)
         .chain(&plan.withheld)
         .filter(|pod| restarts.due(&pod.uid, now))
         .filter_map(|pod| pods.get(&pod.uid))

@@ -168,10 +168,12 @@ pub async fn run(
     .await;
     acting.cancel();
     tasks_stop.cancel();
+    // The lease is still renewed meanwhile, so the tasks' last writes (a halt, a drain's end,
+    // a retried write) pass the fence; it is released only after.
+    wait_for_tasks(&tasks).await;
     election_stop.cancel();
     election.join().await;
     let lost_lease = lost.await.unwrap_or(false);
-    wait_for_tasks(&tasks).await;
     admin_stop.cancel();
     let _ = admin_task.await;
     result?;

@@ -426,6 +426,42 @@ async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
     cluster.stop().await;
 }
 
+/// A renewal the API server applied but answered 504 is resent by kube's client, and the resend
+/// conflicts (409) with the write it resends. The leader still holds the lease: it reads the
+/// lease again and goes on leading, rather than taking the conflict for a lost lease and exiting
+/// mid-drain. An annotation put on the Lease by hand conflicts the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_renewal_applied_but_answered_504_then_the_leader_keeps_leading() {
+    let cluster = SimCluster::start(&stuck_cluster()).await;
+    let drainer = TestDrainer::start(&cluster, "a", &[]);
+    let node = block_a_web_node(&cluster).await;
+    cluster.sim.sim.faults.lock().unwrap().rules = vec![rotor_sim::server::ErrorRule {
+        verb: Some("update".into()),
+        resource: Some("leases".into()),
+        rate: 1.0,
+        code: 504,
+        after_serving: true,
+        times: Some(1),
+    }];
+    // Several lease durations (2 s in the tests) past the fault.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let requests = &cluster.stats()["requests"];
+    assert!(
+        !drainer.handle.is_finished(),
+        "the leader exited after one renewal answered 504 (requests: {requests})"
+    );
+    assert_eq!(lease_holder(&cluster).await.as_deref(), Some("a"));
+    assert_eq!(
+        cluster
+            .annotation(&node, "rotor.dev/phase")
+            .await
+            .as_deref(),
+        Some("blocked")
+    );
+    drainer.stop().await.unwrap();
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_closed_maintenance_window_then_no_drain_starts() {
     let cluster = SimCluster::start(CLUSTER).await;

@@ -35,10 +35,13 @@ struct Observed {
     holder: Option<String>,
     renew: Option<String>,
     since: Option<Instant>,
+    /// Who held the lease when we last found another replica holding it: named when this
+    /// replica loses it.
+    holder_seen: Option<String>,
     /// The lease as our last successful write returned it. While we hold the lease, the next
     /// renewal starts from it instead of reading the lease again: one request per renewal, and
     /// if anyone else wrote in between, the resourceVersion guard refuses ours (409) and the
-    /// next attempt reads afresh.
+    /// same attempt reads afresh ([`try_hold`]).
     written: Option<Lease>,
 }
 
@@ -94,8 +97,25 @@ fn lease_spec(cfg: &LeaderConfig, transitions: i32, acquired: Option<MicroTime>)
     }
 }
 
-/// One attempt to hold the lease; returns whether we hold it now.
+/// One attempt to hold the lease; returns whether we hold it now. A renewal from our last
+/// write refused as stale (409) reads the lease and decides again at once: the lease changed
+/// under us, but not necessarily hands. kube's client resends a write answered 503 or 504
+/// that the API server may have applied, and our own resend then conflicts with our own
+/// write; an annotation put on the Lease by hand conflicts too. Either leaves us the holder.
 async fn try_hold(
+    api: &Api<Lease>,
+    cfg: &LeaderConfig,
+    seen: &mut Observed,
+) -> Result<bool, kube::Error> {
+    let from_our_write = seen.written.is_some();
+    match try_hold_from(api, cfg, seen).await? {
+        false if from_our_write => try_hold_from(api, cfg, seen).await,
+        held => Ok(held),
+    }
+}
+
+/// [`try_hold`]'s one write: from the lease as last written if we have it, else as read now.
+async fn try_hold_from(
     api: &Api<Lease>,
     cfg: &LeaderConfig,
     seen: &mut Observed,
@@ -136,13 +156,17 @@ async fn try_hold(
             holder,
             renew,
             since: Some(Instant::now()),
+            holder_seen: None,
             written: None,
         };
     }
     let unchanged_for = seen.since.map(|s| s.elapsed());
     let attempt = decide(spec, &cfg.identity, unchanged_for, cfg.lease_duration);
     let (transitions, acquired) = match &attempt {
-        Attempt::Follow { .. } => return Ok(false),
+        Attempt::Follow { holder } => {
+            seen.holder_seen = Some(holder.clone());
+            return Ok(false);
+        }
         Attempt::Renew => (
             spec.and_then(|s| s.lease_transitions).unwrap_or(0),
             spec.and_then(|s| s.acquire_time.clone()),
@@ -165,6 +189,39 @@ async fn try_hold(
         // Someone else wrote first: they win this round.
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+/// When renewals go out. The next renewal is due `renew_every` after the last was *sent*, so a
+/// slow API server does not push each renewal later than the one before until the fence
+/// (`renew_deadline` from the send) closes between them. A failed renewal is tried again soon
+/// (a quarter of `renew_every`) while the deadline allows: one failed or slow answer must not
+/// end a term that a retry would have kept.
+#[derive(Clone, Copy, Debug)]
+struct RenewTiming {
+    renew_every: Duration,
+    renew_deadline: Duration,
+}
+
+impl RenewTiming {
+    /// How long an attempt may take, given how long ago the last successful renewal was sent
+    /// (`None`: not holding): `renew_every`, and while holding no later than the deadline. A
+    /// renewal answered after the deadline is no use, one answered before it is, however slow.
+    fn attempt_timeout(&self, since_success: Option<Duration>) -> Duration {
+        let left = since_success.map_or(self.renew_every, |since| {
+            self.renew_deadline.saturating_sub(since)
+        });
+        left.min(self.renew_every)
+    }
+
+    /// When to try next (at `now`), after an attempt sent at `sent`; `retry` when it failed
+    /// while holding the lease.
+    fn next_try(&self, sent: Instant, now: Instant, retry: bool) -> Instant {
+        if retry {
+            now + self.renew_every / 4
+        } else {
+            (sent + self.renew_every).max(now)
+        }
     }
 }
 
@@ -304,40 +361,62 @@ async fn elect(
     // when the API server hangs or kube's retry keeps a request going.
     let renew_deadline = cfg.lease_duration.mul_f64(2.0 / 3.0);
     let attempt_timeout = cfg.renew_every;
+    let timing = RenewTiming {
+        renew_every: cfg.renew_every,
+        renew_deadline,
+    };
     loop {
         if contending && tokio::time::Instant::now() >= next_try {
             // The fence runs from when the renewal was sent: another replica counts its lease
             // duration from when it saw the renewal, which is later.
             let sent = Instant::now();
-            let attempt = tokio::time::timeout(attempt_timeout, try_hold(&api, &cfg, &mut seen));
-            let lose = match attempt.await {
+            let timeout = timing.attempt_timeout(last_success.map(|t| t.elapsed()));
+            let attempt = tokio::time::timeout(timeout, try_hold(&api, &cfg, &mut seen));
+            let (lose, failed) = match attempt.await {
                 Ok(Ok(true)) => {
                     last_success = Some(sent);
                     leading.renewed(sent, renew_deadline);
-                    false
+                    (false, false)
                 }
                 Ok(Ok(false)) => {
+                    if last_success.is_some() {
+                        let holder = seen.holder_seen.as_deref().unwrap_or("another replica");
+                        tracing::error!(lease = %cfg.name, namespace = %cfg.namespace, %holder, "the leader lease is held by {holder} now: this replica stops acting and exits; its drains stay recorded on their nodes for the leader to resume");
+                    }
                     last_success = None;
-                    true
+                    (true, false)
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(lease = %cfg.name, error = %e, "could not read or renew the leader lease; will retry");
-                    last_success.is_none_or(|t| t.elapsed() >= renew_deadline)
+                    tracing::warn!(lease = %cfg.name, namespace = %cfg.namespace, error = %e, "could not read or renew the leader lease; will retry");
+                    (
+                        last_success.is_none_or(|t| t.elapsed() >= renew_deadline),
+                        true,
+                    )
                 }
                 Err(_) => {
-                    tracing::warn!(lease = %cfg.name, timeout = ?attempt_timeout, "reading or renewing the leader lease timed out; will retry");
+                    tracing::warn!(lease = %cfg.name, namespace = %cfg.namespace, ?timeout, "reading or renewing the leader lease timed out; will retry");
                     // The request may or may not have been applied: read afresh next time.
                     seen = Observed::default();
-                    last_success.is_none_or(|t| t.elapsed() >= renew_deadline)
+                    (
+                        last_success.is_none_or(|t| t.elapsed() >= renew_deadline),
+                        true,
+                    )
                 }
             };
             // A held lease that is lost is reported once, and this replica stops contending:
             // the runtime exits, and a restart rejoins the election.
             if lose && leading.stop() {
+                if failed {
+                    tracing::error!(lease = %cfg.name, namespace = %cfg.namespace, deadline = ?renew_deadline, "the leader lease could not be renewed within its deadline (two thirds of --lease-duration): this replica stops acting and exits; its drains stay recorded on their nodes for the next leader to resume (check the API server's health and the drainer's RBAC on leases)");
+                }
                 lost.cancel();
                 contending = false;
             }
-            next_try = tokio::time::Instant::now() + cfg.renew_every;
+            next_try = tokio::time::Instant::from_std(timing.next_try(
+                sent,
+                Instant::now(),
+                failed && last_success.is_some(),
+            ));
         }
         tokio::select! {
             _ = cancel.cancelled() => break,
@@ -415,6 +494,37 @@ mod tests {
             holder_identity: Some(h.into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn renewals_are_timed_from_their_send_and_a_failed_one_is_retried_within_the_deadline() {
+        // --lease-duration 15s: renew every 5 s, act until 10 s after a renewal's send.
+        let timing = RenewTiming {
+            renew_every: Duration::from_secs(5),
+            renew_deadline: Duration::from_secs(10),
+        };
+        let secs = Duration::from_secs;
+        // Acquiring, or a renewal 5 s after the last: 5 s to answer.
+        assert_eq!(timing.attempt_timeout(None), secs(5));
+        assert_eq!(timing.attempt_timeout(Some(secs(5))), secs(5));
+        // A retry 7.5 s after the last success may take only what is left before the deadline.
+        assert_eq!(
+            timing.attempt_timeout(Some(Duration::from_millis(7500))),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(timing.attempt_timeout(Some(secs(11))), Duration::ZERO);
+        // A renewal that took 4 s is followed by the next 1 s later, 5 s after its send, not
+        // 5 s after its answer (which would leave the fence closed from 10 s to 13 s).
+        let sent = Instant::now();
+        let answered = sent + secs(4);
+        assert_eq!(timing.next_try(sent, answered, false), sent + secs(5));
+        // A renewal slower than renew_every: the next at once.
+        assert_eq!(timing.next_try(sent, sent + secs(6), false), sent + secs(6));
+        // Failed while holding: again in 1.25 s, twice or more before the deadline.
+        assert_eq!(
+            timing.next_try(sent, answered, true),
+            answered + Duration::from_millis(1250)
+        );
     }
 
     #[test]

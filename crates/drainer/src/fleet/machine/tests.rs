@@ -398,6 +398,23 @@ fn the_lease_is_sought_while_a_node_needs_rotor_and_given_back_once_idle() {
 }
 
 #[test]
+fn a_moment_without_the_fence_while_drains_run_is_not_a_new_term() {
+    let t0 = Instant::now();
+    let mut machine = listed(config(1, &[]), vec![tainted("old-1", 20)], t0);
+    let (commands, _) = leading_pass(&mut machine, t0);
+    assert!(commands.contains(&Command::NewTerm));
+    assert_eq!(drains(&commands), vec![drain("old-1", Intent::Start)]);
+    let (commands, round) = machine.act(t0, wall(), false);
+    assert!(round.is_none());
+    let (commands_after, _) = leading_pass(&mut machine, t0);
+    assert!(
+        !commands_after.contains(&Command::NewTerm),
+        "a new term while old-1's drain runs: {commands:?} then {commands_after:?}"
+    );
+    assert!(drains(&commands_after).is_empty(), "{commands_after:?}");
+}
+
+#[test]
 fn a_second_term_starts_afresh_and_a_drain_ending_arms_the_gate() {
     let t0 = Instant::now();
     let mut machine = listed(config(1, &[]), vec![], t0);

@@ -85,6 +85,10 @@ fn quoted_after(message: &str, prefix: &str, close: char) -> Option<String> {
     (!name.is_empty()).then(|| name.to_string())
 }
 
+/// How long an eviction refused because the pod's namespace is being deleted waits before it
+/// is tried again (by then the namespace controller has usually deleted the pod).
+const NAMESPACE_TERMINATING_RETRY: Duration = Duration::from_secs(5);
+
 /// Sorts an API error from an eviction or deletion into an outcome.
 pub fn outcome_of_error(err: &kube::Error) -> EvictionOutcome {
     match err {
@@ -111,7 +115,23 @@ pub fn outcome_of_status(s: &Status) -> EvictionOutcome {
         _ => s.message.clone(),
     };
     match s.code {
-        404 | 409 => EvictionOutcome::Gone,
+        404 => EvictionOutcome::Gone,
+        // Only the UID precondition's conflict says the pod is gone (a pod of the same name
+        // may stand there now). Others pass: the budget's status updated by another evictor
+        // past the server's own retries, a pod changed under a resourceVersion precondition.
+        409 if s.message.contains("UID in precondition") => EvictionOutcome::Gone,
+        409 => EvictionOutcome::RetryLater {
+            after: Duration::from_secs(1),
+            message: s.message.clone(),
+        },
+        // The namespace controller deletes the pods of a namespace being deleted: nobody has
+        // anything to change, and the pod goes by itself.
+        403 if s.message.contains("because it is being terminated") => {
+            EvictionOutcome::RetryLater {
+                after: NAMESPACE_TERMINATING_RETRY,
+                message: s.message.clone(),
+            }
+        }
         429 if retry_after == 0 && budget_cause.is_some() => {
             EvictionOutcome::BudgetRefused { message }
         }
@@ -229,11 +249,53 @@ mod tests {
             outcome_of_status(&status(
                 409,
                 "Conflict",
-                "Precondition failed: UID in precondition",
+                "Operation cannot be fulfilled on pods \"web-0\": Precondition failed: UID in precondition: 5d1f, UID in object meta: 77ac",
                 vec![],
                 0
             )),
             EvictionOutcome::Gone
+        );
+    }
+
+    #[test]
+    fn other_conflicts_and_a_terminating_namespace_are_retried_not_taken_for_gone_or_refused() {
+        // The budget's status written by another evictor past the server's own retries: the
+        // pod is still there, and its eviction must be sent again.
+        let budget_conflict = status(
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled on poddisruptionbudgets.policy \"web\": the object has been modified; please apply your changes to the latest version and try again",
+            vec![],
+            0,
+        );
+        assert!(
+            matches!(outcome_of_status(&budget_conflict), EvictionOutcome::RetryLater { after, .. } if after == Duration::from_secs(1)),
+            "{:?}",
+            outcome_of_status(&budget_conflict)
+        );
+        let version_conflict = status(
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled on pods \"web-0\": Precondition failed: ResourceVersion in precondition: 41, ResourceVersion in object meta: 42",
+            vec![],
+            0,
+        );
+        assert!(matches!(
+            outcome_of_status(&version_conflict),
+            EvictionOutcome::RetryLater { .. }
+        ));
+        // No one has to act on a namespace being deleted: not a refusal.
+        let terminating = status(
+            403,
+            "Forbidden",
+            "pods \"web-1\" is forbidden: unable to create new content in namespace shop because it is being terminated",
+            vec![],
+            0,
+        );
+        assert!(
+            matches!(outcome_of_status(&terminating), EvictionOutcome::RetryLater { after, .. } if after == NAMESPACE_TERMINATING_RETRY),
+            "{:?}",
+            outcome_of_status(&terminating)
         );
     }
 
@@ -242,7 +304,7 @@ mod tests {
     #[test]
     fn refusals_name_who_refused() {
         let webhook = || Some(Denial::Webhook("freeze.example.com".into()));
-        let cases: [(u16, &str, &str, Option<Denial>); 8] = [
+        let cases: [(u16, &str, &str, Option<Denial>); 7] = [
             (
                 403,
                 "Forbidden",
@@ -273,12 +335,6 @@ mod tests {
                 "Unauthorized",
                 "Unauthorized",
                 Some(Denial::Authentication),
-            ),
-            (
-                403,
-                "Forbidden",
-                "pods \"web-1\" is forbidden: unable to create new content in namespace shop because it is being terminated",
-                Some(Denial::Forbidden),
             ),
             // Not refusals: a malformed request, and a 5xx that quotes a webhook (it failed to
             // answer).

@@ -95,6 +95,15 @@ impl QueuePolicy {
         self.force_from.is_some_and(|t| now >= t)
     }
 
+    /// When a wait on a budget that allows nothing, begun at `now`, ends: at the recheck, or
+    /// when forcing begins if sooner, so the pod is deleted then, not a recheck later.
+    fn budget_wait_until(&self, now: Timestamp) -> Timestamp {
+        let recheck = later(now, self.budget_recheck);
+        self.force_from
+            .filter(|t| *t > now)
+            .map_or(recheck, |t| t.min(recheck))
+    }
+
     /// Whether pods that no budget can ever let go are deleted at `now`.
     pub fn forcing_never_allowed(&self, now: Timestamp) -> bool {
         self.forcing(now) || self.force_never_allowed_from.is_some_and(|t| now >= t)
@@ -120,10 +129,13 @@ impl EvictionQueue {
             return Step::Skip(Some(*at));
         }
         // A deletion goes past the budget: never for a pod whose budget allows its eviction now
-        // (the eviction is possible, so it is what goes).
+        // (the eviction is possible, so it is what goes). A refusal on record forces only while
+        // a budget is still charged for the pod: one deleted since, or a pod its budget now lets
+        // go unhealthy, is evicted.
         let allowed_now = charged.is_some_and(|c| c.allowed_now > 0);
+        let still_refused = charged.is_some() && self.refused.contains_key(&pod.uid);
         let forced = !allowed_now
-            && ((policy.forcing(now) && self.refused.contains_key(&pod.uid))
+            && ((policy.forcing(now) && still_refused)
                 || (policy.forcing_never_allowed(now) && self.never_allowed.contains(&pod.uid)));
         if forced {
             return Step::Force;
@@ -138,13 +150,7 @@ impl EvictionQueue {
             self.refused.entry(pod.uid.clone()).or_insert_with(|| {
                 format!("{pod}: disruption budget {budget} allows no eviction now")
             });
-            // A budget wait ends when forcing begins, so the pod is deleted then, not a recheck
-            // later.
-            let recheck = later(now, policy.budget_recheck);
-            let at = policy
-                .force_from
-                .filter(|t| *t > now)
-                .map_or(recheck, |t| t.min(recheck));
+            let at = policy.budget_wait_until(now);
             self.next_try.insert(pod.uid.clone(), at);
             return Step::WaitForBudget { at, first };
         }
@@ -188,7 +194,12 @@ impl EvictionQueue {
                 recorded.first_refusal = !self.refused.contains_key(uid);
                 self.refused
                     .insert(uid.clone(), format!("{pod}: {message}"));
-                recorded.wake = Some(self.retry_at(uid, later(now, policy.budget_recheck)));
+                // The budget answered: the request passed authorization and admission, so a
+                // refusal by them, or a failure, recorded before is over (fixed by someone).
+                self.fatal.remove(uid);
+                self.failing.remove(uid);
+                self.failures.remove(uid);
+                recorded.wake = Some(self.retry_at(uid, policy.budget_wait_until(now)));
             }
             EvictionOutcome::RetryLater { after, .. } => {
                 // The server's wait stands: no longer a budget's refusal, so a budget that
@@ -407,6 +418,45 @@ mod tests {
                 "{outcome:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_budget_refusal_after_a_denial_clears_it_and_waits_only_until_forcing() {
+        let t0 = at("2025-03-01T12:00:00Z");
+        let secs = |s: i64| t0 + jiff::SignedDuration::from_secs(s);
+        let forcing = QueuePolicy {
+            force_from: Some(secs(10)),
+            ..POLICY
+        };
+        let refused = EvictionOutcome::BudgetRefused {
+            message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+        };
+        let mut queue = EvictionQueue::default();
+        let web = pod("web-1");
+        // A webhook refused; someone fixed it; the budget now answers (429). The budget
+        // answering proves the webhook let it through: no operator problem is left.
+        let denied = EvictionOutcome::Denied {
+            by: crate::drain::answers::Denial::Webhook("freeze.example.com".into()),
+            message: "denied".into(),
+        };
+        queue.record(&web, &denied, forcing, t0);
+        assert!(queue.has_operator_problem());
+        let recorded = queue.record(&web, &refused, forcing, t0);
+        assert!(!queue.has_operator_problem(), "{queue:?}");
+        // The budget wait ends when forcing begins (10 s), not at the recheck (60 s).
+        assert_eq!(recorded.wake, Some(secs(10)));
+        // Forcing begun: the pod its budget still holds is deleted...
+        let held = charge("shop/web", 0);
+        assert_eq!(
+            queue.next_step(&web, Some(&held), forcing, secs(10)),
+            Step::Force
+        );
+        // ...but once no budget is charged for it (the budget was deleted), it is evicted:
+        // the eviction is possible, so no deletion.
+        let mut queue = EvictionQueue::default();
+        queue.record(&web, &refused, forcing, t0);
+        queue.budget_moved();
+        assert_eq!(queue.next_step(&web, None, forcing, secs(20)), Step::Evict);
     }
 
     #[test]

@@ -151,6 +151,9 @@ fn bad_flags_exit_2_before_touching_the_cluster() {
         &["--window", "at night"][..],
         &["--health-url", "healthz:8080"][..],
         &["--lease-duration", "0s"][..],
+        &["--identity", ""][..],
+        &["--notify-cluster", "prod"][..],
+        &["--drain-timeout", "30m", "--park-blocked-after", "45m"][..],
         &[
             "--health-prometheus",
             "http://p:9090",
@@ -173,6 +176,36 @@ fn bad_flags_exit_2_before_touching_the_cluster() {
             err.contains(flag.trim_start_matches('-')),
             "{flags:?} should name the flag: {err}"
         );
+    }
+    // A kubeconfig that does not load, or names no such context, is bad input too, for every
+    // command.
+    for command in [
+        &["run", "--admin-listen", "127.0.0.1:0"][..],
+        &["status"],
+        &["resume"],
+    ] {
+        for kube in [
+            &["--kubeconfig", "/nonexistent/kubeconfig"][..],
+            &[
+                "--kubeconfig",
+                sim.kubeconfig().to_str().unwrap(),
+                "--context",
+                "nope",
+            ],
+        ] {
+            let out = run_with_timeout(
+                Command::new(binary("rotor-drainer"))
+                    .args(kube)
+                    .args(command),
+                Duration::from_secs(30),
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{kube:?} {command:?}: {err}");
+            assert!(
+                err.contains("/nonexistent/kubeconfig") || err.contains("nope"),
+                "{kube:?} {command:?} should name what did not load: {err}"
+            );
+        }
     }
     assert_eq!(
         sim.stats()["requestsTotal"].as_u64().unwrap(),

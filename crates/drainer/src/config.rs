@@ -39,6 +39,19 @@ pub enum ConfigError {
         force_after: Duration,
         drain_timeout: Duration,
     },
+    #[error(
+        "--park-blocked-after ({}s) must be shorter than --drain-timeout ({}s), or the drain fails at its deadline before it could park (0s turns parking off)",
+        park_after.as_secs(),
+        drain_timeout.as_secs()
+    )]
+    ParkAfterNotShorter {
+        park_after: Duration,
+        drain_timeout: Duration,
+    },
+    #[error(
+        "--identity (or POD_NAME) is empty: another replica would read the Lease as free and lead beside this one; leave it unset to use the host name, or set it to the pod's name"
+    )]
+    EmptyIdentity,
     #[error("--budget-recheck must be at least 1s")]
     BudgetRecheckTooShort,
     #[error(
@@ -249,7 +262,7 @@ pub struct DrainArgs {
     pub notify_webhooks: Vec<String>,
 
     /// With --notify-webhook: the cluster's name, at the start of each notice's text.
-    #[arg(long, env = "ROTOR_NOTIFY_CLUSTER")]
+    #[arg(long, env = "ROTOR_NOTIFY_CLUSTER", requires = "notify_webhooks")]
     pub notify_cluster: Option<String>,
 
     /// Health gate: Prometheus's base URL (e.g. http://prometheus.monitoring:9090). Before a drain
@@ -379,6 +392,15 @@ impl LeaderArgs {
     pub const LONGEST_LEASE: Duration = Duration::from_secs(3600);
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // An empty holder reads as a free Lease to every other replica, which would take it at
+        // once while this one still acts.
+        if self
+            .identity
+            .as_deref()
+            .is_some_and(|i| i.trim().is_empty())
+        {
+            return Err(ConfigError::EmptyIdentity);
+        }
         if !(Self::SHORTEST_LEASE..=Self::LONGEST_LEASE).contains(&self.lease_duration) {
             return Err(ConfigError::LeaseDuration {
                 lease_duration: self.lease_duration,
@@ -403,7 +425,8 @@ pub struct DrainerConfig {
     pub budget_recheck: Duration,
     /// `--blocked-after`.
     pub blocked_after: Duration,
-    /// `--park-blocked-after`.
+    /// `--park-blocked-after`; `Some(ZERO)` never parks, and RotationPolicies follow it (as
+    /// they do not follow `None`, where they park after 15m).
     pub park_after: Option<Duration>,
     pub settle: Duration,
     /// `--require-approval`.
@@ -447,6 +470,7 @@ impl DrainerConfig {
             flag_drain: FlagDrain {
                 drain_timeout: self.drain_timeout,
                 force_after: self.force_after,
+                park_after: self.park_after,
                 surge_timeout: self.surge.as_ref().map(|s| s.timeout),
             },
             watch_policies: true,
@@ -486,6 +510,15 @@ impl DrainArgs {
                 drain_timeout: self.drain_timeout,
             });
         }
+        if let Some(park_after) = self.park_blocked_after
+            && !park_after.is_zero()
+            && park_after >= self.drain_timeout
+        {
+            return Err(ConfigError::ParkAfterNotShorter {
+                park_after,
+                drain_timeout: self.drain_timeout,
+            });
+        }
         if self.budget_recheck < Duration::from_secs(1) {
             return Err(ConfigError::BudgetRecheckTooShort);
         }
@@ -521,7 +554,7 @@ impl DrainArgs {
             gate_timeout: self.gate_timeout,
             budget_recheck: self.budget_recheck,
             blocked_after: self.blocked_after,
-            park_after: self.park_blocked_after.filter(|d| !d.is_zero()),
+            park_after: self.park_blocked_after,
             settle: self.settle,
             require_approval: self.require_approval,
             restart_single_replica: self.restart_single_replica,
@@ -797,6 +830,22 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("--force-after (1200s)"), "{err}");
+        let err = parse(&["--drain-timeout", "30m", "--park-blocked-after", "45m"]).unwrap_err();
+        assert!(err.contains("--park-blocked-after (2700s)"), "{err}");
+        // `--park-blocked-after 0s` reaches the pools: never parked, not their 15m default.
+        use crate::fleet::pools::{POLICY_PARK_AFTER, PoolDrain};
+        let never = PoolDrain::default().over(
+            &parse(&["--park-blocked-after", "0s"])
+                .unwrap()
+                .drain_settings(),
+        );
+        let since = "2026-11-28T12:00:00Z".parse().unwrap();
+        assert_eq!(
+            crate::drain::pass::park_at(Some(since), never.park_after),
+            None
+        );
+        let unset = PoolDrain::default().over(&parse(&[]).unwrap().drain_settings());
+        assert_eq!(unset.park_after, Some(POLICY_PARK_AFTER));
         for lease in ["0s", "1500ms", "2h"] {
             let err = Cli::try_parse_from(["x", "--lease-duration", lease])
                 .unwrap()
@@ -808,6 +857,14 @@ mod tests {
                     && err.to_string().contains("2s and 3600s"),
                 "{lease}: {err}"
             );
+        }
+        for identity in ["", " "] {
+            let err = Cli::try_parse_from(["x", "--identity", identity])
+                .unwrap()
+                .leader
+                .validate()
+                .unwrap_err();
+            assert_eq!(err, ConfigError::EmptyIdentity, "{identity:?}");
         }
         for lease in ["2s", "15s", "1h"] {
             let args = Cli::try_parse_from(["x", "--lease-duration", lease]).unwrap();

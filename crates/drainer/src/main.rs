@@ -5,13 +5,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Node;
+use kube::Config;
 use kube::api::{Api, ListParams};
 use rotor_core::admin::AdminArgs;
 use rotor_core::client::{KubeArgs, client, load_config};
 use rotor_core::telemetry::{self, LogArgs};
 use rotor_drainer::config::{DrainArgs, LeaderArgs};
 use rotor_drainer::record::rotation::{RecordRef, RotationView};
-use rotor_drainer::record::rotation_io;
+use rotor_drainer::record::rotation_io::{self, Resumed};
 use rotor_drainer::record::status::{StatusRow, render_table};
 
 #[derive(Parser)]
@@ -44,6 +45,8 @@ enum Command {
     /// annotations; and above them what holds the whole fleet (a halt, the health gate), from
     /// the rotation record beside the leader Lease. Read-only.
     Status {
+        /// text: a line for each thing holding the fleet, then a table of the nodes; json: the
+        /// same as one object (`rotation` and `nodes`), for scripts.
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
         #[command(flatten)]
@@ -127,7 +130,11 @@ fn main() -> ExitCode {
                 eprintln!("rotor-drainer: {e}");
                 return ExitCode::from(2);
             }
-            match runtime.block_on(run(cli.kube, cfg, leader, admin)) {
+            let config = match kube_config(&runtime, &cli.kube, "rotor-drainer") {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            match runtime.block_on(run(config, cfg, leader, admin)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -137,7 +144,11 @@ fn main() -> ExitCode {
             }
         }
         Command::Status { output, record } => {
-            match runtime.block_on(status(cli.kube, output, record.record())) {
+            let config = match kube_config(&runtime, &cli.kube, "rotor-drainer status") {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            match runtime.block_on(status(config, output, record.record())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("rotor-drainer status: {e:#}");
@@ -145,30 +156,48 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Resume { record } => match runtime.block_on(resume(cli.kube, record.record())) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("rotor-drainer resume: {e:#}");
-                ExitCode::from(1)
+        Command::Resume { record } => {
+            let config = match kube_config(&runtime, &cli.kube, "rotor-drainer resume") {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            match runtime.block_on(resume(config, record.record())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rotor-drainer resume: {e:#}");
+                    ExitCode::from(1)
+                }
             }
-        },
+        }
     }
 }
 
+/// The kubeconfig (or in-cluster config) `kube` names; one that does not load is bad input,
+/// exit 2, before anything reaches the cluster.
+fn kube_config(
+    runtime: &tokio::runtime::Runtime,
+    kube: &KubeArgs,
+    who: &str,
+) -> Result<Config, ExitCode> {
+    runtime.block_on(load_config(kube)).map_err(|e| {
+        tracing::error!("{e:#}");
+        eprintln!("{who}: {e:#}");
+        ExitCode::from(2)
+    })
+}
+
 async fn run(
-    kube_args: KubeArgs,
+    config: Config,
     cfg: rotor_drainer::config::DrainerConfig,
     leader_args: LeaderArgs,
     admin: AdminArgs,
 ) -> anyhow::Result<()> {
-    let config = load_config(&kube_args).await?;
     let stop = rotor_core::shutdown::shutdown_token();
     rotor_drainer::runtime::run(config, cfg, leader_args, admin.admin_listen, stop).await?;
     Ok(())
 }
 
-async fn status(kube_args: KubeArgs, output: Output, record: RecordRef) -> anyhow::Result<()> {
-    let config = load_config(&kube_args).await?;
+async fn status(config: Config, output: Output, record: RecordRef) -> anyhow::Result<()> {
     let c = client(config)?;
     // The fleet-wide part is a courtesy: without read access to it, the nodes still show.
     let rotation = match rotation_io::read(&c, &record).await {
@@ -182,7 +211,9 @@ async fn status(kube_args: KubeArgs, output: Output, record: RecordRef) -> anyho
         }
     };
     let nodes: Api<Node> = Api::all(c);
-    let list = nodes.list(&ListParams::default()).await?;
+    let list = nodes.list(&ListParams::default()).await.map_err(|e| {
+        anyhow::anyhow!("cannot list the nodes: {e} (status needs list on nodes, as the ClusterRole rotor-drainer grants)")
+    })?;
     let rows: Vec<StatusRow> = list
         .items
         .iter()
@@ -207,8 +238,7 @@ async fn status(kube_args: KubeArgs, output: Output, record: RecordRef) -> anyho
     Ok(())
 }
 
-async fn resume(kube_args: KubeArgs, record: RecordRef) -> anyhow::Result<()> {
-    let config = load_config(&kube_args).await?;
+async fn resume(config: Config, record: RecordRef) -> anyhow::Result<()> {
     let c = client(config)?;
     let lifted = rotation_io::resume(&c, &record).await.map_err(|e| {
         anyhow::anyhow!(
@@ -218,12 +248,16 @@ async fn resume(kube_args: KubeArgs, record: RecordRef) -> anyhow::Result<()> {
         )
     })?;
     match lifted {
-        Some(halt) => println!(
+        Resumed::Lifted(halt) => println!(
             "resumed the rotation halted since {}: {}\ndrains start again; the same cause halts it again after another --halt-after",
             halt.since, halt.reason
         ),
-        None => println!(
+        Resumed::NotHalted => println!(
             "the rotation is not halted (configmap {}/{}); nothing to resume",
+            record.namespace, record.name
+        ),
+        Resumed::NoRecord => println!(
+            "no rotation record at configmap {}/{}, so nothing is halted there; if the drainer runs in another namespace or with another lease name, pass --lease-namespace and --lease-name",
             record.namespace, record.name
         ),
     }

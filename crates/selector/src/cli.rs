@@ -219,10 +219,11 @@ pub struct SelectArgs {
     pub exclude_groups: Vec<String>,
 
     /// AWS: leave out Auto Scaling groups carrying this tag: `key` (any value) or `key=value`.
-    /// Repeat the flag for several.
+    /// Repeat the flag, or separate tags with commas (AWS allows none in a tag).
     #[arg(
         long = "exclude-tag",
         env = "ROTOR_EXCLUDE_TAGS",
+        value_delimiter = ',',
         value_name = "KEY[=VALUE]"
     )]
     pub exclude_tags: Vec<TagExclusion>,
@@ -1209,7 +1210,7 @@ mod tests {
             "--exclude-group",
             "x",
             "--exclude-tag",
-            "team=batch",
+            "team=batch,env=dev",
             "--exclude-tag",
             "legacy",
             "--include-eks-managed",
@@ -1226,7 +1227,12 @@ mod tests {
             ProviderConfig::Aws(AwsConfig {
                 discovery: GroupDiscovery::Names(vec!["a".into(), "b".into()]),
                 excluded_names: BTreeSet::from(["x".to_owned()]),
-                excluded_tags: vec!["team=batch".parse().unwrap(), "legacy".parse().unwrap()],
+                // Commas separate tags, as in ROTOR_EXCLUDE_TAGS=team=batch,env=dev.
+                excluded_tags: vec![
+                    "team=batch".parse().unwrap(),
+                    "env=dev".parse().unwrap(),
+                    "legacy".parse().unwrap()
+                ],
                 include_eks_managed: true,
                 image_drift: true,
                 max_age: Some(Duration::from_secs(30 * 86_400)),

@@ -241,9 +241,9 @@ pub fn every_blocker(blockers: &[String]) -> Option<String> {
 }
 
 /// When a drain blocked by what only a person can clear (`stuck_since`) is parked: at
-/// `park_after` past it; `None` when it is not stuck or parking is off.
+/// `park_after` past it; `None` when it is not stuck or parking is off (`None` or zero).
 pub fn park_at(stuck_since: Option<Timestamp>, park_after: Option<Duration>) -> Option<Timestamp> {
-    Some(later(stuck_since?, park_after?))
+    Some(later(stuck_since?, park_after.filter(|d| !d.is_zero())?))
 }
 
 /// The earliest time an empty node may be declared drained: `--settle` after the node became
@@ -428,6 +428,8 @@ mod tests {
         );
         assert_eq!(park_at(None, after), None);
         assert_eq!(park_at(Some(since), None), None);
+        // `--park-blocked-after 0s`, or a policy's "0s": never.
+        assert_eq!(park_at(Some(since), Some(Duration::ZERO)), None);
     }
 
     #[test]

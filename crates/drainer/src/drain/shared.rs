@@ -37,7 +37,7 @@ pub struct DrainSettings {
     /// `--enforce-replace-by`, with its warning period; `None` when off.
     pub replace_by: Option<Duration>,
     /// `--park-blocked-after` (or the node's RotationPolicy): how long a drain may stay blocked
-    /// by what only a person can clear before it is parked; `None`: never.
+    /// by what only a person can clear before it is parked; `None` or zero: never.
     pub park_after: Option<Duration>,
     /// More than one drain may run at once (`--max-concurrent` above 1).
     pub several_at_once: bool,

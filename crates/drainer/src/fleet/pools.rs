@@ -209,6 +209,8 @@ pub struct FlagDrain {
     pub drain_timeout: Duration,
     /// `--force-after`.
     pub force_after: Option<Duration>,
+    /// `--park-blocked-after` (`Some(ZERO)`: never park).
+    pub park_after: Option<Duration>,
     /// `--surge-timeout` when the drainer runs with `--surge` (its placeholders' PriorityClass
     /// checked at start-up); `None` without.
     pub surge_timeout: Option<Duration>,
@@ -227,6 +229,18 @@ impl Pool {
             problems.push(format!(
                 "drain: forceAfter ({}s) is not shorter than timeout ({}s), counting the flags it falls back to",
                 force_after.as_secs(),
+                timeout.as_secs()
+            ));
+        }
+        // Only a park time someone set: the default one a pool of short drains never reaches
+        // is harmless.
+        if let Some(park_after) = self.drain.park_after.or(flags.park_after)
+            && !park_after.is_zero()
+            && park_after >= timeout
+        {
+            problems.push(format!(
+                "drain: parkBlockedAfter ({}s) is not shorter than timeout ({}s), counting the flags it falls back to: the drain fails at its deadline before it could park",
+                park_after.as_secs(),
                 timeout.as_secs()
             ));
         }
@@ -719,6 +733,44 @@ mod tests {
         let pool = Pool::read(&p);
         assert_eq!(pool.invalid, None);
         assert_eq!(pool.drain.force_after, Some(Duration::from_secs(1800)));
+    }
+
+    #[test]
+    fn parking_that_a_drains_deadline_would_come_before_is_refused_and_0s_never_parks() {
+        let with_drain = |drain: PoolDrainSettings| {
+            let mut p = policy("gpu", 0, &[]);
+            p.spec.drain = Some(drain);
+            Pool::read(&p)
+        };
+        let mins = |m: u64| Duration::from_secs(60 * m);
+        let flags = |park_after: Option<Duration>| FlagDrain {
+            drain_timeout: mins(30),
+            park_after,
+            ..FlagDrain::default()
+        };
+        // The pool's own park time past its timeout.
+        let mut pool = with_drain(PoolDrainSettings {
+            timeout: Some("20m".into()),
+            park_blocked_after: Some("25m".into()),
+            ..Default::default()
+        });
+        pool.check_against(&flags(None));
+        let why = pool.invalid.clone().unwrap_or_default();
+        assert!(why.contains("parkBlockedAfter (1500s)"), "{why}");
+        // The flag's, past the pool's shorter timeout.
+        let mut pool = with_drain(PoolDrainSettings {
+            timeout: Some("10m".into()),
+            ..Default::default()
+        });
+        pool.check_against(&flags(Some(mins(15))));
+        assert!(pool.invalid.is_some());
+        // The default 15m over a 10m timeout is nobody's choice: not a problem.
+        let mut pool = with_drain(PoolDrainSettings {
+            timeout: Some("10m".into()),
+            ..Default::default()
+        });
+        pool.check_against(&flags(None));
+        assert_eq!(pool.invalid, None);
     }
 
     #[test]

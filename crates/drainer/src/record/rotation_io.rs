@@ -75,15 +75,27 @@ pub async fn write_halt(
     apply(client, at, HALT_MANAGER, halt_to_data(halt)).await
 }
 
+/// What a resume found.
+#[derive(Debug)]
+pub enum Resumed {
+    /// The halt, lifted.
+    Lifted(Halt),
+    /// The record says the rotation is not halted (nothing is written).
+    NotHalted,
+    /// There is no record there: no rotation since the drainer's install, or another place
+    /// (the drainer runs in another namespace, or with another lease name).
+    NoRecord,
+}
+
 /// Lifts a halt: removes the halt's keys and records when (what restarts the breaker's
-/// clocks). Returns the halt lifted; `None` if the rotation was not halted (nothing is written).
-pub async fn resume(client: &kube::Client, at: &RecordRef) -> Result<Option<Halt>, kube::Error> {
+/// clocks).
+pub async fn resume(client: &kube::Client, at: &RecordRef) -> Result<Resumed, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &at.namespace);
     let Some(record) = api.get_opt(&at.name).await? else {
-        return Ok(None);
+        return Ok(Resumed::NoRecord);
     };
     let Some(halt) = halt_from_data(&record.data.unwrap_or_default()).halted else {
-        return Ok(None);
+        return Ok(Resumed::NotHalted);
     };
     // A merge patch, as a person's `kubectl patch` would be: the halt's manager gives its keys
     // up, and the next halt applies them again.
@@ -97,7 +109,7 @@ pub async fn resume(client: &kube::Client, at: &RecordRef) -> Result<Option<Halt
         &Patch::Merge(&patch),
     )
     .await?;
-    Ok(Some(halt))
+    Ok(Resumed::Lifted(halt))
 }
 
 /// Reads the record; empty when there is none.

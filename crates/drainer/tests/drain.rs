@@ -393,11 +393,13 @@ async fn given_two_replicas_then_they_contend_only_for_work_one_acts_and_the_oth
     cluster.stop().await;
 }
 
-/// A leader whose renewals fail (the API server answers 503, which kube's client retries) stops
-/// acting and exits on its own, within a few lease durations, rather than hanging in retries
-/// while another replica could take the lease over. Its drain stays recorded for the next leader.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
+/// Drainer "a" leading a drain its budget blocks, once the Lease's updates answer `code`
+/// (`after_serving`: applied first), `times` times (`None`: always).
+async fn leading_a_blocked_drain_when_renewals_answer(
+    code: u16,
+    after_serving: bool,
+    times: Option<u32>,
+) -> (SimCluster, TestDrainer, String) {
     let cluster = SimCluster::start(&stuck_cluster()).await;
     let drainer = TestDrainer::start(&cluster, "a", &[]);
     let node = block_a_web_node(&cluster).await;
@@ -405,10 +407,20 @@ async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
         verb: Some("update".into()),
         resource: Some("leases".into()),
         rate: 1.0,
-        code: 503,
-        after_serving: false,
-        times: None,
+        code,
+        after_serving,
+        times,
     }];
+    (cluster, drainer, node)
+}
+
+/// A leader whose renewals fail (the API server answers 503, which kube's client retries) stops
+/// acting and exits on its own, within a few lease durations, rather than hanging in retries
+/// while another replica could take the lease over. Its drain stays recorded for the next leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
+    let (cluster, drainer, node) =
+        leading_a_blocked_drain_when_renewals_answer(503, false, None).await;
     let ended = tokio::time::timeout(std::time::Duration::from_secs(10), drainer.handle)
         .await
         .expect("the drainer exits once it cannot renew (lease 2 s)")
@@ -432,17 +444,8 @@ async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
 /// mid-drain. An annotation put on the Lease by hand conflicts the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_renewal_applied_but_answered_504_then_the_leader_keeps_leading() {
-    let cluster = SimCluster::start(&stuck_cluster()).await;
-    let drainer = TestDrainer::start(&cluster, "a", &[]);
-    let node = block_a_web_node(&cluster).await;
-    cluster.sim.sim.faults.lock().unwrap().rules = vec![rotor_sim::server::ErrorRule {
-        verb: Some("update".into()),
-        resource: Some("leases".into()),
-        rate: 1.0,
-        code: 504,
-        after_serving: true,
-        times: Some(1),
-    }];
+    let (cluster, drainer, node) =
+        leading_a_blocked_drain_when_renewals_answer(504, true, Some(1)).await;
     // Several lease durations (2 s in the tests) past the fault.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
     let requests = &cluster.stats()["requests"];

@@ -1153,24 +1153,18 @@ mod tests {
         // The blockers still say what will hold the node.
         assert_eq!(plan.blockers.len(), 2, "{plan:?}");
         // web gone: dns's turn (order 0, critical, no ordinary pod of order 0 left).
-        let plan = plan_of(&pods[1..]);
-        assert_eq!(
+        let blocked = |plan: &NodePlan| -> Vec<String> {
             plan.budget_blocked
                 .iter()
-                .map(|(p, _)| p.name.as_str())
-                .collect::<Vec<_>>(),
-            ["dns"]
-        );
+                .map(|(p, _)| p.name.clone())
+                .collect()
+        };
+        let plan = plan_of(&pods[1..]);
+        assert_eq!(blocked(&plan), ["dns"]);
         assert_eq!(names(&plan.deferred), ["cache", "db"]);
         // dns gone too: order 10's turn, db forced if it must be, cache restarted.
         let plan = plan_of(&pods[1..3]);
-        assert_eq!(
-            plan.budget_blocked
-                .iter()
-                .map(|(p, _)| p.name.as_str())
-                .collect::<Vec<_>>(),
-            ["db"]
-        );
+        assert_eq!(blocked(&plan), ["db"]);
         assert_eq!(names(&plan.withheld), ["cache"]);
         assert!(plan.deferred.is_empty());
     }

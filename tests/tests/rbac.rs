@@ -380,7 +380,8 @@ fn without_pods_eviction_the_drainer_evicts_nothing_and_says_why() {
     );
     assert!(
         blocker.contains("refused the eviction")
-            && blocker.contains("grant rotor-drainer's ServiceAccount create on pods/eviction"),
+            && blocker.contains(r#"cannot create resource "pods/eviction""#)
+            && blocker.contains("deploy/base/drainer-rbac.yaml grants create on pods/eviction"),
         "{blocker}"
     );
     eprintln!("drainer log line: {line}\nnode phase and blocker: {blocker}");

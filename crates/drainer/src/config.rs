@@ -470,7 +470,6 @@ impl DrainerConfig {
             flag_drain: FlagDrain {
                 drain_timeout: self.drain_timeout,
                 force_after: self.force_after,
-                park_after: self.park_after,
                 surge_timeout: self.surge.as_ref().map(|s| s.timeout),
             },
             watch_policies: true,

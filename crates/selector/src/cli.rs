@@ -219,11 +219,11 @@ pub struct SelectArgs {
     pub exclude_groups: Vec<String>,
 
     /// AWS: leave out Auto Scaling groups carrying this tag: `key` (any value) or `key=value`.
-    /// Repeat the flag, or separate tags with commas (AWS allows none in a tag).
+    /// Repeat the flag for several. Unlike the group flags, no comma splits it: an Auto Scaling
+    /// group's tag may contain commas, so ROTOR_EXCLUDE_TAGS holds one tag.
     #[arg(
         long = "exclude-tag",
         env = "ROTOR_EXCLUDE_TAGS",
-        value_delimiter = ',',
         value_name = "KEY[=VALUE]"
     )]
     pub exclude_tags: Vec<TagExclusion>,
@@ -1210,7 +1210,7 @@ mod tests {
             "--exclude-group",
             "x",
             "--exclude-tag",
-            "team=batch,env=dev",
+            "team=batch,dev",
             "--exclude-tag",
             "legacy",
             "--include-eks-managed",
@@ -1227,12 +1227,8 @@ mod tests {
             ProviderConfig::Aws(AwsConfig {
                 discovery: GroupDiscovery::Names(vec!["a".into(), "b".into()]),
                 excluded_names: BTreeSet::from(["x".to_owned()]),
-                // Commas separate tags, as in ROTOR_EXCLUDE_TAGS=team=batch,env=dev.
-                excluded_tags: vec![
-                    "team=batch".parse().unwrap(),
-                    "env=dev".parse().unwrap(),
-                    "legacy".parse().unwrap()
-                ],
+                // A tag's value may hold a comma: no comma splits the flag.
+                excluded_tags: vec!["team=batch,dev".parse().unwrap(), "legacy".parse().unwrap()],
                 include_eks_managed: true,
                 image_drift: true,
                 max_age: Some(Duration::from_secs(30 * 86_400)),

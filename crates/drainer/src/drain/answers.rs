@@ -69,7 +69,9 @@ impl Denial {
     /// What the operator does about it.
     pub fn remedy(&self) -> String {
         match self {
-            Denial::Authorization => "grant rotor-drainer's ServiceAccount create on pods/eviction (deploy/base/drainer-rbac.yaml)".into(),
+            // The same answer comes for an eviction and for a forced deletion: the message
+            // names the verb and resource refused.
+            Denial::Authorization => "grant rotor-drainer's ServiceAccount the verb on the resource the message names: deploy/base/drainer-rbac.yaml grants create on pods/eviction, and delete on pods for --force-after and --enforce-replace-by".into(),
             Denial::Authentication => "the API server did not accept rotor-drainer's credentials: check its ServiceAccount token and the API server's authentication".into(),
             Denial::Webhook(name) => format!("rotor's RBAC is not at fault: admission webhook {name} refuses it; change the webhook's rules or ask its owner to let rotor-drainer's ServiceAccount evict this pod"),
             Denial::Policy(name) => format!("rotor's RBAC is not at fault: ValidatingAdmissionPolicy {name} refuses it; change the policy or its binding to let rotor-drainer's ServiceAccount evict this pod"),

@@ -51,6 +51,9 @@ pub struct NodePlan {
     /// Pods that could be evicted but for their budgets (never allowing, or several): what
     /// `--force-after` deletes. Never do-not-disrupt pods.
     pub budget_blocked: Vec<(PodRef, Option<i64>)>,
+    /// Pods so blocked that are not in their turn yet (also in `deferred`): a replace-by time
+    /// warns their owners ahead, as it does for those in their turn.
+    pub budget_blocked_later: Vec<PodRef>,
     /// Pods a DrainRule says to wait for (`WaitCompleted`): never evicted; the node is not
     /// drained while one runs.
     pub waiting_completion: Vec<PodRef>,
@@ -258,9 +261,11 @@ pub fn plan_node_with<'a>(
     // order of DrainRules and of the critical tier holds through them.
     for (order, tier, held) in not_evictable {
         match held {
-            NotEvictable::Withheld(pod_ref) | NotEvictable::BudgetBlocked(pod_ref, _)
-                if not_in_turn(order, tier) =>
-            {
+            NotEvictable::BudgetBlocked(pod_ref, _) if not_in_turn(order, tier) => {
+                plan.budget_blocked_later.push(pod_ref.clone());
+                plan.deferred.push(pod_ref)
+            }
+            NotEvictable::Withheld(pod_ref) if not_in_turn(order, tier) => {
                 plan.deferred.push(pod_ref)
             }
             NotEvictable::Withheld(pod_ref) => plan.withheld.push(pod_ref),
@@ -1150,6 +1155,7 @@ mod tests {
         assert!(plan.budget_blocked.is_empty(), "{plan:?}");
         assert!(plan.withheld.is_empty(), "{plan:?}");
         assert_eq!(names(&plan.deferred), ["cache", "db", "dns"]);
+        assert_eq!(names(&plan.budget_blocked_later), ["db", "dns"]);
         // The blockers still say what will hold the node.
         assert_eq!(plan.blockers.len(), 2, "{plan:?}");
         // web gone: dns's turn (order 0, critical, no ordinary pod of order 0 left).

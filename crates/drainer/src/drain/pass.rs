@@ -295,7 +295,8 @@ pub fn say_odd_input(
 }
 
 /// The pods a replace-by time overrides: those that opted out, and those whose budget never
-/// allows an eviction (or that several budgets cover), as namespace/name.
+/// allows an eviction (or that several budgets cover), in their turn or not yet, as
+/// namespace/name.
 pub fn replace_by_held<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
     plan: &NodePlan,
@@ -307,6 +308,7 @@ pub fn replace_by_held<'a>(
         .map(|p| PodRef::of(p).to_string())
         .collect();
     held.extend(plan.budget_blocked.iter().map(|(pod, _)| pod.to_string()));
+    held.extend(plan.budget_blocked_later.iter().map(PodRef::to_string));
     held.sort();
     held.dedup();
     held

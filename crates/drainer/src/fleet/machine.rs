@@ -299,11 +299,12 @@ impl Machine {
         // Every replica reports the phases it sees on the nodes, so the figures survive a
         // release of the lease (a view of the cluster: the same from each replica).
         let mut commands = vec![Command::PublishPhases(phase_counts(&self.nodes))];
-        // Rule: a term ends only with no drain running (a stand-down waits for them; a lost
-        // lease ends the process). Not leading while drains run is a renewal answered late,
-        // the fence closed for a moment: the drains are still this term's, and what the term
-        // knows (the rotation, the rooms its drains hold) stays.
-        if !leading && !self.running.is_empty() {
+        // Rule: a term ends only with no drain or clean-up running (a stand-down waits for
+        // them; a lost lease ends the process). Not leading while they run is a renewal
+        // answered late, the fence closed for a moment: they are still this term's, and what
+        // the term knows (the rotation, the rooms its drains hold) stays.
+        let work_under_way = !self.running.is_empty() || !self.cleaning.is_empty();
+        if !leading && work_under_way {
             return (commands, None);
         }
         let new_term = leading && !self.was_leading;

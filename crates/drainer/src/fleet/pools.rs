@@ -209,8 +209,6 @@ pub struct FlagDrain {
     pub drain_timeout: Duration,
     /// `--force-after`.
     pub force_after: Option<Duration>,
-    /// `--park-blocked-after` (`Some(ZERO)`: never park).
-    pub park_after: Option<Duration>,
     /// `--surge-timeout` when the drainer runs with `--surge` (its placeholders' PriorityClass
     /// checked at start-up); `None` without.
     pub surge_timeout: Option<Duration>,
@@ -232,14 +230,15 @@ impl Pool {
                 timeout.as_secs()
             ));
         }
-        // Only a park time someone set: the default one a pool of short drains never reaches
-        // is harmless.
-        if let Some(park_after) = self.drain.park_after.or(flags.park_after)
+        // Only the policy's own park time: the flag's, or the default, over a policy's shorter
+        // timeout is nobody's choice for this pool (its drains just never park), and must not
+        // hold a pool its author never set it for.
+        if let Some(park_after) = self.drain.park_after
             && !park_after.is_zero()
             && park_after >= timeout
         {
             problems.push(format!(
-                "drain: parkBlockedAfter ({}s) is not shorter than timeout ({}s), counting the flags it falls back to: the drain fails at its deadline before it could park",
+                "drain: parkBlockedAfter ({}s) is not shorter than timeout ({}s), counting the flags it falls back to: the drain fails at its deadline before it could park (\"0s\" turns parking off)",
                 park_after.as_secs(),
                 timeout.as_secs()
             ));
@@ -743,9 +742,8 @@ mod tests {
             Pool::read(&p)
         };
         let mins = |m: u64| Duration::from_secs(60 * m);
-        let flags = |park_after: Option<Duration>| FlagDrain {
+        let flags = FlagDrain {
             drain_timeout: mins(30),
-            park_after,
             ..FlagDrain::default()
         };
         // The pool's own park time past its timeout.
@@ -754,22 +752,23 @@ mod tests {
             park_blocked_after: Some("25m".into()),
             ..Default::default()
         });
-        pool.check_against(&flags(None));
+        pool.check_against(&flags);
         let why = pool.invalid.clone().unwrap_or_default();
         assert!(why.contains("parkBlockedAfter (1500s)"), "{why}");
-        // The flag's, past the pool's shorter timeout.
+        // Its own, past the flags' timeout it falls back to.
         let mut pool = with_drain(PoolDrainSettings {
-            timeout: Some("10m".into()),
+            park_blocked_after: Some("45m".into()),
             ..Default::default()
         });
-        pool.check_against(&flags(Some(mins(15))));
+        pool.check_against(&flags);
         assert!(pool.invalid.is_some());
-        // The default 15m over a 10m timeout is nobody's choice: not a problem.
+        // The flag's, or the default 15m, over a pool's shorter timeout is nobody's choice for
+        // that pool: not a problem (its drains just never park).
         let mut pool = with_drain(PoolDrainSettings {
             timeout: Some("10m".into()),
             ..Default::default()
         });
-        pool.check_against(&flags(None));
+        pool.check_against(&flags);
         assert_eq!(pool.invalid, None);
     }
 

@@ -97,20 +97,31 @@ fn lease_spec(cfg: &LeaderConfig, transitions: i32, acquired: Option<MicroTime>)
     }
 }
 
-/// One attempt to hold the lease; returns whether we hold it now. A renewal from our last
-/// write refused as stale (409) reads the lease and decides again at once: the lease changed
-/// under us, but not necessarily hands. kube's client resends a write answered 503 or 504
-/// that the API server may have applied, and our own resend then conflicts with our own
-/// write; an annotation put on the Lease by hand conflicts too. Either leaves us the holder.
+/// What one attempt found.
+#[derive(Debug, PartialEq, Eq)]
+enum Hold {
+    /// Our write went through: we hold the lease.
+    Held,
+    /// Another replica holds a live lease.
+    Follow,
+    /// Our write was refused as stale (409): the lease changed since we read it. Not a
+    /// change of hands by itself; the next read tells.
+    Conflict,
+}
+
+/// One attempt to hold the lease. A renewal from our last write refused as stale reads the
+/// lease and decides again at once: kube's client resends a write answered 503 or 504 that
+/// the API server may have applied, and our own resend then conflicts with our own write; an
+/// annotation put on the Lease by hand conflicts too. Either leaves us the holder.
 async fn try_hold(
     api: &Api<Lease>,
     cfg: &LeaderConfig,
     seen: &mut Observed,
-) -> Result<bool, kube::Error> {
+) -> Result<Hold, kube::Error> {
     let from_our_write = seen.written.is_some();
     match try_hold_from(api, cfg, seen).await? {
-        false if from_our_write => try_hold_from(api, cfg, seen).await,
-        held => Ok(held),
+        Hold::Conflict if from_our_write => try_hold_from(api, cfg, seen).await,
+        hold => Ok(hold),
     }
 }
 
@@ -119,7 +130,7 @@ async fn try_hold_from(
     api: &Api<Lease>,
     cfg: &LeaderConfig,
     seen: &mut Observed,
-) -> Result<bool, kube::Error> {
+) -> Result<Hold, kube::Error> {
     let cached = seen.written.take();
     let current = match cached {
         Some(l) => Some(l),
@@ -139,9 +150,10 @@ async fn try_hold_from(
             return match api.create(&PostParams::default(), &lease).await {
                 Ok(created) => {
                     seen.written = Some(created);
-                    Ok(true)
+                    Ok(Hold::Held)
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                // Another replica created it first: the next attempt reads it.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Hold::Conflict),
                 Err(e) => Err(e),
             };
         }
@@ -165,7 +177,7 @@ async fn try_hold_from(
     let (transitions, acquired) = match &attempt {
         Attempt::Follow { holder } => {
             seen.holder_seen = Some(holder.clone());
-            return Ok(false);
+            return Ok(Hold::Follow);
         }
         Attempt::Renew => (
             spec.and_then(|s| s.lease_transitions).unwrap_or(0),
@@ -184,10 +196,11 @@ async fn try_hold_from(
             if attempt == Attempt::Acquire {
                 tracing::info!(lease = %cfg.name, identity = %cfg.identity, "acquired the leader lease");
             }
-            Ok(true)
+            Ok(Hold::Held)
         }
-        // Someone else wrote first: they win this round.
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        // Someone else wrote first. Acquiring, they win this round; renewing, the lease
+        // changed under us, and only a read that shows another holder ends our term.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Hold::Conflict),
         Err(e) => Err(e),
     }
 }
@@ -373,12 +386,22 @@ async fn elect(
             let timeout = timing.attempt_timeout(last_success.map(|t| t.elapsed()));
             let attempt = tokio::time::timeout(timeout, try_hold(&api, &cfg, &mut seen));
             let (lose, failed) = match attempt.await {
-                Ok(Ok(true)) => {
+                Ok(Ok(Hold::Held)) => {
                     last_success = Some(sent);
                     leading.renewed(sent, renew_deadline);
                     (false, false)
                 }
-                Ok(Ok(false)) => {
+                // Our renewal conflicted even after a fresh read (the lease keeps changing
+                // under us, or our resends keep conflicting): a failed renewal, retried while
+                // the deadline allows, as client-go does.
+                Ok(Ok(Hold::Conflict)) if last_success.is_some() => {
+                    tracing::warn!(lease = %cfg.name, namespace = %cfg.namespace, "renewing the leader lease conflicted with another write to it (409) after a fresh read; will retry");
+                    (
+                        last_success.is_none_or(|t| t.elapsed() >= renew_deadline),
+                        true,
+                    )
+                }
+                Ok(Ok(Hold::Follow | Hold::Conflict)) => {
                     if last_success.is_some() {
                         let holder = seen.holder_seen.as_deref().unwrap_or("another replica");
                         tracing::error!(lease = %cfg.name, namespace = %cfg.namespace, %holder, "the leader lease is held by {holder} now: this replica stops acting and exits; its drains stay recorded on their nodes for the leader to resume");

@@ -133,8 +133,9 @@ pub struct SelectArgs {
 
     /// Most tainted nodes at once within one group, on top of --max-tainted: a count, or a
     /// percentage of the group's nodes considered (rounded up). The group is the node's Auto
-    /// Scaling group with --provider aws, and the first --group-label present otherwise. No limit
-    /// per group when unset.
+    /// Scaling group (aws), managed instance group (gcp) or scale set (azure), and with --provider
+    /// kubernetes the first --group-label present on the node. Nodes in no group are held only by
+    /// --max-tainted. No limit per group when unset.
     #[arg(
         long,
         env = "ROTOR_MAX_TAINTED_PER_GROUP",
@@ -175,22 +176,21 @@ pub struct SelectArgs {
     )]
     pub max_age: Option<Duration>,
 
-    /// Node labels that name a node's group, for --max-tainted-per-group and the output, with
-    /// --provider kubernetes (the AWS provider uses the Auto Scaling group); the first one present
-    /// on a node wins. Repeat the flag, or separate keys with commas (also in
-    /// the environment variable). An empty value turns grouping off. Default, in order:
-    /// eks.amazonaws.com/nodegroup, alpha.eksctl.io/nodegroup-name, karpenter.sh/nodepool,
-    /// cloud.google.com/gke-nodepool, kubernetes.azure.com/agentpool, sim.rotor.dev/node-group.
+    /// Node labels that name a node's group, for --max-tainted-per-group and the output; only
+    /// with --provider kubernetes (the cloud providers group nodes by their cloud group, and
+    /// refuse this flag). The first one present on a node wins. Repeat the flag, or separate keys
+    /// with commas (also in the environment variable). An empty value turns grouping off (and is
+    /// refused with --max-tainted-per-group). Default, in order: eks.amazonaws.com/nodegroup,
+    /// alpha.eksctl.io/nodegroup-name, karpenter.sh/nodepool, cloud.google.com/gke-nodepool,
+    /// kubernetes.azure.com/agentpool, sim.rotor.dev/node-group.
     #[arg(
         long = "group-label",
         env = "ROTOR_GROUP_LABELS",
         value_delimiter = ',',
-        default_values_t = DEFAULT_GROUP_LABELS.map(String::from),
-        hide_default_value = true,
         value_name = "KEY",
         value_parser = parse_label_key
     )]
-    pub group_labels: Vec<String>,
+    pub group_labels: Option<Vec<String>>,
 
     /// AWS: select the Auto Scaling groups tagged for this cluster (tag key
     /// `kubernetes.io/cluster/<name>` or `k8s.io/cluster-autoscaler/<name>`). Use this or --group.
@@ -412,6 +412,19 @@ pub enum ConfigError {
         "--group-surge needs --retire-drained: the surge is given back by retiring drained instances with the group's desired capacity decremented"
     )]
     GroupSurgeNeedsRetire,
+    /// `--group-label` with a cloud provider, which groups nodes by its own groups.
+    #[error(
+        "--group-label is only used by --provider kubernetes: --provider {provider} groups nodes by their {group} (for --max-tainted-per-group and the output); leave --group-label (ROTOR_GROUP_LABELS) unset"
+    )]
+    GroupLabelForCloud {
+        provider: &'static str,
+        group: &'static str,
+    },
+    /// A per-group budget with grouping turned off would hold no node.
+    #[error(
+        "--max-tainted-per-group needs groups, but --group-label is empty (grouping off): name the node label that holds a node's group, or leave --group-label unset for the default labels"
+    )]
+    PerGroupWithoutGroups,
 }
 
 /// Validated settings for one run.
@@ -470,6 +483,24 @@ impl SelectArgs {
                 return Err(ConfigError::GcpOnly { flag });
             }
         }
+        // A cloud provider's own groups decide; a label list given anyway would be ignored.
+        let cloud_group = match self.provider {
+            ProviderKind::Kubernetes => None,
+            ProviderKind::Aws => Some(("aws", "Auto Scaling group")),
+            ProviderKind::Gcp => Some(("gcp", "managed instance group")),
+            ProviderKind::Azure => Some(("azure", "scale set")),
+        };
+        if let (Some((provider, group)), Some(_)) = (cloud_group, &self.group_labels) {
+            return Err(ConfigError::GroupLabelForCloud { provider, group });
+        }
+        let group_labels: Vec<String> = match &self.group_labels {
+            None => DEFAULT_GROUP_LABELS.map(String::from).to_vec(),
+            Some(keys) => keys.iter().filter(|key| !key.is_empty()).cloned().collect(),
+        };
+        if cloud_group.is_none() && group_labels.is_empty() && self.max_tainted_per_group.is_some()
+        {
+            return Err(ConfigError::PerGroupWithoutGroups);
+        }
         let provider = match self.provider {
             ProviderKind::Kubernetes => {
                 let aws_only = [
@@ -525,12 +556,7 @@ impl SelectArgs {
             },
             taint_effect: self.taint_effect,
             node_selector: self.node_selector.clone().filter(|s| !s.is_empty()),
-            group_labels: self
-                .group_labels
-                .iter()
-                .filter(|key| !key.is_empty())
-                .cloned()
-                .collect(),
+            group_labels,
             group_surge: self.group_surge,
             metrics,
             replace_within: self.replace_within,
@@ -922,6 +948,48 @@ mod tests {
         ]);
         assert_eq!(c.node_selector, None);
         assert!(c.group_labels.is_empty());
+    }
+
+    #[test]
+    fn group_labels_are_the_kubernetes_providers_and_a_per_group_budget_needs_them() {
+        let refused = |args: &[&str]| parse(args).unwrap().select.validate().unwrap_err();
+        assert_eq!(
+            refused(&[
+                "--provider",
+                "kubernetes",
+                "--group-label",
+                "",
+                "--max-tainted-per-group",
+                "1"
+            ]),
+            ConfigError::PerGroupWithoutGroups
+        );
+        assert_eq!(
+            refused(&[
+                "--provider",
+                "gcp",
+                "--gcp-project",
+                "p",
+                "--group-label",
+                "team"
+            ]),
+            ConfigError::GroupLabelForCloud {
+                provider: "gcp",
+                group: "managed instance group"
+            }
+        );
+        // Unset, the default labels serve the kubernetes provider and stay out of the clouds' way.
+        let c = config(&["--provider", "kubernetes", "--max-tainted-per-group", "1"]);
+        assert_eq!(c.group_labels, DEFAULT_GROUP_LABELS);
+        let c = config(&[
+            "--provider",
+            "aws",
+            "--group",
+            "g",
+            "--max-tainted-per-group",
+            "1",
+        ]);
+        assert_eq!(c.limits.max_tainted_per_group, Some(NodeBudget::Count(1)));
     }
 
     #[test]

@@ -446,7 +446,7 @@ async fn e_do_not_disrupt_nodes_are_skipped() {
 #[tokio::test]
 async fn f_bad_flags_exit_2_before_any_request() {
     let cluster = TestCluster::start_fleet().await;
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &["--provider", "kubernetes", "--max-tainted", "150%"],
             "--max-tainted",
@@ -479,6 +479,30 @@ async fn f_bad_flags_exit_2_before_any_request() {
         (
             &["--provider", "kubernetes", "--group-label", "bad key"],
             "--group-label",
+        ),
+        // A per-group budget over no groups would hold nothing back.
+        (
+            &[
+                "--provider",
+                "kubernetes",
+                "--group-label",
+                "",
+                "--max-tainted-per-group",
+                "1",
+            ],
+            "--max-tainted-per-group needs groups",
+        ),
+        // The cloud's groups decide; a label list would be silently ignored.
+        (
+            &[
+                "--provider",
+                "aws",
+                "--cluster-name",
+                "c",
+                "--group-label",
+                "team",
+            ],
+            "--provider aws groups nodes by their Auto Scaling group",
         ),
         (&["--max-tainted", "1"], "--provider"),
     ];

@@ -1195,6 +1195,8 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
         said.starts_with("resumed the rotation halted since"),
         "{said}"
     );
+    // resumedAt is the API server's time (its answer's Date), as the nodes' creation times are.
+    assert!(!said.contains("carried no date"), "{said}");
     wait_phase(cluster, "old-2", "drained", WAIT);
     let rotation = status_json(cluster)["rotation"].clone();
     assert!(rotation["halted"].is_null(), "{rotation}");

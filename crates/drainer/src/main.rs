@@ -248,10 +248,17 @@ async fn resume(config: Config, record: RecordRef) -> anyhow::Result<()> {
         )
     })?;
     match lifted {
-        Resumed::Lifted(halt) => println!(
-            "resumed the rotation halted since {}: {}\ndrains start again; the same cause halts it again after another --halt-after",
-            halt.since, halt.reason
-        ),
+        Resumed::Lifted { halt, server_clock } => {
+            println!(
+                "resumed the rotation halted since {}: {}\ndrains start again; the same cause halts it again after another --halt-after",
+                halt.since, halt.reason
+            );
+            if !server_clock {
+                println!(
+                    "note: the API server's answer carried no date, so resumedAt holds this machine's clock; if it is behind the cluster's by --halt-after or more, the rotation halts again at once"
+                );
+            }
+        }
         Resumed::NotHalted => println!(
             "the rotation is not halted (configmap {}/{}); nothing to resume",
             record.namespace, record.name

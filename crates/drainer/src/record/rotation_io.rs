@@ -78,8 +78,9 @@ pub async fn write_halt(
 /// What a resume found.
 #[derive(Debug)]
 pub enum Resumed {
-    /// The halt, lifted.
-    Lifted(Halt),
+    /// The halt, lifted; `server_clock` is false when `resumedAt` had to be stamped with this
+    /// machine's clock (the API server's answer carried no date).
+    Lifted { halt: Halt, server_clock: bool },
     /// The record says the rotation is not halted (nothing is written).
     NotHalted,
     /// There is no record there: no rotation since the drainer's install, or another place
@@ -88,7 +89,8 @@ pub enum Resumed {
 }
 
 /// Lifts a halt: removes the halt's keys and records when (what restarts the breaker's
-/// clocks).
+/// clocks). The time is the API server's, as nodes' creation times are, which the breaker
+/// weighs it against: a workstation's clock behind by `--halt-after` would re-halt at once.
 pub async fn resume(client: &kube::Client, at: &RecordRef) -> Result<Resumed, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &at.namespace);
     let Some(record) = api.get_opt(&at.name).await? else {
@@ -99,7 +101,8 @@ pub async fn resume(client: &kube::Client, at: &RecordRef) -> Result<Resumed, ku
     };
     // A merge patch, as a person's `kubectl patch` would be: the halt's manager gives its keys
     // up, and the next halt applies them again.
-    let patch = resume_patch(Timestamp::now());
+    let server_time = server_clock(client).await;
+    let patch = resume_patch(server_time.unwrap_or_else(Timestamp::now));
     api.patch(
         &at.name,
         &PatchParams {
@@ -109,7 +112,23 @@ pub async fn resume(client: &kube::Client, at: &RecordRef) -> Result<Resumed, ku
         &Patch::Merge(&patch),
     )
     .await?;
-    Ok(Resumed::Lifted(halt))
+    Ok(Resumed::Lifted {
+        halt,
+        server_clock: server_time.is_some(),
+    })
+}
+
+/// The API server's clock: the `Date` of its answer to `GET /version`, which every client may
+/// read. `None` when there is no answer or it carries no date that parses.
+pub async fn server_clock(client: &kube::Client) -> Option<Timestamp> {
+    let request = http::Request::get("/version")
+        .body(kube::client::Body::from(Vec::new()))
+        .ok()?;
+    let response = client.send(request).await.ok()?;
+    let date = response.headers().get(http::header::DATE)?.to_str().ok()?;
+    jiff::fmt::rfc2822::DateTimeParser::new()
+        .parse_timestamp(date)
+        .ok()
 }
 
 /// Reads the record; empty when there is none.

@@ -355,6 +355,17 @@ impl Leading {
     }
 }
 
+/// How one attempt at holding the lease went.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    /// Held (taken or renewed).
+    Held,
+    /// No answer, an error, or a conflict after a fresh read: retried within the deadline.
+    Failed,
+    /// Another replica holds it.
+    Taken,
+}
+
 async fn elect(
     client: kube::Client,
     cfg: LeaderConfig,
@@ -385,21 +396,18 @@ async fn elect(
             let sent = Instant::now();
             let timeout = timing.attempt_timeout(last_success.map(|t| t.elapsed()));
             let attempt = tokio::time::timeout(timeout, try_hold(&api, &cfg, &mut seen));
-            let (lose, failed) = match attempt.await {
+            let outcome = match attempt.await {
                 Ok(Ok(Hold::Held)) => {
                     last_success = Some(sent);
                     leading.renewed(sent, renew_deadline);
-                    (false, false)
+                    Renewal::Held
                 }
                 // Our renewal conflicted even after a fresh read (the lease keeps changing
                 // under us, or our resends keep conflicting): a failed renewal, retried while
                 // the deadline allows, as client-go does.
                 Ok(Ok(Hold::Conflict)) if last_success.is_some() => {
                     tracing::warn!(lease = %cfg.name, namespace = %cfg.namespace, "renewing the leader lease conflicted with another write to it (409) after a fresh read; will retry");
-                    (
-                        last_success.is_none_or(|t| t.elapsed() >= renew_deadline),
-                        true,
-                    )
+                    Renewal::Failed
                 }
                 Ok(Ok(Hold::Follow | Hold::Conflict)) => {
                     if last_success.is_some() {
@@ -407,24 +415,26 @@ async fn elect(
                         tracing::error!(lease = %cfg.name, namespace = %cfg.namespace, %holder, "the leader lease is held by {holder} now: this replica stops acting and exits; its drains stay recorded on their nodes for the leader to resume");
                     }
                     last_success = None;
-                    (true, false)
+                    Renewal::Taken
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(lease = %cfg.name, namespace = %cfg.namespace, error = %e, "could not read or renew the leader lease; will retry");
-                    (
-                        last_success.is_none_or(|t| t.elapsed() >= renew_deadline),
-                        true,
-                    )
+                    Renewal::Failed
                 }
                 Err(_) => {
                     tracing::warn!(lease = %cfg.name, namespace = %cfg.namespace, ?timeout, "reading or renewing the leader lease timed out; will retry");
                     // The request may or may not have been applied: read afresh next time.
                     seen = Observed::default();
-                    (
-                        last_success.is_none_or(|t| t.elapsed() >= renew_deadline),
-                        true,
-                    )
+                    Renewal::Failed
                 }
+            };
+            let failed = outcome == Renewal::Failed;
+            // A failed renewal costs the lease only once the deadline has passed since the last
+            // one that succeeded (at once while none has).
+            let lose = match outcome {
+                Renewal::Held => false,
+                Renewal::Taken => true,
+                Renewal::Failed => last_success.is_none_or(|t| t.elapsed() >= renew_deadline),
             };
             // A held lease that is lost is reported once, and this replica stops contending:
             // the runtime exits, and a restart rejoins the election.

@@ -3,7 +3,8 @@
 //! tolerate the drain taint (by placing them or not), and the real disruption controller and
 //! rotor-sim's count the pods each PodDisruptionBudget covers (`status.expectedPods`). The same
 //! table is judged by rotor-apimachinery's functions in its unit tests, so rotor's logic, the
-//! simulator and Kubernetes are held to one set of answers.
+//! simulator and Kubernetes are held to one set of answers. And one answer the drainer reads by
+//! its words: the conflict of an eviction or deletion whose pod was made again under its name.
 //!
 //! The control plane's binaries come from `tools/build.sh`; without them the real-cluster test
 //! fails and says how to build them.
@@ -255,6 +256,84 @@ fn result_of(out: std::process::Output) -> Result<String, String> {
     }
 }
 
+/// A pod deleted and made again under its name (a StatefulSet's `web-0` coming back) is gone
+/// to a drain that still holds the old one: its eviction and its forced deletion, sent with the
+/// old UID as their precondition, answer 409 in the server's words, which the drainer must read
+/// as `Gone` rather than retry, and the new pod is left alone.
+fn a_pod_made_again_under_its_name_is_gone_to_the_drainer(
+    backend: &str,
+    kubectl: Kubectl,
+    kubeconfig: &std::path::Path,
+) {
+    use rotor_drainer::drain::answers::EvictionOutcome;
+    use rotor_drainer::drain::eviction_io::EvictionWire;
+    use rotor_drainer::drain::pods::PodRef;
+
+    create_namespace(kubectl, "remade");
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-0", "namespace": "remade"},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]}
+    });
+    let uid = |kubectl: Kubectl| {
+        kubectl(
+            &[
+                "-n",
+                "remade",
+                "get",
+                "pod",
+                "web-0",
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ],
+            None,
+        )
+        .unwrap()
+    };
+    kubectl(&["create", "-f", "-"], Some(&pod)).unwrap();
+    let old = uid(kubectl);
+    kubectl(
+        &[
+            "-n",
+            "remade",
+            "delete",
+            "pod",
+            "web-0",
+            "--grace-period=0",
+            "--force",
+            "--wait",
+        ],
+        None,
+    )
+    .unwrap();
+    kubectl(&["create", "-f", "-"], Some(&pod)).unwrap();
+    let new = uid(kubectl);
+    assert_ne!(old, new, "{backend}: the pod was made again");
+
+    let stale = PodRef {
+        namespace: "remade".into(),
+        name: "web-0".into(),
+        uid: old,
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (evicted, forced) = runtime.block_on(async {
+        let yaml = std::fs::read_to_string(kubeconfig).unwrap();
+        let wire =
+            EvictionWire::new(rotor_e2e::sim_cluster::client_from_kubeconfig_yaml(&yaml).await);
+        (
+            wire.send(&stale, None, false, None).await,
+            wire.send(&stale, None, true, None).await,
+        )
+    });
+    assert_eq!(evicted, EvictionOutcome::Gone, "{backend}: the eviction");
+    assert_eq!(
+        forced,
+        EvictionOutcome::Gone,
+        "{backend}: the forced deletion"
+    );
+    assert_eq!(uid(kubectl), new, "{backend}: the pod made again stays");
+}
+
 #[test]
 fn the_real_control_plane_answers_the_shared_cases() {
     let cluster = RealCluster::start();
@@ -274,6 +353,11 @@ fn the_real_control_plane_answers_the_shared_cases() {
     let kubectl = real_kubectl(&cluster);
     tolerations_are_judged("real control plane", &kubectl, true);
     budgets_count_their_pods("real control plane", &kubectl);
+    a_pod_made_again_under_its_name_is_gone_to_the_drainer(
+        "real control plane",
+        &kubectl,
+        cluster.admin_kubeconfig(),
+    );
 }
 
 #[test]
@@ -286,4 +370,5 @@ fn rotor_sim_answers_the_shared_cases() {
     let kubectl = sim_kubectl(&sim);
     tolerations_are_judged("rotor-sim", &kubectl, false);
     budgets_count_their_pods("rotor-sim", &kubectl);
+    a_pod_made_again_under_its_name_is_gone_to_the_drainer("rotor-sim", &kubectl, sim.kubeconfig());
 }

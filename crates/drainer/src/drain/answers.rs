@@ -102,6 +102,14 @@ pub fn outcome_of_error(err: &kube::Error) -> EvictionOutcome {
     }
 }
 
+/// Whether a conflict's message is a failed UID precondition, in either wording the API server
+/// has: its eviction and delete handlers' ("the UID in the precondition (...) does not match
+/// the UID in record (...)"), and the storage layer's, in a race with another write
+/// ("Precondition failed: UID in precondition: ...").
+fn failed_uid_precondition(message: &str) -> bool {
+    message.contains("UID in the precondition") || message.contains("UID in precondition")
+}
+
 pub fn outcome_of_status(s: &Status) -> EvictionOutcome {
     let budget_cause = s
         .details
@@ -121,7 +129,7 @@ pub fn outcome_of_status(s: &Status) -> EvictionOutcome {
         // Only the UID precondition's conflict says the pod is gone (a pod of the same name
         // may stand there now). Others pass: the budget's status updated by another evictor
         // past the server's own retries, a pod changed under a resourceVersion precondition.
-        409 if s.message.contains("UID in precondition") => EvictionOutcome::Gone,
+        409 if failed_uid_precondition(&s.message) => EvictionOutcome::Gone,
         409 => EvictionOutcome::RetryLater {
             after: Duration::from_secs(1),
             message: s.message.clone(),
@@ -252,6 +260,17 @@ mod tests {
                 409,
                 "Conflict",
                 "Operation cannot be fulfilled on pods \"web-0\": Precondition failed: UID in precondition: 5d1f, UID in object meta: 77ac",
+                vec![],
+                0
+            )),
+            EvictionOutcome::Gone
+        );
+        // As kube-apiserver's eviction and delete handlers word it (v1.36).
+        assert_eq!(
+            outcome_of_status(&status(
+                409,
+                "Conflict",
+                "Operation cannot be fulfilled on Pod \"web-0\": the UID in the precondition (5d1f) does not match the UID in record (77ac). The object might have been deleted and then recreated",
                 vec![],
                 0
             )),

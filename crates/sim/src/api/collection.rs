@@ -915,7 +915,10 @@ mod tests {
         };
         let err = c.delete_json("", "n1", &opts).unwrap_err();
         assert_eq!(err.code, 409);
-        assert!(err.message.contains("UID in precondition: other"));
+        assert!(
+            err.message
+                .contains("the UID in the precondition (other) does not match")
+        );
         c.delete_json("", "n1", &DeleteOptions::default()).unwrap();
         assert!(c.get("", "n1").is_none());
     }

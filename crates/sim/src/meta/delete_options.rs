@@ -39,8 +39,9 @@ impl DeleteOptions {
                 group,
                 plural,
                 name,
+                // As kube-apiserver's delete and eviction handlers word it.
                 format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
                     meta.uid.as_deref().unwrap_or("")
                 ),
             ));
@@ -53,7 +54,7 @@ impl DeleteOptions {
                 plural,
                 name,
                 format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
                     meta.resource_version.as_deref().unwrap_or("")
                 ),
             ));

@@ -9,6 +9,39 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+/// The values each labelled counter's label takes, by family and label: docs/operating.md's
+/// metrics table lists them (crates/drainer/tests/metrics_docs.rs compares), and each count
+/// checks, in debug builds, that its value is listed.
+pub const LABEL_VALUES: [(&str, &str, &[&str]); 6] = [
+    ("drains", "result", DRAIN_RESULTS),
+    ("evictions", "outcome", EVICTION_OUTCOMES),
+    ("surges", "outcome", SURGE_OUTCOMES),
+    ("health_checks", "check", HEALTH_CHECKS),
+    ("health_checks", "result", HEALTH_RESULTS),
+    ("rollout_restarts", "outcome", ROLLOUT_RESTART_OUTCOMES),
+];
+const DRAIN_RESULTS: &[&str] = &["drained", "failed", "cancelled", "parked"];
+const EVICTION_OUTCOMES: &[&str] = &[
+    "evicted",
+    "gone",
+    "budget",
+    "retry",
+    "multiple_budgets",
+    "denied",
+    "failed",
+    "forced",
+];
+const SURGE_OUTCOMES: &[&str] = &[
+    "ready",
+    "timed_out",
+    "no_slot",
+    "failed",
+    "nothing_to_reserve",
+];
+const HEALTH_CHECKS: &[&str] = &["prometheus", "url"];
+const HEALTH_RESULTS: &[&str] = &["healthy", "firing", "unhealthy", "unreachable"];
+const ROLLOUT_RESTART_OUTCOMES: &[&str] = &["restarted", "rolling_out", "refused", "failed"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
@@ -73,7 +106,7 @@ impl Metrics {
         let r = registry.sub_registry_with_prefix("rotor_drainer");
         r.register(
             "drains",
-            "Node drains finished, by result (drained, failed, cancelled)",
+            "Node drains finished, by result (drained, failed, cancelled, parked)",
             m.drains.clone(),
         );
         r.register(
@@ -136,6 +169,14 @@ impl Metrics {
     }
 
     pub fn health_check(&self, check: &str, result: &str) {
+        debug_assert!(
+            HEALTH_CHECKS.contains(&check),
+            "check {check:?} is not in LABEL_VALUES"
+        );
+        debug_assert!(
+            HEALTH_RESULTS.contains(&result),
+            "result {result:?} is not in LABEL_VALUES"
+        );
         self.health_checks
             .get_or_create(&HealthCheckLabel {
                 check: check.to_string(),
@@ -145,6 +186,10 @@ impl Metrics {
     }
 
     pub fn eviction(&self, outcome: &str) {
+        debug_assert!(
+            EVICTION_OUTCOMES.contains(&outcome),
+            "outcome {outcome:?} is not in LABEL_VALUES"
+        );
         self.evictions
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_string(),
@@ -153,6 +198,10 @@ impl Metrics {
     }
 
     pub fn rollout_restart(&self, outcome: &str) {
+        debug_assert!(
+            ROLLOUT_RESTART_OUTCOMES.contains(&outcome),
+            "outcome {outcome:?} is not in LABEL_VALUES"
+        );
         self.rollout_restarts
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_string(),
@@ -161,6 +210,10 @@ impl Metrics {
     }
 
     pub fn surge(&self, outcome: &str) {
+        debug_assert!(
+            SURGE_OUTCOMES.contains(&outcome),
+            "outcome {outcome:?} is not in LABEL_VALUES"
+        );
         self.surges
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_string(),
@@ -169,6 +222,10 @@ impl Metrics {
     }
 
     pub fn drain_finished(&self, result: &str) {
+        debug_assert!(
+            DRAIN_RESULTS.contains(&result),
+            "result {result:?} is not in LABEL_VALUES"
+        );
         self.drains
             .get_or_create(&ResultLabel {
                 result: result.to_string(),

@@ -1,12 +1,12 @@
 //! The metrics table of docs/operating.md (`<!-- metrics: rotor-drainer -->`) against the
-//! drainer's registry: the same metrics with the same types and labels, and no
+//! drainer's registry: the same metrics with the same types, labels and label values, and no
 //! `rotor_drainer_...` name in README.md, docs/*.md or the shipped Grafana dashboard and alert
 //! rules that /metrics does not serve.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use prometheus_client::registry::Registry;
-use rotor_drainer::metrics::{Metrics, PhaseLabel};
+use rotor_drainer::metrics::{LABEL_VALUES, Metrics, PhaseLabel};
 use rotor_e2e::doc_tables::{self, MarkedTable, Page, assert_no_problems, code_spans};
 use rotor_e2e::workspace_root;
 
@@ -139,6 +139,50 @@ fn documented_labels(cell: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The values a labels cell lists after each label: "`result`: a, b; `check`: c" gives
+/// {result: [a, b], check: [c]}.
+fn documented_values(cell: &str) -> BTreeMap<String, Vec<String>> {
+    cell.split(';')
+        .filter_map(|part| {
+            let (label, values) = part.split_once(':')?;
+            let label = code_spans(label).into_iter().next()?;
+            let values = values.split(',').map(|v| v.trim().to_string()).collect();
+            Some((label, values))
+        })
+        .collect()
+}
+
+/// The values the table lists for each label against the registry's [`LABEL_VALUES`].
+fn check_label_values(table: &MarkedTable) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (family, label, values) in LABEL_VALUES {
+        let name = format!("rotor_drainer_{family}_total");
+        let Some(row) = table
+            .rows
+            .iter()
+            .find(|row| code_spans(&row.cells[0]).first() == Some(&name))
+        else {
+            continue; // a missing row is check_metrics_table's to report
+        };
+        let documented = documented_values(&row.cells[2]);
+        let documented: BTreeSet<&str> = documented
+            .get(label)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        let served: BTreeSet<&str> = values.iter().copied().collect();
+        if documented != served {
+            problems.push(format!(
+                "{}: {name}'s `{label}` lists {documented:?}, the drainer counts {served:?} \
+                 (metrics::LABEL_VALUES): list each value after `{label}:`, comma-separated",
+                table.row_location(row)
+            ));
+        }
+    }
+    problems
+}
+
 /// The `rotor_drainer_...` tokens of a text, by line.
 fn metric_tokens(text: &str) -> Vec<(usize, String)> {
     const PREFIX: &str = "rotor_drainer_";
@@ -235,7 +279,8 @@ fn the_metrics_table_matches_the_registry() {
         "rotor-drainer",
         &["metric", "type", "labels", "meaning"],
     );
-    let problems = check_metrics_table(&table, &exposed);
+    let mut problems = check_metrics_table(&table, &exposed);
+    problems.extend(check_label_values(&table));
     assert_no_problems("docs metrics table against the registry", &problems);
 }
 

@@ -37,7 +37,7 @@ REPEATABLE = {
 }
 DURATIONS = {
     "node-startup-grace", "drain-timeout", "force-after", "max-grace-period", "pending-grace",
-    "gate-timeout", "budget-recheck", "blocked-after", "settle", "replace-by-warning", "halt-after",
+    "gate-timeout", "budget-recheck", "blocked-after", "park-blocked-after", "settle", "replace-by-warning", "halt-after",
     "health-timeout", "health-interval", "surge-timeout", "lease-duration",
     "release-lease-after", "replace-within", "max-age", "aws-call-timeout", "gcp-call-timeout",
 }
@@ -76,6 +76,8 @@ def flag_schema(name, takes_value, values, description):
         one = {"type": "string", "pattern": DURATION_PATTERN}
     elif name in {"max-concurrent"}:
         one = {"type": "integer", "minimum": 1}
+    elif name in {"surge-ahead"}:
+        one = {"type": "integer", "minimum": 0}
     elif name in {"max-unavailable", "max-surge", "max-tainted", "max-tainted-per-group"}:
         one = {"type": ["string", "integer"], "pattern": COUNT_OR_PERCENT, "minimum": 0}
     else:

@@ -241,6 +241,8 @@ fn the_values_schema_is_the_one_the_binaries_help_makes() {
 fn the_schema_refuses_a_wrong_value_at_install_naming_it() {
     let cases = [
         ("drainer.flags.drain-timeout=thirty", "drain-timeout"),
+        ("drainer.flags.park-blocked-after=soon", "park-blocked-after"),
+        ("drainer.flags.surge-ahead=-1", "surge-ahead"),
         ("drainer.flags.max-concurent=2", "max-concurent"),
         ("selector.flags.provider=openstack", "provider"),
         ("drainer.logFormat=xml", "logFormat"),
@@ -259,7 +261,7 @@ fn the_schema_refuses_a_wrong_value_at_install_naming_it() {
             describe_output("helm template", &out)
         );
     }
-    // What the binaries accept passes: a repeated flag as a list, a switch, a duration.
+    // What the binaries accept passes: a repeated flag as a list, a switch, a duration, a count.
     let out = template(
         &[],
         &[
@@ -269,6 +271,8 @@ fn the_schema_refuses_a_wrong_value_at_install_naming_it() {
             "drainer.flags.surge=true",
             "--set",
             "drainer.flags.force-after=1h30m",
+            "--set",
+            "drainer.flags.surge-ahead=0",
         ],
     );
     let text = String::from_utf8_lossy(&out.stdout);
@@ -282,6 +286,7 @@ fn the_schema_refuses_a_wrong_value_at_install_naming_it() {
         "\"--window=0 2 * * 6 for 8h\"",
         "- --surge\n",
         "\"--force-after=1h30m\"",
+        "\"--surge-ahead=0\"",
     ] {
         assert!(text.contains(arg), "{arg} not rendered");
     }

@@ -283,8 +283,8 @@ pub struct RotationPolicyStatus {
     #[serde(default)]
     #[schemars(range(min = 0, max = u32::MAX))]
     pub drained: u32,
-    /// Governed nodes whose drain is blocked or failed: they need someone (see each node's
-    /// rotor.dev/blocker and rotor.dev/last-error annotations).
+    /// Governed nodes whose drain is blocked, parked or failed: they need someone (see each
+    /// node's rotor.dev/blocker and rotor.dev/last-error annotations).
     #[serde(default)]
     #[schemars(range(min = 0, max = u32::MAX))]
     pub blocked: u32,

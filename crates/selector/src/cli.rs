@@ -176,9 +176,9 @@ pub struct SelectArgs {
     )]
     pub max_age: Option<Duration>,
 
-    /// Node labels that name a node's group, for --max-tainted-per-group and the output; only
-    /// with --provider kubernetes (the cloud providers group nodes by their cloud group, and
-    /// refuse this flag). The first one present on a node wins. Repeat the flag, or separate keys
+    /// Node labels that name a node's group with --provider kubernetes, for
+    /// --max-tainted-per-group and the output. The cloud providers group nodes by their cloud
+    /// group and refuse this flag. The first one present on a node wins. Repeat the flag, or separate keys
     /// with commas (also in the environment variable). An empty value turns grouping off (and is
     /// refused with --max-tainted-per-group). Default, in order: eks.amazonaws.com/nodegroup,
     /// alpha.eksctl.io/nodegroup-name, karpenter.sh/nodepool, cloud.google.com/gke-nodepool,

@@ -256,6 +256,79 @@ fn result_of(out: std::process::Output) -> Result<String, String> {
     }
 }
 
+/// What budgets over pods with no controller allow, as the disruption controller computes it:
+/// such pods count only for an integer `minAvailable` (of the pods, not of a workload's scale),
+/// and a budget with neither field expects nothing, so it allows nothing (policy/v1 has no
+/// default). Each budget's (expectedPods, desiredHealthy, disruptionsAllowed) once three Ready
+/// bare pods run.
+fn budgets_over_bare_pods_allow_what_the_controller_computes(backend: &str, kubectl: Kubectl) {
+    create_namespace(kubectl, "bare");
+    for name in ["a", "b", "c"] {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "bare", "labels": {"app": "bare"}},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                     "tolerations": [{"operator": "Exists"}]}
+        });
+        kubectl(&["create", "-f", "-"], Some(&pod)).unwrap();
+    }
+    let cases = [
+        ("min-one", json!({"minAvailable": 1}), (3, 1, 2)),
+        ("min-half", json!({"minAvailable": "50%"}), (0, 0, 0)),
+        ("max-one", json!({"maxUnavailable": 1}), (0, 0, 0)),
+        ("neither", json!({}), (0, 0, 0)),
+    ];
+    for (name, rule, _) in &cases {
+        let mut spec = rule.clone();
+        spec["selector"] = json!({"matchLabels": {"app": "bare"}});
+        let budget = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": "bare"},
+            "spec": spec
+        });
+        kubectl(&["create", "-f", "-"], Some(&budget)).unwrap();
+    }
+    let want: Vec<(String, (i64, i64, i64))> = cases
+        .iter()
+        .map(|(name, _, counts)| (name.to_string(), *counts))
+        .collect();
+    let counted = || -> Vec<(String, (i64, i64, i64))> {
+        let list: Value = serde_json::from_str(
+            &kubectl(&["get", "pdb", "-n", "bare", "-o", "json"], None).unwrap(),
+        )
+        .unwrap();
+        let status = |b: &Value, key: &str| b["status"][key].as_i64().unwrap_or(-1);
+        let mut by_name: Vec<(String, (i64, i64, i64))> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    b["metadata"]["name"].as_str().unwrap().to_string(),
+                    (
+                        status(b, "expectedPods"),
+                        status(b, "desiredHealthy"),
+                        status(b, "disruptionsAllowed"),
+                    ),
+                )
+            })
+            .collect();
+        by_name.sort_by_key(|(name, _)| cases.iter().position(|(n, ..)| n == name));
+        by_name
+    };
+    // The pods become Ready, and the controller counts them, over a few seconds.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut seen = counted();
+    while seen != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        seen = counted();
+    }
+    assert_eq!(
+        seen, want,
+        "{backend}: (budget, (expected, desired, allowed))"
+    );
+}
+
 /// A pod deleted and made again under its name (a StatefulSet's `web-0` coming back) is gone
 /// to a drain that still holds the old one: its eviction and its forced deletion, sent with the
 /// old UID as their precondition, answer 409 in the server's words, which the drainer must read
@@ -353,6 +426,7 @@ fn the_real_control_plane_answers_the_shared_cases() {
     let kubectl = real_kubectl(&cluster);
     tolerations_are_judged("real control plane", &kubectl, true);
     budgets_count_their_pods("real control plane", &kubectl);
+    budgets_over_bare_pods_allow_what_the_controller_computes("real control plane", &kubectl);
     a_pod_made_again_under_its_name_is_gone_to_the_drainer(
         "real control plane",
         &kubectl,
@@ -370,5 +444,6 @@ fn rotor_sim_answers_the_shared_cases() {
     let kubectl = sim_kubectl(&sim);
     tolerations_are_judged("rotor-sim", &kubectl, false);
     budgets_count_their_pods("rotor-sim", &kubectl);
+    budgets_over_bare_pods_allow_what_the_controller_computes("rotor-sim", &kubectl);
     a_pod_made_again_under_its_name_is_gone_to_the_drainer("rotor-sim", &kubectl, sim.kubeconfig());
 }

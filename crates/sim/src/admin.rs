@@ -253,17 +253,44 @@ struct FaultsBody {
     delays: Vec<DelayRule>,
 }
 
+/// The verbs a request is logged and matched under (`request_info::verb_of`).
+const VERBS: [&str; 8] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+
+/// What a fault rule must be to fire as asked: a rate, a code the simulator answers, and a
+/// verb the API logs (a misspelt one would match nothing, silently).
+fn check_rule(r: &ErrorRule) -> Result<(), String> {
+    if !(0.0..=1.0).contains(&r.rate) {
+        return Err(format!("rate {} must be between 0 and 1", r.rate));
+    }
+    if let Some(verb) = &r.verb
+        && !VERBS.contains(&verb.as_str())
+    {
+        return Err(format!(
+            "verb {verb:?} must be one of {} (or left out for any)",
+            VERBS.join(", ")
+        ));
+    }
+    if ![404, 429, 500, 503, 504].contains(&r.code) {
+        return Err(format!(
+            "code {} must be one of 404, 429, 500, 503, 504",
+            r.code
+        ));
+    }
+    Ok(())
+}
+
 async fn set_faults(State(sim): State<Arc<Sim>>, Json(b): Json<FaultsBody>) -> Response {
-    for r in &b.errors {
-        if !(0.0..=1.0).contains(&r.rate) {
-            return bad(format!("rate {} must be between 0 and 1", r.rate));
-        }
-        if ![404, 429, 500, 503, 504].contains(&r.code) {
-            return bad(format!(
-                "code {} must be one of 404, 429, 500, 503, 504",
-                r.code
-            ));
-        }
+    if let Some(why) = b.errors.iter().find_map(|r| check_rule(r).err()) {
+        return bad(why);
     }
     let mut f = sim.faults.lock().expect("faults lock");
     f.rules = b.errors;
@@ -281,4 +308,37 @@ async fn expire_watches(State(sim): State<Arc<Sim>>) -> Response {
     sim.cluster.lock().expect("cluster lock").compact_all();
     sim.drop_watches();
     StatusCode::NO_CONTENT.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_rule_that_could_not_fire_as_asked_is_refused() {
+        let rule = |verb: &str, rate: f64, code: u16| ErrorRule {
+            verb: Some(verb.into()),
+            resource: Some("pods/eviction".into()),
+            rate,
+            code,
+            after_serving: false,
+            times: None,
+        };
+        assert_eq!(check_rule(&rule("create", 0.5, 429)), Ok(()));
+        assert!(
+            check_rule(&rule("evict", 0.5, 429))
+                .unwrap_err()
+                .contains("verb \"evict\"")
+        );
+        assert!(
+            check_rule(&rule("create", 1.5, 429))
+                .unwrap_err()
+                .contains("rate")
+        );
+        assert!(
+            check_rule(&rule("create", 0.5, 409))
+                .unwrap_err()
+                .contains("code 409")
+        );
+    }
 }

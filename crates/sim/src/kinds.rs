@@ -23,6 +23,10 @@ pub trait SimKind: SimObject {
     /// Takes strategic merge patches: every built-in kind does; custom resources do not (an
     /// API server answers 415).
     const STRATEGIC_MERGE_PATCH: bool = true;
+    /// A PUT without `metadata.resourceVersion` overwrites (most built-in kinds); without it,
+    /// such a PUT is refused with 422, as for Leases, PodDisruptionBudgets and custom
+    /// resources.
+    const UNCONDITIONAL_UPDATE: bool = true;
     /// Fields usable in `fieldSelector` besides `metadata.name` and `metadata.namespace`.
     const FIELDS: &'static [&'static str] = &[];
 
@@ -224,6 +228,7 @@ impl SimKind for PodDisruptionBudget {
     const SHORT_NAMES: &'static [&'static str] = &["pdb"];
     const HAS_STATUS: bool = true;
     const HAS_SPEC: bool = true;
+    const UNCONDITIONAL_UPDATE: bool = false;
 }
 
 impl SimKind for Deployment {
@@ -264,6 +269,7 @@ impl SimKind for Lease {
     const SHORT_NAMES: &'static [&'static str] = &[];
     const HAS_STATUS: bool = false;
     const HAS_SPEC: bool = false;
+    const UNCONDITIONAL_UPDATE: bool = false;
 }
 
 impl SimKind for PriorityClass {
@@ -282,6 +288,7 @@ impl<R: RotorKind> SimKind for RotorObject<R> {
     const HAS_STATUS: bool = R::HAS_STATUS;
     const HAS_SPEC: bool = true;
     const STRATEGIC_MERGE_PATCH: bool = false;
+    const UNCONDITIONAL_UPDATE: bool = false;
 
     /// With a status subresource, a create sets no status: only `/status` writes it.
     fn on_create(&mut self, _now: jiff::Timestamp) {

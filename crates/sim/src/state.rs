@@ -101,6 +101,7 @@ impl Faults {
     }
 
     /// The error to answer instead of serving this request, if a rule fires.
+    #[cfg(test)]
     pub fn injected_error(&mut self, verb: &str, resource: &str) -> Option<ApiError> {
         self.injected(verb, resource).map(|i| i.error)
     }
@@ -108,19 +109,23 @@ impl Faults {
     /// The error to answer for this request, and whether after serving it, if a rule fires; a
     /// rule with `times` left counts one down, and goes at zero.
     pub fn injected(&mut self, verb: &str, resource: &str) -> Option<Injected> {
-        let index = self
-            .rules
-            .iter()
-            .position(|r| matches(&r.verb, &r.resource, verb, resource))?;
+        // Fired as often as it was told, or told never to.
+        self.rules.retain(|r| r.times != Some(0));
+        // Each matching rule draws in turn, so a rule that does not fire leaves the request to
+        // the next one: two rules of rates 0.3 and 0.1 fail 0.3 and 0.07 of the requests.
+        let mut fired = None;
+        for index in 0..self.rules.len() {
+            let rule = &self.rules[index];
+            if matches(&rule.verb, &rule.resource, verb, resource) {
+                let rate = rule.rate;
+                if self.next_f64() < rate {
+                    fired = Some(index);
+                    break;
+                }
+            }
+        }
+        let index = fired?;
         let rule = self.rules[index].clone();
-        if rule.times == Some(0) {
-            // Fired as often as it was told, or told never to.
-            self.rules.remove(index);
-            return None;
-        }
-        if self.next_f64() >= rule.rate {
-            return None;
-        }
         if let Some(times) = rule.times {
             if times <= 1 {
                 self.rules.remove(index);
@@ -164,8 +169,8 @@ impl Faults {
 pub struct Sim {
     pub cluster: Mutex<Cluster>,
     pub faults: Mutex<Faults>,
+    /// Counts the drops of every watch; each watch stream subscribes as it opens.
     pub drop_tx: watch::Sender<u64>,
-    pub drop_rx: watch::Receiver<u64>,
     pub bookmark_interval: Duration,
     /// The RBAC policy in force; `None` (the default) serves every request.
     pub authz: Option<Arc<crate::authz::Authz>>,
@@ -177,13 +182,12 @@ impl Sim {
     }
 
     pub fn with_authz(cluster: Cluster, authz: Option<Arc<crate::authz::Authz>>) -> Arc<Sim> {
-        let (drop_tx, drop_rx) = watch::channel(0);
+        let drop_tx = watch::Sender::new(0);
         let bookmark_interval = cluster.timing.bookmark_interval;
         Arc::new(Sim {
             cluster: Mutex::new(cluster),
             faults: Mutex::new(Faults::default()),
             drop_tx,
-            drop_rx,
             bookmark_interval,
             authz,
         })
@@ -217,6 +221,37 @@ mod tests {
         assert!(f.injected_error("list", "pods").is_none());
         f.rules[0].rate = 0.0;
         assert!(f.injected_error("create", "pods/eviction").is_none());
+    }
+
+    #[test]
+    fn a_matching_rule_that_does_not_fire_leaves_the_request_to_the_next() {
+        let rule = |rate: f64, code: u16, times: Option<u32>| ErrorRule {
+            verb: Some("create".into()),
+            resource: Some("pods/eviction".into()),
+            rate,
+            code,
+            after_serving: false,
+            times,
+        };
+        let mut f = Faults {
+            rules: vec![rule(0.0, 429, None), rule(1.0, 503, None)],
+            ..Default::default()
+        };
+        assert_eq!(
+            f.injected_error("create", "pods/eviction").unwrap().code,
+            503
+        );
+        // A rule used up goes, and the next one answers.
+        f.rules = vec![rule(1.0, 429, Some(1)), rule(1.0, 503, None)];
+        assert_eq!(
+            f.injected_error("create", "pods/eviction").unwrap().code,
+            429
+        );
+        assert_eq!(
+            f.injected_error("create", "pods/eviction").unwrap().code,
+            503
+        );
+        assert_eq!(f.rules.len(), 1);
     }
 
     #[test]

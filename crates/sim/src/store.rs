@@ -429,10 +429,6 @@ impl<K: SimObject> Collection<K> {
         let first = self.log.partition_point(|c| c.rv <= from_rv);
         Ok(self.log.range(first..))
     }
-
-    pub fn live_receiver(&self) -> broadcast::Receiver<Arc<Change<K>>> {
-        self.tx.subscribe()
-    }
 }
 
 #[cfg(test)]

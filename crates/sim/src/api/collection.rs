@@ -83,9 +83,9 @@ pub struct WatchQuery {
     /// `None` for an unset or "0" resourceVersion: start with the current state as ADDED events.
     pub resource_version: Option<u64>,
     pub bookmarks: bool,
-    /// `sendInitialEvents=true` (the WatchList feature): the ADDED events of the current state
-    /// end with a BOOKMARK annotated `k8s.io/initial-events-end`, so the client knows the state
-    /// is whole.
+    /// `sendInitialEvents=true` with `allowWatchBookmarks=true` (the WatchList feature): the
+    /// ADDED events of the current state end with a BOOKMARK annotated
+    /// `k8s.io/initial-events-end`, so the client knows the state is whole.
     pub initial_events_end: bool,
     pub timeout: Duration,
 }
@@ -189,14 +189,9 @@ pub trait ApiCollection: Send {
         opts: &DeleteOptions,
     ) -> Result<Vec<u8>, ApiError>;
     fn watch(&self, q: WatchQuery, ctx: WatchContext) -> Result<mpsc::Receiver<Bytes>, ApiError>;
-    fn check_filter(&self, filter: &Filter) -> Result<(), ApiError>;
 }
 
 impl<K: SimKind> ApiCollection for Collection<K> {
-    fn check_filter(&self, filter: &Filter) -> Result<(), ApiError> {
-        filter.check_fields::<K>()
-    }
-
     fn list(&self, q: &ListQuery, current_rv: u64) -> Result<Vec<u8>, ApiError> {
         q.filter.check_fields::<K>()?;
         let (list_rv, after) = match &q.continue_token {
@@ -268,7 +263,7 @@ impl<K: SimKind> ApiCollection for Collection<K> {
         subresource: Option<&str>,
         ctx: &WriteContext,
     ) -> Result<Vec<u8>, ApiError> {
-        let obj = update_typed::<K>(self, ns, name, body, subresource, true, ctx)?;
+        let obj = update_typed::<K>(self, ns, name, body, subresource, ctx)?;
         Ok(to_json(obj.as_ref()))
     }
 
@@ -465,7 +460,6 @@ async fn stream_watch<K: SimKind>(
     tokio::pin!(deadline);
     let mut bookmark = tokio::time::interval(ctx.bookmark_interval);
     bookmark.tick().await;
-    ctx.drop_signal.borrow_and_update();
     loop {
         tokio::select! {
             _ = &mut deadline => return,
@@ -704,7 +698,6 @@ pub fn update_typed<K: SimKind>(
     name: &str,
     body: Value,
     subresource: Option<&str>,
-    allow_unconditional: bool,
     ctx: &WriteContext,
 ) -> Result<Arc<K>, ApiError> {
     let ns = if K::NAMESPACED { ns } else { "" };
@@ -726,7 +719,7 @@ pub fn update_typed<K: SimKind>(
             return Err(ApiError::conflict(K::GROUP, K::URL_PATH_SEGMENT, name));
         }
         Some(_) => {}
-        None if !allow_unconditional => {
+        None if !K::UNCONDITIONAL_UPDATE => {
             return Err(ApiError::invalid(
                 K::KIND,
                 name,
@@ -903,6 +896,28 @@ mod tests {
             }
         }
         assert_eq!(names, vec!["n0", "n1", "n2", "n3", "n4"]);
+    }
+
+    #[test]
+    fn an_update_without_a_resource_version_overwrites_a_node_but_not_a_lease() {
+        use k8s_openapi::api::coordination::v1::Lease;
+        let mut c = nodes();
+        create_typed(&mut c, "", json!({"metadata": {"name": "n1"}}), &ctx()).unwrap();
+        let body = json!({"metadata": {"name": "n1", "labels": {"a": "b"}}});
+        update_typed(&mut c, "", "n1", body, None, &ctx()).unwrap();
+        let mut leases: Collection<Lease> = Collection::new(Revision::default(), 100);
+        let lease =
+            json!({"metadata": {"name": "l", "namespace": "ns"}, "spec": {"holderIdentity": "a"}});
+        create_typed(&mut leases, "ns", lease, &ctx()).unwrap();
+        let body =
+            json!({"metadata": {"name": "l", "namespace": "ns"}, "spec": {"holderIdentity": "b"}});
+        let err = update_typed(&mut leases, "ns", "l", body, None, &ctx()).unwrap_err();
+        assert_eq!(err.code, 422, "{}", err.message);
+        assert!(
+            err.message.contains("must be specified for an update"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

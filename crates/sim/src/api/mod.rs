@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
 use crate::cluster::pods::Removal;
-use crate::meta::{ApiError, DeleteOptions, success_status};
+use crate::meta::{ApiError, DeleteOptions};
 use crate::request_info::{Route, Target, query_map, route, verb_of};
 use crate::state::Sim;
 use collection::{
@@ -374,6 +374,13 @@ fn check_target(cluster: &Cluster, call: &Call) -> Result<&'static str, ApiError
             retry_after: None,
         });
     }
+    // An Eviction is only ever created: the subresource serves no read or write of the pod.
+    if sub == Some("eviction") && call.verb != "create" {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({} pods/eviction)",
+            call.verb
+        )));
+    }
     let ns = call.namespace();
     if namespaced
         && call.verb == "create"
@@ -440,7 +447,7 @@ fn serve_pod_verb(
             )))
         }
         // deletecollection: every pod the selectors match, each deleted as a single DELETE would
-        // (grace period, finalizers), answered with the list of what was deleted.
+        // (its grace period), answered with the list of what was deleted.
         ("DELETE", None) => {
             let opts = DeleteOptions::from_value(&parse_body(call.body)?);
             let query = ListQuery {
@@ -515,11 +522,21 @@ fn open_watch(
                 .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}")))
         })
         .transpose()?;
+    if !initial_events && q.contains_key("resourceVersionMatch") {
+        return Err(ApiError::invalid(
+            "ListOptions.meta.k8s.io",
+            "",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
+    }
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
     let query = WatchQuery {
         filter: call.filter()?,
         resource_version: rv,
-        bookmarks: q.get("allowWatchBookmarks").is_some_and(|v| v == "true"),
-        initial_events_end: initial_events,
+        bookmarks,
+        // The watch cache marks the end of the initial events only for a client that asked for
+        // bookmarks: one that did not is never told its state is whole.
+        initial_events_end: initial_events && bookmarks,
         timeout: Duration::from_secs(
             q.get("timeoutSeconds")
                 .and_then(|v| v.parse().ok())
@@ -528,7 +545,9 @@ fn open_watch(
     };
     let context = WatchContext {
         bookmark_interval: sim.bookmark_interval,
-        drop_signal: sim.drop_rx.clone(),
+        // Subscribed at the open: a drop from now on cuts this stream, even one that comes
+        // while its first events are still being sent.
+        drop_signal: sim.drop_tx.subscribe(),
         as_table: table::wants_table(call.header(header::ACCEPT)),
     };
     match coll.watch(query, context) {
@@ -730,11 +749,6 @@ pub async fn version(State(sim): State<Arc<Sim>>) -> Response {
         StatusCode::OK,
         serde_json::to_vec(&body).unwrap_or_default(),
     )
-}
-
-/// A success `Status` body, for callers that answer deletions with one.
-pub fn ok_status() -> Value {
-    success_status(200)
 }
 
 #[cfg(test)]

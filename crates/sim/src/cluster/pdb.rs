@@ -42,9 +42,12 @@ fn is_percent(v: &IntOrString) -> bool {
     matches!(v, IntOrString::String(_))
 }
 
-/// Expected and desired healthy counts. `scale_of_pod` answers the replica count of the
-/// workload that controls a pod (None when it has no known controller). Returns None when the
-/// controller would fail to compute (a percentage or maxUnavailable with an uncontrolled pod):
+/// Expected and desired healthy counts, as the disruption controller computes them:
+/// `maxUnavailable` first, then `minAvailable`; neither counts nothing (expected 0, so the budget
+/// allows nothing: policy/v1 has no default). `scale_of_pod` answers the replica count of the
+/// workload that controls a pod (None when that workload is not found). A pod with no
+/// controller is left out of a scale (the controller reports such pods, it does not fail on
+/// them). Returns None when the controller would fail to compute (a controller it cannot find):
 /// such a budget allows nothing.
 pub fn expected_and_desired(
     pdb: &PodDisruptionBudget,
@@ -55,23 +58,26 @@ pub fn expected_and_desired(
     let from_scale = || -> Option<i32> {
         let mut seen = BTreeMap::new();
         for p in pods {
+            if super::objects::controller_of(&p.metadata).is_none() {
+                continue;
+            }
             let (uid, n) = scale_of_pod(p)?;
             seen.insert(uid, n);
         }
         Some(seen.values().sum())
     };
-    match (&spec.min_available, &spec.max_unavailable) {
-        (Some(min), _) if !is_percent(min) => Some((pods.len() as i32, scaled(min, 0, true)?)),
-        (Some(min), _) => {
-            let expected = from_scale()?;
-            Some((expected, scaled(min, expected, true)?))
-        }
-        (None, Some(max)) => {
+    match (&spec.max_unavailable, &spec.min_available) {
+        (Some(max), _) => {
             let expected = from_scale()?;
             let max = scaled(max, expected, true)?;
             Some((expected, (expected - max).max(0)))
         }
-        (None, None) => Some((pods.len() as i32, 1)),
+        (None, Some(min)) if !is_percent(min) => Some((pods.len() as i32, scaled(min, 0, true)?)),
+        (None, Some(min)) => {
+            let expected = from_scale()?;
+            Some((expected, scaled(min, expected, true)?))
+        }
+        (None, None) => Some((0, 0)),
     }
 }
 
@@ -110,8 +116,11 @@ pub fn compute_status(
         .iter()
         .filter(|p| healthy(p) && !disrupted.contains_key(p.metadata.name.as_deref().unwrap_or("")))
         .count() as i32;
+    // Nothing expected allows nothing, whatever runs (a workload scaled to 0 whose pods are
+    // still Ready, a budget with neither field).
     let (expected, desired, allowed) = match expected_and_desired(pdb, pods, scale_of_pod) {
-        Some((e, d)) => (e, d, (current - d).max(0)),
+        Some((e, d)) if e > 0 => (e, d, (current - d).max(0)),
+        Some((e, d)) => (e, d, 0),
         None => (0, 0, 0),
     };
     let allowed_cond = allowed > 0;
@@ -130,19 +139,54 @@ pub fn compute_status(
         disruptions_allowed: allowed,
         disrupted_pods: (!disrupted.is_empty()).then_some(disrupted),
         observed_generation: pdb.metadata.generation,
-        conditions: Some(vec![Condition {
-            type_: "DisruptionAllowed".into(),
-            status: if allowed_cond { "True" } else { "False" }.into(),
-            reason: if allowed_cond {
-                "SufficientPods"
-            } else {
-                "InsufficientPods"
-            }
-            .into(),
-            message: String::new(),
-            last_transition_time: transition,
-            observed_generation: pdb.metadata.generation,
-        }]),
+        conditions: Some(vec![disruption_allowed(
+            allowed_cond,
+            transition,
+            pdb.metadata.generation,
+        )]),
+    }
+}
+
+/// The `DisruptionAllowed` condition, as the disruption controller and the Eviction API write it.
+fn disruption_allowed(allowed: bool, since: Time, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: "DisruptionAllowed".into(),
+        status: if allowed { "True" } else { "False" }.into(),
+        reason: if allowed {
+            "SufficientPods"
+        } else {
+            "InsufficientPods"
+        }
+        .into(),
+        message: String::new(),
+        last_transition_time: since,
+        observed_generation: generation,
+    }
+}
+
+/// An eviction takes one disruption from `status` at `now`, as the Eviction API's
+/// `checkAndDecrement` does: the pod is remembered as disrupted, and taking the last disruption
+/// turns `DisruptionAllowed` False from `now` (what a drainer times a refusal from).
+pub fn take_disruption(
+    status: &mut PodDisruptionBudgetStatus,
+    pod: &str,
+    now: Timestamp,
+    generation: Option<i64>,
+) {
+    status.disruptions_allowed -= 1;
+    status
+        .disrupted_pods
+        .get_or_insert_with(BTreeMap::new)
+        .insert(pod.to_string(), Time(now));
+    if status.disruptions_allowed <= 0 {
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        let already_false = conditions
+            .iter()
+            .any(|c| c.type_ == "DisruptionAllowed" && c.status == "False");
+        if !already_false {
+            conditions.retain(|c| c.type_ != "DisruptionAllowed");
+            conditions.push(disruption_allowed(false, Time(now), generation));
+        }
     }
 }
 
@@ -264,7 +308,56 @@ mod tests {
     }
 
     #[test]
-    fn uncontrolled_pods_with_percentages_allow_nothing() {
+    fn max_unavailable_comes_first_and_a_pod_without_a_controller_is_left_out_of_the_scale() {
+        let mut bare = pod("c", true);
+        bare.metadata.owner_references = None;
+        let pods = [pod("a", true), pod("b", true), bare];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        // Both fields (the API refuses that, the simulator does not): maxUnavailable decides,
+        // of the workload's 2, and the bare pod counts as healthy but not as expected.
+        let both = pdb(Some(IntOrString::Int(3)), Some(IntOrString::Int(1)));
+        let s = compute_status(&both, &refs, &scale(2), Timestamp::now());
+        assert_eq!(
+            (
+                s.expected_pods,
+                s.desired_healthy,
+                s.current_healthy,
+                s.disruptions_allowed
+            ),
+            (2, 1, 3, 2)
+        );
+        // Neither field: nothing expected, nothing allowed.
+        let s = compute_status(&pdb(None, None), &refs, &scale(2), Timestamp::now());
+        assert_eq!((s.expected_pods, s.disruptions_allowed), (0, 0));
+    }
+
+    #[test]
+    fn taking_the_last_disruption_turns_the_condition_false_from_then() {
+        let pods = [pod("a", true), pod("b", true)];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let before = Timestamp::from_second(1_800_000_000).unwrap();
+        let mut status = compute_status(
+            &pdb(Some(IntOrString::Int(1)), None),
+            &refs,
+            &scale(2),
+            before,
+        );
+        assert_eq!(status.disruptions_allowed, 1);
+        let condition = |s: &PodDisruptionBudgetStatus| {
+            let c = &s.conditions.as_ref().unwrap()[0];
+            (c.status.clone(), c.last_transition_time.0)
+        };
+        assert_eq!(condition(&status), ("True".into(), before));
+        let now = Timestamp::from_second(1_800_000_060).unwrap();
+        take_disruption(&mut status, "a", now, Some(1));
+        assert_eq!(status.disruptions_allowed, 0);
+        assert_eq!(condition(&status), ("False".into(), now));
+        assert_eq!(status.conditions.as_ref().unwrap().len(), 1);
+        assert!(status.disrupted_pods.as_ref().unwrap().contains_key("a"));
+    }
+
+    #[test]
+    fn pods_whose_controller_is_not_found_allow_nothing() {
         let pods = [pod("a", true), pod("b", true)];
         let refs: Vec<&Pod> = pods.iter().collect();
         let none = |_: &Pod| None;

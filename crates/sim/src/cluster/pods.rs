@@ -4,7 +4,6 @@
 //! budgets and counted when it breaks one. The budgets' status is the disruption controller's
 //! (`disruption.rs`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -256,11 +255,13 @@ impl Cluster {
         }
         // Take one disruption from the budget and remember the pod until it is gone.
         let mut b = (*budget).clone();
-        let st = b.status.get_or_insert_with(Default::default);
-        st.disruptions_allowed -= 1;
-        st.disrupted_pods
-            .get_or_insert_with(BTreeMap::new)
-            .insert(name.to_string(), Time(now));
+        let generation = b.metadata.generation;
+        pdb::take_disruption(
+            b.status.get_or_insert_with(Default::default),
+            name,
+            now,
+            generation,
+        );
         self.pdbs.put(b);
         // Only now does the delete check its preconditions: a stale UID has used the disruption.
         self.check_eviction_preconditions(&pod, &opts)?;

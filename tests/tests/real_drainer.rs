@@ -1201,6 +1201,13 @@ fn given_replacements_that_never_come_back_then_the_rotation_halts_until_resumed
     let rotation = status_json(cluster)["rotation"].clone();
     assert!(rotation["halted"].is_null(), "{rotation}");
     assert!(rotation["resumedAt"].is_string(), "{rotation}");
+    // The leader wrote, as its term began, that it holds drains by a halt (--halt-after) and
+    // by no health check.
+    assert_eq!(
+        rotation["enforced"],
+        serde_json::json!({"halt": true, "healthGate": false}),
+        "{rotation}"
+    );
     let log = drainer.log();
     assert!(log.contains("rotation halted"), "{log}");
     assert!(

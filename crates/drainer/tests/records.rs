@@ -42,8 +42,8 @@ use rotor_drainer::record::node::{
     DrainRecord, Intent, Transition, apply, begin_check, misreadings, retry_backoff, start_write,
 };
 use rotor_drainer::record::rotation::{
-    Halt, HaltState, HealthGateState, RecordRef, RotationView, halt_from_data, halt_to_data,
-    resume_patch, waiting_to_data,
+    Enforced, Halt, HaltState, HealthGateState, RecordRef, RotationView, halt_from_data,
+    halt_to_data, resume_patch, waiting_to_data,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -1123,6 +1123,10 @@ enum Part {
     Resume {
         at: Timestamp,
     },
+    Enforced {
+        halt: bool,
+        health_gate: bool,
+    },
 }
 
 #[derive(Deserialize)]
@@ -1132,6 +1136,16 @@ struct RotationReads {
     resumed_at: Option<Timestamp>,
     health_gate: Option<HealthSpec>,
     waiting: BTreeMap<String, String>,
+    /// Absent from sets before `v4/`, whose writer did not say.
+    #[serde(default)]
+    enforced: Option<EnforcedSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnforcedSpec {
+    halt: bool,
+    health_gate: bool,
 }
 
 #[derive(Deserialize)]
@@ -1172,6 +1186,11 @@ fn check_rotation_case(case: &RotationCase, newest: bool) {
                     reason: reason.clone(),
                 }),
                 Part::Waiting(waiting) => waiting_to_data(waiting),
+                Part::Enforced { halt, health_gate } => Enforced {
+                    halt: *halt,
+                    health_gate: *health_gate,
+                }
+                .to_data(),
                 Part::Resume { at } => {
                     apply_merge_patch(&mut configmap, &resume_patch(*at)).unwrap();
                     continue;
@@ -1205,6 +1224,10 @@ fn check_rotation_case(case: &RotationCase, newest: bool) {
             }),
             halted,
             resumed_at: case.reads.resumed_at,
+            enforced: case.reads.enforced.as_ref().map(|e| Enforced {
+                halt: e.halt,
+                health_gate: e.health_gate,
+            }),
             waiting: case.reads.waiting.clone(),
         },
         "{name}: what status reads"

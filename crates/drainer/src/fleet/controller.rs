@@ -50,8 +50,8 @@ use crate::record::events_io::Announcer;
 use crate::record::node::Intent;
 use crate::record::node_io::{clean_up, forget_cordon, save};
 use crate::record::notify::{Notice, NoticeKind};
-use crate::record::rotation::{Halt, RecordRef};
-use crate::record::rotation_io::{watch_halt, write_halt, write_waiting};
+use crate::record::rotation::{Enforced, Halt, RecordRef};
+use crate::record::rotation_io::{watch_halt, write_enforced, write_halt, write_waiting};
 
 use super::choice::DemandCache;
 use super::choice_io::{ChoiceReads, rechoose};
@@ -615,6 +615,18 @@ impl Shell {
                 if let Some(health) = &mut self.health {
                     health.new_term();
                 }
+                // For `status`: a halt or closed gate an earlier leader recorded binds this
+                // one only with --halt-after or health checks.
+                let enforced = Enforced {
+                    halt: self.fleet.settings.halt_after.is_some(),
+                    health_gate: self.health.is_some(),
+                };
+                let (client, record) = (self.fleet.client.clone(), self.fleet.rotation.clone());
+                self.fleet.tasks.spawn(async move {
+                    if let Err(e) = write_enforced(&client, &record, enforced).await {
+                        tracing::debug!(error = %e, "could not write what this leader enforces into the rotation record");
+                    }
+                });
                 // A previous leader may have stopped between creating placeholders and
                 // removing them; those of nodes no longer draining go now. The earlier term's
                 // room made ahead goes back first, before this term makes any (which the

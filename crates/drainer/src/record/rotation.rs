@@ -9,8 +9,9 @@
 //! `healthGate` (`open` or `closed`), `healthGateSince` (RFC 3339) and `healthGateReason`;
 //! `halted` (`true`), `haltedSince`, `haltedReason`; `resumedAt`; `waiting` (why each tainted node
 //! that has not started waits, as JSON, written when the leader logs a change, at most every
-//! 10 s). Each part is written by a field manager of its own, so that applying one never takes
-//! away another's keys.
+//! 10 s); `enforced` (which of the halt and the health gate the leader of the current term
+//! enforces, written as each term begins). Each part is written by a field manager of its own,
+//! so that applying one never takes away another's keys.
 //!
 //! This file holds the record's format (pure); [`crate::record::rotation_io`] reads and writes it.
 
@@ -60,6 +61,39 @@ impl RecordRef {
             namespace: lease_namespace.to_string(),
             name: format!("{lease_name}-rotation"),
         }
+    }
+}
+
+/// Which of the record's fleet-wide holds the leader of the current term enforces: a halt
+/// binds only a leader run with `--halt-after`, a closed gate only one with health checks, so
+/// that `status` tells a hold in force from one a leader without them leaves standing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Enforced {
+    pub halt: bool,
+    pub health_gate: bool,
+}
+
+pub const ENFORCED_KEY: &str = "enforced";
+
+impl Enforced {
+    /// The record's data key, as written: the parts enforced, comma-separated (`halt`,
+    /// `healthGate`), empty for none.
+    pub fn to_data(self) -> BTreeMap<String, String> {
+        let parts: Vec<&str> = [(self.halt, "halt"), (self.health_gate, "healthGate")]
+            .into_iter()
+            .filter_map(|(on, part)| on.then_some(part))
+            .collect();
+        BTreeMap::from([(ENFORCED_KEY.to_string(), parts.join(","))])
+    }
+
+    /// Read back; `None` when no leader has written it (one older than the key: both assumed).
+    pub fn from_data(data: &BTreeMap<String, String>) -> Option<Enforced> {
+        let parts: Vec<&str> = data.get(ENFORCED_KEY)?.split(',').map(str::trim).collect();
+        Some(Enforced {
+            halt: parts.contains(&"halt"),
+            health_gate: parts.contains(&"healthGate"),
+        })
     }
 }
 
@@ -169,6 +203,8 @@ pub struct RotationView {
     pub health_gate: Option<HealthGateState>,
     pub halted: Option<Halt>,
     pub resumed_at: Option<Timestamp>,
+    /// What the current term's leader enforces; `None` when not written.
+    pub enforced: Option<Enforced>,
     /// Why each waiting node waits, as the leader last judged; empty when unknown.
     #[serde(skip)]
     pub waiting: BTreeMap<String, String>,
@@ -181,6 +217,7 @@ impl RotationView {
             health_gate: HealthGateState::from_data(data),
             halted: halt.halted,
             resumed_at: halt.resumed_at,
+            enforced: Enforced::from_data(data),
             // Not what rotor writes (someone edited it): no reasons rather than a guess.
             waiting: data
                 .get(WAITING_KEY)
@@ -192,14 +229,32 @@ impl RotationView {
     /// The lines `status` prints above the nodes.
     pub fn lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
+        let enforced = self.enforced.unwrap_or(Enforced {
+            halt: true,
+            health_gate: true,
+        });
         if let Some(halt) = &self.halted {
-            lines.push(format!(
-                "rotation HALTED since {} (no drain starts until `rotor-drainer resume`): {}",
-                halt.since, halt.reason
-            ));
+            lines.push(if enforced.halt {
+                format!(
+                    "rotation HALTED since {} (no drain starts until `rotor-drainer resume`): {}",
+                    halt.since, halt.reason
+                )
+            } else {
+                format!(
+                    "rotation halt recorded since {}, not enforced: the leader runs without --halt-after (`rotor-drainer resume` removes it): {}",
+                    halt.since, halt.reason
+                )
+            });
         }
         if let Some(health) = &self.health_gate {
-            lines.push(health.line());
+            lines.push(if enforced.health_gate || health.open {
+                health.line()
+            } else {
+                format!(
+                    "health gate: closed since {} as recorded, not enforced: the leader runs without health checks",
+                    health.since
+                )
+            });
         }
         lines
     }
@@ -252,6 +307,50 @@ mod tests {
         // Anything but exactly "true" is not a halt.
         data.insert(HALTED_KEY.into(), "yes".into());
         assert_eq!(halt_from_data(&data).halted, None);
+    }
+
+    #[test]
+    fn holds_the_leader_does_not_enforce_are_shown_as_recorded_only() {
+        let halt = Halt {
+            since: "2026-11-26T15:00:00Z".parse().unwrap(),
+            reason: "replacements are not coming up".into(),
+        };
+        let closed = HealthGateState {
+            open: false,
+            since: "2026-11-26T13:00:00Z".parse().unwrap(),
+            reason: "alert KubeNodeNotReady firing".into(),
+        };
+        let mut data = halt_to_data(&halt);
+        data.extend(closed.to_data());
+        let leader = Enforced {
+            halt: false,
+            health_gate: false,
+        };
+        data.extend(leader.to_data());
+        assert_eq!(data[ENFORCED_KEY], "");
+        let view = RotationView::of(&data);
+        assert_eq!(view.enforced, Some(leader));
+        assert_eq!(
+            view.lines(),
+            [
+                "rotation halt recorded since 2026-11-26T15:00:00Z, not enforced: the leader runs without --halt-after (`rotor-drainer resume` removes it): replacements are not coming up",
+                "health gate: closed since 2026-11-26T13:00:00Z as recorded, not enforced: the leader runs without health checks",
+            ]
+        );
+        // A leader that enforces both, and one older than the key, show them in force.
+        let both = Enforced {
+            halt: true,
+            health_gate: true,
+        };
+        data.extend(both.to_data());
+        assert_eq!(data[ENFORCED_KEY], "halt,healthGate");
+        let enforced_lines = RotationView::of(&data).lines();
+        assert!(
+            enforced_lines[0].starts_with("rotation HALTED"),
+            "{enforced_lines:?}"
+        );
+        data.remove(ENFORCED_KEY);
+        assert_eq!(RotationView::of(&data).lines(), enforced_lines);
     }
 
     #[test]

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::record::rotation::{
-    Halt, HaltState, HealthGateState, RecordRef, RotationView, halt_from_data, halt_to_data,
-    resume_patch, waiting_to_data,
+    Enforced, Halt, HaltState, HealthGateState, RecordRef, RotationView, halt_from_data,
+    halt_to_data, resume_patch, waiting_to_data,
 };
 use crate::watch_backoff::WatchBackoffExt;
 
@@ -19,6 +19,7 @@ const HEALTH_MANAGER: &str = "rotor-drainer-health";
 const HALT_MANAGER: &str = "rotor-drainer-halt";
 const RESUME_MANAGER: &str = "rotor-drainer-resume";
 const WAITING_MANAGER: &str = "rotor-drainer-waiting";
+const LEADER_MANAGER: &str = "rotor-drainer-leader";
 
 /// Applies `data` to the record as `manager` (server-side apply: created if missing, the other
 /// managers' keys left alone).
@@ -64,6 +65,15 @@ pub async fn write_waiting(
     waiting: &BTreeMap<String, String>,
 ) -> Result<(), kube::Error> {
     apply(client, at, WAITING_MANAGER, waiting_to_data(waiting)).await
+}
+
+/// Writes what the current term's leader enforces (as each term begins).
+pub async fn write_enforced(
+    client: &kube::Client,
+    at: &RecordRef,
+    enforced: Enforced,
+) -> Result<(), kube::Error> {
+    apply(client, at, LEADER_MANAGER, enforced.to_data()).await
 }
 
 /// Writes a halt into the record.

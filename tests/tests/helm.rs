@@ -241,7 +241,10 @@ fn the_values_schema_is_the_one_the_binaries_help_makes() {
 fn the_schema_refuses_a_wrong_value_at_install_naming_it() {
     let cases = [
         ("drainer.flags.drain-timeout=thirty", "drain-timeout"),
-        ("drainer.flags.park-blocked-after=soon", "park-blocked-after"),
+        (
+            "drainer.flags.park-blocked-after=soon",
+            "park-blocked-after",
+        ),
         ("drainer.flags.surge-ahead=-1", "surge-ahead"),
         ("drainer.flags.max-concurent=2", "max-concurent"),
         ("selector.flags.provider=openstack", "provider"),

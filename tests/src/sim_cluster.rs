@@ -401,6 +401,11 @@ impl SimCluster {
             .and_then(|a| a.get(key).cloned())
     }
 
+    /// The node's drain phase (`rotor.dev/phase`), if rotor has written one.
+    pub async fn phase(&self, node: &str) -> Option<String> {
+        self.annotation(node, "rotor.dev/phase").await
+    }
+
     /// The node's annotations under `rotor.dev/`.
     pub async fn rotor_annotations(&self, name: &str) -> BTreeMap<String, String> {
         self.node(name)

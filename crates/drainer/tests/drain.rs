@@ -115,7 +115,7 @@ async fn given_a_node_tainted_longer_ago_than_the_settle_time_then_it_is_drained
     cluster.annotate(&old, OPT_OUT, Some("true")).await;
     cluster.taint(&old, "manual").await;
     tokio::time::sleep(SETTLE + Duration::from_secs(1)).await;
-    assert_eq!(cluster.annotation(&old, "rotor.dev/phase").await, None);
+    assert_eq!(cluster.phase(&old).await, None);
     let released = Instant::now();
     cluster.annotate(&old, OPT_OUT, None).await;
     cluster.wait_phase(&old, "drained").await;
@@ -172,10 +172,7 @@ async fn given_the_taint_is_removed_mid_drain_then_rotor_uncordons_only_what_it_
     cluster.cordon(&other).await;
     cluster.taint(&other, "manual").await;
     wait_until("the second drain to start", WAIT, || async {
-        cluster
-            .annotation(&other, "rotor.dev/phase")
-            .await
-            .map(|_| ())
+        cluster.phase(&other).await.map(|_| ())
     })
     .await;
     assert_eq!(
@@ -186,11 +183,7 @@ async fn given_the_taint_is_removed_mid_drain_then_rotor_uncordons_only_what_it_
     );
     cluster.untaint(&other).await;
     wait_until("rotor to clear its annotations", WAIT, || async {
-        cluster
-            .annotation(&other, "rotor.dev/phase")
-            .await
-            .is_none()
-            .then_some(())
+        cluster.phase(&other).await.is_none().then_some(())
     })
     .await;
     assert_eq!(
@@ -221,7 +214,7 @@ async fn given_a_do_not_disrupt_pod_then_the_node_blocks_and_names_it() {
     .await;
     cluster.taint(&node, "manual").await;
     let blocker = wait_until("the node to block on the pod", WAIT, || async {
-        let phase = cluster.annotation(&node, "rotor.dev/phase").await;
+        let phase = cluster.phase(&node).await;
         let other_pods_gone = cluster
             .pods_on(&node)
             .await
@@ -304,10 +297,7 @@ async fn given_park_blocked_after_then_a_node_held_by_an_opt_out_gives_its_slot_
     // Its slot is given back: the next node drains.
     cluster.wait_phase(&other, "drained").await;
     assert_eq!(
-        cluster
-            .annotation(&stuck, "rotor.dev/phase")
-            .await
-            .as_deref(),
+        cluster.phase(&stuck).await.as_deref(),
         Some("parked"),
         "the parked node waits for its back-off"
     );
@@ -428,13 +418,7 @@ async fn given_the_leader_cannot_renew_its_lease_then_it_stops_and_exits() {
     let error = ended.expect_err("losing the lease is an error").to_string();
     assert!(error.contains("lost the leader lease"), "{error}");
     cluster.sim.sim.faults.lock().unwrap().rules.clear();
-    assert_eq!(
-        cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref(),
-        Some("blocked")
-    );
+    assert_eq!(cluster.phase(&node).await.as_deref(), Some("blocked"));
     cluster.stop().await;
 }
 
@@ -454,13 +438,7 @@ async fn given_a_renewal_applied_but_answered_504_then_the_leader_keeps_leading(
         "the leader exited after one renewal answered 504 (requests: {requests})"
     );
     assert_eq!(lease_holder(&cluster).await.as_deref(), Some("a"));
-    assert_eq!(
-        cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref(),
-        Some("blocked")
-    );
+    assert_eq!(cluster.phase(&node).await.as_deref(), Some("blocked"));
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
@@ -476,7 +454,7 @@ async fn given_a_closed_maintenance_window_then_no_drain_starts() {
     let node = cluster.node_names().await[0].clone();
     cluster.taint(&node, "manual").await;
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    assert_eq!(cluster.annotation(&node, "rotor.dev/phase").await, None);
+    assert_eq!(cluster.phase(&node).await, None);
     assert_ne!(
         cluster.node(&node).await.spec.unwrap().unschedulable,
         Some(true)
@@ -589,13 +567,7 @@ async fn given_the_drainer_restarts_mid_drain_then_it_resumes_with_the_same_dead
         attempts,
         "a resume is not a new attempt"
     );
-    assert_eq!(
-        cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref(),
-        Some("blocked")
-    );
+    assert_eq!(cluster.phase(&node).await.as_deref(), Some("blocked"));
     second.stop().await.unwrap();
     cluster.stop().await;
 }
@@ -628,11 +600,7 @@ async fn given_a_budget_that_never_allows_when_the_deadline_passes_then_the_node
     );
     let other = web_nodes.get(1).cloned().unwrap_or(node.clone());
     wait_until("the first node to be cleaned up", WAIT, || async {
-        cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .is_none()
-            .then_some(())
+        cluster.phase(&node).await.is_none().then_some(())
     })
     .await;
     cluster.taint(&other, "manual").await;
@@ -781,13 +749,7 @@ async fn given_a_pod_under_two_budgets_then_the_node_blocks_naming_both() {
         blocker.contains("shop/api") && blocker.contains("shop/front"),
         "{blocker}"
     );
-    assert_eq!(
-        cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .as_deref(),
-        Some("blocked")
-    );
+    assert_eq!(cluster.phase(&node).await.as_deref(), Some("blocked"));
     let api = cluster.pods_labelled("shop", "app=api").await;
     assert!(
         api[0].metadata.deletion_timestamp.is_none(),
@@ -861,7 +823,7 @@ async fn given_a_pod_pending_past_the_grace_then_the_next_drain_waits_for_it() {
 
     // Held: the second node is not touched while the pod stays unschedulable.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    assert_eq!(cluster.annotation(second, "rotor.dev/phase").await, None);
+    assert_eq!(cluster.phase(second).await, None);
     assert_ne!(
         cluster.node(second).await.spec.unwrap().unschedulable,
         Some(true)
@@ -924,7 +886,7 @@ async fn given_a_pod_pending_past_the_grace_when_the_drainer_starts_then_even_it
         &["--pending-grace", "500ms", "--gate-timeout", "1h"],
     );
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    assert_eq!(cluster.annotation(&node, "rotor.dev/phase").await, None);
+    assert_eq!(cluster.phase(&node).await, None);
     Api::<Pod>::namespaced(cluster.client.clone(), "batch")
         .delete("too-big", &DeleteParams::default())
         .await
@@ -967,7 +929,7 @@ workloads:
         let drained_at = std::time::Instant::now();
         cluster.taint(&second, "manual").await;
         wait_until("the second drain to start", WAIT, || async {
-            cluster.annotation(&second, "rotor.dev/phase").await
+            cluster.phase(&second).await
         })
         .await;
         let waited = drained_at.elapsed();
@@ -1055,7 +1017,7 @@ async fn given_every_watch_is_cut_and_its_history_compacted_mid_rotation_then_th
     cluster.taint(&b, "manual").await;
     let first = wait_until("one of the two nodes to be drained", WAIT, || async {
         for n in [&a, &b] {
-            if cluster.annotation(n, "rotor.dev/phase").await.as_deref() == Some("drained") {
+            if cluster.phase(n).await.as_deref() == Some("drained") {
                 return Some(n.clone());
             }
         }
@@ -1149,15 +1111,12 @@ workloads:
     );
     // a's web pod is evicted first, b's 4 s later: their replacements are Ready 9 s after each.
     cluster.taint(&a, "manual").await;
-    wait_until("a to start", WAIT, || async {
-        cluster.annotation(&a, "rotor.dev/phase").await
-    })
-    .await;
+    wait_until("a to start", WAIT, || async { cluster.phase(&a).await }).await;
     tokio::time::sleep(std::time::Duration::from_secs(4)).await;
     cluster.taint(&b, "manual").await;
     cluster.wait_phase(&a, "drained").await;
     assert_eq!(
-        cluster.annotation(&b, "rotor.dev/phase").await.as_deref(),
+        cluster.phase(&b).await.as_deref(),
         Some("evicting"),
         "b is still draining when a is done"
     );
@@ -1165,7 +1124,7 @@ workloads:
     // c starts once a's replacement is Ready, and does not wait for b's: b, still draining,
     // accounts for that one.
     let ready_at_start = wait_until("c to start", WAIT, || async {
-        let started = cluster.annotation(&c, "rotor.dev/phase").await.is_some();
+        let started = cluster.phase(&c).await.is_some();
         let ready = web_ready().await;
         started.then_some(ready)
     })
@@ -1174,10 +1133,7 @@ workloads:
         ready_at_start, 1,
         "c started with web {ready_at_start}/2 Ready; it should start once a's replacement is back and b's is not yet"
     );
-    assert_eq!(
-        cluster.annotation(&b, "rotor.dev/phase").await.as_deref(),
-        Some("evicting")
-    );
+    assert_eq!(cluster.phase(&b).await.as_deref(), Some("evicting"));
     drainer.stop().await.unwrap();
     cluster.stop().await;
 }
@@ -1230,12 +1186,12 @@ nodeGroups:
     // Pods take 3 s to stop, so a and c hold both slots for that long: once both have started,
     // b must not have (without the claims it starts beside a, and c waits for a slot).
     wait_until("a and c to start", WAIT, || async {
-        let a_started = cluster.annotation(&a, "rotor.dev/phase").await.is_some();
-        let c_started = cluster.annotation(&c, "rotor.dev/phase").await.is_some();
+        let a_started = cluster.phase(&a).await.is_some();
+        let c_started = cluster.phase(&c).await.is_some();
         (a_started && c_started).then_some(())
     })
     .await;
-    let b_phase = cluster.annotation(&b, "rotor.dev/phase").await;
+    let b_phase = cluster.phase(&b).await;
     assert_eq!(b_phase, None, "b started while a and c held both slots");
     cluster.wait_phase(&a, "drained").await;
     cluster.wait_phase(&c, "drained").await;
@@ -1597,7 +1553,7 @@ async fn given_the_end_write_fails_past_its_retries_then_the_leader_writes_it_la
         "the node to show the drain drained",
         Duration::from_secs(90),
         || async {
-            let phase = cluster.annotation(&node, "rotor.dev/phase").await;
+            let phase = cluster.phase(&node).await;
             (phase.as_deref() == Some("drained")).then_some(())
         },
     )
@@ -1646,11 +1602,7 @@ async fn given_rotors_cordon_undone_and_another_placed_when_the_taint_goes_then_
     cluster.cordon(&node).await;
     cluster.untaint(&node).await;
     wait_until("rotor's drain state to be cleared", WAIT, || async {
-        cluster
-            .annotation(&node, "rotor.dev/phase")
-            .await
-            .is_none()
-            .then_some(())
+        cluster.phase(&node).await.is_none().then_some(())
     })
     .await;
     let spec = cluster.node(&node).await.spec.unwrap_or_default();

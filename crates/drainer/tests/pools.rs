@@ -74,7 +74,7 @@ async fn given_a_policy_pausing_its_pool_then_only_other_nodes_drain_until_it_al
 
     // The pool's budget of 0 holds its node: not started, not even cordoned.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(cluster.annotation(&batch[0], "rotor.dev/phase").await, None);
+    assert_eq!(cluster.phase(&batch[0]).await, None);
     assert_ne!(
         cluster.node(&batch[0]).await.spec.unwrap().unschedulable,
         Some(true)
@@ -239,7 +239,7 @@ async fn given_policies_answer_404_after_they_were_listed_then_the_pool_stays_cl
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        cluster.annotation(&batch[0], "rotor.dev/phase").await,
+        cluster.phase(&batch[0]).await,
         None,
         "the paused pool's node started draining"
     );

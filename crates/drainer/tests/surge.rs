@@ -57,7 +57,7 @@ async fn sample_until_drained(
         let holding = holding_placeholders(cluster).await;
         let mut phases = Vec::new();
         for n in nodes {
-            phases.push(cluster.annotation(n, "rotor.dev/phase").await);
+            phases.push(cluster.phase(n).await);
         }
         sample(&holding, &phases);
         if phases.iter().all(|p| p.as_deref() == Some("drained")) {
@@ -294,7 +294,7 @@ async fn a_slow_making_of_room_ahead_does_not_hold_up_the_drain_under_way() {
         .await;
     let first = wait_until("a drain to be under way", WAIT, || async {
         for node in &nodes {
-            if cluster.annotation(node, "rotor.dev/phase").await.is_some() {
+            if cluster.phase(node).await.is_some() {
                 return Some(node.clone());
             }
         }
@@ -305,7 +305,7 @@ async fn a_slow_making_of_room_ahead_does_not_hold_up_the_drain_under_way() {
         "the drain under way to end while the next node's room is being made",
         std::time::Duration::from_secs(25),
         || async {
-            let phase = cluster.annotation(&first, "rotor.dev/phase").await;
+            let phase = cluster.phase(&first).await;
             (phase.as_deref() == Some("drained")).then_some(())
         },
     )
@@ -809,6 +809,6 @@ async fn room_made_ahead_goes_when_the_nodes_policy_stops_surging() {
         .await
         .unwrap();
     assert!(sets.items.is_empty(), "{:?}", sets.items);
-    assert_eq!(cluster.annotation(&next, "rotor.dev/phase").await, None);
+    assert_eq!(cluster.phase(&next).await, None);
     drainer.stop().await.expect("the drainer stops cleanly");
 }

@@ -178,9 +178,9 @@ pub struct SelectArgs {
 
     /// Node labels that name a node's group with --provider kubernetes, for
     /// --max-tainted-per-group and the output. The cloud providers group nodes by their cloud
-    /// group and refuse this flag. The first one present on a node wins. Repeat the flag, or separate keys
-    /// with commas (also in the environment variable). An empty value turns grouping off (and is
-    /// refused with --max-tainted-per-group). Default, in order: eks.amazonaws.com/nodegroup,
+    /// group and refuse this flag. The first one present on a node wins. Repeat the flag, or
+    /// separate keys with commas (also in the environment variable). An empty value turns
+    /// grouping off (and is refused with --max-tainted-per-group). Default, in order: eks.amazonaws.com/nodegroup,
     /// alpha.eksctl.io/nodegroup-name, karpenter.sh/nodepool, cloud.google.com/gke-nodepool,
     /// kubernetes.azure.com/agentpool, sim.rotor.dev/node-group.
     #[arg(

@@ -271,14 +271,7 @@ fn check_rule(r: &ErrorRule) -> Result<(), String> {
     if !(0.0..=1.0).contains(&r.rate) {
         return Err(format!("rate {} must be between 0 and 1", r.rate));
     }
-    if let Some(verb) = &r.verb
-        && !VERBS.contains(&verb.as_str())
-    {
-        return Err(format!(
-            "verb {verb:?} must be one of {} (or left out for any)",
-            VERBS.join(", ")
-        ));
-    }
+    check_verb(&r.verb)?;
     if ![404, 429, 500, 503, 504].contains(&r.code) {
         return Err(format!(
             "code {} must be one of 404, 429, 500, 503, 504",
@@ -288,8 +281,22 @@ fn check_rule(r: &ErrorRule) -> Result<(), String> {
     Ok(())
 }
 
+/// A rule's verb, if given, is one the API logs (a misspelt one would match nothing).
+fn check_verb(verb: &Option<String>) -> Result<(), String> {
+    match verb {
+        Some(verb) if !VERBS.contains(&verb.as_str()) => Err(format!(
+            "verb {verb:?} must be one of {} (or left out for any)",
+            VERBS.join(", ")
+        )),
+        _ => Ok(()),
+    }
+}
+
 async fn set_faults(State(sim): State<Arc<Sim>>, Json(b): Json<FaultsBody>) -> Response {
     if let Some(why) = b.errors.iter().find_map(|r| check_rule(r).err()) {
+        return bad(why);
+    }
+    if let Some(why) = b.delays.iter().find_map(|d| check_verb(&d.verb).err()) {
         return bad(why);
     }
     let mut f = sim.faults.lock().expect("faults lock");

@@ -624,7 +624,7 @@ impl Shell {
                 let (client, record) = (self.fleet.client.clone(), self.fleet.rotation.clone());
                 self.fleet.tasks.spawn(async move {
                     if let Err(e) = write_enforced(&client, &record, enforced).await {
-                        tracing::debug!(error = %e, "could not write what this leader enforces into the rotation record");
+                        tracing::warn!(configmap = %record.name, namespace = %record.namespace, error = %e, "could not write which holds this leader enforces into the rotation record; `rotor-drainer status` may show a halt or closed gate as enforced or not as the previous leader did (check the drainer's RBAC on configmaps)");
                     }
                 });
                 // A previous leader may have stopped between creating placeholders and

@@ -358,7 +358,7 @@ impl Leading {
 /// How one attempt at holding the lease went.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Renewal {
-    /// Held (taken or renewed).
+    /// Held: acquired or renewed.
     Held,
     /// No answer, an error, or a conflict after a fresh read: retried within the deadline.
     Failed,

@@ -56,7 +56,8 @@ fn end_backoff() -> ExponentialBuilder {
         .with_jitter()
 }
 
-fn may_pass_if_repeated(e: &kube::Error) -> bool {
+/// Whether the same request may pass if sent again: throttled (429), a server error, no answer.
+pub(crate) fn may_pass_if_repeated(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,

@@ -87,9 +87,13 @@ impl Enforced {
         BTreeMap::from([(ENFORCED_KEY.to_string(), parts.join(","))])
     }
 
-    /// Read back; `None` when no leader has written it (one older than the key: both assumed).
+    /// Read back; `None` when no leader has written it (one older than the key: both assumed)
+    /// or it is not what rotor writes (someone edited it: no guess either way).
     pub fn from_data(data: &BTreeMap<String, String>) -> Option<Enforced> {
         let parts: Vec<&str> = data.get(ENFORCED_KEY)?.split(',').map(str::trim).collect();
+        if !parts.iter().all(|p| ["", "halt", "healthGate"].contains(p)) {
+            return None;
+        }
         Some(Enforced {
             halt: parts.contains(&"halt"),
             health_gate: parts.contains(&"healthGate"),
@@ -350,6 +354,10 @@ mod tests {
             "{enforced_lines:?}"
         );
         data.remove(ENFORCED_KEY);
+        assert_eq!(RotationView::of(&data).lines(), enforced_lines);
+        // A value rotor does not write is no guess that nothing is enforced.
+        data.insert(ENFORCED_KEY.into(), "true".into());
+        assert_eq!(RotationView::of(&data).enforced, None);
         assert_eq!(RotationView::of(&data).lines(), enforced_lines);
     }
 

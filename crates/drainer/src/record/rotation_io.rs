@@ -67,13 +67,23 @@ pub async fn write_waiting(
     apply(client, at, WAITING_MANAGER, waiting_to_data(waiting)).await
 }
 
-/// Writes what the current term's leader enforces (as each term begins).
+/// Writes what the current term's leader enforces (as each term begins), retried for about a
+/// minute while a retry may pass (a 429, a 5xx, no answer): until it lands, `status` reads the
+/// previous leader's.
 pub async fn write_enforced(
     client: &kube::Client,
     at: &RecordRef,
     enforced: Enforced,
 ) -> Result<(), kube::Error> {
-    apply(client, at, LEADER_MANAGER, enforced.to_data()).await
+    use backon::{ExponentialBuilder, Retryable};
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_secs(1))
+        .with_max_delay(std::time::Duration::from_secs(30))
+        .with_max_times(5);
+    (|| apply(client, at, LEADER_MANAGER, enforced.to_data()))
+        .retry(backoff)
+        .when(crate::record::node_io::may_pass_if_repeated)
+        .await
 }
 
 /// Writes a halt into the record.

@@ -506,8 +506,13 @@ fn open_watch(
     let q = call.query;
     // sendInitialEvents as kube-apiserver (1.34 on) validates it; the initial state is then the
     // current one, which is as fresh as any resourceVersion asked for.
-    let initial_events = q.get("sendInitialEvents").is_some_and(|v| v == "true");
-    if initial_events && q.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
+    let send_initial = q.get("sendInitialEvents").map(String::as_str);
+    let rv_match = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .filter(|m| !m.is_empty());
+    let initial_events = send_initial == Some("true");
+    if send_initial.is_some() && rv_match != Some("NotOlderThan") {
         return Err(ApiError::invalid(
             "ListOptions.meta.k8s.io",
             "",
@@ -522,7 +527,7 @@ fn open_watch(
                 .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}")))
         })
         .transpose()?;
-    if !initial_events && q.contains_key("resourceVersionMatch") {
+    if send_initial.is_none() && rv_match.is_some() {
         return Err(ApiError::invalid(
             "ListOptions.meta.k8s.io",
             "",

@@ -179,7 +179,8 @@ pub struct NeverAllows {
 /// Why `pdb` can never allow an eviction, or `None` when it may.
 ///
 /// Never: `maxUnavailable` 0 or `"0%"`; `minAvailable` `"100%"` (or more); `minAvailable` that,
-/// scaled to the expected pod count, reaches that count. The expected count is `replicas_hint`
+/// scaled to the expected pod count, reaches that count; neither field; a `maxUnavailable` or a
+/// percentage whose current status expects no pod (its pods have no controller). The expected count is `replicas_hint`
 /// when given (e.g. the owning workload's `spec.replicas`), else the budget's
 /// `status.expectedPods` when it is positive and the status is current (`observedGeneration` not
 /// behind `metadata.generation`). A budget whose status currently allows disruptions is never
@@ -204,6 +205,20 @@ pub fn budget_never_allows(
         reason,
         from_pod_count: false,
     };
+    // A maxUnavailable or a percentage is measured against the scale of the workloads that
+    // control the budget's pods; pods no workload controls (bare pods) count for none, and a
+    // budget that expects no pod allows nothing. Read from the status, so it waits out
+    // POD_COUNT_SETTLE like a count.
+    let expects_no_pod = |rule: String| {
+        (replicas_hint.is_none()
+            && status.is_some_and(|s| status_current && s.expected_pods == 0))
+        .then(|| NeverAllows {
+            reason: format!(
+                "{rule} is measured against the scale of the workloads controlling its pods, and it expects none (expectedPods 0: its pods have no controller): it allows no eviction"
+            ),
+            from_pod_count: true,
+        })
+    };
 
     if let Some(max_unavailable) = &spec.max_unavailable {
         return match max_unavailable {
@@ -211,10 +226,17 @@ pub fn budget_never_allows(
             IntOrString::String(s) if parse_percent(s) == Some(0) => {
                 Some(from_spec(format!("maxUnavailable is {s}")))
             }
-            _ => None,
+            IntOrString::Int(n) => expects_no_pod(format!("maxUnavailable {n}")),
+            IntOrString::String(s) => expects_no_pod(format!("maxUnavailable {s}")),
         };
     }
-    match spec.min_available.as_ref()? {
+    // policy/v1 has no default: the disruption controller expects no pod of such a budget.
+    let Some(min_available) = spec.min_available.as_ref() else {
+        return Some(from_spec(
+            "it sets neither minAvailable nor maxUnavailable, which allows no eviction".to_owned(),
+        ));
+    };
+    match min_available {
         IntOrString::Int(min) => {
             let expected = expected?;
             (*min >= expected).then(|| NeverAllows {
@@ -229,7 +251,9 @@ pub fn budget_never_allows(
             if percent >= 100 {
                 return Some(from_spec(format!("minAvailable is {s}")));
             }
-            let expected = expected?;
+            let Some(expected) = expected else {
+                return expects_no_pod(format!("minAvailable {s}"));
+            };
             // The disruption controller rounds minAvailable percentages up, and measures a
             // percentage against the workloads' scale, which does not dip in an eviction.
             let expected_count = u64::from(expected.unsigned_abs());
@@ -285,7 +309,9 @@ mod tests {
     #[test]
     fn never_allowing_budgets() {
         let sel = json!({"matchLabels": {"app": "web"}});
-        let cases: [(Value, Value, Option<i32>, Option<&str>); 12] = [
+        let no_pod_expected =
+            json!({"expectedPods": 0, "disruptionsAllowed": 0, "observedGeneration": 1});
+        let cases: [(Value, Value, Option<i32>, Option<&str>); 16] = [
             (
                 json!({"maxUnavailable": 0}),
                 status(3, 0),
@@ -336,6 +362,32 @@ mod tests {
             ),
             // The budget allows a disruption right now, whatever the spec says.
             (json!({"maxUnavailable": 0}), status(4, 1), None, None),
+            // Neither field: policy/v1 has no default, nothing is expected, nothing allowed.
+            (
+                json!({}),
+                status(3, 0),
+                None,
+                Some("it sets neither minAvailable nor maxUnavailable, which allows no eviction"),
+            ),
+            // Bare pods under a maxUnavailable or a percentage: no scale, nothing expected.
+            (
+                json!({"maxUnavailable": 1}),
+                no_pod_expected.clone(),
+                None,
+                Some(
+                    "maxUnavailable 1 is measured against the scale of the workloads controlling its pods, and it expects none (expectedPods 0: its pods have no controller): it allows no eviction",
+                ),
+            ),
+            (
+                json!({"minAvailable": "50%"}),
+                no_pod_expected.clone(),
+                None,
+                Some(
+                    "minAvailable 50% is measured against the scale of the workloads controlling its pods, and it expects none (expectedPods 0: its pods have no controller): it allows no eviction",
+                ),
+            ),
+            // With the owner's replicas known, the pod has a controller: not judged so.
+            (json!({"maxUnavailable": 1}), no_pod_expected, Some(3), None),
         ];
         for (mut spec, status, hint, expected) in cases {
             spec["selector"] = sel.clone();

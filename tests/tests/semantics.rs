@@ -259,8 +259,8 @@ fn result_of(out: std::process::Output) -> Result<String, String> {
 /// What budgets over pods with no controller allow, as the disruption controller computes it:
 /// such pods count only for an integer `minAvailable` (of the pods, not of a workload's scale),
 /// and a budget with neither field expects nothing, so it allows nothing (policy/v1 has no
-/// default). Each budget's (expectedPods, desiredHealthy, disruptionsAllowed) once three Ready
-/// bare pods run.
+/// default). Each budget's (expectedPods, desiredHealthy, disruptionsAllowed), made once three
+/// bare pods run Ready.
 fn budgets_over_bare_pods_allow_what_the_controller_computes(backend: &str, kubectl: Kubectl) {
     create_namespace(kubectl, "bare");
     for name in ["a", "b", "c"] {
@@ -272,6 +272,32 @@ fn budgets_over_bare_pods_allow_what_the_controller_computes(backend: &str, kube
         });
         kubectl(&["create", "-f", "-"], Some(&pod)).unwrap();
     }
+    // The budgets come once every pod is Ready: the disruption controller recounts only one
+    // of the budgets a changed pod matches ("chose ... arbitrarily"), so budgets made before
+    // would keep counts from before some pod was Ready.
+    let ready = || -> usize {
+        let list: Value = serde_json::from_str(
+            &kubectl(&["get", "pods", "-n", "bare", "-o", "json"], None).unwrap(),
+        )
+        .unwrap();
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while ready() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(ready(), 3, "{backend}: the three bare pods Ready");
     let cases = [
         ("min-one", json!({"minAvailable": 1}), (3, 1, 2)),
         ("min-half", json!({"minAvailable": "50%"}), (0, 0, 0)),
@@ -316,7 +342,7 @@ fn budgets_over_bare_pods_allow_what_the_controller_computes(backend: &str, kube
         by_name.sort_by_key(|(name, _)| cases.iter().position(|(n, ..)| n == name));
         by_name
     };
-    // The pods become Ready, and the controller counts them, over a few seconds.
+    // The controller counts the pods for each new budget within a few seconds.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut seen = counted();
     while seen != want && std::time::Instant::now() < deadline {
